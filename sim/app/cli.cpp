@@ -1,0 +1,60 @@
+#include "sim/app/cli.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <iostream>
+#include <sstream>
+
+#include "sim/common/check.hpp"
+
+namespace fp8sim::cli {
+
+std::vector<Command>& registry() {
+  static std::vector<Command> r;
+  return r;
+}
+
+bool parse(const std::string& cmd, const std::vector<std::string>& args, po::options_description& opts,
+           const po::positional_options_description& pos, po::variables_map& vm, const std::string& usage,
+           const std::string& description) {
+  opts.add_options()("help,h", "show this help and exit");
+  try {
+    po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
+    if (vm.count("help")) {
+      std::ostringstream ss;
+      ss << opts;
+      fmt::print("usage: fp8sim {} {}\n\n{}\n\n{}", cmd, usage, description, ss.str());
+      return false;
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(fmt::format("{} (see 'fp8sim {} --help')", e.what(), cmd));
+  }
+  return true;
+}
+
+void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                 std::FILE* out) {
+  std::vector<size_t> w(header.size());
+  for (size_t c = 0; c < header.size(); ++c) w[c] = header[c].size();
+  for (const auto& r : rows)
+    for (size_t c = 0; c < r.size() && c < w.size(); ++c) w[c] = std::max(w[c], r[c].size());
+  auto line = [&](const std::vector<std::string>& r) {
+    std::string s;
+    for (size_t c = 0; c < w.size(); ++c) {
+      const std::string& cell = c < r.size() ? r[c] : std::string();
+      if (c) s += "  ";
+      s += c == 0 ? fmt::format("{:<{}}", cell, w[c]) : fmt::format("{:>{}}", cell, w[c]);
+    }
+    while (!s.empty() && s.back() == ' ') s.pop_back();
+    fmt::print(out, "{}\n", s);
+  };
+  line(header);
+  size_t total = 0;
+  for (size_t c = 0; c < w.size(); ++c) total += w[c] + (c ? 2 : 0);
+  fmt::print(out, "{}\n", std::string(total, '-'));
+  for (const auto& r : rows) line(r);
+}
+
+}  // namespace fp8sim::cli

@@ -1,0 +1,47 @@
+#pragma once
+// The fp8sim command line: one binary, subcommands that register themselves. Each subcommand
+// lives in sim/app/cmd_<name>.cpp and declares
+//   FP8SIM_COMMAND(name, "one-line summary", run_fn)
+// with `int run_fn(const std::vector<std::string>& args)` (args excludes the program and
+// subcommand names). Errors are thrown as fp8sim::Error / UsageError; main prints them as one
+// line, "fp8sim <cmd>: error: ...", and exits 1 (runtime) or 2 (usage).
+#include <boost/program_options.hpp>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace fp8sim::cli {
+
+namespace po = boost::program_options;
+
+using RunFn = int (*)(const std::vector<std::string>& args);
+
+struct Command {
+  std::string name;
+  std::string summary;
+  RunFn run;
+};
+
+std::vector<Command>& registry();
+
+struct Registrar {
+  Registrar(const char* name, const char* summary, RunFn run) { registry().push_back({name, summary, run}); }
+};
+
+// Parses args against `opts` (+ positional names). Handles --help by printing
+// "usage: fp8sim <cmd> <usage>\n\n<description>\n\n<options>" and returning false (caller exits 0).
+// Translates Boost errors into UsageError with a one-line message.
+bool parse(const std::string& cmd, const std::vector<std::string>& args, po::options_description& opts,
+           const po::positional_options_description& pos, po::variables_map& vm, const std::string& usage,
+           const std::string& description);
+
+// Prints a human table: header row, separator, rows. Columns right-aligned except the first.
+void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
+                 std::FILE* out = stdout);
+
+}  // namespace fp8sim::cli
+
+#define FP8SIM_CONCAT_(a, b) a##b
+#define FP8SIM_CONCAT(a, b) FP8SIM_CONCAT_(a, b)
+#define FP8SIM_COMMAND(name, summary, fn) \
+  static ::fp8sim::cli::Registrar FP8SIM_CONCAT(fp8sim_cmd_, __LINE__)(name, summary, fn)

@@ -1,0 +1,202 @@
+// fp8sim cast: values or a raw file through an FP8 format.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "sim/app/cli.hpp"
+#include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
+#include "sim/formats/cast.hpp"
+#include "sim/formats/fp8.hpp"
+
+namespace fp8sim {
+namespace {
+
+namespace po = boost::program_options;
+
+float parse_value(const std::string& s) {
+  errno = 0;
+  char* end = nullptr;
+  const float v = std::strtof(s.c_str(), &end);
+  if (end == s.c_str() || *end != '\0') throw UsageError(fmt::format("'{}' is not a number", s));
+  // strtof sets ERANGE on overflow (giving inf) and underflow (giving a subnormal or 0): both
+  // are the correctly rounded fp32 value of the decimal, which is what we want to convert.
+  return v;
+}
+
+uint8_t parse_code(const std::string& s) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long v = std::strtoul(s.c_str(), &end, 0);
+  if (end == s.c_str() || *end != '\0' || errno || v > 255)
+    throw UsageError(fmt::format("'{}' is not an fp8 code (0..255, decimal or 0x hex)", s));
+  return static_cast<uint8_t>(v);
+}
+
+std::string show_float(float v) {
+  if (std::isnan(v)) return std::signbit(v) ? "-nan" : "nan";
+  return fmt::format("{}", v);
+}
+
+// Boost treats "-0.5" as an option. Every token that is neither an option nor an option's
+// value is a VALUE: put them all, in order, behind "--".
+std::vector<std::string> protect_negative_values(const std::vector<std::string>& args) {
+  static const char* kTakesValue[] = {"--format", "-f", "--rounding", "-r", "--seed", "--in", "--out", "--input-dtype"};
+  auto looks_negative_number = [](const std::string& a) {
+    return a.size() > 1 && a[0] == '-' &&
+           (std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.' || a == "-inf" || a == "-nan" || a == "-infinity");
+  };
+  std::vector<std::string> opts, values;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      values.insert(values.end(), args.begin() + static_cast<long>(i) + 1, args.end());
+      break;
+    }
+    if (a.size() > 1 && a[0] == '-' && !looks_negative_number(a)) {
+      opts.push_back(a);
+      const bool takes = std::find(std::begin(kTakesValue), std::end(kTakesValue), a) != std::end(kTakesValue);
+      if (takes && i + 1 < args.size()) opts.push_back(args[++i]);
+    } else {
+      values.push_back(a);
+    }
+  }
+  if (!values.empty()) {
+    opts.push_back("--");
+    opts.insert(opts.end(), values.begin(), values.end());
+  }
+  return opts;
+}
+
+size_t file_size_checked(const std::string& path) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  FP8SIM_REQUIRE(!ec && std::filesystem::exists(st), "cannot open '{}': no such file", path);
+  FP8SIM_REQUIRE(std::filesystem::is_regular_file(st), "'{}' is not a regular file", path);
+  return static_cast<size_t>(std::filesystem::file_size(path));
+}
+
+int run_bulk(const std::string& in_path, const std::string& out_path, bool decode, const CastOptions& opts,
+             const std::string& in_dtype) {
+  const size_t in_elem = decode ? 1 : (in_dtype == "f32" ? 4 : 2);
+  const size_t bytes = file_size_checked(in_path);
+  FP8SIM_REQUIRE(bytes % in_elem == 0, "'{}' has {} bytes, not a whole number of {}-byte {} values", in_path, bytes,
+                 in_elem, decode ? "fp8" : in_dtype);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(in_path.c_str(), "rb"), &std::fclose);
+  FP8SIM_REQUIRE(in != nullptr, "cannot open '{}': {}", in_path, std::strerror(errno));
+  AtomicFile out(out_path);
+
+  const size_t n_total = bytes / in_elem;
+  constexpr size_t kBuf = size_t{1} << 24;  // 16M elements per chunk: bounded memory for any size
+  std::vector<unsigned char> ibuf(kBuf * in_elem);
+  std::vector<unsigned char> obuf(kBuf * (decode ? 4 : 1));
+  Progress progress(decode ? "decoding" : "casting", static_cast<double>(n_total));
+  size_t done = 0;
+  while (done < n_total) {
+    const size_t n = std::min(kBuf, n_total - done);
+    FP8SIM_REQUIRE(std::fread(ibuf.data(), in_elem, n, in.get()) == n, "read from '{}' failed (file changed?)", in_path);
+    if (decode) {
+      cast_fp8_to_f32(ibuf.data(), reinterpret_cast<float*>(obuf.data()), n, opts.format);
+    } else {
+      CastOptions o = opts;
+      o.index_offset = done;  // stochastic rounding stays keyed on the global element index
+      if (in_dtype == "f32") cast_f32_to_fp8(reinterpret_cast<const float*>(ibuf.data()), obuf.data(), n, o);
+      else if (in_dtype == "bf16") cast_bf16_to_fp8(reinterpret_cast<const uint16_t*>(ibuf.data()), obuf.data(), n, o);
+      else cast_fp16_to_fp8(reinterpret_cast<const uint16_t*>(ibuf.data()), obuf.data(), n, o);
+    }
+    out.write(obuf.data(), n * (decode ? 4 : 1));
+    done += n;
+    progress.update(static_cast<double>(done));
+  }
+  progress.finish();
+  out.commit();
+  fmt::print(stderr, "{} {} values from '{}' to '{}'\n", decode ? "decoded" : "cast", n_total, in_path, out_path);
+  return 0;
+}
+
+int run_cast(const std::vector<std::string>& raw_args) {
+  po::options_description opts("options");
+  std::string format = "e4m3", rounding = "nearest", in_path, out_path, in_dtype = "f32";
+  uint64_t seed = 0;
+  std::vector<std::string> values;
+  opts.add_options()
+      ("format,f", po::value(&format)->default_value("e4m3"), "target format: e4m3 (OCP E4M3FN) or e5m2")
+      ("no-saturate", "overflow to NaN (e4m3) / Inf (e5m2) instead of clamping to +-max (SATFINITE, the default)")
+      ("rounding,r", po::value(&rounding)->default_value("nearest"), "nearest (ties to even) or stochastic")
+      ("seed", po::value(&seed)->default_value(0), "Philox seed for stochastic rounding (element i draws word i)")
+      ("decode", "inputs are fp8 codes (0..255 or 0x..): print / write their fp32 values")
+      ("in", po::value(&in_path), "bulk mode: raw little-endian input file (float32, or --input-dtype)")
+      ("out", po::value(&out_path), "bulk mode: output file (uint8 codes, or float32 with --decode)")
+      ("input-dtype", po::value(&in_dtype)->default_value("f32"),
+       "bulk input element type: f32, bf16 or fp16 (16-bit inputs are widened exactly: one rounding)")
+      ("value", po::value(&values), "values to convert (positional)");
+  po::positional_options_description pos;
+  pos.add("value", -1);
+  po::variables_map vm;
+  if (!cli::parse("cast", protect_negative_values(raw_args), opts, pos, vm,
+                  "[--format e4m3|e5m2] [--no-saturate] [--rounding nearest|stochastic --seed N] VALUE...\n"
+                  "       fp8sim cast --format F --in IN.f32 --out OUT.u8     (bulk, streaming)\n"
+                  "       fp8sim cast --format F --decode CODE...  |  --decode --in IN.u8 --out OUT.f32",
+                  "Converts fp32 values to FP8 codes with round-to-nearest-even (or stochastic rounding) and the\n"
+                  "chosen overflow rule, and prints each input, its fp32 bits, the code and the code's value.\n"
+                  "NaN inputs become the positive canonical NaN 0x7F (as cuda_fp8.h and the hardware do).\n"
+                  "Examples:\n"
+                  "  fp8sim cast --format e4m3 448 464 465 -0.0 0x1p-10\n"
+                  "  fp8sim cast --format e5m2 --no-saturate 61439 61440 inf\n"
+                  "  fp8sim cast --format e4m3 --rounding stochastic --seed 7 1.1 1.1 1.1\n"
+                  "  fp8sim cast --format e4m3 --decode 0x7e 0x01 0xff"))
+    return 0;
+
+  CastOptions co;
+  co.format = parse_format(format);
+  if (!is_fp8(co.format)) throw UsageError(fmt::format("--format must be e4m3 or e5m2, not '{}'", format));
+  co.saturation = vm.count("no-saturate") ? Saturation::None : Saturation::Finite;
+  co.rounding = parse_rounding(rounding);
+  co.seed = seed;
+  const bool decode = vm.count("decode") > 0;
+  if (in_dtype != "f32" && in_dtype != "bf16" && in_dtype != "fp16")
+    throw UsageError(fmt::format("unknown --input-dtype '{}' (valid: f32, bf16, fp16)", in_dtype));
+
+  if (!in_path.empty() || !out_path.empty()) {
+    if (in_path.empty() || out_path.empty()) throw UsageError("bulk mode needs both --in and --out");
+    if (!values.empty()) throw UsageError("give either VALUEs or --in/--out, not both");
+    return run_bulk(in_path, out_path, decode, co, in_dtype);
+  }
+  if (values.empty()) throw UsageError("no values given (see 'fp8sim cast --help')");
+
+  const int fi = co.format == Format::E4M3 ? 0 : 1;
+  std::vector<std::vector<std::string>> rows;
+  if (decode) {
+    for (const auto& s : values) {
+      const uint8_t c = parse_code(s);
+      rows.push_back({fmt::format("0x{:02X}", c), show_float(decode_fp8(c, fi))});
+    }
+    cli::print_table({"code", format}, rows);
+    return 0;
+  }
+  std::vector<float> xs;
+  for (const auto& s : values) xs.push_back(parse_value(s));
+  std::vector<uint8_t> codes(xs.size());
+  cast_f32_to_fp8_scalar(xs.data(), codes.data(), xs.size(), co);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    rows.push_back({values[i], fmt::format("0x{:08X}", f32_bits(xs[i])), fmt::format("0x{:02X}", codes[i]),
+                    show_float(decode_fp8(codes[i], fi))});
+  }
+  cli::print_table({"input", "fp32 bits", "code", format + " value"}, rows);
+  return 0;
+}
+
+}  // namespace
+}  // namespace fp8sim
+
+FP8SIM_COMMAND("cast", "convert values or a raw file between fp32 and e4m3/e5m2 (RNE, SAT/NOSAT, stochastic)",
+               fp8sim::run_cast);

@@ -1,0 +1,70 @@
+#pragma once
+// FP8SIM_HD marks numerics shared bit-for-bit between the CPU reference and the CUDA kernels.
+// Code under it uses only correctly rounded IEEE operations (+ - * / sqrt) and integer bit
+// manipulation; both sides compile with contraction off (-ffp-contract=off, --fmad=false).
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define FP8SIM_HD __host__ __device__ __forceinline__
+#else
+#define FP8SIM_HD inline
+#endif
+
+namespace fp8sim {
+
+FP8SIM_HD uint32_t f32_bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+#endif
+}
+
+FP8SIM_HD float f32_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+#endif
+}
+
+// Correctly rounded fp32 operations that the compiler may not fuse or reorder. On the host
+// -ffp-contract=off already guarantees this; on the device the intrinsics make it explicit.
+FP8SIM_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+FP8SIM_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+FP8SIM_HD float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+FP8SIM_HD float sqrt_rn(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return __builtin_sqrtf(a);
+#endif
+}
+
+FP8SIM_HD bool is_nan_bits(uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
+FP8SIM_HD bool is_finite_bits(uint32_t u) { return (u & 0x7F800000u) != 0x7F800000u; }
+
+}  // namespace fp8sim

@@ -1,0 +1,118 @@
+#include "sim/formats/cast.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "sim/common/check.hpp"
+#include "sim/formats/fp8.hpp"
+#include "sim/formats/philox.hpp"
+
+namespace fp8sim {
+
+namespace {
+
+constexpr size_t kChunk = 1 << 16;  // elements per OpenMP work item
+
+// The hot loops. target_clones builds an AVX2 copy beside the baseline one and picks at load
+// time; both are compiled from the same branch-free scalar code, so the bits cannot differ.
+template <class T>
+__attribute__((target_clones("avx2", "default"))) void rne_loop(const float* in, uint8_t* out, size_t n, bool sat) {
+  for (size_t i = 0; i < n; ++i) out[i] = encode_fp8_rne<T>(in[i], sat);
+}
+
+template <class T>
+__attribute__((target_clones("avx2", "default"))) void rne_loop_bf16(const uint16_t* in, uint8_t* out, size_t n,
+                                                                      bool sat) {
+  for (size_t i = 0; i < n; ++i) out[i] = encode_fp8_rne<T>(bf16_to_f32(in[i]), sat);
+}
+
+template <class T>
+__attribute__((target_clones("avx2", "default"))) void decode_loop(const uint8_t* in, float* out, size_t n) {
+  for (size_t i = 0; i < n; ++i) out[i] = decode_fp8<T>(in[i]);
+}
+
+template <class Load>
+void run_chunks(size_t n, int threads, Load&& body) {
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  const int nt = threads > 0 ? threads : omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(nt) if (chunks > 1)
+  for (size_t c = 0; c < chunks; ++c) {
+    const size_t begin = c * kChunk;
+    body(begin, std::min(n, begin + kChunk));
+  }
+}
+
+template <class T, class Widen>
+void sr_range(const float* in_f32, const uint16_t* in_16, Widen widen, uint8_t* out, size_t b, size_t e,
+              const CastOptions& o) {
+  const bool sat = o.saturation == Saturation::Finite;
+  for (size_t i = b; i < e; ++i) {
+    const float x = in_f32 ? in_f32[i] : widen(in_16[i]);
+    out[i] = encode_fp8_sr<T>(x, sat, philox_word(o.seed, o.index_offset + i));
+  }
+}
+
+template <class T>
+void cast_any(const float* f32, const uint16_t* b16, const uint16_t* h16, uint8_t* out, size_t n,
+              const CastOptions& o) {
+  const bool sat = o.saturation == Saturation::Finite;
+  run_chunks(n, o.threads, [&](size_t b, size_t e) {
+    if (o.rounding == Rounding::Stochastic) {
+      if (f32) sr_range<T>(f32, nullptr, bf16_to_f32, out, b, e, o);
+      else if (b16) sr_range<T>(nullptr, b16, bf16_to_f32, out, b, e, o);
+      else sr_range<T>(nullptr, h16, fp16_to_f32, out, b, e, o);
+    } else if (f32) {
+      rne_loop<T>(f32 + b, out + b, e - b, sat);
+    } else if (b16) {
+      rne_loop_bf16<T>(b16 + b, out + b, e - b, sat);
+    } else {
+      for (size_t i = b; i < e; ++i) out[i] = encode_fp8_rne<T>(fp16_to_f32(h16[i]), sat);
+    }
+  });
+}
+
+void dispatch(const float* f32, const uint16_t* b16, const uint16_t* h16, uint8_t* out, size_t n,
+              const CastOptions& o) {
+  validate_cast_options(o);
+  if (o.format == Format::E4M3) cast_any<E4M3Traits>(f32, b16, h16, out, n, o);
+  else cast_any<E5M2Traits>(f32, b16, h16, out, n, o);
+}
+
+}  // namespace
+
+void validate_cast_options(const CastOptions& o) {
+  if (!is_fp8(o.format))
+    throw UsageError(fmt::format("cast target must be e4m3 or e5m2, not {}", format_name(o.format)));
+}
+
+void cast_f32_to_fp8(const float* in, uint8_t* out, size_t n, const CastOptions& o) {
+  dispatch(in, nullptr, nullptr, out, n, o);
+}
+void cast_bf16_to_fp8(const uint16_t* in, uint8_t* out, size_t n, const CastOptions& o) {
+  dispatch(nullptr, in, nullptr, out, n, o);
+}
+void cast_fp16_to_fp8(const uint16_t* in, uint8_t* out, size_t n, const CastOptions& o) {
+  dispatch(nullptr, nullptr, in, out, n, o);
+}
+
+void cast_fp8_to_f32(const uint8_t* in, float* out, size_t n, Format format, int threads) {
+  if (!is_fp8(format)) throw UsageError(fmt::format("decode source must be e4m3 or e5m2, not {}", format_name(format)));
+  run_chunks(n, threads, [&](size_t b, size_t e) {
+    if (format == Format::E4M3) decode_loop<E4M3Traits>(in + b, out + b, e - b);
+    else decode_loop<E5M2Traits>(in + b, out + b, e - b);
+  });
+}
+
+void cast_f32_to_fp8_scalar(const float* in, uint8_t* out, size_t n, const CastOptions& o) {
+  validate_cast_options(o);
+  const int fmt = o.format == Format::E4M3 ? 0 : 1;
+  const bool sat = o.saturation == Saturation::Finite;
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = o.rounding == Rounding::Nearest
+                 ? encode_fp8(in[i], fmt, sat)
+                 : encode_fp8_stochastic(in[i], fmt, sat, philox_word(o.seed, o.index_offset + i));
+  }
+}
+
+}  // namespace fp8sim

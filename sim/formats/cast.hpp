@@ -1,0 +1,35 @@
+#pragma once
+// Bulk conversions: vectorized (AVX2 clone where the CPU has it) and multi-threaded (OpenMP),
+// bit-identical to the scalar FP8SIM_HD routines in fp8.hpp for every input.
+#include <cstddef>
+#include <cstdint>
+
+#include "sim/formats/format.hpp"
+
+namespace fp8sim {
+
+struct CastOptions {
+  Format format = Format::E4M3;  // E4M3 or E5M2
+  Saturation saturation = Saturation::Finite;
+  Rounding rounding = Rounding::Nearest;
+  uint64_t seed = 0;           // stochastic rounding: Philox key
+  uint64_t index_offset = 0;   // global index of element 0 (for chunked streams)
+  int threads = 0;             // 0 = OpenMP default
+};
+
+// Throws UsageError if opts.format is not an FP8 format.
+void validate_cast_options(const CastOptions& opts);
+
+// fp32 -> fp8 codes.
+void cast_f32_to_fp8(const float* in, uint8_t* out, size_t n, const CastOptions& opts);
+// bf16 / fp16 (raw bits) -> fp8 codes, widened exactly to fp32 first: one rounding only.
+void cast_bf16_to_fp8(const uint16_t* in, uint8_t* out, size_t n, const CastOptions& opts);
+void cast_fp16_to_fp8(const uint16_t* in, uint8_t* out, size_t n, const CastOptions& opts);
+// fp8 codes -> fp32 (exact).
+void cast_fp8_to_f32(const uint8_t* in, float* out, size_t n, Format format, int threads = 0);
+
+// Single-threaded reference loops over the scalar routines (tests and benchmarks compare the
+// bulk path against these).
+void cast_f32_to_fp8_scalar(const float* in, uint8_t* out, size_t n, const CastOptions& opts);
+
+}  // namespace fp8sim

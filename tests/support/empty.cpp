@@ -1,0 +1,1 @@
+// keeps fp8sim_test_support non-empty
