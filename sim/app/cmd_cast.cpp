@@ -50,7 +50,7 @@ std::string show_float(float v) {
 // Boost treats "-0.5" as an option. Every token that is neither an option nor an option's
 // value is a VALUE: put them all, in order, behind "--".
 std::vector<std::string> protect_negative_values(const std::vector<std::string>& args) {
-  static const char* kTakesValue[] = {"--format", "-f", "--rounding", "-r", "--seed", "--in", "--out", "--input-dtype"};
+  static const char* kTakesValue[] = {"--format", "-f", "--rounding", "-r", "--seed", "--in", "--out", "--input-dtype", "--chunk-elements"};
   auto looks_negative_number = [](const std::string& a) {
     return a.size() > 1 && a[0] == '-' &&
            (std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.' || a == "-inf" || a == "-nan" || a == "-infinity");
@@ -86,7 +86,7 @@ size_t file_size_checked(const std::string& path) {
 }
 
 int run_bulk(const std::string& in_path, const std::string& out_path, bool decode, const CastOptions& opts,
-             const std::string& in_dtype) {
+             const std::string& in_dtype, size_t chunk_elements) {
   const size_t in_elem = decode ? 1 : (in_dtype == "f32" ? 4 : 2);
   const size_t bytes = file_size_checked(in_path);
   FP8SIM_REQUIRE(bytes % in_elem == 0, "'{}' has {} bytes, not a whole number of {}-byte {} values", in_path, bytes,
@@ -96,7 +96,7 @@ int run_bulk(const std::string& in_path, const std::string& out_path, bool decod
   AtomicFile out(out_path);
 
   const size_t n_total = bytes / in_elem;
-  constexpr size_t kBuf = size_t{1} << 24;  // 16M elements per chunk: bounded memory for any size
+  const size_t kBuf = chunk_elements;  // bounded memory for any file size
   std::vector<unsigned char> ibuf(kBuf * in_elem);
   std::vector<unsigned char> obuf(kBuf * (decode ? 4 : 1));
   Progress progress(decode ? "decoding" : "casting", static_cast<double>(n_total));
@@ -127,6 +127,7 @@ int run_cast(const std::vector<std::string>& raw_args) {
   po::options_description opts("options");
   std::string format = "e4m3", rounding = "nearest", in_path, out_path, in_dtype = "f32";
   uint64_t seed = 0;
+  size_t chunk = size_t{1} << 24;
   std::vector<std::string> values;
   opts.add_options()
       ("format,f", po::value(&format)->default_value("e4m3"), "target format: e4m3 (OCP E4M3FN) or e5m2")
@@ -138,6 +139,8 @@ int run_cast(const std::vector<std::string>& raw_args) {
       ("out", po::value(&out_path), "bulk mode: output file (uint8 codes, or float32 with --decode)")
       ("input-dtype", po::value(&in_dtype)->default_value("f32"),
        "bulk input element type: f32, bf16 or fp16 (16-bit inputs are widened exactly: one rounding)")
+      ("chunk-elements", po::value(&chunk)->default_value(size_t{1} << 24),
+       "bulk mode: elements per streamed chunk (memory is about 5 bytes x this; results do not depend on it)")
       ("value", po::value(&values), "values to convert (positional)");
   po::positional_options_description pos;
   pos.add("value", -1);
@@ -169,7 +172,8 @@ int run_cast(const std::vector<std::string>& raw_args) {
   if (!in_path.empty() || !out_path.empty()) {
     if (in_path.empty() || out_path.empty()) throw UsageError("bulk mode needs both --in and --out");
     if (!values.empty()) throw UsageError("give either VALUEs or --in/--out, not both");
-    return run_bulk(in_path, out_path, decode, co, in_dtype);
+    if (chunk == 0 || chunk > (size_t{1} << 30)) throw UsageError("--chunk-elements must be in 1..2^30");
+    return run_bulk(in_path, out_path, decode, co, in_dtype, chunk);
   }
   if (values.empty()) throw UsageError("no values given (see 'fp8sim cast --help')");
 

@@ -64,6 +64,17 @@ FP8SIM_HD float sqrt_rn(float a) {
 #endif
 }
 
+// Fused multiply-add a*b+c with ONE rounding (IEEE 754 fusedMultiplyAdd, correctly rounded on
+// both sides). Use it only where the emulated code itself fuses (e.g. PyTorch's CPU lerp and
+// addcmul kernels use vectorized fmadd); never let the compiler decide.
+FP8SIM_HD float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
+
 FP8SIM_HD bool is_nan_bits(uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
 FP8SIM_HD bool is_finite_bits(uint32_t u) { return (u & 0x7F800000u) != 0x7F800000u; }
 

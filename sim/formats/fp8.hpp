@@ -51,11 +51,16 @@ FP8SIM_HD uint8_t encode_fp8_rne(float x, bool saturate) {
   const uint32_t normal = rounded - (static_cast<uint32_t>(127 - T::kBias) << T::kMantissaBits);
   // Subnormal range: the code is the integer number of min-subnormal units, rounded.
   const uint32_t sub = rne_small_int(mul_rn(f32_from_bits(a), pow2f(T::kSubShift)));
-  uint32_t code = a < T::kMinNormalBits ? sub : normal;
-  const bool overflow = a >= T::kMinNormalBits && normal > T::kMaxCode;
-  code = overflow ? (saturate ? T::kMaxCode : T::kOverflowCode) : code;
+  // Selects written with bitwise logic (no short-circuit) so that loops over this function
+  // if-convert and vectorize.
+  const bool subnormal = a < T::kMinNormalBits;
+  const bool overflow = !subnormal & (normal > T::kMaxCode);
+  const uint32_t overflow_code = saturate ? T::kMaxCode : T::kOverflowCode;
+  uint32_t code = subnormal ? sub : normal;
+  code = overflow ? overflow_code : code;
   code |= sign;
-  return static_cast<uint8_t>(a > 0x7F800000u ? T::kNanCode : code);
+  code = a > 0x7F800000u ? static_cast<uint32_t>(T::kNanCode) : code;
+  return static_cast<uint8_t>(code);
 }
 
 template <class T>

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Idempotent set-up of a fresh Debian/Ubuntu machine for fp8sim:
+#  - Debian packages: compiler, CMake, Ninja, HDF5 (C++), Boost.Program_options, fmt, Eigen,
+#    GoogleTest, Google Benchmark, zlib, Python venv support, Chromium (the report's HTML check);
+#  - a project-owned Python virtual environment at .venv with numpy, ml_dtypes, h5py, matplotlib
+#    (golden vectors, benchmarks' peers, plots).
+# CUDA is not installed here: when the machine already has nvcc, the build adds the GPU kernels.
+# PyTorch is not installed (the trace capture and GPU peers run where PyTorch already is).
+# Safe to run again: it installs only what is missing. Needs root (or sudo) for apt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(build-essential cmake ninja-build pkg-config libhdf5-dev hdf5-tools libboost-program-options-dev
+  libfmt-dev libeigen3-dev libgtest-dev libbenchmark-dev zlib1g-dev python3 python3-venv python3-pip chromium)
+PY_PACKAGES=(numpy ml_dtypes h5py matplotlib)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: Debian packages already present"
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+if ! .venv/bin/python -c "import numpy, ml_dtypes, h5py, matplotlib" 2>/dev/null; then
+  echo "setup: installing Python packages into .venv: ${PY_PACKAGES[*]}"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q "${PY_PACKAGES[@]}"
+else
+  echo "setup: .venv already has ${PY_PACKAGES[*]}"
+fi
+if command -v nvcc >/dev/null 2>&1; then
+  echo "setup: nvcc found ($(nvcc --version | tail -1)): the build includes the CUDA kernels (sm_90a)"
+else
+  echo "setup: no nvcc: CPU-only build (every reference test still runs)"
+fi
