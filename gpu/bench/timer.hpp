@@ -1,0 +1,48 @@
+#pragma once
+// Kernel timing as METHOD.md asks: warm-up launches first, then repeated launches timed one by one
+// with CUDA events, each preceded (outside the timed region) by an L2 flush, reported as median /
+// min / max. Also the same-run ceiling: device-to-device copy bandwidth (bytes read + written).
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <vector>
+
+#include "gpu/common/buffer.hpp"
+#include "sim/common/json.hpp"
+
+namespace fp8sim::gpu {
+
+struct Timing {
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  int reps = 0;
+  std::vector<float> samples_ms;
+  Json to_json() const;  // {median_ms, min_ms, max_ms, reps}
+};
+
+class BenchTimer {
+ public:
+  // Allocates an L2-flush buffer of max(2 x L2, 256 MiB) on the device.
+  explicit BenchTimer(cudaStream_t stream);
+  ~BenchTimer();
+  BenchTimer(const BenchTimer&) = delete;
+  BenchTimer& operator=(const BenchTimer&) = delete;
+
+  // `launch` enqueues the work on the timer's stream. warmup untimed runs, then reps timed runs.
+  // flush_l2 = false times back-to-back runs with a warm cache (for inputs that are meant to be
+  // cache-resident, e.g. the second stage of a two-stage reduction).
+  Timing time(const std::function<void(cudaStream_t)>& launch, int warmup, int reps, bool flush_l2 = true);
+  // Evicts the L2 by writing the flush buffer (asynchronous on the stream).
+  void flush();
+  cudaStream_t stream() const { return stream_; }
+
+ private:
+  cudaStream_t stream_;
+  DeviceBuffer<unsigned char> flush_buf_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// Device-to-device cudaMemcpyAsync of `bytes` (timed as above). Returns the timing; bandwidth is
+// 2 * bytes / median (read + write).
+Timing time_device_copy(BenchTimer& timer, size_t bytes, int warmup, int reps);
+
+}  // namespace fp8sim::gpu

@@ -1,0 +1,161 @@
+#include "gpu/compare/gpu_ops.hpp"
+
+#include <fmt/format.h>
+
+#include "gpu/bench/bench_gpu.hpp"
+#include "gpu/common/buffer.hpp"
+#include "gpu/common/device.hpp"
+#include "gpu/formats/cast.hpp"
+#include "gpu/gemm/cublaslt.hpp"
+#include "gpu/optim/adamw.hpp"
+#include "gpu/quant/quantize.hpp"
+#include "sim/common/check.hpp"
+
+namespace fp8sim::gpu {
+
+namespace {
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+template <class T>
+std::vector<T> pad_matrix(const std::vector<T>& a, int64_t rows, int64_t cols, int64_t prow, int64_t pcol) {
+  if (rows == prow && cols == pcol) return a;
+  std::vector<T> out(static_cast<size_t>(prow * pcol), T{});
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[static_cast<size_t>(i * pcol + j)] = a[static_cast<size_t>(i * cols + j)];
+  return out;
+}
+
+class CudaOps final : public compare::GpuOps {
+ public:
+  CudaOps() = default;
+
+  Json machine() override { return machine_json(); }
+
+  void cast_f32(const float* x, size_t n, const CastOptions& o, uint8_t* out) override {
+    DeviceBuffer<float> dx(n);
+    dx.upload(x, n, stream_.get());
+    DeviceBuffer<uint8_t> dy(n);
+    dy.fill_bytes(0xA5, stream_.get());
+    cast_f32_to_fp8_cuda(dx.get(), dy.get(), n, params(o), stream_.get());
+    dy.download(out, n, stream_.get());
+  }
+
+  void cast_bf16(const uint16_t* x, size_t n, const CastOptions& o, uint8_t* out) override {
+    DeviceBuffer<uint16_t> dx(n);
+    dx.upload(x, n, stream_.get());
+    DeviceBuffer<uint8_t> dy(n);
+    dy.fill_bytes(0xA5, stream_.get());
+    cast_16_to_fp8_cuda(dx.get(), true, dy.get(), n, params(o), stream_.get());
+    dy.download(out, n, stream_.get());
+  }
+
+  QuantizedTensor quantize(const void* x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
+                           const QuantizeOptions& opts) override {
+    return quantize_on_gpu(x, dtype, shape, spec, opts, stream_.get());
+  }
+
+  std::vector<float> dequantize(const QuantizedTensor& q) override { return dequantize_on_gpu(q, stream_.get()); }
+
+  void adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c) override {
+    DeviceBuffer<float> dp(n), dg(n), dm(n), dv(n);
+    dp.upload(p, n, stream_.get());
+    dg.upload(g, n, stream_.get());
+    dm.upload(m, n, stream_.get());
+    dv.upload(v, n, stream_.get());
+    adamw_fp32_cuda(dp.get(), dg.get(), dm.get(), dv.get(), n, c, stream_.get());
+    dp.download(p, n, stream_.get());
+    dm.download(m, n, stream_.get());
+    dv.download(v, n, stream_.get());
+  }
+
+  void adamw_lowp(float* p, const float* g, optim::ParamOptimState& st, const optim::AdamwStepConsts& c,
+                  uint64_t param_index, uint64_t step, bool fused) override {
+    lowp_adamw_step_on_gpu(p, g, st, c, param_index, step, fused, stream_.get());
+  }
+
+  compare::GemmOutcome gemm(const compare::GemmRequest& r) override {
+    compare::GemmOutcome out;
+    // FP8 needs 16-byte-aligned leading dimensions: pad with zero codes (exact: they add zeros).
+    const int64_t M = round_up(r.m, 16), N = round_up(r.n, 16), K = round_up(r.k, 16);
+    out.padded = M != r.m || N != r.n || K != r.k;
+    GemmConfig cfg;
+    cfg.x_format = r.x_format;
+    cfg.w_format = r.w_format;
+    cfg.y_format = Format::FP32;
+    cfg.fast_accum = r.fast_accum;
+    cfg.scaling = r.scaling == 0 ? GemmScaling::None
+                                 : (r.scaling == 1 ? GemmScaling::Tensor
+                                                   : (r.scaling == 2 ? GemmScaling::Row : GemmScaling::Block));
+    cudaStream_t s = stream_.get();
+    DeviceBuffer<unsigned char> dx, dw;
+    if (r.scaling == 0) {
+      const auto xp = pad_matrix(r.x_bf16, r.m, r.k, M, K), wp = pad_matrix(r.w_bf16, r.n, r.k, N, K);
+      dx.upload(reinterpret_cast<const unsigned char*>(xp.data()), xp.size() * 2, s);
+      dw.upload(reinterpret_cast<const unsigned char*>(wp.data()), wp.size() * 2, s);
+    } else {
+      const auto xp = pad_matrix(r.x_codes, r.m, r.k, M, K), wp = pad_matrix(r.w_codes, r.n, r.k, N, K);
+      dx.upload(xp.data(), xp.size(), s);
+      dw.upload(wp.data(), wp.size(), s);
+    }
+    std::vector<float> xs = r.x_scales, ws = r.w_scales;
+    if (r.scaling == 2) {
+      xs.resize(static_cast<size_t>(M), 1.0f);
+      ws.resize(static_cast<size_t>(N), 1.0f);
+    } else if (r.scaling == 3) {
+      const int64_t kb = (r.k + 127) / 128, nb = (r.n + 127) / 128;
+      FP8SIM_CHECK(static_cast<int64_t>(xs.size()) == r.m * kb && static_cast<int64_t>(ws.size()) == nb * kb,
+                   "block scales: {} and {} values for M={} N={} K={}", xs.size(), ws.size(), r.m, r.n, r.k);
+      xs.resize(static_cast<size_t>(M * kb), 1.0f);  // padded rows: scale 1 (their codes are 0)
+      xs = vec128_scales_for_cublas(xs.data(), M, kb);
+      ws = blk128_scales_for_cublas(ws.data(), nb, kb);
+    }
+    DeviceBuffer<float> dxs, dws, dy(static_cast<size_t>(M * N));
+    if (r.scaling != 0) {
+      dxs = to_device(xs, s);
+      dws = to_device(ws, s);
+    }
+    dy.fill_bytes(0xFF, s);  // NaN poison
+    GemmArgs a;
+    a.x = dx.get();
+    a.w = dw.get();
+    a.y = dy.get();
+    a.x_scale = r.scaling ? dxs.get() : nullptr;
+    a.w_scale = r.scaling ? dws.get() : nullptr;
+    // The heuristic's first choice (as PyTorch and TE run): no timing needed for a correctness check.
+    GemmPlan plan = lt_.plan(GemmShape{M, N, K}, cfg, a, s, 1, 0);
+    out.plan = plan.to_json();
+    out.supported = plan.supported();
+    out.status = plan.status();
+    if (!plan.supported()) return out;
+    lt_.run(plan, a, s);
+    const auto y = dy.download(s);
+    out.y.resize(static_cast<size_t>(r.m * r.n));
+    for (int64_t i = 0; i < r.m; ++i)
+      for (int64_t j = 0; j < r.n; ++j) out.y[static_cast<size_t>(i * r.n + j)] = y[static_cast<size_t>(i * N + j)];
+    return out;
+  }
+
+ private:
+  static CastParams params(const CastOptions& o) {
+    CastParams p;
+    p.e4m3 = o.format == Format::E4M3;
+    p.saturate = o.saturation == Saturation::Finite;
+    p.stochastic = o.rounding == Rounding::Stochastic;
+    p.seed = o.seed;
+    p.offset = o.index_offset;
+    return p;
+  }
+  Stream stream_;
+  CublasLt lt_;
+};
+
+}  // namespace
+
+std::unique_ptr<compare::GpuOps> make_gpu_ops() {
+  const DeviceInfo& d = device_info();  // before any CUDA object exists: a clear message
+  FP8SIM_REQUIRE(d.available, "{} (compare runs the CUDA kernels and needs a GPU)", d.why_not);
+  return std::make_unique<CudaOps>();
+}
+
+}  // namespace fp8sim::gpu

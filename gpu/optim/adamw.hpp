@@ -1,0 +1,77 @@
+#pragma once
+// GPU AdamW steps, bit-identical to sim/optim (the kernels call adamw_math.hpp's adamw_element and
+// lowp_group.hpp's per-group pieces, which call sim/quant's DE code):
+//
+//  * adamw_fp32_cuda: fp32 states, one elementwise pass.
+//  * adamw_fp8_grouped_cuda: the fused FP8-state step for recipes where
+//    optim::grouped_step_supported() holds (the `coat` recipe: E4M3/E5M2 1xG groups with DE),
+//    in ONE pass over memory: a team of lanes per group (a warp for G = 128) holds the group in
+//    registers, dequantizes m and v with the old group parameters, updates p, m, v, reduces the
+//    new groups' max / min-nonzero with shuffles, computes the new parameters (the m half-warp and
+//    the v half-warp in parallel) and requantizes.
+//  * adamw_lowp_cuda: any state recipe, in the three phases of optim::lowp_adamw_step
+//    (dequantize both moments into fp32 scratch, update, requantize with gpu/quant), which is
+//    what per-tensor recipes (te-fp8, fp8lm) need: the scale depends on the amax of the whole new
+//    moment.
+// Device pointers; asynchronous on the given stream; nothing is allocated inside the launchers.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "gpu/quant/quantize.hpp"
+#include "sim/optim/adamw_math.hpp"
+#include "sim/optim/lowp_adamw.hpp"
+#include "sim/optim/lowp_group.hpp"
+
+namespace fp8sim::gpu {
+
+void adamw_fp32_cuda(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c,
+                     cudaStream_t stream);
+
+// One FP8 moment with per-group DE parameters on the device (QuantizedTensor's layout: one byte
+// per element, one float per group).
+struct Fp8MomentDev {
+  uint8_t* codes = nullptr;
+  float* scales = nullptr;
+  float* k = nullptr;
+  float* c = nullptr;
+};
+
+// The largest group the fused kernel holds in registers (32 lanes x 4 elements).
+constexpr int kFusedMaxGroup = 128;
+
+void adamw_fp8_grouped_cuda(float* p, const float* g, const Fp8MomentDev& m, const Fp8MomentDev& v, size_t n,
+                            int group_size, const optim::AdamwStepConsts& c, const optim::GroupMomentConsts& cm,
+                            const optim::GroupMomentConsts& cv, cudaStream_t stream);
+
+// The GroupMomentConsts optim's CPU loop uses for a moment spec (lowp_adamw.cpp's moment_consts).
+optim::GroupMomentConsts group_moment_consts(const QuantSpec& spec, uint64_t rounding_key);
+
+// A moment of a parameter on the device under any MomentSpec.
+struct LowpMomentDev {
+  optim::MomentSpec spec;
+  float* fp32 = nullptr;      // fp32 moments
+  void* codes = nullptr;      // quantized moments (1 or 2 bytes per element)
+  float* scales = nullptr;
+  float* k = nullptr;
+  float* c = nullptr;
+};
+
+// Scratch the three-phase step needs: 2 * n floats plus a quantize workspace.
+size_t lowp_scratch_bytes(const optim::StateRecipe& r, int64_t n);
+
+// One step of parameter `param_index` (the rounding keys follow optim::state_rounding_key with
+// `step`, the step count after this step). Throws UsageError for a moment spec the GPU path does
+// not support (delayed scaling).
+void adamw_lowp_cuda(float* p, const float* g, LowpMomentDev& m, LowpMomentDev& v, int64_t n,
+                     const optim::AdamwStepConsts& c, uint64_t param_index, uint64_t step, void* d_scratch,
+                     cudaStream_t stream);
+
+// Host convenience (compare, tests): uploads p, g and the state, runs one step on the GPU and
+// downloads p and the new state, exactly as optim::lowp_adamw_step would change them. `fused`
+// selects adamw_fp8_grouped_cuda (requires grouped_step_supported) over the three phases.
+void lowp_adamw_step_on_gpu(float* p, const float* g, optim::ParamOptimState& st, const optim::AdamwStepConsts& c,
+                            uint64_t param_index, uint64_t step, bool fused, cudaStream_t stream = nullptr);
+
+}  // namespace fp8sim::gpu

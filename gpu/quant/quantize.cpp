@@ -1,0 +1,264 @@
+// Host side of the GPU quantizers: validation (the CPU's own checks), geometry, kernel choice,
+// workspace, and the upload/run/download conveniences. Kernels are in quantize.cu.
+#include "gpu/quant/quantize.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "gpu/common/buffer.hpp"
+#include "gpu/common/cuda_check.hpp"
+#include "gpu/quant/quantize_launch.hpp"
+#include "sim/common/check.hpp"
+#include "sim/quant/scale.hpp"
+
+namespace fp8sim::gpu {
+
+namespace {
+
+int dtype_code(InputDtype d) { return d == InputDtype::F32 ? 0 : (d == InputDtype::BF16 ? 1 : 2); }
+size_t dtype_bytes(InputDtype d) { return d == InputDtype::F32 ? 4 : 2; }
+
+int format_code(Format f) {
+  switch (f) {
+    case Format::E4M3: return 0;
+    case Format::E5M2: return 1;
+    case Format::BF16: return 2;
+    case Format::FP16: return 3;
+    default: break;
+  }
+  throw UsageError(fmt::format("GPU quantize: unsupported storage format {}", format_name(f)));
+}
+
+// The largest group a team of 32 lanes x 16 elements holds in registers.
+constexpr int64_t kTeamMaxGroup = 512;
+// Workspace words: chunk / block maxima (at least the delayed encode's grid), inf flag, 2 slot words.
+size_t maxima_words(int64_t numel) {
+  const int64_t chunks = (numel + detail::tensor_chunk_elements() - 1) / detail::tensor_chunk_elements();
+  return static_cast<size_t>(std::max<int64_t>(chunks, 8192));
+}
+
+detail::QuantKernelParams make_params(const QuantSpec& spec, const GroupGeometry& g, uint64_t index_offset) {
+  detail::QuantKernelParams P;
+  P.rows = g.rows;
+  P.cols = g.cols;
+  P.group_rows = g.group_rows;
+  P.group_cols = g.group_cols;
+  P.grid_rows = g.grid_rows;
+  P.grid_cols = g.grid_cols;
+  P.format = format_code(spec.format);
+  P.saturate = spec.saturation == Saturation::Finite;
+  P.stochastic = spec.rounding == Rounding::Stochastic;
+  P.seed = spec.seed;
+  P.index_offset = index_offset;
+  if (!spec.is_passthrough()) {
+    P.scale = scale_consts(spec);
+    P.fmax = spec.fmax();
+    P.fmax_target = static_cast<float>(format_info(spec.expand_target).max);
+    P.eps = spec.eps;
+    P.eps_add_fp64 = spec.eps_add == EpsAdd::Fp64;
+  }
+  return P;
+}
+
+}  // namespace
+
+size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> shape) {
+  return (maxima_words(shape_numel(shape)) + 3) * sizeof(uint32_t);
+}
+
+void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
+                   const QuantGpuOut& out, void* d_workspace, const QuantGpuOptions& opts, cudaStream_t stream) {
+  spec.validate();
+  const GroupGeometry g = group_geometry(spec, shape);
+  const int64_t numel = g.numel();
+  if (numel == 0) return;
+  FP8SIM_REQUIRE(d_x && out.codes, "GPU quantize: null input or code pointer");
+  FP8SIM_REQUIRE(d_workspace, "GPU quantize: no workspace (quantize_workspace_bytes)");
+  detail::QuantLaunch L;
+  L.params = make_params(spec, g, opts.index_offset);
+  L.dtype = dtype_code(dtype);
+  L.x = d_x;
+  L.codes = out.codes;
+  L.scales = out.scales;
+  L.k = out.expand_k;
+  L.c = out.expand_c;
+  L.tensor_amax = out.tensor_amax;
+  auto* ws = static_cast<uint32_t*>(d_workspace);
+  const size_t mw = maxima_words(numel);
+  L.chunk_maxima = ws;
+  L.inf_flag = ws + mw;
+  L.slot = ws + mw + 1;
+  FP8SIM_CUDA_CHECK(cudaMemsetAsync(L.inf_flag, 0, sizeof(uint32_t), stream));
+  L.producer_maxima = reinterpret_cast<const uint32_t*>(opts.producer_maxima);
+  L.producer_maxima_count = opts.producer_maxima_count;
+
+  if (spec.is_passthrough()) {
+    L.kind = detail::QuantLaunch::Kind::Passthrough;
+  } else if (spec.is_16bit()) {
+    FP8SIM_REQUIRE(spec.granularity == Granularity::Tensor && !spec.has_expand() && !spec.delayed.enabled(),
+                   "GPU quantize: scaled 16-bit storage is implemented per-tensor only, not {}", spec.to_string());
+    FP8SIM_REQUIRE(out.scales, "GPU quantize: null scales pointer");
+    L.kind = detail::QuantLaunch::Kind::Scaled16;
+  } else {
+    FP8SIM_REQUIRE(out.scales, "GPU quantize: null scales pointer");
+    if (spec.has_expand()) FP8SIM_REQUIRE(out.expand_k && out.expand_c, "GPU quantize: DE needs k and c outputs");
+    if (spec.delayed.enabled()) {
+      L.kind = detail::QuantLaunch::Kind::Tensor;
+      L.mode = 1;
+      L.params.delayed_scale = opts.delayed_scale;
+      L.params.delayed_scale_inv = opts.delayed_scale_inv;
+    } else if (spec.expand == ExpandMode::Coat || spec.expand == ExpandMode::Robust) {
+      L.mode = spec.expand == ExpandMode::Coat ? 2 : 3;
+      L.kind = (g.group_rows == 1 && g.group_cols <= kTeamMaxGroup) ? detail::QuantLaunch::Kind::Team
+                                                                    : detail::QuantLaunch::Kind::Block;
+    } else if (spec.granularity == Granularity::Tensor) {
+      L.kind = detail::QuantLaunch::Kind::Tensor;
+      L.mode = 0;
+    } else {
+      L.mode = 0;
+      L.kind = (g.group_rows == 1 && g.group_cols <= kTeamMaxGroup) ? detail::QuantLaunch::Kind::Team
+                                                                    : detail::QuantLaunch::Kind::Block;
+    }
+    if (L.kind == detail::QuantLaunch::Kind::Team) {
+      const int64_t lanes = (g.group_cols + 15) / 16;
+      int team = 1;
+      while (team < lanes) team <<= 1;
+      L.team = team;
+    }
+    if (L.producer_maxima)
+      FP8SIM_REQUIRE(L.kind == detail::QuantLaunch::Kind::Tensor && L.mode == 0,
+                     "producer maxima (group scaling) apply to per-tensor plain scaling only, not {}", spec.to_string());
+  }
+  detail::launch_quantize(L, stream);
+}
+
+void dequantize_cuda(const QuantSpec& spec, std::span<const int64_t> shape, const void* d_codes, const float* d_scales,
+                     const float* d_k, const float* d_c, float* d_out, cudaStream_t stream) {
+  spec.validate();
+  const GroupGeometry g = group_geometry(spec, shape);
+  if (g.numel() == 0) return;
+  FP8SIM_REQUIRE(d_codes && d_out, "GPU dequantize: null pointer");
+  if (!spec.is_passthrough()) FP8SIM_REQUIRE(d_scales, "GPU dequantize: null scales");
+  if (spec.has_expand()) FP8SIM_REQUIRE(d_k && d_c, "GPU dequantize: DE needs k and c");
+  if (spec.is_16bit() && !spec.is_passthrough())
+    FP8SIM_REQUIRE(spec.granularity == Granularity::Tensor, "GPU dequantize: scaled 16-bit storage is per-tensor only");
+  detail::launch_dequantize(make_params(spec, g, 0), spec.is_16bit(), spec.has_expand(), d_codes,
+                            spec.is_passthrough() ? nullptr : d_scales, d_k, d_c, d_out, stream);
+}
+
+size_t amax_workspace_bytes(size_t n) { return maxima_words(static_cast<int64_t>(n)) * sizeof(uint32_t); }
+
+void tensor_amax_cuda(const void* d_x, InputDtype dtype, size_t n, float* d_amax, void* d_workspace,
+                      cudaStream_t stream) {
+  if (n == 0) {
+    FP8SIM_CUDA_CHECK(cudaMemsetAsync(d_amax, 0, sizeof(float), stream));
+    return;
+  }
+  auto* ws = static_cast<uint32_t*>(d_workspace);
+  const int64_t chunk = detail::tensor_chunk_elements();
+  detail::launch_chunk_maxima(dtype_code(dtype), d_x, static_cast<int64_t>(n), chunk, ws, stream);
+  detail::launch_reduce_maxima(ws, (static_cast<int64_t>(n) + chunk - 1) / chunk, d_amax, stream);
+}
+
+void reduce_maxima_cuda(const float* d_maxima, size_t m, float* d_amax, cudaStream_t stream) {
+  detail::launch_reduce_maxima(reinterpret_cast<const uint32_t*>(d_maxima), static_cast<int64_t>(m), d_amax, stream);
+}
+
+void chunk_maxima_cuda(const void* d_x, InputDtype dtype, size_t n, size_t chunk, float* d_maxima, cudaStream_t stream) {
+  FP8SIM_REQUIRE(chunk > 0, "chunk must be positive");
+  detail::launch_chunk_maxima(dtype_code(dtype), d_x, static_cast<int64_t>(n), static_cast<int64_t>(chunk),
+                              reinterpret_cast<uint32_t*>(d_maxima), stream);
+}
+
+QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
+                                const QuantSpec& spec, const QuantizeOptions& opts, cudaStream_t stream) {
+  spec.validate();
+  QuantizedTensor q;
+  q.spec = spec;
+  q.shape.assign(shape.begin(), shape.end());
+  q.geometry = group_geometry(spec, shape);
+  const int64_t numel = shape_numel(shape);
+  q.codes.resize(static_cast<size_t>(numel) * spec.code_bytes_per_element());
+  if (spec.delayed.enabled())
+    FP8SIM_REQUIRE(opts.delayed != nullptr, "spec {} uses delayed scaling: pass a DelayedScaler in QuantizeOptions",
+                   spec.to_string());
+  if (opts.tensor_amax)
+    FP8SIM_REQUIRE(spec.granularity == Granularity::Tensor, "QuantizeOptions::tensor_amax needs per-tensor granularity");
+  if (numel == 0) return q;
+  const int64_t ng = q.geometry.num_groups();
+
+  DeviceBuffer<unsigned char> d_x(static_cast<size_t>(numel) * dtype_bytes(dtype));
+  d_x.upload(static_cast<const unsigned char*>(host_x), d_x.size(), stream);
+  DeviceBuffer<unsigned char> d_codes(q.codes.size());
+  DeviceBuffer<float> d_scales(spec.is_passthrough() ? 0 : static_cast<size_t>(ng));
+  DeviceBuffer<float> d_k(spec.has_expand() ? static_cast<size_t>(ng) : 0);
+  DeviceBuffer<float> d_c(spec.has_expand() ? static_cast<size_t>(ng) : 0);
+  DeviceBuffer<float> d_amax(1);
+  DeviceBuffer<unsigned char> d_ws(quantize_workspace_bytes(spec, shape));
+  DeviceBuffer<float> d_given(1);
+  d_codes.fill_bytes(0xA5, stream);  // poison: every code must be written
+
+  QuantGpuOut out;
+  out.codes = d_codes.get();
+  out.scales = spec.is_passthrough() ? nullptr : d_scales.get();
+  out.expand_k = spec.has_expand() ? d_k.get() : nullptr;
+  out.expand_c = spec.has_expand() ? d_c.get() : nullptr;
+  out.tensor_amax = d_amax.get();
+  QuantGpuOptions go;
+  go.index_offset = opts.index_offset;
+  if (spec.delayed.enabled()) {
+    go.delayed_scale = opts.delayed->scale();
+    go.delayed_scale_inv = opts.delayed->scale_inv();
+  }
+  if (opts.tensor_amax && !spec.delayed.enabled() && !spec.has_expand()) {
+    // The given amax stands for the tensor's: a one-element list of producer maxima.
+    const float a = *opts.tensor_amax;
+    d_given.upload(&a, 1, stream);
+    go.producer_maxima = d_given.get();
+    go.producer_maxima_count = 1;
+  }
+  quantize_cuda(d_x.get(), dtype, shape, spec, out, d_ws.get(), go, stream);
+  FP8SIM_CUDA_CHECK(cudaStreamSynchronize(stream));
+
+  d_codes.download(q.codes.data(), q.codes.size(), stream);
+  if (!spec.is_passthrough()) q.scales = d_scales.download(stream);
+  if (spec.has_expand()) {
+    q.expand_k = d_k.download(stream);
+    q.expand_c = d_c.download(stream);
+  }
+  float amax = 0;
+  d_amax.download(&amax, 1, stream);
+  q.tensor_amax = opts.tensor_amax && spec.granularity == Granularity::Tensor ? *opts.tensor_amax : amax;
+  if (spec.delayed.enabled()) {
+    uint32_t inf = 0;
+    const size_t mw = maxima_words(numel);
+    FP8SIM_CUDA_CHECK(cudaMemcpy(&inf, d_ws.get() + mw * sizeof(uint32_t), sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    q.delayed_scale = opts.delayed->scale();
+    opts.delayed->update(inf ? std::numeric_limits<float>::infinity() : q.tensor_amax);
+  }
+  return q;
+}
+
+std::vector<float> dequantize_on_gpu(const QuantizedTensor& q, cudaStream_t stream) {
+  const int64_t n = q.numel();
+  std::vector<float> out(static_cast<size_t>(n));
+  if (n == 0) return out;
+  FP8SIM_REQUIRE(static_cast<int64_t>(q.codes.size()) == n * q.spec.code_bytes_per_element(),
+                 "quantized tensor holds {} code bytes for {} elements", q.codes.size(), n);
+  DeviceBuffer<unsigned char> d_codes = to_device(q.codes, stream);
+  DeviceBuffer<float> d_scales, d_k, d_c;
+  if (!q.spec.is_passthrough()) d_scales = to_device(q.scales, stream);
+  if (q.spec.has_expand()) {
+    d_k = to_device(q.expand_k, stream);
+    d_c = to_device(q.expand_c, stream);
+  }
+  DeviceBuffer<float> d_out(static_cast<size_t>(n));
+  d_out.fill_bytes(0xFF, stream);
+  dequantize_cuda(q.spec, q.shape, d_codes.get(), d_scales.get(), d_k.get(), d_c.get(), d_out.get(), stream);
+  d_out.download(out.data(), out.size(), stream);
+  return out;
+}
+
+}  // namespace fp8sim::gpu

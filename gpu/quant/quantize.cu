@@ -1,0 +1,671 @@
+// Quantize / dequantize kernels. The arithmetic is sim/quant's FP8SIM_HD code (scale.hpp for the
+// plain scales, expand.hpp for dynamic range expansion, fp8.hpp for the encoders), so every code,
+// scale, k and c equals the CPU reference's bit for bit. Three kernel shapes:
+//
+//  * team kernel: 1xG groups with G <= 512 (and rows of <= 512 elements): a team of
+//    T = next_pow2(ceil(G/16)) lanes per group, 16 elements per lane held in registers, stats
+//    reduced with shuffles, scales computed by every lane of the team (uniform), one pass over
+//    memory. Robust DE's squared-error sums use the CPU's bisection tree: each lane's 16 terms
+//    pairwise, then shfl_xor 1, 2, 4, ... across the team.
+//  * block kernel: any other geometry (long rows, RxC blocks, columns, a whole tensor with DE):
+//    one thread block per group; stats, then the encode pass re-reads the group (from L2).
+//  * tensor kernels (per-tensor plain / delayed scaling and pass-through formats): stage 1
+//    writes the max |x| of every 16K-element chunk, stage 2 reduces them and computes the scale
+//    (or takes maxima a producer emitted: "group scaling", one pass), stage 3 encodes.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gpu/common/cuda_check.hpp"
+#include "gpu/quant/quantize_kernels.cuh"
+#include "gpu/quant/quantize_launch.hpp"
+#include "sim/formats/philox.hpp"
+#include "sim/quant/expand.hpp"
+#include "sim/quant/scale.hpp"
+
+namespace fp8sim::gpu::detail {
+
+namespace {
+
+constexpr int kPlain = 0, kDelayed = 1, kCoat = 2, kRobust = 3;
+constexpr int64_t kChunk = 16384;  // elements per stage-1 chunk of the tensor kernels
+
+struct GroupQ {
+  float sq = 1.0f;        // plain: divisor; delayed: multiplier
+  float s_stored = 1.0f;  // the dequantizing scale as stored
+  ExpandParams ep;        // DE
+};
+
+__device__ __forceinline__ GroupQ group_params(const QuantKernelParams& P, int mode, const Stats& st) {
+  GroupQ g;
+  const float absmax = f32_from_bits(st.amax);
+  const float absmin = st.amin == 0x7F800000u ? 0.0f : f32_from_bits(st.amin);
+  if (mode == kCoat) {
+    if (P.eps_add_fp64) {
+      g.ep = coat_expand_params(absmax, absmin, P.fmax, P.fmax_target, P.eps);
+    } else {  // eps added in fp32, then the same formulas (as quantize.cpp)
+      const float e32 = static_cast<float>(P.eps);
+      g.ep = coat_expand_params(add_rn(absmax, e32), add_rn(absmin, e32), P.fmax, P.fmax_target, 0.0);
+    }
+    g.s_stored = g.ep.s;
+  } else if (mode == kDelayed) {
+    g.sq = P.delayed_scale;
+    g.s_stored = P.delayed_scale_inv;
+  } else {
+    plain_scales(amax_with_eps(absmax, P.scale), P.scale, g.sq, g.s_stored);
+  }
+  return g;
+}
+
+template <class T>
+__device__ __forceinline__ uint8_t encode_value(const QuantKernelParams& P, float v, uint64_t flat) {
+  return P.stochastic ? encode_fp8_sr<T>(v, P.saturate, philox_word(P.seed, P.index_offset + flat))
+                      : encode_fp8_rne<T>(v, P.saturate);
+}
+
+template <int MODE>
+__device__ __forceinline__ float transform(float x, const GroupQ& g) {
+  if constexpr (MODE == kPlain) return div_rn(x, g.sq);
+  else if constexpr (MODE == kDelayed) return mul_rn(x, g.sq);
+  else return expand_value(x, g.ep);
+}
+
+// Pairwise (bisection-tree) sum of 16 terms in place; returns the total.
+__device__ __forceinline__ double tree16(double (&t)[16]) {
+#pragma unroll
+  for (int w = 1; w < 16; w *= 2) {
+#pragma unroll
+    for (int i = 0; i + w < 16; i += 2 * w) t[i] = t[i] + t[i + w];
+  }
+  return t[0];
+}
+
+// ---- team kernel ----------------------------------------------------------------------------------
+template <class T, InDt D, int MODE>
+__global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
+                                                         float* __restrict__ scales, float* __restrict__ ks,
+                                                         float* __restrict__ cs, QuantKernelParams P, int team,
+                                                         bool vec) {
+  __shared__ float lut[256];
+  if constexpr (MODE == kRobust) fill_decode_table(lut, P.format);
+  const int64_t groups = P.grid_rows * P.grid_cols;
+  const int team_lane = threadIdx.x & (team - 1);
+  const int teams_per_block = blockDim.x / team;
+  const int team_in_block = threadIdx.x / team;
+  const int64_t G = P.group_cols;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * teams_per_block; base < groups;
+       base += static_cast<int64_t>(gridDim.x) * teams_per_block) {
+    const int64_t grp = base + team_in_block;
+    const bool active = grp < groups;
+    const int64_t r = active ? grp / P.grid_cols : 0;
+    const int64_t c0 = active ? (grp % P.grid_cols) * G : 0;
+    const int n = active ? static_cast<int>(G < P.cols - c0 ? G : P.cols - c0) : 0;
+    const int start = team_lane * 16;
+    const int64_t flat0 = r * P.cols + c0 + start;  // flat index of this lane's first element
+    int valid = n - start;
+    valid = valid < 0 ? 0 : (valid > 16 ? 16 : valid);
+    float v[16];
+    if (vec && valid == 16) {
+      load16<D>(x, flat0, v);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) v[j] = j < valid ? load_elem<D>(x, flat0 + j) : 0.0f;
+    }
+    Stats st = stats_init();
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      if (j < valid) stats_add(st, v[j]);
+    st = stats_reduce_lanes(st, team);
+
+    uint8_t q[16];
+    GroupQ g;
+    if constexpr (MODE == kRobust) {
+      const float absmax = f32_from_bits(st.amax);
+      const float absmin = st.amin == 0x7F800000u ? 0.0f : f32_from_bits(st.amin);
+      const ExpandParams fb = robust_fallback_params(absmax, P.fmax);
+      bool ok = false;
+      const ExpandParams cand = robust_expand_candidate(absmax, absmin, P.fmax, P.fmax_target, ok);
+      double terms[16];
+      g.ep = fb;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        q[j] = encode_value<T>(P, expand_value(v[j], fb), static_cast<uint64_t>(flat0 + j));
+        terms[j] = j < valid ? sq_err_term(v[j], compress_value(lut[q[j]], fb)) : 0.0;
+      }
+      double sse_fb = tree16(terms);
+      for (int off = 1; off < team; off <<= 1) sse_fb = sse_fb + __shfl_xor_sync(kFullMask, sse_fb, off);
+      if (ok) {  // uniform across the team (same stats)
+        uint8_t qc[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          qc[j] = encode_value<T>(P, expand_value(v[j], cand), static_cast<uint64_t>(flat0 + j));
+          terms[j] = j < valid ? sq_err_term(v[j], compress_value(lut[qc[j]], cand)) : 0.0;
+        }
+        double sse_c = tree16(terms);
+        for (int off = 1; off < team; off <<= 1) sse_c = sse_c + __shfl_xor_sync(kFullMask, sse_c, off);
+        if (sse_c < sse_fb) {
+          g.ep = cand;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) q[j] = qc[j];
+        }
+      }
+      g.s_stored = g.ep.s;
+    } else {
+      g = group_params(P, MODE, st);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) q[j] = encode_value<T>(P, transform<MODE>(v[j], g), static_cast<uint64_t>(flat0 + j));
+    }
+    if (vec && valid == 16) {
+      uint4 packed;
+      uint32_t w[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k)
+        w[k] = static_cast<uint32_t>(q[4 * k]) | (static_cast<uint32_t>(q[4 * k + 1]) << 8) |
+               (static_cast<uint32_t>(q[4 * k + 2]) << 16) | (static_cast<uint32_t>(q[4 * k + 3]) << 24);
+      packed.x = w[0];
+      packed.y = w[1];
+      packed.z = w[2];
+      packed.w = w[3];
+      *reinterpret_cast<uint4*>(codes + flat0) = packed;
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+        if (j < valid) codes[flat0 + j] = q[j];
+    }
+    if (active && team_lane == 0) {
+      scales[grp] = g.s_stored;
+      if constexpr (MODE == kCoat || MODE == kRobust) {
+        ks[grp] = g.ep.k;
+        cs[grp] = g.ep.c;
+      }
+    }
+  }
+}
+
+// ---- block kernel (one thread block per group, any geometry) ----------------------------------------
+struct GroupBounds {
+  int64_t r0, c0, w, n;
+};
+__device__ __forceinline__ GroupBounds bounds_of(const QuantKernelParams& P, int64_t grp) {
+  const int64_t gi = grp / P.grid_cols, gj = grp % P.grid_cols;
+  GroupBounds b;
+  b.r0 = gi * P.group_rows;
+  b.c0 = gj * P.group_cols;
+  const int64_t r1 = b.r0 + P.group_rows < P.rows ? b.r0 + P.group_rows : P.rows;
+  const int64_t c1 = b.c0 + P.group_cols < P.cols ? b.c0 + P.group_cols : P.cols;
+  b.w = c1 - b.c0;
+  b.n = (r1 - b.r0) * b.w;
+  return b;
+}
+// Flat tensor index of the j-th element of a group in group order (row-major within the group).
+__device__ __forceinline__ int64_t flat_of(const QuantKernelParams& P, const GroupBounds& b, int64_t j) {
+  return (b.r0 + j / b.w) * P.cols + b.c0 + j % b.w;
+}
+
+// Robust DE's squared error of one candidate over the group, summed in the CPU's bisection order:
+// each thread owns a contiguous power-of-two chunk of the zero-padded index space [0, P2) and
+// sums it pairwise (binary-counter stack), then the chunks combine pairwise across lanes and warps.
+template <class T, InDt D>
+__device__ double robust_sse_block(const void* x, const QuantKernelParams& P, const GroupBounds& b,
+                                   const ExpandParams& p, const float* lut) {
+  __shared__ double warp_sums[32];
+  int64_t P2 = 1;
+  while (P2 < b.n) P2 <<= 1;
+  const int64_t nthreads = blockDim.x;
+  const int64_t E = P2 >= nthreads ? P2 / nthreads : 1;
+  const int64_t begin = static_cast<int64_t>(threadIdx.x) * E;
+  double stack[64];
+  int depth = 0;
+  for (int64_t i = 0; i < E; ++i) {
+    const int64_t j = begin + i;
+    double val = 0.0;
+    if (j < b.n && j < P2) {
+      const int64_t flat = flat_of(P, b, j);
+      const float xv = load_elem<D>(x, flat);
+      const uint8_t q = encode_value<T>(P, expand_value(xv, p), static_cast<uint64_t>(flat));
+      val = sq_err_term(xv, compress_value(lut[q], p));
+    }
+    for (int64_t k = i; k & 1; k >>= 1) val = stack[--depth] + val;
+    stack[depth++] = val;
+  }
+  double s = depth ? stack[0] : 0.0;
+  for (int off = 1; off < 32; off <<= 1) s = s + __shfl_xor_sync(kFullMask, s, off);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) warp_sums[warp] = s;
+  __syncthreads();
+  // Bisection over the warps' sums (a power-of-two count of warps).
+  const int nw = blockDim.x >> 5;
+  double total = 0.0;
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < nw; w *= 2)
+      for (int i = 0; i + w < nw; i += 2 * w) warp_sums[i] = warp_sums[i] + warp_sums[i + w];
+    total = warp_sums[0];
+    warp_sums[0] = total;
+  }
+  __syncthreads();
+  total = warp_sums[0];
+  __syncthreads();
+  return total;
+}
+
+template <class T, InDt D, int MODE>
+__global__ void __launch_bounds__(256) quant_block_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
+                                                          float* __restrict__ scales, float* __restrict__ ks,
+                                                          float* __restrict__ cs, QuantKernelParams P) {
+  __shared__ float lut[256];
+  if constexpr (MODE == kRobust) fill_decode_table(lut, P.format);
+  const int64_t groups = P.grid_rows * P.grid_cols;
+  for (int64_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+    const GroupBounds b = bounds_of(P, grp);
+    Stats st = stats_init();
+    for (int64_t j = threadIdx.x; j < b.n; j += blockDim.x) stats_add(st, load_elem<D>(x, flat_of(P, b, j)));
+    st = stats_reduce_block(st);
+    GroupQ g;
+    if constexpr (MODE == kRobust) {
+      const float absmax = f32_from_bits(st.amax);
+      const float absmin = st.amin == 0x7F800000u ? 0.0f : f32_from_bits(st.amin);
+      const ExpandParams fb = robust_fallback_params(absmax, P.fmax);
+      bool ok = false;
+      const ExpandParams cand = robust_expand_candidate(absmax, absmin, P.fmax, P.fmax_target, ok);
+      g.ep = fb;
+      const double sse_fb = robust_sse_block<T, D>(x, P, b, fb, lut);
+      if (ok) {
+        const double sse_c = robust_sse_block<T, D>(x, P, b, cand, lut);
+        if (sse_c < sse_fb) g.ep = cand;
+      }
+      g.s_stored = g.ep.s;
+      for (int64_t j = threadIdx.x; j < b.n; j += blockDim.x) {
+        const int64_t flat = flat_of(P, b, j);
+        codes[flat] = encode_value<T>(P, expand_value(load_elem<D>(x, flat), g.ep), static_cast<uint64_t>(flat));
+      }
+    } else {
+      g = group_params(P, MODE, st);
+      for (int64_t j = threadIdx.x; j < b.n; j += blockDim.x) {
+        const int64_t flat = flat_of(P, b, j);
+        codes[flat] = encode_value<T>(P, transform<MODE>(load_elem<D>(x, flat), g), static_cast<uint64_t>(flat));
+      }
+    }
+    if (threadIdx.x == 0) {
+      scales[grp] = g.s_stored;
+      if constexpr (MODE == kCoat || MODE == kRobust) {
+        ks[grp] = g.ep.k;
+        cs[grp] = g.ep.c;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// ---- tensor kernels ---------------------------------------------------------------------------------
+// Stage 1: the stats of every kChunk-element chunk (max |x| bits and the Inf flag; the minimum is
+// not needed for plain scaling).
+template <InDt D>
+__global__ void __launch_bounds__(256) chunk_stats_kernel(const void* __restrict__ x, int64_t n, int64_t chunk,
+                                                          bool vec, uint32_t* __restrict__ chunk_amax,
+                                                          uint32_t* __restrict__ inf_flag) {
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const int64_t b0 = ch * chunk, b1 = b0 + chunk < n ? b0 + chunk : n;
+    Stats st = stats_init();
+    if (vec && b1 - b0 == chunk) {
+      for (int64_t i = b0 + 16 * static_cast<int64_t>(threadIdx.x); i < b1; i += 16 * static_cast<int64_t>(blockDim.x)) {
+        float v[16];
+        load16<D>(x, i, v);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) stats_add(st, v[j]);
+      }
+    } else {
+      for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) stats_add(st, load_elem<D>(x, i));
+    }
+    st = stats_reduce_block(st);
+    if (threadIdx.x == 0) {
+      chunk_amax[ch] = st.amax;
+      if (st.inf && inf_flag) atomicOr(inf_flag, 1u);
+    }
+  }
+}
+
+// Stage 2: the tensor amax from m chunk maxima (bits or floats: the same ordering for non-negative
+// values), then the scale. One block. Writes slot[0] = s_quant, slot[1] = s_stored (as float
+// bits), tensor_amax (optional) and scales[0] (optional).
+__global__ void __launch_bounds__(1024) reduce_scale_kernel(const uint32_t* __restrict__ maxima, int64_t m,
+                                                            QuantKernelParams P, int mode, uint32_t* slot,
+                                                            float* tensor_amax, float* scales) {
+  Stats st = stats_init();
+  for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
+    const uint32_t a = maxima[i] & 0x7FFFFFFFu;
+    if (a < 0x7F800000u) st.amax = a > st.amax ? a : st.amax;  // NaN / Inf maxima never enter
+  }
+  st = stats_reduce_block(st);
+  if (threadIdx.x == 0) {
+    GroupQ g;
+    if (mode == kPlain || mode == kDelayed) g = group_params(P, mode, st);
+    if (slot) {
+      slot[0] = f32_bits(g.sq);
+      slot[1] = f32_bits(g.s_stored);
+    }
+    if (tensor_amax) *tensor_amax = f32_from_bits(st.amax);
+    if (scales && (mode == kPlain || mode == kDelayed)) scales[0] = g.s_stored;
+  }
+}
+
+// Stage 3: elementwise encode with the scale from stage 2 (plain: divisor in slot[0]) or the
+// host multiplier (delayed). Delayed scaling also emits one max |x| per thread block (and the Inf
+// flag) in the same pass: the amax TE records, without a second read of the tensor.
+template <class T, InDt D, int MODE>
+__global__ void __launch_bounds__(256) encode_tensor_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
+                                                            int64_t n, bool vec, QuantKernelParams P,
+                                                            const uint32_t* __restrict__ slot,
+                                                            uint32_t* __restrict__ block_amax,
+                                                            uint32_t* __restrict__ inf_flag) {
+  constexpr bool kEmit = MODE == kDelayed;
+  Stats st = stats_init();
+  GroupQ g;
+  if constexpr (MODE == kPlain) g.sq = f32_from_bits(slot[0]);
+  else g.sq = P.delayed_scale;
+  const int64_t n16 = vec ? n / 16 : 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < n16; t += stride) {
+    float v[16];
+    load16<D>(x, 16 * t, v);
+    if constexpr (kEmit) {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) stats_add(st, v[j]);
+    }
+    uint32_t w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      w[j / 4] |= static_cast<uint32_t>(encode_value<T>(P, transform<MODE>(v[j], g), static_cast<uint64_t>(16 * t + j)))
+                  << (8 * (j % 4));
+    uint4 packed;
+    packed.x = w[0];
+    packed.y = w[1];
+    packed.z = w[2];
+    packed.w = w[3];
+    reinterpret_cast<uint4*>(codes)[t] = packed;
+  }
+  for (int64_t i = 16 * n16 + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = load_elem<D>(x, i);
+    if constexpr (kEmit) stats_add(st, v);
+    codes[i] = encode_value<T>(P, transform<MODE>(v, g), static_cast<uint64_t>(i));
+  }
+  if constexpr (kEmit) {
+    st = stats_reduce_block(st);
+    if (threadIdx.x == 0) {
+      block_amax[blockIdx.x] = st.amax;
+      if (st.inf && inf_flag) atomicOr(inf_flag, 1u);
+    }
+  }
+}
+
+// Pass-through formats (bf16 / fp16 storage, no scale).
+template <InDt D, bool BF16>
+__global__ void __launch_bounds__(256) passthrough_kernel(const void* __restrict__ x, uint16_t* __restrict__ out,
+                                                          int64_t n, bool saturate) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = load_elem<D>(x, i);
+    out[i] = BF16 ? f32_to_bf16_rne(v, saturate) : f32_to_fp16_rne(v, saturate);
+  }
+}
+
+// 16-bit storage with a per-tensor scale (FP8-LM's scaled fp16 v): q = f32_to_16(x / s_quant).
+template <InDt D, bool BF16>
+__global__ void __launch_bounds__(256) scaled16_kernel(const void* __restrict__ x, uint16_t* __restrict__ out,
+                                                       int64_t n, bool saturate, const uint32_t* __restrict__ slot) {
+  const float sq = f32_from_bits(slot[0]);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float v = div_rn(load_elem<D>(x, i), sq);
+    out[i] = BF16 ? f32_to_bf16_rne(v, saturate) : f32_to_fp16_rne(v, saturate);
+  }
+}
+
+// ---- dequantize -------------------------------------------------------------------------------------
+template <bool EXPAND>
+__global__ void __launch_bounds__(256) dequant_kernel(const uint8_t* __restrict__ codes, const float* __restrict__ scales,
+                                                      const float* __restrict__ ks, const float* __restrict__ cs,
+                                                      float* __restrict__ out, QuantKernelParams P, bool vec4) {
+  __shared__ float lut[256];
+  fill_decode_table(lut, P.format);
+  const int64_t n = P.rows * P.cols;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  // vec4: cols and group_cols are multiples of 4, so 4 consecutive elements share one group.
+  const int64_t units = vec4 ? n / 4 : n;
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u < units; u += stride) {
+    const int64_t i0 = vec4 ? 4 * u : u;
+    const int64_t r = i0 / P.cols, c = i0 % P.cols;
+    const int64_t grp = (r / P.group_rows) * P.grid_cols + c / P.group_cols;
+    ExpandParams p;
+    float s = scales[grp];
+    if constexpr (EXPAND) p = ExpandParams{ks[grp], cs[grp], s};
+    if (vec4) {
+      const uint32_t q = reinterpret_cast<const uint32_t*>(codes)[u];
+      float4 o;
+      float* of = &o.x;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float d = lut[(q >> (8 * j)) & 0xFFu];
+        of[j] = EXPAND ? compress_value(d, p) : mul_rn(d, s);
+      }
+      reinterpret_cast<float4*>(out)[u] = o;
+    } else {
+      const float d = lut[codes[i0]];
+      out[i0] = EXPAND ? compress_value(d, p) : mul_rn(d, s);
+    }
+  }
+}
+
+template <bool BF16>
+__global__ void __launch_bounds__(256) dequant_passthrough_kernel(const uint16_t* __restrict__ codes,
+                                                                  const float* __restrict__ scale,
+                                                                  float* __restrict__ out, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float w = BF16 ? bf16_to_f32(codes[i]) : fp16_to_f32(codes[i]);
+    out[i] = scale ? mul_rn(w, scale[0]) : w;
+  }
+}
+
+int sm_count() {
+  static int sms = [] {
+    int dev = 0, v = 132;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v;
+  }();
+  return sms;
+}
+
+int grid_cap(int64_t want_blocks, int per_sm = 8) {
+  const int64_t cap = static_cast<int64_t>(sm_count()) * per_sm;
+  return static_cast<int>(want_blocks < 1 ? 1 : (want_blocks < cap ? want_blocks : cap));
+}
+
+template <class F>
+void dispatch_fmt_dt(int fmt, InDt dt, F&& f) {
+  if (fmt == 0) {
+    if (dt == InDt::F32) f.template operator()<E4M3Traits, InDt::F32>();
+    else if (dt == InDt::BF16) f.template operator()<E4M3Traits, InDt::BF16>();
+    else f.template operator()<E4M3Traits, InDt::FP16>();
+  } else {
+    if (dt == InDt::F32) f.template operator()<E5M2Traits, InDt::F32>();
+    else if (dt == InDt::BF16) f.template operator()<E5M2Traits, InDt::BF16>();
+    else f.template operator()<E5M2Traits, InDt::FP16>();
+  }
+}
+
+template <InDt D>
+void launch_chunk_stats(const void* x, int64_t n, int64_t chunk, uint32_t* chunk_amax, uint32_t* inf_flag,
+                        cudaStream_t s) {
+  const bool vec = (reinterpret_cast<uintptr_t>(x) % 64) == 0 && chunk % 16 == 0;
+  const int64_t chunks = (n + chunk - 1) / chunk;
+  chunk_stats_kernel<D><<<grid_cap(chunks, 8), 256, 0, s>>>(x, n, chunk, vec, chunk_amax, inf_flag);
+}
+
+void launch_chunk_stats_dt(InDt dt, const void* x, int64_t n, int64_t chunk, uint32_t* chunk_amax,
+                           uint32_t* inf_flag, cudaStream_t s) {
+  if (dt == InDt::F32) launch_chunk_stats<InDt::F32>(x, n, chunk, chunk_amax, inf_flag, s);
+  else if (dt == InDt::BF16) launch_chunk_stats<InDt::BF16>(x, n, chunk, chunk_amax, inf_flag, s);
+  else launch_chunk_stats<InDt::FP16>(x, n, chunk, chunk_amax, inf_flag, s);
+}
+
+}  // namespace
+
+int64_t tensor_chunk_elements() { return kChunk; }
+int64_t max_encode_blocks() { return static_cast<int64_t>(sm_count()) * 16; }
+
+void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
+  const QuantKernelParams& P = L.params;
+  const InDt dt = static_cast<InDt>(L.dtype);
+  const int64_t n = P.rows * P.cols;
+  if (n == 0) return;
+  uint8_t* codes = static_cast<uint8_t*>(L.codes);
+
+  if (L.kind == QuantLaunch::Kind::Passthrough) {
+    const int grid = grid_cap((n + 255) / 256, 16);
+    auto* out = static_cast<uint16_t*>(L.codes);
+    if (P.format == 2) {
+      if (dt == InDt::F32) passthrough_kernel<InDt::F32, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+      else if (dt == InDt::BF16) passthrough_kernel<InDt::BF16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+      else passthrough_kernel<InDt::FP16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+    } else {
+      if (dt == InDt::F32) passthrough_kernel<InDt::F32, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+      else if (dt == InDt::BF16) passthrough_kernel<InDt::BF16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+      else passthrough_kernel<InDt::FP16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+    }
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    if (L.tensor_amax) {
+      launch_chunk_stats_dt(dt, L.x, n, kChunk, L.chunk_maxima, nullptr, s);
+      FP8SIM_CUDA_CHECK_LAUNCH();
+      reduce_scale_kernel<<<1, 1024, 0, s>>>(L.chunk_maxima, (n + kChunk - 1) / kChunk, P, -1, nullptr,
+                                             L.tensor_amax, nullptr);
+      FP8SIM_CUDA_CHECK_LAUNCH();
+    }
+    return;
+  }
+
+  if (L.kind == QuantLaunch::Kind::Scaled16) {
+    const uint32_t* maxima = L.producer_maxima;
+    int64_t m = static_cast<int64_t>(L.producer_maxima_count);
+    if (!maxima) {
+      launch_chunk_stats_dt(dt, L.x, n, kChunk, L.chunk_maxima, L.inf_flag, s);
+      FP8SIM_CUDA_CHECK_LAUNCH();
+      maxima = L.chunk_maxima;
+      m = (n + kChunk - 1) / kChunk;
+    }
+    reduce_scale_kernel<<<1, 1024, 0, s>>>(maxima, m, P, kPlain, L.slot, L.tensor_amax, L.scales);
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    const int grid = grid_cap((n + 255) / 256, 16);
+    auto* out = static_cast<uint16_t*>(L.codes);
+    if (P.format == 2) {
+      if (dt == InDt::F32) scaled16_kernel<InDt::F32, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+      else if (dt == InDt::BF16) scaled16_kernel<InDt::BF16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+      else scaled16_kernel<InDt::FP16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+    } else {
+      if (dt == InDt::F32) scaled16_kernel<InDt::F32, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+      else if (dt == InDt::BF16) scaled16_kernel<InDt::BF16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+      else scaled16_kernel<InDt::FP16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+    }
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    return;
+  }
+
+  if (L.kind == QuantLaunch::Kind::Tensor) {
+    const bool vec = (reinterpret_cast<uintptr_t>(L.x) % 64) == 0 && (reinterpret_cast<uintptr_t>(codes) % 16) == 0;
+    const int grid = grid_cap((n / 16 + 255) / 256 + 1, 16);
+    if (L.mode == kDelayed) {
+      // One pass: encode with the host's multiplier, emitting per-block maxima; then the amax.
+      dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
+        encode_tensor_kernel<T, D, kDelayed><<<grid, 256, 0, s>>>(L.x, codes, n, vec, P, nullptr, L.chunk_maxima,
+                                                                   L.inf_flag);
+      });
+      FP8SIM_CUDA_CHECK_LAUNCH();
+      reduce_scale_kernel<<<1, 1024, 0, s>>>(L.chunk_maxima, grid, P, kDelayed, L.slot, L.tensor_amax, L.scales);
+      FP8SIM_CUDA_CHECK_LAUNCH();
+      return;
+    }
+    // Plain: stage 1 (unless a producer gave maxima), stage 2, stage 3.
+    const uint32_t* maxima = L.producer_maxima;
+    int64_t m = static_cast<int64_t>(L.producer_maxima_count);
+    if (!maxima) {
+      launch_chunk_stats_dt(dt, L.x, n, kChunk, L.chunk_maxima, L.inf_flag, s);
+      FP8SIM_CUDA_CHECK_LAUNCH();
+      maxima = L.chunk_maxima;
+      m = (n + kChunk - 1) / kChunk;
+    }
+    reduce_scale_kernel<<<1, 1024, 0, s>>>(maxima, m, P, kPlain, L.slot, L.tensor_amax, L.scales);
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
+      encode_tensor_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, n, vec, P, L.slot, nullptr, nullptr);
+    });
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    return;
+  }
+
+  const int64_t groups = P.grid_rows * P.grid_cols;
+  if (L.kind == QuantLaunch::Kind::Team) {
+    const int team = L.team;
+    const bool vec = (reinterpret_cast<uintptr_t>(L.x) % 64) == 0 && (reinterpret_cast<uintptr_t>(codes) % 16) == 0 &&
+                     P.cols % 16 == 0 && P.group_cols % 16 == 0;
+    const int teams_per_block = 256 / team;
+    const int grid = grid_cap((groups + teams_per_block - 1) / teams_per_block, 8);
+    dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
+      switch (L.mode) {
+        case kPlain: quant_team_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec); break;
+        case kCoat: quant_team_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec); break;
+        default: quant_team_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec); break;
+      }
+    });
+    FP8SIM_CUDA_CHECK_LAUNCH();
+  } else {
+    const int grid = grid_cap(groups, 8);
+    dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
+      switch (L.mode) {
+        case kPlain: quant_block_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P); break;
+        case kCoat: quant_block_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P); break;
+        default: quant_block_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P); break;
+      }
+    });
+    FP8SIM_CUDA_CHECK_LAUNCH();
+  }
+  if (L.tensor_amax) {  // the two-stage tensor amax as a by-product (bookkeeping)
+    launch_chunk_stats_dt(dt, L.x, n, kChunk, L.chunk_maxima, nullptr, s);
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    reduce_scale_kernel<<<1, 1024, 0, s>>>(L.chunk_maxima, (n + kChunk - 1) / kChunk, P, -1, nullptr, L.tensor_amax,
+                                           nullptr);
+    FP8SIM_CUDA_CHECK_LAUNCH();
+  }
+}
+
+void launch_dequantize(const QuantKernelParams& P, bool sixteen_bit, bool expand, const void* codes,
+                       const float* scales, const float* k, const float* c, float* out, cudaStream_t s) {
+  const int64_t n = P.rows * P.cols;
+  if (n == 0) return;
+  if (sixteen_bit) {
+    const int grid = grid_cap((n + 255) / 256, 16);
+    if (P.format == 2) dequant_passthrough_kernel<true><<<grid, 256, 0, s>>>(static_cast<const uint16_t*>(codes), scales, out, n);
+    else dequant_passthrough_kernel<false><<<grid, 256, 0, s>>>(static_cast<const uint16_t*>(codes), scales, out, n);
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  const bool vec4 = P.cols % 4 == 0 && P.group_cols % 4 == 0 && (reinterpret_cast<uintptr_t>(codes) % 4) == 0 &&
+                    (reinterpret_cast<uintptr_t>(out) % 16) == 0;
+  const int grid = grid_cap(((vec4 ? n / 4 : n) + 255) / 256, 16);
+  if (expand) dequant_kernel<true><<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(codes), scales, k, c, out, P, vec4);
+  else dequant_kernel<false><<<grid, 256, 0, s>>>(static_cast<const uint8_t*>(codes), scales, k, c, out, P, vec4);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_chunk_maxima(int dtype, const void* x, int64_t n, int64_t chunk, uint32_t* out, cudaStream_t s) {
+  launch_chunk_stats_dt(static_cast<InDt>(dtype), x, n, chunk, out, nullptr, s);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_reduce_maxima(const uint32_t* maxima, int64_t m, float* amax, cudaStream_t s) {
+  QuantKernelParams P{};
+  reduce_scale_kernel<<<1, 1024, 0, s>>>(maxima, m, P, -1, nullptr, amax, nullptr);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp8sim::gpu::detail

@@ -1,0 +1,81 @@
+#pragma once
+// GPU quantize / dequantize for every QuantSpec of sim/quant (per-tensor, per-row, per-column,
+// 1xG groups, RxC blocks; fp32 / pow2 / E8M0 / bf16 scales; COAT and robust dynamic range
+// expansion; delayed scaling; nearest or stochastic rounding), bit-identical to the CPU reference
+// sim/quant/quantize.hpp: the kernels call the same FP8SIM_HD functions for the statistics, the
+// scales, the expansion and the encoding.
+//
+// Device pointers throughout; launches are asynchronous on the given stream and allocate nothing
+// (the caller provides the workspace: quantize_workspace_bytes). Layouts equal QuantizedTensor's:
+// codes row-major over the tensor, one float per group row-major over the group grid.
+//
+// Per-tensor scaling is two-stage ("group scaling", COAT section 4.2): stage 1 writes the max
+// |x| of every chunk of the tensor while reading it, stage 2 reduces those maxima to the tensor
+// amax (tiny), stage 3 encodes. A producer that already emitted chunk maxima passes them in
+// QuantGpuOptions::producer_maxima and stage 1 is skipped (one pass over the tensor).
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "sim/quant/quantize.hpp"
+#include "sim/quant/spec.hpp"
+
+namespace fp8sim::gpu {
+
+struct QuantGpuOut {
+  void* codes = nullptr;          // numel bytes (FP8) or 2 * numel (bf16/fp16 pass-through)
+  float* scales = nullptr;        // num_groups (not for pass-through)
+  float* expand_k = nullptr;      // num_groups, DE only
+  float* expand_c = nullptr;      // num_groups, DE only
+  float* tensor_amax = nullptr;   // optional: 1 float, max |x| over finite elements
+};
+
+struct QuantGpuOptions {
+  uint64_t index_offset = 0;  // stochastic rounding: global index of element 0
+  // Per-tensor group scaling with maxima from the producer (any chunking; values are max |x| of
+  // finite elements of each chunk; the tensor amax is their max).
+  const float* producer_maxima = nullptr;
+  size_t producer_maxima_count = 0;
+  // Delayed scaling: TransformerEngine's multiplier for this step and the stored inverse
+  // (DelayedScaler::scale() / scale_inv() on the host).
+  float delayed_scale = 1.0f;
+  float delayed_scale_inv = 1.0f;
+};
+
+// Device workspace bytes quantize_cuda needs for this spec and shape (0 when none).
+size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> shape);
+
+// Quantizes d_x (numel elements of `dtype`, row-major `shape`). Throws UsageError for an invalid
+// spec / shape (same checks as the CPU), fp8sim::Error for CUDA failures.
+void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
+                   const QuantGpuOut& out, void* d_workspace, const QuantGpuOptions& opts, cudaStream_t stream);
+
+// Dequantizes into d_out (numel floats). Pass-through specs read 16-bit codes.
+void dequantize_cuda(const QuantSpec& spec, std::span<const int64_t> shape, const void* d_codes,
+                     const float* d_scales, const float* d_k, const float* d_c, float* d_out, cudaStream_t stream);
+
+// The max |x| over the finite elements of a tensor in one pass (COAT Fig. 4(b) "just-in-time"):
+// per-chunk maxima into d_workspace (amax_workspace_bytes(n)), then one tiny reduction into d_amax.
+size_t amax_workspace_bytes(size_t n);
+void tensor_amax_cuda(const void* d_x, InputDtype dtype, size_t n, float* d_amax, void* d_workspace,
+                      cudaStream_t stream);
+// Stage 2 of group scaling alone: the max of m chunk maxima.
+void reduce_maxima_cuda(const float* d_maxima, size_t m, float* d_amax, cudaStream_t stream);
+// Stage 1 alone (what a producing kernel emits as a by-product): max |x| of every `chunk`
+// consecutive elements into d_maxima (ceil(n / chunk) floats).
+void chunk_maxima_cuda(const void* d_x, InputDtype dtype, size_t n, size_t chunk, float* d_maxima,
+                       cudaStream_t stream);
+
+// ---- host conveniences (compare, tests): upload, run, download ------------------------------
+// Mirrors fp8sim::quantize(): for delayed specs opts.delayed supplies the scale and is updated
+// with the tensor amax afterwards, as the CPU does. The counts (saturated, underflow,
+// nonfinite) are not produced on the device and are left 0.
+QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
+                                const QuantSpec& spec, const QuantizeOptions& opts = {},
+                                cudaStream_t stream = nullptr);
+std::vector<float> dequantize_on_gpu(const QuantizedTensor& q, cudaStream_t stream = nullptr);
+
+}  // namespace fp8sim::gpu

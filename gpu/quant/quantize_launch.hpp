@@ -1,0 +1,64 @@
+#pragma once
+// The thin interface between gpu/quant/quantize.cpp (g++: validation, geometry, workspace,
+// errors) and gpu/quant/quantize.cu (kernels). Plain data only; no fmt, no exceptions here.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "sim/quant/scale.hpp"
+
+namespace fp8sim::gpu::detail {
+
+// Everything a kernel needs to know about a spec resolved against a shape.
+struct QuantKernelParams {
+  int64_t rows = 0, cols = 0;              // the 2-D view
+  int64_t group_rows = 0, group_cols = 0;  // nominal group extent
+  int64_t grid_rows = 0, grid_cols = 0;    // groups down / across
+  int format = 0;                          // 0 E4M3, 1 E5M2, 2 BF16 (pass-through), 3 FP16 (pass-through)
+  bool saturate = true;
+  bool stochastic = false;
+  uint64_t seed = 0;
+  uint64_t index_offset = 0;
+  ScaleConsts scale{};                     // plain scaling (sim/quant/scale.hpp)
+  float fmax = 0;                          // storage format's largest finite value
+  float fmax_target = 0;                   // DE: the ratio bound's format
+  double eps = 0;                          // DE coat: epsilon
+  bool eps_add_fp64 = true;                // DE coat: how the epsilon is added
+  float delayed_scale = 1.0f;              // delayed: TE's multiplier
+  float delayed_scale_inv = 1.0f;          // delayed: the stored scale
+};
+
+struct QuantLaunch {
+  enum class Kind { Team, Block, Tensor, Passthrough, Scaled16 };
+  Kind kind = Kind::Block;
+  int mode = 0;   // 0 plain, 1 delayed, 2 coat, 3 robust
+  int team = 1;   // Team: lanes per group
+  int dtype = 0;  // 0 f32, 1 bf16, 2 fp16 (InDt)
+  QuantKernelParams params;
+  const void* x = nullptr;
+  void* codes = nullptr;
+  float* scales = nullptr;
+  float* k = nullptr;
+  float* c = nullptr;
+  float* tensor_amax = nullptr;              // optional output
+  uint32_t* chunk_maxima = nullptr;          // workspace: chunk / block maxima (bits)
+  uint32_t* inf_flag = nullptr;              // workspace: 1 word, zeroed by the caller
+  uint32_t* slot = nullptr;                  // workspace: 2 words (s_quant, s_stored)
+  const uint32_t* producer_maxima = nullptr; // per-tensor group scaling (float bits, >= 0)
+  size_t producer_maxima_count = 0;
+};
+
+// Elements per stage-1 chunk of the per-tensor kernels, and the most per-block maxima the
+// delayed-scaling encode emits (its grid cap).
+int64_t tensor_chunk_elements();
+int64_t max_encode_blocks();
+
+void launch_quantize(const QuantLaunch& launch, cudaStream_t stream);
+// sixteen_bit: bf16/fp16 storage (params.format 2/3), scaled by scales[0] when scales != nullptr.
+void launch_dequantize(const QuantKernelParams& params, bool sixteen_bit, bool expand, const void* codes,
+                       const float* scales, const float* k, const float* c, float* out, cudaStream_t stream);
+void launch_chunk_maxima(int dtype, const void* x, int64_t n, int64_t chunk, uint32_t* out, cudaStream_t stream);
+void launch_reduce_maxima(const uint32_t* maxima, int64_t m, float* amax, cudaStream_t stream);
+
+}  // namespace fp8sim::gpu::detail

@@ -1,0 +1,481 @@
+#!/usr/bin/env python3
+"""Peer timings for `fp8sim bench`: the same ops in PyTorch (eager and torch.compile),
+torch.optim.AdamW(fused=True), torch._scaled_mm / torch.matmul, and COAT's own FP8 AdamW kernels
+when the `coat` package is importable. Runs on the GPU machine beside the bench.
+
+The plan (which kernels, shapes and specs) comes from the C++ side so both sides time the same
+thing under the same key:
+
+    fp8sim bench --write-plan plan.json [--smoke]
+    python3 scripts/bench_peers.py --plan plan.json --json peers.json
+    fp8sim bench --peers peers.json --json bench.json --md bench.md
+
+Output JSON: {"device": ..., "torch": ..., "entries": [{"key", "peer", "median_ms", "min_ms",
+"max_ms", "reps", "status"}, ...]}. Every entry is independent: a failure (an op this torch does
+not support, an out-of-memory, a compile error) is recorded as status "error: ..." and the run goes
+on. Timing: warm-up calls, then each timed call preceded by an L2 flush (a 256 MiB write), CUDA
+events around the call only, median / min / max.
+
+--device cpu runs tiny shapes on the CPU (for checking this script without a GPU; the numbers
+mean nothing there).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+
+def parse_spec(spec):
+    """The subset of fp8sim's QuantSpec text form the peers implement."""
+    parts = spec.split(":")
+    out = {"format": parts[0], "gran": parts[1], "scale": "fp32", "de": "none", "eps": 0.0}
+    for kv in parts[2:]:
+        if "=" not in kv:
+            continue
+        k, v = kv.split("=", 1)
+        if k == "scale":
+            out["scale"] = v
+        elif k == "de":
+            out["de"] = v
+        elif k == "eps":
+            out["eps"] = float(v)
+    return out
+
+
+class Bencher:
+    def __init__(self, torch, device, warmup, reps):
+        self.torch = torch
+        self.device = device
+        self.warmup = warmup
+        self.reps = reps
+        self.flush = None
+        if device == "cuda":
+            self.flush = torch.empty(256 << 20, dtype=torch.uint8, device=device)
+
+    def time(self, fn):
+        torch = self.torch
+        for _ in range(self.warmup):
+            fn()
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        times = []
+        for i in range(self.reps):
+            if self.device == "cuda":
+                self.flush.fill_(i & 0xFF)
+                start = torch.cuda.Event(enable_timing=True)
+                stop = torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                stop.record()
+                stop.synchronize()
+                times.append(start.elapsed_time(stop))
+            else:
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1e3)
+        times.sort()
+        n = len(times)
+        med = times[n // 2] if n % 2 else 0.5 * (times[n // 2 - 1] + times[n // 2])
+        return {"median_ms": med, "min_ms": times[0], "max_ms": times[-1], "reps": n}
+
+
+def make_quantizer(torch, spec):
+    """Returns f(x_bf16) -> (codes, scales) implementing the spec in plain torch ops."""
+    p = parse_spec(spec)
+    fdt = torch.float8_e4m3fn if p["format"] == "e4m3" else torch.float8_e5m2
+    fmax = 448.0 if p["format"] == "e4m3" else 57344.0
+    gran = p["gran"]
+    eps = p["eps"]
+
+    def scale_from_amax(amax):
+        s = (amax + eps) / fmax
+        if p["scale"] in ("pow2", "e8m0"):
+            s = torch.exp2(torch.ceil(torch.log2(s)))
+        s = torch.where(s > 0, s, torch.ones_like(s))
+        return s
+
+    def encode(xf, s):
+        return (xf / s).clamp(-fmax, fmax).to(fdt)
+
+    def store_scale(s):
+        return s.to(torch.bfloat16) if p["scale"] == "bf16" else s
+
+    if p["de"] == "coat":
+        bound = math.log2(fmax * fmax / 2.0)
+
+        def q_de(x):
+            xg = x.float().reshape(-1, 128)
+            a = xg.abs()
+            mx = a.amax(-1, keepdim=True) + 1e-30
+            mn = torch.where(a > 0, a, torch.full_like(a, float("inf"))).amin(-1, keepdim=True) + 1e-30
+            c = torch.sqrt(mx) * torch.sqrt(mn)
+            k = torch.floor(bound / torch.log2(mx / mn) * 16.0) / 16.0
+            xe = torch.sign(xg) * torch.pow(a / c, k)
+            s = torch.pow(mx / c, k) / fmax
+            return encode(xe, s), s, k, c
+
+        return q_de
+    if gran == "tensor":
+        def q(x):
+            s = scale_from_amax(x.abs().amax().float())
+            return encode(x.float(), s), store_scale(s)
+        return q
+    if gran == "row":
+        def q(x):
+            s = scale_from_amax(x.abs().amax(-1, keepdim=True).float())
+            return encode(x.float(), s), store_scale(s)
+        return q
+    if gran.startswith("g"):
+        g = int(gran[1:])
+
+        def q(x):
+            r, c = x.shape
+            xg = x.float().reshape(r, c // g, g)
+            s = scale_from_amax(xg.abs().amax(-1, keepdim=True))
+            return encode(xg, s).reshape(r, c), store_scale(s)
+        return q
+    if gran.startswith("b"):
+        br, bc = (int(t) for t in gran[1:].split("x"))
+
+        def q(x):
+            r, c = x.shape
+            xb = x.float().reshape(r // br, br, c // bc, bc)
+            s = scale_from_amax(xb.abs().amax(dim=(1, 3), keepdim=True))
+            return encode(xb, s).reshape(r, c), store_scale(s)
+        return q
+    raise ValueError(f"peer quantizer: unsupported spec {spec}")
+
+
+def randn_bf16(torch, shape, device, seed):
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return torch.randn(*shape, generator=g, device=device, dtype=torch.float32).to(torch.bfloat16)
+
+
+# ---- COAT's own kernels (optional peer) ---------------------------------------------------------
+# The sdist of PyPI `fp8-coat` is carried in the bundle (never part of the project) and compiled
+# here with PyTorch's extension builder. Its kernels/ folder lacks the two headers bindings.cpp
+# includes; they only declare the two entry points, so we write those declarations ourselves
+# (signatures as defined in fp8_adamw_cuda.cpp and fp8_adamw_expand_cuda.cpp).
+_DECL_ADAMW = """#pragma once
+#include <torch/extension.h>
+void FP8_AdamW(torch::Tensor params, torch::Tensor grads, torch::Tensor exp_avg, torch::Tensor scale_exp_avg,
+               torch::Tensor exp_avg_sq, torch::Tensor scale_exp_avg_sq, float beta1, float beta2, float lr,
+               float wd, float eps, int step, int qgroup_size);
+"""
+_DECL_EXPAND = """#pragma once
+#include <torch/extension.h>
+void FP8_AdamW_expand(torch::Tensor params, torch::Tensor grads, torch::Tensor exp_avg, torch::Tensor scale_exp_avg,
+                      torch::Tensor expand_exp_avg, torch::Tensor sqrtminmax_exp_avg, torch::Tensor exp_avg_sq,
+                      torch::Tensor scale_exp_avg_sq, torch::Tensor expand_exp_avg_sq,
+                      torch::Tensor sqrtminmax_exp_avg_sq, float beta1, float beta2, float lr, float wd, float eps,
+                      int step, int qgroup_size, int expand_min);
+"""
+
+
+def build_coat(sdist, workdir):
+    import glob
+    import tarfile
+    from torch.utils import cpp_extension
+    os.makedirs(workdir, exist_ok=True)
+    with tarfile.open(sdist) as t:
+        try:
+            t.extractall(workdir, filter="data")
+        except TypeError:
+            t.extractall(workdir)
+    kdirs = glob.glob(os.path.join(workdir, "*", "coat", "optimizer", "kernels"))
+    if not kdirs:
+        raise RuntimeError(f"no coat/optimizer/kernels in {sdist}")
+    kdir = kdirs[0]
+    os.makedirs(os.path.join(kdir, "include"), exist_ok=True)
+    for name, text in (("fp8_adamw.h", _DECL_ADAMW), ("fp8_adamw_expand.h", _DECL_EXPAND)):
+        path = os.path.join(kdir, "include", name)
+        if not os.path.exists(path):
+            with open(path, "w") as f:
+                f.write(text)
+    os.environ.setdefault("MAX_JOBS", str(os.cpu_count() or 8))
+    os.environ["TORCH_CUDA_ARCH_LIST"] = "9.0"
+    srcs = [os.path.join(kdir, f) for f in ("fp8_adamw_cuda.cpp", "fp8_adamw_cuda_kernel.cu", "fp8_adamw_expand_cuda.cpp",
+                                            "fp8_adamw_expand_cuda_kernel.cu", "bindings.cpp")]
+    bdir = os.path.join(workdir, "build")
+    os.makedirs(bdir, exist_ok=True)
+    t0 = time.time()
+    mod = cpp_extension.load(name="qoptim_cuda", sources=srcs, extra_include_paths=[kdir], build_directory=bdir,
+                             extra_cflags=["-O3"],
+                             extra_cuda_cflags=["-O3", "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__",
+                                                "-U__CUDA_NO_BFLOAT16_CONVERSIONS__", "-U__CUDA_NO_HALF2_OPERATORS__"],
+                             verbose=False)
+    print(f"bench_peers.py: built COAT's kernels in {time.time() - t0:.0f} s", flush=True)
+    return mod
+
+
+class CoatState:
+    """COAT's FP8 optimizer state for n parameters, initialised as COAT's optimizer does (codes 0,
+    scales 0, expand 1, sqrt-min-max 1)."""
+
+    def __init__(self, torch, n, device, expand):
+        groups = (n + 127) // 128
+        f8 = torch.float8_e4m3fn
+        self.m = torch.zeros(n, dtype=f8, device=device)
+        self.v = torch.zeros(n, dtype=f8, device=device)
+        self.sm = torch.zeros(groups, device=device)
+        self.sv = torch.zeros(groups, device=device)
+        self.expand = expand
+        if expand:
+            self.km = torch.ones(groups, device=device)
+            self.kv = torch.ones(groups, device=device)
+            self.cm = torch.ones(groups, device=device)
+            self.cv = torch.ones(groups, device=device)
+
+    def step(self, mod, p, g, step, hp):
+        if self.expand:
+            mod.fp8_adamw_expand_step(p, g, self.m, self.sm, self.km, self.cm, self.v, self.sv, self.kv, self.cv,
+                                      hp["beta1"], hp["beta2"], hp["lr"], hp["wd"], hp["eps"], step, 128, 16)
+        else:
+            mod.fp8_adamw_step(p, g, self.m, self.sm, self.v, self.sv, hp["beta1"], hp["beta2"], hp["lr"], hp["wd"],
+                               hp["eps"], step, 128)
+
+
+HYPER = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8, "wd": 0.01}
+
+
+def coat_dump(torch, mod, n, out_dir, device):
+    """Two COAT expand steps from COAT's initial state on random data, saved as .npy for
+    `fp8sim bench --coat-states DIR` (which runs fp8sim's kernel on the same inputs and counts
+    equal codes)."""
+    import numpy as np
+    os.makedirs(out_dir, exist_ok=True)
+    g = torch.Generator(device=device)
+    g.manual_seed(1234)
+    p = torch.randn(n, generator=g, device=device) * 0.02
+    g1 = torch.randn(n, generator=g, device=device) * 1e-3
+    g2 = torch.randn(n, generator=g, device=device) * 1e-3
+
+    def save(name, t):
+        a = t.detach().cpu()
+        if a.dtype == torch.float8_e4m3fn:
+            a = a.view(torch.uint8)
+        np.save(os.path.join(out_dir, name + ".npy"), a.numpy())
+
+    save("p0", p)
+    save("g1", g1)
+    save("g2", g2)
+    st = CoatState(torch, n, device, True)
+    for step, grad in ((1, g1), (2, g2)):
+        st.step(mod, p, grad, step, HYPER)
+        torch.cuda.synchronize()
+        for name, t in (("p", p), ("m_codes", st.m), ("m_scale", st.sm), ("m_k", st.km), ("m_c", st.cm),
+                        ("v_codes", st.v), ("v_scale", st.sv), ("v_k", st.kv), ("v_c", st.cv)):
+            save(f"s{step}_{name}", t)
+    meta = dict(HYPER, n=n, steps=2, group_size=128, expand_min=16, torch=torch.__version__,
+                note="COAT fp8_adamw_expand_step from COAT's initial state; s1_* after step 1, s2_* after step 2")
+    with open(os.path.join(out_dir, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=2)
+    print(f"bench_peers.py: wrote COAT's states for {n} parameters to {out_dir}", flush=True)
+
+
+def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
+    op = item["op"]
+    key = item["key"]
+
+    def record(peer, fn):
+        rec = {"key": key, "peer": peer}
+        try:
+            t0 = time.time()
+            rec.update(b.time(fn))
+            rec["status"] = "ok"
+            rec["wall_s"] = round(time.time() - t0, 2)
+        except Exception as e:  # one failing peer never stops the run
+            rec["status"] = "error: " + (str(e).splitlines() or ["?"])[0][:300]
+        entries.append(rec)
+        print(f"  {key:60s} {peer:22s} {rec.get('median_ms', float('nan')):10.4f} ms  {rec['status'][:60]}",
+              flush=True)
+
+    if op == "copy":
+        n = int(item["bytes"])
+        src = torch.full((n,), 0x5A, dtype=torch.uint8, device=device)
+        dst = torch.empty_like(src)
+        record("torch.copy_", lambda: dst.copy_(src))
+        del src, dst
+    elif op in ("quantize", "cast"):
+        shape = item["shape"]
+        x = randn_bf16(torch, shape, device, 1)
+        if op == "cast":
+            fdt = torch.float8_e4m3fn if item["spec"].startswith("e4m3") else torch.float8_e5m2
+            f = lambda t: t.to(fdt)  # noqa: E731
+        else:
+            f = make_quantizer(torch, item["spec"])
+        record("torch-eager", lambda: f(x))
+        if compile_ok and item.get("compile", True):
+            cf = torch.compile(f, dynamic=False)
+            record("torch.compile", lambda: cf(x))
+        del x
+    elif op == "amax":
+        x = randn_bf16(torch, item["shape"], device, 2)
+        f = lambda t: t.abs().amax()  # noqa: E731
+        record("torch-eager", lambda: f(x))
+        if compile_ok:
+            cf = torch.compile(f, dynamic=False)
+            record("torch.compile", lambda: cf(x))
+        del x
+    elif op == "adamw":
+        n = int(item["n"])
+        recipe = item.get("recipe", "fp32")
+        if recipe == "fp32":
+            p = torch.nn.Parameter(torch.randn(n, device=device) * 0.02)
+            p.grad = torch.randn(n, device=device) * 1e-3
+            fused = device == "cuda"
+            opt = torch.optim.AdamW([p], lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, fused=fused)
+            opt.step()  # creates the states outside the timing
+            record("torch.optim.AdamW(fused)" if fused else "torch.optim.AdamW", lambda: opt.step())
+            del opt, p
+        elif recipe in ("coat", "coat-noexpand"):
+            if coat_mod is None:
+                entries.append({"key": key, "peer": "coat-kernel",
+                                "status": "skipped: COAT's kernels were not built (run with --coat-sdist, which "
+                                          "needs the fp8-coat sdist carried in .bundle/peers/)"})
+            else:
+                p = torch.randn(n, device=device) * 0.02
+                g = torch.randn(n, device=device) * 1e-3
+                st = CoatState(torch, n, device, recipe == "coat")
+                st.step(coat_mod, p, g, 1, HYPER)  # non-trivial states before timing
+                counter = [1]
+
+                def one():
+                    counter[0] += 1
+                    st.step(coat_mod, p, g, counter[0], HYPER)
+                record("coat-kernel" if recipe == "coat" else "coat-kernel(noexpand)", one)
+                del st, p, g
+    elif op == "gemm":
+        m, n, k = int(item["m"]), int(item["n"]), int(item["k"])
+        if item["x_format"] == "bf16":
+            x = randn_bf16(torch, (m, k), device, 3)
+            w = randn_bf16(torch, (n, k), device, 4)
+            record("torch.matmul", lambda: torch.matmul(x, w.t()))
+            del x, w
+        else:
+            fx = torch.float8_e4m3fn if item["x_format"] == "e4m3" else torch.float8_e5m2
+            fw = torch.float8_e4m3fn if item["w_format"] == "e4m3" else torch.float8_e5m2
+            x = randn_bf16(torch, (m, k), device, 3).to(fx)
+            w = randn_bf16(torch, (n, k), device, 4).to(fw)
+            fast = item.get("accum") == "fast"
+            scaling = item.get("scaling", "tensor")
+            if scaling == "tensor":
+                sa = torch.tensor(1.0, device=device)
+                sb = torch.tensor(1.0, device=device)
+            elif scaling == "row":
+                sa = torch.ones(m, 1, device=device)
+                sb = torch.ones(1, n, device=device)
+            else:  # DeepSeek 1x128 activations x 128x128 weights (torch's layouts)
+                kb = (k + 127) // 128
+                sa = torch.ones(kb, m, device=device).t()  # (M, K/128), stride (1, M)
+                kb4 = (kb + 3) // 4 * 4
+                sb = torch.ones((n + 127) // 128, kb4, device=device).t()[:kb4]  # (K/128 padded, N/128)
+            record("torch._scaled_mm", lambda: torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb,
+                                                                 out_dtype=torch.bfloat16, use_fast_accum=fast))
+            del x, w
+    else:
+        entries.append({"key": key, "peer": "?", "status": f"error: unknown op {op}"})
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plan", required=True, help="plan written by `fp8sim bench --write-plan`")
+    ap.add_argument("--json", required=True, help="output file")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile peers")
+    ap.add_argument("--warmup", type=int, default=None)
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--coat-sdist", help="fp8-coat sdist (.tar.gz): build COAT's kernels and time them as peers")
+    ap.add_argument("--coat-dump", help="with --coat-sdist: also write COAT's states after two steps here "
+                                        "(for `fp8sim bench --coat-states`)")
+    ap.add_argument("--coat-dump-n", type=int, default=1 << 22, help="parameters in the COAT dump (default 4M)")
+    args = ap.parse_args()
+
+    try:
+        import torch
+    except Exception as e:
+        print(f"bench_peers.py: error: PyTorch is not importable: {e}", file=sys.stderr)
+        return 1
+    try:
+        with open(args.plan) as f:
+            plan = json.load(f)
+    except Exception as e:
+        print(f"bench_peers.py: error: cannot read plan '{args.plan}': {e}", file=sys.stderr)
+        return 1
+    device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        print("bench_peers.py: error: no CUDA device visible to PyTorch", file=sys.stderr)
+        return 1
+
+    warmup = args.warmup if args.warmup is not None else int(plan.get("warmup", 5))
+    reps = args.reps if args.reps is not None else int(plan.get("reps", 20))
+    b = Bencher(torch, device, warmup, reps)
+    compile_ok = not args.no_compile and not plan.get("no_compile", False)
+    entries = []
+    doc = {
+        "tool": "scripts/bench_peers.py",
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu",
+        "warmup": warmup,
+        "reps": reps,
+        "compile": compile_ok,
+        "entries": entries,
+    }
+    items = plan.get("kernels", [])
+    if device == "cpu":  # shrink everything: this mode only checks that the script runs
+        for it in items:
+            if "shape" in it:
+                it["shape"] = [min(int(s), 256) for s in it["shape"]]
+            for key in ("m", "n", "k"):
+                if key in it:
+                    it[key] = min(int(it[key]), 256)
+            if "n" in it and it.get("op") == "adamw":
+                it["n"] = min(int(it["n"]), 1 << 16)
+            if "bytes" in it:
+                it["bytes"] = min(int(it["bytes"]), 1 << 20)
+    coat_mod = None
+    if args.coat_sdist and device == "cuda":
+        try:
+            coat_mod = build_coat(args.coat_sdist, "/tmp/fp8sim_coat")
+            doc["coat"] = {"sdist": os.path.basename(args.coat_sdist), "built": True}
+            if args.coat_dump:
+                coat_dump(torch, coat_mod, args.coat_dump_n, args.coat_dump, device)
+        except Exception as e:
+            doc["coat"] = {"sdist": os.path.basename(args.coat_sdist), "built": False,
+                           "error": (str(e).splitlines() or ["?"])[0][:500]}
+            print(f"bench_peers.py: COAT's kernels could not be built: {e}", file=sys.stderr)
+            traceback.print_exc()
+    seen = set()
+    for item in items:
+        if not item.get("peers", True):
+            continue
+        if item["key"] in seen:
+            continue
+        seen.add(item["key"])
+        try:
+            run_entry(torch, b, item, compile_ok, entries, device, coat_mod)
+        except Exception as e:
+            entries.append({"key": item.get("key", "?"), "peer": "?",
+                            "status": "error: " + (str(e).splitlines() or ["?"])[0][:300]})
+            traceback.print_exc()
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    tmp = args.json + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=2)
+    os.replace(tmp, args.json)
+    ok = sum(1 for e in entries if e.get("status") == "ok")
+    print(f"bench_peers.py: {ok} of {len(entries)} peer timings ok -> {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,129 @@
+// fp8sim analyze: a trace through an FP8 recipe, per tensor and per layer.
+#include <fmt/format.h>
+
+#include "sim/analyze/analyze.hpp"
+#include "sim/analyze/recipe.hpp"
+#include "sim/app/cli.hpp"
+#include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
+
+namespace fp8sim {
+namespace {
+
+namespace po = boost::program_options;
+
+void list_recipes() {
+  for (const auto& name : analyze::builtin_recipe_names()) {
+    const analyze::Recipe r = analyze::builtin_recipe(name);
+    fmt::print("{}: {}\n", r.name, r.description);
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& rule : r.rules)
+      rows.push_back({"  " + rule.role, rule.op, rule.module.empty() ? "" : rule.module,
+                      rule.spec ? rule.spec->to_string() : "none", rule.note});
+    cli::print_table({"  role", "op", "module", "spec", "note"}, rows);
+    fmt::print("\n");
+  }
+  fmt::print(
+      "A JSON recipe file has the same shape: {{\"name\": ..., \"base\": \"coat\" (optional), \"rules\": [{{\"role\": "
+      "\"activation\", \"op\": \"norm_input\", \"module\": \"regex\" (optional), \"spec\": \"e4m3:g32\" | \"none\"}}, "
+      "...]}}; the first matching rule wins, then the base recipe's rules.\n");
+}
+
+int run_analyze(const std::vector<std::string>& args) {
+  po::options_description opts("options");
+  std::string trace_path, recipe = "coat", json_out, md_out;
+  int64_t step = -1;
+  int threads = 0;
+  opts.add_options()
+      ("trace", po::value(&trace_path), "the trace (.h5), positional")
+      ("recipe", po::value(&recipe)->default_value("coat"),
+       "built-in recipe (bf16, te, coat, fp8lm, deepseek, mxfp8) or a JSON rule file")
+      ("step", po::value(&step), "captured step to analyze (default: the one with the most tensors)")
+      ("json", po::value(&json_out), "write the full analysis (every tensor, every GEMM) as JSON")
+      ("md", po::value(&md_out), "write a Markdown report")
+      ("tensors", "also print the per-tensor table")
+      ("no-gemm", "skip the per-layer GEMM output error")
+      ("histograms", "keep the per-tensor scaled-magnitude histograms in the JSON")
+      ("strict", "exit 1 when any tensor holds NaN or Inf (they are always counted and reported)")
+      ("threads", po::value(&threads)->default_value(0), "OpenMP threads (0: default)")
+      ("list-recipes", "show the built-in recipes and their rules, then exit");
+  po::positional_options_description pos;
+  pos.add("trace", 1);
+  po::variables_map vm;
+  if (!cli::parse("analyze", args, opts, pos, vm, "TRACE [--recipe NAME|FILE.json] [--step S] [--json OUT] [--md OUT]",
+                  "Quantizes every tensor of one captured step of a trace with the QuantSpec its recipe assigns to\n"
+                  "its (role, op) and reports the error (the metrics of `fp8sim quantize`: nmse, snr_db, underflow,\n"
+                  "saturation, ...), aggregated per role/op and per layer, plus for every linear layer the error\n"
+                  "of the forward GEMM output X W^T when both operands are quantized (fp32, Eigen), as in COAT's\n"
+                  "Figure 4(a). Tensors are quantized from their stored dtype (one rounding). NaN/Inf values are\n"
+                  "counted and reported per tensor.\n"
+                  "Examples:\n"
+                  "  fp8sim analyze traces/tiny-llama-s300.h5\n"
+                  "  fp8sim analyze traces/tiny-llama-s300.h5 --recipe deepseek --json deepseek.json --md deepseek.md\n"
+                  "  fp8sim analyze --list-recipes\n"
+                  "  fp8sim analyze my.h5 --recipe my-recipe.json --tensors"))
+    return 0;
+  if (vm.count("list-recipes")) {
+    list_recipes();
+    return 0;
+  }
+  if (trace_path.empty()) throw UsageError("no trace given (see 'fp8sim analyze --help')");
+  if (threads < 0) throw UsageError("--threads must be >= 0");
+
+  analyze::AnalyzeOptions o;
+  if (vm.count("step")) o.step = step;
+  o.gemm = vm.count("no-gemm") == 0;
+  o.histograms = vm.count("histograms") > 0;
+  o.threads = threads;
+  const analyze::Recipe rec = analyze::load_recipe(recipe);
+  const trace::TraceReader reader(trace_path);
+  const Json a = analyze::analyze_trace(reader, rec, o);
+
+  const Json& tot = a.at("totals");
+  fmt::print("trace {}  step {}  recipe {}: {} tensors ({} quantized), {:.1f} KiB stored -> {:.1f} KiB under the recipe\n\n",
+             trace_path, a.at("step").as_int(), rec.name, tot.at("tensors").as_int(),
+             tot.at("quantized_tensors").as_int(), tot.at("stored_bytes").as_number() / 1024,
+             tot.at("recipe_bytes").as_number() / 1024);
+  const analyze::Table ops = analyze::op_table(a);
+  cli::print_table(ops.header, ops.rows);
+  if (!a.at("layers").as_array().empty()) {
+    fmt::print("\nforward GEMM output error per layer (Y = X W^T, both operands quantized vs unquantized, fp32)\n");
+    const analyze::Table lt = analyze::layer_gemm_table(a);
+    cli::print_table(lt.header, lt.rows);
+  }
+  if (vm.count("tensors")) {
+    fmt::print("\n");
+    const analyze::Table tt = analyze::tensor_table(a);
+    cli::print_table(tt.header, tt.rows);
+  }
+  const auto& bad = a.at("nonfinite_tensors").as_array();
+  if (!bad.empty()) {
+    std::string names;
+    for (size_t i = 0; i < bad.size() && i < 4; ++i) names += (i ? ", " : "") + bad[i].as_string();
+    fmt::print(stderr, "fp8sim analyze: warning: {} tensor(s) hold NaN/Inf values ({}{}); their counts are in the "
+                       "per-tensor nan_count / inf_count fields\n",
+               bad.size(), names, bad.size() > 4 ? ", ..." : "");
+  }
+  if (const auto& un = a.at("unmatched_tensors").as_array(); !un.empty())
+    fmt::print(stderr, "fp8sim analyze: note: {} tensor(s) matched no rule of recipe {} and stay unquantized\n",
+               un.size(), rec.name);
+  if (const auto& sk = a.at("skipped_gemms").as_array(); !sk.empty())
+    fmt::print(stderr, "fp8sim analyze: note: {} GEMM(s) skipped (see skipped_gemms in --json)\n", sk.size());
+  if (!json_out.empty()) {
+    write_file_atomic(json_out, a.dump(2) + "\n");
+    fmt::print(stderr, "wrote {}\n", json_out);
+  }
+  if (!md_out.empty()) {
+    write_file_atomic(md_out, analyze::analysis_markdown(a));
+    fmt::print(stderr, "wrote {}\n", md_out);
+  }
+  if (vm.count("strict") && !bad.empty())
+    throw Error(fmt::format("{} tensor(s) hold NaN/Inf values (--strict)", bad.size()));
+  return 0;
+}
+
+}  // namespace
+}  // namespace fp8sim
+
+FP8SIM_COMMAND("analyze", "quantize a trace through a recipe (bf16, te, coat, fp8lm, deepseek, mxfp8, JSON): per-tensor and per-layer GEMM error",
+               fp8sim::run_analyze);

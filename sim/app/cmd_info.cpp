@@ -1,0 +1,204 @@
+// fp8sim info: what is in a trace, in the trace's own terms (steps, roles, ops, tensors).
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "sim/app/cli.hpp"
+#include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
+#include "traces/trace.hpp"
+#include "traces/trace_info.hpp"
+
+namespace fp8sim {
+namespace {
+
+namespace po = boost::program_options;
+
+std::string human_bytes(double b) {
+  if (b < 1024) return fmt::format("{:.0f} B", b);
+  if (b < 1024.0 * 1024) return fmt::format("{:.1f} KiB", b / 1024);
+  if (b < 1024.0 * 1024 * 1024) return fmt::format("{:.2f} MiB", b / (1024.0 * 1024));
+  return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
+}
+
+std::string num_or_dash(const Json& j, const char* fmtspec = "{:g}") {
+  if (!j.is_number()) return "-";
+  return fmt::format(fmt::runtime(fmtspec), j.as_number());
+}
+
+std::string model_line(const Json& m) {
+  if (!m.is_object()) return "(no model_config attribute)";
+  auto get = [&](const char* k) -> std::string {
+    const Json* v = m.find(k);
+    if (!v) return "?";
+    if (v->is_string()) return v->as_string();
+    if (v->is_bool()) return v->as_bool() ? "true" : "false";
+    if (v->is_number()) return fmt::format("{:g}", v->as_number());
+    return "?";
+  };
+  if (!m.contains("hidden_size")) return get("name");
+  std::string s = fmt::format("{}: hidden {}, ffn {}, {} layers, {}/{} heads (q/kv), vocab {}, {}, {}", get("name"),
+                              get("hidden_size"), get("intermediate_size"), get("num_hidden_layers"),
+                              get("num_attention_heads"), get("num_key_value_heads"), get("vocab_size"), get("norm"),
+                              get("activation"));
+  if (const Json* t = m.find("tie_word_embeddings"); t && t->is_bool() && t->as_bool()) s += ", tied embeddings";
+  return s;
+}
+
+std::string training_line(const Json& t) {
+  if (!t.is_object()) return "";
+  std::vector<std::string> parts;
+  auto num = [&](const char* k) -> std::optional<double> {
+    const Json* v = t.find(k);
+    return v && v->is_number() ? std::optional<double>(v->as_number()) : std::nullopt;
+  };
+  auto str = [&](const char* k) -> std::string {
+    const Json* v = t.find(k);
+    return v && v->is_string() ? v->as_string() : "";
+  };
+  if (auto b = num("batch_size"), s = num("seq_len"); b && s) parts.push_back(fmt::format("batch {} x {} tokens", *b, *s));
+  if (auto s = num("steps")) parts.push_back(fmt::format("{} steps", *s));
+  if (auto p = num("params")) parts.push_back(fmt::format("{} parameters", *p));
+  if (auto s = num("seed")) parts.push_back(fmt::format("seed {}", *s));
+  if (!str("device").empty()) parts.push_back(str("device") + " " + str("compute_dtype"));
+  if (!str("tokenizer").empty()) parts.push_back(str("tokenizer"));
+  if (!str("factory").empty()) parts.push_back("factory " + str("factory"));
+  std::string s;
+  for (size_t i = 0; i < parts.size(); ++i) s += (i ? ", " : "") + parts[i];
+  return s;
+}
+
+int run_info(const std::vector<std::string>& args) {
+  po::options_description opts("options");
+  std::string trace_path, json_out, role_s, op, name;
+  int64_t step = -1;
+  int layer = -2;
+  opts.add_options()
+      ("trace", po::value(&trace_path), "the trace (.h5), positional")
+      ("summary", "per-role totals only, no tensor lines")
+      ("step", po::value(&step), "only this step")
+      ("role", po::value(&role_s), "only this role: weight, grad, exp_avg, exp_avg_sq, activation, activation_grad")
+      ("layer", po::value(&layer), "only this block index (-1: outside the blocks)")
+      ("op", po::value(&op), "only this op (linear, norm, linear_input, norm_input, silu_input, ...)")
+      ("name", po::value(&name), "only tensors whose name contains this text")
+      ("json", po::value(&json_out), "also write the tree as JSON to this file");
+  po::positional_options_description pos;
+  pos.add("trace", 1);
+  po::variables_map vm;
+  if (!cli::parse("info", args, opts, pos, vm, "TRACE [--summary] [--step S] [--role R] [--layer L] [--op OP] [--json OUT]",
+                  "Shows what a trace holds: the model and optimizer attributes, the grad window, and per\n"
+                  "captured step the tensors by role with op, layer, dtype, shape, size and stored (compressed)\n"
+                  "size. Like `h5ls -r`, but in the trace's own terms (schema: traces/FORMAT.md). A file that is\n"
+                  "not a valid trace gives a one-line error naming what is missing.\n"
+                  "Examples:\n"
+                  "  fp8sim info traces/tiny-llama-s300.h5 --summary\n"
+                  "  fp8sim info traces/tiny-llama-s300.h5 --step 295 --role activation\n"
+                  "  fp8sim info traces/tiny-llama-s300.h5 --op linear --layer 0 --json info.json"))
+    return 0;
+  if (trace_path.empty()) throw UsageError("no trace given (see 'fp8sim info --help')");
+  trace::Filter filter;
+  if (vm.count("step")) filter.step = step;
+  if (vm.count("role")) {
+    auto r = trace::parse_role(role_s);
+    if (!r)
+      throw UsageError(fmt::format(
+          "unknown --role '{}' (valid: weight, grad, exp_avg, exp_avg_sq, activation, activation_grad)", role_s));
+    filter.role = *r;
+  }
+  if (vm.count("layer")) filter.layer = layer;
+  filter.op = op;
+  filter.name_contains = name;
+  const bool summary = vm.count("summary") > 0;
+
+  const trace::TraceReader r(trace_path);
+  const Json j = trace::trace_info_json(r, filter, true);
+
+  const auto& h = r.header();
+  fmt::print("trace      {}  ({}, {} v{})\n", trace_path, human_bytes(static_cast<double>(r.file_bytes())),
+             trace::kFormatName, h.version);
+  if (!h.producer.empty()) fmt::print("producer   {}\n", h.producer);
+  if (!h.created.empty()) fmt::print("created    {}\n", h.created);
+  if (!h.command.empty()) fmt::print("command    {}\n", h.command);
+  fmt::print("model      {}{}\n", h.model_kind.empty() ? "" : h.model_kind + " ", model_line(h.model_config));
+  const auto& o = h.optimizer;
+  if (!o.name.empty() || o.lr) {
+    auto f = [](const std::optional<double>& v) { return v ? fmt::format("{:g}", *v) : std::string("?"); };
+    fmt::print("optimizer  {}  lr {}  betas ({}, {})  eps {}  weight_decay {}\n", o.name.empty() ? "?" : o.name,
+               f(o.lr), f(o.beta1), f(o.beta2), f(o.eps), f(o.weight_decay));
+  }
+  if (const std::string t = training_line(h.training); !t.empty()) fmt::print("training   {}\n", t);
+  if (h.grad_window) {
+    const auto [a, b] = *h.grad_window;
+    const bool has_end = r.find_step(b + 1) != nullptr;
+    fmt::print("grad window steps {}..{} ({} steps){}\n", a, b, b - a + 1,
+               has_end ? fmt::format("; state after the window in step {}", b + 1) : "; NO end state stored");
+  }
+  if (!r.ignored().empty()) {
+    fmt::print("ignored    {} object(s) outside the schema:", r.ignored().size());
+    for (size_t i = 0; i < r.ignored().size() && i < 5; ++i) fmt::print(" {}", r.ignored()[i]);
+    fmt::print("{}\n", r.ignored().size() > 5 ? " ..." : "");
+  }
+  const Json& tot = j.at("totals");
+  fmt::print("tensors    {} ({} elements, {} in memory, {} stored)\n", tot.at("tensors").as_int(),
+             tot.at("elements").as_int(), human_bytes(tot.at("bytes").as_number()),
+             human_bytes(tot.at("stored_bytes").as_number()));
+
+  for (const Json& s : j.at("steps").as_array()) {
+    fmt::print("\nstep {}{}  lr {}  loss {}  adamw_step {}  {} tensors, {} ({} stored)\n", s.at("step").as_int(),
+               s.at("contents").as_string().empty() ? "" : " [" + s.at("contents").as_string() + "]",
+               num_or_dash(s.at("lr"), "{:.4g}"), num_or_dash(s.at("loss"), "{:.4f}"), num_or_dash(s.at("adamw_step")),
+               s.at("tensor_count").as_int(), human_bytes(s.at("bytes").as_number()),
+               human_bytes(s.at("stored_bytes").as_number()));
+    if (summary) {
+      std::vector<std::vector<std::string>> rows;
+      for (const Json& rj : s.at("roles").as_array()) {
+        std::string dtypes, ops;
+        for (const Json& d : rj.at("dtypes").as_array()) dtypes += (dtypes.empty() ? "" : ",") + d.as_string();
+        for (const Json& d : rj.at("ops").as_array()) ops += (ops.empty() ? "" : ",") + d.as_string();
+        rows.push_back({"  " + rj.at("role").as_string(), fmt::format("{}", rj.at("tensors").as_int()),
+                        fmt::format("{}", rj.at("elements").as_int()), human_bytes(rj.at("bytes").as_number()),
+                        human_bytes(rj.at("stored_bytes").as_number()), dtypes, ops});
+      }
+      cli::print_table({"  role", "tensors", "elements", "bytes", "stored", "dtypes", "ops"}, rows);
+      continue;
+    }
+    std::string current_role;
+    std::vector<std::vector<std::string>> rows;
+    auto flush = [&] {
+      if (rows.empty()) return;
+      cli::print_table({"    name", "op", "layer", "dtype", "shape", "bytes", "stored"}, rows);
+      rows.clear();
+    };
+    for (const Json& t : s.at("tensors").as_array()) {
+      const std::string role = t.at("role").as_string();
+      if (role != current_role) {
+        flush();
+        current_role = role;
+        for (const Json& rj : s.at("roles").as_array())
+          if (rj.at("role").as_string() == role)
+            fmt::print("  {}: {} tensors, {} elements\n", role, rj.at("tensors").as_int(), rj.at("elements").as_int());
+      }
+      std::string shape = "(";
+      const auto& sh = t.at("shape").as_array();
+      for (size_t i = 0; i < sh.size(); ++i) shape += fmt::format("{}{}", i ? ", " : "", sh[i].as_int());
+      shape += sh.size() == 1 ? ",)" : ")";
+      std::string name = t.at("name").as_string();
+      if (const Json* m = t.find("modules"); m && m->size() > 1) name += fmt::format("  [-> {} linears]", m->size());
+      rows.push_back({"    " + name, t.at("op").as_string(),
+                      t.at("layer").as_int() < 0 ? "-" : fmt::format("{}", t.at("layer").as_int()),
+                      t.at("dtype").as_string(), shape, human_bytes(t.at("bytes").as_number()),
+                      human_bytes(t.at("stored_bytes").as_number())});
+    }
+    flush();
+  }
+  if (!json_out.empty()) {
+    write_file_atomic(json_out, j.dump(2) + "\n");
+    fmt::print(stderr, "wrote {}\n", json_out);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace fp8sim
+
+FP8SIM_COMMAND("info", "show the steps, tensors, roles, ops, shapes and attributes of a trace", fp8sim::run_info);

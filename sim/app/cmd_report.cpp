@@ -1,0 +1,154 @@
+// fp8sim report: one command from a trace to an accuracy, memory and speed report with plots.
+#include <fmt/format.h>
+
+#include <sstream>
+
+#include "sim/app/cli.hpp"
+#include "sim/common/check.hpp"
+#include "sim/common/json.hpp"
+#include "sim/report/report.hpp"
+
+#include "sim/bench/bench.hpp"
+#include "sim/compare/compare.hpp"
+#include "sim/speed/speed.hpp"
+
+#ifdef FP8SIM_HAVE_CUDA
+#include "gpu/bench/bench_gpu.hpp"
+#include "gpu/common/device.hpp"
+#include "gpu/compare/gpu_ops.hpp"
+#include "gpu/speed/replay.hpp"
+#endif
+
+namespace fp8sim {
+namespace {
+
+namespace po = boost::program_options;
+
+std::vector<std::string> split_list(const std::vector<std::string>& items) {
+  std::vector<std::string> out;
+  for (const auto& item : items) {
+    std::stringstream ss(item);
+    std::string part;
+    while (std::getline(ss, part, ',')) {
+      part.erase(0, part.find_first_not_of(" \t"));
+      part.erase(part.find_last_not_of(" \t") + 1);
+      if (part.empty()) throw UsageError(fmt::format("--recipes '{}' has an empty name", item));
+      out.push_back(part);
+    }
+  }
+  return out;
+}
+
+report::GpuHooks make_gpu_hooks() {
+  report::GpuHooks hooks;
+#ifdef FP8SIM_HAVE_CUDA
+  hooks.device = [] {
+    const auto& d = gpu::device_info();
+    Json j;
+    j["available"] = d.available;
+    if (d.available) {
+      j["name"] = d.name;
+      j["compute_capability"] = fmt::format("{}.{}", d.cc_major, d.cc_minor);
+      j["sm_count"] = d.sm_count;
+      j["memory_gib"] = static_cast<double>(d.total_mem) / double(1ull << 30);
+    } else {
+      j["why_not"] = d.why_not;
+    }
+    return j;
+  };
+  // The report's GPU runs are the quick variants, so the whole report stays within minutes; the full
+  // runs are `fp8sim compare` and `fp8sim bench` (reports/h200/compare.md, bench.md).
+  hooks.compare = [](const report::ReportOptions& o) {
+    compare::CompareOptions co;
+    co.trace_path = o.trace.string();
+    co.max_tensors = report::kCompareTensorsPerOp;
+    co.command_line = o.command_line;
+    auto ops = gpu::make_gpu_ops();
+    return compare::compare_trace(co, ops.get());
+  };
+  hooks.bench = [](const report::ReportOptions& o) {
+    bench::BenchOptions bo;
+    bo.smoke = true;
+    bo.command_line = o.command_line;
+    return gpu::run_bench(bo);
+  };
+  hooks.speed_measured = [](const speed::SpeedOptions& so) { return gpu::speed::speed_measured(so); };
+#endif
+  return hooks;
+}
+
+int run_report_cmd(const std::vector<std::string>& args) {
+  po::options_description opts("options");
+  std::string trace, model, out;
+  std::vector<std::string> recipes;
+  int gpus = 4, batch = 2, seq = 2048;
+  const report::ReportOptions defaults;
+  opts.add_options()
+      ("trace", po::value(&trace), "HDF5 trace (positional; default: the committed sample under traces/)")
+      ("model", po::value(&model)->default_value(defaults.model),
+       "model for the memory and speed sections: a models/NAME.json name or a JSON file")
+      ("recipes", po::value(&recipes)->multitoken(),
+       "recipes to compare, comma- or space-separated (default: bf16,te,coat,fp8lm,deepseek)")
+      ("gpus", po::value(&gpus)->default_value(defaults.gpus), "data-parallel GPUs (FSDP) for memory and speed")
+      ("batch", po::value(&batch)->default_value(defaults.batch), "micro-batch per GPU for memory and speed")
+      ("seq", po::value(&seq)->default_value(defaults.seq), "sequence length for memory and speed")
+      ("out", po::value(&out)->default_value(defaults.out_dir.string()),
+       "report folder (created; an earlier report there is replaced only when the new one is complete)")
+      ("no-plots", "skip the plots (tables only; the report says so)");
+  po::positional_options_description pos;
+  pos.add("trace", 1);
+  po::variables_map vm;
+  if (!cli::parse("report", args, opts, pos, vm, "[TRACE] [--model NAME] [--recipes R,...] [--gpus N] [--out DIR] [--no-plots]",
+                  "Runs every analysis fp8sim has on one trace and one model and writes a report folder:\n"
+                  "  report.json   everything, machine-readable (each subcommand's full document under `data`)\n"
+                  "  report.md     the report as Markdown, linking the PNG plots beside it\n"
+                  "  report.html   a single file with the plots embedded (opens offline in any browser)\n"
+                  "  *.png         plots drawn by scripts/plots.py (matplotlib; Python from $FP8SIM_PYTHON,\n"
+                  "                the project venv, or python3 on PATH)\n"
+                  "Sections: per-tensor quantization error and per-layer forward GEMM error per recipe (analyze),\n"
+                  "optimizer-state error with COAT's Table 1 and Figure 3 (optim), memory per GPU (memory), step\n"
+                  "time (speed: measured on a GPU, else modelled from the committed calibration file), and, with\n"
+                  "a GPU, CPU-vs-GPU bit comparison (compare) and kernel throughput (bench). A section this\n"
+                  "machine cannot produce says so and how to get it.\n"
+                  "Examples:\n"
+                  "  fp8sim report                                   # sample trace, llama2-7b, 4 GPUs -> ./report\n"
+                  "  fp8sim report my_trace.h5 --model llama3-8b --gpus 8 --out reports/mine\n"
+                  "  fp8sim report --recipes bf16,coat --no-plots --out /tmp/r"))
+    return 0;
+
+  report::ReportOptions o;
+  o.trace = trace;
+  o.model = model;
+  o.recipes = split_list(recipes);
+  o.gpus = gpus;
+  o.batch = batch;
+  o.seq = seq;
+  o.out_dir = out;
+  o.plots = vm.count("no-plots") == 0;
+  o.version = FP8SIM_VERSION;
+  o.command_line = "fp8sim report";
+  for (const auto& a : args) o.command_line += " " + a;
+
+  const report::WriteResult wr = report::run_report(o, make_gpu_hooks());
+  fmt::print("wrote {}/ ({})\n", wr.dir.string(), [&] {
+    std::string s;
+    for (const auto& f : wr.files) s += (s.empty() ? "" : ", ") + f;
+    return s;
+  }());
+  if (wr.plots_status == "ok") fmt::print("plots: drawn\n");
+  else fmt::print("plots: {}: {}\n", wr.plots_status, wr.plots_reason);
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& sec : wr.sections) {
+    std::string why = sec.reason;
+    if (why.size() > 90) why = why.substr(0, 87) + "...";
+    rows.push_back({sec.title, sec.status, why});
+  }
+  cli::print_table({"section", "status", "note"}, rows);
+  return 0;
+}
+
+}  // namespace
+}  // namespace fp8sim
+
+FP8SIM_COMMAND("report", "everything on one trace and model -> report.json, report.md, report.html, PNG plots",
+               fp8sim::run_report_cmd);

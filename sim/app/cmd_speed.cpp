@@ -1,0 +1,281 @@
+// fp8sim speed: step time, tokens/s/GPU and speedup vs BF16 per recipe, from kernels timed on
+// the GPU now or from a calibration measured on one earlier.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "sim/app/cli.hpp"
+#include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
+#include "sim/speed/speed.hpp"
+
+#ifdef FP8SIM_HAVE_CUDA
+#include "gpu/common/device.hpp"
+#include "gpu/speed/replay.hpp"
+#endif
+
+namespace fp8sim {
+namespace {
+
+namespace po = boost::program_options;
+using namespace fp8sim::speed;
+
+int64_t parse_positive(const std::string& s, const char* what) {
+  size_t pos = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &pos);
+  } catch (const std::exception&) {
+    pos = 0;
+  }
+  if (pos != s.size() || s.empty() || v <= 0)
+    throw UsageError(fmt::format("{} must be a positive integer, not '{}'", what, s));
+  return v;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream ss(s);
+  while (std::getline(ss, cur, sep)) out.push_back(cur);
+  if (!s.empty() && s.back() == sep) out.push_back("");
+  return out;
+}
+
+// "2" (every recipe) or "bf16=2,te=2,coat=4" (per recipe; unnamed recipes use the first... no:
+// every listed recipe must be named).
+void parse_batch(const std::string& s, SpeedOptions& o) {
+  if (s.find('=') == std::string::npos) {
+    o.batch = parse_positive(s, "--batch");
+    return;
+  }
+  for (const std::string& part : split(s, ',')) {
+    const auto eq = part.find('=');
+    if (eq == std::string::npos)
+      throw UsageError(fmt::format("--batch '{}': write one number, or recipe=number pairs like bf16=2,coat=4", s));
+    const Recipe r = parse_recipe(part.substr(0, eq));
+    if (o.recipe_batch.count(r)) throw UsageError(fmt::format("--batch names recipe '{}' twice", recipe_name(r)));
+    o.recipe_batch[r] = parse_positive(part.substr(eq + 1), "--batch");
+  }
+  // A recipe not named gets the BF16 batch when given, else 1.
+  o.batch = o.recipe_batch.count(Recipe::BF16) ? o.recipe_batch.at(Recipe::BF16) : 1;
+}
+
+std::string f(double v, int digits = 2) { return fmt::format("{:.{}f}", v, digits); }
+std::string opt_num(const Json* j, const char* spec) {
+  return j && j->is_number() ? fmt::format(fmt::runtime(spec), j->as_number()) : std::string("-");
+}
+
+void print_report(const Json& doc, bool show_ops) {
+  const Json& model = doc.at("model");
+  fmt::print("{}\n\n", doc.at("timing").at("statement").as_string());
+  fmt::print("model {} ({} layers, {:.2f} B params), seq {}, {} GPU(s), grad-accum {}\n",
+             model.at("name").as_string(), model.at("layers").as_int(), model.at("params").as_number() / 1e9,
+             doc.at("seq").as_int(), doc.at("gpus").as_int(), doc.at("grad_accum").as_int());
+  if (const Json* cm = doc.at("timing").find("comm_model")) fmt::print("{}\n", cm->as_string());
+  fmt::print("\n");
+  std::vector<std::vector<std::string>> rows;
+  for (const Json& r : doc.at("recipes").as_array()) {
+    const Json& b = r.at("breakdown_ms");
+    rows.push_back({r.at("recipe").as_string(), std::to_string(r.at("batch").as_int()), f(r.at("layer_fwd_ms").as_number(), 3),
+                    f(r.at("layer_bwd_ms").as_number(), 3), f(b.at("gemm").as_number(), 1), f(b.at("attention").as_number(), 1),
+                    f(b.at("quantize").as_number(), 1), f(b.at("nonlinear").as_number(), 1),
+                    f(r.at("optimizer_ms").as_number() + r.at("weight_cast_ms").as_number(), 1), f(r.at("comm_ms").as_number(), 1),
+                    f(r.at("step_ms").as_number(), 1), f(r.at("tokens_per_s_per_gpu").as_number(), 0),
+                    f(r.at("speedup_vs_bf16").as_number(), 3) + "x"});
+  }
+  cli::print_table({"recipe", "batch", "layer fwd ms", "layer bwd ms", "gemm", "attn", "quant", "nonlin", "opt+cast",
+                    "comm", "step ms", "tok/s/GPU", "vs BF16"},
+                   rows);
+  fmt::print("(gemm .. comm: milliseconds per optimizer step)\n");
+
+  if (show_ops)
+    for (const Json& r : doc.at("recipes").as_array()) {
+      fmt::print("\nkernels, recipe {} (ms per launch; count = launches per step)\n", r.at("recipe").as_string());
+      std::vector<std::vector<std::string>> kr;
+      for (const Json& op : r.at("ops").as_array()) {
+        std::string dims;
+        for (const Json& d : op.at("dims").as_array()) {
+          if (!dims.empty()) dims += 'x';
+          dims += std::to_string(d.as_int());
+        }
+        const Json* tf = op.find("tflops");
+        kr.push_back({op.at("name").as_string(), op.at("phase").as_string(), op.at("kind").as_string() + " " + op.at("variant").as_string(),
+                      dims, f(op.at("ms").as_number(), 4), fmt::format("{:g}", op.at("count").as_number()),
+                      tf ? f(tf->as_number(), 0) + " TFLOP/s" : f(op.at("gbps").as_number(), 0) + " GB/s",
+                      op.at("source").as_string() == "measured" ? "measured" : "fitted"});
+      }
+      cli::print_table({"op", "phase", "kernel", "dims", "ms", "count", "achieved", "source"}, kr);
+    }
+
+  if (const Json* fb = doc.find("fig4b")) {
+    fmt::print("\nFigure 4(b): per-tensor max of a BF16 tensor, just-in-time pass vs Group Scaling\n");
+    std::vector<std::vector<std::string>> fr;
+    for (const Json& r : fb->as_array())
+      fr.push_back({fmt::format("{}x{}", r.at("rows").as_int(), r.at("cols").as_int()), f(r.at("jit_amax_ms").as_number(), 3),
+                    f(r.at("group_stage1_overhead_ms").as_number(), 3), f(r.at("group_stage2_ms").as_number(), 3),
+                    f(r.at("group_scaling_ms").as_number(), 3), f(r.at("speedup").as_number(), 1) + "x",
+                    opt_num(r.find("torch_eager_amax_ms"), "{:.3f}"),
+                    fmt::format("{:.2f} -> {:.2f}", r.at("paper_h100_jit_ms").as_number(), r.at("paper_h100_group_ms").as_number())});
+    cli::print_table({"tensor", "JIT ms", "stage1 extra", "stage2 ms", "group ms", "JIT/group", "torch amax ms",
+                      "paper H100 ms"},
+                     fr);
+  }
+  if (const Json* t = doc.find("table7")) {
+    fmt::print("\nCOAT Table 7 rows (paper: H100, FSDP; predicted: this calibration's GPU, kernels only{})\n",
+               doc.at("timing").at("fsdp_comm").as_string() == "none" ? ", no communication" : " + the FSDP model");
+    std::vector<std::vector<std::string>> tr;
+    for (const Json& r : t->as_array()) {
+      std::string batches, pred, paper;
+      for (const Json& m : r.at("methods").as_array()) {
+        if (!batches.empty()) {
+          batches += '/';
+          pred += '/';
+          paper += '/';
+        }
+        batches += m.at("batch").as_int() ? std::to_string(m.at("batch").as_int()) : std::string("OOM");
+        pred += opt_num(m.find("tokens_per_s_per_gpu"), "{:.0f}");
+        paper += opt_num(m.find("paper_tokens_per_s_per_gpu"), "{:.0f}");
+      }
+      tr.push_back({fmt::format("{} {}GPU s{}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int()),
+                    batches, pred, paper, opt_num(r.find("te_vs_bf16"), "{:.2f}x"), opt_num(r.find("paper_te_vs_bf16"), "{:.2f}x"),
+                    opt_num(r.find("coat_vs_bf16"), "{:.2f}x"), opt_num(r.find("paper_coat_vs_bf16"), "{:.2f}x"),
+                    opt_num(r.find("coat_vs_bf16_same_batch"), "{:.2f}x")});
+    }
+    cli::print_table({"row", "batch b/t/c", "tok/s/GPU b/t/c", "paper tok/s", "TE/BF16", "paper", "COAT/BF16", "paper",
+                      "COAT same batch"},
+                     tr);
+  }
+  if (const Json* v = doc.find("validation")) {
+    fmt::print("\nValidation: BF16 layer forward+backward, fp8sim vs PyTorch ({})\n",
+               v->at("torch_version").is_string() ? "torch " + v->at("torch_version").as_string() : std::string("torch"));
+    std::vector<std::vector<std::string>> vr;
+    for (const Json& r : v->at("rows").as_array())
+      vr.push_back({fmt::format("{} b{} s{}", r.at("model").as_string(), r.at("batch").as_int(), r.at("seq").as_int()),
+                    f(r.at("torch_layer_ms").as_number(), 3), f(r.at("fp8sim_bf16_layer_ms").as_number(), 3),
+                    fmt::format("{:+.1f}%", 100 * r.at("difference").as_number()),
+                    r.at("within_15_percent").as_bool() ? "yes" : "NO"});
+    cli::print_table({"config", "torch ms", "fp8sim ms", "diff", "within 15%"}, vr);
+  }
+  if (const Json* n = doc.find("notes"); n && n->size()) {
+    fmt::print("\nnotes:\n");
+    for (const Json& s : n->as_array()) fmt::print("  - {}\n", s.as_string());
+  }
+}
+
+int run_speed(const std::vector<std::string>& args) {
+  po::options_description opts("options");
+  std::string model = "llama2-7b", batch = "1", recipes = "bf16,te,coat", fsdp = "none", json_out, md_out, calib,
+              torch_times, write_cal;
+  int64_t seq = 2048, gpus = 1, accum = 1;
+  double link = 360;
+  int reps = 10, warmup = 3;
+  opts.add_options()
+      ("model,m", po::value(&model)->default_value("llama2-7b"), "model name (models/NAME.json) or a model JSON path")
+      ("batch,b", po::value(&batch)->default_value("1"),
+       "micro-batch per GPU: one number, or per recipe as bf16=2,te=2,coat=4")
+      ("seq,s", po::value(&seq)->default_value(2048), "sequence length")
+      ("recipes,r", po::value(&recipes)->default_value("bf16,te,coat"), "comma-separated recipes: bf16, te, coat")
+      ("gpus,g", po::value(&gpus)->default_value(1), "FSDP data-parallel GPUs (shards the optimizer step)")
+      ("grad-accum", po::value(&accum)->default_value(1), "micro-batches per optimizer step")
+      ("calibration", po::value(&calib), "model from this calibration file even when a GPU is present "
+       "(default without a GPU: reports/h200/calibration.json)")
+      ("torch-times", po::value(&torch_times), "measuring run: PyTorch SDPA/AdamW/layer times from "
+       "scripts/torch_layer_time.py")
+      ("write-calibration", po::value(&write_cal), "measuring run: merge this run's kernel times into FILE")
+      ("table7", "add COAT Table 7's rows (Llama-2-7B/13B, LLaMA-30B) beside the paper's throughput")
+      ("no-fig4b", "leave out the Figure 4(b) table")
+      ("fsdp-comm", po::value(&fsdp)->default_value("none"), "FSDP communication model: none, serial or overlap")
+      ("link-gbps", po::value(&link)->default_value(360), "bus bandwidth the FSDP model assumes, GB/s")
+      ("reps", po::value(&reps)->default_value(10), "measuring run: timed repetitions per kernel")
+      ("warmup", po::value(&warmup)->default_value(3), "measuring run: untimed warm-up launches per kernel")
+      ("ops", "print every kernel of every recipe")
+      ("json", po::value(&json_out), "write the whole result as JSON to FILE")
+      ("markdown", po::value(&md_out), "write the result as Markdown to FILE");
+  po::variables_map vm;
+  if (!cli::parse("speed", args, opts, {}, vm,
+                  "--model NAME --batch B --seq S [--recipes bf16,te,coat] [--gpus N] [--calibration FILE] [--json OUT]",
+                  "Predicts one training step's time per GPU for BF16, TransformerEngine-style per-tensor FP8 (te) and\n"
+                  "COAT, by replaying every kernel of a transformer layer (three GEMMs per Linear, the recipe's\n"
+                  "quantize/transpose/group-scaling kernels, RMSNorm, SiLU*Mul, residual adds, RoPE, attention) plus\n"
+                  "embedding, LM head, loss and the optimizer step, and reports tokens/s/GPU and the speedup vs BF16.\n"
+                  "On a GPU (CUDA build) each kernel is timed now with CUDA events; attention comes from PyTorch SDPA\n"
+                  "(--torch-times). Without a GPU the times come from a calibration file measured on one, and the\n"
+                  "output says the figures are MODELLED.\n"
+                  "Examples:\n"
+                  "  fp8sim speed --model llama2-7b --batch 2 --seq 2048 --gpus 4\n"
+                  "  fp8sim speed --model llama2-7b --batch bf16=2,te=2,coat=4 --gpus 4 --table7 --json speed.json\n"
+                  "  fp8sim speed --model llama2-13b --batch 1 --gpus 4 --fsdp-comm serial --ops\n"
+                  "  fp8sim speed --model llama2-7b --batch 2 --torch-times torch.json --write-calibration cal.json  (GPU)"))
+    return 0;
+
+  SpeedOptions o;
+  o.model = model;
+  o.recipes.clear();
+  std::set<std::string> seen;
+  for (const std::string& r : split(recipes, ',')) {
+    if (!seen.insert(r).second) throw UsageError(fmt::format("--recipes lists '{}' twice", r));
+    o.recipes.push_back(parse_recipe(r));
+  }
+  if (o.recipes.empty()) throw UsageError("--recipes is empty");
+  parse_batch(batch, o);
+  if (seq <= 0) throw UsageError(fmt::format("--seq must be positive, not {}", seq));
+  if (gpus <= 0) throw UsageError(fmt::format("--gpus must be positive, not {}", gpus));
+  if (accum <= 0) throw UsageError(fmt::format("--grad-accum must be positive, not {}", accum));
+  if (!(link > 0) || !std::isfinite(link)) throw UsageError("--link-gbps must be a positive number");
+  if (fsdp != "none" && fsdp != "serial" && fsdp != "overlap")
+    throw UsageError(fmt::format("--fsdp-comm must be none, serial or overlap, not '{}'", fsdp));
+  if (reps <= 0 || warmup < 0) throw UsageError("--reps must be positive and --warmup non-negative");
+  o.seq = seq;
+  o.gpus = gpus;
+  o.grad_accum = accum;
+  o.fsdp_comm = fsdp;
+  o.link_gbps = link;
+  o.calibration = calib;
+  o.torch_times = torch_times;
+  o.write_calibration = write_cal;
+  o.table7 = vm.count("table7") > 0;
+  o.fig4b = vm.count("no-fig4b") == 0;
+  o.command_line = "fp8sim speed";
+  for (const auto& a : args) o.command_line += " " + a;
+
+  if (!calib.empty() && (!torch_times.empty() || !write_cal.empty()))
+    throw UsageError("--torch-times and --write-calibration belong to a measuring run; drop --calibration");
+
+  MeasureFn measure;
+  std::unique_ptr<Progress> bar;
+#ifdef FP8SIM_HAVE_CUDA
+  if (calib.empty() && gpu::device_info().available) {
+    gpu::speed::ReplaySettings rs;
+    rs.reps = reps;
+    rs.warmup = warmup;
+    measure = [rs](const std::vector<KernelOp>& ops, const std::function<void(double, double)>& progress) {
+      return gpu::speed::measure_ops(ops, rs, progress);
+    };
+    o.progress = [&bar](double done, double total) {
+      if (!bar) bar = std::make_unique<Progress>("timing kernels", total);
+      bar->update(done);
+    };
+  }
+#endif
+  if (!measure && (!torch_times.empty() || !write_cal.empty()) && calib.empty())
+    throw Error("--torch-times and --write-calibration need a GPU (this build or machine has none)");
+
+  const Json doc = speed_report(o, measure);
+  if (bar) bar->finish();
+  print_report(doc, vm.count("ops") > 0);
+  if (!json_out.empty()) write_file_atomic(json_out, doc.dump(1) + "\n");
+  if (!md_out.empty()) write_file_atomic(md_out, speed_markdown(doc));
+  return 0;
+}
+
+}  // namespace
+}  // namespace fp8sim
+
+FP8SIM_COMMAND("speed", "step time, tokens/s/GPU and speedup vs BF16 for bf16/te/coat from timed kernels",
+               fp8sim::run_speed);

@@ -1,0 +1,663 @@
+#include "sim/compare/compare.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <map>
+
+#include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
+#include "sim/formats/fp8.hpp"
+#include "sim/gemm/gemm_ref.hpp"
+#include "sim/optim/adamw.hpp"
+#include "sim/optim/state_recipe.hpp"
+#include "traces/trace.hpp"
+
+namespace fp8sim::compare {
+
+namespace {
+
+using trace::Role;
+using trace::TensorInfo;
+
+std::string now_text() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S %Z", std::localtime(&t));
+  return buf;
+}
+
+Json shape_json(const std::vector<int64_t>& s) {
+  Json a = Json::array();
+  for (auto d : s) a.push_back(d);
+  return a;
+}
+
+bool wanted(const CompareOptions& o, const std::string& op) {
+  return o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end();
+}
+
+template <class T>
+int64_t count_diff(const std::vector<T>& a, const std::vector<T>& b, int64_t* first = nullptr) {
+  if (a.size() != b.size()) return static_cast<int64_t>(std::max(a.size(), b.size()));
+  int64_t d = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) {
+      if (d == 0 && first) *first = static_cast<int64_t>(i);
+      ++d;
+    }
+  }
+  return d;
+}
+
+uint64_t max_ulp(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return UINT64_MAX;
+  uint64_t m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, ulp_distance(a[i], b[i]));
+  return m;
+}
+
+// Codes, scales, k, c and the dequantized values of two quantizations of the same tensor.
+Json compare_quantized(GpuOps& gpu, const QuantizedTensor& cq, const QuantizedTensor& gq) {
+  Json e = Json::object();
+  e["elements"] = cq.numel();
+  int64_t first = -1;
+  const int64_t dc = count_diff(cq.codes, gq.codes, &first);
+  const int64_t bytes_per = cq.spec.code_bytes_per_element();
+  e["differing_codes"] = bytes_per == 1 ? dc : dc;  // code bytes; for 16-bit formats a differing element may count twice
+  if (first >= 0) {
+    Json f = Json::object();
+    f["index"] = first / bytes_per;
+    f["cpu"] = static_cast<int>(cq.codes[static_cast<size_t>(first)]);
+    f["gpu"] = static_cast<int>(gq.codes[static_cast<size_t>(first)]);
+    e["first_difference"] = std::move(f);
+  }
+  e["groups"] = cq.num_groups();
+  const int64_t ds = count_diff(cq.scales, gq.scales);
+  const int64_t dk = count_diff(cq.expand_k, gq.expand_k);
+  const int64_t dcc = count_diff(cq.expand_c, gq.expand_c);
+  e["differing_scales"] = ds;
+  e["differing_k"] = dk;
+  e["differing_c"] = dcc;
+  const std::vector<float> deq_cpu = dequantize(cq);
+  const std::vector<float> deq_gpu = gpu.dequantize(gq);
+  const std::vector<float> deq_gpu_of_cpu = gpu.dequantize(cq);  // the dequantize kernel alone
+  const uint64_t u1 = max_ulp(deq_cpu, deq_gpu), u2 = max_ulp(deq_cpu, deq_gpu_of_cpu);
+  e["max_ulp_dequantized"] = u1;
+  e["max_ulp_dequantize_kernel"] = u2;
+  e["passed"] = dc == 0 && ds == 0 && dk == 0 && dcc == 0 && u1 == 0 && u2 == 0;
+  return e;
+}
+
+struct Counter {
+  int64_t entries = 0, failed = 0;
+};
+
+void add_entry(Json& ops, Json e, std::map<std::string, Counter>& per_op) {
+  auto& c = per_op[e.at("op").as_string()];
+  ++c.entries;
+  if (!e.at("passed").as_bool()) ++c.failed;
+  ops.push_back(std::move(e));
+}
+
+// ---- the op families ----------------------------------------------------------------------------------
+struct TensorRef {
+  const TensorInfo* info;
+  trace::TensorData data;
+  std::vector<float> f32;  // widened
+};
+
+void run_casts(GpuOps& gpu, const TensorRef& t, Json& ops, std::map<std::string, Counter>& per_op) {
+  struct CastCase {
+    const char* name;
+    Format f;
+    Saturation s;
+    Rounding r;
+    bool bf16_input;
+  };
+  static const CastCase cases[] = {
+      {"e4m3 rne sat", Format::E4M3, Saturation::Finite, Rounding::Nearest, false},
+      {"e4m3 rne nosat", Format::E4M3, Saturation::None, Rounding::Nearest, false},
+      {"e5m2 rne sat", Format::E5M2, Saturation::Finite, Rounding::Nearest, false},
+      {"e4m3 stochastic", Format::E4M3, Saturation::Finite, Rounding::Stochastic, false},
+      {"e5m2 stochastic", Format::E5M2, Saturation::Finite, Rounding::Stochastic, false},
+      {"e4m3 rne sat (bf16 input)", Format::E4M3, Saturation::Finite, Rounding::Nearest, true},
+  };
+  const size_t n = t.f32.size();
+  std::vector<uint16_t> b16;
+  for (const auto& cc : cases) {
+    CastOptions o;
+    o.format = cc.f;
+    o.saturation = cc.s;
+    o.rounding = cc.r;
+    o.seed = 0xC0FFEEull;
+    std::vector<uint8_t> ref(n), got(n);
+    if (cc.bf16_input) {
+      if (t.info->dtype == trace::DType::BF16) b16 = t.data.bits;
+      else if (b16.empty()) {
+        b16.resize(n);
+        for (size_t i = 0; i < n; ++i) b16[i] = f32_to_bf16_rne(t.f32[i]);
+      }
+      cast_bf16_to_fp8(b16.data(), ref.data(), n, o);
+      gpu.cast_bf16(b16.data(), n, o, got.data());
+    } else {
+      cast_f32_to_fp8(t.f32.data(), ref.data(), n, o);
+      gpu.cast_f32(t.f32.data(), n, o, got.data());
+    }
+    Json e = Json::object();
+    e["op"] = "cast";
+    e["spec"] = cc.name;
+    e["tensor"] = t.info->name;
+    e["role"] = std::string(trace::role_name(t.info->role));
+    e["shape"] = shape_json(t.info->shape);
+    e["elements"] = static_cast<int64_t>(n);
+    int64_t first = -1;
+    const int64_t d = count_diff(ref, got, &first);
+    e["differing_codes"] = d;
+    if (first >= 0) {
+      Json f = Json::object();
+      f["index"] = first;
+      f["input_bits"] = fmt::format("0x{:08X}", f32_bits(t.f32[static_cast<size_t>(first)]));
+      f["cpu"] = static_cast<int>(ref[static_cast<size_t>(first)]);
+      f["gpu"] = static_cast<int>(got[static_cast<size_t>(first)]);
+      e["first_difference"] = std::move(f);
+    }
+    e["passed"] = d == 0;
+    add_entry(ops, std::move(e), per_op);
+  }
+}
+
+std::vector<std::string> specs_for(Role r) {
+  switch (r) {
+    case Role::Weight:
+      return {"e4m3:tensor:eps=1e-10", "e4m3:tensor:scale=pow2", "e4m3:b128x128", "e4m3:b128x128:scale=pow2",
+              "e4m3:col", "e4m3:row:sat=none", "bf16:tensor"};
+    case Role::Activation:
+      return {"e4m3:g16:scale=bf16:eps=1e-10", "e4m3:g128", "mxfp8", "e4m3:tensor", "e4m3:row",
+              "e4m3:g16:round=stochastic:seed=7", "e4m3:g100", "e4m3:b16x48", "e4m3:tensor:sat=none"};
+    case Role::Grad:
+    case Role::ActivationGrad:
+      return {"e5m2:tensor", "e5m2:g128", "e5m2:g32:scale=e8m0", "e5m2:tensor:round=stochastic:seed=3",
+              "e5m2:row:scale=pow2"};
+    case Role::ExpAvg:
+    case Role::ExpAvgSq:
+      return {"e4m3:g128:de=coat",  "e4m3:g128:de=robust", "e5m2:g128:de=coat", "e4m3:g128:eps=1e-20:eps_add=fp64",
+              "e4m3:g128:de=coat:round=stochastic:seed=5", "e4m3:g100:de=robust", "e4m3:row:de=coat",
+              "e4m3:tensor:de=robust", "fp16:tensor"};
+  }
+  return {};
+}
+
+void run_quantize(GpuOps& gpu, const TensorRef& t, Json& ops, std::map<std::string, Counter>& per_op) {
+  const bool state = t.info->role == Role::ExpAvg || t.info->role == Role::ExpAvgSq;
+  for (const auto& text : specs_for(t.info->role)) {
+    const QuantSpec spec = QuantSpec::parse(text);
+    // Optimizer states are quantized flattened (groups along the whole parameter), except the
+    // specs that name rows/blocks of the stored shape.
+    std::vector<int64_t> shape = t.info->shape;
+    if (state && spec.granularity == Granularity::Group) shape = {t.info->numel()};
+    const bool b16 = t.info->dtype == trace::DType::BF16;
+    const void* x = b16 ? static_cast<const void*>(t.data.bits.data()) : static_cast<const void*>(t.f32.data());
+    const InputDtype dt = b16 ? InputDtype::BF16 : InputDtype::F32;
+    QuantizeOptions qo;
+    qo.index_offset = 0;
+    const QuantizedTensor cq = quantize_any(x, dt, shape, spec, qo);
+    const QuantizedTensor gq = gpu.quantize(x, dt, shape, spec, qo);
+    Json e = compare_quantized(gpu, cq, gq);
+    e["op"] = "quantize";
+    e["spec"] = spec.to_string();
+    e["tensor"] = t.info->name;
+    e["role"] = std::string(trace::role_name(t.info->role));
+    e["shape"] = shape_json(shape);
+    add_entry(ops, std::move(e), per_op);
+  }
+}
+
+// Delayed scaling is stateful: the same scaler walks a sequence of tensors on each side.
+void run_delayed(GpuOps& gpu, const std::vector<TensorRef>& seq, Json& ops, std::map<std::string, Counter>& per_op) {
+  for (const char* text : {"e4m3:tensor:delayed=4,max", "e4m3:tensor:delayed=3,recent,margin=1"}) {
+    const QuantSpec spec = QuantSpec::parse(text);
+    DelayedScaler cpu_s(spec), gpu_s(spec);
+    for (const auto& t : seq) {
+      QuantizeOptions qc, qg;
+      qc.delayed = &cpu_s;
+      qg.delayed = &gpu_s;
+      const QuantizedTensor cq = quantize_any(t.f32.data(), InputDtype::F32, t.info->shape, spec, qc);
+      const QuantizedTensor gq = gpu.quantize(t.f32.data(), InputDtype::F32, t.info->shape, spec, qg);
+      Json e = compare_quantized(gpu, cq, gq);
+      const bool same_state = f32_bits(cpu_s.scale()) == f32_bits(gpu_s.scale());
+      e["op"] = "quantize";
+      e["spec"] = spec.to_string();
+      e["tensor"] = t.info->name;
+      e["role"] = std::string(trace::role_name(t.info->role));
+      e["shape"] = shape_json(t.info->shape);
+      e["scaler_state_equal"] = same_state;
+      e["passed"] = e.at("passed").as_bool() && same_state;
+      add_entry(ops, std::move(e), per_op);
+    }
+  }
+}
+
+void compare_moment(const optim::MomentState& a, const optim::MomentState& b, const char* name, Json& e, bool& ok) {
+  if (a.spec.is_fp32()) {
+    const int64_t d = count_diff(a.fp32, b.fp32);
+    e[fmt::format("{}_differing_values", name)] = d;
+    ok = ok && d == 0;
+    return;
+  }
+  const int64_t dc = count_diff(a.q.codes, b.q.codes), ds = count_diff(a.q.scales, b.q.scales),
+                dk = count_diff(a.q.expand_k, b.q.expand_k), dcc = count_diff(a.q.expand_c, b.q.expand_c);
+  e[fmt::format("{}_differing_codes", name)] = dc;
+  e[fmt::format("{}_differing_scales", name)] = ds;
+  e[fmt::format("{}_differing_k", name)] = dk;
+  e[fmt::format("{}_differing_c", name)] = dcc;
+  ok = ok && dc == 0 && ds == 0 && dk == 0 && dcc == 0;
+}
+
+void run_adamw(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops, std::map<std::string, Counter>& per_op,
+               int max_tensors) {
+  const trace::StepInfo* si = r.find_step(step);
+  const auto& hdr = r.header();
+  optim::AdamwHyper h;
+  h.lr = si && si->lr ? *si->lr : hdr.optimizer.lr.value_or(1e-3);
+  h.beta1 = hdr.optimizer.beta1.value_or(0.9);
+  h.beta2 = hdr.optimizer.beta2.value_or(0.999);
+  h.eps = hdr.optimizer.eps.value_or(1e-8);
+  h.weight_decay = hdr.optimizer.weight_decay.value_or(0.01);
+  const int64_t t_after = (si && si->adamw_step ? *si->adamw_step : 0) + 1;
+  struct RecipeCase {
+    std::string recipe;
+    optim::UpdateRule rule;
+    bool fused;
+  };
+  std::vector<RecipeCase> cases = {{"fp32", optim::UpdateRule::Torch, false},
+                                   {"bf16", optim::UpdateRule::Coat, false},
+                                   {"coat", optim::UpdateRule::Coat, true},
+                                   {"coat", optim::UpdateRule::Coat, false},
+                                   {"coat", optim::UpdateRule::Torch, true},
+                                   {"coat-noexpand", optim::UpdateRule::Coat, false},
+                                   {"te-fp8", optim::UpdateRule::Coat, false},
+                                   {"fp8lm", optim::UpdateRule::Coat, false},
+                                   {"coat+stochastic", optim::UpdateRule::Coat, true}};
+  int done = 0;
+  uint64_t param_index = 0;
+  for (const TensorInfo* w : r.select(trace::Filter{.step = step, .role = Role::Weight})) {
+    const TensorInfo* g = r.find(step, Role::Grad, w->name);
+    const TensorInfo* m = r.find(step, Role::ExpAvg, w->name);
+    const TensorInfo* v = r.find(step, Role::ExpAvgSq, w->name);
+    if (!g || !m || !v) continue;
+    if (max_tensors > 0 && done >= max_tensors) break;
+    ++done;
+    const std::vector<float> p0 = r.read_f32(*w), g0 = r.read_f32(*g), m0 = r.read_f32(*m), v0 = r.read_f32(*v);
+    const int64_t n = static_cast<int64_t>(p0.size());
+    for (const auto& rc : cases) {
+      optim::StateRecipe recipe = rc.recipe == "coat+stochastic"
+                                      ? optim::StateRecipe::parse("coat").with_rounding(Rounding::Stochastic, 1234)
+                                      : optim::StateRecipe::parse(rc.recipe);
+      const optim::AdamwStepConsts consts = optim::make_step_consts(h, t_after, rc.rule);
+      std::vector<float> pc = p0, pg = p0;
+      Json e = Json::object();
+      e["op"] = "adamw";
+      e["recipe"] = rc.recipe;
+      e["rule"] = std::string(optim::update_rule_name(rc.rule));
+      e["kernel"] = recipe.is_fp32() ? "fp32 elementwise" : (rc.fused ? "fused one-pass" : "three phases");
+      e["tensor"] = w->name;
+      e["shape"] = shape_json(w->shape);
+      e["elements"] = n;
+      bool ok = true;
+      if (recipe.is_fp32()) {
+        std::vector<float> mc = m0, vc = v0, mg = m0, vg = v0;
+        optim::adamw_step_fp32(pc.data(), g0.data(), mc.data(), vc.data(), static_cast<size_t>(n), consts);
+        gpu.adamw_fp32(pg.data(), g0.data(), mg.data(), vg.data(), static_cast<size_t>(n), consts);
+        const int64_t dm = count_diff(mc, mg), dv = count_diff(vc, vg);
+        e["m_differing_values"] = dm;
+        e["v_differing_values"] = dv;
+        ok = dm == 0 && dv == 0;
+      } else {
+        if (rc.fused && !optim::grouped_step_supported(recipe)) continue;
+        optim::ParamOptimState sc = optim::make_param_state(recipe, m0.data(), v0.data(), n, param_index,
+                                                            static_cast<uint64_t>(t_after - 1));
+        optim::ParamOptimState sg = sc;
+        optim::LowpScratch scratch;
+        optim::lowp_adamw_step(pc.data(), g0.data(), sc, consts, param_index, static_cast<uint64_t>(t_after), scratch);
+        gpu.adamw_lowp(pg.data(), g0.data(), sg, consts, param_index, static_cast<uint64_t>(t_after), rc.fused);
+        compare_moment(sc.m, sg.m, "m", e, ok);
+        compare_moment(sc.v, sg.v, "v", e, ok);
+      }
+      const int64_t dp = count_diff(pc, pg);
+      e["differing_params"] = dp;
+      e["max_ulp_params"] = max_ulp(pc, pg);
+      e["differing_codes"] = e.find("m_differing_codes") ? e.at("m_differing_codes").as_int() + e.at("v_differing_codes").as_int()
+                                                         : int64_t{0};
+      e["passed"] = ok && dp == 0;
+      add_entry(ops, std::move(e), per_op);
+    }
+    ++param_index;
+  }
+}
+
+// Quantized operand of a GEMM on the CPU: codes, scales in the request's layout, and the
+// dequantized fp32 values the reference multiplies.
+struct Operand {
+  QuantizedTensor q;
+  std::vector<float> deq;
+};
+Operand quantize_operand(const std::vector<float>& x, int64_t rows, int64_t cols, const std::string& spec) {
+  Operand o;
+  const std::vector<int64_t> shape = {rows, cols};
+  o.q = quantize(x.data(), shape, QuantSpec::parse(spec));
+  o.deq = dequantize(o.q);
+  return o;
+}
+
+std::vector<float> transpose(const std::vector<float>& a, int64_t rows, int64_t cols) {
+  std::vector<float> t(a.size());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) t[static_cast<size_t>(j * rows + i)] = a[static_cast<size_t>(i * cols + j)];
+  return t;
+}
+
+void run_gemm_case(GpuOps& gpu, const std::string& layer, const std::string& config, const std::vector<float>& x,
+                   const std::vector<float>& w, int64_t M, int64_t N, int64_t K, Format xf, Format wf, int scaling,
+                   bool fast, Json& ops, std::map<std::string, Counter>& per_op) {
+  GemmRequest req;
+  req.m = M;
+  req.n = N;
+  req.k = K;
+  req.x_format = xf;
+  req.w_format = wf;
+  req.scaling = scaling;
+  req.fast_accum = fast;
+  std::vector<float> xd, wd;
+  if (scaling == 0) {  // BF16: the reference multiplies the bf16-rounded values
+    req.x_bf16.resize(x.size());
+    req.w_bf16.resize(w.size());
+    xd.resize(x.size());
+    wd.resize(w.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      req.x_bf16[i] = f32_to_bf16_rne(x[i]);
+      xd[i] = bf16_to_f32(req.x_bf16[i]);
+    }
+    for (size_t i = 0; i < w.size(); ++i) {
+      req.w_bf16[i] = f32_to_bf16_rne(w[i]);
+      wd[i] = bf16_to_f32(req.w_bf16[i]);
+    }
+  } else {
+    const std::string xs(format_name(xf)), ws(format_name(wf));
+    const std::string xspec = scaling == 1 ? xs + ":tensor" : (scaling == 2 ? xs + ":row" : xs + ":g128");
+    const std::string wspec = scaling == 1 ? ws + ":tensor" : (scaling == 2 ? ws + ":row" : ws + ":b128x128");
+    Operand ox = quantize_operand(x, M, K, xspec), ow = quantize_operand(w, N, K, wspec);
+    req.x_codes = ox.q.codes;
+    req.w_codes = ow.q.codes;
+    req.x_scales = ox.q.scales;
+    req.w_scales = ow.q.scales;
+    xd = std::move(ox.deq);
+    wd = std::move(ow.deq);
+  }
+  std::vector<float> yref(static_cast<size_t>(M * N)), sabs(static_cast<size_t>(M * N));
+  gemm::gemm_ref_f32(xd.data(), wd.data(), yref.data(), M, N, K);
+  gemm::gemm_abs_f32(xd.data(), wd.data(), sabs.data(), M, N, K);
+  const GemmOutcome out = gpu.gemm(req);
+  Json e = Json::object();
+  e["op"] = "gemm";
+  e["config"] = config;
+  e["tensor"] = layer;
+  e["m"] = M;
+  e["n"] = N;
+  e["k"] = K;
+  e["elements"] = M * N;
+  e["differing_codes"] = 0;  // inputs are the CPU's codes; only the product is compared
+  e["plan"] = out.plan;
+  if (!out.supported) {
+    e["status"] = "unsupported on this device: " + out.status;
+    e["passed"] = true;  // reported, not faked: an unsupported mode is not a mismatch
+    e["supported"] = false;
+    add_entry(ops, std::move(e), per_op);
+    return;
+  }
+  e["supported"] = true;
+  e["padded"] = out.padded;
+  gemm::GemmNumerics num;
+  num.x_format = xf;
+  num.w_format = wf;
+  num.y_format = Format::FP32;
+  num.fp8 = scaling != 0;
+  num.fast_accum = fast;
+  num.block_scaled = scaling == 3;
+  const gemm::GemmTolerance tol = gemm::gemm_tolerance(K, num);
+  const gemm::GemmCheck chk = gemm::check_gemm(out.y.data(), yref.data(), sabs.data(), M, N, tol);
+  e["tolerance"] = tol.to_json();
+  e["check"] = chk.to_json();
+  e["max_err_over_tol"] = chk.max_err_over_tol;
+  e["rel_fro_err"] = chk.rel_fro_err;
+  e["passed"] = chk.passed();
+  add_entry(ops, std::move(e), per_op);
+}
+
+void run_gemms(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops, std::map<std::string, Counter>& per_op,
+               int max_tensors) {
+  int done = 0;
+  for (const TensorInfo* a : r.select(trace::Filter{.step = step, .role = Role::Activation, .op = "linear_input"})) {
+    const std::vector<float> x = r.read_f32(*a);
+    const int64_t K = a->cols(), M = a->rows();
+    for (const auto& mod : a->modules) {
+      if (max_tensors > 0 && done >= max_tensors) return;
+      const TensorInfo* w = r.find(step, Role::Weight, mod + ".weight");
+      if (!w || w->shape.size() != 2 || w->shape[1] != K) continue;
+      ++done;
+      const int64_t N = w->shape[0];
+      const std::vector<float> wv = r.read_f32(*w);
+      run_gemm_case(gpu, mod, "bf16", x, wv, M, N, K, Format::BF16, Format::BF16, 0, false, ops, per_op);
+      run_gemm_case(gpu, mod, "e4m3 tensor split", x, wv, M, N, K, Format::E4M3, Format::E4M3, 1, false, ops, per_op);
+      run_gemm_case(gpu, mod, "e4m3 tensor fast", x, wv, M, N, K, Format::E4M3, Format::E4M3, 1, true, ops, per_op);
+      run_gemm_case(gpu, mod, "e4m3 row split", x, wv, M, N, K, Format::E4M3, Format::E4M3, 2, false, ops, per_op);
+      run_gemm_case(gpu, mod, "e4m3 block1x128x128x128", x, wv, M, N, K, Format::E4M3, Format::E4M3, 3, false, ops, per_op);
+      // dgrad: dX (M, K) = dY (M, N) * W (N, K) = dY * (W^T stored (K, N))^T, E5M2 x E4M3.
+      if (const TensorInfo* dy = r.find(step, Role::ActivationGrad, mod + ".output_grad");
+          dy && dy->cols() == N && dy->rows() == M) {
+        const std::vector<float> dyv = r.read_f32(*dy);
+        run_gemm_case(gpu, mod + " (dgrad)", "e5m2xe4m3 tensor split", dyv, transpose(wv, N, K), M, K, N, Format::E5M2,
+                      Format::E4M3, 1, false, ops, per_op);
+      }
+    }
+  }
+}
+
+std::string cell_num(const Json* v) { return v && v->is_number() ? fmt::format("{}", v->as_number()) : "-"; }
+
+}  // namespace
+
+uint64_t ulp_distance(float a, float b) {
+  if (std::isnan(a) && std::isnan(b)) return 0;
+  auto ord = [](float f) -> uint64_t {
+    const uint32_t u = f32_bits(f);
+    return (u & 0x80000000u) ? static_cast<uint64_t>(~u) : static_cast<uint64_t>(u | 0x80000000u);
+  };
+  const uint64_t x = ord(a), y = ord(b);
+  return x > y ? x - y : y - x;
+}
+
+const std::vector<std::string>& known_ops() {
+  static const std::vector<std::string> ops = {"cast", "quantize", "adamw", "gemm"};
+  return ops;
+}
+
+void validate_ops(const std::vector<std::string>& ops) {
+  for (const auto& o : ops) {
+    if (std::find(known_ops().begin(), known_ops().end(), o) == known_ops().end())
+      throw UsageError(fmt::format("unknown op '{}' (valid: cast, quantize, adamw, gemm)", o));
+  }
+}
+
+Json compare_trace(const CompareOptions& opts, GpuOps* gpu) {
+  validate_ops(opts.ops);
+  if (!gpu)
+    throw Error("this build of fp8sim has no CUDA support (no GPU backend): compare runs the CUDA kernels against "
+                "the CPU reference and needs a CUDA build and a GPU");
+  trace::TraceReader r(opts.trace_path);  // validates before any work
+  int64_t step = opts.step;
+  if (step < 0) {
+    size_t best = 0;
+    for (const auto& s : r.steps())
+      if (s.tensors.size() > best) {
+        best = s.tensors.size();
+        step = s.step;
+      }
+  }
+  FP8SIM_REQUIRE(r.find_step(step), "trace '{}' has no step {}", opts.trace_path, step);
+
+  Json doc = Json::object();
+  doc["command"] = opts.command_line;
+  doc["date"] = now_text();
+  doc["machine"] = gpu->machine();
+  doc["trace"] = opts.trace_path;
+  doc["step"] = step;
+  Json ops = Json::array();
+  std::map<std::string, Counter> per_op;
+
+  const auto infos = r.select(trace::Filter{.step = step});
+  Progress progress("compare", static_cast<double>(infos.size()) + 2);
+  size_t done = 0;
+  std::vector<TensorRef> activations;
+  std::map<std::string, int> count_by_role;
+  for (const TensorInfo* ti : infos) {
+    const std::string role(trace::role_name(ti->role));
+    if (opts.max_tensors > 0 && count_by_role[role] >= opts.max_tensors) continue;
+    ++count_by_role[role];
+    TensorRef t{ti, r.read(*ti), {}};
+    t.f32 = t.data.widened();
+    if (wanted(opts, "cast")) run_casts(*gpu, t, ops, per_op);
+    if (wanted(opts, "quantize")) run_quantize(*gpu, t, ops, per_op);
+    if (ti->role == Role::Activation && ti->op == "linear_input") activations.push_back(std::move(t));
+    progress.update(static_cast<double>(++done));
+  }
+  if (wanted(opts, "quantize")) run_delayed(*gpu, activations, ops, per_op);
+  if (wanted(opts, "adamw")) run_adamw(*gpu, r, step, ops, per_op, opts.max_tensors);
+  progress.update(static_cast<double>(++done));
+  if (wanted(opts, "gemm")) run_gemms(*gpu, r, step, ops, per_op, opts.max_tensors);
+  progress.finish();
+
+  Json summary = Json::object();
+  int64_t total = 0, failed = 0;
+  for (const auto& [op, c] : per_op) {
+    Json s = Json::object();
+    s["entries"] = c.entries;
+    s["failed"] = c.failed;
+    summary[op] = std::move(s);
+    total += c.entries;
+    failed += c.failed;
+  }
+  summary["entries"] = total;
+  summary["failed"] = failed;
+  summary["passed"] = failed == 0;
+  doc["summary"] = std::move(summary);
+  doc["ops"] = std::move(ops);
+  return doc;
+}
+
+const std::vector<std::string>& summary_header() {
+  static const std::vector<std::string> h = {"op",          "spec / recipe / config", "entries", "elements",
+                                             "diff codes",  "diff scales/k/c",        "max ulp", "worst err/tol",
+                                             "result"};
+  return h;
+}
+
+std::vector<std::vector<std::string>> summary_rows(const Json& doc) {
+  struct Agg {
+    int64_t entries = 0, elements = 0, codes = 0, meta = 0, failed = 0, unsupported = 0;
+    uint64_t ulp = 0;
+    double worst = 0;
+    bool has_worst = false;
+  };
+  std::vector<std::string> order;
+  std::map<std::string, Agg> agg;
+  for (const auto& e : doc.at("ops").as_array()) {
+    const std::string op = e.at("op").as_string();
+    std::string what = e.find("spec") ? e.at("spec").as_string()
+                                      : (e.find("config") ? e.at("config").as_string() : e.at("recipe").as_string());
+    if (op == "adamw") what += fmt::format(" ({}, {})", e.at("kernel").as_string(), e.at("rule").as_string());
+    const std::string key = op + "\x1f" + what;
+    if (!agg.count(key)) order.push_back(key);
+    Agg& a = agg[key];
+    ++a.entries;
+    a.elements += e.find("elements") ? e.at("elements").as_int() : 0;
+    a.codes += e.find("differing_codes") ? e.at("differing_codes").as_int() : 0;
+    for (const char* k : {"differing_scales", "differing_k", "differing_c", "m_differing_scales", "m_differing_k",
+                          "m_differing_c", "v_differing_scales", "v_differing_k", "v_differing_c", "differing_params",
+                          "m_differing_values", "v_differing_values"})
+      if (const Json* v = e.find(k)) a.meta += v->as_int();
+    for (const char* k : {"max_ulp_dequantized", "max_ulp_dequantize_kernel", "max_ulp_params"})
+      if (const Json* v = e.find(k); v && v->is_number()) a.ulp = std::max<uint64_t>(a.ulp, static_cast<uint64_t>(v->as_number()));
+    if (const Json* w = e.find("max_err_over_tol"); w && w->is_number()) {
+      a.worst = std::max(a.worst, w->as_number());
+      a.has_worst = true;
+    }
+    if (e.find("supported") && !e.at("supported").as_bool()) ++a.unsupported;
+    if (!e.at("passed").as_bool()) ++a.failed;
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& key : order) {
+    const Agg& a = agg.at(key);
+    const auto sep = key.find('\x1f');
+    std::string result = a.failed ? fmt::format("FAIL ({})", a.failed) : "pass";
+    if (a.unsupported) result = fmt::format("unsupported ({})", a.unsupported);
+    rows.push_back({key.substr(0, sep), key.substr(sep + 1), std::to_string(a.entries), std::to_string(a.elements),
+                    std::to_string(a.codes), std::to_string(a.meta), std::to_string(a.ulp),
+                    a.has_worst ? fmt::format("{:.3f}", a.worst) : "-", result});
+  }
+  return rows;
+}
+
+std::string render_markdown(const Json& doc) {
+  std::string md = "# fp8sim compare: GPU kernels vs. the CPU reference\n\n";
+  auto str = [&](const char* k) { return doc.find(k) && doc.at(k).is_string() ? doc.at(k).as_string() : std::string("-"); };
+  md += fmt::format("- command: `{}`\n- date: {}\n- trace: `{}`, step {}\n", str("command"), str("date"), str("trace"),
+                    cell_num(doc.find("step")));
+  if (const Json* m = doc.find("machine"))
+    for (const auto& [k, v] : m->as_object()) md += fmt::format("- {}: {}\n", k, v.is_string() ? v.as_string() : v.dump(-1));
+  const Json& s = doc.at("summary");
+  md += fmt::format("- result: {} of {} comparisons passed{}\n\n", s.at("entries").as_int() - s.at("failed").as_int(),
+                    s.at("entries").as_int(), s.at("passed").as_bool() ? " (all)" : "");
+  md += "Casts, quantizers (incl. DE), dequantization and the optimizer step must be bit-identical: 0 differing\n"
+        "codes, scales, k, c and parameter bits, 0 ulp between dequantized values. GEMMs are compared with the\n"
+        "Eigen fp32 reference of the dequantized operands within the tolerance derived in sim/gemm/gemm_ref.cpp\n"
+        "(worst err/tol <= 1 passes). `unsupported` means cuBLASLt refused the mode on this device (reported, not\n"
+        "emulated).\n\n|";
+  for (const auto& h : summary_header()) md += " " + h + " |";
+  md += "\n|";
+  for (size_t i = 0; i < summary_header().size(); ++i) md += i < 2 ? "---|" : "---:|";
+  md += "\n";
+  for (const auto& row : summary_rows(doc)) {
+    md += "|";
+    for (const auto& c : row) md += " " + c + " |";
+    md += "\n";
+  }
+  int shown = 0;
+  for (const auto& e : doc.at("ops").as_array()) {
+    if (e.at("passed").as_bool()) continue;
+    if (shown == 0) md += "\n## Failures (first 20)\n\n```\n";
+    if (++shown > 20) break;
+    md += e.dump(-1) + "\n";
+  }
+  if (shown) md += "```\n";
+  // GEMM detail: every unsupported mode with cuBLASLt's message.
+  bool head = false;
+  std::map<std::string, int> refused;  // config -> layers
+  std::map<std::string, std::string> why;
+  for (const auto& e : doc.at("ops").as_array()) {
+    if (e.at("op").as_string() != "gemm" || !e.find("status")) continue;
+    ++refused[e.at("config").as_string()];
+    why[e.at("config").as_string()] = e.at("status").as_string();
+  }
+  for (const auto& [config, layers] : refused) {
+    if (!head) md += "\n## GEMM modes cuBLASLt refused\n\n";
+    head = true;
+    md += fmt::format("- {} ({} layers): {}\n", config, layers, why[config]);
+  }
+  return md;
+}
+
+}  // namespace fp8sim::compare

@@ -1,0 +1,463 @@
+#include "sim/memory/memory.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "sim/common/check.hpp"
+#include "sim/quant/quantize.hpp"
+
+namespace fp8sim::memory {
+
+using model::ModelConfig;
+using model::OpDesc;
+using model::ParamDesc;
+using model::SavedRole;
+using model::Table2Column;
+
+namespace {
+
+constexpr int64_t kMiB = 1 << 20;
+// PyTorch's cuBLAS workspace on Hopper (CUBLAS_WORKSPACE_CONFIG default ":4096:8"), allocated
+// through the caching allocator; TransformerEngine / cuBLASLt FP8 GEMMs keep their own 32 MiB.
+constexpr int64_t kCublasWorkspace = 32 * kMiB;
+constexpr int64_t kFp8GemmWorkspace = 32 * kMiB;
+// DeepSpeed ZeRO-1/2's default reduce_bucket_size (elements).
+constexpr int64_t kZeroReduceBucket = 500'000'000;
+
+double gib(int64_t b) { return static_cast<double>(b) / kGiB; }
+
+// FSDP2 / ZeRO shard a parameter along dim 0: each rank holds ceil(rows / N) rows (the last rank
+// fewer; the largest shard is what must fit).
+std::vector<int64_t> shard_shape(const std::vector<int64_t>& shape, int64_t n) {
+  std::vector<int64_t> s = shape;
+  if (!s.empty() && n > 1) s[0] = (s[0] + n - 1) / n;
+  return s;
+}
+
+int64_t numel(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+// All parameters of the model, each with how many times it occurs (layers x per-layer params).
+struct ParamUse {
+  ParamDesc p;
+  int64_t count;
+  bool in_layer;
+};
+
+std::vector<ParamUse> all_params(const ModelConfig& m) {
+  std::vector<ParamUse> ps;
+  for (auto& p : model::layer_params(m)) ps.push_back({p, m.layers, true});
+  for (auto& p : model::outside_params(m)) ps.push_back({p, 1, false});
+  return ps;
+}
+
+// Bytes per GPU of storing every parameter under `s`, sharded over `shards` ranks.
+StorageBytes param_storage(const std::vector<ParamUse>& ps, const Storage& s, int64_t shards, bool flatten) {
+  StorageBytes total;
+  for (const auto& u : ps) {
+    std::vector<int64_t> shape = shard_shape(u.p.shape, shards);
+    if (flatten) shape = {numel(shape)};  // optimizer states are grouped over the flattened tensor
+    StorageBytes b = storage_bytes(s, shape);
+    b.data *= u.count;
+    b.meta *= u.count;
+    total += b;
+  }
+  return total;
+}
+
+int64_t param_elements(const std::vector<ParamUse>& ps, int64_t shards) {
+  int64_t n = 0;
+  for (const auto& u : ps) n += numel(shard_shape(u.p.shape, shards)) * u.count;
+  return n;
+}
+
+std::vector<SavedBytes> saved_bytes(const std::vector<OpDesc>& ops, const Recipe& r) {
+  std::vector<SavedBytes> out;
+  for (const auto& op : ops)
+    for (const auto& t : op.saved) {
+      const Storage& s = r.activation(t.role);
+      out.push_back({op.name, t.name, t.role, t.column, t.shape, s.label, storage_bytes(s, t.shape)});
+    }
+  return out;
+}
+
+int64_t sum_total(const std::vector<SavedBytes>& v) {
+  int64_t b = 0;
+  for (const auto& s : v) b += s.bytes.total();
+  return b;
+}
+
+std::string sharding_name(int zero, int64_t gpus) {
+  if (gpus == 1) return zero == 3 ? "FSDP FULL_SHARD on 1 GPU (nothing to shard; per-layer gathering still happens)"
+                                  : "single GPU";
+  switch (zero) {
+    case 0: return fmt::format("DDP over {} GPUs (everything replicated)", gpus);
+    case 1: return fmt::format("ZeRO-1 over {} GPUs (optimizer states and master weights sharded)", gpus);
+    case 2: return fmt::format("ZeRO-2 over {} GPUs (+ gradients sharded)", gpus);
+    default: return fmt::format("ZeRO-3 / FSDP FULL_SHARD over {} GPUs (+ parameters sharded)", gpus);
+  }
+}
+
+}  // namespace
+
+void validate(const MemoryOptions& o) {
+  find_recipe(o.recipe);
+  if (o.gpus < 1) throw UsageError(fmt::format("--gpus must be >= 1, not {}", o.gpus));
+  if (o.gpus > 1'000'000) throw UsageError(fmt::format("--gpus {} is absurdly large", o.gpus));
+  if (o.batch < 1) throw UsageError(fmt::format("--batch must be >= 1, not {}", o.batch));
+  if (o.seq < 1) throw UsageError(fmt::format("--seq must be >= 1, not {}", o.seq));
+  if (static_cast<long double>(o.batch) * o.seq > 1e10L)
+    throw UsageError(fmt::format("--batch x --seq = {} x {} tokens per GPU is absurdly large", o.batch, o.seq));
+  if (o.zero < 0 || o.zero > 3) throw UsageError(fmt::format("--zero must be 0, 1, 2 or 3, not {}", o.zero));
+  if (!(std::isfinite(o.gpu_mem_gib) && o.gpu_mem_gib > 0))
+    throw UsageError(fmt::format("--gpu-mem-gib must be a positive number, not {}", o.gpu_mem_gib));
+}
+
+int64_t Phase::total() const {
+  int64_t t = resident;
+  for (const auto& c : temporaries) t += c.bytes;
+  return t;
+}
+
+int64_t Footprint::temporaries_at_peak() const {
+  for (const auto& p : phases)
+    if (p.name == peak_phase) return p.total() - p.resident;
+  return 0;
+}
+
+double Footprint::table2_units(Table2Column column) const {
+  int64_t b = 0;
+  for (const auto& s : layer_saved)
+    if (s.column == column) b += s.bytes.data;
+  return static_cast<double>(b) / static_cast<double>(unit_u_bytes);
+}
+
+double Footprint::table2_total_units() const {
+  double u = 0;
+  for (Table2Column c : model::kTable2Columns) u += table2_units(c);
+  return u;
+}
+
+Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
+  validate(o);
+  const Recipe& r = find_recipe(o.recipe);
+  Footprint f;
+  f.model = m;
+  f.opts = o;
+  const int64_t N = o.gpus;
+  const int64_t T = o.batch * o.seq;
+  const std::vector<ParamUse> ps = all_params(m);
+  f.params = m.param_count();
+  const Storage bf16 = Storage::plain(2, "bf16");
+
+  // ---- persistent --------------------------------------------------------------------------
+  const int64_t master_shards = o.zero >= 1 ? N : 1;
+  const int64_t grad_shards = o.zero >= 2 ? N : 1;
+  const int64_t opt_shards = o.zero >= 1 ? N : 1;
+  const StorageBytes master = param_storage(ps, r.master, master_shards, false);
+  f.persistent.push_back({"master_weights", "weights", master.total(),
+                          fmt::format("{} master copy of {} params{}", r.master.label, f.params,
+                                      master_shards > 1 ? fmt::format(", sharded over {} GPUs", N) : "")});
+  if (o.zero <= 2) {
+    const StorageBytes work = param_storage(ps, bf16, 1, false);
+    f.persistent.push_back({"working_weights", "weights", work.total(),
+                            "bf16 copy the GEMMs read, replicated (ZeRO-3/FSDP would gather it per layer instead)"});
+  }
+  const StorageBytes grads = param_storage(ps, r.grad, grad_shards, false);
+  f.persistent.push_back({"gradients", "gradients", grads.total(),
+                          fmt::format("{} gradient of every parameter{}", r.grad.label,
+                                      grad_shards > 1 ? fmt::format(", sharded over {} GPUs", N) : "")});
+  if (o.zero == 0 && N > 1)
+    f.persistent.push_back({"ddp_buckets", "other", grads.total(),
+                            "DDP all-reduce bucket buffers: a second copy of the gradients (gradient_as_bucket_view=False)"});
+  if ((o.zero == 1 || o.zero == 2) && N > 1)
+    f.persistent.push_back({"reduce_buckets", "other", std::min(kZeroReduceBucket, f.params) * 4,
+                            "DeepSpeed reduce bucket: reduce_bucket_size 5e8 elements of fp32 (default)"});
+  const StorageBytes m1 = param_storage(ps, r.exp_avg, opt_shards, true);
+  const StorageBytes m2 = param_storage(ps, r.exp_avg_sq, opt_shards, true);
+  f.persistent.push_back({"optimizer_states", "optimizer", m1.data + m2.data,
+                          fmt::format("AdamW exp_avg ({}) + exp_avg_sq ({}) element codes{}", r.exp_avg.label,
+                                      r.exp_avg_sq.label,
+                                      opt_shards > 1 ? fmt::format(", sharded over {} GPUs", N) : "")});
+  f.persistent.push_back({"optimizer_metadata", "optimizer", m1.meta + m2.meta,
+                          m1.meta + m2.meta == 0 ? "none: plain-format moments carry no scales"
+                                                 : "per-group / per-tensor scales (and DE exponent k and centre c) "
+                                                   "of both moments, exact (quantized_size)"});
+  std::vector<OpDesc> lops = model::layer_ops(m, o.batch, o.seq);
+  int64_t fp8_linears = 0;
+  for (const auto& op : lops) fp8_linears += op.fp8_gemm_candidate ? 1 : 0;
+  if (r.te_amax_history > 0) {
+    // Per FP8 GEMM: forward input and weight, backward output-gradient: three scaled operands.
+    const int64_t per_operand = (r.te_amax_history + 2) * 4;
+    f.persistent.push_back({"fp8_scaling_state", "other", m.layers * fp8_linears * 3 * per_operand,
+                            fmt::format("delayed scaling: amax history {} + scale + scale_inv (fp32) for 3 "
+                                        "operands of each of {} FP8 GEMMs per layer",
+                                        r.te_amax_history, fp8_linears)});
+  }
+  f.persistent.push_back({"gemm_workspace", "other", kCublasWorkspace + (r.fp8_gemm ? kFp8GemmWorkspace : 0),
+                          r.fp8_gemm ? "cuBLAS workspace 32 MiB + FP8 GEMM (cuBLASLt/TE) workspace 32 MiB"
+                                     : "cuBLAS workspace 32 MiB (PyTorch default on Hopper)"});
+
+  // ---- activations -------------------------------------------------------------------------
+  f.unit_u_bytes = T * m.hidden * 2;
+  f.layer_saved = saved_bytes(lops, r);
+  f.outside_saved = saved_bytes(model::outside_ops(m, o.batch, o.seq), r);
+  f.layer_activation_bytes = sum_total(f.layer_saved);
+  if (!o.checkpointing) {
+    for (Table2Column c : model::kTable2Columns) {
+      int64_t b = 0;
+      for (const auto& s : f.layer_saved)
+        if (s.column == c) b += s.bytes.total();
+      f.activations.push_back({fmt::format("layers.{}", model::table2_column_name(c)), "activations", b * m.layers,
+                               fmt::format("{} layers x saved tensors of the {} column (data + scales)", m.layers,
+                                           model::table2_column_name(c))});
+    }
+    int64_t aux = 0;
+    for (const auto& s : f.layer_saved)
+      if (s.column == Table2Column::None) aux += s.bytes.total();
+    f.activations.push_back({"layers.stats", "activations", aux * m.layers,
+                             "norm rstd/mean and FlashAttention log-sum-exp, fp32"});
+  } else {
+    // Each checkpointed layer keeps its input (the bf16 residual stream; COAT's layers also pass
+    // their FP8 1x16 copy of it); backward recomputes one layer at a time.
+    StorageBytes in = storage_bytes(bf16, std::vector<int64_t>{T, m.hidden});
+    if (r.name == "coat") in += storage_bytes(r.activation(SavedRole::NormInput), std::vector<int64_t>{T, m.hidden});
+    f.activations.push_back({"layers.checkpointed_inputs", "activations", in.total() * m.layers,
+                             fmt::format("{} layers x the layer input kept by activation checkpointing", m.layers)});
+    f.activations.push_back({"layers.recomputed_layer", "activations", f.layer_activation_bytes,
+                             "one layer's saved tensors, recomputed during its backward"});
+  }
+  for (const auto& s : f.outside_saved)
+    f.activations.push_back({fmt::format("outside.{}", s.tensor), "activations", s.bytes.total(),
+                             fmt::format("{} {} [{}]", s.storage, model::saved_role_name(s.role),
+                                         fmt::format("{}", fmt::join(s.shape, "x")))});
+  for (const auto& c : f.activations) f.activations_total += c.bytes;
+
+  // ---- sums -------------------------------------------------------------------------------
+  for (const auto& c : f.persistent) {
+    if (c.group == "weights") f.weights += c.bytes;
+    else if (c.group == "gradients") f.gradients += c.bytes;
+    else if (c.name == "optimizer_states") f.optimizer_states += c.bytes;
+    else if (c.name == "optimizer_metadata") f.optimizer_metadata += c.bytes;
+    else f.other_persistent += c.bytes;
+  }
+  const int64_t persistent_all = f.weights + f.gradients + f.optimizer() + f.other_persistent;
+  const int64_t persistent_fwd_bwd = o.grads_persist ? persistent_all : persistent_all - f.gradients;
+
+  // ---- phases -----------------------------------------------------------------------------
+  const bool fsdp = o.zero == 3;
+  const int64_t layer_params = m.layer_param_count();
+  const int64_t outside_params = m.outside_param_count();
+  const int64_t TV = T * m.vocab;
+  int64_t outside_freed_after_head = 0;  // freed once the LM head's backward has run
+  for (const auto& s : f.outside_saved)
+    if (s.role != SavedRole::TokenIds) outside_freed_after_head += s.bytes.total();
+
+  Phase fwd{"forward_end", "end of forward: every saved tensor alive", persistent_fwd_bwd + f.activations_total, {}};
+  if (fsdp)
+    fwd.temporaries.push_back({"fsdp_root_params", "temporaries", outside_params * 2,
+                               "FSDP root unit (embedding, final norm, LM head) gathered in bf16, kept from "
+                               "forward to backward"});
+  Phase loss{"backward_loss", "cross-entropy and LM-head backward: all activations still alive",
+             persistent_fwd_bwd + f.activations_total, {}};
+  loss.temporaries.push_back({"loss_grads", "temporaries", TV * 8,
+                              "nll_loss's dense fp32 gradient + log_softmax's fp32 input gradient (tokens x vocab)"});
+  if (fsdp) {
+    loss.temporaries.push_back(fwd.temporaries.front());
+    loss.temporaries.push_back({"fsdp_prefetch_layer", "temporaries", layer_params * 2,
+                                "the last decoder layer prefetched (all-gathered in bf16) for its backward"});
+  }
+  Phase bwd{"backward_layers", "backward of the last decoder layer: logits and loss buffers freed",
+            persistent_fwd_bwd + f.activations_total - outside_freed_after_head, {}};
+  if (fsdp) {
+    bwd.temporaries.push_back(fwd.temporaries.front());
+    bwd.temporaries.push_back({"fsdp_root_grads", "temporaries",
+                               (m.tied_embeddings ? m.embedding_param_count() : m.head_param_count()) * 2,
+                               "the root unit's unsharded bf16 LM-head gradient (reduce-scattered only at the end "
+                               "of backward)"});
+    bwd.temporaries.push_back({"fsdp_gathered_layers", "temporaries", 2 * layer_params * 2,
+                               "current + prefetched decoder layer all-gathered in bf16 (BACKWARD_PRE prefetch)"});
+    bwd.temporaries.push_back({"fsdp_layer_grads", "temporaries", layer_params * 2,
+                               "one layer's unsharded bf16 weight gradients before reduce-scatter"});
+  } else if (!o.grads_persist) {
+    // Without persistent buffers the LM head's (and final norm's) gradients exist by now.
+    const StorageBytes head = storage_bytes(r.grad, std::vector<int64_t>{outside_params});
+    bwd.temporaries.push_back({"grads_so_far", "temporaries", head.total(),
+                               "gradients allocated so far (LM head, final norm)"});
+  }
+  if (r.fp8_gemm)
+    bwd.temporaries.push_back({"fp8_weight_cast", "temporaries", layer_params * 2,
+                               "one layer's weights cast to FP8 just in time: codes + transposed codes for dgrad"});
+  const int64_t ffn_branches = m.act == model::ActKind::SwiGLU ? 3 : 2;
+  bwd.temporaries.push_back({"backward_working_set", "temporaries", (ffn_branches * m.ffn + 2 * m.hidden) * T * 2,
+                             "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, bf16"});
+
+  Phase opt{"optimizer_step", "optimizer step: activations freed, gradients complete", persistent_all, {}};
+  if (r.foreach_adamw_temporary)
+    opt.temporaries.push_back({"adamw_foreach_sqrt", "temporaries", param_elements(ps, opt_shards) * 4,
+                               "torch.optim.AdamW (foreach) allocates sqrt(exp_avg_sq) for the whole shard, fp32"});
+  f.phases = {fwd, loss, bwd, opt};
+  for (const auto& p : f.phases)
+    if (p.total() > f.peak) {
+      f.peak = p.total();
+      f.peak_phase = p.name;
+    }
+  return f;
+}
+
+int64_t max_batch(const ModelConfig& m, MemoryOptions o, bool pow2) {
+  auto fits = [&](int64_t b) {
+    o.batch = b;
+    return compute_footprint(m, o).fits();
+  };
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;
+  while (hi <= (int64_t{1} << 24) && fits(hi)) {
+    lo = hi;
+    hi *= 2;
+  }
+  if (pow2 || hi > (int64_t{1} << 24)) return lo;
+  while (hi - lo > 1) {  // peak grows with batch: bisect between the last fit and the first miss
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+namespace {
+
+Json component_json(const Component& c) {
+  Json j = Json::object();
+  j["name"] = c.name;
+  j["group"] = c.group;
+  j["bytes"] = c.bytes;
+  j["gib"] = gib(c.bytes);
+  j["what"] = c.what;
+  return j;
+}
+
+Json saved_json(const SavedBytes& s) {
+  Json j = Json::object();
+  j["op"] = s.op;
+  j["tensor"] = s.tensor;
+  j["role"] = std::string(model::saved_role_name(s.role));
+  j["table2_column"] = std::string(model::table2_column_name(s.column));
+  Json shape = Json::array();
+  for (int64_t d : s.shape) shape.push_back(d);
+  j["shape"] = shape;
+  j["storage"] = s.storage;
+  j["data_bytes"] = s.bytes.data;
+  j["meta_bytes"] = s.bytes.meta;
+  return j;
+}
+
+}  // namespace
+
+Json footprint_to_json(const Footprint& f, bool with_max_batch) {
+  const MemoryOptions& o = f.opts;
+  const Recipe& r = find_recipe(o.recipe);
+  Json j = Json::object();
+  j["model"] = model::model_to_json(f.model);
+  j["recipe"] = o.recipe;
+  j["recipe_description"] = r.description;
+  j["gpus"] = o.gpus;
+  j["batch"] = o.batch;
+  j["seq"] = o.seq;
+  j["zero"] = o.zero;
+  j["sharding"] = sharding_name(o.zero, o.gpus);
+  j["checkpointing"] = o.checkpointing;
+  j["grads_persist"] = o.grads_persist;
+  j["gpu_mem_gib"] = o.gpu_mem_gib;
+  j["params"] = f.params;
+  j["weights_gib"] = gib(f.weights);
+  j["gradients_gib"] = gib(f.gradients);
+  j["optimizer_gib"] = gib(f.optimizer());
+  j["optimizer_states_gib"] = gib(f.optimizer_states);
+  j["optimizer_metadata_gib"] = gib(f.optimizer_metadata);
+  j["activations_gib"] = gib(f.activations_total);
+  j["other_gib"] = gib(f.other_persistent);
+  j["temporaries_gib"] = gib(f.temporaries_at_peak());
+  j["peak_gib"] = gib(f.peak);
+  j["peak_phase"] = f.peak_phase;
+  j["fits"] = f.fits();
+  if (with_max_batch) {
+    j["max_batch"] = max_batch(f.model, o, false);
+    j["max_batch_pow2"] = max_batch(f.model, o, true);
+  }
+  Json comps = Json::array();
+  for (const auto& c : f.persistent) comps.push_back(component_json(c));
+  for (const auto& c : f.activations) comps.push_back(component_json(c));
+  j["components"] = comps;
+  Json phases = Json::array();
+  for (const auto& p : f.phases) {
+    Json pj = Json::object();
+    pj["name"] = p.name;
+    pj["what"] = p.what;
+    pj["resident_gib"] = gib(p.resident);
+    Json t = Json::array();
+    for (const auto& c : p.temporaries) t.push_back(component_json(c));
+    pj["temporaries"] = t;
+    pj["total_gib"] = gib(p.total());
+    phases.push_back(pj);
+  }
+  j["phases"] = phases;
+  Json layer = Json::object();
+  layer["u_bytes"] = f.unit_u_bytes;
+  layer["bytes"] = f.layer_activation_bytes;
+  layer["gib"] = gib(f.layer_activation_bytes);
+  Json units = Json::object();
+  for (model::Table2Column c : model::kTable2Columns)
+    units[std::string(model::table2_column_name(c))] = f.table2_units(c);
+  units["total"] = f.table2_total_units();
+  layer["table2_units"] = units;
+  Json saved = Json::array();
+  for (const auto& s : f.layer_saved) saved.push_back(saved_json(s));
+  layer["saved"] = saved;
+  j["activation_per_layer"] = layer;
+  Json outside = Json::array();
+  for (const auto& s : f.outside_saved) outside.push_back(saved_json(s));
+  j["activation_outside"] = outside;
+  return j;
+}
+
+Json memory_breakdown(const std::string& model_name_or_file, const MemoryOptions& o) {
+  validate(o);
+  const ModelConfig m = model::load_model(model_name_or_file);
+  return footprint_to_json(compute_footprint(m, o));
+}
+
+Json memory_compare(const std::string& model_name_or_file, const MemoryOptions& o) {
+  validate(o);
+  const ModelConfig m = model::load_model(model_name_or_file);
+  Json docs = Json::array();
+  Json ratios = Json::object();
+  MemoryOptions base = o;
+  base.recipe = "bf16";
+  const Footprint fb = compute_footprint(m, base);
+  for (const auto& name : recipe_names()) {
+    MemoryOptions oo = o;
+    oo.recipe = name;
+    const Footprint f = compute_footprint(m, oo);
+    docs.push_back(footprint_to_json(f));
+    Json r = Json::object();
+    auto ratio = [](int64_t a, int64_t b) { return b == 0 ? Json(nullptr) : Json(static_cast<double>(a) / b); };
+    // Ratios are BF16 / recipe: how many times less memory than BF16 (the paper's "mem ratio").
+    r["optimizer"] = ratio(fb.optimizer(), f.optimizer());
+    r["activations"] = ratio(fb.activations_total, f.activations_total);
+    r["peak"] = ratio(fb.peak, f.peak);
+    ratios[name] = r;
+  }
+  Json j = Json::object();
+  j["model"] = model::model_to_json(m);
+  j["recipes"] = docs;
+  j["ratios_vs_bf16"] = ratios;
+  return j;
+}
+
+}  // namespace fp8sim::memory

@@ -1,0 +1,598 @@
+#include "sim/optim/replay.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include "sim/common/check.hpp"
+#include "sim/optim/lowp_adamw.hpp"
+#include "sim/quant/quantize.hpp"
+
+namespace fp8sim::optim {
+
+std::vector<StateRecipe> default_state_recipes() {
+  std::vector<StateRecipe> out;
+  for (const char* n : {"coat", "coat-noexpand", "te-fp8", "fp8lm", "bf16"}) out.push_back(StateRecipe::parse(n));
+  return out;
+}
+
+const std::vector<Table1Format>& table1_formats() {
+  static const std::vector<Table1Format> f = {
+      {"E4M3", "e4m3:g128"},
+      {"E4M3+Expand", "e4m3:g128:de=coat"},
+      {"E5M2", "e5m2:g128"},
+      {"E5M2+Expand", "e5m2:g128:de=coat"},
+  };
+  return f;
+}
+
+Json paper_table1() {
+  // COAT (arXiv 2410.19313) Table 1, rows = first moment, columns = second moment.
+  static const double kPaper[4][4] = {{20.10, 18.08, 25.65, 18.16},
+                                      {15.13, 12.31, 21.96, 12.43},
+                                      {37.02, 35.96, 40.30, 36.00},
+                                      {17.79, 15.48, 23.84, 15.57}};
+  Json t = Json::object();
+  const auto& f = table1_formats();
+  for (size_t a = 0; a < 4; ++a) {
+    Json row = Json::object();
+    for (size_t b = 0; b < 4; ++b) row[f[b].label] = kPaper[a][b];
+    t[f[a].label] = row;
+  }
+  return t;
+}
+
+namespace {
+
+constexpr int64_t kChunk = 4096;
+
+int resolve_threads(int t) { return t > 0 ? t : omp_get_max_threads(); }
+
+// Sums of K doubles over [0, n): per-chunk partial sums computed in parallel, each chunk in
+// element order, then combined in chunk order. The result does not depend on the thread count.
+template <size_t K, class F>
+std::array<double, K> det_sums(int64_t n, int threads, const F& f) {
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<std::array<double, K>> part(static_cast<size_t>(chunks));
+#pragma omp parallel for schedule(static) num_threads(threads) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    std::array<double, K> s{};
+    const int64_t i1 = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < i1; ++i) f(i, s);
+    part[static_cast<size_t>(c)] = s;
+  }
+  std::array<double, K> out{};
+  for (const auto& s : part)
+    for (size_t k = 0; k < K; ++k) out[k] += s[k];
+  return out;
+}
+
+double ratio(double num, double den) { return den > 0 ? num / den : std::numeric_limits<double>::quiet_NaN(); }
+
+void require_finite(const std::vector<float>& x, const std::string& what, const std::string& name) {
+  for (size_t i = 0; i < x.size(); ++i)
+    FP8SIM_REQUIRE(std::isfinite(x[i]), "parameter '{}': {} has a non-finite value ({}) at flat index {}", name, what,
+                   x[i], i);
+}
+
+// Per-step drift sums of one recipe (indices into DriftSums::v).
+enum DriftSum : size_t {
+  kDiff2,   // sum (p_r - p_fp32)^2
+  kBase2,   // sum p_fp32^2
+  kDisp2,   // sum (p_fp32 - p0)^2
+  kDot,     // sum du_r * du_fp32 (this step's updates)
+  kUr2,     // sum du_r^2
+  kUb2,     // sum du_fp32^2
+  kEm2,     // sum (m_r_stored - m_fp32)^2
+  kMb2,     // sum m_fp32^2
+  kEv2,     // sum (v_r_stored - v_fp32)^2
+  kVb2,     // sum v_fp32^2
+  kMq2,     // sum (m_r_stored - m_r_new)^2  (this step's quantization error of m)
+  kMn2,     // sum m_r_new^2
+  kVq2,     // sum (v_r_stored - v_r_new)^2
+  kVn2,     // sum v_r_new^2
+  kDriftSums
+};
+using DriftSums = std::array<double, kDriftSums>;
+
+}  // namespace
+
+struct OptimReplay::Impl {
+  WindowMeta meta;
+  OptimOptions opts;
+  std::vector<StateRecipe> recipes;  // drift runs (rounding applied)
+  std::vector<StateRecipe> memory_recipes;
+  int threads = 1;
+  // Small tensors run single-threaded: an OpenMP region costs more than their work, and on a
+  // busy machine every barrier waits for a descheduled thread.
+  int threads_for(int64_t n) const { return n < (int64_t{1} << 18) ? 1 : threads; }
+  int drift_steps = 0;
+  uint64_t param_index = 0;
+  int64_t elements = 0;
+  std::vector<std::string> names;
+
+  // Table 1 (add_state)
+  int64_t t1_elements = 0;
+  int64_t t1_params = 0;
+  std::vector<int64_t> t1_steps;  // distinct adamw_step values seen
+  std::vector<QuantSpec> t1_specs;
+  std::array<std::array<double, 4>, 4> t1_sse{}, t1_sse_nf{}, t1_cnt_nf{};
+  std::array<double, 4> t1_m_err2{}, t1_v_err2{}, t1_m_flush{}, t1_v_flush{};
+  double t1_m_ref2 = 0, t1_v_ref2 = 0, t1_m_nonzero = 0, t1_v_nonzero = 0, t1_ref2 = 0;
+
+  // fp32 replay
+  bool replay_possible = true;  // every parameter had end weights
+  int64_t replay_params = 0;
+  double rp_max_rel = 0, rp_max_abs = 0, rp_max_ulp = 0, rp_coat_max_rel = 0, rp_max_move = 0;
+  int64_t rp_mismatch = 0, rp_compared = 0;
+
+  // drift: [recipe][step]
+  std::vector<std::vector<DriftSums>> drift;
+  // memory: [recipe] -> m bytes, v bytes; over the add_state parameters, else the window's
+  std::vector<std::array<double, 2>> mem_state, mem_window;
+  int64_t mem_state_elements = 0;
+
+  void add_memory(std::vector<std::array<double, 2>>& mem, int64_t n) {
+    for (size_t r = 0; r < memory_recipes.size(); ++r) {
+      mem[r][0] += static_cast<double>(moment_bytes(memory_recipes[r].m, n));
+      mem[r][1] += static_cast<double>(moment_bytes(memory_recipes[r].v, n));
+    }
+  }
+
+  void add_table1(const std::vector<float>& m, const std::vector<float>& v, const AdamwHyper& h, int64_t t);
+  void add_replay(const ParamWindow& w);
+  void add_drift(const ParamWindow& w);
+};
+
+OptimReplay::OptimReplay(const WindowMeta& meta, const OptimOptions& opts) : impl_(std::make_unique<Impl>()) {
+  Impl& I = *impl_;
+  I.meta = meta;
+  I.opts = opts;
+  I.threads = resolve_threads(opts.threads);
+  // meta.steps == 0: no grad window (Table 1 and memory only).
+  FP8SIM_REQUIRE(meta.steps >= 0, "negative grad window length {}", meta.steps);
+  FP8SIM_REQUIRE(meta.step0 >= 0, "negative optimizer step count {} at the window start", meta.step0);
+  FP8SIM_REQUIRE(opts.steps >= 0, "--steps must be >= 0 (0 = the whole window), got {}", opts.steps);
+  FP8SIM_REQUIRE(opts.steps <= meta.steps || meta.steps == 0,
+                 "--steps {} exceeds the {} steps of the trace's grad window", opts.steps, meta.steps);
+  I.drift_steps = opts.steps > 0 ? opts.steps : static_cast<int>(meta.steps);
+  const auto base = opts.recipes.empty() ? default_state_recipes() : opts.recipes;
+  for (const auto& r : base) I.recipes.push_back(r.with_rounding(opts.rounding, opts.seed));
+  I.memory_recipes.push_back(StateRecipe::parse("fp32"));
+  for (size_t i = 0; i < I.recipes.size(); ++i) {
+    for (size_t j = 0; j < i; ++j)
+      FP8SIM_REQUIRE(I.recipes[i].name != I.recipes[j].name, "state recipe '{}' given twice", I.recipes[i].name);
+    if (!I.recipes[i].is_fp32()) I.memory_recipes.push_back(I.recipes[i]);
+  }
+  I.mem_state.assign(I.memory_recipes.size(), {0.0, 0.0});
+  I.mem_window.assign(I.memory_recipes.size(), {0.0, 0.0});
+  I.drift.assign(I.recipes.size(), std::vector<DriftSums>(static_cast<size_t>(I.drift_steps), DriftSums{}));
+  for (const auto& f : table1_formats()) I.t1_specs.push_back(QuantSpec::parse(f.spec));
+}
+
+OptimReplay::~OptimReplay() = default;
+
+void OptimReplay::add_param(const ParamWindow& w) {
+  Impl& I = *impl_;
+  FP8SIM_REQUIRE(I.meta.steps > 0, "parameter '{}': no grad window was declared (WindowMeta::steps == 0)", w.name);
+  const int64_t n = w.numel();
+  FP8SIM_REQUIRE(n > 0, "parameter '{}' has no elements", w.name);
+  int64_t shape_n = 1;
+  for (int64_t d : w.shape) shape_n *= d;
+  FP8SIM_REQUIRE(w.shape.empty() || shape_n == n, "parameter '{}': shape has {} elements but the weights have {}",
+                 w.name, shape_n, n);
+  FP8SIM_REQUIRE(static_cast<int64_t>(w.m0.size()) == n && static_cast<int64_t>(w.v0.size()) == n,
+                 "parameter '{}': exp_avg / exp_avg_sq have {} / {} elements, the weights {}", w.name, w.m0.size(),
+                 w.v0.size(), n);
+  FP8SIM_REQUIRE(static_cast<int64_t>(w.grads.size()) == I.meta.steps,
+                 "parameter '{}': {} grads in the window, expected {}", w.name, w.grads.size(), I.meta.steps);
+  FP8SIM_REQUIRE(w.lr.size() == w.grads.size(), "parameter '{}': {} learning rates for {} steps", w.name, w.lr.size(),
+                 w.grads.size());
+  for (size_t k = 0; k < w.grads.size(); ++k) {
+    FP8SIM_REQUIRE(static_cast<int64_t>(w.grads[k].size()) == n, "parameter '{}': grad of window step {} has {} elements, expected {}",
+                   w.name, k, w.grads[k].size(), n);
+    require_finite(w.grads[k], fmt::format("the grad of window step {}", k), w.name);
+    AdamwHyper h = w.hyper;
+    h.lr = w.lr[k];
+    try {
+      validate_hyper(h);
+    } catch (const Error& e) {
+      throw Error(fmt::format("parameter '{}', window step {}: {}", w.name, k, e.what()));
+    }
+  }
+  FP8SIM_REQUIRE(w.p_end.empty() || static_cast<int64_t>(w.p_end.size()) == n,
+                 "parameter '{}': end-of-window weights have {} elements, expected {}", w.name, w.p_end.size(), n);
+  require_finite(w.p0, "the window-start weights", w.name);
+  require_finite(w.m0, "exp_avg", w.name);
+  require_finite(w.v0, "exp_avg_sq", w.name);
+  require_finite(w.p_end, "the end-of-window weights", w.name);
+  for (size_t i = 0; i < w.v0.size(); ++i)
+    FP8SIM_REQUIRE(w.v0[i] >= 0.0f, "parameter '{}': exp_avg_sq is negative ({}) at flat index {}", w.name, w.v0[i], i);
+
+  I.add_replay(w);
+  if (I.opts.drift) I.add_drift(w);
+  I.add_memory(I.mem_window, n);
+  I.elements += n;
+  I.names.push_back(w.name);
+  ++I.param_index;
+}
+
+void OptimReplay::add_state(const std::string& name, const std::vector<float>& m, const std::vector<float>& v,
+                            const AdamwHyper& hyper, int64_t adamw_step) {
+  Impl& I = *impl_;
+  const int64_t n = static_cast<int64_t>(m.size());
+  FP8SIM_REQUIRE(n > 0, "parameter '{}' has no elements", name);
+  FP8SIM_REQUIRE(static_cast<int64_t>(v.size()) == n, "parameter '{}': exp_avg has {} elements, exp_avg_sq {}", name,
+                 n, v.size());
+  FP8SIM_REQUIRE(adamw_step >= 1, "parameter '{}': moments after {} AdamW steps carry no information (need >= 1)",
+                 name, adamw_step);
+  AdamwHyper h = hyper;
+  h.lr = 0;
+  validate_hyper(h);
+  require_finite(m, "exp_avg", name);
+  require_finite(v, "exp_avg_sq", name);
+  for (size_t i = 0; i < v.size(); ++i)
+    FP8SIM_REQUIRE(v[i] >= 0.0f, "parameter '{}': exp_avg_sq is negative ({}) at flat index {}", name, v[i], i);
+  if (I.opts.table1) I.add_table1(m, v, h, adamw_step);
+  I.add_memory(I.mem_state, n);
+  I.mem_state_elements += n;
+  I.t1_elements += n;
+  ++I.t1_params;
+  if (std::find(I.t1_steps.begin(), I.t1_steps.end(), adamw_step) == I.t1_steps.end()) I.t1_steps.push_back(adamw_step);
+}
+
+void OptimReplay::Impl::add_table1(const std::vector<float>& m0, const std::vector<float>& v0, const AdamwHyper& h,
+                                   int64_t step) {
+  const int nt = threads_for(static_cast<int64_t>(m0.size()));
+  const int64_t n = static_cast<int64_t>(m0.size());
+  const Shape shape{n};
+  QuantizeOptions qo;
+  qo.threads = nt;
+  std::array<std::vector<float>, 4> mq, vq;
+  for (size_t a = 0; a < 4; ++a) {
+    mq[a] = dequantize(quantize(m0.data(), shape, t1_specs[a], qo), nt);
+    vq[a] = dequantize(quantize(v0.data(), shape, t1_specs[a], qo), nt);
+  }
+  // The direction AdamW applies with moments after t updates (their bias corrections).
+  const double t = static_cast<double>(step);
+  const double bc1 = 1.0 - std::pow(h.beta1, t), bc2 = 1.0 - std::pow(h.beta2, t);
+  const double eps = h.eps;
+  auto dir = [&](double m, double v) { return (m / bc1) / (std::sqrt(v / bc2) + eps); };
+  // 16 SSEs + m, v errors per spec + flush counts + references + 16 SSEs and counts over the
+  // elements whose quantized v is nonzero or whose m and v are both zero (no flush).
+  constexpr size_t K = 16 + 4 * 4 + 5 + 32;
+  constexpr size_t kX = 37;  // first index of the flush-excluded sums
+  const auto s = det_sums<K>(n, nt, [&](int64_t i, std::array<double, K>& acc) {
+    const double m = m0[static_cast<size_t>(i)], v = v0[static_cast<size_t>(i)];
+    const double r = dir(m, v);
+    std::array<double, 4> num, den;
+    for (size_t a = 0; a < 4; ++a) {
+      const double mqa = mq[a][static_cast<size_t>(i)], vqa = vq[a][static_cast<size_t>(i)];
+      num[a] = mqa / bc1;
+      den[a] = std::sqrt(vqa / bc2) + eps;
+      acc[16 + a] += (mqa - m) * (mqa - m);
+      acc[20 + a] += (vqa - v) * (vqa - v);
+      acc[24 + a] += (m != 0 && mqa == 0) ? 1.0 : 0.0;
+      acc[28 + a] += (v != 0 && vqa == 0) ? 1.0 : 0.0;
+    }
+    for (size_t a = 0; a < 4; ++a)
+      for (size_t b = 0; b < 4; ++b) {
+        const double d = num[a] / den[b] - r;
+        acc[a * 4 + b] += d * d;
+        const bool flushed = v != 0 && vq[b][static_cast<size_t>(i)] == 0;
+        if (!flushed) {
+          acc[kX + a * 4 + b] += d * d;
+          acc[kX + 16 + a * 4 + b] += 1.0;
+        }
+      }
+    acc[32] += m * m;
+    acc[33] += v * v;
+    acc[34] += m != 0 ? 1.0 : 0.0;
+    acc[35] += v != 0 ? 1.0 : 0.0;
+    acc[36] += r * r;
+  });
+  for (size_t a = 0; a < 4; ++a) {
+    for (size_t b = 0; b < 4; ++b) {
+      t1_sse[a][b] += s[a * 4 + b];
+      t1_sse_nf[a][b] += s[kX + a * 4 + b];
+      t1_cnt_nf[a][b] += s[kX + 16 + a * 4 + b];
+    }
+    t1_m_err2[a] += s[16 + a];
+    t1_v_err2[a] += s[20 + a];
+    t1_m_flush[a] += s[24 + a];
+    t1_v_flush[a] += s[28 + a];
+  }
+  t1_m_ref2 += s[32];
+  t1_v_ref2 += s[33];
+  t1_m_nonzero += s[34];
+  t1_v_nonzero += s[35];
+  t1_ref2 += s[36];
+}
+
+void OptimReplay::Impl::add_replay(const ParamWindow& w) {
+  const int nt = threads_for(w.numel());
+  if (w.p_end.empty()) {
+    replay_possible = false;
+    return;
+  }
+  const int64_t n = w.numel();
+  for (UpdateRule rule : {UpdateRule::Torch, UpdateRule::Coat}) {
+    std::vector<float> p = w.p0, m = w.m0, v = w.v0;
+    AdamwHyper h = w.hyper;
+    for (size_t k = 0; k < w.grads.size(); ++k) {
+      h.lr = w.lr[k];
+      const auto c = make_step_consts(h, meta.step0 + static_cast<int64_t>(k) + 1, rule);
+      adamw_step_fp32(p.data(), w.grads[k].data(), m.data(), v.data(), static_cast<size_t>(n), c, nt);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = w.p_end[static_cast<size_t>(i)], got = p[static_cast<size_t>(i)];
+      const double err = std::fabs(static_cast<double>(got) - want);
+      const double rel = want != 0 ? err / std::fabs(static_cast<double>(want)) : (err > 0 ? INFINITY : 0.0);
+      if (rule == UpdateRule::Coat) {
+        rp_coat_max_rel = std::max(rp_coat_max_rel, rel);
+        continue;
+      }
+      const float aw = std::fabs(want);
+      const double ulp = static_cast<double>(std::nextafter(aw, INFINITY) - aw);
+      rp_max_rel = std::max(rp_max_rel, rel);
+      rp_max_move = std::max(rp_max_move, std::fabs(static_cast<double>(want) - w.p0[static_cast<size_t>(i)]));
+      rp_max_abs = std::max(rp_max_abs, err);
+      rp_max_ulp = std::max(rp_max_ulp, err / ulp);
+      rp_mismatch += got != want ? 1 : 0;
+      ++rp_compared;
+    }
+  }
+  ++replay_params;
+}
+
+void OptimReplay::Impl::add_drift(const ParamWindow& w) {
+  const int nt = threads_for(w.numel());
+  const int64_t n = w.numel();
+  const size_t un = static_cast<size_t>(n);
+  struct Run {
+    ParamOptimState st;
+    std::vector<float> p, p_prev, m_new, v_new, m_stored, v_stored;
+    LowpScratch scratch;
+  };
+  std::vector<Run> runs(recipes.size());
+  for (size_t r = 0; r < recipes.size(); ++r) {
+    Run& run = runs[r];
+    run.st = make_param_state(recipes[r], w.m0.data(), w.v0.data(), n, param_index, static_cast<uint64_t>(meta.step0),
+                              nt);
+    run.p = w.p0;
+    run.p_prev.resize(un);
+    run.m_new.resize(un);
+    run.v_new.resize(un);
+    run.m_stored.resize(un);
+    run.v_stored.resize(un);
+  }
+  std::vector<float> pb = w.p0, mb = w.m0, vb = w.v0, pb_prev(un);
+  AdamwHyper h = w.hyper;
+  for (int k = 0; k < drift_steps; ++k) {
+    h.lr = w.lr[static_cast<size_t>(k)];
+    const int64_t t = meta.step0 + k + 1;
+    const auto c = make_step_consts(h, t, opts.rule);
+    const float* g = w.grads[static_cast<size_t>(k)].data();
+    pb_prev = pb;
+    adamw_step_fp32(pb.data(), g, mb.data(), vb.data(), un, c, nt);
+    for (size_t r = 0; r < runs.size(); ++r) {
+      Run& run = runs[r];
+      run.p_prev = run.p;
+      lowp_adamw_step(run.p.data(), g, run.st, c, param_index, static_cast<uint64_t>(t), run.scratch, nt,
+                      run.m_new.data(), run.v_new.data());
+      load_moment(run.st.m, run.m_stored.data(), nt);
+      load_moment(run.st.v, run.v_stored.data(), nt);
+      const auto s = det_sums<kDriftSums>(n, nt, [&](int64_t i, DriftSums& acc) {
+        const size_t j = static_cast<size_t>(i);
+        const double p = run.p[j], b = pb[j];
+        const double ur = p - run.p_prev[j], ub = b - pb_prev[j];
+        const double disp = b - w.p0[j];
+        const double ms = run.m_stored[j], vs = run.v_stored[j];
+        acc[kDiff2] += (p - b) * (p - b);
+        acc[kBase2] += b * b;
+        acc[kDisp2] += disp * disp;
+        acc[kDot] += ur * ub;
+        acc[kUr2] += ur * ur;
+        acc[kUb2] += ub * ub;
+        acc[kEm2] += (ms - mb[j]) * (ms - mb[j]);
+        acc[kMb2] += static_cast<double>(mb[j]) * mb[j];
+        acc[kEv2] += (vs - vb[j]) * (vs - vb[j]);
+        acc[kVb2] += static_cast<double>(vb[j]) * vb[j];
+        acc[kMq2] += (ms - run.m_new[j]) * (ms - run.m_new[j]);
+        acc[kMn2] += static_cast<double>(run.m_new[j]) * run.m_new[j];
+        acc[kVq2] += (vs - run.v_new[j]) * (vs - run.v_new[j]);
+        acc[kVn2] += static_cast<double>(run.v_new[j]) * run.v_new[j];
+      });
+      DriftSums& dst = drift[r][static_cast<size_t>(k)];
+      for (size_t q = 0; q < kDriftSums; ++q) dst[q] += s[q];
+    }
+  }
+}
+
+Json OptimReplay::finish() const {
+  const Impl& I = *impl_;
+  FP8SIM_REQUIRE(I.elements > 0 || I.t1_elements > 0, "no parameters were given (neither moments nor a grad window)");
+  Json doc = Json::object();
+  doc["source"] = I.meta.source;
+  Json win = Json::object();
+  const bool have_window = I.elements > 0;
+  win["step0"] = I.meta.step0;
+  win["steps"] = have_window ? I.meta.steps : 0;
+  win["drift_steps"] = have_window ? I.drift_steps : 0;
+  win["params"] = static_cast<int64_t>(I.names.size());
+  win["elements"] = I.elements;
+  win["implementation"] = I.meta.implementation;
+  doc["window"] = win;
+  Json snap = Json::object();
+  snap["params"] = I.t1_params;
+  snap["elements"] = I.t1_elements;
+  snap["adamw_step"] = I.t1_steps.size() == 1 ? Json(I.t1_steps[0]) : Json();
+  doc["moments"] = snap;
+  doc["update_rule"] = std::string(update_rule_name(I.opts.rule));
+  doc["rounding"] = std::string(rounding_name(I.opts.rounding));
+  doc["seed"] = I.opts.seed;
+
+  Json defs = Json::object();
+  defs["table1"] =
+      "MSE over all elements of all parameters of r = (m/bc1)/(sqrt(v/bc2)+eps), bc1 = 1-b1^t, bc2 = 1-b2^t with t the "
+      "moments' AdamW step count, between the captured fp32 moments and the same moments quantized (1x128 groups of the "
+      "flattened parameter; +Expand = DE coat mode), computed in double; eps = the trace's AdamW eps, so v = 0 needs no "
+      "special case (a v flushed to 0 under a nonzero m gives m/(bc1*eps), what AdamW would apply)";
+  defs["param_rel_l2"] = "||p_recipe - p_fp32|| / ||p_fp32|| over all parameters after the step";
+  defs["displacement_rel_err"] = "||p_recipe - p_fp32|| / ||p_fp32 - p_window_start||";
+  defs["update_cosine"] = "cosine between this step's update (p_t - p_{t-1}) of the recipe's run and of the fp32 run";
+  defs["m_nmse"] = "||m_stored - m_fp32||^2 / ||m_fp32||^2, m_stored = the recipe's dequantized state after the step";
+  defs["v_nmse"] = "as m_nmse for the second moment";
+  defs["m_quant_nmse"] = "||m_stored - m_new||^2 / ||m_new||^2: this step's requantization error alone";
+  defs["v_quant_nmse"] = "as m_quant_nmse for the second moment";
+  defs["fp32_replay_max_rel_err"] =
+      "max over elements of |p_replay - p_captured| / |p_captured| after the whole window, fp32 moments, torch's rule";
+  defs["bytes_per_param"] = "exact bytes of m and v (codes + scales + DE k, c) divided by the parameter count";
+  doc["definitions"] = defs;
+
+  // ---- Table 1
+  const auto& f = table1_formats();
+  if (I.opts.table1 && I.t1_elements > 0) {
+    const double N = static_cast<double>(I.t1_elements);
+    Json t1 = Json::object(), ratio_ours = Json::object();
+    for (size_t a = 0; a < 4; ++a) {
+      Json row = Json::object(), rrow = Json::object();
+      for (size_t b = 0; b < 4; ++b) {
+        row[f[b].label] = I.t1_sse[a][b] / N;
+        rrow[f[b].label] = ratio(I.t1_sse[a][b], I.t1_sse[0][0]);
+      }
+      t1[f[a].label] = row;
+      ratio_ours[f[a].label] = rrow;
+    }
+    doc["table1"] = t1;
+    doc["table1_ratio_to_e4m3"] = ratio_ours;
+    const Json paper = paper_table1();
+    const double p00 = paper.at("E4M3").at("E4M3").as_number();
+    Json ratio_paper = Json::object();
+    for (size_t a = 0; a < 4; ++a) {
+      Json rrow = Json::object();
+      for (size_t b = 0; b < 4; ++b) rrow[f[b].label] = paper.at(f[a].label).at(f[b].label).as_number() / p00;
+      ratio_paper[f[a].label] = rrow;
+    }
+    doc["table1_paper"] = paper;
+    doc["table1_paper_ratio_to_e4m3"] = ratio_paper;
+    Json det = Json::object();
+    det["adamw_step"] = I.t1_steps.size() == 1 ? Json(I.t1_steps[0]) : Json();
+    det["params"] = I.t1_params;
+    det["elements"] = I.t1_elements;
+    det["mean_r2"] = I.t1_ref2 / N;
+    Json specs = Json::object(), mn = Json::object(), vn = Json::object(), mf = Json::object(), vf = Json::object();
+    for (size_t a = 0; a < 4; ++a) {
+      specs[f[a].label] = I.t1_specs[a].to_string();
+      mn[f[a].label] = ratio(I.t1_m_err2[a], I.t1_m_ref2);
+      vn[f[a].label] = ratio(I.t1_v_err2[a], I.t1_v_ref2);
+      mf[f[a].label] = ratio(I.t1_m_flush[a], I.t1_m_nonzero);
+      vf[f[a].label] = ratio(I.t1_v_flush[a], I.t1_v_nonzero);
+    }
+    det["specs"] = specs;
+    det["m_nmse"] = mn;
+    det["v_nmse"] = vn;
+    det["m_flushed_frac"] = mf;  // nonzero m whose quantized value is 0
+    det["v_flushed_frac"] = vf;  // nonzero v whose quantized value is 0
+    Json nf = Json::object();
+    for (size_t a = 0; a < 4; ++a) {
+      Json row = Json::object();
+      for (size_t b = 0; b < 4; ++b) row[f[b].label] = ratio(I.t1_sse_nf[a][b], I.t1_cnt_nf[a][b]);
+      nf[f[a].label] = row;
+    }
+    det["mse_without_flushed_v"] = nf;  // same metric over the elements whose nonzero v did not flush to 0
+    Json nfr = Json::object();
+    for (size_t a = 0; a < 4; ++a) {
+      Json row = Json::object();
+      for (size_t b = 0; b < 4; ++b)
+        row[f[b].label] = ratio(ratio(I.t1_sse_nf[a][b], I.t1_cnt_nf[a][b]), ratio(I.t1_sse_nf[0][0], I.t1_cnt_nf[0][0]));
+      nfr[f[a].label] = row;
+    }
+    det["mse_without_flushed_v_ratio_to_e4m3"] = nfr;
+    doc["table1_details"] = det;
+  } else {
+    doc["table1"] = nullptr;
+    doc["table1_skipped"] = I.opts.table1 ? "the trace holds no AdamW moments (exp_avg / exp_avg_sq)"
+                                          : "disabled (--no-table1)";
+  }
+
+  // ---- fp32 replay
+  if (have_window && I.replay_possible && I.replay_params > 0) {
+    doc["fp32_replay_max_rel_err"] = I.rp_max_rel;
+    Json rp = Json::object();
+    rp["rule"] = "torch";
+    rp["steps"] = I.meta.steps;
+    rp["max_rel_err"] = I.rp_max_rel;
+    rp["max_abs_err"] = I.rp_max_abs;
+    rp["max_ulp"] = I.rp_max_ulp;
+    rp["max_abs_err_over_max_move"] = ratio(I.rp_max_abs, I.rp_max_move);
+    rp["mismatch_frac"] = ratio(static_cast<double>(I.rp_mismatch), static_cast<double>(I.rp_compared));
+    rp["coat_rule_max_rel_err"] = I.rp_coat_max_rel;
+    rp["note"] =
+        "torch's CPU sqrt (MKL vsSqrt, VML_HA) is not correctly rounded; the replay's is. That 1-ulp difference is the "
+        "only source of mismatch (tests/test_optim_adamw.cpp bounds it per element)";
+    doc["fp32_replay"] = rp;
+  } else {
+    doc["fp32_replay_max_rel_err"] = nullptr;
+    doc["fp32_replay"] = Json::object();
+    doc["fp32_replay"]["skipped"] = have_window ? "the trace does not store the end-of-window weights"
+                                                : "the trace has no grad window";
+  }
+
+  // ---- memory
+  // Over the moments snapshot (normally the whole model), else over the window's parameters.
+  const bool mem_on_state = I.mem_state_elements > 0;
+  const auto& mem_bytes = mem_on_state ? I.mem_state : I.mem_window;
+  const double mem_elements = static_cast<double>(mem_on_state ? I.mem_state_elements : I.elements);
+  Json mem = Json::array();
+  for (size_t r = 0; r < I.memory_recipes.size(); ++r) {
+    const StateRecipe& rc = I.memory_recipes[r];
+    Json e = Json::object();
+    e["recipe"] = rc.name;
+    e["spec"] = rc.to_string();
+    e["m_bytes"] = mem_bytes[r][0];
+    e["v_bytes"] = mem_bytes[r][1];
+    e["state_bytes"] = mem_bytes[r][0] + mem_bytes[r][1];
+    e["bytes_per_param"] = (mem_bytes[r][0] + mem_bytes[r][1]) / mem_elements;
+    mem.push_back(e);
+  }
+  doc["memory"] = mem;
+  doc["memory_params"] = mem_on_state ? "every parameter with captured moments" : "the grad window's parameters";
+
+  // ---- drift
+  if (I.opts.drift && have_window) {
+    Json drift = Json::object();
+    for (size_t r = 0; r < I.recipes.size(); ++r) {
+      const StateRecipe& rc = I.recipes[r];
+      Json e = Json::object();
+      e["spec"] = rc.to_string();
+      if (!rc.note.empty()) e["note"] = rc.note;
+      Json steps = Json::array();
+      for (int k = 0; k < I.drift_steps; ++k) {
+        const DriftSums& s = I.drift[r][static_cast<size_t>(k)];
+        Json st = Json::object();
+        st["step"] = I.meta.step0 + k + 1;
+        st["param_rel_l2"] = ratio(std::sqrt(s[kDiff2]), std::sqrt(s[kBase2]));
+        st["displacement_rel_err"] = ratio(std::sqrt(s[kDiff2]), std::sqrt(s[kDisp2]));
+        st["update_cosine"] = ratio(s[kDot], std::sqrt(s[kUr2]) * std::sqrt(s[kUb2]));
+        st["m_nmse"] = ratio(s[kEm2], s[kMb2]);
+        st["v_nmse"] = ratio(s[kEv2], s[kVb2]);
+        st["m_quant_nmse"] = ratio(s[kMq2], s[kMn2]);
+        st["v_quant_nmse"] = ratio(s[kVq2], s[kVn2]);
+        steps.push_back(st);
+      }
+      e["steps"] = steps;
+      drift[rc.name] = e;
+    }
+    doc["drift"] = drift;
+  } else {
+    doc["drift"] = nullptr;
+    doc["drift_skipped"] = I.opts.drift ? "the trace has no grad window" : "disabled (--no-drift)";
+  }
+  return doc;
+}
+
+}  // namespace fp8sim::optim

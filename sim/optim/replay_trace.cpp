@@ -1,0 +1,149 @@
+// optim_replay: feeds a trace (traces/trace.hpp, schema in traces/FORMAT.md) to OptimReplay.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "sim/common/check.hpp"
+#include "sim/optim/replay.hpp"
+#include "traces/trace.hpp"
+
+namespace fp8sim::optim {
+
+namespace {
+
+double require_hyper(const std::optional<double>& v, const char* what, const std::string& path) {
+  FP8SIM_REQUIRE(v.has_value(), "'{}' does not record the optimizer's {} (root attribute '{}')", path, what, what);
+  return *v;
+}
+
+// The step whose moments feed Table 1: the one with the most exp_avg elements (ties: latest).
+int64_t pick_moments_step(const trace::TraceReader& r) {
+  std::map<int64_t, int64_t> elements;
+  for (const auto& t : r.tensors())
+    if (t.role == trace::Role::ExpAvg && r.find(t.step, trace::Role::ExpAvgSq, t.name)) elements[t.step] += t.numel();
+  int64_t best = -1, best_n = 0;
+  for (const auto& [step, n] : elements)
+    if (n >= best_n) {
+      best = step;
+      best_n = n;
+    }
+  return best;
+}
+
+}  // namespace
+
+Json optim_replay(const std::string& path, const OptimOptions& opts) {
+  const trace::TraceReader r(path);
+  const trace::TraceHeader& H = r.header();
+  const trace::OptimizerInfo& oi = H.optimizer;
+  FP8SIM_REQUIRE(oi.name.empty() || oi.name.find("AdamW") != std::string::npos,
+                 "'{}' was trained with '{}', not AdamW: the optimizer replay needs AdamW moments", path, oi.name);
+  if (oi.options.is_object()) {
+    for (const char* flag : {"amsgrad", "maximize"}) {
+      const Json* v = oi.options.find(flag);
+      FP8SIM_REQUIRE(!v || !v->is_bool() || !v->as_bool(), "'{}': AdamW ran with {}=True, which fp8sim does not model",
+                     path, flag);
+    }
+  }
+  AdamwHyper hyper;
+  hyper.beta1 = require_hyper(oi.beta1, "beta1", path);
+  hyper.beta2 = require_hyper(oi.beta2, "beta2", path);
+  hyper.eps = require_hyper(oi.eps, "eps", path);
+  hyper.weight_decay = require_hyper(oi.weight_decay, "weight_decay", path);
+
+  WindowMeta meta;
+  meta.source = path;
+  if (oi.options.is_object() && oi.options.contains("implementation") && oi.options.at("implementation").is_string())
+    meta.implementation = oi.options.at("implementation").as_string();
+  int64_t first = 0, last = -1;
+  if (H.grad_window) {
+    std::tie(first, last) = *H.grad_window;
+    FP8SIM_REQUIRE(last >= first, "'{}': grad_window [{}, {}] is empty", path, first, last);
+    const trace::StepInfo* s0 = r.find_step(first);
+    FP8SIM_REQUIRE(s0 != nullptr, "'{}': grad_window starts at step {}, which the trace does not hold", path, first);
+    FP8SIM_REQUIRE(s0->adamw_step.has_value(), "'{}': step {} lacks the attribute adamw_step (AdamW's step count)",
+                   path, first);
+    meta.step0 = *s0->adamw_step;
+    meta.steps = last - first + 1;
+  } else {
+    FP8SIM_REQUIRE(!opts.drift, "'{}' has no grad window (root attribute grad_window): capture one with "
+                   "scripts/capture_trace.py --window FIRST:COUNT, or pass --no-drift for Table 1 and memory only",
+                   path);
+  }
+
+  // Which tensors to read, so progress can count them up front.
+  const int64_t mstep = opts.table1_step ? *opts.table1_step : pick_moments_step(r);
+  std::vector<const trace::TensorInfo*> moment_tensors;
+  if (opts.table1_step)
+    FP8SIM_REQUIRE(r.find_step(mstep) != nullptr, "'{}' holds no step {} (--table1-step)", path, mstep);
+  if (mstep >= 0) {
+    trace::Filter f;
+    f.step = mstep;
+    f.role = trace::Role::ExpAvg;
+    moment_tensors = r.select(f);
+  }
+  std::vector<const trace::TensorInfo*> window_weights;
+  if (H.grad_window) {
+    trace::Filter f;
+    f.step = first;
+    f.role = trace::Role::Weight;
+    // The window's parameters: those with a grad at every window step (a "full" first step also
+    // holds parameters outside the window).
+    for (const auto* t : r.select(f)) {
+      bool all = true;
+      for (int64_t s = first; s <= last && all; ++s) all = r.find(s, trace::Role::Grad, t->name) != nullptr;
+      if (all) window_weights.push_back(t);
+    }
+    FP8SIM_REQUIRE(!window_weights.empty(), "'{}': no parameter has weights at step {} and grads at every step {}..{}",
+                   path, first, first, last);
+  }
+  double total = 0, done = 0;
+  for (const auto* t : moment_tensors) total += static_cast<double>(t->numel());
+  for (const auto* t : window_weights) total += static_cast<double>(t->numel());
+
+  FP8SIM_REQUIRE(!moment_tensors.empty() || !window_weights.empty(),
+                 "'{}' holds neither AdamW moments (exp_avg / exp_avg_sq) nor a grad window: nothing to replay", path);
+  OptimReplay replay(meta, opts);
+  if (mstep >= 0) {
+    const trace::StepInfo* st = r.find_step(mstep);
+    FP8SIM_REQUIRE(st && st->adamw_step.has_value(), "'{}': step {} lacks the attribute adamw_step", path, mstep);
+    FP8SIM_REQUIRE(!moment_tensors.empty(), "'{}': step {} holds no exp_avg tensors", path, mstep);
+    for (const auto* t : moment_tensors) {
+      const trace::TensorInfo* tv = r.find(mstep, trace::Role::ExpAvgSq, t->name);
+      FP8SIM_REQUIRE(tv != nullptr, "'{}': step {} has exp_avg but no exp_avg_sq for '{}'", path, mstep, t->name);
+      replay.add_state(t->name, r.read_f32(*t), r.read_f32(*tv), hyper, *st->adamw_step);
+      done += static_cast<double>(t->numel());
+      if (opts.progress) opts.progress(done, total);
+    }
+  }
+  for (const auto* wt : window_weights) {
+    ParamWindow w;
+    w.name = wt->name;
+    w.shape = wt->shape;
+    w.hyper = hyper;
+    w.p0 = r.read_f32(*wt);
+    auto need = [&](int64_t step, trace::Role role) -> const trace::TensorInfo& {
+      const trace::TensorInfo* t = r.find(step, role, wt->name);
+      FP8SIM_REQUIRE(t != nullptr, "'{}': the grad window lacks the {} of '{}' at step {}", path,
+                     trace::role_name(role), wt->name, step);
+      return *t;
+    };
+    w.m0 = r.read_f32(need(first, trace::Role::ExpAvg));
+    w.v0 = r.read_f32(need(first, trace::Role::ExpAvgSq));
+    for (int64_t s = first; s <= last; ++s) {
+      w.grads.push_back(r.read_f32(need(s, trace::Role::Grad)));
+      const trace::StepInfo* si = r.find_step(s);
+      FP8SIM_REQUIRE(si && si->lr.has_value(), "'{}': step {} lacks the attribute lr (the update's learning rate)",
+                     path, s);
+      w.lr.push_back(*si->lr);
+    }
+    if (const trace::TensorInfo* end = r.find(last + 1, trace::Role::Weight, wt->name)) w.p_end = r.read_f32(*end);
+    replay.add_param(w);
+    done += static_cast<double>(wt->numel());
+    if (opts.progress) opts.progress(done, total);
+  }
+  return replay.finish();
+}
+
+}  // namespace fp8sim::optim

@@ -1,0 +1,132 @@
+#pragma once
+// Dynamic Range Expansion (COAT, Xi et al. ICLR 2025; REFERENCE.md section 2), as FP8SIM_HD
+// building blocks that the CPU reference (quantize.cpp) and the CUDA kernels (gpu/quant) call
+// alike, so both produce the same bits. All arithmetic is correctly rounded fp32 (plus one fp64
+// add for COAT's epsilon, exactly as COAT's kernel does), and pow/log2 come from dmath.hpp.
+//
+// Per group, from its maximum magnitude `absmax` and its minimum NONZERO magnitude `absmin`
+// (both over finite elements; absmin = 0 when the group has no nonzero element):
+//
+// coat mode (COAT's kernel fp8_adamw_expand_cuda_kernel.cu, step by step):
+//   max = float(double(absmax) + eps)     min = float(double(absmin) + eps)      eps = 1e-30
+//   r = max / min          c = sqrt(max) * sqrt(min)
+//   k = floor(log2(B) / log2(r) * 16) / 16          B = fmax_target^2 / 2 (100352 for E4M3),
+//                                                   no clamp: k < 1 happens, k = +Inf when r = 1
+//   s = pow(max / c, k) / fmax
+//   quantize:   q = fp8( sign(x) * pow(|x| / c, k) / s )
+//   dequantize: y = sign(q*s) * pow(|q*s|, 1/k) * c        (1/k is an fp32 division)
+// Degenerate groups are reproduced, not fixed: an all-zero group gets r = 1 and k = +Inf (and
+// then whatever C99 pow gives: see tests), as the official kernel does.
+// Known difference from COAT's kernel: its warp/block min-reduction starts each lane from its
+// own |x| and skips only zeros arriving from OTHER lanes, so a zero in a lane that leads a
+// reduction step can make its "min" 0 (REFERENCE.md: "zeros in some lanes can corrupt the
+// minimum"). fp8sim uses the intended min over nonzero magnitudes; groups without zeros agree.
+//
+// robust mode (fp8sim): the same expansion, made safe and never worse than plain scaling:
+//   all-zero group          -> k = 1, c = 1, s = 1 (codes 0, exact)
+//   r == 1 (constant, single element), k not finite or <= 0, s not finite or 0
+//                           -> fallback k = 1, c = 1, s = absmax / fmax (plain absmax scaling)
+//   otherwise both candidates are quantized and the one with the smaller sum of squared errors
+//   wins (ties go to the fallback). The sums are computed in fp64 over a fixed contiguous
+//   bisection tree (see sq_err_tree_order below) so that every backend decides identically.
+//   No epsilon is added in robust mode (zero groups are handled explicitly).
+#include "sim/common/hd.hpp"
+#include "sim/formats/fp8.hpp"
+#include "sim/quant/dmath.hpp"
+
+namespace fp8sim {
+
+constexpr int kExpandMin = 16;        // k is a multiple of 1/16 (COAT's expand_min)
+constexpr double kCoatDeEps = 1e-30;  // COAT's QUANT_MIN_VAL in the expansion kernel
+
+struct ExpandParams {
+  float k = 1.0f;  // exponent
+  float c = 1.0f;  // centre sqrt(max)*sqrt(min)
+  float s = 1.0f;  // scale of the expanded values
+};
+
+// COAT adds its epsilons in double precision on a float (`float + 1e-30` promotes to double,
+// the result is stored back to float): reproduce that exactly.
+FP8SIM_HD float add_eps_fp64(float v, double eps) { return static_cast<float>(static_cast<double>(v) + eps); }
+
+// B = fmax^2 / 2 for the target format, in fp32 (exact for E4M3 and E5M2).
+FP8SIM_HD float expand_ratio_bound(float fmax_target) { return div_rn(mul_rn(fmax_target, fmax_target), 2.0f); }
+
+// k = floor(log2(B) / log2(r) * 16) / 16, in fp32 steps.
+FP8SIM_HD float expand_exponent(float ratio, float ratio_bound) {
+  const float q = div_rn(dmath::log2_det(ratio_bound), dmath::log2_det(ratio));
+  return div_rn(dmath::floor_det(mul_rn(q, static_cast<float>(kExpandMin))), static_cast<float>(kExpandMin));
+}
+
+// coat mode parameters (formulas in the header comment). eps: 1e-30 in COAT.
+FP8SIM_HD ExpandParams coat_expand_params(float absmax, float absmin, float fmax_store, float fmax_target,
+                                          double eps = kCoatDeEps) {
+  const float maxv = add_eps_fp64(absmax, eps);
+  const float minv = add_eps_fp64(absmin, eps);
+  ExpandParams p;
+  const float ratio = div_rn(maxv, minv);
+  p.c = mul_rn(sqrt_rn(maxv), sqrt_rn(minv));
+  p.k = expand_exponent(ratio, expand_ratio_bound(fmax_target));
+  p.s = div_rn(dmath::pow_det(div_rn(maxv, p.c), p.k), fmax_store);
+  return p;
+}
+
+// The plain-scaling fallback of robust mode, expressed as expansion parameters (k = c = 1).
+FP8SIM_HD ExpandParams robust_fallback_params(float absmax, float fmax_store) {
+  ExpandParams p;
+  p.k = 1.0f;
+  p.c = 1.0f;
+  p.s = absmax == 0.0f ? 1.0f : div_rn(absmax, fmax_store);
+  if (p.s == 0.0f) p.s = f32_from_bits(1u);  // amax below fmax * 2^-150: smallest positive scale
+  return p;
+}
+
+// robust mode's expansion candidate; `ok` is false when only the fallback is valid (all-zero,
+// constant or single-element group, or a non-finite / zero k or s).
+FP8SIM_HD ExpandParams robust_expand_candidate(float absmax, float absmin, float fmax_store, float fmax_target,
+                                               bool& ok) {
+  ExpandParams p;
+  ok = false;
+  if (!(absmax > 0.0f) || !(absmin > 0.0f)) return p;
+  const float ratio = div_rn(absmax, absmin);
+  if (!(ratio > 1.0f)) return p;
+  p.c = mul_rn(sqrt_rn(absmax), sqrt_rn(absmin));
+  p.k = expand_exponent(ratio, expand_ratio_bound(fmax_target));
+  if (!(p.k > 0.0f) || !is_finite_bits(f32_bits(p.k))) return p;
+  p.s = div_rn(dmath::pow_det(div_rn(absmax, p.c), p.k), fmax_store);
+  ok = p.s > 0.0f && is_finite_bits(f32_bits(p.s));
+  return p;
+}
+
+// The value handed to the FP8 encoder: sign(x) * pow(|x| / c, k) / s.
+FP8SIM_HD_INLINE float expand_value(float x, const ExpandParams& p) {
+  const float mag = dmath::pow_det(div_rn(dmath::abs_bits(x), p.c), p.k);
+  return div_rn(dmath::neg_if(mag, dmath::sign_bit(x)), p.s);
+}
+
+// Dequantize one decoded code value q: sign(q*s) * pow(|q*s|, 1/k) * c.
+FP8SIM_HD_INLINE float compress_value(float q, const ExpandParams& p) {
+  const float qs = mul_rn(q, p.s);
+  const float mag = dmath::pow_det(dmath::abs_bits(qs), div_rn(1.0f, p.k));
+  return mul_rn(dmath::neg_if(mag, dmath::sign_bit(qs)), p.c);
+}
+
+// One squared-error term of robust mode's comparison: (double(x) - double(y))^2 in fp64;
+// 0 for a non-finite x (such elements are excluded from group statistics).
+FP8SIM_HD double sq_err_term(float x, float y) {
+  const double d = static_cast<double>(x) - static_cast<double>(y);
+  return is_finite_bits(f32_bits(x)) ? d * d : 0.0;  // a select, so loops over it vectorize
+}
+// sq_err_tree_order: a group of n terms is summed as a contiguous bisection tree over
+// P = next power of two >= n, zero-padded: sum(lo, P) = sum(lo, P/2) + sum(lo + P/2, P/2).
+// (On a GPU: each thread adds its contiguous elements pairwise, then shfl_xor 1, 2, 4, ...)
+// In place over v[0..n): level w = 1, 2, 4, ... adds v[i + w] into v[i] for i = 0, 2w, 4w, ...
+// (absent right partners are the zero padding, and x + 0 == x). Returns v[0] (0 for n == 0).
+FP8SIM_HD double sq_err_tree_sum(double* v, int64_t n) {
+  if (n <= 0) return 0.0;
+  for (int64_t w = 1; w < n; w *= 2)
+    for (int64_t i = 0; i + w < n; i += 2 * w) v[i] = v[i] + v[i + w];
+  return v[0];
+}
+
+}  // namespace fp8sim

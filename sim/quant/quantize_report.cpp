@@ -1,0 +1,130 @@
+#include "sim/quant/quantize_report.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "sim/common/check.hpp"
+#include "sim/formats/fp8.hpp"
+
+namespace fp8sim {
+
+ErrorStats quantization_error_stats(const float* x, const QuantizedTensor& q, const float* deq, int threads) {
+  ErrorAccumulator acc(threads);
+  acc.add(x, deq, static_cast<size_t>(q.numel()));
+  ErrorStats s = acc.stats();
+  // The quantizer counted |x/s| > fmax over the finite elements while encoding.
+  s.saturated = q.saturated_count;
+  s.scaled_count = s.count;
+  return s;
+}
+
+ScaledHistograms scaled_histograms(const float* x, const QuantizedTensor& q, int threads) {
+  const Format f = q.spec.format;
+  ScaledHistograms h{Log2Histogram::for_format(f), Log2Histogram::for_format(f)};
+  std::vector<float> mags(static_cast<size_t>(q.numel()));
+  scaled_magnitudes(x, q, mags.data(), true, threads);
+  h.after.add(mags.data(), mags.size(), threads);
+  if (q.spec.has_expand()) {
+    scaled_magnitudes(x, q, mags.data(), false, threads);
+    h.before.add(mags.data(), mags.size(), threads);
+  } else {
+    h.before = h.after;
+  }
+  return h;
+}
+
+namespace {
+
+std::vector<float> widen(const void* data, InputDtype dtype, int64_t n, int threads) {
+  std::vector<float> x(static_cast<size_t>(n));
+  const int nt = threads > 0 ? threads : omp_get_max_threads();
+  if (dtype == InputDtype::F32) {
+    const float* p = static_cast<const float*>(data);
+    std::copy(p, p + n, x.begin());
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(data);
+    const bool bf = dtype == InputDtype::BF16;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = bf ? bf16_to_f32(p[i]) : fp16_to_f32(p[i]);
+  }
+  return x;
+}
+
+}  // namespace
+
+QuantizeResult run_quantize(const void* data, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
+                            const QuantizeOptions& opts) {
+  QuantizeResult r;
+  const int64_t n = shape_numel(shape);
+  // Quantize from the stored dtype (never round twice); the fp32 copy is only for the metrics.
+  r.q = quantize_any(data, dtype, shape, spec, opts);
+  r.x = widen(data, dtype, n, opts.threads);
+  r.dequantized = dequantize(r.q, opts.threads);
+  r.stats = quantization_error_stats(r.x.data(), r.q, r.dequantized.data(), opts.threads);
+
+  Json j = Json::object();
+  j["spec"] = spec.to_string();
+  Json shp = Json::array();
+  for (int64_t d : shape) shp.push_back(d);
+  j["shape"] = std::move(shp);
+  j["numel"] = n;
+  j["groups"] = r.q.spec.is_passthrough() ? int64_t{0} : r.q.num_groups();
+  Json bytes = Json::object();
+  bytes["codes"] = r.q.code_bytes();
+  bytes["metadata"] = r.q.metadata_bytes();
+  bytes["total"] = r.q.total_bytes();
+  bytes["bits_per_element"] = n ? 8.0 * static_cast<double>(r.q.total_bytes()) / static_cast<double>(n) : 0.0;
+  j["bytes"] = std::move(bytes);
+  const Json metrics = r.stats.to_json();
+  for (const auto& [k, v] : metrics.as_object()) j[k] = v;
+  j["tensor_amax"] = r.q.tensor_amax;
+  if (!r.q.spec.is_passthrough() && n > 0) {
+    const ScaledHistograms h = scaled_histograms(r.x.data(), r.q, opts.threads);
+    Json hist = Json::object();
+    hist["before"] = h.before.to_json();
+    hist["after"] = h.after.to_json();
+    j["histogram"] = std::move(hist);
+  }
+  if (r.q.spec.has_expand()) {
+    Json ex = Json::object();
+    Json ks = Json::array();
+    double kmin = INFINITY, kmax = -INFINITY, ksum = 0;
+    int64_t finite = 0, fallback = 0;
+    std::map<float, int64_t> kcount;
+    for (size_t g = 0; g < r.q.expand_k.size(); ++g) {
+      const float k = r.q.expand_k[g];
+      ks.push_back(k);
+      if (!std::isnan(k)) ++kcount[k];  // NaN would break the map's ordering
+      if (std::isfinite(k)) {
+        kmin = std::min(kmin, static_cast<double>(k));
+        kmax = std::max(kmax, static_cast<double>(k));
+        ksum += k;
+        ++finite;
+      }
+      if (r.q.spec.expand == ExpandMode::Robust && k == 1.0f && r.q.expand_c[g] == 1.0f) ++fallback;
+    }
+    ex["mode"] = std::string(expand_mode_name(r.q.spec.expand));
+    ex["k_min"] = finite ? kmin : NAN;
+    ex["k_max"] = finite ? kmax : NAN;
+    ex["k_mean"] = finite ? ksum / static_cast<double>(finite) : NAN;
+    ex["nonfinite_k_groups"] = static_cast<int64_t>(r.q.expand_k.size()) - finite;
+    ex["fallback_groups"] = fallback;
+    Json dist = Json::array();
+    for (const auto& [k, c] : kcount) {
+      Json e = Json::object();
+      e["k"] = k;
+      e["groups"] = c;
+      dist.push_back(std::move(e));
+    }
+    ex["k_distribution"] = std::move(dist);
+    ex["k"] = std::move(ks);
+    j["expand"] = std::move(ex);
+  }
+  r.json = std::move(j);
+  return r;
+}
+
+}  // namespace fp8sim

@@ -1,0 +1,140 @@
+#pragma once
+// QuantSpec: one value type describing how a tensor is quantized (format, scaling granularity,
+// scale mode, dynamic range expansion, delayed scaling, rounding, saturation). It is validated
+// once (validate(), also called by parse()) and then passed by value to every quantizer: the
+// CPU reference (sim/quant/quantize.hpp), the CUDA kernels (gpu/quant) and the memory model.
+//
+// Text form (command line, recipe files):   FORMAT:GRANULARITY[:KEY=VALUE...]
+//   FORMAT       e4m3 | e5m2 | bf16 | fp16   (bf16/fp16: 16-bit baselines, unscaled by default)
+//   GRANULARITY  tensor | row | col | gN | bRxC
+//                tensor  one scale for the whole tensor
+//                row     one scale per row of the 2-D view (rows = prod(shape[:-1]), cols = shape[-1])
+//                col     one scale per column of the 2-D view
+//                gN      1xN groups along the last dimension, the last group of a row is short
+//                        when N does not divide cols (g128: DeepSeek activations, COAT optimizer
+//                        states on a flattened tensor, g32 + e8m0: MXFP8, g16: COAT activations)
+//                bRxC    RxC blocks of the 2-D view, short at the bottom and right edges (b128x128)
+//   KEYS
+//     scale=fp32|pow2|e8m0|bf16|none   how the per-group scale is rounded and stored
+//            (default fp32 for e4m3/e5m2, none for bf16/fp16)
+//            fp32  s = amax_eps / fmax in fp32                                  (4 B per group)
+//            pow2  s = that value rounded UP to a power of two (never saturates) (4 B, fp32)
+//            e8m0  as pow2, stored as an OCP E8M0 byte, clamped to [2^-127, 2^127] (1 B)
+//            bf16  the fp32 s is used to quantize, the stored (and dequantizing) scale is
+//                  bf16(s) rounded to nearest even: what COAT's Triton kernels do   (2 B)
+//            none  bf16/fp16 only: plain 16-bit storage, no scale                 (0 B)
+//            bf16/fp16 also take scale=fp32|pow2 (s = amax/fmax with fmax 65504 for fp16):
+//            FP8-LM / MS-AMP keep the second moment as fp16 with a per-tensor pow2 scale,
+//            e.g. fp16:tensor:scale=pow2 (scale=none needs granularity tensor)
+//     eps=E          added to the group amax before dividing by fmax (default 0; de=coat: 1e-30)
+//     eps_add=fp32|fp64  how eps is added: fp32 (amax + float(eps), COAT's Triton activation
+//                    kernels) or fp64 (float(double(amax) + eps), COAT's CUDA optimizer kernels).
+//                    Default fp32, except de=coat (fp64, as its kernel).
+//     de=none|coat|robust        Dynamic Range Expansion (REFERENCE.md section 2; see expand.hpp)
+//     de_target=e4m3|e5m2        format whose range sets the expansion ratio fmax^2/2
+//                                (default: the storage format)
+//     delayed=H[,max|recent][,margin=M]   TransformerEngine delayed scaling with an amax history
+//                    of length H (per-tensor only): see DelayedScaler in quantize.hpp
+//     round=nearest|stochastic   (default nearest, ties to even)
+//     seed=N                     Philox key for stochastic rounding (element i draws word i)
+//     sat=finite|none            overflow clamps to +-fmax (default) or becomes NaN/Inf
+//   ALIASES (a whole spec; keys may follow, e.g. "mxfp8:round=stochastic")
+//     mxfp8            = e4m3:g32:scale=e8m0
+//     mxfp8-e5m2       = e5m2:g32:scale=e8m0
+//     coat-opt         = e4m3:g128:de=coat           (COAT optimizer states, eps 1e-30 in fp64)
+//     coat-opt-noexpand= e4m3:g128:eps=1e-20:eps_add=fp64   (COAT's kernel without expansion)
+//     coat-act         = e4m3:g16:scale=bf16:eps=1e-10      (COAT non-linear layer activations)
+//     coat-w           = e4m3:tensor:eps=1e-10              (COAT weights, just-in-time)
+//     deepseek-act     = e4m3:g128        deepseek-w = e4m3:b128x128
+//     te-delayed       = e4m3:tensor:delayed=1024,max
+//     bf16 / fp16      = bf16:tensor / fp16:tensor
+//   Examples: e4m3:g128:de=coat   e4m3:g16:scale=bf16   e4m3:tensor   e5m2:b128x128:scale=pow2
+//
+// Conventions (all modes unless a mode says otherwise):
+// * Quantize computes q = fp8(x / s) with s = amax_eps / fmax in fp32 (COAT's convention);
+//   dequantize computes q * s. Delayed scaling follows TransformerEngine instead: it multiplies by
+//   TE's scale (fmax/amax)/2^margin and stores s = 1/scale.
+// * amax is the maximum |x| over the FINITE elements of a group; NaN and +-Inf never enter a
+//   scale. NaN elements give the NaN code; +-Inf saturate to +-fmax (sat=finite) or become the
+//   overflow code (sat=none).
+// * A group whose amax_eps is 0 (all zeros) gets s = 1, so its codes are exact zeros.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "sim/formats/format.hpp"
+
+namespace fp8sim {
+
+enum class Granularity : uint8_t { Tensor, Row, Col, Group, Block };
+enum class ScaleMode : uint8_t { Fp32, Pow2, E8M0, Bf16, None };  // None: unscaled bf16/fp16 storage
+enum class ExpandMode : uint8_t { None, Coat, Robust };
+enum class AmaxAlgo : uint8_t { Max, MostRecent };
+enum class EpsAdd : uint8_t { Fp32, Fp64 };
+
+std::string_view granularity_name(Granularity g);
+std::string_view scale_mode_name(ScaleMode m);
+std::string_view expand_mode_name(ExpandMode m);
+
+// TransformerEngine DelayedScaling parameters. history == 0 means just-in-time (current) scaling.
+struct DelayedSpec {
+  int history = 0;                 // amax history length (TE default 1024)
+  AmaxAlgo algo = AmaxAlgo::Max;   // max over the history, or the most recent entry
+  int margin = 0;                  // scale = (fmax/amax) / 2^margin
+  bool enabled() const { return history > 0; }
+  bool operator==(const DelayedSpec&) const = default;
+};
+
+struct QuantSpec {
+  Format format = Format::E4M3;               // storage format: E4M3, E5M2, or BF16/FP16 pass-through
+  Granularity granularity = Granularity::Tensor;
+  int64_t group_size = 0;                     // Group: G (elements per 1xG group)
+  int64_t block_rows = 0, block_cols = 0;     // Block: R x C
+  ScaleMode scale = ScaleMode::Fp32;
+  double eps = 0.0;                           // added to amax (see EpsAdd); coat DE: added to max and min
+  EpsAdd eps_add = EpsAdd::Fp32;
+  ExpandMode expand = ExpandMode::None;
+  Format expand_target = Format::E4M3;        // DE ratio bound fmax(target)^2 / 2 (parse sets it = format)
+  DelayedSpec delayed;
+  Rounding rounding = Rounding::Nearest;
+  uint64_t seed = 0;
+  Saturation saturation = Saturation::Finite;
+
+  // Parses the text form above. Throws UsageError naming the offending token and listing the
+  // valid choices. The result is validated.
+  static QuantSpec parse(std::string_view text);
+  // Canonical text form; parse(to_string()) == *this for every valid spec.
+  std::string to_string() const;
+  // Throws UsageError when the combination is meaningless (e.g. de=coat with scale=e8m0,
+  // delayed scaling with a granularity other than tensor, g0, bf16 with a scale mode).
+  void validate() const;
+
+  // 16-bit storage (bf16 / fp16), scaled or not.
+  bool is_16bit() const { return format == Format::BF16 || format == Format::FP16; }
+  // Unscaled 16-bit storage: no per-group metadata at all.
+  bool is_passthrough() const { return is_16bit() && scale == ScaleMode::None; }
+  bool has_expand() const { return expand != ExpandMode::None; }
+  // Bytes of one stored element code (1 for FP8, 2 for BF16/FP16).
+  int code_bytes_per_element() const { return is_16bit() ? 2 : 1; }
+  // Bytes of metadata per group: the stored scale (4/2/1/0 B) plus 8 B (fp32 k and c) with DE.
+  int metadata_bytes_per_group() const;
+  // Largest finite value of the storage format (448, 57344, 65504, bf16's 3.39e38).
+  float fmax() const;
+
+  bool operator==(const QuantSpec&) const = default;
+};
+
+// A granularity resolved against a tensor: every group is a (rows x cols) block of the 2-D view
+// (tensor: the whole view; row: 1 x cols; col: rows x 1; gN: 1 x N; bRxC: R x C), so one
+// geometry serves all of them. Groups are numbered row-major over the grid of groups.
+struct GroupGeometry {
+  int64_t rows = 0, cols = 0;              // the 2-D view of the tensor
+  int64_t group_rows = 0, group_cols = 0;  // nominal group extent (edge groups may be shorter)
+  int64_t grid_rows = 0, grid_cols = 0;    // number of groups down / across
+  int64_t num_groups() const { return grid_rows * grid_cols; }
+  int64_t numel() const { return rows * cols; }
+  // Element range of group g = (gi, gj): rows [r0, r1) x cols [c0, c1).
+  void group_bounds(int64_t g, int64_t& r0, int64_t& r1, int64_t& c0, int64_t& c1) const;
+};
+
+}  // namespace fp8sim

@@ -1,0 +1,302 @@
+// report.md and report.html from the report document. Both walk the same `sections` list, so a
+// section can never be in one and missing from the other; neither knows what a section means.
+#include <fmt/format.h>
+
+#include <cctype>
+#include <string>
+
+#include "sim/report/report.hpp"
+#include "sim/report/util.hpp"
+
+namespace fp8sim::report {
+
+namespace {
+
+std::string str_or(const Json& j, std::string_view key, std::string fallback = "") {
+  const Json* v = j.find(key);
+  return v && v->is_string() ? v->as_string() : fallback;
+}
+
+bool looks_numeric(const std::string& cell) {
+  // Bold marks do not make a number text.
+  const std::string s = cell.size() > 4 && cell.rfind("**", 0) == 0 && cell.ends_with("**") ? cell.substr(2, cell.size() - 4) : cell;
+  if (s.empty()) return false;
+  size_t digits = 0;
+  for (unsigned char c : s) {
+    if (std::isdigit(c)) ++digits;
+    else if (!(c == '.' || c == '-' || c == '+' || c == 'e' || c == 'x' || c == '%' || c == ' ' || c == ',' ||
+               c == '/' || c == 'n' || c == 'a'))
+      return false;
+  }
+  return digits > 0 || s == "n/a";
+}
+
+// ---- Markdown ---------------------------------------------------------------------------------
+
+std::string md_cell(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '|') out += "\\|";
+    else if (c == '\n') out += ' ';
+    else out += c;
+  }
+  return out.empty() ? " " : out;
+}
+
+void md_table(std::string& out, const Json& t) {
+  if (const auto cap = str_or(t, "caption"); !cap.empty()) out += fmt::format("**{}**\n\n", cap);
+  const auto& header = t.at("header").as_array();
+  const auto& rows = t.at("rows").as_array();
+  out += "|";
+  // Appended piecewise: `" " + std::string + " |"` trips GCC 12's false -Wrestrict positive.
+  for (const auto& h : header) {
+    out += ' ';
+    out += md_cell(h.as_string());
+    out += " |";
+  }
+  out += "\n|";
+  // Right-align a column when every cell in it is a number (as the HTML does per cell).
+  for (size_t i = 0; i < header.size(); ++i) {
+    bool numeric = i > 0 && !rows.empty();
+    for (const auto& row : rows) {
+      const auto& cells = row.as_array();
+      if (i >= cells.size()) continue;
+      const std::string& c = cells[i].as_string();
+      // Placeholders say "no number here"; they do not make a column of numbers text.
+      if (c.empty() || c == "-" || c == "n/a" || c == "kept" || c == "exact") continue;
+      if (!looks_numeric(c)) numeric = false;
+    }
+    out += numeric ? "---:|" : "---|";
+  }
+  out += "\n";
+  for (const auto& row : rows) {
+    out += "|";
+    const auto& cells = row.as_array();
+    for (size_t i = 0; i < header.size(); ++i) {
+      out += ' ';
+      out += md_cell(i < cells.size() ? cells[i].as_string() : "");
+      out += " |";
+    }
+    out += "\n";
+  }
+  if (const auto note = str_or(t, "note"); !note.empty()) out += "\n" + note + "\n";
+  out += "\n";
+}
+
+// GitHub-style anchor of a heading: lower case, spaces to '-', other punctuation dropped.
+std::string anchor(const std::string& title) {
+  std::string a;
+  for (unsigned char c : title) {
+    if (std::isalnum(c)) a += static_cast<char>(std::tolower(c));
+    else if (c == ' ' || c == '-') a += '-';
+  }
+  return a;
+}
+
+// ---- HTML -------------------------------------------------------------------------------------
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+// The two inline marks the sections use: `code` and **bold**. Everything else is text.
+std::string html_inline(std::string_view s) {
+  std::string out;
+  size_t i = 0;
+  while (i < s.size()) {
+    if (s[i] == '`') {
+      const size_t end = s.find('`', i + 1);
+      if (end != std::string_view::npos) {
+        out += "<code>" + html_escape(s.substr(i + 1, end - i - 1)) + "</code>";
+        i = end + 1;
+        continue;
+      }
+    }
+    if (s.compare(i, 2, "**") == 0) {
+      const size_t end = s.find("**", i + 2);
+      if (end != std::string_view::npos) {
+        out += "<strong>" + html_inline(s.substr(i + 2, end - i - 2)) + "</strong>";
+        i = end + 2;
+        continue;
+      }
+    }
+    const size_t next = s.find_first_of("`*", i + 1);
+    const size_t stop = next == std::string_view::npos ? s.size() : next;
+    out += html_escape(s.substr(i, stop - i));
+    i = stop;
+  }
+  return out;
+}
+
+void html_table(std::string& out, const Json& t) {
+  out += "<div class=\"tbl\"><table>\n";
+  if (const auto cap = str_or(t, "caption"); !cap.empty()) out += "<caption>" + html_inline(cap) + "</caption>\n";
+  out += "<thead><tr>";
+  const auto& header = t.at("header").as_array();
+  for (const auto& h : header) out += "<th>" + html_inline(h.as_string()) + "</th>";
+  out += "</tr></thead>\n<tbody>\n";
+  for (const auto& row : t.at("rows").as_array()) {
+    out += "<tr>";
+    const auto& cells = row.as_array();
+    for (size_t i = 0; i < header.size(); ++i) {
+      const std::string c = i < cells.size() ? cells[i].as_string() : "";
+      out += (i > 0 && looks_numeric(c)) ? "<td class=\"num\">" : "<td>";
+      out += html_inline(c) + "</td>";
+    }
+    out += "</tr>\n";
+  }
+  out += "</tbody></table></div>\n";
+  if (const auto note = str_or(t, "note"); !note.empty()) out += "<p class=\"note\">" + html_inline(note) + "</p>\n";
+}
+
+constexpr const char* kCss = R"css(
+:root { --fg:#1d232b; --muted:#5b6673; --line:#d7dde4; --bg:#ffffff; --head:#f3f5f8; --accent:#1f5fbf;
+        --warn-bg:#fff6e0; --warn-line:#e0b44c; --err-bg:#fdecec; --err-line:#d66; }
+* { box-sizing: border-box; }
+body { margin: 0; background: var(--bg); color: var(--fg);
+       font: 15px/1.5 -apple-system, "Segoe UI", Roboto, "DejaVu Sans", Helvetica, Arial, sans-serif; }
+main { max-width: 1100px; margin: 0 auto; padding: 24px 32px 64px; }
+h1 { font-size: 26px; margin: 8px 0 4px; }
+h2 { font-size: 20px; margin: 36px 0 8px; padding-bottom: 4px; border-bottom: 2px solid var(--line); }
+.meta { color: var(--muted); margin: 0 0 12px; }
+nav.toc { background: var(--head); border: 1px solid var(--line); border-radius: 6px; padding: 8px 16px; }
+nav.toc ol { margin: 4px 0; padding-left: 22px; }
+a { color: var(--accent); }
+code { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; background: var(--head);
+       padding: 1px 4px; border-radius: 3px; }
+.tbl { overflow-x: auto; margin: 12px 0; }
+table { border-collapse: collapse; font-size: 13.5px; }
+caption { text-align: left; font-weight: 600; padding: 4px 0; }
+th, td { border: 1px solid var(--line); padding: 3px 9px; vertical-align: top; }
+th { background: var(--head); text-align: left; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+tbody tr:nth-child(even) td { background: #fafbfc; }
+p.note { color: var(--muted); font-size: 13px; margin-top: -4px; }
+figure { margin: 16px 0; }
+figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }
+figcaption { color: var(--muted); font-size: 13px; }
+.callout { border-left: 4px solid var(--warn-line); background: var(--warn-bg); padding: 8px 12px; margin: 12px 0; }
+.callout.error { border-color: var(--err-line); background: var(--err-bg); }
+.skipped { color: var(--muted); font-style: italic; }
+.badge { display: inline-block; font-size: 12px; padding: 0 6px; border-radius: 9px; margin-left: 6px;
+         vertical-align: middle; background: var(--warn-bg); border: 1px solid var(--warn-line); }
+.badge.error { background: var(--err-bg); border-color: var(--err-line); }
+footer { margin-top: 48px; color: var(--muted); font-size: 12.5px; }
+)css";
+
+std::string plot_skip_text(const Json& p) {
+  const std::string status = str_or(p, "status", "pending");
+  const std::string reason = str_or(p, "reason", status == "pending" ? "plots were not drawn" : "");
+  return fmt::format("Plot `{}` skipped: {}", str_or(p, "file"), reason);
+}
+
+}  // namespace
+
+std::string render_markdown(const Json& doc) {
+  std::string out;
+  out += "# " + str_or(doc, "title", "fp8sim report") + "\n\n";
+  for (const auto& line : doc.at("intro").as_array()) out += line.as_string() + "\n\n";
+  const auto& sections = doc.at("sections").as_array();
+  out += "## Contents\n\n";
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const std::string title = fmt::format("{}. {}", i + 1, sections[i].at("title").as_string());
+    std::string mark;
+    const std::string st = str_or(sections[i], "status");
+    if (st == "unavailable") mark = " (not available on this machine)";
+    else if (st == "error") mark = " (failed)";
+    out += fmt::format("{}. [{}](#{}){}\n", i + 1, sections[i].at("title").as_string(), anchor(title), mark);
+  }
+  out += "\n";
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const Json& s = sections[i];
+    out += fmt::format("## {}. {}\n\n", i + 1, s.at("title").as_string());
+    const std::string st = str_or(s, "status");
+    if (st == "unavailable") {
+      out += fmt::format("> **Not available on this machine:** {}\n>\n> **How to get it:** {}\n\n", str_or(s, "reason"),
+                         str_or(s, "how_to_get"));
+    } else if (st == "error") {
+      out += fmt::format("> **This section failed:** {}\n\n", str_or(s, "reason"));
+    }
+    for (const auto& b : s.at("blocks").as_array()) {
+      if (const Json* p = b.find("para")) out += p->as_string() + "\n\n";
+      else if (const Json* t = b.find("table")) md_table(out, *t);
+      else if (const Json* p = b.find("plot")) {
+        if (str_or(*p, "status") == "ok")
+          out += fmt::format("![{}]({})\n\n*{}*\n\n", str_or(*p, "caption"), str_or(*p, "file"), str_or(*p, "caption"));
+        else
+          out += "*" + plot_skip_text(*p) + "*\n\n";
+      }
+    }
+  }
+  for (const auto& line : doc.at("outro").as_array()) out += line.as_string() + "\n\n";
+  return out;
+}
+
+std::string render_html(const Json& doc, const std::function<std::string(const std::string&)>& png_bytes) {
+  std::string out;
+  const std::string title = str_or(doc, "title", "fp8sim report");
+  out += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
+  out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
+  out += "<title>" + html_escape(title) + "</title>\n";
+  // Nothing is fetched: the style is inline, images are data URIs, and there is no script.
+  out += "<style>" + std::string(kCss) + "</style>\n</head>\n<body>\n<main>\n";
+  out += "<h1>" + html_inline(title) + "</h1>\n";
+  for (const auto& line : doc.at("intro").as_array()) out += "<p class=\"meta\">" + html_inline(line.as_string()) + "</p>\n";
+  const auto& sections = doc.at("sections").as_array();
+  out += "<nav class=\"toc\"><strong>Contents</strong><ol>\n";
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const Json& s = sections[i];
+    const std::string st = str_or(s, "status");
+    std::string badge;
+    if (st == "unavailable") badge = "<span class=\"badge\">not available here</span>";
+    else if (st == "error") badge = "<span class=\"badge error\">failed</span>";
+    out += fmt::format("<li><a href=\"#{}\">{}</a>{}</li>\n", html_escape(str_or(s, "id")),
+                       html_inline(s.at("title").as_string()), badge);
+  }
+  out += "</ol></nav>\n";
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const Json& s = sections[i];
+    out += fmt::format("<section id=\"{}\">\n<h2>{}. {}</h2>\n", html_escape(str_or(s, "id")), i + 1,
+                       html_inline(s.at("title").as_string()));
+    const std::string st = str_or(s, "status");
+    if (st == "unavailable") {
+      out += "<div class=\"callout\"><strong>Not available on this machine:</strong> " + html_inline(str_or(s, "reason")) +
+             "<br><strong>How to get it:</strong> " + html_inline(str_or(s, "how_to_get")) + "</div>\n";
+    } else if (st == "error") {
+      out += "<div class=\"callout error\"><strong>This section failed:</strong> " + html_inline(str_or(s, "reason")) +
+             "</div>\n";
+    }
+    for (const auto& b : s.at("blocks").as_array()) {
+      if (const Json* p = b.find("para")) out += "<p>" + html_inline(p->as_string()) + "</p>\n";
+      else if (const Json* t = b.find("table")) html_table(out, *t);
+      else if (const Json* p = b.find("plot")) {
+        const std::string png = str_or(*p, "status") == "ok" ? png_bytes(str_or(*p, "file")) : std::string();
+        if (!png.empty()) {
+          out += "<figure><img alt=\"" + html_escape(str_or(*p, "caption")) + "\" src=\"data:image/png;base64,";
+          out += base64_encode(png);
+          out += "\"><figcaption>" + html_inline(str_or(*p, "caption")) + "</figcaption></figure>\n";
+        } else {
+          out += "<p class=\"skipped\">" + html_inline(plot_skip_text(*p)) + "</p>\n";
+        }
+      }
+    }
+    out += "</section>\n";
+  }
+  out += "<footer>\n";
+  for (const auto& line : doc.at("outro").as_array()) out += "<p>" + html_inline(line.as_string()) + "</p>\n";
+  out += "</footer>\n</main>\n</body>\n</html>\n";
+  return out;
+}
+
+}  // namespace fp8sim::report

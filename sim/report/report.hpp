@@ -1,0 +1,86 @@
+#pragma once
+// `fp8sim report`: one run from a trace to an accuracy, memory and speed report.
+//
+// The report is assembled from the other subcommands' library functions (analyze, optim,
+// memory, speed and, where a GPU exists, compare and bench), each called in-process; their
+// documents are kept verbatim under report.json's `data`, and the report's own view of them
+// is a list of `sections` (paragraphs, tables and plots) that the Markdown and HTML renderers
+// turn into pages without knowing what any section means. Plots are drawn by
+// scripts/plots.py from report.json's `plot_data`, a small normalised copy of the numbers,
+// so the script never depends on another subcommand's JSON layout.
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sim/common/json.hpp"
+
+namespace fp8sim::speed {
+struct SpeedOptions;
+}
+
+namespace fp8sim::report {
+
+struct ReportOptions {
+  std::filesystem::path trace;          // HDF5 trace; empty: the committed sample (default_trace())
+  std::string model = "llama2-7b";      // models/NAME.json or a path, for memory and speed
+  std::vector<std::string> recipes;     // empty: default_recipes()
+  int gpus = 4;                         // data-parallel GPUs for memory and speed (FSDP)
+  int batch = 2;                        // micro-batch per GPU for memory and speed
+  int seq = 2048;                       // sequence length for memory and speed
+  std::filesystem::path out_dir = "report";
+  bool plots = true;                    // false: --no-plots (tables only; the report says so)
+  std::string command_line;             // how the report was asked for, recorded in it
+  std::string version = "unknown";      // fp8sim's version, recorded in it
+};
+
+// On a GPU the report compares this many tensors per op family (fp8sim compare's --max-tensors)
+// and runs fp8sim bench in its quick (smoke) mode, to stay within minutes.
+inline constexpr int kCompareTensorsPerOp = 3;
+
+// The GPU pieces live in the CUDA library, which the core library cannot link; the fp8sim
+// binary passes them in when it was built with CUDA. An empty function means "not built".
+struct GpuHooks {
+  std::function<Json()> device;                                      // {available, name, why_not, ...}
+  std::function<Json(const ReportOptions&)> compare;                 // fp8sim compare's document
+  std::function<Json(const ReportOptions&)> bench;                   // fp8sim bench's document
+  std::function<Json(const speed::SpeedOptions&)> speed_measured;   // fp8sim speed measured on the GPU
+};
+
+std::vector<std::string> default_recipes();
+
+// Checks everything the user gave (trace readable, model and recipes known, numbers sane) and
+// fills in defaults; throws Error / UsageError with one line. Cheap: runs before any analysis.
+ReportOptions resolve_options(ReportOptions opts);
+
+// Runs every analysis and returns the whole report document (no files written).
+Json build_report(const ReportOptions& opts, const GpuHooks& hooks);
+
+class StagingDir;
+
+struct WriteResult {
+  std::filesystem::path dir;
+  std::vector<std::string> files;  // names written into dir
+  std::string plots_status;        // "ok", "partial", "skipped" or "failed"
+  std::string plots_reason;        // why, when not "ok"
+  struct SectionStatus {
+    std::string title, status, reason;  // status: "ok", "unavailable" or "error"
+  };
+  std::vector<SectionStatus> sections;
+};
+
+// Draws the plots (unless `plots` is false), renders report.md and report.html into `staging`
+// and commits it, so the report appears at its target only once complete. Updates `doc` (plot
+// status, file list) so report.json records what happened.
+WriteResult write_report(Json& doc, StagingDir& staging, bool plots);
+
+// The whole command: resolve_options, a staging folder for opts.out_dir (so an unwritable or
+// forbidden --out fails before any work), build_report, write_report.
+WriteResult run_report(const ReportOptions& opts, const GpuHooks& hooks);
+
+// Renderers, from a finished report document. `png_bytes` returns a plot file's PNG bytes
+// (HTML embeds them as data URIs); a plot that was not drawn is described as skipped, with why.
+std::string render_markdown(const Json& doc);
+std::string render_html(const Json& doc, const std::function<std::string(const std::string& file)>& png_bytes);
+
+}  // namespace fp8sim::report

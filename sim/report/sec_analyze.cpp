@@ -1,0 +1,270 @@
+// Accuracy sections from fp8sim analyze, run once per recipe on the trace: the quantization
+// error of every tensor (aggregated by role and op) and the per-layer forward GEMM error
+// (COAT Figure 4(a) style).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "sim/analyze/analyze.hpp"
+#include "sim/analyze/recipe.hpp"
+#include "sim/report/sections.hpp"
+
+namespace fp8sim::report {
+
+namespace {
+
+double num(const Json& j, const char* key) {
+  const Json* v = j.find(key);
+  return v && v->is_number() ? v->as_number() : std::nan("");
+}
+
+std::vector<std::string> analyze_recipes(const std::vector<std::string>& wanted) {
+  const auto known = analyze::builtin_recipe_names();
+  std::vector<std::string> out;
+  for (const auto& r : wanted)
+    if (std::find(known.begin(), known.end(), r) != known.end()) out.push_back(r);
+  return out;
+}
+
+// SNR in dB as a cell: "exact" when nothing was lost (JSON writes +Inf as null).
+std::string snr_cell(const Json& stats) {
+  const Json* snr = stats.find("snr_db");
+  if (snr && snr->is_number()) return fmt::format("{:.1f}", snr->as_number());
+  const double rel = num(stats, "nmse");
+  if (rel == 0) return "exact";
+  return "n/a";
+}
+
+// Runs (once) fp8sim analyze for every recipe; both accuracy sections read the result.
+const Json& analyses(Context& ctx) {
+  if (ctx.data.contains("analyze")) return ctx.data.at("analyze");
+  const auto recipes = analyze_recipes(ctx.opts.recipes);
+  Json all = Json::object();
+  analyze::AnalyzeOptions ao;
+  ao.progress = false;  // the report draws one bar for the phase
+  const trace::TraceReader reader(ctx.opts.trace);
+  for (size_t i = 0; i < recipes.size(); ++i) {
+    all[recipes[i]] = analyze::analyze_trace(reader, analyze::builtin_recipe(recipes[i]), ao);
+    ctx.progress(static_cast<double>(i + 1), static_cast<double>(recipes.size()));
+  }
+  ctx.data["analyze"] = std::move(all);
+  return ctx.data.at("analyze");
+}
+
+}  // namespace
+
+Json section_tensors(Context& ctx) {
+  const char* id = "tensors";
+  const char* title = "Quantization error of the trace's tensors";
+  return guarded(id, title, [&] {
+    Section s(id, title);
+    const Json& all = analyses(ctx);
+    if (all.size() == 0) {
+      s.unavailable("none of the recipes in --recipes is an analyze recipe",
+                    "add one of the recipes `fp8sim analyze --list-recipes` shows to --recipes");
+      return s.take();
+    }
+    const auto& recs = all.as_object();
+    const Json& first = recs.front().second;
+    s.para(fmt::format(
+        "Every tensor of step {} of the trace (weights, grads, AdamW moments, activations and activation grads captured "
+        "from real training) goes through the QuantSpec its recipe assigns by role and op, and back; the error is "
+        "measured against the stored value (bf16 tensors are quantized from their bf16 bits: one rounding). "
+        "SNR = 10 log10(sum x^2 / sum (x - q(x))^2) in dB, higher is better; `exact`: nothing lost (the recipe keeps "
+        "the tensor, or every value is representable). Aggregates merge the sums of the quantized tensors.",
+        first.contains("step") ? fmt::format("{}", first.at("step").as_int()) : std::string("?")));
+
+    // By role:op, SNR per recipe.
+    std::vector<std::string> keys;
+    for (const auto& [_, doc] : recs)
+      for (const auto& a : doc.at("aggregates").at("by_op").as_array())
+        if (std::find(keys.begin(), keys.end(), a.at("key").as_string()) == keys.end()) keys.push_back(a.at("key").as_string());
+    auto find_agg = [](const Json& doc, const char* table, const std::string& key) -> const Json* {
+      for (const auto& a : doc.at("aggregates").at(table).as_array())
+        if (a.at("key").as_string() == key) return &a;
+      return nullptr;
+    };
+    Row header{"role:op"};
+    for (const auto& [r, _] : recs) header.push_back(r);
+    std::vector<Row> rows;
+    for (const auto& k : keys) {
+      Row row{k};
+      for (const auto& [r, doc] : recs) {
+        const Json* a = find_agg(doc, "by_op", k);
+        if (!a) row.push_back("-");
+        else if (a->at("quantized_tensors").as_int() == 0) row.push_back("kept");
+        else row.push_back(snr_cell(*a));
+      }
+      rows.push_back(std::move(row));
+    }
+    s.table("SNR (dB) by tensor role and op", header, rows,
+            "`kept`: the recipe leaves these tensors in their stored precision (e.g. BF16 training, fp32 master weights).");
+
+    // Which spec each recipe applies, per role:op.
+    std::vector<Row> srows;
+    for (const auto& k : keys) {
+      Row row{k};
+      for (const auto& [r, doc] : recs) {
+        const Json* a = find_agg(doc, "by_op", k);
+        std::string specs;
+        if (a && a->contains("specs"))
+          for (const auto& sp : a->at("specs").as_array()) specs += (specs.empty() ? "" : ", ") + ("`" + sp.as_string() + "`");
+        row.push_back(specs.empty() ? "-" : specs);
+      }
+      srows.push_back(std::move(row));
+    }
+    s.table("QuantSpec per tensor role and op", header, srows,
+            "Spec text: FORMAT:GRANULARITY[:options] (tensor, row, gN = 1xN groups, bRxC = blocks; de = dynamic range "
+            "expansion; scale = scale storage). `none`: kept as stored.");
+
+    // Bytes: what the recipe would store for the trace's tensors.
+    std::vector<Row> brows;
+    for (const auto& [r, doc] : recs) {
+      const Json& t = doc.at("totals");
+      const double el = num(t, "elements");
+      brows.push_back({r, fmt::format("{}", t.at("tensors").as_int()), fmt::format("{}", t.at("quantized_tensors").as_int()),
+                       fmt::format("{:.0f}", el), fmt::format("{:.2f}", 8.0 * num(t, "stored_bytes") / el),
+                       fmt::format("{:.2f}", 8.0 * num(t, "recipe_bytes") / el)});
+      if (const Json* a = find_agg(doc, "by_role", "activation"))
+        ctx.add_summary(r, "activation SNR dB", a->at("quantized_tensors").as_int() ? snr_cell(*a) : "kept");
+    }
+    s.table("Storage of the trace's tensors", {"recipe", "tensors", "quantized", "elements", "stored bits/element",
+                                               "recipe bits/element"},
+            brows, "Recipe bits include the scales and DE metadata (exact, from the quantizer's accounting).");
+    // Warnings the analyses raised, so nothing is silently dropped.
+    for (const auto& [r, doc] : recs) {
+      for (const char* k : {"nonfinite_tensors", "unmatched_tensors", "skipped_gemms"}) {
+        const Json* w = doc.find(k);
+        if (w && w->is_array() && w->size() > 0)
+          s.para(fmt::format("{}: {} {} (listed in `data.analyze.{}.{}`).", r, w->size(),
+                             std::string(k) == "nonfinite_tensors" ? "tensors hold NaN/Inf"
+                             : std::string(k) == "unmatched_tensors" ? "tensors matched no rule and stay unquantized"
+                                                                     : "GEMMs could not be paired and were skipped",
+                             r, k));
+      }
+    }
+    return s.take();
+  });
+}
+
+Json section_gemm(Context& ctx) {
+  const char* id = "gemm";
+  const char* title = "Per-layer forward GEMM error";
+  return guarded(id, title, [&] {
+    Section s(id, title);
+    const Json& all = analyses(ctx);
+    if (all.size() == 0) {
+      s.unavailable("none of the recipes in --recipes is an analyze recipe",
+                    "add one of the recipes `fp8sim analyze --list-recipes` shows to --recipes");
+      return s.take();
+    }
+    const auto& recs = all.as_object();
+    s.para("For every linear layer with captured input X (T, K) and weight W (N, K): Y = X W^T in fp32 against "
+           "Y_q = deq(q(X)) deq(q(W))^T, both computed the same way (Eigen, fp32), so the difference is the "
+           "quantization alone. Error = ||Y_q - Y|| / ||Y|| (relative L2), per layer over its GEMMs; COAT's Figure 4(a) "
+           "plots the same per-layer forward error against depth.");
+    // Per layer: rows = layer, columns = recipes.
+    std::vector<int64_t> layers;
+    for (const auto& [_, doc] : recs)
+      for (const auto& l : doc.at("layers").as_array())
+        if (std::find(layers.begin(), layers.end(), l.at("layer").as_int()) == layers.end()) layers.push_back(l.at("layer").as_int());
+    std::sort(layers.begin(), layers.end());
+    auto layer_of = [](const Json& doc, int64_t layer) -> const Json* {
+      for (const auto& l : doc.at("layers").as_array())
+        if (l.at("layer").as_int() == layer) return &l;
+      return nullptr;
+    };
+    Row header{"layer"};
+    for (const auto& [r, _] : recs) header.push_back(r);
+    std::vector<Row> rows;
+    Json per_recipe = Json::object();
+    for (const auto& [r, _] : recs) per_recipe[r] = Json::array();
+    for (int64_t L : layers) {
+      Row row{L < 0 ? std::string("outside") : fmt::format("{}", L)};
+      for (const auto& [r, doc] : recs) {
+        const Json* l = layer_of(doc, L);
+        const double e = l ? num(*l, "nmse") : std::nan("");
+        row.push_back(l ? fmt_num(e, 3) : "-");
+        per_recipe[r].push_back(e);
+      }
+      rows.push_back(std::move(row));
+    }
+    s.table("Relative L2 error of the forward GEMM outputs, per layer", header, rows);
+    for (const auto& [r, doc] : recs) {
+      double sum = 0;
+      int n = 0;
+      for (const auto& l : doc.at("layers").as_array()) {
+        const double e = num(l, "nmse");
+        if (std::isfinite(e)) sum += e, ++n;
+      }
+      if (n) ctx.add_summary(r, "GEMM output rel. error (mean over layers)", fmt_num(sum / n, 3));
+    }
+
+    // Per GEMM, when the table stays readable.
+    std::vector<Row> grows;
+    for (int64_t L : layers) {
+      std::vector<std::string> modules;
+      for (const auto& [_, doc] : recs)
+        if (const Json* l = layer_of(doc, L))
+          for (const auto& g : l->at("gemms").as_array())
+            if (std::find(modules.begin(), modules.end(), g.at("module").as_string()) == modules.end())
+              modules.push_back(g.at("module").as_string());
+      for (const auto& m : modules) {
+        Row row{m};
+        std::string shape;
+        for (const auto& [r, doc] : recs) {
+          const Json* hit = nullptr;
+          if (const Json* l = layer_of(doc, L))
+            for (const auto& g : l->at("gemms").as_array())
+              if (g.at("module").as_string() == m) hit = &g;
+          row.push_back(hit ? fmt_num(num(*hit, "nmse"), 3) : "-");
+          if (hit && shape.empty())
+            shape = fmt::format("{}x{}x{}", hit->at("m").as_int(), hit->at("n").as_int(), hit->at("k").as_int());
+        }
+        row.insert(row.begin() + 1, shape);
+        grows.push_back(std::move(row));
+      }
+    }
+    if (!grows.empty() && grows.size() <= 64) {
+      Row gheader{"GEMM (module)", "M x N x K"};
+      for (const auto& [r, _] : recs) gheader.push_back(r);
+      s.table("Relative L2 error per GEMM", gheader, grows);
+    } else if (!grows.empty()) {
+      s.para(fmt::format("{} GEMMs: the per-GEMM errors are in `data.analyze.<recipe>.layers[].gemms`.", grows.size()));
+    }
+
+    Json pd;
+    pd["file"] = "gemm_error.png";
+    pd["title"] = "Forward GEMM output error per layer (COAT Fig. 4(a) style)";
+    pd["xlabel"] = "transformer layer";
+    pd["ylabel"] = "||Y_q - Y|| / ||Y||";
+    Json labels = Json::array();
+    for (int64_t L : layers) labels.push_back(L < 0 ? std::string("outside") : fmt::format("{}", L));
+    pd["layers"] = std::move(labels);
+    // A recipe with no quantized GEMM (bf16) has zero error everywhere: nothing to draw on a log axis.
+    Json drawn = Json::object();
+    std::vector<std::string> exact;
+    for (const auto& [r, v] : per_recipe.as_object()) {
+      bool any = false;
+      for (const auto& e : v.as_array()) any = any || (e.is_number() && e.as_number() > 0);
+      if (any) drawn[r] = v;
+      else exact.push_back(r);
+    }
+    pd["recipes"] = std::move(drawn);
+    if (pd.at("recipes").size() > 0) {
+      ctx.plot_data["gemm_error"] = std::move(pd);
+      std::string caption = "Relative forward GEMM output error per layer, one line per recipe (log scale).";
+      if (!exact.empty()) {
+        std::string l;
+        for (const auto& r : exact) l += (l.empty() ? "" : ", ") + r;
+        caption += " Not drawn (zero error: no quantized GEMM): " + l + ".";
+      }
+      s.plot("gemm_error.png", caption);
+    }
+    return s.take();
+  });
+}
+
+}  // namespace fp8sim::report

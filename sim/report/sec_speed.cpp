@@ -1,0 +1,203 @@
+// Speed section: fp8sim speed's step time per recipe and per op, measured on this GPU or
+// modelled from a calibration file measured on one; unavailable (with how to get it) when
+// neither exists.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "sim/report/sections.hpp"
+#include "sim/report/util.hpp"
+#include "sim/speed/plan.hpp"
+#include "sim/speed/speed.hpp"
+
+namespace fp8sim::report {
+
+namespace {
+
+double num(const Json& j, const char* key) {
+  const Json* v = j.find(key);
+  return v && v->is_number() ? v->as_number() : std::nan("");
+}
+
+bool gpu_available(const Context& ctx) {
+  const Json* a = ctx.device.find("available");
+  return a && a->is_bool() && a->as_bool();
+}
+
+}  // namespace
+
+Json section_speed(Context& ctx) {
+  const char* id = "speed";
+  const char* title = "Step time and throughput";
+  return guarded(id, title, [&] {
+    Section s(id, title);
+    const auto& o = ctx.opts;
+    speed::SpeedOptions so;
+    so.model = o.model;
+    so.batch = o.batch;
+    so.seq = o.seq;
+    so.gpus = o.gpus;
+    so.command_line = o.command_line;
+    so.recipes.clear();
+    std::vector<std::string> skipped;
+    for (const auto& r : o.recipes) {
+      if (r == "bf16" || r == "te" || r == "coat") so.recipes.push_back(speed::parse_recipe(r));
+      else skipped.push_back(r);
+    }
+    if (so.recipes.empty()) {
+      s.unavailable("the speed replay models bf16, te and coat only, and none of them is in --recipes",
+                    "add bf16, te or coat to --recipes");
+      return s.take();
+    }
+    const bool measure = gpu_available(ctx) && ctx.hooks.speed_measured;
+    if (!measure) {
+      const std::filesystem::path cal = speed::default_calibration_path();
+      std::error_code ec;
+      if (!std::filesystem::exists(cal, ec)) {
+        s.unavailable(fmt::format("no GPU here ({}) and no calibration file at `{}`",
+                                  ctx.device.contains("why_not") && ctx.device.at("why_not").is_string()
+                                      ? ctx.device.at("why_not").as_string()
+                                      : std::string("not built with CUDA"),
+                                  display_path(cal)),
+                      "run `fp8sim report` on a GPU machine (it measures the kernels there), or measure a calibration "
+                      "once on a GPU (`scripts/device/speed.sh` writes `reports/h200/calibration.json`) and point "
+                      "`FP8SIM_CALIBRATION` at it; the report then models the step from it.");
+        return s.take();
+      }
+    }
+    Json doc = measure ? ctx.hooks.speed_measured(so) : speed::speed_report(so);
+    const Json& timing = doc.at("timing");
+    const bool modelled = timing.at("modelled").as_bool();
+    s.para(fmt::format("**{}.**", timing.at("statement").as_string()));
+    s.para(fmt::format(
+        "One optimizer step of **{}** at micro-batch {} x sequence {} per GPU, {} GPU{} (FSDP; the optimizer step is "
+        "sharded; communication {}). Each op of one transformer layer (forward and backward), the embedding, head "
+        "and loss, the FP8 weight casts and the optimizer step are timed as the recipe runs them; the step time is "
+        "their sum. Tokens/s/GPU = micro-batch x sequence / step time.",
+        o.model, o.batch, o.seq, o.gpus, o.gpus == 1 ? "" : "s",
+        timing.contains("fsdp_comm") && timing.at("fsdp_comm").as_string() != "none"
+            ? timing.at("fsdp_comm").as_string()
+            : std::string("not modelled")));
+    const auto& recs = doc.at("recipes").as_array();
+    std::vector<Row> rows;
+    for (const auto& r : recs) {
+      const std::string name = r.at("recipe").as_string();
+      rows.push_back({name, fmt_num(num(r, "step_ms"), 4), fmt_num(num(r, "layer_fwd_ms"), 3),
+                      fmt_num(num(r, "layer_bwd_ms"), 3), fmt_num(num(r, "optimizer_ms"), 3),
+                      fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")), fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")),
+                      fmt::format("{:.0f}%", 100 * num(r, "measured_fraction"))});
+      ctx.add_summary(name, modelled ? "tokens/s/GPU (modelled)" : "tokens/s/GPU (measured)",
+                      fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")));
+      ctx.add_summary(name, "speedup vs bf16", fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")));
+    }
+    s.table("Per recipe", {"recipe", "step ms", "layer fwd ms", "layer bwd ms", "optimizer ms", "tokens/s/GPU",
+                           "speedup vs bf16", "time from exact-shape measurements"},
+            rows, "The last column is the share of the step whose kernels were measured at exactly this shape (the rest "
+                  "is fitted from the nearest measured shape of the same kernel).");
+
+    // Time per category, then per op (summed over its occurrences in the step).
+    std::vector<std::string> cats;
+    for (const auto& r : recs)
+      for (const auto& [k, v] : r.at("breakdown_ms").as_object())
+        if (std::find(cats.begin(), cats.end(), k) == cats.end()) cats.push_back(k);
+    std::vector<Row> crows;
+    for (const auto& c : cats) {
+      Row row{c};
+      for (const auto& r : recs) row.push_back(fmt_num(num(r.at("breakdown_ms"), c.c_str()), 4));
+      crows.push_back(std::move(row));
+    }
+    Row cheader{"ms per step"};
+    for (const auto& r : recs) cheader.push_back(r.at("recipe").as_string());
+    s.table("Step time by category", cheader, crows);
+
+    // Per op: the op's contribution to the step (`step_ms` of each op entry), summed by name and phase.
+    std::map<std::string, std::map<std::string, double>> per_op;  // op -> recipe -> ms
+    std::vector<std::string> op_order;
+    for (const auto& r : recs) {
+      const Json* ops = r.find("ops");
+      if (!ops) continue;
+      for (const auto& op : ops->as_array()) {
+        const std::string key = op.at("name").as_string() + " (" + op.at("phase").as_string() + ")";
+        if (!per_op.count(key)) op_order.push_back(key);
+        per_op[key][r.at("recipe").as_string()] += num(op, "step_ms");
+      }
+    }
+    // The ops that matter: largest first, the rest summed into one row.
+    std::sort(op_order.begin(), op_order.end(), [&](const std::string& a, const std::string& b) {
+      auto mx = [&](const std::string& k) {
+        double m = 0;
+        for (const auto& [_, v] : per_op[k]) m = std::max(m, v);
+        return m;
+      };
+      return mx(a) > mx(b);
+    });
+    const size_t shown = std::min<size_t>(op_order.size(), 20);
+    std::vector<Row> orows;
+    Json pd;
+    pd["file"] = "speed.png";
+    pd["title"] = fmt::format("Time per op in one step ({}), {}", o.model, modelled ? "modelled" : "measured");
+    pd["unit"] = "ms per step";
+    pd["modelled"] = modelled;
+    Json ops_j = Json::array();
+    Json per_recipe = Json::object();
+    for (const auto& r : recs) per_recipe[r.at("recipe").as_string()] = Json::array();
+    auto add_row = [&](const std::string& label, const std::map<std::string, double>& v) {
+      Row row{label};
+      ops_j.push_back(label);
+      for (const auto& r : recs) {
+        const std::string n = r.at("recipe").as_string();
+        const auto it = v.find(n);
+        const double ms = it == v.end() ? 0.0 : it->second;
+        row.push_back(it == v.end() ? "-" : fmt_num(ms, 3));
+        per_recipe[n].push_back(ms);
+      }
+      orows.push_back(std::move(row));
+    };
+    for (size_t i = 0; i < shown; ++i) add_row(op_order[i], per_op[op_order[i]]);
+    if (op_order.size() > shown) {
+      std::map<std::string, double> rest;
+      for (size_t i = shown; i < op_order.size(); ++i)
+        for (const auto& [k, v] : per_op[op_order[i]]) rest[k] += v;
+      add_row(fmt::format("{} other ops", op_order.size() - shown), rest);
+    }
+    if (!orows.empty()) {
+      Row oheader{"op (phase)"};
+      for (const auto& r : recs) oheader.push_back(r.at("recipe").as_string() + " ms");
+      s.table("Largest ops (time per step: per-layer ops x layers)", oheader, orows,
+              "`-`: the recipe does not run this op. Every op with its shape, kernel, TFLOP/s or GB/s and source "
+              "(measured or fitted) is in `data.speed.recipes[].ops`.");
+      pd["ops"] = std::move(ops_j);
+      pd["recipes"] = std::move(per_recipe);
+      ctx.plot_data["speed"] = std::move(pd);
+      s.plot("speed.png", fmt::format("Time per op in one training step, per recipe ({}).",
+                                      modelled ? "modelled from the calibration" : "measured on this GPU"));
+    }
+
+    if (const Json* f4 = doc.find("fig4b"); f4 && f4->is_array() && f4->size() > 0) {
+      std::vector<Row> frows;
+      for (const auto& r : f4->as_array())
+        frows.push_back({fmt::format("{}x{}", r.at("rows").as_int(), r.at("cols").as_int()),
+                         fmt_num(num(r, "jit_amax_ms"), 3), fmt_num(num(r, "group_scaling_ms"), 3),
+                         fmt::format("{:.1f}x", num(r, "speedup")),
+                         fmt::format("{} -> {}", fmt_num(num(r, "paper_h100_jit_ms"), 3),
+                                     fmt_num(num(r, "paper_h100_group_ms"), 3)),
+                         r.contains("source") ? r.at("source").as_string() : ""});
+      s.table("COAT Figure 4(b): per-tensor max, just-in-time vs Group Scaling",
+              {"bf16 tensor", "just-in-time ms", "group scaling ms", "speedup", "paper (H100) ms", "source"}, frows,
+              "Group scaling's cost is the extra work of computing per-group maxima in the producing kernel plus the "
+              "second-stage reduce over them.");
+    }
+    if (!skipped.empty()) {
+      std::string l;
+      for (const auto& r : skipped) l += (l.empty() ? "" : ", ") + r;
+      s.para(fmt::format("Not in the speed replay (it models bf16, te and coat): {}.", l));
+    }
+    ctx.data["speed"] = std::move(doc);
+    return s.take();
+  });
+}
+
+}  // namespace fp8sim::report

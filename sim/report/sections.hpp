@@ -1,0 +1,55 @@
+#pragma once
+// Internal to sim/report: the state the sections share while a report is built, and one
+// function per section. Each section function catches its own failures and returns a section
+// with status "error" instead of throwing, so one failed analysis never hides the others.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "sim/common/json.hpp"
+#include "sim/report/report.hpp"
+#include "sim/report/section.hpp"
+
+namespace fp8sim::report {
+
+struct Context {
+  const ReportOptions& opts;
+  const GpuHooks& hooks;
+  Json device;      // {available, name, why_not}: from hooks.device, or "not built with CUDA"
+  Json data;        // report.json's `data`: each piece's document, verbatim
+  Json plot_data;   // report.json's `plot_data`: what scripts/plots.py draws
+  // Headline numbers per recipe for the summary, filled by the sections as they run:
+  // summary[recipe][column] = formatted cell.
+  Json summary;
+  std::vector<std::string> summary_columns;
+  // Progress of the running phase (done, total): drives that phase's bar on stderr.
+  std::function<void(double, double)> progress = [](double, double) {};
+  void add_summary(const std::string& recipe, const std::string& column, std::string cell);
+};
+
+// Checks the model and recipe names against the pieces that use them (throws UsageError).
+void validate_pieces(const ReportOptions& opts);
+// Recipe names some piece of the report knows (analyze, memory, speed).
+std::vector<std::string> known_recipes();
+
+Json section_tensors(Context& ctx);      // analyze: per-tensor quantization error
+Json section_gemm(Context& ctx);         // analyze: per-layer forward GEMM error (Fig. 4(a))
+Json section_optimizer(Context& ctx);    // optim: Table 1, Fig. 3 histograms, drift
+Json section_memory(Context& ctx);       // memory: per-recipe breakdown
+Json section_speed(Context& ctx);        // speed: step time per op (GPU or calibration)
+Json section_compare(Context& ctx);      // compare: CPU vs GPU bits (GPU only)
+Json section_bench(Context& ctx);        // bench: kernel throughput (GPU only)
+
+// Runs `body` and turns an exception into an "error" section (same id and title).
+template <class F>
+Json guarded(const std::string& id, const std::string& title, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    Section s(id, title);
+    s.error(e.what());
+    return s.take();
+  }
+}
+
+}  // namespace fp8sim::report

@@ -1,0 +1,727 @@
+#include "sim/speed/speed.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <set>
+
+#include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
+
+namespace fp8sim::speed {
+
+namespace {
+
+constexpr const char* kTorchSchema = "fp8sim-torch-times/1";
+
+// COAT Table 7 (REFERENCE.md section 4): H100 80 GB, FSDP. Throughput is at each method's
+// largest batch ("max batch" column); 0 = out of memory in the paper.
+struct Table7Row {
+  const char* model;
+  int64_t gpus;
+  int64_t seq;
+  int64_t batch[3];     // bf16, te, coat
+  double paper_tps[3];  // tokens/s/GPU
+};
+const std::vector<Table7Row>& table7_rows() {
+  static const std::vector<Table7Row> rows{
+      {"llama2-7b", 1, 2048, {0, 0, 1}, {0, 0, 5906}},
+      {"llama2-7b", 2, 2048, {1, 1, 4}, {6130, 6842, 11351}},
+      {"llama2-7b", 4, 2048, {2, 2, 4}, {7730, 9577, 11257}},
+      {"llama2-7b", 8, 2048, {4, 4, 8}, {8238, 11704, 11241}},
+      {"llama2-13b", 2, 1024, {0, 0, 1}, {0, 0, 2137}},
+      {"llama2-13b", 4, 2048, {1, 1, 2}, {2345, 2851, 5295}},
+      {"llama2-13b", 8, 2048, {2, 2, 4}, {3907, 5604, 5650}},
+      {"llama-30b", 8, 2048, {0, 0, 1}, {0, 0, 1363}},
+  };
+  return rows;
+}
+
+int recipe_index(Recipe r) { return r == Recipe::BF16 ? 0 : r == Recipe::TE ? 1 : 2; }
+
+const char* category(Kind k) {
+  switch (k) {
+    case Kind::Gemm: return "gemm";
+    case Kind::Attention:
+    case Kind::RopeFwd:
+    case Kind::RopeBwd: return "attention";
+    case Kind::CastTranspose:
+    case Kind::Transpose:
+    case Kind::QuantizeG16:
+    case Kind::GroupMax:
+    case Kind::ReduceMax:
+    case Kind::Amax: return "quantize";
+    case Kind::RmsNormFwd:
+    case Kind::RmsNormBwd:
+    case Kind::SiluMulFwd:
+    case Kind::SiluMulBwd:
+    case Kind::Add: return "nonlinear";
+    case Kind::CrossEntropy:
+    case Kind::EmbeddingFwd:
+    case Kind::EmbeddingBwd: return "embedding_loss";
+    case Kind::Optimizer: return "optimizer";
+  }
+  return "other";
+}
+
+Json dims_json(const std::vector<int64_t>& d) {
+  Json a = Json::array();
+  for (int64_t v : d) a.push_back(v);
+  return a;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+int64_t batch_for(const SpeedOptions& o, Recipe r) {
+  auto it = o.recipe_batch.find(r);
+  return it == o.recipe_batch.end() ? o.batch : it->second;
+}
+
+PlanOptions plan_options(const SpeedOptions& o, int64_t batch, int64_t seq, int64_t gpus) {
+  PlanOptions po;
+  po.batch = batch;
+  po.seq = seq;
+  po.gpus = gpus;
+  po.grad_accum = o.grad_accum;
+  return po;
+}
+
+double fsdp_comm_ms(const ModelShape& m, int64_t gpus, const SpeedOptions& o, double compute_ms, double* raw_ms) {
+  *raw_ms = 0;
+  if (o.fsdp_comm == "none" || gpus <= 1) return 0;
+  const double frac = static_cast<double>(gpus - 1) / static_cast<double>(gpus);
+  const double bytes = 6.0 * static_cast<double>(m.params) * frac * static_cast<double>(o.grad_accum);
+  const double ms = bytes / (o.link_gbps * 1e9) * 1e3;
+  *raw_ms = ms;
+  if (o.fsdp_comm == "serial") return ms;
+  // overlap: the first layer's forward all-gather cannot hide behind anything.
+  const double layer_params = static_cast<double>(m.params) / static_cast<double>(m.layers);
+  const double first = 2.0 * layer_params * frac / (o.link_gbps * 1e9) * 1e3;
+  return std::max(0.0, ms - compute_ms) + first;
+}
+
+}  // namespace
+
+double attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, bool forward) {
+  const double fwd = 2.0 * static_cast<double>(batch) * heads * static_cast<double>(seq) * seq * head_dim;
+  return forward ? fwd : 2.5 * fwd;
+}
+
+std::filesystem::path default_calibration_path() {
+  if (const char* e = std::getenv("FP8SIM_CALIBRATION"); e && *e) return e;
+  return std::filesystem::path(FP8SIM_SOURCE_DIR) / "reports" / "h200" / "calibration.json";
+}
+
+// ------------------------------------------------------------------------------------ torch doc
+Json load_torch_times(const std::filesystem::path& p) {
+  Json doc;
+  try {
+    doc = Json::parse(read_text_file(p));
+  } catch (const Error& e) {
+    throw Error(fmt::format("torch times '{}': {}", p.string(), e.what()));
+  }
+  torch_measurements(doc);  // validates
+  return doc;
+}
+
+std::vector<Measurement> torch_measurements(const Json& doc) {
+  FP8SIM_REQUIRE(doc.is_object(), "torch times: the document must be a JSON object");
+  const Json* schema = doc.find("schema");
+  FP8SIM_REQUIRE(schema && schema->is_string() && schema->as_string() == kTorchSchema,
+                 "torch times: 'schema' must be \"{}\" (written by scripts/torch_layer_time.py)", kTorchSchema);
+  const std::string torch_version = doc.contains("torch_version") && doc.at("torch_version").is_string()
+                                        ? doc.at("torch_version").as_string()
+                                        : "?";
+  std::vector<Measurement> out;
+  const Json* configs = doc.find("configs");
+  FP8SIM_REQUIRE(configs && configs->is_array(), "torch times: 'configs' must be an array");
+  size_t i = 0;
+  for (const Json& c : configs->as_array()) {
+    const std::string where = fmt::format("torch times: configs[{}]", i++);
+    FP8SIM_REQUIRE(c.is_object(), "{}: must be an object", where);
+    if (c.contains("error")) continue;  // the script could not time this config (recorded why)
+    auto integer = [&](const char* k) {
+      const Json* v = c.find(k);
+      FP8SIM_REQUIRE(v && v->is_number() && v->as_number() >= 1 && std::floor(v->as_number()) == v->as_number(),
+                     "{}: '{}' must be a positive integer", where, k);
+      return static_cast<int64_t>(v->as_number());
+    };
+    const int64_t batch = integer("batch"), seq = integer("seq"), heads = integer("heads"),
+                  kv_heads = integer("kv_heads"), head_dim = integer("head_dim");
+    for (bool fwd : {true, false}) {
+      const char* k = fwd ? "sdpa_fwd_ms" : "sdpa_bwd_ms";
+      const Json* t = c.find(k);
+      FP8SIM_REQUIRE(t && t->is_object(), "{}: '{}' must be an object {{median, min, max, reps}}", where, k);
+      Json mj = Json::object();
+      mj["kind"] = "attention";
+      mj["variant"] = fwd ? "bf16,causal,fwd" : "bf16,causal,bwd";
+      mj["dims"] = dims_json({batch, heads, kv_heads, seq, head_dim});
+      mj["median_ms"] = t->at("median").as_number();
+      mj["min_ms"] = t->contains("min") ? t->at("min").as_number() : t->at("median").as_number();
+      mj["max_ms"] = t->contains("max") ? t->at("max").as_number() : t->at("median").as_number();
+      mj["reps"] = t->contains("reps") ? t->at("reps").as_number() : 1.0;
+      mj["flops"] = attention_flops(batch, heads, seq, head_dim, fwd);
+      mj["impl"] = fmt::format("torch {} F.scaled_dot_product_attention(is_causal=True), {}", torch_version,
+                               c.contains("sdpa_backend") && c.at("sdpa_backend").is_string()
+                                   ? c.at("sdpa_backend").as_string()
+                                   : "default backend");
+      out.push_back(Measurement::from_json(mj, fmt::format("{}: {}", where, k)));
+    }
+  }
+  if (const Json* a = doc.find("adamw_fused_fp32"); a && !a->is_null()) {
+    FP8SIM_REQUIRE(a->is_object(), "torch times: 'adamw_fused_fp32' must be an object");
+    const Json* p = a->find("params");
+    FP8SIM_REQUIRE(p && p->is_number() && p->as_number() >= 1, "torch times: adamw_fused_fp32.params must be positive");
+    Json mj = Json::object();
+    mj["kind"] = "optimizer";
+    mj["variant"] = "adamw_fp32";
+    mj["dims"] = dims_json({static_cast<int64_t>(p->as_number())});
+    mj["median_ms"] = a->at("median").as_number();
+    mj["min_ms"] = a->contains("min") ? a->at("min").as_number() : a->at("median").as_number();
+    mj["max_ms"] = a->contains("max") ? a->at("max").as_number() : a->at("median").as_number();
+    mj["reps"] = a->contains("reps") ? a->at("reps").as_number() : 1.0;
+    mj["bytes"] = 28.0 * p->as_number();
+    mj["impl"] = fmt::format("torch {} torch.optim.AdamW(fused=True), fp32 params/grads/states", torch_version);
+    out.push_back(Measurement::from_json(mj, "torch times: adamw_fused_fp32"));
+  }
+  return out;
+}
+
+// ------------------------------------------------------------------------------- evaluation
+Json evaluate_recipe(const ModelShape& m, Recipe r, const PlanOptions& po, const Calibration& cal,
+                     const SpeedOptions& opts, bool with_ops) {
+  const std::vector<KernelOp> plan = build_plan(m, r, po);
+  double layer_fwd = 0, layer_bwd = 0, outside = 0, weight_cast = 0, optimizer = 0, compute = 0, flops = 0;
+  double measured_ms = 0;
+  std::map<std::string, double> by_category;
+  Json ops = Json::array();
+  for (const KernelOp& op : plan) {
+    const Prediction p = cal.predict(op);
+    const double step_ms = p.ms * op.count;
+    compute += step_ms;
+    flops += op.flops * op.count;
+    if (p.measured) measured_ms += step_ms;
+    by_category[category(op.kind)] += step_ms;
+    if (op.phase == Phase::Step) {
+      if (op.kind == Kind::Optimizer) optimizer += step_ms;
+      else weight_cast += step_ms;
+    } else if (op.per_layer) {
+      (op.phase == Phase::Forward ? layer_fwd : layer_bwd) += p.ms;
+    } else {
+      outside += step_ms;
+    }
+    if (with_ops) {
+      Json j = Json::object();
+      j["name"] = op.name;
+      j["phase"] = phase_name(op.phase);
+      j["per_layer"] = op.per_layer;
+      j["kind"] = kind_name(op.kind);
+      j["variant"] = op.variant;
+      j["dims"] = dims_json(op.dims);
+      j["key"] = op.key();
+      j["count"] = op.count;
+      j["ms"] = p.ms;
+      j["step_ms"] = step_ms;
+      if (op.flops > 0) j["tflops"] = op.flops / (p.ms * 1e9);
+      else j["gbps"] = op.bytes / (p.ms * 1e6);
+      j["flops"] = op.flops;
+      j["bytes"] = op.bytes;
+      j["source"] = p.source;
+      if (const Measurement* meas = cal.find(op.key())) {
+        if (!meas->impl.empty()) j["impl"] = meas->impl;
+        if (!meas->note.empty()) j["measurement_note"] = meas->note;
+      }
+      if (!op.note.empty()) j["note"] = op.note;
+      if (!op.deviation.empty()) j["deviation"] = op.deviation;
+      ops.push_back(j);
+    }
+  }
+  double comm_raw = 0;
+  const double comm = fsdp_comm_ms(m, po.gpus, opts, compute, &comm_raw);
+  const double step = compute + comm;
+  const double tokens = static_cast<double>(po.batch) * po.seq * po.grad_accum;
+
+  Json j = Json::object();
+  j["recipe"] = recipe_name(r);
+  j["batch"] = po.batch;
+  j["seq"] = po.seq;
+  j["gpus"] = po.gpus;
+  j["grad_accum"] = po.grad_accum;
+  j["layer_fwd_ms"] = layer_fwd;
+  j["layer_bwd_ms"] = layer_bwd;
+  j["layer_ms"] = layer_fwd + layer_bwd;
+  j["layers_ms"] = (layer_fwd + layer_bwd) * m.layers * po.grad_accum;
+  j["outside_ms"] = outside;
+  j["weight_cast_ms"] = weight_cast;
+  j["optimizer_ms"] = optimizer;
+  j["compute_ms"] = compute;
+  j["comm_ms"] = comm;
+  j["comm_unoverlapped_ms"] = comm_raw;
+  j["step_ms"] = step;
+  j["tokens_per_step"] = tokens;
+  j["tokens_per_s_per_gpu"] = tokens / (step * 1e-3);
+  j["model_tflops_per_gpu"] = flops / (step * 1e9);
+  j["measured_fraction"] = compute > 0 ? measured_ms / compute : 0.0;
+  Json cat = Json::object();
+  for (const char* c : {"gemm", "attention", "quantize", "nonlinear", "embedding_loss", "optimizer"})
+    cat[c] = by_category.count(c) ? by_category[c] : 0.0;
+  j["breakdown_ms"] = cat;
+  if (with_ops) j["ops"] = ops;
+  return j;
+}
+
+// ------------------------------------------------------------------------------- the report
+Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
+  FP8SIM_REQUIRE(opts.batch > 0 && opts.seq > 0 && opts.gpus > 0 && opts.grad_accum > 0,
+                 "--batch, --seq, --gpus and --grad-accum must be positive");
+  FP8SIM_REQUIRE(!opts.recipes.empty(), "no recipes given");
+  for (const auto& [r, b] : opts.recipe_batch) FP8SIM_REQUIRE(b > 0, "batch for recipe {} must be positive", recipe_name(r));
+  FP8SIM_REQUIRE(opts.fsdp_comm == "none" || opts.fsdp_comm == "serial" || opts.fsdp_comm == "overlap",
+                 "--fsdp-comm must be none, serial or overlap (not '{}')", opts.fsdp_comm);
+  FP8SIM_REQUIRE(std::isfinite(opts.link_gbps) && opts.link_gbps > 0, "--link-gbps must be a positive number");
+
+  const ModelShape shape = load_model_shape(opts.model);
+
+  // Table 7's models, loaded up front so that a missing config fails before any GPU work.
+  std::map<std::string, ModelShape> t7_models;
+  if (opts.table7)
+    for (const Table7Row& row : table7_rows())
+      if (!t7_models.count(row.model)) t7_models.emplace(row.model, load_model_shape(row.model));
+
+  Calibration cal;
+  std::string mode;
+  std::vector<std::string> notes;
+  const std::filesystem::path committed = default_calibration_path();
+  if (!opts.calibration.empty() || !measure) {
+    const std::filesystem::path path = !opts.calibration.empty() ? opts.calibration : committed;
+    FP8SIM_REQUIRE(opts.calibration.empty() ? std::filesystem::exists(path) : true,
+                   "no GPU here and no calibration exists at '{}': the figures cannot be modelled. Measure one on a "
+                   "GPU machine (scripts/device/speed.sh writes calibration.json) and pass it with --calibration FILE",
+                   path.string());
+    FP8SIM_REQUIRE(opts.write_calibration.empty() && opts.torch_times.empty(),
+                   "--write-calibration and --torch-times need a measuring run (a GPU and no --calibration)");
+    cal = Calibration::load(path);
+    mode = "modelled";
+  } else {
+    // Everything the report will evaluate, deduplicated: the requested recipes, Table 7's rows
+    // (each method at its batch, and COAT at BF16's batch), and Figure 4(b)'s kernels.
+    std::vector<KernelOp> wanted;
+    std::set<std::string> seen;
+    auto want = [&](const std::vector<KernelOp>& ops) {
+      for (const KernelOp& op : ops) {
+        if (op.kind == Kind::Attention || (op.kind == Kind::Optimizer && op.variant == "adamw_fp32")) continue;
+        if (seen.insert(op.key()).second) wanted.push_back(op);
+      }
+    };
+    for (Recipe r : opts.recipes) want(build_plan(shape, r, plan_options(opts, batch_for(opts, r), opts.seq, opts.gpus)));
+    if (std::find(opts.recipes.begin(), opts.recipes.end(), Recipe::BF16) == opts.recipes.end())  // speedup's base
+      want(build_plan(shape, Recipe::BF16, plan_options(opts, batch_for(opts, Recipe::BF16), opts.seq, opts.gpus)));
+    if (opts.table7)
+      for (const Table7Row& row : table7_rows())
+        for (Recipe r : all_recipes()) {
+          const int64_t b = row.batch[recipe_index(r)];  // 0: out of memory in the paper, not evaluated
+          if (b) want(build_plan(t7_models.at(row.model), r, plan_options(opts, b, row.seq, row.gpus)));
+          if (r == Recipe::COAT && row.batch[0])
+            want(build_plan(t7_models.at(row.model), r, plan_options(opts, row.batch[0], row.seq, row.gpus)));
+        }
+    if (opts.fig4b)
+      for (const Fig4bPaperRow& pr : fig4b_paper()) {
+        const Fig4bOps f = fig4b_ops(pr.rows, pr.cols);
+        want({f.jit_amax, f.stage2_reduce, f.producer_plain, f.producer_with_gmax});
+      }
+    // The BF16 layer at every shape PyTorch timed, for the validation table.
+    Json tdoc;
+    if (!opts.torch_times.empty()) {
+      tdoc = load_torch_times(opts.torch_times);
+      for (const Json& c : tdoc.at("configs").as_array()) {
+        if (!c.is_object() || c.contains("error") || !c.contains("model")) continue;
+        try {
+          const ModelShape ms = load_model_shape(c.at("model").as_string());
+          want(build_plan(ms, Recipe::BF16, plan_options(opts, c.at("batch").as_int(), c.at("seq").as_int(), 1)));
+        } catch (const Error& e) {
+          notes.push_back(fmt::format("PyTorch config '{}' not replayed: {}", c.at("model").as_string(), e.what()));
+        }
+      }
+    }
+    cal = measure(wanted, opts.progress ? opts.progress : std::function<void(double, double)>{});
+    cal.origin = "measured in this run";
+    cal.created = utc_now();
+    cal.command = opts.command_line;
+    mode = "measured";
+    // Attention and the fp32 AdamW baseline are PyTorch's (scripts/torch_layer_time.py).
+    if (!opts.torch_times.empty()) {
+      for (Measurement& m : torch_measurements(tdoc)) cal.add(std::move(m));
+      cal.torch = tdoc;
+    } else if (std::filesystem::exists(committed)) {
+      Calibration old = Calibration::load(committed);
+      for (const auto& [k, m] : old.measurements())
+        if (m.kind == Kind::Attention || (m.kind == Kind::Optimizer && m.variant == "adamw_fp32")) cal.add(m);
+      cal.torch = old.torch;
+      notes.push_back(fmt::format("attention and fp32 AdamW times come from '{}' (no --torch-times given)",
+                                  committed.string()));
+    } else {
+      throw Error(
+          "attention is timed by PyTorch, not assumed: run scripts/torch_layer_time.py on this GPU at the same "
+          "shapes and pass its JSON with --torch-times FILE");
+    }
+    if (!opts.write_calibration.empty()) {
+      // Keep what an earlier run measured and this one did not; this run's times win.
+      Calibration out = std::filesystem::exists(opts.write_calibration) ? Calibration::load(opts.write_calibration)
+                                                                         : Calibration{};
+      out.merge(cal);
+      out.device = cal.device;
+      out.created = cal.created;
+      out.command = cal.command;
+      out.copy_gbps = cal.copy_gbps;
+      if (!cal.torch.is_null()) out.torch = cal.torch;
+      write_file_atomic(opts.write_calibration, out.to_json().dump(1) + "\n");
+    }
+  }
+
+  Json doc = Json::object();
+  doc["command"] = "speed";
+  if (!opts.command_line.empty()) doc["command_line"] = opts.command_line;
+  Json model = Json::object();
+  model["name"] = shape.name;
+  model["hidden"] = shape.hidden;
+  model["ffn"] = shape.ffn;
+  model["layers"] = shape.layers;
+  model["heads"] = shape.heads;
+  model["kv_heads"] = shape.kv_heads;
+  model["vocab"] = shape.vocab;
+  model["params"] = shape.params;
+  doc["model"] = model;
+  doc["seq"] = opts.seq;
+  doc["gpus"] = opts.gpus;
+  doc["grad_accum"] = opts.grad_accum;
+
+  Json timing = Json::object();
+  timing["mode"] = mode;
+  timing["modelled"] = mode == "modelled";
+  const std::string dev = cal.device.is_object() && cal.device.contains("name") && cal.device.at("name").is_string()
+                              ? cal.device.at("name").as_string()
+                              : std::string("an unnamed GPU");
+  timing["device"] = dev;
+  timing["calibration"] = cal.origin;
+  timing["calibration_created"] = cal.created;
+  timing["statement"] =
+      mode == "measured"
+          ? fmt::format("MEASURED: every kernel below was timed on this machine's {} just now (CUDA events, after "
+                        "warm-up, L2 flushed before each repetition); attention by PyTorch SDPA",
+                        dev)
+          : fmt::format("MODELLED, not measured on this machine: kernel times come from the calibration '{}' "
+                        "(measured on {} at {}); shapes it did not measure are fitted from the nearest measured one",
+                        cal.origin, dev, cal.created.empty() ? "an unknown date" : cal.created);
+  timing["fsdp_comm"] = opts.fsdp_comm;
+  if (opts.fsdp_comm != "none") {
+    timing["link_gbps"] = opts.link_gbps;
+    timing["comm_model"] = fmt::format(
+        "FSDP: per micro-batch 2 all-gathers of BF16 weights + 1 reduce-scatter of BF16 grads = 6 B x params x "
+        "(gpus-1)/gpus per GPU at an assumed {} GB/s bus bandwidth; {}",
+        opts.link_gbps,
+        opts.fsdp_comm == "serial" ? "added to the step" : "overlapped with compute except the excess and the first layer's all-gather");
+  }
+  doc["timing"] = timing;
+
+  // ---- the requested configuration
+  Json recipes = Json::array();
+  double bf16_tps = 0;
+  for (Recipe r : opts.recipes) {
+    Json rj = evaluate_recipe(shape, r, plan_options(opts, batch_for(opts, r), opts.seq, opts.gpus), cal, opts, true);
+    if (r == Recipe::BF16) bf16_tps = rj.at("tokens_per_s_per_gpu").as_number();
+    recipes.push_back(std::move(rj));
+  }
+  if (bf16_tps <= 0 && std::find(opts.recipes.begin(), opts.recipes.end(), Recipe::BF16) == opts.recipes.end()) {
+    // Speedups are always against BF16: evaluate it even when not listed.
+    bf16_tps = evaluate_recipe(shape, Recipe::BF16, plan_options(opts, batch_for(opts, Recipe::BF16), opts.seq, opts.gpus),
+                               cal, opts, false)
+                   .at("tokens_per_s_per_gpu")
+                   .as_number();
+  }
+  for (Json& rj : recipes.as_array()) rj["speedup_vs_bf16"] = rj.at("tokens_per_s_per_gpu").as_number() / bf16_tps;
+  doc["recipes"] = recipes;
+
+  // ---- Figure 4(b)
+  if (opts.fig4b) {
+    Json rows = Json::array();
+    for (const Fig4bPaperRow& pr : fig4b_paper()) {
+      const Fig4bOps f = fig4b_ops(pr.rows, pr.cols);
+      const Prediction jit = cal.predict(f.jit_amax), st2 = cal.predict(f.stage2_reduce),
+                       plain = cal.predict(f.producer_plain), with = cal.predict(f.producer_with_gmax);
+      const double stage1 = std::max(0.0, with.ms - plain.ms);
+      Json r = Json::object();
+      r["rows"] = pr.rows;
+      r["cols"] = pr.cols;
+      r["jit_amax_ms"] = jit.ms;
+      r["jit_amax_gbps"] = f.jit_amax.bytes / (jit.ms * 1e6);
+      r["group_stage1_overhead_ms"] = stage1;
+      r["group_stage2_ms"] = st2.ms;
+      r["group_scaling_ms"] = stage1 + st2.ms;
+      r["speedup"] = jit.ms / (stage1 + st2.ms);
+      r["paper_h100_jit_ms"] = pr.jit_ms;
+      r["paper_h100_group_ms"] = pr.group_ms;
+      r["source"] = jit.measured && st2.measured && plain.measured && with.measured ? "measured" : "fitted";
+      if (cal.torch.is_object())
+        if (const Json* am = cal.torch.find("amax"); am && am->is_array())
+          for (const Json& a : am->as_array())
+            if (a.is_object() && a.contains("rows") && a.at("rows").as_number() == pr.rows &&
+                a.at("cols").as_number() == pr.cols && a.contains("median_ms"))
+              r["torch_eager_amax_ms"] = a.at("median_ms").as_number();
+      rows.push_back(r);
+    }
+    doc["fig4b"] = rows;
+  }
+
+  // ---- Table 7
+  if (opts.table7) {
+    Json rows = Json::array();
+    SpeedOptions o = opts;
+    for (const Table7Row& row : table7_rows()) {
+      const ModelShape& ms = t7_models.at(row.model);
+      Json r = Json::object();
+      r["model"] = row.model;
+      r["gpus"] = row.gpus;
+      r["seq"] = row.seq;
+      double tps[3] = {0, 0, 0};
+      Json methods = Json::array();
+      for (Recipe rc : all_recipes()) {
+        const int i = recipe_index(rc);
+        Json mj = Json::object();
+        mj["recipe"] = recipe_name(rc);
+        mj["batch"] = row.batch[i];
+        mj["paper_tokens_per_s_per_gpu"] = row.paper_tps[i] > 0 ? Json(row.paper_tps[i]) : Json();
+        if (row.batch[i] > 0) {
+          Json ev = evaluate_recipe(ms, rc, plan_options(o, row.batch[i], row.seq, row.gpus), cal, o, false);
+          tps[i] = ev.at("tokens_per_s_per_gpu").as_number();
+          mj["tokens_per_s_per_gpu"] = tps[i];
+          mj["step_ms"] = ev.at("step_ms").as_number();
+          mj["measured_fraction"] = ev.at("measured_fraction").as_number();
+        } else {
+          mj["tokens_per_s_per_gpu"] = Json();
+          mj["oom_in_paper"] = true;
+        }
+        methods.push_back(mj);
+      }
+      r["methods"] = methods;
+      if (tps[0] > 0) {
+        r["te_vs_bf16"] = tps[1] / tps[0];
+        r["coat_vs_bf16"] = tps[2] / tps[0];
+        r["paper_te_vs_bf16"] = row.paper_tps[1] / row.paper_tps[0];
+        r["paper_coat_vs_bf16"] = row.paper_tps[2] / row.paper_tps[0];
+        // COAT at BF16's batch separates the kernel speedup from the larger-batch effect.
+        Json same = evaluate_recipe(ms, Recipe::COAT, plan_options(o, row.batch[0], row.seq, row.gpus), cal, o, false);
+        r["coat_vs_bf16_same_batch"] = same.at("tokens_per_s_per_gpu").as_number() / tps[0];
+      }
+      rows.push_back(r);
+    }
+    doc["table7"] = rows;
+  }
+
+  // ---- validation against PyTorch's BF16 layer
+  if (cal.torch.is_object() && cal.torch.contains("configs")) {
+    Json rows = Json::array();
+    for (const Json& c : cal.torch.at("configs").as_array()) {
+      if (!c.is_object() || !c.contains("model") || !c.contains("layer_fwd_bwd_ms")) continue;
+      ModelShape ms;
+      try {
+        ms = load_model_shape(c.at("model").as_string());
+      } catch (const Error& e) {
+        notes.push_back(fmt::format("validation row for '{}' skipped: {}", c.at("model").as_string(), e.what()));
+        continue;
+      }
+      const int64_t b = c.at("batch").as_int(), s = c.at("seq").as_int();
+      Json ev = evaluate_recipe(ms, Recipe::BF16, plan_options(opts, b, s, 1), cal, opts, true);
+      double gemm = 0, attn = 0, other = 0;
+      for (const Json& op : ev.at("ops").as_array()) {
+        if (!op.at("per_layer").as_bool() || op.at("phase").as_string() == "step") continue;
+        const std::string k = op.at("kind").as_string();
+        (k == "gemm" ? gemm : k == "attention" ? attn : other) += op.at("ms").as_number();
+      }
+      const double torch_ms = c.at("layer_fwd_bwd_ms").at("median").as_number();
+      const double ours = ev.at("layer_ms").as_number();
+      Json r = Json::object();
+      r["model"] = ms.name;
+      r["batch"] = b;
+      r["seq"] = s;
+      r["torch_layer_ms"] = torch_ms;
+      r["fp8sim_bf16_layer_ms"] = ours;
+      r["difference"] = ours / torch_ms - 1.0;
+      r["within_15_percent"] = std::fabs(ours / torch_ms - 1.0) <= 0.15;
+      r["fp8sim_gemm_ms"] = gemm;
+      r["fp8sim_attention_ms"] = attn;
+      r["fp8sim_other_ms"] = other;
+      r["measured_fraction"] = ev.at("measured_fraction").as_number();
+      if (const Json* g = c.find("gemm_ms_total"); g && g->is_number()) r["torch_gemm_ms"] = g->as_number();
+      if (c.contains("sdpa_fwd_ms") && c.contains("sdpa_bwd_ms"))
+        r["torch_sdpa_ms"] = c.at("sdpa_fwd_ms").at("median").as_number() + c.at("sdpa_bwd_ms").at("median").as_number();
+      rows.push_back(r);
+    }
+    Json v = Json::object();
+    v["torch_version"] = cal.torch.contains("torch_version") ? cal.torch.at("torch_version") : Json();
+    v["device"] = cal.torch.contains("device") ? cal.torch.at("device") : Json();
+    v["rows"] = rows;
+    doc["validation"] = v;
+  }
+
+  // ---- what differs from the reference implementations, once each
+  std::set<std::string> seen_notes;
+  Json jn = Json::array();
+  for (const std::string& n : notes)
+    if (seen_notes.insert(n).second) jn.push_back(n);
+  for (const Json& rj : doc.at("recipes").as_array())
+    for (const Json& op : rj.at("ops").as_array()) {
+      const std::string who = fmt::format("{} ({})", op.at("name").as_string(), rj.at("recipe").as_string());
+      for (const char* k : {"deviation", "measurement_note"})
+        if (const Json* n = op.find(k); n && n->is_string() && seen_notes.insert(n->as_string()).second)
+          jn.push_back(fmt::format("{}: {}", who, n->as_string()));
+      if (const Json* im = op.find("impl"); im && im->is_string() && im->as_string().find("stand-in") != std::string::npos)
+        if (seen_notes.insert(im->as_string()).second) jn.push_back(fmt::format("{}: {}", who, im->as_string()));
+    }
+  doc["notes"] = jn;
+  return doc;
+}
+
+// ------------------------------------------------------------------------------- markdown
+namespace {
+std::string f2(double v) { return fmt::format("{:.2f}", v); }
+std::string f3(double v) { return fmt::format("{:.3f}", v); }
+std::string num_or_dash(const Json* j, const char* fmtstr = "{:.2f}") {
+  if (!j || !j->is_number()) return "-";
+  return fmt::format(fmt::runtime(fmtstr), j->as_number());
+}
+void md_table(std::string& out, const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  out += "|";
+  for (const auto& h : header) out += " " + h + " |";
+  out += "\n|";
+  for (size_t i = 0; i < header.size(); ++i) out += i ? "---:|" : "---|";
+  out += "\n";
+  for (const auto& r : rows) {
+    out += "|";
+    for (const auto& c : r) out += " " + c + " |";
+    out += "\n";
+  }
+  out += "\n";
+}
+}  // namespace
+
+std::string speed_markdown(const Json& doc) {
+  std::string out;
+  const Json& model = doc.at("model");
+  out += fmt::format("## Step time: {} ({} layers), seq {}, {} GPU(s), grad-accum {}\n\n", model.at("name").as_string(),
+                     model.at("layers").as_int(), doc.at("seq").as_int(), doc.at("gpus").as_int(),
+                     doc.at("grad_accum").as_int());
+  out += "**" + doc.at("timing").at("statement").as_string() + ".**\n\n";
+  if (const Json* cm = doc.at("timing").find("comm_model")) out += cm->as_string() + ".\n\n";
+  std::vector<std::vector<std::string>> rows;
+  for (const Json& r : doc.at("recipes").as_array()) {
+    const Json& b = r.at("breakdown_ms");
+    rows.push_back({r.at("recipe").as_string(), std::to_string(r.at("batch").as_int()), f2(r.at("layer_fwd_ms").as_number()),
+                    f2(r.at("layer_bwd_ms").as_number()), f2(b.at("gemm").as_number()), f2(b.at("attention").as_number()),
+                    f2(b.at("quantize").as_number()), f2(b.at("nonlinear").as_number()),
+                    f2(r.at("optimizer_ms").as_number() + r.at("weight_cast_ms").as_number()), f2(r.at("comm_ms").as_number()),
+                    f2(r.at("step_ms").as_number()), fmt::format("{:.0f}", r.at("tokens_per_s_per_gpu").as_number()),
+                    fmt::format("{:.3f}x", r.at("speedup_vs_bf16").as_number()),
+                    fmt::format("{:.0f}%", 100 * r.at("measured_fraction").as_number())});
+  }
+  md_table(out,
+           {"recipe", "batch", "layer fwd ms", "layer bwd ms", "GEMM ms/step", "attention ms/step", "quantize ms/step",
+            "non-linear ms/step", "optimizer+casts ms", "comm ms", "step ms", "tokens/s/GPU", "speedup vs BF16",
+            "time from exact-shape measurements"},
+           rows);
+
+  for (const Json& r : doc.at("recipes").as_array()) {
+    out += fmt::format("### Kernels of one layer and one step: {} (batch {})\n\n", r.at("recipe").as_string(),
+                       r.at("batch").as_int());
+    std::vector<std::vector<std::string>> kr;
+    for (const Json& op : r.at("ops").as_array()) {
+      std::string dims;
+      for (const Json& d : op.at("dims").as_array()) {
+        if (!dims.empty()) dims += 'x';
+        dims += std::to_string(d.as_int());
+      }
+      const Json* tf = op.find("tflops");
+      kr.push_back({op.at("name").as_string(), op.at("phase").as_string(), op.at("kind").as_string(),
+                    op.at("variant").as_string(), dims, f3(op.at("ms").as_number()), fmt::format("{:g}", op.at("count").as_number()),
+                    tf ? fmt::format("{:.0f} TFLOP/s", tf->as_number()) : fmt::format("{:.0f} GB/s", op.at("gbps").as_number()),
+                    op.at("source").as_string()});
+    }
+    md_table(out, {"op", "phase", "kernel", "variant", "dims", "ms", "count/step", "achieved", "source"}, kr);
+  }
+
+  if (const Json* f = doc.find("fig4b")) {
+    out += "### Figure 4(b): per-tensor max, just-in-time vs Group Scaling\n\n";
+    std::vector<std::vector<std::string>> fr;
+    for (const Json& r : f->as_array())
+      fr.push_back({fmt::format("{}x{}", r.at("rows").as_int(), r.at("cols").as_int()), f3(r.at("jit_amax_ms").as_number()),
+                    fmt::format("{:.0f}", r.at("jit_amax_gbps").as_number()), f3(r.at("group_stage1_overhead_ms").as_number()),
+                    f3(r.at("group_stage2_ms").as_number()), f3(r.at("group_scaling_ms").as_number()),
+                    fmt::format("{:.1f}x", r.at("speedup").as_number()), num_or_dash(r.find("torch_eager_amax_ms"), "{:.3f}"),
+                    fmt::format("{:.2f} -> {:.2f}", r.at("paper_h100_jit_ms").as_number(), r.at("paper_h100_group_ms").as_number()),
+                    r.at("source").as_string()});
+    md_table(out,
+             {"tensor", "JIT amax ms", "JIT GB/s", "group stage 1 extra ms", "group stage 2 ms", "group total ms",
+              "JIT / group", "torch eager amax ms", "paper H100 JIT -> group ms", "source"},
+             fr);
+  }
+
+  if (const Json* t = doc.find("table7")) {
+    out += "### COAT Table 7 rows: predicted throughput beside the paper's (H100, FSDP)\n\n";
+    std::vector<std::vector<std::string>> tr;
+    for (const Json& r : t->as_array()) {
+      std::string batches, pred, paper;
+      for (const Json& m : r.at("methods").as_array()) {
+        if (!batches.empty()) {
+          batches += " / ";
+          pred += " / ";
+          paper += " / ";
+        }
+        batches += m.at("batch").as_int() ? std::to_string(m.at("batch").as_int()) : std::string("OOM");
+        pred += num_or_dash(m.find("tokens_per_s_per_gpu"), "{:.0f}");
+        paper += num_or_dash(m.find("paper_tokens_per_s_per_gpu"), "{:.0f}");
+      }
+      tr.push_back({fmt::format("{}, {} GPU, seq {}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int()),
+                    batches, pred, paper, num_or_dash(r.find("te_vs_bf16"), "{:.2f}x"),
+                    num_or_dash(r.find("paper_te_vs_bf16"), "{:.2f}x"), num_or_dash(r.find("coat_vs_bf16"), "{:.2f}x"),
+                    num_or_dash(r.find("paper_coat_vs_bf16"), "{:.2f}x"), num_or_dash(r.find("coat_vs_bf16_same_batch"), "{:.2f}x")});
+    }
+    md_table(out,
+             {"row", "batch BF16 / TE / COAT", "predicted tok/s/GPU", "paper tok/s/GPU", "TE/BF16", "paper TE/BF16",
+              "COAT/BF16", "paper COAT/BF16", "COAT/BF16 same batch"},
+             tr);
+  }
+
+  if (const Json* v = doc.find("validation")) {
+    out += "### Validation: fp8sim's BF16 layer vs a real PyTorch BF16 Llama layer (forward + backward)\n\n";
+    std::vector<std::vector<std::string>> vr;
+    for (const Json& r : v->at("rows").as_array())
+      vr.push_back({fmt::format("{} b{} s{}", r.at("model").as_string(), r.at("batch").as_int(), r.at("seq").as_int()),
+                    f3(r.at("torch_layer_ms").as_number()), f3(r.at("fp8sim_bf16_layer_ms").as_number()),
+                    fmt::format("{:+.1f}%", 100 * r.at("difference").as_number()),
+                    r.at("within_15_percent").as_bool() ? "yes" : "NO", num_or_dash(r.find("torch_gemm_ms"), "{:.3f}"),
+                    f3(r.at("fp8sim_gemm_ms").as_number()), num_or_dash(r.find("torch_sdpa_ms"), "{:.3f}"),
+                    f3(r.at("fp8sim_other_ms").as_number())});
+    md_table(out,
+             {"config", "PyTorch layer ms", "fp8sim BF16 layer ms", "difference", "within 15%", "PyTorch GEMMs ms",
+              "fp8sim GEMMs ms", "SDPA fwd+bwd ms", "fp8sim other ms"},
+             vr);
+  }
+
+  if (const Json* n = doc.find("notes"); n && n->size()) {
+    out += "### Notes: where the replay differs from the reference implementations\n\n";
+    for (const Json& s : n->as_array()) out += "- " + s.as_string() + "\n";
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace fp8sim::speed

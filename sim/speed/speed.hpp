@@ -1,0 +1,79 @@
+#pragma once
+// `fp8sim speed`: predicted step time, tokens/s per GPU and speedup vs BF16 for the bf16, te and
+// coat recipes of a model, from kernel times measured on a GPU (now, through a MeasureFn the
+// CUDA build passes in, or earlier, through a calibration file).
+//
+// step = grad_accum x (layers x (layer forward + backward) + embedding/final norm/LM head/loss)
+//        + layers x weight casts (FP8 recipes) + optimizer step on params / gpus
+//        + FSDP communication (optional model, see SpeedOptions::fsdp_comm).
+// Every term is a sum of per-kernel times; each kernel's time comes from its measurement at that
+// exact shape, or is fitted from the nearest measurement of the same kernel (calibration.hpp),
+// and the output says which.
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/common/json.hpp"
+#include "sim/speed/calibration.hpp"
+#include "sim/speed/plan.hpp"
+
+namespace fp8sim::speed {
+
+struct SpeedOptions {
+  std::string model = "llama2-7b";          // models/NAME.json or a path to a model JSON
+  int64_t batch = 1;                        // micro-batch per GPU, every recipe
+  std::map<Recipe, int64_t> recipe_batch;   // per-recipe overrides (Table 7 runs each at its max batch)
+  int64_t seq = 2048;
+  std::vector<Recipe> recipes = all_recipes();
+  int64_t gpus = 1;                         // FSDP data-parallel GPUs: shards the optimizer step
+  int64_t grad_accum = 1;                   // micro-batches per optimizer step
+  // FSDP communication per micro-batch: all-gather the BF16 weights for forward and again for
+  // backward, reduce-scatter the BF16 gradients: 6 x params x (gpus-1)/gpus bytes per GPU at
+  // link_gbps (an assumed bus bandwidth, default NCCL on H100 NVLink). "none": not modelled;
+  // "serial": added to the step; "overlap": hidden behind compute except what exceeds it plus
+  // the first layer's all-gather.
+  std::string fsdp_comm = "none";
+  double link_gbps = 360;
+  std::filesystem::path calibration;        // model from this file (even on a GPU machine)
+  std::filesystem::path torch_times;        // measured run: scripts/torch_layer_time.py output
+  std::filesystem::path write_calibration;  // measured run: merge the measurements into this file
+  bool table7 = false;                      // add COAT Table 7's rows (measures their shapes too)
+  bool fig4b = true;                        // add the Figure 4(b) table
+  std::string command_line;                 // recorded in the output
+  std::function<void(double done, double total)> progress;  // measuring: kernels timed so far
+};
+
+// Times every distinct kernel of `ops` on the GPU (attention excepted: PyTorch times it) and
+// returns the measurements with the device description. Provided by gpu/speed (CUDA builds).
+using MeasureFn =
+    std::function<Calibration(const std::vector<KernelOp>& ops, const std::function<void(double, double)>& progress)>;
+
+// The committed H200 calibration: $FP8SIM_CALIBRATION, else <source>/reports/h200/calibration.json.
+std::filesystem::path default_calibration_path();
+
+// Reads models/NAME.json (or a path) into the replay's dimensions.
+ModelShape load_model_shape(const std::string& name_or_path);
+
+// The PyTorch reference (scripts/torch_layer_time.py's JSON): checks it and turns its SDPA and
+// fused AdamW times into measurements ("attention", "optimizer:adamw_fp32").
+Json load_torch_times(const std::filesystem::path& p);
+std::vector<Measurement> torch_measurements(const Json& torch_doc);
+
+// Causal attention flops (FlashAttention's convention: backward = 2.5 x forward).
+double attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, bool forward);
+
+// The whole `fp8sim speed` document (the same JSON --json writes). `measure` empty, or
+// opts.calibration set: modelled from a calibration file. Throws Error/UsageError.
+Json speed_report(const SpeedOptions& opts, const MeasureFn& measure = {});
+
+// Human renderings of a speed document.
+std::string speed_markdown(const Json& doc);
+
+// Per-recipe evaluation of one configuration against a calibration (used by speed_report and
+// tests): the kernels with their predicted times and the sums.
+Json evaluate_recipe(const ModelShape& m, Recipe r, const PlanOptions& po, const Calibration& cal,
+                     const SpeedOptions& opts, bool with_ops);
+
+}  // namespace fp8sim::speed

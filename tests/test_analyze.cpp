@@ -1,0 +1,366 @@
+// sim/analyze: recipes map (role, op) to the specs the papers describe; analysis of the committed
+// sample gives finite metrics for every tensor and a GEMM error per linear layer that an
+// independent double-precision computation reproduces; NaN/Inf are counted, not fatal.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "sim/analyze/analyze.hpp"
+#include "sim/analyze/recipe.hpp"
+#include "sim/common/check.hpp"
+#include "sim/formats/fp8.hpp"
+#include "tests/support/test_util.hpp"
+#include "traces/trace.hpp"
+
+namespace fp8sim::analyze {
+namespace {
+
+using trace::Role;
+
+const std::string kSample = std::string(FP8SIM_SOURCE_DIR) + "/traces/tiny-llama-s300.h5";
+
+std::string spec_of(const Recipe& r, Role role, const std::string& op, const std::string& module = "layers.0.x") {
+  const RecipeRule* rule = r.match(role, op, {module});
+  if (!rule) return "(no rule)";
+  return rule->spec ? rule->spec->to_string() : "none";
+}
+
+std::string canon(const char* s) { return QuantSpec::parse(s).to_string(); }
+
+TEST(Recipes, BuiltinsMapRolesAndOpsToThePublishedSpecs) {
+  ASSERT_EQ(builtin_recipe_names(), (std::vector<std::string>{"bf16", "te", "coat", "fp8lm", "deepseek", "mxfp8"}));
+  // COAT (REFERENCE.md section 3): per-tensor linear inputs and weights, 1x16 E4M3 with bf16
+  // scales for non-linear inputs, E5M2 gradients, E4M3 g128 + expansion for both moments.
+  const Recipe coat = builtin_recipe("coat");
+  EXPECT_EQ(spec_of(coat, Role::Activation, "linear_input"), canon("e4m3:tensor:eps=1e-10"));
+  EXPECT_EQ(spec_of(coat, Role::Activation, "attn_output"), canon("e4m3:tensor:eps=1e-10"));
+  for (const char* op : {"norm_input", "silu_input", "mul_input", "residual_add"})
+    EXPECT_EQ(spec_of(coat, Role::Activation, op), canon("e4m3:g16:scale=bf16:eps=1e-10")) << op;
+  EXPECT_EQ(spec_of(coat, Role::Weight, "linear"), canon("e4m3:tensor:eps=1e-10"));
+  EXPECT_EQ(spec_of(coat, Role::ActivationGrad, "linear_output_grad"), canon("e5m2:tensor:eps=1e-10"));
+  EXPECT_EQ(spec_of(coat, Role::ExpAvg, "linear"), canon("e4m3:g128:de=coat"));
+  EXPECT_EQ(spec_of(coat, Role::ExpAvgSq, "linear"), canon("e4m3:g128:de=coat"));
+  EXPECT_EQ(spec_of(coat, Role::Grad, "linear"), "none");
+  EXPECT_EQ(spec_of(coat, Role::Weight, "norm"), "none");
+  // The LM head stays in BF16, also when it is the tied embedding.
+  EXPECT_EQ(spec_of(coat, Role::Activation, "linear_input", "lm_head"), canon("bf16"));
+  EXPECT_EQ(spec_of(coat, Role::Weight, "linear", "lm_head"), canon("bf16"));
+  // TransformerEngine HYBRID: E4M3 forward, E5M2 backward, non-linear layers in BF16.
+  const Recipe te = builtin_recipe("te");
+  EXPECT_EQ(spec_of(te, Role::Activation, "linear_input"), canon("e4m3:tensor"));
+  EXPECT_EQ(spec_of(te, Role::Activation, "norm_input"), canon("bf16"));
+  EXPECT_EQ(spec_of(te, Role::ActivationGrad, "linear_output_grad"), canon("e5m2:tensor"));
+  EXPECT_EQ(spec_of(te, Role::ExpAvg, "linear"), "none");
+  // DeepSeek-V3: 1x128 activations, 128x128 weights, E4M3 gradients, BF16 moments.
+  const Recipe ds = builtin_recipe("deepseek");
+  EXPECT_EQ(spec_of(ds, Role::Activation, "linear_input"), canon("e4m3:g128"));
+  EXPECT_EQ(spec_of(ds, Role::Weight, "linear"), canon("e4m3:b128x128"));
+  EXPECT_EQ(spec_of(ds, Role::ActivationGrad, "linear_output_grad"), canon("e4m3:g128"));
+  EXPECT_EQ(spec_of(ds, Role::ExpAvgSq, "linear"), canon("bf16"));
+  // MXFP8: 1x32 blocks with E8M0 scales.
+  const Recipe mx = builtin_recipe("mxfp8");
+  EXPECT_EQ(spec_of(mx, Role::Weight, "linear"), canon("e4m3:g32:scale=e8m0"));
+  EXPECT_EQ(spec_of(mx, Role::Activation, "attn_output"), canon("e4m3:g32:scale=e8m0"));
+  // FP8-LM / MS-AMP O2: FP8 weight gradients and first moment, FP16 second moment.
+  const Recipe lm = builtin_recipe("fp8lm");
+  EXPECT_EQ(spec_of(lm, Role::Grad, "linear"), canon("e4m3:tensor:scale=pow2"));
+  EXPECT_EQ(spec_of(lm, Role::ExpAvg, "linear"), canon("e4m3:tensor:scale=pow2"));
+  EXPECT_EQ(QuantSpec::parse(spec_of(lm, Role::ExpAvgSq, "linear")).format, Format::FP16);
+  // BF16 baseline: compute copies in BF16, fp32 master state.
+  const Recipe bf = builtin_recipe("bf16");
+  EXPECT_EQ(spec_of(bf, Role::Weight, "linear"), canon("bf16"));
+  EXPECT_EQ(spec_of(bf, Role::ExpAvg, "linear"), "none");
+  EXPECT_THROW(builtin_recipe("fp4"), UsageError);
+}
+
+TEST(Recipes, JsonFilesLayerRulesOverABaseAndRejectNonsense) {
+  const Recipe r = parse_recipe(Json::parse(R"({"name": "mine", "base": "coat", "rules": [
+      {"role": "activation", "op": "norm_input", "spec": "e4m3:g32"},
+      {"role": "weight", "op": "linear", "module": "down_proj$", "spec": "none", "note": "keep"}]})"),
+                                "mine.json");
+  EXPECT_EQ(r.name, "mine");
+  EXPECT_EQ(spec_of(r, Role::Activation, "norm_input"), canon("e4m3:g32"));
+  EXPECT_EQ(spec_of(r, Role::Weight, "linear", "layers.1.mlp.down_proj"), "none");
+  EXPECT_EQ(spec_of(r, Role::Weight, "linear", "layers.1.mlp.up_proj"), canon("e4m3:tensor:eps=1e-10"));  // from coat
+  EXPECT_EQ(spec_of(r, Role::Activation, "silu_input"), canon("e4m3:g16:scale=bf16:eps=1e-10"));       // from coat
+  // Without a catch-all rule, an unknown op matches nothing.
+  const Recipe bare = parse_recipe(Json::parse(R"({"rules": [{"role": "weight", "op": "linear", "spec": "e4m3:tensor"}]})"),
+                                   "bare.json");
+  EXPECT_EQ(bare.match(Role::Activation, "norm_input", {"x"}), nullptr);
+  auto expect_bad = [](const char* doc, const char* needle) {
+    try {
+      parse_recipe(Json::parse(doc), "bad.json");
+      ADD_FAILURE() << doc;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+    }
+  };
+  expect_bad(R"([1, 2])", "JSON object");
+  expect_bad(R"({"name": "x"})", "\"rules\" array");
+  expect_bad(R"({"rules": [{"role": "weights", "spec": "none"}]})", "unknown role 'weights'");
+  expect_bad(R"({"rules": [{"role": "weight"}]})", "lacks \"spec\"");
+  expect_bad(R"({"rules": [{"spec": "e9m9:tensor"}]})", "spec 'e9m9:tensor'");
+  expect_bad(R"({"rules": [{"module": "([", "spec": "none"}]})", "not a valid regex");
+  expect_bad(R"({"base": "nope", "rules": [{"spec": "none"}]})", "unknown recipe 'nope'");
+}
+
+// ---- analysis of the committed sample -----------------------------------------------------------
+
+bool finite_num(const Json& j, const char* key) {
+  const Json* v = j.find(key);
+  return v && v->is_number() && std::isfinite(v->as_number());
+}
+
+class SampleAnalysis : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    reader_ = new trace::TraceReader(kSample);
+    AnalyzeOptions o;
+    o.progress = false;
+    coat_ = new Json(analyze_trace(*reader_, builtin_recipe("coat"), o));
+  }
+  static void TearDownTestSuite() {
+    delete coat_;
+    delete reader_;
+  }
+  static trace::TraceReader* reader_;
+  static Json* coat_;
+};
+trace::TraceReader* SampleAnalysis::reader_ = nullptr;
+Json* SampleAnalysis::coat_ = nullptr;
+
+TEST_F(SampleAnalysis, EveryTensorHasFiniteMetrics) {
+  const Json& a = *coat_;
+  const int64_t step = a.at("step").as_int();
+  EXPECT_EQ(step, reader_->header().grad_window->first) << "default step: the full snapshot";
+  const auto& ts = a.at("tensors").as_array();
+  EXPECT_EQ(ts.size(), reader_->find_step(step)->tensors.size());
+  int quantized = 0;
+  std::set<std::string> roles;
+  for (const Json& t : ts) {
+    SCOPED_TRACE(t.at("name").as_string());
+    for (const char* k : {"name", "role", "op", "shape", "spec"}) EXPECT_TRUE(t.contains(k)) << k;
+    roles.insert(t.at("role").as_string());
+    for (const char* k : {"mse", "nmse", "max_abs_err", "cosine", "underflow_frac", "saturated_frac"})
+      EXPECT_TRUE(finite_num(t, k)) << k;
+    // snr_db is +Inf (null) only for an exact reproduction.
+    if (!finite_num(t, "snr_db")) {
+      EXPECT_EQ(t.at("mse").as_number(), 0.0);
+    }
+    EXPECT_EQ(t.at("nan_count").as_int() + t.at("inf_count").as_int(), 0);
+    if (t.at("quantized").as_bool() && t.at("spec").as_string().rfind("e", 0) == 0) {
+      ++quantized;
+      // An 8-bit float keeps 3 (E4M3) or 2 (E5M2) mantissa bits: the relative error of a real
+      // tensor is around 2^-5..2^-3, never zero, never order one.
+      EXPECT_GT(t.at("nmse").as_number(), 1e-3);
+      EXPECT_LT(t.at("nmse").as_number(), 0.2);
+      EXPECT_LT(t.at("bytes").at("total").as_number(), t.at("stored_bytes").as_number() / 3.0);
+    }
+  }
+  EXPECT_GT(quantized, 100);
+  EXPECT_EQ(roles, (std::set<std::string>{"weight", "grad", "exp_avg", "exp_avg_sq", "activation", "activation_grad"}));
+  // Aggregates partition the tensors.
+  for (const char* by : {"by_role", "by_op", "by_layer"}) {
+    int64_t n = 0, el = 0;
+    for (const Json& g : a.at("aggregates").at(by).as_array()) {
+      n += g.at("tensors").as_int();
+      el += g.at("elements").as_int();
+    }
+    EXPECT_EQ(n, static_cast<int64_t>(ts.size())) << by;
+    EXPECT_EQ(el, a.at("totals").at("elements").as_int()) << by;
+  }
+  EXPECT_TRUE(a.at("nonfinite_tensors").as_array().empty());
+  EXPECT_TRUE(a.at("unmatched_tensors").as_array().empty());
+  EXPECT_TRUE(a.at("skipped_gemms").as_array().empty());
+}
+
+TEST_F(SampleAnalysis, EveryLinearLayerHasAFiniteGemmError) {
+  const Json& a = *coat_;
+  const int64_t layers = reader_->header().model_config.at("num_hidden_layers").as_int();
+  std::map<int64_t, size_t> gemms;
+  for (const Json& l : a.at("layers").as_array()) {
+    gemms[l.at("layer").as_int()] = l.at("gemms").size();
+    EXPECT_TRUE(finite_num(l, "mse"));
+    EXPECT_TRUE(finite_num(l, "nmse"));
+    for (const Json& g : l.at("gemms").as_array()) {
+      EXPECT_TRUE(finite_num(g, "mse")) << g.at("module").as_string();
+      EXPECT_GT(g.at("mse").as_number(), 0.0) << g.at("module").as_string();
+    }
+  }
+  for (int64_t l = 0; l < layers; ++l) EXPECT_EQ(gemms[l], 7u) << "q, k, v, o, gate, up, down in layer " << l;
+  EXPECT_EQ(gemms[-1], 1u) << "the LM head";
+}
+
+// Recomputes one GEMM's error independently: the trace reader's data, the E4M3 codec of
+// sim/formats (not the quantizer under sim/quant), per-tensor scale s = (amax + 1e-10) / 448,
+// products accumulated in double. fp32 accumulation in the analysis changes the output by
+// ~1e-7 relative, so the two nmse agree to 1e-4 relative.
+TEST_F(SampleAnalysis, GemmErrorMatchesAnIndependentComputation) {
+  const int64_t step = coat_->at("step").as_int();
+  const trace::TensorInfo* xt = reader_->find(step, Role::Activation, "layers.2.mlp.down_proj.input");
+  const trace::TensorInfo* wt = reader_->find(step, Role::Weight, "layers.2.mlp.down_proj.weight");
+  ASSERT_NE(xt, nullptr);
+  ASSERT_NE(wt, nullptr);
+  auto fake_quant = [](std::vector<float> v) {
+    float amax = 0;
+    for (float x : v) amax = std::max(amax, std::fabs(x));
+    const float s = (amax + 1e-10f) / 448.0f;
+    for (float& x : v) x = decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(x / s, true)) * s;
+    return v;
+  };
+  const std::vector<float> x = reader_->read_f32(*xt), w = reader_->read_f32(*wt);
+  const std::vector<float> xq = fake_quant(x), wq = fake_quant(w);
+  const int64_t m = xt->rows(), k = xt->cols(), n = wt->rows();
+  ASSERT_EQ(wt->cols(), k);
+  double err = 0, ref = 0;
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double yr = 0, yq = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        yr += static_cast<double>(x[i * k + p]) * w[j * k + p];
+        yq += static_cast<double>(xq[i * k + p]) * wq[j * k + p];
+      }
+      err += (yr - yq) * (yr - yq);
+      ref += yr * yr;
+    }
+  const double nmse = std::sqrt(err / ref);
+  const Json* found = nullptr;
+  for (const Json& l : coat_->at("layers").as_array())
+    for (const Json& g : l.at("gemms").as_array())
+      if (g.at("module").as_string() == "layers.2.mlp.down_proj") found = &g;
+  ASSERT_NE(found, nullptr);
+  EXPECT_EQ(found->at("m").as_int(), m);
+  EXPECT_EQ(found->at("n").as_int(), n);
+  EXPECT_EQ(found->at("k").as_int(), k);
+  EXPECT_NEAR(found->at("nmse").as_number(), nmse, 1e-4 * nmse);
+  EXPECT_NEAR(found->at("mse").as_number(), err / static_cast<double>(m * n), 1e-3 * err / static_cast<double>(m * n));
+}
+
+// The per-tensor metrics are those of the spec the rule names, on the stored values.
+TEST_F(SampleAnalysis, PerTensorErrorMatchesAnIndependentFakeQuantization) {
+  const int64_t step = coat_->at("step").as_int();
+  const trace::TensorInfo* wt = reader_->find(step, Role::Weight, "layers.1.self_attn.k_proj.weight");
+  ASSERT_NE(wt, nullptr);
+  const std::vector<float> w = reader_->read_f32(*wt);
+  float amax = 0;
+  for (float x : w) amax = std::max(amax, std::fabs(x));
+  const float s = (amax + 1e-10f) / 448.0f;
+  double se = 0;
+  for (float x : w) {
+    const float d = decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(x / s, true)) * s;
+    se += (static_cast<double>(x) - d) * (static_cast<double>(x) - d);
+  }
+  for (const Json& t : coat_->at("tensors").as_array()) {
+    if (t.at("name").as_string() != wt->name || t.at("role").as_string() != "weight") continue;
+    EXPECT_NEAR(t.at("mse").as_number(), se / static_cast<double>(w.size()), 1e-9 * se / static_cast<double>(w.size()));
+    return;
+  }
+  ADD_FAILURE() << "tensor not in the analysis";
+}
+
+TEST_F(SampleAnalysis, EveryBuiltinRecipeRunsOnTheSample) {
+  for (const auto& name : builtin_recipe_names()) {
+    SCOPED_TRACE(name);
+    AnalyzeOptions o;
+    o.progress = false;
+    o.gemm = name == "bf16";  // one recipe with GEMMs is enough here; coat has them above
+    const Json a = analyze_trace(*reader_, builtin_recipe(name), o);
+    for (const Json& t : a.at("tensors").as_array()) {
+      ASSERT_TRUE(finite_num(t, "mse")) << t.at("name").as_string();
+      ASSERT_TRUE(finite_num(t, "nmse")) << t.at("name").as_string();
+    }
+    EXPECT_LE(a.at("totals").at("recipe_bytes").as_number(), a.at("totals").at("stored_bytes").as_number());
+  }
+}
+
+// ---- synthetic traces: dtype fidelity and NaN/Inf ------------------------------------------------
+
+std::string write_trace(const std::string& dir, const std::vector<float>& act, const std::vector<uint16_t>& bf16) {
+  const std::string p = dir + "/t.h5";
+  trace::TraceHeader h;
+  h.producer = "test_analyze";
+  trace::TraceWriter w(p, h);
+  trace::TensorInfo t;
+  t.step = 1;
+  t.role = Role::Activation;
+  t.op = "norm_input";
+  t.module = "layers.0.input_layernorm";
+  t.layer = 0;
+  t.name = "x.f32";
+  t.shape = {static_cast<int64_t>(act.size() / 16), 16};
+  w.write(t, act.data());
+  t.name = "x.bf16";
+  t.dtype = trace::DType::BF16;
+  t.shape = {static_cast<int64_t>(bf16.size())};
+  w.write(t, bf16.data());
+  w.commit();
+  return p;
+}
+
+TEST(Analyze, CountsNanAndInfAndKeepsMetricsFinite) {
+  const std::string dir = test::temp_dir();
+  std::vector<float> act(64 * 16);
+  for (size_t i = 0; i < act.size(); ++i) act[i] = std::sin(0.1f * static_cast<float>(i)) * 3.0f;
+  act[5] = NAN;
+  act[70] = INFINITY;
+  act[71] = -INFINITY;
+  std::vector<uint16_t> bf(32, 0x3F80);
+  const std::string p = write_trace(dir, act, bf);
+  const trace::TraceReader r(p);
+  AnalyzeOptions o;
+  o.progress = false;
+  const Json a = analyze_trace(r, builtin_recipe("coat"), o);
+  ASSERT_EQ(a.at("nonfinite_tensors").size(), 1u);
+  EXPECT_EQ(a.at("nonfinite_tensors").as_array()[0].as_string(), "x.f32");
+  for (const Json& t : a.at("tensors").as_array()) {
+    if (t.at("name").as_string() != "x.f32") continue;
+    EXPECT_EQ(t.at("nan_count").as_int(), 1);
+    EXPECT_EQ(t.at("inf_count").as_int(), 2);
+    EXPECT_EQ(t.at("nonfinite").as_int(), 3) << "the quantize metrics skip the 3 non-finite references";
+    EXPECT_TRUE(finite_num(t, "mse"));
+    EXPECT_TRUE(finite_num(t, "nmse"));
+  }
+}
+
+// bf16-stored data under a bf16 rule are reproduced exactly: the analysis quantizes from the
+// stored dtype, it does not widen, round and narrow again.
+TEST(Analyze, Bf16DataUnderABf16RuleAreExact) {
+  const std::string dir = test::temp_dir();
+  std::vector<float> act(16 * 16, 0.5f);
+  std::vector<uint16_t> bf(4096);
+  for (size_t i = 0; i < bf.size(); ++i) bf[i] = static_cast<uint16_t>(0x3000 + 5 * i);  // finite patterns
+  const std::string p = write_trace(dir, act, bf);
+  const trace::TraceReader r(p);
+  AnalyzeOptions o;
+  o.progress = false;
+  const Json a = analyze_trace(r, builtin_recipe("bf16"), o);
+  for (const Json& t : a.at("tensors").as_array()) {
+    if (t.at("name").as_string() != "x.bf16") continue;
+    EXPECT_EQ(t.at("spec").as_string(), canon("bf16"));
+    EXPECT_EQ(t.at("mse").as_number(), 0.0);
+    EXPECT_EQ(t.at("max_abs_err").as_number(), 0.0);
+    return;
+  }
+  ADD_FAILURE() << "x.bf16 not analyzed";
+}
+
+TEST(Analyze, AMissingStepIsAOneLineErrorListingTheSteps) {
+  const trace::TraceReader r(kSample);
+  AnalyzeOptions o;
+  o.step = 12345;
+  try {
+    analyze_trace(r, builtin_recipe("coat"), o);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no step 12345"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("295"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fp8sim::analyze

@@ -1,0 +1,337 @@
+// `fp8sim compare` and `fp8sim bench` without a GPU (what CI can check): usage errors, one-line
+// messages, the no-GPU / no-CUDA refusal, the plan writer, and the pure-C++ parts of both
+// libraries (peer merging, target evaluation, Markdown, compare's summary, ulp distance).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include "sim/bench/bench.hpp"
+#include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
+#include "sim/compare/compare.hpp"
+#include "sim/formats/fp8.hpp"
+#include "sim/optim/adamw.hpp"
+#include "tests/support/test_util.hpp"
+#ifdef FP8SIM_HAVE_CUDA
+#include "gpu/common/device.hpp"
+#endif
+
+namespace fp8sim {
+namespace {
+
+bool have_gpu() {
+#ifdef FP8SIM_HAVE_CUDA
+  return gpu::device_info().available;
+#else
+  return false;
+#endif
+}
+
+const std::string kTrace = std::string(FP8SIM_SOURCE_DIR) + "/traces/tiny-llama-s300.h5";
+
+bool one_line(const std::string& s) { return !s.empty() && s.find('\n') == s.size() - 1; }
+
+TEST(CliCompare, WithoutAGpuSaysSoAndFails) {
+  if (have_gpu()) GTEST_SKIP() << "a GPU is present: the GPU run is covered by scripts/device/gpu.sh";
+  const auto r = test::run_fp8sim({"compare", kTrace});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(one_line(r.err)) << r.err;
+  EXPECT_TRUE(r.err.find("GPU") != std::string::npos || r.err.find("CUDA") != std::string::npos) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(CliCompare, BadInput) {
+  auto r = test::run_fp8sim({"compare"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no TRACE"), std::string::npos) << r.err;
+  r = test::run_fp8sim({"compare", kTrace, "--ops", "cast,nope"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown op 'nope'"), std::string::npos) << r.err;
+  r = test::run_fp8sim({"compare", "/nonexistent/trace.h5"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(one_line(r.err)) << r.err;
+  EXPECT_NE(r.err.find("nonexistent"), std::string::npos) << r.err;
+  const std::string junk = test::temp_dir() + "/junk.h5";
+  write_file_atomic(junk, "not an hdf5 file");
+  r = test::run_fp8sim({"compare", junk});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(one_line(r.err)) << r.err;
+  r = test::run_fp8sim({"compare", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("Examples:"), std::string::npos);
+}
+
+TEST(CliBench, WritePlanNeedsNoGpu) {
+  const std::string dir = test::temp_dir();
+  auto r = test::run_fp8sim({"bench", "--write-plan", dir + "/plan.json", "--smoke", "--ops", "quantize,gemm"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json plan = Json::parse(read_text_file(dir + "/plan.json"));
+  const auto& ks = plan.at("kernels").as_array();
+  ASSERT_FALSE(ks.empty());
+  EXPECT_EQ(ks[0].at("op").as_string(), "copy");  // the ceiling is always measured
+  bool quant = false, gemm = false;
+  for (const auto& k : ks) {
+    quant |= k.at("op").as_string() == "quantize";
+    gemm |= k.at("op").as_string() == "gemm";
+    EXPECT_NE(k.at("op").as_string(), "adamw") << "--ops restricts the plan";
+  }
+  EXPECT_TRUE(quant && gemm);
+  EXPECT_TRUE(plan.at("no_compile").as_bool()) << "the smoke plan skips torch.compile";
+}
+
+TEST(CliBench, BadInputAndNoGpu) {
+  auto r = test::run_fp8sim({"bench", "--ops", "quantize,bogus"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("unknown op 'bogus'"), std::string::npos) << r.err;
+  r = test::run_fp8sim({"bench", "--reps", "0"});
+  EXPECT_EQ(r.exit_code, 2);
+  r = test::run_fp8sim({"bench", "--peers", "/nonexistent/peers.json"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(one_line(r.err)) << r.err;
+  if (!have_gpu()) {
+    r = test::run_fp8sim({"bench", "--smoke"});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_TRUE(r.err.find("GPU") != std::string::npos || r.err.find("CUDA") != std::string::npos) << r.err;
+  }
+}
+
+Json kernel(const std::string& key, const std::string& op, double ms, const std::string& extra_key = "") {
+  Json k = Json::object();
+  k["kernel"] = key;
+  k["key"] = key;
+  k["op"] = op;
+  k["status"] = "ok";
+  k["median_ms"] = ms;
+  if (!extra_key.empty()) {
+    Json a = Json::array();
+    a.push_back(extra_key);
+    k["extra_peer_keys"] = a;
+  }
+  return k;
+}
+
+Json peer(const std::string& key, const std::string& name, double ms, const std::string& status = "ok") {
+  Json p = Json::object();
+  p["key"] = key;
+  p["peer"] = name;
+  p["status"] = status;
+  if (status == "ok") p["median_ms"] = ms;
+  return p;
+}
+
+TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
+  Json doc = Json::object();
+  Json ks = Json::array();
+  Json q = kernel("quantize|a", "quantize", 0.10);
+  q["fraction_of_ceiling"] = 0.93;
+  ks.push_back(q);
+  Json a = kernel("adamw|coat|1", "adamw", 1.0, "adamw|fp32|1");
+  a["spec"] = "coat";
+  ks.push_back(a);
+  Json gm = kernel("gemm|x", "gemm", 2.0);
+  gm["x_format"] = "e4m3";
+  ks.push_back(gm);
+  doc["kernels"] = ks;
+  Json peers = Json::object();
+  Json es = Json::array();
+  es.push_back(peer("quantize|a", "torch-eager", 1.0));
+  es.push_back(peer("quantize|a", "torch.compile", 0.15));
+  es.push_back(peer("quantize|a", "torch.compile-broken", 0.01, "error: boom"));
+  es.push_back(peer("adamw|fp32|1", "torch.optim.AdamW(fused)", 1.5));
+  es.push_back(peer("adamw|coat|1", "coat-kernel", 2.5));
+  peers["entries"] = es;
+  EXPECT_EQ(bench::merge_peers(doc, peers), 2);  // gemm has no peer
+  const auto& k0 = doc.at("kernels").as_array()[0];
+  EXPECT_EQ(k0.at("peer").as_string(), "torch.compile");
+  EXPECT_DOUBLE_EQ(k0.at("speedup_vs_peer").as_number(), 1.5);
+  EXPECT_EQ(k0.at("peers").as_array().size(), 3u);  // failures are listed, never chosen
+  bench::evaluate_targets(doc);
+  const auto& t0 = doc.at("kernels").as_array()[0].at("targets");
+  EXPECT_TRUE(t0.at("copy_bandwidth").at("met").as_bool());
+  EXPECT_TRUE(t0.at("vs_torch_compile").at("met").as_bool());  // 1.5 >= 1.25
+  const auto& t1 = doc.at("kernels").as_array()[1].at("targets");
+  EXPECT_FALSE(t1.at("vs_torch_fused").at("met").as_bool());   // 1.5 < 1.8
+  EXPECT_TRUE(t1.at("vs_coat_kernel").at("met").as_bool());    // 2.5 >= 2
+  const auto& t2 = doc.at("kernels").as_array()[2].at("targets");
+  EXPECT_TRUE(t2.at("vs_scaled_mm").at("met").is_null());      // no peer: unmeasured, not met
+  const auto& s = doc.at("targets_summary");
+  EXPECT_EQ(s.at("met").as_int(), 3);
+  EXPECT_EQ(s.at("missed").as_int(), 1);
+  EXPECT_EQ(s.at("unmeasured").as_int(), 1);
+  const std::string md = bench::render_markdown(doc);
+  EXPECT_NE(md.find("| kernel |"), std::string::npos);
+  EXPECT_NE(md.find("MISSED"), std::string::npos);
+}
+
+TEST(CompareLib, UlpDistance) {
+  EXPECT_EQ(compare::ulp_distance(1.0f, 1.0f), 0u);
+  EXPECT_EQ(compare::ulp_distance(1.0f, std::nextafter(1.0f, 2.0f)), 1u);
+  EXPECT_EQ(compare::ulp_distance(0.0f, -0.0f), 1u);
+  EXPECT_EQ(compare::ulp_distance(-1.0f, std::nextafter(-1.0f, -2.0f)), 1u);
+  EXPECT_EQ(compare::ulp_distance(NAN, NAN), 0u);
+  EXPECT_EQ(compare::ulp_distance(std::nextafter(0.0f, 1.0f), std::nextafter(0.0f, -1.0f)), 3u);
+}
+
+TEST(CompareLib, NoGpuBackendIsAnError) {
+  compare::CompareOptions o;
+  o.trace_path = kTrace;
+  EXPECT_THROW(compare::compare_trace(o, nullptr), Error);
+  o.ops = {"nope"};
+  EXPECT_THROW(compare::compare_trace(o, nullptr), UsageError);
+}
+
+TEST(CompareLib, SummaryAndMarkdownFromADocument) {
+  Json doc = Json::object();
+  doc["command"] = "fp8sim compare t.h5";
+  Json ops = Json::array();
+  Json a = Json::object();
+  a["op"] = "quantize";
+  a["spec"] = "e4m3:g128";
+  a["elements"] = 100;
+  a["differing_codes"] = 0;
+  a["passed"] = true;
+  ops.push_back(a);
+  Json b = a;
+  b["differing_codes"] = 3;
+  b["passed"] = false;
+  ops.push_back(b);
+  doc["ops"] = ops;
+  Json s = Json::object();
+  s["entries"] = 2;
+  s["failed"] = 1;
+  s["passed"] = false;
+  doc["summary"] = s;
+  const auto rows = compare::summary_rows(doc);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0][2], "2");    // entries
+  EXPECT_EQ(rows[0][3], "200");  // elements
+  EXPECT_EQ(rows[0][4], "3");    // differing codes
+  EXPECT_EQ(rows[0].back(), "FAIL (1)");
+  const std::string md = compare::render_markdown(doc);
+  EXPECT_NE(md.find("1 of 2 comparisons passed"), std::string::npos) << md;
+  EXPECT_NE(md.find("Failures"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fp8sim
+
+namespace fp8sim {
+namespace {
+
+// A "GPU" that is the CPU reference itself (and can be told to corrupt one result): exercises
+// compare_trace end to end on the committed trace without a GPU, and shows that a wrong code, a
+// wrong parameter bit or a wrong GEMM scale layout is caught.
+class CpuAsGpu final : public compare::GpuOps {
+ public:
+  bool corrupt_quantize = false, corrupt_adamw = false, corrupt_gemm = false;
+  Json machine() override { return Json::object(); }
+  void cast_f32(const float* x, size_t n, const CastOptions& o, uint8_t* out) override { cast_f32_to_fp8(x, out, n, o); }
+  void cast_bf16(const uint16_t* x, size_t n, const CastOptions& o, uint8_t* out) override {
+    cast_bf16_to_fp8(x, out, n, o);
+  }
+  QuantizedTensor quantize(const void* x, InputDtype dt, std::span<const int64_t> shape, const QuantSpec& spec,
+                           const QuantizeOptions& opts) override {
+    QuantizedTensor q = quantize_any(x, dt, shape, spec, opts);
+    if (corrupt_quantize && !q.codes.empty()) q.codes[q.codes.size() / 2] ^= 1;
+    return q;
+  }
+  std::vector<float> dequantize(const QuantizedTensor& q) override { return fp8sim::dequantize(q); }
+  void adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c) override {
+    optim::adamw_step_fp32(p, g, m, v, n, c);
+    if (corrupt_adamw) p[0] = std::nextafter(p[0], 1e30f);
+  }
+  void adamw_lowp(float* p, const float* g, optim::ParamOptimState& st, const optim::AdamwStepConsts& c,
+                  uint64_t param_index, uint64_t step, bool fused) override {
+    if (fused) optim::lowp_adamw_step_grouped(p, g, st, c, param_index, step);
+    else {
+      optim::LowpScratch s;
+      optim::lowp_adamw_step(p, g, st, c, param_index, step, s);
+    }
+    if (corrupt_adamw) p[0] = std::nextafter(p[0], 1e30f);
+  }
+  // Y from the request's codes and scales, in double, with the scale layouts written out again.
+  compare::GemmOutcome gemm(const compare::GemmRequest& r) override {
+    compare::GemmOutcome out;
+    out.supported = true;
+    out.y.assign(static_cast<size_t>(r.m * r.n), 0.0f);
+    const int64_t kb = (r.k + 127) / 128;
+    auto xv = [&](int64_t i, int64_t k) -> double {
+      if (r.scaling == 0) return bf16_to_f32(r.x_bf16[i * r.k + k]);
+      const double d = decode_fp8(r.x_codes[i * r.k + k], r.x_format == Format::E4M3 ? 0 : 1);
+      const double s = r.scaling == 1 ? r.x_scales[0] : (r.scaling == 2 ? r.x_scales[i] : r.x_scales[i * kb + k / 128]);
+      return d * s;
+    };
+    auto wv = [&](int64_t j, int64_t k) -> double {
+      if (r.scaling == 0) return bf16_to_f32(r.w_bf16[j * r.k + k]);
+      const double d = decode_fp8(r.w_codes[j * r.k + k], r.w_format == Format::E4M3 ? 0 : 1);
+      const double s = r.scaling == 1 ? r.w_scales[0]
+                                      : (r.scaling == 2 ? r.w_scales[j] : r.w_scales[(j / 128) * kb + k / 128]);
+      return d * (corrupt_gemm ? 2.0 * s : s);
+    };
+    for (int64_t i = 0; i < r.m; ++i)
+      for (int64_t j = 0; j < r.n; ++j) {
+        double acc = 0;
+        for (int64_t k = 0; k < r.k; ++k) acc += xv(i, k) * wv(j, k);
+        out.y[static_cast<size_t>(i * r.n + j)] = static_cast<float>(acc);
+      }
+    return out;
+  }
+};
+
+TEST(CompareLib, EndToEndOnTheSampleTraceWithTheCpuAsTheGpu) {
+  CpuAsGpu ops;
+  compare::CompareOptions o;
+  o.trace_path = kTrace;
+  o.max_tensors = 1;
+  const Json doc = compare::compare_trace(o, &ops);
+  const Json& s = doc.at("summary");
+  EXPECT_TRUE(s.at("passed").as_bool()) << compare::render_markdown(doc);
+  for (const char* op : {"cast", "quantize", "adamw", "gemm"}) {
+    ASSERT_TRUE(s.find(op)) << op << " did not run";
+    EXPECT_GT(s.at(op).at("entries").as_int(), 0) << op;
+  }
+  for (const auto& e : doc.at("ops").as_array()) {
+    ASSERT_TRUE(e.find("elements") && e.at("elements").as_int() > 0) << e.dump(-1);
+    ASSERT_TRUE(e.find("differing_codes")) << e.dump(-1);
+  }
+}
+
+TEST(CompareLib, CatchesACorruptCodeParameterOrGemmScale) {
+  compare::CompareOptions o;
+  o.trace_path = kTrace;
+  o.max_tensors = 1;
+  {
+    CpuAsGpu ops;
+    ops.corrupt_quantize = true;
+    o.ops = {"quantize"};
+    const Json doc = compare::compare_trace(o, &ops);
+    EXPECT_GT(doc.at("summary").at("failed").as_int(), 0);
+  }
+  {
+    CpuAsGpu ops;
+    ops.corrupt_adamw = true;
+    o.ops = {"adamw"};
+    const Json doc = compare::compare_trace(o, &ops);
+    EXPECT_EQ(doc.at("summary").at("failed").as_int(), doc.at("summary").at("entries").as_int());
+  }
+  {
+    CpuAsGpu ops;
+    ops.corrupt_gemm = true;
+    o.ops = {"gemm"};
+    const Json doc = compare::compare_trace(o, &ops);
+    // Every FP8 configuration scales W: a doubled W scale fails them all (BF16 has no scale).
+    int64_t fp8_entries = 0, fp8_failed = 0;
+    for (const auto& e : doc.at("ops").as_array()) {
+      if (e.at("config").as_string() == "bf16") continue;
+      ++fp8_entries;
+      fp8_failed += e.at("passed").as_bool() ? 0 : 1;
+    }
+    EXPECT_GT(fp8_entries, 0);
+    EXPECT_EQ(fp8_failed, fp8_entries);
+  }
+}
+
+}  // namespace
+}  // namespace fp8sim

@@ -1,0 +1,143 @@
+// Error statistics and log2 histograms: hand-computed values, non-finite handling, streaming and
+// thread-count invariance, JSON keys.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "sim/metrics/error_stats.hpp"
+#include "sim/metrics/histogram.hpp"
+
+namespace fp8sim {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+TEST(ErrorStats, HandComputed) {
+  // x = 1 2 3 4, y = 1 2 3 5: err = 0 0 0 -1.
+  const std::vector<float> x = {1, 2, 3, 4}, y = {1, 2, 3, 5};
+  const ErrorStats s = compute_error_stats(x.data(), y.data(), 4);
+  EXPECT_EQ(s.count, 4);
+  EXPECT_DOUBLE_EQ(s.mse(), 0.25);
+  EXPECT_DOUBLE_EQ(s.nmse(), std::sqrt(1.0 / 30.0));           // sum x^2 = 30
+  EXPECT_DOUBLE_EQ(s.snr_db(), 10.0 * std::log10(30.0));
+  EXPECT_DOUBLE_EQ(s.max_abs_err, 1.0);
+  EXPECT_DOUBLE_EQ(s.max_rel_err, 0.25);
+  EXPECT_DOUBLE_EQ(s.cosine(), 34.0 / std::sqrt(30.0 * 39.0));  // x.y = 1+4+9+20, sum y^2 = 39
+  EXPECT_DOUBLE_EQ(s.underflow_frac(), 0.0);
+  EXPECT_DOUBLE_EQ(s.saturated_frac(), 0.0);
+}
+
+TEST(ErrorStats, UnderflowSaturationAndExactCases) {
+  // Two of the three nonzeros flushed to zero; the zero reference does not count.
+  const std::vector<float> x = {0.001f, -0.002f, 0.0f, 5.0f}, y = {0, 0, 0, 5};
+  ErrorAccumulator acc;
+  acc.add(x.data(), y.data(), 4);
+  const std::vector<float> scaled = {0.5f, 449.0f, 0.0f, 500.0f};
+  acc.add_scaled(scaled.data(), 4, 448.0);
+  const ErrorStats& s = acc.stats();
+  EXPECT_EQ(s.nonzero, 3);
+  EXPECT_EQ(s.underflow, 2);
+  EXPECT_DOUBLE_EQ(s.underflow_frac(), 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(s.saturated_frac(), 0.5);
+  EXPECT_DOUBLE_EQ(s.max_rel_err, 1.0);
+  // Exact reconstruction: nmse 0, snr +Inf (JSON: null), cosine 1.
+  const ErrorStats e = compute_error_stats(x.data(), x.data(), 4);
+  EXPECT_EQ(e.nmse(), 0.0);
+  EXPECT_TRUE(std::isinf(e.snr_db()));
+  EXPECT_DOUBLE_EQ(e.cosine(), 1.0);
+  EXPECT_TRUE(e.to_json().at("snr_db").is_number());
+  EXPECT_NE(e.to_json().dump(-1).find("\"snr_db\":null"), std::string::npos);
+  // All-zero reference and approximation.
+  const std::vector<float> z(3, 0.0f);
+  const ErrorStats zz = compute_error_stats(z.data(), z.data(), 3);
+  EXPECT_EQ(zz.mse(), 0.0);
+  EXPECT_EQ(zz.nmse(), 0.0);
+  EXPECT_DOUBLE_EQ(zz.cosine(), 1.0);
+}
+
+TEST(ErrorStats, NonFiniteReferenceIsSkippedNonFiniteOutputIsInf) {
+  const std::vector<float> x = {1, kNaN, kInf, 2}, y = {1, 0, 0, 2};
+  const ErrorStats s = compute_error_stats(x.data(), y.data(), 4);
+  EXPECT_EQ(s.count, 2);
+  EXPECT_EQ(s.nonfinite, 2);
+  EXPECT_EQ(s.mse(), 0.0);
+  const std::vector<float> y2 = {1, 0, 0, kNaN};
+  const ErrorStats t = compute_error_stats(x.data(), y2.data(), 4);
+  EXPECT_EQ(t.nonfinite_out, 1);
+  EXPECT_TRUE(std::isinf(t.mse()));
+  EXPECT_TRUE(std::isinf(t.max_abs_err));
+}
+
+TEST(ErrorStats, StreamingAndThreadsAgree) {
+  const size_t n = 1000003;
+  std::vector<float> x(n), y(n);
+  std::mt19937 g(1);
+  std::normal_distribution<float> nd;
+  for (size_t i = 0; i < n; ++i) {
+    x[i] = nd(g);
+    y[i] = x[i] + 0.01f * nd(g);
+  }
+  const ErrorStats one = compute_error_stats(x.data(), y.data(), n, 1);
+  for (int t : {2, 3, 8}) {
+    const ErrorStats m = compute_error_stats(x.data(), y.data(), n, t);
+    // Chunks merge in a fixed order: bit-identical whatever the thread count.
+    EXPECT_EQ(m.sum_sq_err, one.sum_sq_err);
+    EXPECT_EQ(m.sum_dot, one.sum_dot);
+    EXPECT_EQ(m.max_rel_err, one.max_rel_err);
+  }
+  // Streaming in pieces of other sizes regroups the double sums: equal to a few ulp of the total
+  // (each partial sum of <= 2^16 terms is exact to ~2^16 * 2^-53 relative; merges add 2^-53 each).
+  ErrorAccumulator acc(2);
+  for (size_t b = 0; b < n; b += 300007) acc.add(x.data() + b, y.data() + b, std::min<size_t>(300007, n - b));
+  EXPECT_EQ(acc.stats().count, one.count);
+  EXPECT_NEAR(acc.stats().sum_sq_err, one.sum_sq_err, one.sum_sq_err * 0x1p-30);
+  EXPECT_EQ(acc.stats().max_abs_err, one.max_abs_err);
+}
+
+TEST(ErrorStats, JsonKeys) {
+  const std::vector<float> x = {1, 2}, y = {1, 2.5f};
+  const Json j = compute_error_stats(x.data(), y.data(), 2).to_json();
+  for (const char* k : {"mse", "nmse", "snr_db", "max_abs_err", "max_rel_err", "cosine", "underflow_frac",
+                        "saturated_frac", "count", "nonfinite"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_DOUBLE_EQ(j.at("mse").as_number(), 0.125);
+}
+
+TEST(Log2Histogram, BinsAreExact) {
+  Log2Histogram h(-3, 3);  // bins [2^-3,2^-2) ... [2^2,2^3)
+  const std::vector<float> v = {0.125f, 0.2499999f, 0.25f, 1.0f, 7.999f, 8.0f, 0.0f, -2.0f, 0.1f, kInf, kNaN, 1e-45f};
+  h.add(v.data(), v.size());
+  EXPECT_EQ(h.counts(), (std::vector<int64_t>{2, 1, 0, 1, 1, 1}));  // -2 counts by magnitude
+  EXPECT_EQ(h.below(), 2);  // 0.1 and the subnormal
+  EXPECT_EQ(h.above(), 2);  // 8 and Inf
+  EXPECT_EQ(h.zeros(), 1);
+  EXPECT_EQ(h.nan(), 1);
+  EXPECT_EQ(h.total(), static_cast<int64_t>(v.size()));
+  const Log2Histogram e4 = Log2Histogram::for_format(Format::E4M3);
+  EXPECT_EQ(e4.lo(), -10);  // min subnormal 2^-9, one bin below for values that flush
+  EXPECT_EQ(e4.hi(), 10);   // 448 lives in [2^8, 2^9); one more bin for saturated values
+  const Log2Histogram e5 = Log2Histogram::for_format(Format::E5M2);
+  EXPECT_EQ(e5.lo(), -17);
+  EXPECT_EQ(e5.hi(), 17);
+  // Parallel and serial counting agree.
+  std::vector<float> big(1 << 20);
+  std::mt19937 g(4);
+  std::lognormal_distribution<float> ln(0, 4);
+  for (auto& x : big) x = ln(g);
+  Log2Histogram a = Log2Histogram::for_format(Format::E4M3), b = a;
+  a.add(big.data(), big.size(), 1);
+  b.add(big.data(), big.size(), 4);
+  EXPECT_EQ(a.counts(), b.counts());
+  EXPECT_EQ(a.below(), b.below());
+  Log2Histogram m = Log2Histogram::for_format(Format::E4M3);
+  m.merge(a);
+  EXPECT_EQ(m.total(), a.total());
+  EXPECT_EQ(a.to_json().at("counts").size(), 20u);
+}
+
+}  // namespace
+}  // namespace fp8sim

@@ -1,0 +1,348 @@
+// optim_replay on traces: COAT's Table 1 on the committed sample, drift, the fp32 replay through
+// the trace plumbing (a trace written from the real-torch fixture), determinism, bad traces.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
+#include "sim/common/json.hpp"
+#include "sim/optim/replay.hpp"
+#include "sim/quant/quantize.hpp"
+#include "tests/support/test_util.hpp"
+#include "traces/trace.hpp"
+
+namespace fp8sim::optim {
+namespace {
+
+const std::string kSample = std::string(FP8SIM_SOURCE_DIR) + "/traces/tiny-llama-s300.h5";
+
+double num(const Json& j) { return j.is_number() ? j.as_number() : std::numeric_limits<double>::quiet_NaN(); }
+
+OptimOptions opts_with(std::initializer_list<const char*> recipes, bool table1, bool drift) {
+  OptimOptions o;
+  for (const char* r : recipes) o.recipes.push_back(StateRecipe::parse(r));
+  o.table1 = table1;
+  o.drift = drift;
+  o.threads = 1;
+  return o;
+}
+
+// ---- Table 1 on the committed sample (a real training run) ----------------------------------------
+TEST(OptimReplaySample, Table1IsFiniteAndExpansionHelps) {
+  const Json doc = optim_replay(kSample, opts_with({"coat"}, true, false));
+  const auto& f = table1_formats();
+  const Json& t = doc.at("table1");
+  const Json& nf = doc.at("table1_details").at("mse_without_flushed_v");
+  for (const auto& a : f)
+    for (const auto& b : f) {
+      EXPECT_TRUE(std::isfinite(num(t.at(a.label).at(b.label)))) << a.label << "/" << b.label;
+      EXPECT_GE(num(t.at(a.label).at(b.label)), 0.0);
+      EXPECT_TRUE(std::isfinite(num(nf.at(a.label).at(b.label)))) << a.label << "/" << b.label;
+    }
+  // The paper's headline: E4M3+Expand for both moments is not worse than plain E4M3.
+  EXPECT_LE(num(t.at("E4M3+Expand").at("E4M3+Expand")), num(t.at("E4M3").at("E4M3")));
+  // Without the elements whose v flushed to 0, expanding the first moment helps in every column.
+  for (const auto& b : f) EXPECT_LT(num(nf.at("E4M3+Expand").at(b.label)), num(nf.at("E4M3").at(b.label))) << b.label;
+  // Expansion never flushes a nonzero moment to zero on this trace; plain E4M3 does.
+  EXPECT_EQ(num(doc.at("table1_details").at("v_flushed_frac").at("E4M3+Expand")), 0.0);
+  EXPECT_GT(num(doc.at("table1_details").at("v_flushed_frac").at("E4M3")), 0.0);
+  // Table 1 covers every parameter of the model (the "full" step), not only the window.
+  EXPECT_GT(doc.at("moments").at("elements").as_int(), doc.at("window").at("elements").as_int());
+  // The paper's matrix travels with the result (REFERENCE.md section 4).
+  EXPECT_DOUBLE_EQ(num(doc.at("table1_paper").at("E4M3+Expand").at("E4M3+Expand")), 12.31);
+  EXPECT_DOUBLE_EQ(num(doc.at("table1_paper").at("E5M2").at("E5M2")), 40.30);
+}
+
+// Memory: exactly sim/quant's accounting summed over every parameter with moments.
+TEST(OptimReplaySample, MemoryIsTheQuantizersAccounting) {
+  const Json doc = optim_replay(kSample, opts_with({"coat", "te-fp8"}, false, false));
+  const trace::TraceReader r(kSample);
+  const int64_t step = doc.at("moments").at("adamw_step").as_int() + 1;  // state entering update step
+  trace::Filter f;
+  f.step = step;
+  f.role = trace::Role::ExpAvg;
+  double coat = 0, te = 0, n = 0;
+  const QuantSpec c = QuantSpec::parse("e4m3:g128:de=coat"), t = QuantSpec::parse("e4m3:tensor");
+  for (const auto* ti : r.select(f)) {
+    const Shape flat{ti->numel()};
+    coat += 2.0 * static_cast<double>(quantized_bytes(c, flat));
+    te += 2.0 * static_cast<double>(quantized_bytes(t, flat));
+    n += static_cast<double>(ti->numel());
+  }
+  ASSERT_GT(n, 0);
+  for (const Json& e : doc.at("memory").as_array()) {
+    const std::string name = e.at("recipe").as_string();
+    if (name == "fp32") {
+      EXPECT_DOUBLE_EQ(num(e.at("bytes_per_param")), 8.0);
+    } else if (name == "coat") {
+      EXPECT_DOUBLE_EQ(num(e.at("state_bytes")), coat);
+    } else if (name == "te-fp8") {
+      EXPECT_DOUBLE_EQ(num(e.at("state_bytes")), te);
+    }
+  }
+}
+
+// ---- drift ----------------------------------------------------------------------------------------
+TEST(OptimReplaySample, DriftFp32IsExactAndCoatTracksIt) {
+  const Json doc = optim_replay(kSample, opts_with({"fp32", "coat", "coat-noexpand"}, false, true));
+  const Json& d = doc.at("drift");
+  const auto& fp32 = d.at("fp32").at("steps").as_array();
+  ASSERT_EQ(static_cast<int64_t>(fp32.size()), doc.at("window").at("steps").as_int());
+  for (const Json& s : fp32) {  // the same code path with fp32 moments: zero drift, by construction
+    EXPECT_EQ(num(s.at("param_rel_l2")), 0.0);
+    EXPECT_EQ(num(s.at("m_nmse")), 0.0);
+    EXPECT_DOUBLE_EQ(num(s.at("update_cosine")), 1.0);
+  }
+  const auto& coat = d.at("coat").at("steps").as_array();
+  const auto& noexp = d.at("coat-noexpand").at("steps").as_array();
+  for (size_t k = 0; k < coat.size(); ++k) {
+    EXPECT_GT(num(coat[k].at("update_cosine")), 0.99) << "step " << k;  // COAT's claim: FP8 states track fp32
+    EXPECT_GT(num(coat[k].at("param_rel_l2")), 0.0);
+    EXPECT_LT(num(coat[k].at("m_quant_nmse")), num(noexp[k].at("m_quant_nmse")));
+  }
+  EXPECT_LT(num(coat.back().at("displacement_rel_err")), num(noexp.back().at("displacement_rel_err")));
+}
+
+// ---- the fp32 replay against the sample's captured end weights -------------------------------------
+TEST(OptimReplaySample, Fp32ReplayWithinTheSqrtBound) {
+  const Json doc = optim_replay(kSample, opts_with({"coat"}, false, false));
+  const Json& rp = doc.at("fp32_replay");
+  const trace::TraceReader r(kSample);
+  const auto [first, last] = *r.header().grad_window;
+  double pmax = 0;
+  trace::Filter f;
+  f.step = last + 1;
+  f.role = trace::Role::Weight;
+  for (const auto* t : r.select(f))
+    for (float x : r.read_f32(*t)) pmax = std::max(pmax, static_cast<double>(std::fabs(x)));
+  // Per step at most ulp(p) + 3 ulp(u) (tests/test_optim_adamw.cpp), |u| << |p|: K steps of
+  // at most 2 ulp of the largest weight.
+  const double K = static_cast<double>(last - first + 1);
+  const float pm = static_cast<float>(pmax);
+  const double ulp = std::nextafter(pm, INFINITY) - pm;
+  EXPECT_LE(num(rp.at("max_abs_err")), 2.0 * K * ulp);
+  EXPECT_LT(num(rp.at("mismatch_frac")), 0.05);
+  EXPECT_TRUE(std::isfinite(num(doc.at("fp32_replay_max_rel_err"))));
+  EXPECT_LE(num(doc.at("fp32_replay_max_rel_err")), 1e-4);
+}
+
+// ---- a trace written from the real-torch fixture: the trace plumbing (per-step lr, step count,
+// hyper-parameters, end weights) gives the same replay as driving the fixture directly ------------
+struct FixtureTraceOptions {
+  std::function<void(trace::StepInfo&)> step_hook;
+  std::function<void(const std::string& what, int64_t step, std::vector<float>&)> data_hook;
+  bool write_end = true;
+};
+
+// Writes the fixture's "window" scenario (parameters with weight decay 0.1) as a trace.
+double write_fixture_trace(const std::string& path, const FixtureTraceOptions& fo = {}) {
+  const std::string dir = FP8SIM_TEST_DATA;
+  const Json doc = Json::parse(read_text_file(dir + "/optim_adamw_fixture.json"));
+  std::vector<float> blob(static_cast<size_t>(doc.at("total_floats").as_int()));
+  std::ifstream in(dir + "/optim_adamw_fixture.bin", std::ios::binary);
+  in.read(reinterpret_cast<char*>(blob.data()), static_cast<std::streamsize>(blob.size() * 4));
+  auto get = [&](const Json& e) {
+    const size_t off = static_cast<size_t>(e.at("offset").as_int()), cnt = static_cast<size_t>(e.at("count").as_int());
+    return std::vector<float>(blob.begin() + static_cast<long>(off), blob.begin() + static_cast<long>(off + cnt));
+  };
+  const Json& sc = doc.at("scenarios").at("window");
+  const int64_t step0 = sc.at("step0").as_int(), K = sc.at("steps").as_int();
+  const int64_t first = step0 + 1, last = step0 + K;  // trace step S = AdamW update S
+  trace::TraceHeader h;
+  h.producer = "test_optim_replay (from scripts/make_adamw_fixture.py's torch.optim.AdamW run)";
+  h.model_kind = "generic";
+  h.optimizer.name = "torch.optim.AdamW";
+  h.optimizer.beta1 = doc.at("betas").as_array()[0].as_number();
+  h.optimizer.beta2 = doc.at("betas").as_array()[1].as_number();
+  h.optimizer.eps = doc.at("eps").as_number();
+  h.optimizer.weight_decay = 0.1;
+  h.optimizer.options = Json::parse(R"J({"implementation": "single-tensor (foreach=False, fused=False)"})J");
+  h.grad_window = std::make_pair(first, last);
+  trace::TraceWriter w(path, h);
+  for (int64_t s = first; s <= last + 1; ++s) {
+    trace::StepInfo si;
+    si.step = s;
+    si.adamw_step = s - 1;
+    si.contents = s == first ? "full" : (s <= last ? "window" : "state");
+    if (s <= last) si.lr = sc.at("lr").as_array()[static_cast<size_t>(s - first)].as_number();
+    if (fo.step_hook) fo.step_hook(si);
+    w.set_step(si);
+  }
+  double max_err = 0;
+  for (const Json& pj : sc.at("params").as_array()) {
+    if (pj.at("weight_decay").as_number() != 0.1) continue;
+    const std::string name = pj.at("name").as_string();
+    std::vector<int64_t> shape;
+    for (const Json& d : pj.at("shape").as_array()) shape.push_back(d.as_int());
+    auto put = [&](int64_t step, trace::Role role, std::vector<float> x, const char* what) {
+      if (fo.data_hook) fo.data_hook(what, step, x);
+      trace::TensorInfo t;
+      t.step = step;
+      t.role = role;
+      t.name = name;
+      t.param = name;
+      t.op = "linear";
+      t.dtype = trace::DType::F32;
+      t.shape = shape;
+      w.write(t, x.data());
+    };
+    put(first, trace::Role::Weight, get(pj.at("p0")), "weight");
+    put(first, trace::Role::ExpAvg, get(pj.at("m0")), "exp_avg");
+    put(first, trace::Role::ExpAvgSq, get(pj.at("v0")), "exp_avg_sq");
+    for (int64_t k = 0; k < K; ++k)
+      put(first + k, trace::Role::Grad, get(pj.at("grads").as_array()[static_cast<size_t>(k)]), "grad");
+    if (fo.write_end) put(last + 1, trace::Role::Weight, get(pj.at("p_after").as_array().back()), "weight_end");
+    // The direct replay of the same data, driven by the fixture's own numbers.
+    std::vector<float> p = get(pj.at("p0")), m = get(pj.at("m0")), v = get(pj.at("v0"));
+    AdamwHyper hy;
+    hy.beta1 = *h.optimizer.beta1;
+    hy.beta2 = *h.optimizer.beta2;
+    hy.eps = *h.optimizer.eps;
+    hy.weight_decay = 0.1;
+    for (int64_t k = 0; k < K; ++k) {
+      hy.lr = sc.at("lr").as_array()[static_cast<size_t>(k)].as_number();
+      const auto g = get(pj.at("grads").as_array()[static_cast<size_t>(k)]);
+      adamw_step_fp32(p.data(), g.data(), m.data(), v.data(), p.size(), make_step_consts(hy, step0 + k + 1, UpdateRule::Torch));
+    }
+    const auto want = get(pj.at("p_after").as_array().back());
+    for (size_t i = 0; i < p.size(); ++i) max_err = std::max(max_err, std::fabs(static_cast<double>(p[i]) - want[i]));
+  }
+  w.commit();
+  return max_err;
+}
+
+TEST(OptimReplayFixtureTrace, TracePlumbingReproducesTheDirectReplay) {
+  const std::string path = test::temp_dir() + "/fixture.h5";
+  const double direct_max_err = write_fixture_trace(path);
+  const Json doc = optim_replay(path, opts_with({"fp32", "coat"}, true, true));
+  EXPECT_EQ(doc.at("window").at("step0").as_int(), 10);
+  EXPECT_EQ(doc.at("window").at("steps").as_int(), 6);
+  EXPECT_EQ(num(doc.at("fp32_replay").at("max_abs_err")), direct_max_err);
+  EXPECT_GT(direct_max_err, 0.0);  // torch's MKL sqrt does differ somewhere in this window
+  EXPECT_LE(num(doc.at("fp32_replay_max_rel_err")), 1e-5);
+  for (const Json& s : doc.at("drift").at("fp32").at("steps").as_array()) EXPECT_EQ(num(s.at("param_rel_l2")), 0.0);
+}
+
+TEST(OptimReplayFixtureTrace, BadTracesGiveOneLineErrors) {
+  const std::string dir = test::temp_dir();
+  auto expect_error = [&](const std::string& name, const FixtureTraceOptions& fo, const OptimOptions& o,
+                          const std::string& needle) {
+    const std::string path = dir + "/" + name + ".h5";
+    write_fixture_trace(path, fo);
+    try {
+      optim_replay(path, o);
+      ADD_FAILURE() << name << ": no error";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(needle), std::string::npos) << name << ": " << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << name << ": " << msg;
+    }
+  };
+  const OptimOptions o = opts_with({"coat"}, true, true);
+  FixtureTraceOptions nan_grad;
+  nan_grad.data_hook = [](const std::string& what, int64_t step, std::vector<float>& x) {
+    if (what == "grad" && step == 13) x[3] = std::numeric_limits<float>::quiet_NaN();
+  };
+  expect_error("nan_grad", nan_grad, o, "non-finite");
+  FixtureTraceOptions neg_v;
+  neg_v.data_hook = [](const std::string& what, int64_t, std::vector<float>& x) {
+    if (what == "exp_avg_sq") x[0] = -1.0f;
+  };
+  expect_error("neg_v", neg_v, o, "exp_avg_sq is negative");
+  FixtureTraceOptions no_lr;
+  no_lr.step_hook = [](trace::StepInfo& s) {
+    if (s.step == 12) s.lr.reset();
+  };
+  expect_error("no_lr", no_lr, o, "lacks the attribute lr");
+  OptimOptions too_many = o;
+  too_many.steps = 7;
+  expect_error("steps", {}, too_many, "exceeds the 6 steps");
+  // Without end weights the replay is skipped, not failed.
+  FixtureTraceOptions no_end;
+  no_end.write_end = false;
+  const std::string path = dir + "/no_end.h5";
+  write_fixture_trace(path, no_end);
+  const Json doc = optim_replay(path, o);
+  EXPECT_TRUE(doc.at("fp32_replay_max_rel_err").is_null());
+  EXPECT_TRUE(doc.at("drift").is_object());
+}
+
+// ---- determinism ----------------------------------------------------------------------------------
+TEST(OptimReplaySample, SameBitsForAnyThreadCountAndSeed) {
+  OptimOptions a = opts_with({"coat", "te-fp8"}, true, true);
+  a.steps = 2;
+  a.rounding = Rounding::Stochastic;
+  a.seed = 5;
+  OptimOptions b = a;
+  b.threads = 2;
+  const std::string ja = optim_replay(kSample, a).dump(), jb = optim_replay(kSample, b).dump();
+  EXPECT_EQ(ja, jb);
+  OptimOptions c = a;
+  c.seed = 6;
+  const Json dc = optim_replay(kSample, c);
+  const Json da = Json::parse(ja);
+  EXPECT_NE(num(da.at("drift").at("coat").at("steps").as_array()[1].at("param_rel_l2")),
+            num(dc.at("drift").at("coat").at("steps").as_array()[1].at("param_rel_l2")));
+}
+
+// A parameter large enough (>= 2^18 elements) that the replay runs multi-threaded inside: the
+// document must not depend on the thread count (fixed-order sums).
+TEST(OptimReplaySynthetic, LargeParameterSameBitsForAnyThreadCount) {
+  const int64_t n = (int64_t{1} << 18) + 333;
+  ParamWindow w;
+  w.name = "big";
+  w.shape = {n};
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> lg(-8.0f, -2.0f), u(0.0f, 1.0f);
+  auto rnd = [&] { return (u(rng) < 0.5f ? -1.0f : 1.0f) * std::pow(10.0f, lg(rng)); };
+  for (int64_t i = 0; i < n; ++i) {
+    w.p0.push_back(0.02f * rnd() * 1e3f);
+    const float g = rnd();
+    w.m0.push_back(0.5f * g);
+    w.v0.push_back(g * g);
+  }
+  for (int k = 0; k < 2; ++k) {
+    std::vector<float> g(static_cast<size_t>(n));
+    for (auto& x : g) x = rnd();
+    w.grads.push_back(g);
+    w.lr.push_back(1e-3);
+  }
+  w.hyper.beta1 = 0.9;
+  w.hyper.beta2 = 0.95;
+  WindowMeta meta;
+  meta.step0 = 100;
+  meta.steps = 2;
+  auto run = [&](int threads) {
+    OptimOptions o = opts_with({"coat", "te-fp8", "bf16"}, true, true);
+    o.threads = threads;
+    o.rounding = Rounding::Stochastic;
+    o.seed = 1;
+    OptimReplay r(meta, o);
+    r.add_state("big", w.m0, w.v0, w.hyper, 100);
+    r.add_param(w);
+    return r.finish().dump();
+  };
+  const std::string one = run(1), two = run(2), three = run(3);
+  EXPECT_EQ(one, two);
+  EXPECT_EQ(one, three);
+  // Inconsistent inputs are refused with the parameter's name.
+  ParamWindow bad = w;
+  bad.grads[1].pop_back();
+  OptimReplay r(meta, opts_with({"coat"}, false, true));
+  try {
+    r.add_param(bad);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'big'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace fp8sim::optim

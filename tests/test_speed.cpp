@@ -1,0 +1,572 @@
+// The step-time model on the CPU: the kernel plan per recipe, calibration files, the prediction
+// rules and the step arithmetic. Expected values are computed here from the model dimensions and
+// from sums over the plan, never read back from the code under test.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "sim/common/check.hpp"
+#include "sim/common/json.hpp"
+#include "sim/speed/calibration.hpp"
+#include "sim/speed/group16.hpp"
+#include "sim/speed/plan.hpp"
+#include "sim/speed/speed.hpp"
+#include "tests/support/test_util.hpp"
+
+namespace fp8sim::speed {
+namespace {
+
+ModelShape llama7b() {
+  ModelShape m;
+  m.name = "llama2-7b";
+  m.hidden = 4096;
+  m.ffn = 11008;
+  m.layers = 32;
+  m.heads = 32;
+  m.kv_heads = 32;
+  m.head_dim = 128;
+  m.vocab = 32000;
+  m.params = 6738415616;
+  return m;
+}
+
+ModelShape gqa_model() {  // small, with grouped-query attention
+  ModelShape m;
+  m.name = "gqa";
+  m.hidden = 512;
+  m.ffn = 1376;
+  m.layers = 3;
+  m.heads = 8;
+  m.kv_heads = 2;
+  m.head_dim = 64;
+  m.vocab = 1024;
+  m.params = 10'000'000;
+  return m;
+}
+
+// A synthetic device: GEMMs at fixed TFLOP/s per operand type, attention at 400 TFLOP/s,
+// memory-bound kernels at 3 TB/s plus 4 us. Independent of calibration.cpp's fitting rules.
+double synthetic_ms(const KernelOp& op) {
+  if (op.kind == Kind::Gemm) return op.flops / ((op.variant.rfind("bf16", 0) == 0 ? 700.0 : 1300.0) * 1e9);
+  if (op.kind == Kind::Attention) return op.flops / (400.0 * 1e9);
+  return 0.004 + op.bytes / (3000.0 * 1e6);
+}
+
+Measurement synthetic_measurement(const KernelOp& op) {
+  Measurement m;
+  m.key = op.key();
+  m.kind = op.kind;
+  m.variant = op.variant;
+  m.dims = op.dims;
+  m.median_ms = m.min_ms = m.max_ms = synthetic_ms(op);
+  m.reps = 1;
+  m.flops = op.flops;
+  m.bytes = op.bytes;
+  m.impl = "synthetic";
+  return m;
+}
+
+void add_plan(Calibration& c, const std::vector<KernelOp>& ops) {
+  for (const KernelOp& op : ops) c.add(synthetic_measurement(op));
+}
+
+PlanOptions po(int64_t batch, int64_t seq, int64_t gpus = 1) {
+  PlanOptions o;
+  o.batch = batch;
+  o.seq = seq;
+  o.gpus = gpus;
+  return o;
+}
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = test::temp_dir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+// ------------------------------------------------------------------------------------ plan
+TEST(SpeedPlan, GemmFlopsEqualSixTimesTokensTimesLinearParams) {
+  const ModelShape m = llama7b();
+  const int64_t B = 2, S = 2048, T = B * S;
+  const double layer_linear_params =
+      static_cast<double>(m.hidden) * m.hidden * 4 + 3.0 * m.hidden * m.ffn;  // q,k,v,o (MHA) + gate, up, down
+  const double expected = m.layers * 6.0 * T * layer_linear_params + 6.0 * T * m.hidden * m.vocab;
+  for (Recipe r : all_recipes()) {
+    double flops = 0;
+    int gemms_per_layer = 0;
+    for (const KernelOp& op : build_plan(m, r, po(B, S)))
+      if (op.kind == Kind::Gemm) {
+        flops += op.flops * op.count;
+        if (op.per_layer) ++gemms_per_layer;
+      }
+    EXPECT_NEAR(flops / expected, 1.0, 1e-12) << recipe_name(r);
+    EXPECT_EQ(gemms_per_layer, 21) << recipe_name(r);  // 7 Linears x fprop, dgrad, wgrad
+  }
+}
+
+TEST(SpeedPlan, GqaShapesAndAttentionFlops) {
+  const ModelShape m = gqa_model();
+  const int64_t B = 3, S = 256, T = B * S, KV = m.kv_heads * m.head_dim;
+  for (const KernelOp& op : build_plan(m, Recipe::BF16, po(B, S))) {
+    if (op.name == "k_proj.fprop") {
+      EXPECT_EQ(op.dims, (std::vector<int64_t>{T, KV, m.hidden}));
+    }
+    if (op.name == "v_proj.wgrad") {
+      EXPECT_EQ(op.dims, (std::vector<int64_t>{KV, m.hidden, T}));
+    }
+    if (op.name == "attention.fwd") {
+      EXPECT_EQ(op.dims, (std::vector<int64_t>{B, m.heads, m.kv_heads, S, m.head_dim}));
+      EXPECT_DOUBLE_EQ(op.flops, 2.0 * B * m.heads * S * S * m.head_dim);  // causal: half of 4*B*h*S^2*d
+    }
+    if (op.name == "attention.bwd") {
+      EXPECT_DOUBLE_EQ(op.flops, 2.5 * 2.0 * B * m.heads * S * S * m.head_dim);
+    }
+  }
+}
+
+TEST(SpeedPlan, Fp8GemmsUseKContiguousOperandsAndTheRecipeFormats) {
+  for (Recipe r : {Recipe::TE, Recipe::COAT}) {
+    for (const KernelOp& op : build_plan(llama7b(), r, po(1, 2048))) {
+      if (op.kind != Kind::Gemm) continue;
+      if (op.name.rfind("lm_head", 0) == 0) {
+        EXPECT_EQ(op.variant.substr(0, 14), "bf16*bf16>bf16") << op.name;  // the LM head stays BF16
+        continue;
+      }
+      if (op.name.ends_with(".fprop")) {
+        EXPECT_EQ(op.variant, "e4m3*e4m3>bf16,mk.nk,fast") << op.name;
+      } else {
+        EXPECT_EQ(op.variant, "e5m2*e4m3>bf16,mk.nk,split") << op.name;
+      }
+    }
+  }
+  std::map<std::string, std::string> bf16_layouts;
+  for (const KernelOp& op : build_plan(llama7b(), Recipe::BF16, po(1, 2048)))
+    if (op.kind == Kind::Gemm) bf16_layouts[op.name.substr(op.name.find('.') + 1)] = op.variant;
+  EXPECT_EQ(bf16_layouts["fprop"], "bf16*bf16>bf16,mk.nk");
+  EXPECT_EQ(bf16_layouts["dgrad"], "bf16*bf16>bf16,mk.kn");
+  EXPECT_EQ(bf16_layouts["wgrad"], "bf16*bf16>bf16,km.kn");
+}
+
+TEST(SpeedPlan, RecipesDifferOnlyWhereTheyShould) {
+  const ModelShape m = llama7b();
+  std::map<Recipe, std::map<Kind, int>> per_layer;
+  std::map<Recipe, int> step_casts;
+  for (Recipe r : all_recipes())
+    for (const KernelOp& op : build_plan(m, r, po(1, 2048))) {
+      if (op.per_layer && op.phase != Phase::Step) per_layer[r][op.kind]++;
+      if (op.phase == Phase::Step && op.kind == Kind::CastTranspose) {
+        step_casts[r]++;
+        EXPECT_EQ(op.count, m.layers) << op.name;  // once per layer per step
+      }
+    }
+  // BF16 has no quantization kernels at all.
+  for (Kind k : {Kind::CastTranspose, Kind::Transpose, Kind::QuantizeG16, Kind::GroupMax, Kind::ReduceMax})
+    EXPECT_EQ(per_layer[Recipe::BF16][k], 0) << kind_name(k);
+  // TE: one cast+transpose per distinct Linear input (4 forward) and per output gradient (7).
+  EXPECT_EQ(per_layer[Recipe::TE][Kind::CastTranspose], 11);
+  EXPECT_EQ(step_casts[Recipe::TE], 7);
+  EXPECT_EQ(step_casts[Recipe::BF16], 0);
+  // COAT: gate/up outputs quantized 1x16; SiLU*Mul on FP8 inputs; grads transposed from FP8.
+  EXPECT_EQ(per_layer[Recipe::COAT][Kind::QuantizeG16], 2);
+  EXPECT_EQ(per_layer[Recipe::COAT][Kind::Transpose], 2);
+  EXPECT_EQ(step_casts[Recipe::COAT], 7);
+  // Every recipe: 2 norms forward and backward, one SiLU*Mul each way, attention BF16.
+  for (Recipe r : all_recipes()) {
+    EXPECT_EQ(per_layer[r][Kind::RmsNormFwd], 2);
+    EXPECT_EQ(per_layer[r][Kind::RmsNormBwd], 2);
+    EXPECT_EQ(per_layer[r][Kind::SiluMulFwd], 1);
+    EXPECT_EQ(per_layer[r][Kind::Attention], 2);
+  }
+}
+
+TEST(SpeedPlan, BytesOfElementwiseKernels) {
+  const ModelShape m = llama7b();
+  const double T = 2048, H = 4096, F = 11008;
+  std::map<std::string, const KernelOp*> by_name;
+  const auto coat = build_plan(m, Recipe::COAT, po(1, 2048));
+  for (const KernelOp& op : coat) by_name[op.name] = &op;
+  // read g, u as E4M3+scales (1.125 B each), write SiLU 1x16 (1.125), product bf16 (2), gmax (0.125)
+  EXPECT_DOUBLE_EQ(by_name.at("silu_mul.fwd")->bytes, T * F * (1.125 * 3 + 2 + 0.125));
+  EXPECT_DOUBLE_EQ(by_name.at("attn_residual.fwd")->bytes, T * H * (2 + 2 + 2 + 1.125));
+  EXPECT_DOUBLE_EQ(by_name.at("silu_mul.out.cast")->bytes, T * F * (2 + 1 + 1));
+  EXPECT_EQ(by_name.at("silu_mul.out.scale")->dims, (std::vector<int64_t>{2048 * 11008 / 16}));
+  const auto bf16 = build_plan(m, Recipe::BF16, po(1, 2048));
+  for (const KernelOp& op : bf16)
+    if (op.name == "mlp_residual.fwd") {
+      EXPECT_DOUBLE_EQ(op.bytes, T * H * 6);
+    }
+}
+
+TEST(SpeedPlan, OptimizerIsShardedOverGpus) {
+  const ModelShape m = llama7b();
+  for (int64_t gpus : {1, 4, 8})
+    for (Recipe r : all_recipes())
+      for (const KernelOp& op : build_plan(m, r, po(1, 2048, gpus)))
+        if (op.kind == Kind::Optimizer) {
+          const double per_gpu = std::ceil(static_cast<double>(m.params) / gpus);
+          EXPECT_DOUBLE_EQ(op.count * op.dims[0], per_gpu);
+          EXPECT_EQ(op.variant, r == Recipe::COAT ? "adamw_fp8_de" : "adamw_fp32");
+        }
+}
+
+TEST(SpeedPlan, KeysNameKernelVariantAndShape) {
+  const auto plan = build_plan(llama7b(), Recipe::BF16, po(1, 2048));
+  EXPECT_EQ(plan.front().key(), "embedding_fwd:bf16:2048x4096x32000");
+  bool found = false;
+  for (const KernelOp& op : plan)
+    if (op.name == "q_proj.fprop") {
+      EXPECT_EQ(op.key(), "gemm:bf16*bf16>bf16,mk.nk:2048x4096x4096");
+      found = true;
+    }
+  EXPECT_TRUE(found);
+}
+
+TEST(SpeedPlan, RejectsBadShapesWithOneLineErrors) {
+  ModelShape m = llama7b();
+  m.kv_heads = 5;
+  EXPECT_THROW(build_plan(m, Recipe::BF16, po(1, 2048)), Error);
+  m = llama7b();
+  m.ffn = 11000;  // not a multiple of 16
+  try {
+    build_plan(m, Recipe::COAT, po(1, 2048));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("intermediate_size"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos);
+  }
+  m = llama7b();
+  m.activation = "gelu";
+  EXPECT_THROW(build_plan(m, Recipe::BF16, po(1, 2048)), Error);
+  EXPECT_THROW(build_plan(llama7b(), Recipe::BF16, po(1, 1000)), Error);  // 1000 tokens: not a multiple of 16
+  EXPECT_THROW(build_plan(llama7b(), Recipe::BF16, po(0, 2048)), Error);
+  EXPECT_THROW(parse_recipe("fp8lm"), UsageError);
+}
+
+TEST(SpeedPlan, ByteTransposeSelectors) {
+  // The 4x4 byte transpose the cast kernel does in registers.
+  const uint32_t w[4] = {0x03020100u, 0x13121110u, 0x23222120u, 0x33323130u};  // row k, column m = 0xkm
+  uint32_t o[4];
+  transpose4x4_bytes(w, o);
+  EXPECT_EQ(o[0], 0x30201000u);
+  EXPECT_EQ(o[1], 0x31211101u);
+  EXPECT_EQ(o[2], 0x32221202u);
+  EXPECT_EQ(o[3], 0x33231303u);
+  EXPECT_EQ(byte_perm(0x03020100u, 0x07060504u, 0x7531u), 0x07050301u);
+}
+
+TEST(SpeedPlan, GroupScaleNeverLetsAGroupOverflow) {
+  for (float m : {448.0f, 1.0f, 3.14159f, 1e-20f, 0.0f, 65504.0f}) {
+    const uint16_t s = g16_scale(m, kE4M3Max);
+    const float inv = g16_inverse(s);
+    EXPECT_LE(mul_rn(m, inv), kE4M3Max) << m;
+    EXPECT_GT(bf16_to_f32(s), 0.0f) << m;
+  }
+  EXPECT_EQ(bf16_round_up(1.0f), 0x3F80);
+  EXPECT_EQ(bf16_round_up(1.0000001f), 0x3F81);
+}
+
+// ------------------------------------------------------------------------------ calibration
+TEST(SpeedCalibration, RoundTripsAndPredictsMeasuredKeys) {
+  Calibration c;
+  const auto plan = build_plan(gqa_model(), Recipe::COAT, po(1, 256));
+  add_plan(c, plan);
+  c.device["name"] = "test GPU";
+  const Calibration back = Calibration::from_json(Json::parse(c.to_json().dump()), "roundtrip");
+  EXPECT_EQ(back.measurements().size(), c.measurements().size());
+  for (const KernelOp& op : plan) {
+    const Prediction p = back.predict(op);
+    EXPECT_TRUE(p.measured) << op.key();
+    EXPECT_EQ(p.source, "measured");
+    EXPECT_DOUBLE_EQ(p.ms, synthetic_ms(op)) << op.key();
+  }
+}
+
+TEST(SpeedCalibration, FitsUnmeasuredShapesFromTheNearestMeasurement) {
+  Calibration c;
+  add_plan(c, build_plan(llama7b(), Recipe::BF16, po(2, 2048)));
+  // Batch 4: every GEMM is fitted at the same TFLOP/s as its batch-2 twin (flops double).
+  for (const KernelOp& op : build_plan(llama7b(), Recipe::BF16, po(4, 2048))) {
+    const Prediction p = c.predict(op);
+    if (op.kind == Kind::Optimizer) {  // timed at a fixed probe size: the same key at any batch
+      EXPECT_TRUE(p.measured);
+      continue;
+    }
+    EXPECT_FALSE(p.measured) << op.key();
+    EXPECT_EQ(p.source.rfind("fitted from ", 0), 0u) << p.source;
+    if (op.kind == Kind::Gemm || op.kind == Kind::Attention) {
+      EXPECT_NEAR(p.ms / synthetic_ms(op), 1.0, 1e-9) << op.key();
+    }
+  }
+  // A memory-bound kernel: t0 + bytes * (t' - t0) / bytes' with t0 the smallest median in the file.
+  double t0 = 1e9;
+  for (const auto& [k, m] : c.measurements()) t0 = std::min(t0, m.median_ms);
+  t0 = std::min(t0, 0.010);
+  KernelOp big = build_plan(llama7b(), Recipe::BF16, po(4, 2048)).front();  // embedding at batch 4
+  const KernelOp small = build_plan(llama7b(), Recipe::BF16, po(2, 2048)).front();
+  const Prediction p = c.predict(big);
+  const double net = std::max(synthetic_ms(small) - t0, synthetic_ms(small) * 0.05);
+  EXPECT_NEAR(p.ms, t0 + big.bytes * net / small.bytes, 1e-12);
+}
+
+TEST(SpeedCalibration, NothingOfTheKindIsAnError) {
+  Calibration c;
+  add_plan(c, build_plan(llama7b(), Recipe::BF16, po(1, 2048)));
+  for (const KernelOp& op : build_plan(llama7b(), Recipe::COAT, po(1, 2048))) {
+    if (op.kind != Kind::QuantizeG16) continue;
+    try {
+      c.predict(op);
+      FAIL() << "expected an error for " << op.key();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("quantize_g16"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(SpeedCalibration, MergeKeepsOldEntriesAndNewerWins) {
+  Calibration a, b;
+  const auto plan = build_plan(gqa_model(), Recipe::BF16, po(1, 256));
+  add_plan(a, plan);
+  Measurement m = synthetic_measurement(plan[0]);
+  m.median_ms = m.min_ms = m.max_ms = 123.0;
+  b.add(m);
+  const size_t before = a.measurements().size();
+  a.merge(b);
+  EXPECT_EQ(a.measurements().size(), before);
+  EXPECT_DOUBLE_EQ(a.find(plan[0].key())->median_ms, 123.0);
+  EXPECT_DOUBLE_EQ(a.find(plan[1].key())->median_ms, synthetic_ms(plan[1]));
+}
+
+TEST(SpeedCalibration, BadFilesGiveOneLineErrorsNamingTheProblem) {
+  auto expect_error = [](const std::string& text, const std::string& needle) {
+    const std::string path = write_temp("cal.json", text);
+    try {
+      Calibration::load(path);
+      ADD_FAILURE() << "no error for: " << text;
+    } catch (const Error& e) {
+      const std::string w = e.what();
+      EXPECT_NE(w.find(needle), std::string::npos) << w;
+      EXPECT_EQ(w.find('\n'), std::string::npos) << w;
+    }
+  };
+  expect_error("{", "cal.json");
+  expect_error("{\"schema\": \"other\", \"measurements\": []}", "schema");
+  expect_error("{\"schema\": \"fp8sim-speed-calibration/1\", \"measurements\": []}", "empty");
+  const std::string head = "{\"schema\": \"fp8sim-speed-calibration/1\", \"measurements\": [";
+  expect_error(head + "{\"kind\": \"gemm\", \"variant\": \"x\", \"dims\": [1,2,3], \"median_ms\": -1, \"flops\": 1}]}",
+               "median_ms");
+  expect_error(head + "{\"kind\": \"warp\", \"variant\": \"x\", \"dims\": [1], \"median_ms\": 1, \"bytes\": 1}]}", "warp");
+  expect_error(head + "{\"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [1, 0], \"median_ms\": 1, \"bytes\": 1}]}",
+               "dims");
+  expect_error(head + "{\"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [16, 16], \"median_ms\": 1, "
+                      "\"min_ms\": 2, \"bytes\": 1}]}",
+               "min_ms");
+  expect_error(head + "{\"key\": \"add:bf16>bf16:1x1\", \"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [16, 16], "
+                      "\"median_ms\": 1, \"bytes\": 1}]}",
+               "key");
+  expect_error(head + "{\"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [16, 16], \"median_ms\": 1}]}", "bytes");
+  try {
+    Calibration::load(test::temp_dir() + "/missing.json");
+    ADD_FAILURE() << "no error for a missing file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing.json"), std::string::npos) << e.what();
+  }
+}
+
+// ------------------------------------------------------------------------- step arithmetic
+TEST(SpeedModel, StepIsTheCountWeightedSumOfKernelTimes) {
+  const ModelShape m = llama7b();
+  SpeedOptions so;
+  for (Recipe r : all_recipes()) {
+    for (int64_t accum : {1, 3}) {
+      PlanOptions o = po(2, 2048, 4);
+      o.grad_accum = accum;
+      const auto plan = build_plan(m, r, o);
+      Calibration c;
+      add_plan(c, plan);
+      double step = 0, fwd = 0, bwd = 0, opt = 0;
+      for (const KernelOp& op : plan) {
+        step += op.count * synthetic_ms(op);
+        if (op.per_layer && op.phase == Phase::Forward) fwd += synthetic_ms(op);
+        if (op.per_layer && op.phase == Phase::Backward) bwd += synthetic_ms(op);
+        if (op.kind == Kind::Optimizer) opt += op.count * synthetic_ms(op);
+      }
+      const Json j = evaluate_recipe(m, r, o, c, so, false);
+      EXPECT_NEAR(j.at("step_ms").as_number(), step, 1e-9 * step);
+      EXPECT_NEAR(j.at("layer_fwd_ms").as_number(), fwd, 1e-9 * fwd);
+      EXPECT_NEAR(j.at("layer_bwd_ms").as_number(), bwd, 1e-9 * bwd);
+      EXPECT_NEAR(j.at("optimizer_ms").as_number(), opt, 1e-9 * opt);
+      EXPECT_NEAR(j.at("tokens_per_s_per_gpu").as_number(), 2.0 * 2048 * accum / (step / 1000), 1e-6);
+      EXPECT_DOUBLE_EQ(j.at("measured_fraction").as_number(), 1.0);
+      double parts = 0;
+      for (const auto& [k, v] : j.at("breakdown_ms").as_object()) parts += v.as_number();
+      EXPECT_NEAR(parts, step, 1e-9 * step);
+    }
+  }
+}
+
+TEST(SpeedModel, FsdpCommunicationModel) {
+  const ModelShape m = llama7b();
+  const PlanOptions o = po(2, 2048, 4);
+  Calibration c;
+  add_plan(c, build_plan(m, Recipe::BF16, o));
+  SpeedOptions so;
+  const double compute = evaluate_recipe(m, Recipe::BF16, o, c, so, false).at("step_ms").as_number();
+  so.fsdp_comm = "serial";
+  so.link_gbps = 200;
+  const double comm = 6.0 * m.params * 3.0 / 4.0 / 200e9 * 1e3;  // ms
+  EXPECT_NEAR(evaluate_recipe(m, Recipe::BF16, o, c, so, false).at("step_ms").as_number(), compute + comm, 1e-6);
+  so.fsdp_comm = "overlap";
+  const double first_layer = 2.0 * (static_cast<double>(m.params) / m.layers) * 3.0 / 4.0 / 200e9 * 1e3;
+  EXPECT_NEAR(evaluate_recipe(m, Recipe::BF16, o, c, so, false).at("comm_ms").as_number(),
+              std::max(0.0, comm - compute) + first_layer, 1e-6);
+}
+
+// A calibration file covering Table 7 and Figure 4(b) in full, built from the plans themselves.
+std::string full_calibration_file(bool with_torch) {
+  Calibration c;
+  c.device["name"] = "Synthetic GPU";
+  c.created = "2025-11-30T00:00:00Z";
+  const struct {
+    const char* model;
+    int64_t gpus, seq, b[3];
+  } rows[] = {{"llama2-7b", 1, 2048, {0, 0, 1}},  {"llama2-7b", 2, 2048, {1, 1, 4}},  {"llama2-7b", 4, 2048, {2, 2, 4}},
+              {"llama2-7b", 8, 2048, {4, 4, 8}},  {"llama2-13b", 2, 1024, {0, 0, 1}}, {"llama2-13b", 4, 2048, {1, 1, 2}},
+              {"llama2-13b", 8, 2048, {2, 2, 4}}, {"llama-30b", 8, 2048, {0, 0, 1}}};
+  for (const auto& r : rows) {
+    const ModelShape m = load_model_shape(r.model);
+    for (int i = 0; i < 3; ++i)
+      if (r.b[i]) add_plan(c, build_plan(m, all_recipes()[i], po(r.b[i], r.seq, r.gpus)));
+    if (r.b[0]) add_plan(c, build_plan(m, Recipe::COAT, po(r.b[0], r.seq, r.gpus)));
+  }
+  for (const Fig4bPaperRow& p : fig4b_paper()) {
+    const Fig4bOps f = fig4b_ops(p.rows, p.cols);
+    add_plan(c, {f.jit_amax, f.stage2_reduce, f.producer_plain, f.producer_with_gmax});
+  }
+  if (with_torch) {
+    Json t = Json::object();
+    t["schema"] = "fp8sim-torch-times/1";
+    t["torch_version"] = "test";
+    Json cfg = Json::object();
+    cfg["model"] = "llama2-7b";
+    cfg["batch"] = 2;
+    cfg["seq"] = 2048;
+    Json lt = Json::object();
+    lt["median"] = 100.0;
+    cfg["layer_fwd_bwd_ms"] = lt;
+    Json configs = Json::array();
+    configs.push_back(cfg);
+    t["configs"] = configs;
+    c.torch = t;
+  }
+  return write_temp("calibration.json", c.to_json().dump());
+}
+
+TEST(SpeedReport, ModelledFromACalibrationFile) {
+  SpeedOptions o;
+  o.model = "llama2-7b";
+  o.recipe_batch = {{Recipe::BF16, 2}, {Recipe::TE, 2}, {Recipe::COAT, 4}};
+  o.gpus = 4;
+  o.table7 = true;
+  o.calibration = full_calibration_file(true);
+  const Json doc = speed_report(o);
+  EXPECT_EQ(doc.at("timing").at("mode").as_string(), "modelled");
+  EXPECT_TRUE(doc.at("timing").at("modelled").as_bool());
+  EXPECT_NE(doc.at("timing").at("statement").as_string().find("MODELLED"), std::string::npos);
+  EXPECT_EQ(doc.at("timing").at("device").as_string(), "Synthetic GPU");
+  const auto& recipes = doc.at("recipes").as_array();
+  ASSERT_EQ(recipes.size(), 3u);
+  const double bf16_tps = recipes[0].at("tokens_per_s_per_gpu").as_number();
+  for (const Json& r : recipes) {
+    for (const char* k : {"recipe", "step_ms", "tokens_per_s_per_gpu", "speedup_vs_bf16"}) EXPECT_TRUE(r.contains(k)) << k;
+    EXPECT_NEAR(r.at("speedup_vs_bf16").as_number(), r.at("tokens_per_s_per_gpu").as_number() / bf16_tps, 1e-12);
+    EXPECT_DOUBLE_EQ(r.at("measured_fraction").as_number(), 1.0);
+  }
+  EXPECT_EQ(recipes[2].at("batch").as_int(), 4);
+  // Table 7: eight rows, ratios where the paper has BF16.
+  const auto& t7 = doc.at("table7").as_array();
+  ASSERT_EQ(t7.size(), 8u);
+  int with_ratio = 0;
+  for (const Json& r : t7)
+    if (r.contains("coat_vs_bf16")) {
+      ++with_ratio;
+      const auto& ms = r.at("methods").as_array();
+      EXPECT_NEAR(r.at("coat_vs_bf16").as_number(),
+                  ms[2].at("tokens_per_s_per_gpu").as_number() / ms[0].at("tokens_per_s_per_gpu").as_number(), 1e-12);
+    }
+  EXPECT_EQ(with_ratio, 5);
+  EXPECT_NEAR(t7[2].at("paper_coat_vs_bf16").as_number(), 11257.0 / 7730.0, 1e-12);  // REFERENCE.md Table 7
+  EXPECT_NEAR(t7[2].at("paper_te_vs_bf16").as_number(), 9577.0 / 7730.0, 1e-12);
+  // Figure 4(b): four sizes, group scaling = stage-1 extra + stage 2.
+  const auto& f = doc.at("fig4b").as_array();
+  ASSERT_EQ(f.size(), 4u);
+  for (const Json& r : f) {
+    EXPECT_NEAR(r.at("group_scaling_ms").as_number(),
+                r.at("group_stage1_overhead_ms").as_number() + r.at("group_stage2_ms").as_number(), 1e-12);
+    EXPECT_EQ(r.at("source").as_string(), "measured");
+  }
+  // Validation against the (synthetic) PyTorch layer time.
+  const auto& v = doc.at("validation").at("rows").as_array();
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_NEAR(v[0].at("difference").as_number(), v[0].at("fp8sim_bf16_layer_ms").as_number() / 100.0 - 1.0, 1e-12);
+  const std::string md = speed_markdown(doc);
+  EXPECT_NE(md.find("MODELLED"), std::string::npos);
+  EXPECT_NE(md.find("Figure 4(b)"), std::string::npos);
+  EXPECT_NE(md.find("Table 7"), std::string::npos);
+}
+
+TEST(SpeedReport, NoCalibrationAndNoGpuSaysSo) {
+  SpeedOptions o;
+  o.calibration = test::temp_dir() + "/none.json";
+  EXPECT_THROW(speed_report(o), Error);
+  ::setenv("FP8SIM_CALIBRATION", (test::temp_dir() + "/absent.json").c_str(), 1);
+  SpeedOptions d;
+  try {
+    speed_report(d);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no calibration exists"), std::string::npos) << e.what();
+  }
+  ::unsetenv("FP8SIM_CALIBRATION");
+}
+
+TEST(SpeedReport, TorchTimesBecomeAttentionMeasurements) {
+  Json t = Json::parse(R"({"schema": "fp8sim-torch-times/1", "torch_version": "2.11",
+    "configs": [{"model": "llama2-7b", "batch": 2, "seq": 2048, "heads": 32, "kv_heads": 32, "head_dim": 128,
+                 "sdpa_fwd_ms": {"median": 1.5, "min": 1.4, "max": 1.6, "reps": 10},
+                 "sdpa_bwd_ms": {"median": 4.0, "min": 3.9, "max": 4.2, "reps": 10}},
+                {"model": "llama2-7b", "batch": 64, "seq": 2048, "error": "CUDA out of memory"}],
+    "adamw_fused_fp32": {"params": 268435456, "median": 2.2, "min": 2.1, "max": 2.3, "reps": 10}})");
+  const auto ms = torch_measurements(t);
+  ASSERT_EQ(ms.size(), 3u);
+  EXPECT_EQ(ms[0].key, "attention:bf16,causal,fwd:2x32x32x2048x128");
+  EXPECT_EQ(ms[1].key, "attention:bf16,causal,bwd:2x32x32x2048x128");
+  EXPECT_DOUBLE_EQ(ms[0].flops, attention_flops(2, 32, 2048, 128, true));
+  EXPECT_DOUBLE_EQ(ms[1].flops, 2.5 * ms[0].flops);
+  EXPECT_EQ(ms[2].key, "optimizer:adamw_fp32:268435456");
+  EXPECT_DOUBLE_EQ(ms[2].median_ms, 2.2);
+  t["schema"] = "something else";
+  EXPECT_THROW(torch_measurements(t), Error);
+  Json bad = Json::parse(R"({"schema": "fp8sim-torch-times/1", "configs": [{"batch": 2, "seq": 2048, "heads": 32,
+    "kv_heads": 32, "head_dim": 128, "sdpa_fwd_ms": {"median": -1}, "sdpa_bwd_ms": {"median": 1}}]})");
+  EXPECT_THROW(torch_measurements(bad), Error);
+}
+
+TEST(SpeedReport, RejectsNonsenseOptions) {
+  SpeedOptions o;
+  o.calibration = full_calibration_file(false);
+  o.fsdp_comm = "sometimes";
+  EXPECT_THROW(speed_report(o), Error);
+  o.fsdp_comm = "none";
+  o.link_gbps = -1;
+  EXPECT_THROW(speed_report(o), Error);
+  o.link_gbps = 360;
+  o.model = "no-such-model";
+  EXPECT_THROW(speed_report(o), Error);
+}
+
+}  // namespace
+}  // namespace fp8sim::speed

@@ -1,0 +1,142 @@
+// `fp8sim speed` as a user runs it: modelled output from a calibration file, the JSON and
+// Markdown it writes, and one-line errors with the right exit code for bad input.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "sim/common/json.hpp"
+#include "sim/speed/calibration.hpp"
+#include "sim/speed/plan.hpp"
+#include "sim/speed/speed.hpp"
+#include "tests/support/test_util.hpp"
+
+namespace fp8sim::speed {
+namespace {
+
+using test::run_fp8sim;
+using test::run_shell;
+
+// A calibration measured on a synthetic device for llama2-7b, batch 2, seq 2048 (every recipe)
+// and Figure 4(b)'s kernels: GEMMs at 700 / 1300 TFLOP/s, attention 400, memory kernels 3 TB/s.
+std::string calibration_file() {
+  Calibration c;
+  c.device["name"] = "Synthetic GPU";
+  c.created = "2025-11-30T00:00:00Z";
+  auto add = [&](const KernelOp& op) {
+    Measurement m;
+    m.key = op.key();
+    m.kind = op.kind;
+    m.variant = op.variant;
+    m.dims = op.dims;
+    m.flops = op.flops;
+    m.bytes = op.bytes;
+    m.median_ms = m.min_ms = m.max_ms =
+        op.kind == Kind::Gemm ? op.flops / ((op.variant.rfind("bf16", 0) == 0 ? 700.0 : 1300.0) * 1e9)
+        : op.kind == Kind::Attention ? op.flops / 400e9
+                                     : 0.004 + op.bytes / 3e9;
+    m.reps = 1;
+    c.add(m);
+  };
+  const ModelShape m = load_model_shape("llama2-7b");
+  PlanOptions o;
+  o.batch = 2;
+  o.seq = 2048;
+  for (Recipe r : all_recipes())
+    for (const KernelOp& op : build_plan(m, r, o)) add(op);
+  for (const Fig4bPaperRow& p : fig4b_paper()) {
+    const Fig4bOps f = fig4b_ops(p.rows, p.cols);
+    for (const KernelOp* op : {&f.jit_amax, &f.stage2_reduce, &f.producer_plain, &f.producer_with_gmax}) add(*op);
+  }
+  const std::string path = test::temp_dir() + "/cal.json";
+  std::ofstream(path) << c.to_json().dump();
+  return path;
+}
+
+void expect_one_line_error(const test::CommandResult& r, int code, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, code) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("fp8sim speed: error: "), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+}
+
+TEST(SpeedCli, ModelledRunWritesJsonAndMarkdown) {
+  const std::string cal = calibration_file();
+  const std::string dir = test::temp_dir();
+  const auto r = run_fp8sim({"speed", "--model", "llama2-7b", "--batch", "2", "--seq", "2048", "--gpus", "4",
+                             "--calibration", cal, "--json", dir + "/s.json", "--markdown", dir + "/s.md", "--ops"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.find("MODELLED"), 0u) << r.out;  // the first thing a reader sees
+  EXPECT_NE(r.out.find("Synthetic GPU"), std::string::npos);
+  EXPECT_NE(r.out.find("q_proj.fprop"), std::string::npos);  // --ops lists kernels
+  EXPECT_NE(r.out.find("Figure 4(b)"), std::string::npos);
+  std::ifstream jf(dir + "/s.json");
+  std::stringstream ss;
+  ss << jf.rdbuf();
+  const Json doc = Json::parse(ss.str());
+  ASSERT_EQ(doc.at("recipes").size(), 3u);
+  for (const Json& rj : doc.at("recipes").as_array()) {
+    EXPECT_GT(rj.at("step_ms").as_number(), 0);
+    EXPECT_GT(rj.at("tokens_per_s_per_gpu").as_number(), 0);
+    EXPECT_TRUE(rj.at("speedup_vs_bf16").is_number());
+  }
+  EXPECT_DOUBLE_EQ(doc.at("recipes").as_array()[0].at("speedup_vs_bf16").as_number(), 1.0);
+  EXPECT_TRUE(std::filesystem::exists(dir + "/s.md"));
+}
+
+TEST(SpeedCli, PerRecipeBatchAndSubsetOfRecipes) {
+  const std::string cal = calibration_file();
+  const std::string dir = test::temp_dir();
+  const auto r = run_fp8sim({"speed", "--recipes", "coat", "--batch", "coat=4", "--calibration", cal, "--no-fig4b",
+                             "--json", dir + "/c.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream jf(dir + "/c.json");
+  std::stringstream ss;
+  ss << jf.rdbuf();
+  const Json doc = Json::parse(ss.str());
+  ASSERT_EQ(doc.at("recipes").size(), 1u);
+  const Json& coat = doc.at("recipes").as_array()[0];
+  EXPECT_EQ(coat.at("batch").as_int(), 4);
+  // Batch 4 was not measured: its kernels are fitted, and the output says so.
+  EXPECT_LT(coat.at("measured_fraction").as_number(), 0.5);
+  EXPECT_FALSE(doc.contains("fig4b"));
+}
+
+TEST(SpeedCli, NoCalibrationIsAClearError) {
+  const auto r = run_shell("FP8SIM_CALIBRATION=/nonexistent/cal.json CUDA_VISIBLE_DEVICES= " +
+                           std::string(FP8SIM_BINARY) + " speed --model llama2-7b");
+  expect_one_line_error(r, 1, "no calibration exists");
+}
+
+TEST(SpeedCli, BadInputGivesOneLineErrorsAndNoOutputFile) {
+  const std::string cal = calibration_file();
+  const std::string dir = test::temp_dir();
+  expect_one_line_error(run_fp8sim({"speed", "--recipes", "bf16,fp4", "--calibration", cal}), 2, "fp4");
+  expect_one_line_error(run_fp8sim({"speed", "--recipes", "bf16,bf16", "--calibration", cal}), 2, "twice");
+  expect_one_line_error(run_fp8sim({"speed", "--batch", "0", "--calibration", cal}), 2, "--batch");
+  expect_one_line_error(run_fp8sim({"speed", "--batch", "bf16=two", "--calibration", cal}), 2, "--batch");
+  expect_one_line_error(run_fp8sim({"speed", "--seq", "-5", "--calibration", cal}), 2, "--seq");
+  expect_one_line_error(run_fp8sim({"speed", "--fsdp-comm", "maybe", "--calibration", cal}), 2, "--fsdp-comm");
+  expect_one_line_error(run_fp8sim({"speed", "--gpus", "x", "--calibration", cal}), 2, "gpus");
+  expect_one_line_error(run_fp8sim({"speed", "--calibration", cal, "--torch-times", "t.json"}), 2, "--torch-times");
+  expect_one_line_error(run_fp8sim({"speed", "--model", "no-such-model", "--calibration", cal}), 1, "no-such-model");
+  expect_one_line_error(run_fp8sim({"speed", "--seq", "1000", "--batch", "1", "--calibration", cal}), 1, "16");
+  // A corrupt calibration: error names the file, and --json is not written.
+  const std::string bad = dir + "/bad.json";
+  std::ofstream(bad) << "{\"schema\": \"fp8sim-speed-calibration/1\", \"measurements\": [{\"kind\": \"gemm\"}]}";
+  expect_one_line_error(run_fp8sim({"speed", "--calibration", bad, "--json", dir + "/out.json"}), 1, "bad.json");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/out.json"));
+  expect_one_line_error(run_fp8sim({"speed", "--calibration", dir + "/nope.json"}), 1, "nope.json");
+}
+
+TEST(SpeedCli, HelpTeachesWithExamples) {
+  const auto r = run_fp8sim({"speed", "--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("Examples:"), std::string::npos);
+  EXPECT_NE(r.out.find("MODELLED"), std::string::npos);
+  EXPECT_NE(r.out.find("--calibration"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fp8sim::speed
