@@ -31,6 +31,8 @@ for a in "${areas[@]}"; do
   script="scripts/device/$a.sh"
   if [ "$a" = smoke ]; then
     mkdir -p "$WORK/smoke"
+    # package_gpu.sh ships the test binaries as one archive.
+    [ -d "$FP8SIM_BUNDLE/tests" ] || tar -C "$FP8SIM_BUNDLE" -xJf "$FP8SIM_BUNDLE/tests.tar.xz"
     ( set -x; "$FP8SIM_BUNDLE/fp8sim" --version; ldd "$FP8SIM_BUNDLE/fp8sim" | grep -i "not found";
       for t in "$FP8SIM_BUNDLE"/tests/test_*_gpu; do "$t" --gtest_brief=1 --gtest_output="xml:$WORK/smoke/$(basename "$t").xml"; done
     ) > "$WORK/smoke/log.txt" 2>&1

@@ -1,7 +1,5 @@
-// -fno-trapping-math for this file: it changes no result (fp8sim never reads the FP exception
-// flags) but lets GCC if-convert the branch-free numerics (selects next to FP operations) and
-// vectorize the element loops. Contraction stays off (-ffp-contract=off from CMake).
-#pragma GCC optimize("no-trapping-math")
+// The element loops rely on -fno-trapping-math (set for every C++ file in CMakeLists.txt, with
+// -ffp-contract=off) to if-convert and vectorize; it changes no result bit.
 #include "sim/quant/quantize.hpp"
 
 #include <fmt/format.h>
