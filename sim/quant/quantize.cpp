@@ -6,6 +6,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -15,8 +17,23 @@
 #include "sim/formats/philox.hpp"
 #include "sim/quant/expand.hpp"
 #include "sim/quant/scale.hpp"
+// Last: its functions are compiled for AVX2 (see the header), nothing above is.
+#include "sim/quant/avx2_kernels.hpp"
 
 namespace fp8sim {
+
+namespace {
+std::atomic<bool>& simd_flag() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("FP8SIM_NO_SIMD");
+    return !(e != nullptr && e[0] != '\0' && e[0] != '0');
+  }()};
+  return on;
+}
+}  // namespace
+
+void set_quant_simd(bool enabled) { simd_flag().store(enabled); }
+bool quant_simd() { return simd_flag().load() && avx2::available(); }
 
 // ---- shapes, geometry, accounting -----------------------------------------------------------------
 
@@ -135,6 +152,22 @@ struct LoadFP16 {
   float operator()(int64_t i) const { return fp16_to_f32(p[i]); }
 };
 
+// The AVX2 loader of the same data, where there is one (fp16 input keeps the scalar loops).
+template <class Load>
+struct VecLoad {
+  static constexpr bool ok = false;
+};
+template <>
+struct VecLoad<LoadF32> {
+  static constexpr bool ok = true;
+  static avx2::VLoadF32 make(const LoadF32& l) { return {l.p}; }
+};
+template <>
+struct VecLoad<LoadBF16> {
+  static constexpr bool ok = true;
+  static avx2::VLoadBF16 make(const LoadBF16& l) { return {l.p}; }
+};
+
 // Work split: rows of the 2-D view in tasks that never straddle a band of group rows, so a task
 // touches whole group segments. With one-row groups every task is a band; otherwise each band is
 // cut into `nsub` row ranges whose partial statistics are merged in order.
@@ -201,8 +234,27 @@ __attribute__((target_clones("avx2", "default"))) void segment_stats(const Load 
   inf = static_cast<uint8_t>(inf | anyinf);
 }
 
+// segment_stats through the AVX2 loop when allowed (the n % 8 tail through the scalar one).
+template <class Load>
+void stats_segment(const Load& ld, int64_t base, int64_t n, bool simd, uint32_t& amax, uint32_t& amin,
+                   int64_t& nonfinite, uint8_t& inf) {
+  int64_t done = 0;
+  if constexpr (VecLoad<Load>::ok) {
+    if (simd) {
+      done = n - n % 8;
+      const avx2::SegStats v = avx2::segment_stats(VecLoad<Load>::make(ld), base, done);
+      amax = std::max(amax, v.amax);
+      amin = std::min(amin, v.amin);
+      nonfinite += v.nonfinite;
+      inf = static_cast<uint8_t>(inf | (v.inf ? 1 : 0));
+    }
+  }
+  if (done < n) segment_stats(ld, base + done, n - done, amax, amin, nonfinite, inf);
+}
+
 template <class Load>
 Stats compute_stats(const Load& ld, const GroupGeometry& g, int threads) {
+  const bool simd = quant_simd();
   Stats st;
   st.resize(g.num_groups());
   if (g.num_groups() == 0) return st;
@@ -233,7 +285,7 @@ Stats compute_stats(const Load& ld, const GroupGeometry& g, int threads) {
       for (int64_t gj = 0; gj < g.grid_cols; ++gj) {
         const int64_t c0 = gj * g.group_cols, c1 = std::min(g.cols, c0 + g.group_cols);
         const int64_t s = slot0 + gj;
-        segment_stats(ld, r * g.cols + c0, c1 - c0, dst.amax[s], dst.amin[s], dst.nonfinite[s], dst.has_inf[s]);
+        stats_segment(ld, r * g.cols + c0, c1 - c0, simd, dst.amax[s], dst.amin[s], dst.nonfinite[s], dst.has_inf[s]);
       }
     }
   }
@@ -288,6 +340,27 @@ __attribute__((target_clones("avx2", "default"))) void encode_segment(const Load
   encode_range<T, Load, X, SR>(ld, base, n, sq, p, sat, fmax, out, seed, idx0, nsat, nunder);
 }
 
+// encode_segment through the AVX2 loop where one exists (round to nearest, Div or Expand, fp32
+// or bf16 input), the n % 8 tail and everything else through the scalar loops.
+template <class T, class Load, Xform X, bool SR>
+void encode_dispatch(const Load& ld, int64_t base, int64_t n, float sq, const ExpandParams& p, bool sat, float fmax,
+                     uint8_t* out, uint64_t seed, uint64_t idx0, int64_t& nsat, int64_t& nunder, bool simd,
+                     bool narrow) {
+  int64_t done = 0;
+  if constexpr (VecLoad<Load>::ok && !SR && X != Xform::Mul) {
+    if (simd && !narrow) {
+      done = n - n % 8;
+      avx2::encode_segment<T, decltype(VecLoad<Load>::make(ld)), X == Xform::Expand>(
+          VecLoad<Load>::make(ld), base, done, sq, p, sat, fmax, out, nsat, nunder);
+    }
+  }
+  if (done == n) return;
+  if (narrow)
+    encode_range<T, Load, X, SR>(ld, base + done, n - done, sq, p, sat, fmax, out, seed, idx0 + done, nsat, nunder);
+  else
+    encode_segment<T, Load, X, SR>(ld, base + done, n - done, sq, p, sat, fmax, out, seed, idx0 + done, nsat, nunder);
+}
+
 struct GroupParams {
   Xform xform = Xform::Div;
   std::vector<float> s_quant;  // Div: divisor; Mul: multiplier
@@ -303,6 +376,7 @@ void encode_all(const Load& ld, QuantizedTensor& q, const GroupParams& gp, const
   const float fmax = saturation_bound(spec.format);  // what the saturated count compares with
   uint8_t* out = q.codes.data();
   const bool narrow = g.group_cols < kNarrow;
+  const bool simd = quant_simd();
   int64_t nsat = 0, nunder = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (sp.tasks > 1) reduction(+ : nsat, nunder)
   for (int64_t t = 0; t < sp.tasks; ++t) {
@@ -318,9 +392,8 @@ void encode_all(const Load& ld, QuantizedTensor& q, const GroupParams& gp, const
         ExpandParams p;
         if (gp.xform == Xform::Expand) p = {q.expand_k[grp], q.expand_c[grp], q.scales[grp]};
         const float sq = gp.xform == Xform::Expand ? 0.0f : gp.s_quant[grp];
-#define FP8SIM_ENC(X, S)                                                                               \
-  (narrow ? encode_range<T, Load, X, S>(ld, base, n, sq, p, sat, fmax, out, spec.seed, idx0, nsat, nunder) \
-          : encode_segment<T, Load, X, S>(ld, base, n, sq, p, sat, fmax, out, spec.seed, idx0, nsat, nunder))
+#define FP8SIM_ENC(X, S) \
+  encode_dispatch<T, Load, X, S>(ld, base, n, sq, p, sat, fmax, out, spec.seed, idx0, nsat, nunder, simd, narrow)
         switch (gp.xform) {
           case Xform::Div: sr ? FP8SIM_ENC(Xform::Div, true) : FP8SIM_ENC(Xform::Div, false); break;
           case Xform::Mul: sr ? FP8SIM_ENC(Xform::Mul, true) : FP8SIM_ENC(Xform::Mul, false); break;
@@ -489,6 +562,80 @@ void encode_16bit(const Load& ld, QuantizedTensor& q, const std::vector<float>& 
   q.underflow_count = nunder;
 }
 
+// coat DE parameters of one group from its statistics (the spec's epsilon added in fp64 as COAT's
+// kernel does, or in fp32).
+ExpandParams coat_group_params(const QuantSpec& spec, float absmax, float absmin, float fmax_target) {
+  if (spec.eps_add == EpsAdd::Fp64) return coat_expand_params(absmax, absmin, spec.fmax(), fmax_target, spec.eps);
+  const float e32 = static_cast<float>(spec.eps);
+  return coat_expand_params(add_rn(absmax, e32), add_rn(absmin, e32), spec.fmax(), fmax_target, 0.0);
+}
+
+// One pass for one-row groups (per-row, 1xG): each group's statistics, its scale (or DE
+// parameters) and its codes are computed while the group is in L1, instead of a statistics pass
+// over the whole tensor followed by an encoding pass. Same functions, same order within a group,
+// so the same bits as the two-pass path; used with the AVX2 loops (quantize_impl decides).
+template <class T, class Load>
+void quantize_rowgroups_fused(const Load& ld, QuantizedTensor& q, const ScaleConsts& sc, int threads) {
+  const GroupGeometry& g = q.geometry;
+  const QuantSpec& spec = q.spec;
+  const bool coat = spec.expand == ExpandMode::Coat;
+  const bool sat = spec.saturation == Saturation::Finite;
+  const float bound = saturation_bound(spec.format);
+  const float fmax_target = coat ? static_cast<float>(format_info(spec.expand_target).max) : 0.0f;
+  const bool narrow = g.group_cols < kNarrow;
+  const int64_t ng = g.num_groups();
+  uint8_t* out = q.codes.data();
+  int64_t nsat = 0, nunder = 0, nonfinite = 0;
+  uint32_t tmax = 0;
+  const auto vl = VecLoad<Load>::make(ld);
+  // Any group: statistics, scale or DE parameters, codes (the two-pass path's steps, per group).
+  auto general = [&](int64_t grp, int64_t r, int64_t base, int64_t n, int64_t& nsat, int64_t& nunder,
+                     int64_t& nonfinite, uint32_t& tmax) {
+    (void)r;
+    uint32_t amax = 0u, amin = 0x7F800000u;
+    int64_t nf = 0;
+    uint8_t inf = 0;
+    stats_segment(ld, base, n, true, amax, amin, nf, inf);
+    nonfinite += nf;
+    tmax = std::max(tmax, amax);
+    ExpandParams p;
+    float sq = 0.0f;
+    if (coat) {
+      p = coat_group_params(spec, f32_from_bits(amax), amin == 0x7F800000u ? 0.0f : f32_from_bits(amin), fmax_target);
+      q.scales[grp] = p.s;
+      q.expand_k[grp] = p.k;
+      q.expand_c[grp] = p.c;
+      encode_dispatch<T, Load, Xform::Expand, false>(ld, base, n, sq, p, sat, bound, out, 0, 0, nsat, nunder, true,
+                                                     narrow);
+    } else {
+      plain_scales(amax_with_eps(f32_from_bits(amax), sc), sc, sq, q.scales[grp]);
+      encode_dispatch<T, Load, Xform::Div, false>(ld, base, n, sq, p, sat, bound, out, 0, 0, nsat, nunder, true, narrow);
+    }
+  };
+#pragma omp parallel num_threads(threads) if (threads > 1) reduction(+ : nsat, nunder, nonfinite) reduction(max : tmax)
+  {
+    // Contiguous group ranges per thread (static schedule).
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int64_t g0 = ng * t / nt, g1 = ng * (t + 1) / nt;
+    auto general_one = [&](int64_t grp) {
+      const int64_t r = grp / g.grid_cols, c0 = (grp % g.grid_cols) * g.group_cols;
+      const int64_t n = std::min(g.cols, c0 + g.group_cols) - c0;
+      general(grp, r, r * g.cols + c0, n, nsat, nunder, nonfinite, tmax);
+    };
+    if (coat) {
+      auto params = [&](float absmax, float absmin) { return coat_group_params(spec, absmax, absmin, fmax_target); };
+      avx2::coat_groups<T>(vl, ld, g, g0, g1, bound, sat, out, q.scales.data(), q.expand_k.data(), q.expand_c.data(),
+                           nsat, nunder, tmax, params, general_one);
+    } else {
+      avx2::plain_groups<T>(vl, ld, g, g0, g1, sc, bound, sat, out, q.scales.data(), nunder, tmax, general_one);
+    }
+  }
+  q.tensor_amax = f32_from_bits(tmax);
+  q.nonfinite_count = nonfinite;
+  q.saturated_count = nsat;
+  q.underflow_count = nunder;
+}
+
 // Fills q, reusing its buffers (resize keeps capacity: no allocation once q has been sized).
 template <class Load>
 void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSpec& spec, const QuantizeOptions& opts,
@@ -515,6 +662,23 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
 
   const GroupGeometry& g = q.geometry;
   const int64_t ng = g.num_groups();
+  const ScaleConsts sc = scale_consts(spec);
+  if constexpr (VecLoad<Load>::ok) {
+    const bool fused = quant_simd() && !spec.is_16bit() && g.group_rows == 1 && g.group_cols >= kNarrow &&
+                       (spec.granularity == Granularity::Row || spec.granularity == Granularity::Group) &&
+                       !spec.delayed.enabled() && spec.rounding == Rounding::Nearest &&
+                       (spec.expand == ExpandMode::None || spec.expand == ExpandMode::Coat);
+    if (fused) {
+      q.scales.resize(ng);
+      if (spec.expand == ExpandMode::Coat) {
+        q.expand_k.resize(ng);
+        q.expand_c.resize(ng);
+      }
+      if (spec.format == Format::E4M3) quantize_rowgroups_fused<E4M3Traits>(ld, q, sc, threads);
+      else quantize_rowgroups_fused<E5M2Traits>(ld, q, sc, threads);
+      return;
+    }
+  }
   const Stats st = compute_stats(ld, g, threads);
   uint32_t tmax = 0;
   for (int64_t i = 0; i < ng; ++i) {
@@ -524,7 +688,6 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
   q.tensor_amax = f32_from_bits(tmax);
   if (opts.tensor_amax) q.tensor_amax = *opts.tensor_amax;
 
-  const ScaleConsts sc = scale_consts(spec);
   if (spec.is_16bit()) {
     std::vector<float> s_quant(ng), s_stored(ng);
     for (int64_t i = 0; i < ng; ++i) {
@@ -553,13 +716,7 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
     for (int64_t i = 0; i < ng; ++i) {
       const float absmax = f32_from_bits(st.amax[i]);
       const float absmin = st.amin[i] == 0x7F800000u ? 0.0f : f32_from_bits(st.amin[i]);
-      ExpandParams p;
-      if (spec.eps_add == EpsAdd::Fp64) {
-        p = coat_expand_params(absmax, absmin, spec.fmax(), fmax_target, spec.eps);
-      } else {  // eps added in fp32: same formulas with the fp32 sums
-        const float e32 = static_cast<float>(spec.eps);
-        p = coat_expand_params(add_rn(absmax, e32), add_rn(absmin, e32), spec.fmax(), fmax_target, 0.0);
-      }
+      const ExpandParams p = coat_group_params(spec, absmax, absmin, fmax_target);
       q.scales[i] = p.s;
       q.expand_k[i] = p.k;
       q.expand_c[i] = p.c;
@@ -652,7 +809,17 @@ __attribute__((target_clones("avx2", "default"))) void decode_segment(const uint
 
 template <class T>
 void decode_group_segment(const uint8_t* codes, int64_t base, int64_t n, float s, const ExpandParams& p, bool expand,
-                          float* out) {
+                          float* out, bool simd) {
+  if (simd && n >= kNarrow) {
+    const int64_t n8 = n - n % 8;
+    if (expand) avx2::decode_segment<T, true>(codes, base, n8, s, p, out);
+    else avx2::decode_segment<T, false>(codes, base, n8, s, p, out);
+    base += n8;
+    n -= n8;
+    if (expand) decode_range<T, true>(codes, base, n, s, p, out);
+    else decode_range<T, false>(codes, base, n, s, p, out);
+    return;
+  }
   if (n < kNarrow) {
     if (expand) decode_range<T, true>(codes, base, n, s, p, out);
     else decode_range<T, false>(codes, base, n, s, p, out);
@@ -689,6 +856,7 @@ void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
                        static_cast<int64_t>(q.expand_c.size()) == g.num_groups(),
                    "quantized tensor lacks per-group k and c");
   const bool e5 = q.spec.format == Format::E5M2;
+  const bool simd = quant_simd();
   const TaskSplit sp = make_split(g, threads);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (sp.tasks > 1)
   for (int64_t t = 0; t < sp.tasks; ++t) {
@@ -708,8 +876,10 @@ void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
           }
         } else {
           const ExpandParams p = expand ? ExpandParams{q.expand_k[grp], q.expand_c[grp], q.scales[grp]} : ExpandParams{};
-          if (e5) decode_group_segment<E5M2Traits>(q.codes.data(), r * g.cols + c0, c1 - c0, q.scales[grp], p, expand, out);
-          else decode_group_segment<E4M3Traits>(q.codes.data(), r * g.cols + c0, c1 - c0, q.scales[grp], p, expand, out);
+          if (e5)
+            decode_group_segment<E5M2Traits>(q.codes.data(), r * g.cols + c0, c1 - c0, q.scales[grp], p, expand, out, simd);
+          else
+            decode_group_segment<E4M3Traits>(q.codes.data(), r * g.cols + c0, c1 - c0, q.scales[grp], p, expand, out, simd);
         }
       }
     }

@@ -100,6 +100,13 @@ struct QuantizeOptions {
   int threads = 0;            // 0 = OpenMP default
 };
 
+// The element loops run as AVX2 code when the CPU has it (sim/quant/avx2_kernels.hpp: lane-wise
+// transcriptions of the scalar functions, same bits). Turning this off forces the portable scalar
+// loops everywhere (quantize, dequantize): the tests compare the two, and it is the fallback a
+// user can select (FP8SIM_NO_SIMD=1 in the environment sets it off at start-up).
+void set_quant_simd(bool enabled);
+bool quant_simd();
+
 enum class InputDtype : uint8_t { F32, BF16, FP16 };
 
 // x: numel(shape) values, row-major. Throws UsageError for an invalid spec or shape.

@@ -1,0 +1,585 @@
+#pragma once
+// AVX2 versions of the quantizer's element loops (sim/quant/quantize.cpp dispatches to them at
+// run time when the CPU has AVX2). They are NOT new numerics: every function below is a lane-wise
+// transcription of an FP8SIM_HD scalar function (fp8.hpp encode_fp8_rne, dmath.hpp pow_det and
+// its parts, expand.hpp expand_value / compress_value, scale.hpp group_stat_add), performing the
+// same correctly rounded fp32 operations in the same order, with the same integer bit
+// manipulation. AVX2 without FMA is enabled (never "fma": a fused multiply-add would change
+// bits), and -ffp-contract=off applies to the whole project. So each lane gives the same bits as
+// the scalar function, and therefore as the CUDA kernels; tests/test_quantize_simd.cpp checks it
+// (pow_det on special and random inputs, the encoder on every fp32 bit pattern, and whole
+// quantize/dequantize calls with the SIMD path on and off).
+//
+// Only included by quantize.cpp. The pragma below gives every function defined in this header the
+// avx2 target; the headers it depends on are included before it, so nothing they define is
+// compiled for AVX2 (which would let the linker pick an AVX2 copy for a non-AVX2 caller).
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "sim/common/hd.hpp"
+#include "sim/formats/fp8.hpp"
+#include "sim/quant/expand.hpp"
+#include "sim/quant/scale.hpp"
+#include "sim/quant/spec.hpp"
+
+namespace fp8sim::avx2 {
+
+// True when this CPU can run the functions below (checked once).
+inline bool available() {
+  static const bool ok = __builtin_cpu_supports("avx2");
+  return ok;
+}
+
+}  // namespace fp8sim::avx2
+
+#pragma GCC push_options
+#pragma GCC target("avx2")
+
+namespace fp8sim::avx2 {
+
+using V = __m256;
+using VI = __m256i;
+
+inline V fb(VI x) { return _mm256_castsi256_ps(x); }
+inline VI ib(V x) { return _mm256_castps_si256(x); }
+inline VI ci(uint32_t c) { return _mm256_set1_epi32(static_cast<int>(c)); }
+inline V cf(float c) { return _mm256_set1_ps(c); }
+// Lane-wise select m ? a : b for a mask of all-ones / all-zeros lanes: the bitwise form of
+// dmath::sel, so NaN payloads and signed zeros pass through unchanged.
+inline V sel(VI m, V a, V b) { return fb(_mm256_or_si256(_mm256_and_si256(m, ib(a)), _mm256_andnot_si256(m, ib(b)))); }
+inline VI seli(VI m, VI a, VI b) { return _mm256_or_si256(_mm256_and_si256(m, a), _mm256_andnot_si256(m, b)); }
+inline VI eq(VI a, VI b) { return _mm256_cmpeq_epi32(a, b); }
+// Signed compares; every caller passes values below 2^31 (magnitudes, small integers) so they
+// order like the unsigned scalar compares they transcribe.
+inline VI lt(VI a, VI b) { return _mm256_cmpgt_epi32(b, a); }
+inline VI gt(VI a, VI b) { return _mm256_cmpgt_epi32(a, b); }
+inline VI fcmp_lt(V a, V b) { return ib(_mm256_cmp_ps(a, b, _CMP_LT_OQ)); }
+inline VI fcmp_gt(V a, V b) { return ib(_mm256_cmp_ps(a, b, _CMP_GT_OQ)); }
+inline VI fcmp_ne(V a, V b) { return ib(_mm256_cmp_ps(a, b, _CMP_NEQ_OQ)); }
+inline VI vnot(VI m) { return _mm256_xor_si256(m, _mm256_set1_epi32(-1)); }
+inline V add(V a, V b) { return _mm256_add_ps(a, b); }
+inline V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+inline V div(V a, V b) { return _mm256_div_ps(a, b); }
+inline V neg(V a) { return fb(_mm256_xor_si256(ib(a), ci(0x80000000u))); }
+inline V vabs(V a) { return fb(_mm256_and_si256(ib(a), ci(0x7FFFFFFFu))); }
+inline VI is_nan(VI u) { return gt(_mm256_and_si256(u, ci(0x7FFFFFFFu)), ci(0x7F800000u)); }
+
+// ---- dmath.hpp ---------------------------------------------------------------------------------
+
+inline V rint_small(V x) { return add(add(x, cf(12582912.0f)), cf(-12582912.0f)); }
+
+// scale_pow2(r, n) for integer lanes n.
+inline V scale_pow2(V r, VI n) {
+  n = _mm256_min_epi32(_mm256_max_epi32(n, ci(static_cast<uint32_t>(-252))), ci(254));
+  const VI n1 = _mm256_srai_epi32(_mm256_add_epi32(n, _mm256_srli_epi32(n, 31)), 1);  // n / 2, toward 0
+  const VI n2 = _mm256_sub_epi32(n, n1);
+  const V p1 = fb(_mm256_slli_epi32(_mm256_add_epi32(n1, ci(127)), 23));
+  const V p2 = fb(_mm256_slli_epi32(_mm256_add_epi32(n2, ci(127)), 23));
+  return mul(mul(r, p1), p2);
+}
+
+struct Log2Parts {
+  V e;
+  V l;
+};
+
+// dmath::log2_parts for positive finite lanes.
+inline Log2Parts log2_parts(V x) {
+  VI u = ib(x);
+  const VI sub = lt(u, ci(0x00800000u));
+  u = seli(sub, ib(mul(x, cf(8388608.0f))), u);
+  const VI e = _mm256_srai_epi32(_mm256_sub_epi32(u, ci(0x3F3504F3u)), 23);
+  const V m = fb(_mm256_sub_epi32(u, _mm256_slli_epi32(e, 23)));
+  const V f = add(m, cf(-1.0f));
+  const V s = div(f, add(cf(2.0f), f));
+  const V z = mul(s, s);
+  V R = cf(0.22222222f);
+  R = add(mul(R, z), cf(0.28571429f));
+  R = add(mul(R, z), cf(0.40000001f));
+  R = add(mul(R, z), cf(0.66666669f));
+  R = mul(R, z);
+  const V hfsq = mul(mul(cf(0.5f), f), f);
+  const V ln1p = add(f, neg(add(hfsq, neg(mul(s, add(hfsq, R))))));
+  const V l = mul(ln1p, cf(1.44269502f));
+  const VI ei = _mm256_sub_epi32(e, _mm256_and_si256(sub, ci(23)));
+  return Log2Parts{_mm256_cvtepi32_ps(ei), l};
+}
+
+inline V exp2_reduced(V g) {
+  V p = cf(1.5252734e-05f);
+  p = add(mul(p, g), cf(1.5403530e-04f));
+  p = add(mul(p, g), cf(1.3333558e-03f));
+  p = add(mul(p, g), cf(9.6181291e-03f));
+  p = add(mul(p, g), cf(5.5504109e-02f));
+  p = add(mul(p, g), cf(2.4022651e-01f));
+  p = add(mul(p, g), cf(6.9314718e-01f));
+  return add(cf(1.0f), mul(p, g));
+}
+
+// lo <= x <= hi clamp written as the scalar code's nested ternary: x > hi ? hi : (x < lo ? lo : x).
+inline V clamp_sym(V x, float lim) {
+  const V hi = cf(lim), lo = cf(-lim);
+  return sel(fcmp_gt(x, hi), hi, sel(fcmp_lt(x, lo), lo, x));
+}
+
+// dmath::pow_det, lane-wise.
+inline V pow_det(V x, V y) {
+  const VI sx = ib(x);
+  const VI ux = _mm256_and_si256(sx, ci(0x7FFFFFFFu));
+  const VI uy = ib(y);
+  const VI ay = _mm256_and_si256(uy, ci(0x7FFFFFFFu));
+  const VI yneg = _mm256_srai_epi32(uy, 31);
+  const VI xneg = _mm256_srai_epi32(sx, 31);
+  const V inf = fb(ci(0x7F800000u));
+  const V nan = fb(ci(0x7FC00000u));
+  const V zero = _mm256_setzero_ps();
+  const V one = cf(1.0f);
+
+  const VI ux_zero = eq(ux, _mm256_setzero_si256());
+  const VI ux_inf = eq(ux, ci(0x7F800000u));
+  const VI x_ok = _mm256_andnot_si256(_mm256_or_si256(ux_zero, xneg), lt(ux, ci(0x7F800000u)));
+  const VI y_ok = lt(ay, ci(0x7F800000u));
+  const V xc = sel(x_ok, x, one);
+  const V yv = sel(y_ok, y, zero);
+  const Log2Parts lp = log2_parts(xc);
+  const V ylim = sel(fcmp_ne(lp.e, zero), cf(16384.0f), cf(1099511627776.0f));
+  const V nylim = neg(ylim);
+  const V yc = sel(fcmp_gt(yv, ylim), ylim, sel(fcmp_lt(yv, nylim), nylim, yv));
+  const V y_hi = fb(_mm256_and_si256(ib(yc), ci(0xFFFFF000u)));
+  const V y_lo = add(yc, neg(y_hi));
+  const V a_hi = mul(y_hi, lp.e);
+  const V a_lo = mul(y_lo, lp.e);
+  const V n1 = rint_small(a_hi);
+  V t = add(add(a_hi, neg(n1)), add(a_lo, mul(yc, lp.l)));
+  t = clamp_sym(t, 2097152.0f);
+  const V n2 = rint_small(t);
+  const V g = add(t, neg(n2));
+  V n = add(n1, n2);
+  n = clamp_sym(n, 400.0f);
+  V r = scale_pow2(exp2_reduced(g), _mm256_cvttps_epi32(n));
+
+  // Special values, lowest priority first (as the scalar function).
+  const VI xlt1 = fcmp_lt(x, one);
+  r = sel(eq(ay, ci(0x7F800000u)), sel(_mm256_xor_si256(xlt1, yneg), zero, inf), r);
+  r = sel(ux_inf, sel(yneg, zero, inf), r);
+  r = sel(ux_zero, sel(yneg, inf, zero), r);
+  r = sel(eq(uy, ci(0x3F800000u)), sel(ux_zero, zero, x), r);
+  r = sel(_mm256_andnot_si256(ux_zero, xneg), nan, r);
+  r = sel(_mm256_or_si256(is_nan(uy), is_nan(ux)), nan, r);
+  r = sel(_mm256_or_si256(eq(ay, _mm256_setzero_si256()), eq(sx, ci(0x3F800000u))), one, r);
+  return r;
+}
+
+// ---- expand.hpp --------------------------------------------------------------------------------
+
+// expand_value: sign(x) * pow(|x| / c, k) / s.
+inline V expand_value(V x, V c, V k, V s) {
+  const V mag = pow_det(div(vabs(x), c), k);
+  const V signed_mag = fb(_mm256_xor_si256(ib(mag), _mm256_and_si256(ib(x), ci(0x80000000u))));
+  return div(signed_mag, s);
+}
+
+// compress_value: sign(q*s) * pow(|q*s|, kinv) * c, kinv = 1/k computed by the caller (fp32 div).
+inline V compress_value(V q, V s, V kinv, V c) {
+  const V qs = mul(q, s);
+  const V mag = pow_det(vabs(qs), kinv);
+  return mul(fb(_mm256_xor_si256(ib(mag), _mm256_and_si256(ib(qs), ci(0x80000000u)))), c);
+}
+
+// ---- fp8.hpp -----------------------------------------------------------------------------------
+
+// encode_fp8_rne<T>(v, sat), lane-wise; returns the codes as int32 lanes (0..255).
+template <class T>
+inline VI encode_rne(V v, bool saturate) {
+  const VI u = ib(v);
+  const VI sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), ci(0x80u));
+  const VI a = _mm256_and_si256(u, ci(0x7FFFFFFFu));
+  constexpr int D = T::kDropBits;
+  const VI rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(a, ci((1u << (D - 1)) - 1u)), _mm256_and_si256(_mm256_srli_epi32(a, D), ci(1u))),
+      D);
+  const VI normal = _mm256_sub_epi32(rounded, ci(static_cast<uint32_t>(127 - T::kBias) << T::kMantissaBits));
+  const V scaled = add(mul(fb(a), cf(pow2f(T::kSubShift))), cf(8388608.0f));
+  const VI sub = _mm256_sub_epi32(ib(scaled), ci(0x4B000000u));
+  const VI subnormal = lt(a, ci(T::kMinNormalBits));
+  const VI overflow = _mm256_andnot_si256(subnormal, gt(normal, ci(T::kMaxCode)));
+  VI code = seli(subnormal, sub, normal);
+  code = seli(overflow, ci(saturate ? T::kMaxCode : T::kOverflowCode), code);
+  code = _mm256_or_si256(code, sign);
+  code = seli(gt(a, ci(0x7F800000u)), ci(T::kNanCode), code);
+  return code;
+}
+
+// Stores 8 int32 lanes holding bytes as 8 consecutive bytes.
+inline void store8(uint8_t* out, VI codes) {
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
+}
+
+// ---- loaders -----------------------------------------------------------------------------------
+
+struct VLoadF32 {
+  const float* p;
+  V load8(int64_t i) const { return _mm256_loadu_ps(p + i); }
+};
+struct VLoadBF16 {
+  const uint16_t* p;
+  V load8(int64_t i) const {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    return fb(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+};
+
+inline int64_t hsum(VI v) {
+  alignas(32) int32_t t[8];
+  _mm256_store_si256(reinterpret_cast<VI*>(t), v);
+  int64_t s = 0;
+  for (int32_t x : t) s += x;
+  return s;
+}
+inline uint32_t hmax_u(VI v) {
+  alignas(32) uint32_t t[8];
+  _mm256_store_si256(reinterpret_cast<VI*>(t), v);
+  uint32_t m = 0;
+  for (uint32_t x : t) m = x > m ? x : m;
+  return m;
+}
+inline uint32_t hmin_u(VI v) {
+  alignas(32) uint32_t t[8];
+  _mm256_store_si256(reinterpret_cast<VI*>(t), v);
+  uint32_t m = 0xFFFFFFFFu;
+  for (uint32_t x : t) m = x < m ? x : m;
+  return m;
+}
+
+// group_stat_add over the first n8 = n - n % 8 elements of a segment (the caller folds the tail
+// in with the scalar function): amax / min-nonzero as fp32 bits, non-finite count, any +-Inf.
+struct SegStats {
+  uint32_t amax = 0u;
+  uint32_t amin = 0x7F800000u;
+  int64_t nonfinite = 0;
+  bool inf = false;
+};
+template <class VL>
+inline SegStats segment_stats(const VL& ld, int64_t base, int64_t n8) {
+  VI m = _mm256_setzero_si256(), mn = ci(0x7F800000u), nf = _mm256_setzero_si256(), anyinf = _mm256_setzero_si256();
+  const VI finlim = ci(0x7F800000u);
+  for (int64_t i = 0; i < n8; i += 8) {
+    const VI a = _mm256_and_si256(ib(ld.load8(base + i)), ci(0x7FFFFFFFu));
+    const VI fin = lt(a, finlim);
+    m = _mm256_max_epi32(m, _mm256_and_si256(a, fin));
+    const VI nzfin = _mm256_andnot_si256(eq(a, _mm256_setzero_si256()), fin);
+    mn = _mm256_min_epi32(mn, seli(nzfin, a, finlim));
+    nf = _mm256_sub_epi32(nf, vnot(fin));
+    anyinf = _mm256_or_si256(anyinf, eq(a, finlim));
+  }
+  SegStats s;
+  s.amax = hmax_u(m);
+  s.amin = hmin_u(mn);
+  s.nonfinite = hsum(nf);
+  s.inf = !_mm256_testz_si256(anyinf, anyinf);
+  return s;
+}
+
+// encode_range (quantize.cpp) for the first n8 elements, round to nearest: v = x / sq (DIV) or
+// expand_value(x, p) (EXPAND); counts saturated (|v| > bound) and underflowed finite elements.
+template <class T, class VL, bool EXPAND>
+inline void encode_segment(const VL& ld, int64_t base, int64_t n8, float sq, const ExpandParams& p, bool sat,
+                           float bound, uint8_t* out, int64_t& nsat, int64_t& nunder) {
+  const V vs = cf(sq), vbound = cf(bound);
+  const V pc = cf(p.c), pk = cf(p.k), ps = cf(p.s);
+  VI sc = _mm256_setzero_si256(), uc = _mm256_setzero_si256();
+  const VI finlim = ci(0x7F800000u);
+  for (int64_t i = 0; i < n8; i += 8) {
+    const V x = ld.load8(base + i);
+    const V v = EXPAND ? expand_value(x, pc, pk, ps) : div(x, vs);
+    const VI code = encode_rne<T>(v, sat);
+    store8(out + base + i, code);
+    const VI ax = _mm256_and_si256(ib(x), ci(0x7FFFFFFFu));
+    const VI fin = lt(ax, finlim);
+    sc = _mm256_sub_epi32(sc, _mm256_and_si256(fin, fcmp_gt(vabs(v), vbound)));
+    const VI zero_code = eq(_mm256_and_si256(code, ci(0x7Fu)), _mm256_setzero_si256());
+    const VI nz = vnot(eq(ax, _mm256_setzero_si256()));
+    uc = _mm256_sub_epi32(uc, _mm256_and_si256(_mm256_and_si256(fin, nz), zero_code));
+  }
+  nsat += hsum(sc);
+  nunder += hsum(uc);
+}
+
+// ---- plain 1xG fast path -------------------------------------------------------------------------
+// For a group whose elements are all finite and whose largest quotient amax / s cannot exceed the
+// saturation bound (division is monotone, so then no |x / s| does), encode_fp8_rne's NaN and
+// overflow selections and the saturation count are dead: the fast encoder leaves them out. Its
+// remaining steps are the scalar encoder's, except that the subnormal code is converted with
+// cvtps2dq instead of the +2^23 trick: both round to nearest even, and the value (|v| * 2^S < 8,
+// an exact power-of-two scaling) is exactly representable either way.
+
+// max |x| bits over the first n8 elements, non-finite included (>= 0x7F800000 flags one).
+template <class VL>
+__attribute__((always_inline)) inline uint32_t scan_amax_bits(const VL& ld, int64_t base, int64_t n8) {
+  VI m0 = _mm256_setzero_si256(), m1 = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 16 <= n8; i += 16) {
+    m0 = _mm256_max_epi32(m0, _mm256_and_si256(ib(ld.load8(base + i)), ci(0x7FFFFFFFu)));
+    m1 = _mm256_max_epi32(m1, _mm256_and_si256(ib(ld.load8(base + i + 8)), ci(0x7FFFFFFFu)));
+  }
+  if (i < n8) m0 = _mm256_max_epi32(m0, _mm256_and_si256(ib(ld.load8(base + i)), ci(0x7FFFFFFFu)));
+  const VI m = _mm256_max_epi32(m0, m1);
+  __m128i h = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(h));
+}
+
+// Elements equal to +-0 among the first n8.
+template <class VL>
+inline int64_t count_zeros(const VL& ld, int64_t base, int64_t n8) {
+  int64_t z = 0;
+  for (int64_t i = 0; i < n8; i += 8) {
+    const VI a = _mm256_and_si256(ib(ld.load8(base + i)), ci(0x7FFFFFFFu));
+    z += __builtin_popcount(static_cast<uint32_t>(_mm256_movemask_ps(fb(eq(a, _mm256_setzero_si256())))));
+  }
+  return z;
+}
+
+template <class T>
+inline VI encode_rne_finite(V v) {
+  const VI u = ib(v);
+  const VI a = _mm256_and_si256(u, ci(0x7FFFFFFFu));
+  const VI sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), ci(0x80u));
+  constexpr int D = T::kDropBits;
+  const VI rounded = _mm256_srli_epi32(
+      _mm256_add_epi32(_mm256_add_epi32(a, ci((1u << (D - 1)) - 1u)), _mm256_and_si256(_mm256_srli_epi32(a, D), ci(1u))),
+      D);
+  const VI normal = _mm256_sub_epi32(rounded, ci(static_cast<uint32_t>(127 - T::kBias) << T::kMantissaBits));
+  const VI sub = _mm256_cvtps_epi32(mul(fb(a), cf(pow2f(T::kSubShift))));
+  const VI subnormal = lt(a, ci(T::kMinNormalBits));
+  const VI code = ib(_mm256_blendv_ps(fb(normal), fb(sub), fb(subnormal)));
+  return _mm256_or_si256(code, sign);
+}
+
+// Codes of x / sq for the first n8 elements (a multiple of 8); returns how many codes are +-0.
+template <class T, class VL>
+__attribute__((always_inline)) inline int64_t encode_plain_fast(const VL& ld, int64_t base, int64_t n8, float sq, uint8_t* out) {
+  const V vs = cf(sq);
+  const __m256i low7 = _mm256_set1_epi8(0x7F);
+  const VI perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  int64_t zero_codes = 0;
+  int64_t i = 0;
+  for (; i + 32 <= n8; i += 32) {
+    const VI c0 = encode_rne_finite<T>(div(ld.load8(base + i), vs));
+    const VI c1 = encode_rne_finite<T>(div(ld.load8(base + i + 8), vs));
+    const VI c2 = encode_rne_finite<T>(div(ld.load8(base + i + 16), vs));
+    const VI c3 = encode_rne_finite<T>(div(ld.load8(base + i + 24), vs));
+    // packus works within 128-bit lanes: the dwords come out as c0lo c1lo c2lo c3lo c0hi c1hi
+    // c2hi c3hi (4 codes each) and the permutation restores element order.
+    const VI b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3)),
+                                             perm);
+    _mm256_storeu_si256(reinterpret_cast<VI*>(out + base + i), b);
+    const uint32_t zm = static_cast<uint32_t>(
+        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(b, low7), _mm256_setzero_si256())));
+    zero_codes += __builtin_popcount(zm);
+  }
+  for (; i < n8; i += 8) {
+    const VI c = encode_rne_finite<T>(div(ld.load8(base + i), vs));
+    store8(out + base + i, c);
+    const uint32_t zm = static_cast<uint32_t>(_mm256_movemask_ps(fb(eq(_mm256_and_si256(c, ci(0x7Fu)), _mm256_setzero_si256()))));
+    zero_codes += __builtin_popcount(zm);
+  }
+  return zero_codes;
+}
+
+// The one-row groups [g0, g1) of a plain (fp32 / pow2 / E8M0 / bf16 scale, round-to-nearest)
+// spec: scale from amax (scale.hpp's plain_scales), then the fast encoder, all in one pass per
+// group. A group with a non-finite element or a quotient that could pass the saturation bound is
+// handed to general(grp) instead (the full statistics + encoder path). SL is the scalar loader
+// of the same data (tails of fewer than 8 elements).
+template <class T, class VL, class SL, class General>
+void plain_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1, const ScaleConsts& sc,
+                  float bound, bool sat, uint8_t* out, float* scales, int64_t& nunder, uint32_t& tmax,
+                  General&& general) {
+  for (int64_t grp = g0; grp < g1; ++grp) {
+    const int64_t r = grp / g.grid_cols, c0 = (grp % g.grid_cols) * g.group_cols;
+    const int64_t n = (c0 + g.group_cols < g.cols ? g.group_cols : g.cols - c0), base = r * g.cols + c0;
+    const int64_t n8 = n - n % 8;
+    uint32_t amax = scan_amax_bits(vl, base, n8);
+    for (int64_t i = base + n8; i < base + n; ++i) {
+      const uint32_t a = f32_bits(sl(i)) & 0x7FFFFFFFu;
+      amax = a > amax ? a : amax;
+    }
+    float sq = 0.0f, ss = 0.0f;
+    if (amax < 0x7F800000u) plain_scales(amax_with_eps(f32_from_bits(amax), sc), sc, sq, ss);
+    if (!(amax < 0x7F800000u) || !(div_rn(f32_from_bits(amax), sq) <= bound)) {
+      general(grp);
+      continue;
+    }
+    scales[grp] = ss;
+    tmax = amax > tmax ? amax : tmax;
+    int64_t zero_codes = encode_plain_fast<T>(vl, base, n8, sq, out);
+    for (int64_t i = base + n8; i < base + n; ++i) {
+      const uint8_t c = encode_fp8_rne<T>(div_rn(sl(i), sq), sat);
+      out[i] = c;
+      zero_codes += (c & 0x7Fu) == 0u ? 1 : 0;
+    }
+    if (zero_codes > 0) {  // underflow = zero codes from nonzero inputs
+      int64_t zeros = count_zeros(vl, base, n8);
+      for (int64_t i = base + n8; i < base + n; ++i) zeros += (f32_bits(sl(i)) & 0x7FFFFFFFu) == 0u ? 1 : 0;
+      nunder += zero_codes - zeros;
+    }
+  }
+}
+
+// ---- coat DE fast path ---------------------------------------------------------------------------
+// pow_det(x, y) for lanes x that are +0 or positive finite, and a y shared by all lanes that is
+// finite with 0 < y <= 16384 and y != 1 (callers handle y == 1: pow_det(x, 1) == x). Under those conditions pow_det's special-value
+// selections reduce to "x == 0 gives +0" (x == 1 needs none: the core computes exactly 1 there),
+// and its clamps of y (to +-16384 or +-2^40) and of t (to +-2^21, while |t| <= 1/2 + |y| / 2)
+// are inactive, so y's split y_hi + y_lo is the same for every lane and is hoisted. The clamp of
+// n to +-400 stays (as min/max: n is never NaN). Every remaining operation is pow_det's.
+struct PowConstY {
+  V y, y_hi, y_lo;
+  explicit PowConstY(float k) {
+    const float hi = f32_from_bits(f32_bits(k) & 0xFFFFF000u);
+    y = cf(k);
+    y_hi = cf(hi);
+    y_lo = cf(add_rn(k, -hi));
+  }
+  // The conditions above, checked on the scalar y.
+  static bool usable(float k) { return is_finite_bits(f32_bits(k)) && k > 0.0f && k <= 16384.0f; }
+};
+
+__attribute__((always_inline)) inline V pow_det_pos_const_y(V x, const PowConstY& k) {
+  const Log2Parts lp = log2_parts(x);
+  const V a_hi = mul(k.y_hi, lp.e);
+  const V a_lo = mul(k.y_lo, lp.e);
+  const V n1 = rint_small(a_hi);
+  const V t = add(add(a_hi, neg(n1)), add(a_lo, mul(k.y, lp.l)));
+  const V n2 = rint_small(t);
+  const V g = add(t, neg(n2));
+  const V n = _mm256_min_ps(_mm256_max_ps(add(n1, n2), cf(-400.0f)), cf(400.0f));
+  const V r = scale_pow2(exp2_reduced(g), _mm256_cvttps_epi32(n));
+  return sel(eq(ib(x), _mm256_setzero_si256()), _mm256_setzero_ps(), r);
+}
+
+// The coat-mode groups [g0, g1) of one-row groups (round to nearest): statistics, parameters from
+// params(absmax, absmin) (quantize.cpp: coat_expand_params with the spec's epsilon), then
+// expand_value + encode_fp8_rne per element with pow_det_pos_const_y. A group with a non-finite
+// element or whose k, c, s fall outside the fast path's conditions goes to general(grp).
+template <class T, class VL, class SL, class Params, class General>
+void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1, float bound, bool sat,
+                 uint8_t* out, float* scales, float* ks, float* cs, int64_t& nsat, int64_t& nunder, uint32_t& tmax,
+                 Params&& params, General&& general) {
+  const __m256i low7 = _mm256_set1_epi8(0x7F);
+  const VI perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const V vbound = cf(bound);
+  for (int64_t grp = g0; grp < g1; ++grp) {
+    const int64_t r = grp / g.grid_cols, c0 = (grp % g.grid_cols) * g.group_cols;
+    const int64_t n = (c0 + g.group_cols < g.cols ? g.group_cols : g.cols - c0), base = r * g.cols + c0;
+    const int64_t n8 = n - n % 8;
+    SegStats st = segment_stats(vl, base, n8);
+    GroupStatBits b{st.amax, st.amin};
+    for (int64_t i = base + n8; i < base + n; ++i) {
+      const float x = sl(i);
+      group_stat_add(b, x);
+      st.nonfinite += is_finite_bits(f32_bits(x)) ? 0 : 1;
+    }
+    if (st.nonfinite != 0) {
+      general(grp);
+      continue;
+    }
+    const ExpandParams p = params(group_absmax_value(b), group_absmin_value(b));
+    const bool ok = PowConstY::usable(p.k) && p.c > 0.0f && is_finite_bits(f32_bits(p.c)) && p.s > 0.0f &&
+                    is_finite_bits(f32_bits(p.s));
+    if (!ok) {
+      general(grp);
+      continue;
+    }
+    scales[grp] = p.s;
+    ks[grp] = p.k;
+    cs[grp] = p.c;
+    tmax = b.amax > tmax ? b.amax : tmax;
+    const PowConstY k(p.k);
+    const V vc = cf(p.c), vs = cf(p.s);
+    // pow_det(a, 1) is a exactly (its y == 1 selection), so k == 1 groups skip the core.
+    const bool k_is_one = p.k == 1.0f;
+    auto expand8 = [&](int64_t i, VI& satc) __attribute__((always_inline)) {
+      const V x = vl.load8(i);
+      const V a = div(vabs(x), vc);
+      const V mag = k_is_one ? a : pow_det_pos_const_y(a, k);
+      const V v = div(fb(_mm256_xor_si256(ib(mag), _mm256_and_si256(ib(x), ci(0x80000000u)))), vs);
+      satc = _mm256_sub_epi32(satc, fcmp_gt(vabs(v), vbound));
+      return encode_rne<T>(v, sat);
+    };
+    VI satc = _mm256_setzero_si256();
+    int64_t zero_codes = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n8; i += 32) {
+      const VI c0v = expand8(base + i, satc), c1v = expand8(base + i + 8, satc);
+      const VI c2v = expand8(base + i + 16, satc), c3v = expand8(base + i + 24, satc);
+      const VI packed = _mm256_permutevar8x32_epi32(
+          _mm256_packus_epi16(_mm256_packus_epi32(c0v, c1v), _mm256_packus_epi32(c2v, c3v)), perm);
+      _mm256_storeu_si256(reinterpret_cast<VI*>(out + base + i), packed);
+      zero_codes += __builtin_popcount(static_cast<uint32_t>(
+          _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(packed, low7), _mm256_setzero_si256()))));
+    }
+    for (; i < n8; i += 8) {
+      const VI c = expand8(base + i, satc);
+      store8(out + base + i, c);
+      zero_codes += __builtin_popcount(
+          static_cast<uint32_t>(_mm256_movemask_ps(fb(eq(_mm256_and_si256(c, ci(0x7Fu)), _mm256_setzero_si256())))));
+    }
+    nsat += hsum(satc);
+    for (int64_t j = base + n8; j < base + n; ++j) {
+      const float x = sl(j);
+      const float v = expand_value(x, p);
+      const uint8_t c = encode_fp8_rne<T>(v, sat);
+      out[j] = c;
+      nsat += dmath::abs_bits(v) > bound ? 1 : 0;
+      zero_codes += (c & 0x7Fu) == 0u ? 1 : 0;
+    }
+    if (zero_codes > 0) {
+      int64_t zeros = count_zeros(vl, base, n8);
+      for (int64_t j = base + n8; j < base + n; ++j) zeros += (f32_bits(sl(j)) & 0x7FFFFFFFu) == 0u ? 1 : 0;
+      nunder += zero_codes - zeros;
+    }
+  }
+}
+
+// decode_fp8_vec<T> (quantize.cpp) on 8 codes.
+template <class T>
+inline V decode8(const uint8_t* codes) {
+  const VI c = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes)));
+  const VI sign = _mm256_slli_epi32(_mm256_and_si256(c, ci(0x80u)), 24);
+  const VI mag = _mm256_and_si256(c, ci(0x7Fu));
+  const VI e = _mm256_srli_epi32(mag, T::kMantissaBits);
+  const VI m = _mm256_and_si256(mag, ci((1u << T::kMantissaBits) - 1u));
+  const V normal = fb(_mm256_or_si256(
+      _mm256_or_si256(sign, _mm256_slli_epi32(_mm256_add_epi32(e, ci(127u - T::kBias)), 23)),
+      _mm256_slli_epi32(m, 23 - T::kMantissaBits)));
+  const V sub = fb(_mm256_or_si256(ib(mul(_mm256_cvtepi32_ps(m), cf(pow2f(-T::kSubShift)))), sign));
+  V r = sel(eq(e, _mm256_setzero_si256()), sub, normal);
+  if constexpr (T::kOverflowCode == 0x7F) {
+    r = sel(eq(mag, ci(0x7Fu)), fb(_mm256_or_si256(sign, ci(0x7FC00000u))), r);
+  } else {
+    const VI special = seli(eq(m, _mm256_setzero_si256()), ci(0x7F800000u), ci(0x7FC00000u));
+    r = sel(eq(e, ci(31u)), fb(_mm256_or_si256(sign, special)), r);
+  }
+  return r;
+}
+
+// decode_range (quantize.cpp) for the first n8 elements.
+template <class T, bool EXPAND>
+inline void decode_segment(const uint8_t* codes, int64_t base, int64_t n8, float s, const ExpandParams& p,
+                           float* out) {
+  const V vs = cf(s), ps = cf(p.s), pc = cf(p.c);
+  const V kinv = cf(div_rn(1.0f, p.k));
+  for (int64_t i = 0; i < n8; i += 8) {
+    const V v = decode8<T>(codes + base + i);
+    _mm256_storeu_ps(out + base + i, EXPAND ? compress_value(v, ps, kinv, pc) : mul(v, vs));
+  }
+}
+
+}  // namespace fp8sim::avx2
+
+#pragma GCC pop_options

@@ -1,0 +1,305 @@
+// The AVX2 loops of the quantizer (sim/quant/avx2_kernels.hpp) against the scalar FP8SIM_HD
+// functions they transcribe: pow_det on special and random inputs, the FP8 encoders on every fp32
+// bit pattern, the decoder on every code, and whole quantize / dequantize calls with the SIMD path
+// on and off (every spec family, awkward shapes, non-finite and degenerate data): same bits.
+// Skipped (reported as skipped) on a CPU without AVX2.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sim/formats/fp8.hpp"
+#include "sim/quant/avx2_kernels.hpp"
+#include "sim/quant/dmath.hpp"
+#include "sim/quant/expand.hpp"
+#include "sim/quant/quantize.hpp"
+
+namespace {
+
+using namespace fp8sim;
+
+#define SKIP_WITHOUT_AVX2() \
+  if (!avx2::available()) GTEST_SKIP() << "CPU without AVX2: the SIMD path is never used here"
+
+// Lane-wise pow_det over arrays (n a multiple of 8).
+__attribute__((target("avx2"))) void pow_lanes(const float* x, const float* y, float* out, size_t n) {
+  for (size_t i = 0; i < n; i += 8)
+    _mm256_storeu_ps(out + i, avx2::pow_det(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+}
+
+template <class T>
+__attribute__((target("avx2"))) void encode_lanes(const uint32_t* bits, uint8_t* out, size_t n, bool sat) {
+  for (size_t i = 0; i < n; i += 8) {
+    const __m256 v = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + i)));
+    avx2::store8(out + i, avx2::encode_rne<T>(v, sat));
+  }
+}
+
+template <class T>
+__attribute__((target("avx2"))) void encode_finite_lanes(const uint32_t* bits, uint8_t* out, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    const __m256 v = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + i)));
+    avx2::store8(out + i, avx2::encode_rne_finite<T>(v));
+  }
+}
+
+template <class T>
+__attribute__((target("avx2"))) void decode_all(float* out) {
+  uint8_t codes[256];
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
+  for (int c = 0; c < 256; c += 8) _mm256_storeu_ps(out + c, avx2::decode8<T>(codes + c));
+}
+
+uint32_t bits_of(float f) { return f32_bits(f); }
+
+TEST(QuantSimd, PowDetSpecialGridMatchesScalar) {
+  SKIP_WITHOUT_AVX2();
+  const float inf = INFINITY, nan = NAN;
+  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, 0.5f, inf, -inf, nan, -nan, 1e-45f, 1e-40f, 1.1754942e-38f,
+                           3.4028235e38f, 0.999999f, 1.000001f, 448.0f, 1e-30f, 7.0f, -3.0f, 65504.0f};
+  std::vector<float> ys = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, 2.0f, 0.0625f, 1.0625f, 16.0f, -16.0f, inf, -inf, nan,
+                           16384.0f, 16385.0f, 1099511627776.0f, -1099511627776.0f, 3.0e38f, 1e-20f, 0.7f, 9.9375f};
+  std::vector<float> x, y;
+  for (float a : xs)
+    for (float b : ys) {
+      x.push_back(a);
+      y.push_back(b);
+    }
+  while (x.size() % 8) {
+    x.push_back(1.0f);
+    y.push_back(1.0f);
+  }
+  std::vector<float> out(x.size());
+  pow_lanes(x.data(), y.data(), out.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float ref = dmath::pow_det(x[i], y[i]);
+    ASSERT_EQ(bits_of(out[i]), bits_of(ref)) << "pow_det(" << x[i] << ", " << y[i] << ")";
+  }
+}
+
+TEST(QuantSimd, PowDetRandomMatchesScalar) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937_64 g(7);
+  const size_t n = size_t{1} << 21;
+  std::vector<float> x(n), y(n), out(n);
+  std::uniform_real_distribution<float> ky(-20.0f, 20.0f);
+  for (size_t i = 0; i < n; ++i) {
+    // x: any positive finite pattern (subnormals included) or, 1 in 16, any pattern at all; y: DE-like
+    // exponents (multiples of 1/16 and their reciprocals) or uniform in [-20, 20].
+    const uint32_t r = static_cast<uint32_t>(g());
+    x[i] = (i % 16 == 0) ? f32_from_bits(r) : f32_from_bits(r % 0x7F800000u);
+    const float k = static_cast<float>(1 + g() % 256) / 16.0f;
+    y[i] = (i % 3 == 0) ? k : (i % 3 == 1 ? div_rn(1.0f, k) : ky(g));
+  }
+  pow_lanes(x.data(), y.data(), out.data(), n);
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) bad += bits_of(out[i]) != bits_of(dmath::pow_det(x[i], y[i]));
+  EXPECT_EQ(bad, 0u);
+}
+
+// Every fp32 bit pattern through both encoders, both formats, SAT and NOSAT: 2^32 x 4 checks in
+// blocks (a few seconds with the vector path on both sides of the comparison's reference).
+template <class T>
+void check_encoder_exhaustive(bool sat) {
+  constexpr size_t kBlock = size_t{1} << 16;
+  std::vector<uint32_t> bits(kBlock);
+  std::vector<uint8_t> got(kBlock);
+  uint64_t bad = 0;
+  for (uint64_t start = 0; start < (uint64_t{1} << 32); start += kBlock) {
+    for (size_t i = 0; i < kBlock; ++i) bits[i] = static_cast<uint32_t>(start + i);
+    encode_lanes<T>(bits.data(), got.data(), kBlock, sat);
+    for (size_t i = 0; i < kBlock; ++i) bad += got[i] != encode_fp8_rne<T>(f32_from_bits(bits[i]), sat);
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+TEST(QuantSimd, EncoderE4M3AllPatterns) {
+  SKIP_WITHOUT_AVX2();
+  check_encoder_exhaustive<E4M3Traits>(true);
+  check_encoder_exhaustive<E4M3Traits>(false);
+}
+TEST(QuantSimd, EncoderE5M2AllPatterns) {
+  SKIP_WITHOUT_AVX2();
+  check_encoder_exhaustive<E5M2Traits>(true);
+  check_encoder_exhaustive<E5M2Traits>(false);
+}
+
+// The fast encoder is only used on finite values with |v| <= saturation_bound: all of them.
+template <class T>
+void check_finite_encoder(Format f) {
+  const uint32_t bound_bits = f32_bits(saturation_bound(f));
+  constexpr size_t kBlock = size_t{1} << 16;
+  std::vector<uint32_t> bits;
+  bits.reserve(kBlock);
+  std::vector<uint8_t> got(kBlock);
+  uint64_t bad = 0, checked = 0;
+  auto flush = [&] {
+    while (bits.size() % 8) bits.push_back(0u);
+    encode_finite_lanes<T>(bits.data(), got.data(), bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) bad += got[i] != encode_fp8_rne<T>(f32_from_bits(bits[i]), true);
+    checked += bits.size();
+    bits.clear();
+  };
+  for (uint32_t mag = 0; mag <= bound_bits; ++mag) {
+    bits.push_back(mag);
+    bits.push_back(mag | 0x80000000u);
+    if (bits.size() >= kBlock - 8) flush();
+  }
+  flush();
+  EXPECT_EQ(bad, 0u);
+  EXPECT_GT(checked, 2ull * bound_bits);
+}
+
+TEST(QuantSimd, FiniteEncoderAllInRangePatterns) {
+  SKIP_WITHOUT_AVX2();
+  check_finite_encoder<E4M3Traits>(Format::E4M3);
+  check_finite_encoder<E5M2Traits>(Format::E5M2);
+}
+
+TEST(QuantSimd, DecoderAllCodes) {
+  SKIP_WITHOUT_AVX2();
+  float out[256];
+  decode_all<E4M3Traits>(out);
+  for (int c = 0; c < 256; ++c) EXPECT_EQ(bits_of(out[c]), bits_of(decode_fp8<E4M3Traits>(static_cast<uint8_t>(c)))) << c;
+  decode_all<E5M2Traits>(out);
+  for (int c = 0; c < 256; ++c) EXPECT_EQ(bits_of(out[c]), bits_of(decode_fp8<E5M2Traits>(static_cast<uint8_t>(c)))) << c;
+}
+
+// ---- whole calls, SIMD on vs off -------------------------------------------------------------------
+
+enum class Data { LogNormal, WithZeros, NonFinite, Tiny, Degenerate, Huge, KOne };
+
+std::vector<float> make_data(int64_t n, int64_t cols, Data kind, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<double> nd(-6.0, 3.0);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& e : v) e = static_cast<float>(std::exp(nd(g)) * ((g() & 1) ? 1.0 : -1.0));
+  switch (kind) {
+    case Data::LogNormal: break;
+    case Data::WithZeros:
+      for (size_t i = 0; i < v.size(); ++i)
+        if (g() % 5 == 0) v[i] = (g() & 1) ? 0.0f : -0.0f;
+      break;
+    case Data::NonFinite: {
+      const float specials[] = {INFINITY, -INFINITY, NAN};
+      for (size_t i = 0; i < v.size(); ++i)
+        if (g() % 97 == 0) v[i] = specials[g() % 3];
+      break;
+    }
+    case Data::Tiny:  // subnormal magnitudes: amax / fmax underflows, s = 2^-149 paths
+      for (auto& e : v) e = f32_from_bits(static_cast<uint32_t>(g() % 64) | ((g() & 1) ? 0x80000000u : 0u));
+      break;
+    case Data::Degenerate:  // all-zero rows, constant rows, single nonzero rows
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t row = i / cols;
+        if (row % 4 == 0) v[static_cast<size_t>(i)] = 0.0f;
+        if (row % 4 == 1) v[static_cast<size_t>(i)] = 0.375f;
+        if (row % 4 == 2) v[static_cast<size_t>(i)] = (i % cols == 3) ? -2.5f : 0.0f;
+      }
+      break;
+    case Data::Huge:  // near fp32's max: amax / fmax and x / s near overflow
+      for (auto& e : v) e = e * 1e36f;
+      break;
+    case Data::KOne:  // magnitudes 2^0 .. 2^-16: DE groups with max/min = 2^16 get k == 1 exactly
+      for (size_t i = 0; i < v.size(); ++i)
+        v[i] = std::ldexp((g() & 1) ? 1.0f : -1.0f, -static_cast<int>((i * 7919) % 17));
+      break;
+  }
+  return v;
+}
+
+void expect_same(const QuantizedTensor& a, const QuantizedTensor& b, const std::string& what) {
+  ASSERT_EQ(a.codes.size(), b.codes.size()) << what;
+  size_t bad = 0, first = a.codes.size();
+  for (size_t i = 0; i < a.codes.size(); ++i)
+    if (a.codes[i] != b.codes[i]) {
+      ++bad;
+      first = std::min(first, i);
+    }
+  EXPECT_EQ(bad, 0u) << what << ": first differing code at " << first;
+  auto same_bits = [&](const std::vector<float>& x, const std::vector<float>& y, const char* name) {
+    ASSERT_EQ(x.size(), y.size()) << what << " " << name;
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bits_of(x[i]), bits_of(y[i])) << what << " " << name << "[" << i << "]";
+  };
+  same_bits(a.scales, b.scales, "scales");
+  same_bits(a.expand_k, b.expand_k, "k");
+  same_bits(a.expand_c, b.expand_c, "c");
+  EXPECT_EQ(bits_of(a.tensor_amax), bits_of(b.tensor_amax)) << what;
+  EXPECT_EQ(a.nonfinite_count, b.nonfinite_count) << what;
+  EXPECT_EQ(a.saturated_count, b.saturated_count) << what;
+  EXPECT_EQ(a.underflow_count, b.underflow_count) << what;
+}
+
+struct SimdOff {
+  SimdOff() { set_quant_simd(false); }
+  ~SimdOff() { set_quant_simd(true); }
+};
+
+TEST(QuantSimd, QuantizeAndDequantizeMatchScalarPath) {
+  SKIP_WITHOUT_AVX2();
+  const char* specs[] = {"e4m3:g128",          "e5m2:g128",           "e4m3:g32:scale=e8m0", "e4m3:g16:scale=bf16",
+                         "e4m3:g128:scale=pow2", "e4m3:g100",         "e4m3:row",            "e5m2:row",
+                         "e4m3:tensor",        "e4m3:col",            "e4m3:b128x128",       "e4m3:g128:de=coat",
+                         "e5m2:g128:de=coat",  "e4m3:g128:de=robust", "e4m3:g40:de=coat",    "e4m3:g128:sat=none",
+                         "e4m3:g128:eps=1e-12", "e4m3:g8",            "e4m3:g128:round=stochastic:seed=3"};
+  const std::vector<std::vector<int64_t>> shapes = {{1, 5}, {5, 217}, {217, 300}, {3, 1000}, {64, 128}, {1, 4096}, {37}};
+  const Data kinds[] = {Data::LogNormal, Data::WithZeros, Data::NonFinite, Data::Tiny, Data::Degenerate, Data::Huge,
+                       Data::KOne};
+  uint64_t seed = 1;
+  for (const char* st : specs) {
+    const QuantSpec spec = QuantSpec::parse(st);
+    for (const auto& shape : shapes) {
+      const int64_t n = shape_numel(shape);
+      for (Data kind : kinds) {
+        const std::vector<float> x = make_data(n, shape.back(), kind, seed++);
+        std::vector<uint16_t> xb(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16_rne(x[i]);
+        const std::string what = std::string(st) + " shape " + std::to_string(shape.front()) + "x" +
+                                 std::to_string(shape.back()) + " data " + std::to_string(static_cast<int>(kind));
+        for (int threads : {1, 2}) {
+          QuantizeOptions o;
+          o.threads = threads;
+          const QuantizedTensor fast = quantize(x.data(), shape, spec, o);
+          const QuantizedTensor fast_bf = quantize(xb.data(), shape, spec, o);
+          QuantizedTensor ref, ref_bf;
+          std::vector<float> y_ref(x.size()), y_fast(x.size());
+          {
+            SimdOff off;
+            ref = quantize(x.data(), shape, spec, o);
+            ref_bf = quantize(xb.data(), shape, spec, o);
+            dequantize(ref, y_ref.data(), threads);
+          }
+          expect_same(fast, ref, what + " f32");
+          expect_same(fast_bf, ref_bf, what + " bf16");
+          dequantize(fast, y_fast.data(), threads);
+          size_t bad = 0;
+          for (size_t i = 0; i < x.size(); ++i) bad += bits_of(y_fast[i]) != bits_of(y_ref[i]);
+          EXPECT_EQ(bad, 0u) << what << " dequantize";
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+// The coat fast path's k == 1 branch (pow_det(a, 1) == a) is taken on real groups.
+TEST(QuantSimd, CoatGroupsWithUnitExponentAreCovered) {
+  SKIP_WITHOUT_AVX2();
+  const std::vector<int64_t> shape = {16, 1024};
+  const std::vector<float> x = make_data(shape_numel(shape), 1024, Data::KOne, 5);
+  const QuantizedTensor q = quantize(x.data(), shape, QuantSpec::parse("e4m3:g128:de=coat"));
+  int64_t unit = 0;
+  for (float k : q.expand_k) unit += k == 1.0f ? 1 : 0;
+  EXPECT_GT(unit, q.num_groups() / 2);
+  QuantizedTensor ref;
+  {
+    SimdOff off;
+    ref = quantize(x.data(), shape, QuantSpec::parse("e4m3:g128:de=coat"));
+  }
+  expect_same(q, ref, "k == 1 groups");
+}
+
+}  // namespace
