@@ -359,6 +359,15 @@ inline VI encode_rne_finite(V v) {
   return _mm256_or_si256(code, sign);
 }
 
+// 32 code bytes: a streaming (non-temporal) store where the address allows it. Codes are written
+// once, so they should not evict the input being quantized from the caches, and a streaming store
+// skips reading the destination line first. Callers end with _mm_sfence() (streaming stores are
+// weakly ordered).
+inline void store32(uint8_t* p, VI b) {
+  if ((reinterpret_cast<uintptr_t>(p) & 31u) == 0u) _mm256_stream_si256(reinterpret_cast<VI*>(p), b);
+  else _mm256_storeu_si256(reinterpret_cast<VI*>(p), b);
+}
+
 // Codes of x / sq for the first n8 elements (a multiple of 8); returns how many codes are +-0.
 template <class T, class VL>
 __attribute__((always_inline)) inline int64_t encode_plain_fast(const VL& ld, int64_t base, int64_t n8, float sq, uint8_t* out) {
@@ -376,7 +385,7 @@ __attribute__((always_inline)) inline int64_t encode_plain_fast(const VL& ld, in
     // c2hi c3hi (4 codes each) and the permutation restores element order.
     const VI b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3)),
                                              perm);
-    _mm256_storeu_si256(reinterpret_cast<VI*>(out + base + i), b);
+    store32(out + base + i, b);
     const uint32_t zm = static_cast<uint32_t>(
         _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(b, low7), _mm256_setzero_si256())));
     zero_codes += __builtin_popcount(zm);
@@ -428,6 +437,7 @@ void plain_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0
       nunder += zero_codes - zeros;
     }
   }
+  _mm_sfence();
 }
 
 // ---- coat DE fast path ---------------------------------------------------------------------------
