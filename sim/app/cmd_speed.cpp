@@ -129,24 +129,7 @@ void print_report(const Json& doc, bool show_ops) {
   if (const Json* t = doc.find("table7")) {
     fmt::print("\nCOAT Table 7 rows (paper: H100, FSDP; predicted: this calibration's GPU, kernels only{})\n",
                doc.at("timing").at("fsdp_comm").as_string() == "none" ? ", no communication" : " + the FSDP model");
-    std::vector<std::vector<std::string>> tr;
-    for (const Json& r : t->as_array()) {
-      std::string batches, pred, paper;
-      for (const Json& m : r.at("methods").as_array()) {
-        if (!batches.empty()) {
-          batches += '/';
-          pred += '/';
-          paper += '/';
-        }
-        batches += m.at("batch").as_int() ? std::to_string(m.at("batch").as_int()) : std::string("OOM");
-        pred += opt_num(m.find("tokens_per_s_per_gpu"), "{:.0f}");
-        paper += opt_num(m.find("paper_tokens_per_s_per_gpu"), "{:.0f}");
-      }
-      tr.push_back({fmt::format("{} {}GPU s{}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int()),
-                    batches, pred, paper, opt_num(r.find("te_vs_bf16"), "{:.2f}x"), opt_num(r.find("paper_te_vs_bf16"), "{:.2f}x"),
-                    opt_num(r.find("coat_vs_bf16"), "{:.2f}x"), opt_num(r.find("paper_coat_vs_bf16"), "{:.2f}x"),
-                    opt_num(r.find("coat_vs_bf16_same_batch"), "{:.2f}x")});
-    }
+    const std::vector<std::vector<std::string>> tr = speed::table7_cells(*t, "/", false);
     cli::print_table({"row", "batch b/t/c", "tok/s/GPU b/t/c", "paper tok/s", "TE/BF16", "paper", "COAT/BF16", "paper",
                       "COAT same batch"},
                      tr);

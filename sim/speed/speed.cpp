@@ -614,6 +614,31 @@ void md_table(std::string& out, const std::vector<std::string>& header, const st
 }
 }  // namespace
 
+std::vector<std::vector<std::string>> table7_cells(const Json& table7, const std::string& sep, bool long_labels) {
+  std::vector<std::vector<std::string>> rows;
+  for (const Json& r : table7.as_array()) {
+    std::string batches, pred, paper;
+    for (const Json& m : r.at("methods").as_array()) {
+      if (!batches.empty()) {
+        batches += sep;
+        pred += sep;
+        paper += sep;
+      }
+      batches += m.at("batch").as_int() ? std::to_string(m.at("batch").as_int()) : std::string("OOM");
+      pred += num_or_dash(m.find("tokens_per_s_per_gpu"), "{:.0f}");
+      paper += num_or_dash(m.find("paper_tokens_per_s_per_gpu"), "{:.0f}");
+    }
+    const std::string label =
+        long_labels ? fmt::format("{}, {} GPU, seq {}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int())
+                    : fmt::format("{} {}GPU s{}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int());
+    rows.push_back({label, batches, pred, paper, num_or_dash(r.find("te_vs_bf16"), "{:.2f}x"),
+                    num_or_dash(r.find("paper_te_vs_bf16"), "{:.2f}x"), num_or_dash(r.find("coat_vs_bf16"), "{:.2f}x"),
+                    num_or_dash(r.find("paper_coat_vs_bf16"), "{:.2f}x"),
+                    num_or_dash(r.find("coat_vs_bf16_same_batch"), "{:.2f}x")});
+  }
+  return rows;
+}
+
 std::string speed_markdown(const Json& doc) {
   std::string out;
   const Json& model = doc.at("model");
@@ -676,24 +701,7 @@ std::string speed_markdown(const Json& doc) {
 
   if (const Json* t = doc.find("table7")) {
     out += "### COAT Table 7 rows: predicted throughput beside the paper's (H100, FSDP)\n\n";
-    std::vector<std::vector<std::string>> tr;
-    for (const Json& r : t->as_array()) {
-      std::string batches, pred, paper;
-      for (const Json& m : r.at("methods").as_array()) {
-        if (!batches.empty()) {
-          batches += " / ";
-          pred += " / ";
-          paper += " / ";
-        }
-        batches += m.at("batch").as_int() ? std::to_string(m.at("batch").as_int()) : std::string("OOM");
-        pred += num_or_dash(m.find("tokens_per_s_per_gpu"), "{:.0f}");
-        paper += num_or_dash(m.find("paper_tokens_per_s_per_gpu"), "{:.0f}");
-      }
-      tr.push_back({fmt::format("{}, {} GPU, seq {}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int()),
-                    batches, pred, paper, num_or_dash(r.find("te_vs_bf16"), "{:.2f}x"),
-                    num_or_dash(r.find("paper_te_vs_bf16"), "{:.2f}x"), num_or_dash(r.find("coat_vs_bf16"), "{:.2f}x"),
-                    num_or_dash(r.find("paper_coat_vs_bf16"), "{:.2f}x"), num_or_dash(r.find("coat_vs_bf16_same_batch"), "{:.2f}x")});
-    }
+    const std::vector<std::vector<std::string>> tr = table7_cells(*t, " / ", true);
     md_table(out,
              {"row", "batch BF16 / TE / COAT", "predicted tok/s/GPU", "paper tok/s/GPU", "TE/BF16", "paper TE/BF16",
               "COAT/BF16", "paper COAT/BF16", "COAT/BF16 same batch"},

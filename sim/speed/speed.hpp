@@ -70,6 +70,11 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure = {});
 
 // Human renderings of a speed document.
 std::string speed_markdown(const Json& doc);
+// The cells of the Table 7 comparison (doc["table7"]), one row per model/GPU configuration:
+// label, batches, predicted and paper tokens/s per GPU (BF16 / TE / COAT joined by `sep`), then
+// TE/BF16, paper, COAT/BF16, paper, COAT/BF16 at the same batch. Shared by the terminal table
+// (`fp8sim speed`) and the Markdown report.
+std::vector<std::vector<std::string>> table7_cells(const Json& table7, const std::string& sep, bool long_labels);
 
 // Per-recipe evaluation of one configuration against a calibration (used by speed_report and
 // tests): the kernels with their predicted times and the sums.
