@@ -472,6 +472,47 @@ __attribute__((always_inline)) inline V pow_det_pos_const_y(V x, const PowConstY
   return sel(eq(ib(x), _mm256_setzero_si256()), _mm256_setzero_ps(), r);
 }
 
+// pow_det_pos_const_y on N vectors at once, statement by statement across the N (the same
+// operations per lane; only the instruction order differs). One pow is a long dependency chain
+// (~150 cycles), so interleaving independent vectors is what keeps the core busy.
+#define FP8SIM_EACH _Pragma("GCC unroll 8") for (int j = 0; j < N; ++j)
+#define FP8SIM_EACH_8 _Pragma("GCC unroll 8") for (int j = 0; j < 8; ++j)
+template <int N>
+__attribute__((always_inline)) inline void pow_det_pos_const_y_n(const V* x, V* out, const PowConstY& k) {
+  VI u[N], sub[N], ei[N];
+  V f[N], s[N], z[N], R[N], hfsq[N], e[N], l[N];
+  FP8SIM_EACH u[j] = ib(x[j]);
+  FP8SIM_EACH sub[j] = lt(u[j], ci(0x00800000u));
+  FP8SIM_EACH u[j] = seli(sub[j], ib(mul(x[j], cf(8388608.0f))), u[j]);
+  FP8SIM_EACH ei[j] = _mm256_srai_epi32(_mm256_sub_epi32(u[j], ci(0x3F3504F3u)), 23);
+  FP8SIM_EACH f[j] = add(fb(_mm256_sub_epi32(u[j], _mm256_slli_epi32(ei[j], 23))), cf(-1.0f));
+  FP8SIM_EACH s[j] = div(f[j], add(cf(2.0f), f[j]));
+  FP8SIM_EACH z[j] = mul(s[j], s[j]);
+  FP8SIM_EACH R[j] = add(mul(cf(0.22222222f), z[j]), cf(0.28571429f));
+  FP8SIM_EACH R[j] = add(mul(R[j], z[j]), cf(0.40000001f));
+  FP8SIM_EACH R[j] = add(mul(R[j], z[j]), cf(0.66666669f));
+  FP8SIM_EACH R[j] = mul(R[j], z[j]);
+  FP8SIM_EACH hfsq[j] = mul(mul(cf(0.5f), f[j]), f[j]);
+  FP8SIM_EACH l[j] = mul(add(f[j], neg(add(hfsq[j], neg(mul(s[j], add(hfsq[j], R[j])))))), cf(1.44269502f));
+  FP8SIM_EACH e[j] = _mm256_cvtepi32_ps(_mm256_sub_epi32(ei[j], _mm256_and_si256(sub[j], ci(23))));
+  V a_hi[N], n1[N], t[N], n2[N], g[N], p[N];
+  VI ni[N];
+  FP8SIM_EACH a_hi[j] = mul(k.y_hi, e[j]);
+  FP8SIM_EACH n1[j] = rint_small(a_hi[j]);
+  FP8SIM_EACH t[j] = add(add(a_hi[j], neg(n1[j])), add(mul(k.y_lo, e[j]), mul(k.y, l[j])));
+  FP8SIM_EACH n2[j] = rint_small(t[j]);
+  FP8SIM_EACH g[j] = add(t[j], neg(n2[j]));
+  FP8SIM_EACH ni[j] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(add(n1[j], n2[j]), cf(-400.0f)), cf(400.0f)));
+  FP8SIM_EACH p[j] = add(mul(cf(1.5252734e-05f), g[j]), cf(1.5403530e-04f));
+  FP8SIM_EACH p[j] = add(mul(p[j], g[j]), cf(1.3333558e-03f));
+  FP8SIM_EACH p[j] = add(mul(p[j], g[j]), cf(9.6181291e-03f));
+  FP8SIM_EACH p[j] = add(mul(p[j], g[j]), cf(5.5504109e-02f));
+  FP8SIM_EACH p[j] = add(mul(p[j], g[j]), cf(2.4022651e-01f));
+  FP8SIM_EACH p[j] = add(mul(p[j], g[j]), cf(6.9314718e-01f));
+  FP8SIM_EACH p[j] = add(cf(1.0f), mul(p[j], g[j]));
+  FP8SIM_EACH out[j] = sel(eq(ib(x[j]), _mm256_setzero_si256()), _mm256_setzero_ps(), scale_pow2(p[j], ni[j]));
+}
+
 // The coat-mode groups [g0, g1) of one-row groups (round to nearest): statistics, parameters from
 // params(absmax, absmin) (quantize.cpp: coat_expand_params with the spec's epsilon), then
 // expand_value + encode_fp8_rne per element with pow_det_pos_const_y. A group with a non-finite
@@ -524,14 +565,29 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
     VI satc = _mm256_setzero_si256();
     int64_t zero_codes = 0;
     int64_t i = 0;
-    for (; i + 32 <= n8; i += 32) {
-      const VI c0v = expand8(base + i, satc), c1v = expand8(base + i + 8, satc);
-      const VI c2v = expand8(base + i + 16, satc), c3v = expand8(base + i + 24, satc);
-      const VI packed = _mm256_permutevar8x32_epi32(
-          _mm256_packus_epi16(_mm256_packus_epi32(c0v, c1v), _mm256_packus_epi32(c2v, c3v)), perm);
-      _mm256_storeu_si256(reinterpret_cast<VI*>(out + base + i), packed);
-      zero_codes += __builtin_popcount(static_cast<uint32_t>(
-          _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(packed, low7), _mm256_setzero_si256()))));
+    for (; i + 64 <= n8; i += 64) {
+      V xs[8], a[8], mag[8];
+      VI cv[8];
+      FP8SIM_EACH_8 xs[j] = vl.load8(base + i + 8 * j);
+      FP8SIM_EACH_8 a[j] = div(vabs(xs[j]), vc);
+      if (k_is_one) {
+        FP8SIM_EACH_8 mag[j] = a[j];
+      } else {
+        pow_det_pos_const_y_n<8>(a, mag, k);
+      }
+      FP8SIM_EACH_8 {
+        const V v = div(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(xs[j]), ci(0x80000000u)))), vs);
+        satc = _mm256_sub_epi32(satc, fcmp_gt(vabs(v), vbound));
+        cv[j] = encode_rne<T>(v, sat);
+      }
+      for (int h = 0; h < 2; ++h) {
+        const VI packed = _mm256_permutevar8x32_epi32(
+            _mm256_packus_epi16(_mm256_packus_epi32(cv[4 * h], cv[4 * h + 1]), _mm256_packus_epi32(cv[4 * h + 2], cv[4 * h + 3])),
+            perm);
+        _mm256_storeu_si256(reinterpret_cast<VI*>(out + base + i + 32 * h), packed);
+        zero_codes += __builtin_popcount(static_cast<uint32_t>(
+            _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(packed, low7), _mm256_setzero_si256()))));
+      }
     }
     for (; i < n8; i += 8) {
       const VI c = expand8(base + i, satc);
@@ -592,4 +648,6 @@ inline void decode_segment(const uint8_t* codes, int64_t base, int64_t n8, float
 
 }  // namespace fp8sim::avx2
 
+#undef FP8SIM_EACH
+#undef FP8SIM_EACH_8
 #pragma GCC pop_options
