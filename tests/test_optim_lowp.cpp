@@ -55,7 +55,8 @@ std::vector<float> deq(const MomentState& ms) {
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+  // (empty vectors may hold null data(), which memcmp must not receive even for 0 bytes)
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
 }
 
 // The reference step, written out by hand from REFERENCE.md section 2: dequantize with sim/quant,

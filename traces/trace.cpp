@@ -625,6 +625,10 @@ void TraceReader::Impl::scan_role_group(const H5::Group& g, const std::string& g
 // the probe off (debuggers); FP8SIM_TRACE_PROBE_TIMEOUT sets the child's time limit in seconds.
 namespace {
 constexpr uint64_t kProbeBytes = uint64_t{64} << 20;
+// The child's exit status when reading failed with an ordinary exception (the parent then opens
+// the file itself to report that error). Any other non-zero status is a crash that did not end in
+// a signal: a sanitizer's report exits with status 1, and glibc's abort() paths may be caught.
+constexpr int kProbeCaughtError = 3;
 
 double probe_timeout_seconds() {
   const char* t = std::getenv("FP8SIM_TRACE_PROBE_TIMEOUT");
@@ -667,7 +671,7 @@ void TraceReader::Impl::validate_in_child() {
         }
       }
     } catch (...) {
-      rc = 1;
+      rc = kProbeCaughtError;
     }
     ::_exit(rc);
   }
@@ -692,6 +696,10 @@ void TraceReader::Impl::validate_in_child() {
   if (WIFSIGNALED(status))
     throw Error(fmt::format("cannot open '{}' as HDF5: the file is corrupt (the HDF5 library crashed reading it: {})",
                             path.string(), strsignal(WTERMSIG(status))));
+  if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kProbeCaughtError)
+    throw Error(fmt::format("cannot open '{}' as HDF5: the file is corrupt (the HDF5 library failed reading it, "
+                            "exit status {})",
+                            path.string(), WEXITSTATUS(status)));
 }
 
 TraceReader::TraceReader(const fs::path& path) : impl_(std::make_unique<Impl>()) {
