@@ -634,12 +634,58 @@ inline V decode8(const uint8_t* codes) {
   return r;
 }
 
+// Whether any of the n codes decodes to NaN or Inf (E4M3: S.1111.111; E5M2: S.11111.xx).
+template <class T>
+inline bool has_special_codes(const uint8_t* c, int64_t n) {
+  const uint8_t mask = T::kOverflowCode == 0x7F ? 0x7F : 0x7C;
+  const __m256i vm = _mm256_set1_epi8(static_cast<char>(mask));
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c + i));
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(b, vm), vm)) != 0) return true;
+  }
+  for (; i < n; ++i)
+    if ((c[i] & mask) == mask) return true;
+  return false;
+}
+
 // decode_range (quantize.cpp) for the first n8 elements.
 template <class T, bool EXPAND>
 inline void decode_segment(const uint8_t* codes, int64_t base, int64_t n8, float s, const ExpandParams& p,
                            float* out) {
   const V vs = cf(s), ps = cf(p.s), pc = cf(p.c);
-  const V kinv = cf(div_rn(1.0f, p.k));
+  const float kinv_s = div_rn(1.0f, p.k);
+  const V kinv = cf(kinv_s);
+  if constexpr (EXPAND) {
+    // Fast path: compress_value with pow_det_pos_const_y, valid when the exponent 1/k meets its
+    // conditions, |q * s| stays finite for the largest code (so every |q*s| is finite: the
+    // products are monotone in |q|) and the segment holds no NaN / Inf code.
+    const bool fast = PowConstY::usable(kinv_s) && is_finite_bits(f32_bits(mul_rn(decode_fp8<T>(T::kMaxCode), p.s))) &&
+                      !has_special_codes<T>(codes + base, n8);
+    if (fast) {
+      const PowConstY ky(kinv_s);
+      const bool unit = kinv_s == 1.0f;  // pow_det(a, 1) == a
+      int64_t i = 0;
+      for (; i + 64 <= n8; i += 64) {
+        V qs[8], a[8], mag[8];
+        FP8SIM_EACH_8 qs[j] = mul(decode8<T>(codes + base + i + 8 * j), ps);
+        FP8SIM_EACH_8 a[j] = vabs(qs[j]);
+        if (unit) {
+          FP8SIM_EACH_8 mag[j] = a[j];
+        } else {
+          pow_det_pos_const_y_n<8>(a, mag, ky);
+        }
+        FP8SIM_EACH_8 _mm256_storeu_ps(
+            out + base + i + 8 * j, mul(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(qs[j]), ci(0x80000000u)))), pc));
+      }
+      for (; i < n8; i += 8) {
+        const V qs = mul(decode8<T>(codes + base + i), ps);
+        const V mag = unit ? vabs(qs) : pow_det_pos_const_y(vabs(qs), ky);
+        _mm256_storeu_ps(out + base + i, mul(fb(_mm256_xor_si256(ib(mag), _mm256_and_si256(ib(qs), ci(0x80000000u)))), pc));
+      }
+      return;
+    }
+  }
   for (int64_t i = 0; i < n8; i += 8) {
     const V v = decode8<T>(codes + base + i);
     _mm256_storeu_ps(out + base + i, EXPAND ? compress_value(v, ps, kinv, pc) : mul(v, vs));
