@@ -100,6 +100,83 @@ TEST(QuantSimd, PowDetRandomMatchesScalar) {
   EXPECT_EQ(bad, 0u);
 }
 
+__attribute__((target("avx2"))) void params_lanes(const avx2::CoatConsts& cc, const float* mx, const float* mn, float* k,
+                                                  float* c, float* s, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    __m256 vk, vc, vs;
+    avx2::coat_params8(cc, _mm256_loadu_ps(mx + i), _mm256_loadu_ps(mn + i), vk, vc, vs);
+    _mm256_storeu_ps(k + i, vk);
+    _mm256_storeu_ps(c + i, vc);
+    _mm256_storeu_ps(s + i, vs);
+  }
+}
+
+__attribute__((target("avx2"))) void log2_floor_lanes(const float* x, float* l, float* f, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    _mm256_storeu_ps(l + i, avx2::log2_det(_mm256_loadu_ps(x + i)));
+    _mm256_storeu_ps(f + i, avx2::floor_det(_mm256_loadu_ps(x + i)));
+  }
+}
+
+TEST(QuantSimd, Log2AndFloorMatchScalar) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937_64 g(11);
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN, 1e-45f, 8388608.0f, -8388607.5f,
+                          2.5f, -2.5f, 0.999999f, 16777216.0f, -0.5f, 3.4e38f};
+  while (x.size() < (size_t{1} << 20)) x.push_back(f32_from_bits(static_cast<uint32_t>(g())));
+  std::vector<float> l(x.size()), f(x.size());
+  log2_floor_lanes(x.data(), l.data(), f.data(), x.size());
+  size_t bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    bad += bits_of(l[i]) != bits_of(dmath::log2_det(x[i]));
+    bad += bits_of(f[i]) != bits_of(dmath::floor_det(x[i]));
+  }
+  EXPECT_EQ(bad, 0u);
+}
+
+// The coat parameters of 8 groups at once against coat_expand_params (both epsilon modes, both
+// target formats) on random and degenerate (absmax, absmin) pairs.
+TEST(QuantSimd, CoatParamsMatchScalar) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937_64 g(13);
+  std::vector<float> mx, mn;
+  const float specials[] = {0.0f, 1e-45f, 1e-38f, 1e-30f, 1.0f, 448.0f, 3.4e38f, INFINITY};
+  for (float a : specials)
+    for (float b : specials) {
+      mx.push_back(std::max(a, b));
+      mn.push_back(std::min(a, b));
+    }
+  while (mx.size() < 200000) {
+    const float a = f32_from_bits(static_cast<uint32_t>(g() % 0x7F800000u));
+    const float b = (g() % 4 == 0) ? a : f32_from_bits(static_cast<uint32_t>(g() % 0x7F800000u));
+    mx.push_back(std::max(a, b));
+    mn.push_back(std::min(a, b));
+  }
+  while (mx.size() % 8) {
+    mx.push_back(1.0f);
+    mn.push_back(1.0f);
+  }
+  std::vector<float> k(mx.size()), c(mx.size()), s(mx.size());
+  for (bool fp64 : {true, false})
+    for (float target : {448.0f, 57344.0f}) {
+      avx2::CoatConsts cc;
+      cc.eps_fp64 = fp64;
+      cc.eps = fp64 ? 1e-30 : 1e-12;
+      cc.fmax_store = 448.0f;
+      cc.fmax_target = target;
+      params_lanes(cc, mx.data(), mn.data(), k.data(), c.data(), s.data(), mx.size());
+      size_t bad = 0;
+      for (size_t i = 0; i < mx.size(); ++i) {
+        const ExpandParams p =
+            fp64 ? coat_expand_params(mx[i], mn[i], 448.0f, target, cc.eps)
+                 : coat_expand_params(add_rn(mx[i], static_cast<float>(cc.eps)), add_rn(mn[i], static_cast<float>(cc.eps)),
+                                      448.0f, target, 0.0);
+        bad += bits_of(k[i]) != bits_of(p.k) || bits_of(c[i]) != bits_of(p.c) || bits_of(s[i]) != bits_of(p.s);
+      }
+      EXPECT_EQ(bad, 0u) << "fp64 eps " << fp64 << " target " << target;
+    }
+}
+
 // Every fp32 bit pattern through both encoders, both formats, SAT and NOSAT: 2^32 x 4 checks in
 // blocks (a few seconds with the vector path on both sides of the comparison's reference).
 template <class T>

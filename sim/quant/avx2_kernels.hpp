@@ -513,39 +513,133 @@ __attribute__((always_inline)) inline void pow_det_pos_const_y_n(const V* x, V* 
   FP8SIM_EACH out[j] = sel(eq(ib(x[j]), _mm256_setzero_si256()), _mm256_setzero_ps(), scale_pow2(p[j], ni[j]));
 }
 
+// ---- coat DE parameters, 8 groups at once ----------------------------------------------------------
+
+// add_eps_fp64: float(double(v) + eps), both conversions and the add rounding to nearest.
+inline V add_eps_fp64(V v, double eps) {
+  const __m256d e = _mm256_set1_pd(eps);
+  const __m128 lo = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), e));
+  const __m128 hi = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), e));
+  return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+
+// dmath::log2_det, lane-wise (special values selected after the core ran on 1.0 there).
+inline V log2_det(V x) {
+  const VI u = ib(x);
+  const VI mag = _mm256_and_si256(u, ci(0x7FFFFFFFu));
+  const VI neg = _mm256_srai_epi32(u, 31);
+  const VI zero = eq(mag, _mm256_setzero_si256());
+  const VI inf = eq(u, ci(0x7F800000u));
+  const VI nan = is_nan(u);
+  const VI ok = vnot(_mm256_or_si256(_mm256_or_si256(neg, zero), _mm256_or_si256(inf, nan)));
+  const Log2Parts p = log2_parts(sel(ok, x, cf(1.0f)));
+  V r = add(p.e, p.l);
+  r = sel(inf, x, r);
+  r = sel(zero, fb(ci(0xFF800000u)), r);  // +-0 -> -Inf
+  r = sel(_mm256_andnot_si256(zero, neg), fb(ci(0x7FC00000u)), r);
+  r = sel(nan, x, r);
+  return r;
+}
+
+// dmath::floor_det, lane-wise.
+inline V floor_det(V x) {
+  const VI a = _mm256_and_si256(ib(x), ci(0x7FFFFFFFu));
+  V t = _mm256_cvtepi32_ps(_mm256_cvttps_epi32(x));
+  t = sel(fcmp_gt(t, x), add(t, cf(-1.0f)), t);
+  t = sel(eq(a, _mm256_setzero_si256()), x, t);
+  return sel(_mm256_cmpgt_epi32(a, ci(0x4AFFFFFFu)), x, t);  // |x| >= 2^23, Inf, NaN: x
+}
+
+// What quantize.cpp's coat_group_params needs from the spec.
+struct CoatConsts {
+  bool eps_fp64 = true;  // COAT's kernel: the epsilon added in fp64
+  double eps = 1e-30;
+  float fmax_store = 448.0f;
+  float fmax_target = 448.0f;
+};
+
+// coat_group_params (coat_expand_params with the spec's epsilon), lane-wise.
+inline void coat_params8(const CoatConsts& cc, V absmax, V absmin, V& k, V& c, V& s) {
+  V maxv, minv;
+  if (cc.eps_fp64) {
+    maxv = add_eps_fp64(absmax, cc.eps);
+    minv = add_eps_fp64(absmin, cc.eps);
+  } else {  // eps added in fp32, then coat_expand_params with eps 0 (an exact no-op on these values)
+    const V e32 = cf(static_cast<float>(cc.eps));
+    maxv = add_eps_fp64(add(absmax, e32), 0.0);
+    minv = add_eps_fp64(add(absmin, e32), 0.0);
+  }
+  const V ratio = div(maxv, minv);
+  c = mul(_mm256_sqrt_ps(maxv), _mm256_sqrt_ps(minv));
+  const V lb = cf(dmath::log2_det(expand_ratio_bound(cc.fmax_target)));
+  const V q = div(lb, log2_det(ratio));
+  k = div(floor_det(mul(q, cf(static_cast<float>(kExpandMin)))), cf(static_cast<float>(kExpandMin)));
+  s = div(pow_det(div(maxv, c), k), cf(cc.fmax_store));
+}
+
 // The coat-mode groups [g0, g1) of one-row groups (round to nearest): statistics, parameters from
 // params(absmax, absmin) (quantize.cpp: coat_expand_params with the spec's epsilon), then
 // expand_value + encode_fp8_rne per element with pow_det_pos_const_y. A group with a non-finite
 // element or whose k, c, s fall outside the fast path's conditions goes to general(grp).
-template <class T, class VL, class SL, class Params, class General>
+template <class T, class VL, class SL, class General>
 void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1, float bound, bool sat,
                  uint8_t* out, float* scales, float* ks, float* cs, int64_t& nsat, int64_t& nunder, uint32_t& tmax,
-                 Params&& params, General&& general) {
+                 const CoatConsts& cc, General&& general) {
   const __m256i low7 = _mm256_set1_epi8(0x7F);
   const VI perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const V vbound = cf(bound);
-  for (int64_t grp = g0; grp < g1; ++grp) {
+  // Batches of 8 groups: their statistics, then their parameters in one vector evaluation, then
+  // each group's codes.
+  alignas(32) float bmax[8], bmin[8], bk[8], bc[8], bs[8];
+  bool finite[8];
+  uint32_t bmax_bits[8];
+  for (int64_t gb = g0; gb < g1; gb += 8) {
+    const int64_t nb = g1 - gb < 8 ? g1 - gb : 8;
+    for (int64_t j = 0; j < 8; ++j) {
+      bmax[j] = bmin[j] = 1.0f;  // unused lanes
+      finite[j] = false;
+    }
+    for (int64_t j = 0; j < nb; ++j) {
+      const int64_t grp = gb + j;
+      const int64_t r = grp / g.grid_cols, c0 = (grp % g.grid_cols) * g.group_cols;
+      const int64_t n = (c0 + g.group_cols < g.cols ? g.group_cols : g.cols - c0), base = r * g.cols + c0;
+      const int64_t n8 = n - n % 8;
+      SegStats st = segment_stats(vl, base, n8);
+      GroupStatBits b{st.amax, st.amin};
+      for (int64_t i = base + n8; i < base + n; ++i) {
+        const float x = sl(i);
+        group_stat_add(b, x);
+        st.nonfinite += is_finite_bits(f32_bits(x)) ? 0 : 1;
+      }
+      finite[j] = st.nonfinite == 0;
+      bmax[j] = group_absmax_value(b);
+      bmin[j] = group_absmin_value(b);
+      bmax_bits[j] = b.amax;
+    }
+    {
+      V k, c, s;
+      coat_params8(cc, _mm256_load_ps(bmax), _mm256_load_ps(bmin), k, c, s);
+      _mm256_store_ps(bk, k);
+      _mm256_store_ps(bc, c);
+      _mm256_store_ps(bs, s);
+    }
+  for (int64_t jb = 0; jb < nb; ++jb) {
+    const int64_t grp = gb + jb;
     const int64_t r = grp / g.grid_cols, c0 = (grp % g.grid_cols) * g.group_cols;
     const int64_t n = (c0 + g.group_cols < g.cols ? g.group_cols : g.cols - c0), base = r * g.cols + c0;
     const int64_t n8 = n - n % 8;
-    SegStats st = segment_stats(vl, base, n8);
-    GroupStatBits b{st.amax, st.amin};
-    for (int64_t i = base + n8; i < base + n; ++i) {
-      const float x = sl(i);
-      group_stat_add(b, x);
-      st.nonfinite += is_finite_bits(f32_bits(x)) ? 0 : 1;
-    }
-    if (st.nonfinite != 0) {
+    if (!finite[jb]) {
       general(grp);
       continue;
     }
-    const ExpandParams p = params(group_absmax_value(b), group_absmin_value(b));
+    const ExpandParams p{bk[jb], bc[jb], bs[jb]};
     const bool ok = PowConstY::usable(p.k) && p.c > 0.0f && is_finite_bits(f32_bits(p.c)) && p.s > 0.0f &&
                     is_finite_bits(f32_bits(p.s));
     if (!ok) {
       general(grp);
       continue;
     }
+    const GroupStatBits b{bmax_bits[jb], 0u};
     scales[grp] = p.s;
     ks[grp] = p.k;
     cs[grp] = p.c;
@@ -609,6 +703,7 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
       for (int64_t j = base + n8; j < base + n; ++j) zeros += (f32_bits(sl(j)) & 0x7FFFFFFFu) == 0u ? 1 : 0;
       nunder += zero_codes - zeros;
     }
+  }
   }
 }
 

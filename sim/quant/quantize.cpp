@@ -623,9 +623,13 @@ void quantize_rowgroups_fused(const Load& ld, QuantizedTensor& q, const ScaleCon
       general(grp, r, r * g.cols + c0, n, nsat, nunder, nonfinite, tmax);
     };
     if (coat) {
-      auto params = [&](float absmax, float absmin) { return coat_group_params(spec, absmax, absmin, fmax_target); };
+      avx2::CoatConsts cc;
+      cc.eps_fp64 = spec.eps_add == EpsAdd::Fp64;
+      cc.eps = spec.eps;
+      cc.fmax_store = spec.fmax();
+      cc.fmax_target = fmax_target;
       avx2::coat_groups<T>(vl, ld, g, g0, g1, bound, sat, out, q.scales.data(), q.expand_k.data(), q.expand_c.data(),
-                           nsat, nunder, tmax, params, general_one);
+                           nsat, nunder, tmax, cc, general_one);
     } else {
       avx2::plain_groups<T>(vl, ld, g, g0, g1, sc, bound, sat, out, q.scales.data(), nunder, tmax, general_one);
     }
