@@ -302,7 +302,11 @@ def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
         del src, dst
     elif op in ("quantize", "cast"):
         shape = item["shape"]
+        # The same input dtype as the fp8sim kernel of this item (fp32 casts and DE quantizers
+        # read fp32: a bf16 peer would move half the bytes).
         x = randn_bf16(torch, shape, device, 1)
+        if item.get("dtype") == "f32":
+            x = x.float()
         if op == "cast":
             fdt = torch.float8_e4m3fn if item["spec"].startswith("e4m3") else torch.float8_e5m2
             f = lambda t: t.to(fdt)  # noqa: E731

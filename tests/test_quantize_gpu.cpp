@@ -14,6 +14,7 @@
 
 #include "gpu/common/buffer.hpp"
 #include "gpu/quant/quantize.hpp"
+#include "gpu/quant/quantize_launch.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/quant/quantize.hpp"
 #include "tests/support/gpu_test.hpp"
@@ -213,6 +214,199 @@ TEST(QuantizeGpu, Llama2ShapesVectorizedPaths) {
                         "e4m3:row"})
     check_spec(s, {4096, 11008}, InputDtype::BF16, false);
   check_spec("e4m3:g128:de=coat", {4096 * 11008}, InputDtype::F32, false);
+}
+
+
+// Data like a training trace's tensors: layer-norm weights near 1 (all positive, narrow range),
+// weights and gradients normal with a small spread, activations log-normal; the distribution is
+// what made device run 2's bug visible (a code encoded with the wrong scale differs from the
+// right one for nearly every value).
+std::vector<float> trace_like_data(size_t n, int kind, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    const double z = nd(rng);
+    x = kind == 0 ? static_cast<float>(1.0 + 0.05 * z) : (kind == 1 ? static_cast<float>(2e-3 * z) : 0.0f);
+  }
+  if (kind == 2) v = test::lognormal_data(n, seed, 5.0);
+  return v;
+}
+
+void check_on(const std::string& text, const std::vector<int64_t>& shape, InputDtype dt, const std::vector<float>& x) {
+  const QuantSpec spec = QuantSpec::parse(text);
+  const size_t n = x.size();
+  std::vector<uint16_t> x16(n);
+  const void* data = x.data();
+  if (dt != InputDtype::F32) {
+    for (size_t i = 0; i < n; ++i) x16[i] = dt == InputDtype::BF16 ? f32_to_bf16_rne(x[i]) : f32_to_fp16_rne(x[i]);
+    data = x16.data();
+  }
+  const QuantizedTensor c = quantize_any(data, dt, shape, spec, QuantizeOptions{});
+  const QuantizedTensor g = gpu::quantize_on_gpu(data, dt, shape, spec, QuantizeOptions{});
+  std::string ctx = text + " shape";
+  for (auto d : shape) ctx += " " + std::to_string(d);
+  ctx += dt == InputDtype::F32 ? " f32" : (dt == InputDtype::BF16 ? " bf16" : " fp16");
+  expect_same(c, g, ctx);
+}
+
+TEST(QuantizeGpu, TraceShapesWithPartialTeamsAndColumnsMultipleOf16) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  // The sample trace's shapes: rows a multiple of 16, groups shorter than a team (64 columns with
+  // G = 128), rows of 176 = 11 x 16 (a 16-lane team with 5 empty lanes), blocks whose last teams
+  // have no group. Device run 2 got wrong codes exactly here when empty lanes took the 16-byte path.
+  const std::vector<std::vector<int64_t>> shapes = {{64}, {176, 64}, {64, 176}, {64, 64}, {1, 64, 176}, {11264}, {256, 64}};
+  const char* specs[] = {"e4m3:row:sat=none", "e5m2:g128", "e5m2:g32:scale=e8m0", "e5m2:row:scale=pow2", "e4m3:g128",
+                         "e4m3:g32:scale=e8m0", "e4m3:row", "e4m3:g16:scale=bf16:eps=1e-10", "e4m3:g128:eps=1e-20:eps_add=fp64",
+                         "e4m3:g128:de=coat", "e4m3:b128x128", "e4m3:g16:round=stochastic:seed=7"};
+  uint64_t seed = 1;
+  for (const auto& shape : shapes) {
+    const size_t n = static_cast<size_t>(shape_numel(shape));
+    for (int kind : {0, 1, 2}) {
+      const std::vector<float> x = trace_like_data(n, kind, seed++);
+      for (const char* s : specs) {
+        check_on(s, shape, InputDtype::F32, x);
+        check_on(s, shape, InputDtype::BF16, x);
+      }
+    }
+  }
+}
+
+// Real-looking data with non-finite values, signed zeros, subnormals and an all-zero stretch
+// spread over the whole tensor, so that many groups of the fast kernels take their reference path.
+std::vector<float> scattered_specials(size_t n, uint64_t seed) {
+  std::vector<float> x = test::lognormal_data(n, seed, 7.0);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (size_t i = 97; i < n; i += 9973) x[i] = (i / 9973) % 3 == 0 ? std::numeric_limits<float>::quiet_NaN() : ((i / 9973) % 3 == 1 ? inf : -inf);
+  for (size_t i = 13; i < n; i += 1031) x[i] = -0.0f;
+  for (size_t i = 29; i < n; i += 2053) x[i] = 1e-41f;
+  for (size_t i = n / 2; i < n / 2 + 300 && i < n; ++i) x[i] = 0.0f;
+  return x;
+}
+
+TEST(QuantizeGpu, FastKernelsEveryDtypeScaleModeAndFallback) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  // 1xG fast kernel (G = 16..512), register-resident rows / blocks / long groups, per-tensor encode;
+  // fp32, bf16 and fp16 inputs; saturating and not; RNE and stochastic; NaN / Inf groups.
+  const std::vector<int64_t> shape = {256, 4096};
+  const size_t n = 256 * 4096;
+  const std::vector<float> plain = test::lognormal_data(n, 41, 6.0);
+  const std::vector<float> special = scattered_specials(n, 43);
+  const char* specs[] = {"e4m3:g16:scale=bf16", "e4m3:g32:scale=e8m0", "e5m2:g64", "e4m3:g128", "e4m3:g128:sat=none",
+                         "e5m2:g256:scale=pow2", "e4m3:g512", "e4m3:g1024", "e4m3:row", "e5m2:row:sat=none",
+                         "e4m3:b128x128", "e4m3:b128x128:scale=pow2", "e4m3:b16x48", "e4m3:tensor", "e5m2:tensor:sat=none",
+                         "e4m3:g128:round=stochastic:seed=11", "e4m3:row:round=stochastic:seed=3", "e4m3:g128:eps=1e-12"};
+  for (const char* s : specs) {
+    for (InputDtype dt : {InputDtype::F32, InputDtype::BF16, InputDtype::FP16}) {
+      check_on(s, shape, dt, plain);
+      check_on(s, shape, dt, special);
+    }
+  }
+  // A row longer than the register kernel holds (falls back to one block per group, two reads).
+  check_on("e4m3:row", {3, 70000}, InputDtype::BF16, test::lognormal_data(3 * 70000, 47, 6.0));
+}
+
+TEST(QuantizeGpu, HardwareConverterEqualsReferenceEncoderOnAllFiniteFloats) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  // The fast kernels use cvt.rn.satfinite where it equals encode_fp8_rne(x, SAT): prove it for
+  // every finite fp32 bit pattern, both formats (the kernels check the same at first use and keep
+  // the reference encoder if this ever fails).
+  EXPECT_EQ(gpu::detail::hw_cvt_mismatches(true), 0u) << "E4M3";
+  EXPECT_EQ(gpu::detail::hw_cvt_mismatches(false), 0u) << "E5M2";
+}
+
+TEST(QuantizeGpu, ReciprocalDivisionIsCorrectlyRounded) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  // div_by (per-group reciprocal + two Markstein corrections) against div_rn on 2^26 random
+  // pairs over its whole range, a quarter of them quotients with extreme significands.
+  EXPECT_EQ(gpu::detail::div_by_mismatches(uint64_t{1} << 26, 5), 0u);
+}
+
+TEST(QuantizeGpu, ReciprocalDivisionGivesTheReferenceCodesForEveryFloat) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  // Exhaustive over all 2^32 x for adversarial scales: the ends of div_by's range (2^-80, just
+  // below 2^81), all-ones and minimal significands, 1, typical 1/448 and 1/57344 scales: the fast
+  // path's nearest-rounded codes equal the reference's for every finite x with |x/s| <= 2^17 (the
+  // quantizers never exceed fmax (1 + 2^-22)), and the quotient itself is bit-exact wherever
+  // 2^-20 <= |x/s| <= 2^17. (Scales outside the range never take div_by.)
+  const float scales[] = {std::ldexp(1.0f, -80), std::ldexp(1.9999999f, -80), std::ldexp(1.0f, 80),
+                          std::ldexp(1.9999999f, 80), 1.0f, 1.9999999f, 1.0000001f, 1.0f / 448.0f,
+                          1.0f / 57344.0f, 3.1415927e-5f, 2.7182817e+7f};
+  for (float sc : scales) {
+    for (bool e4m3 : {true, false}) {
+      uint64_t codes = 1, quotients = 1;
+      gpu::detail::div_code_mismatches(sc, e4m3, codes, quotients);
+      EXPECT_EQ(codes, 0u) << "s = " << sc << (e4m3 ? " E4M3" : " E5M2");
+      EXPECT_EQ(quotients, 0u) << "s = " << sc << (e4m3 ? " E4M3" : " E5M2");
+    }
+  }
+}
+
+TEST(QuantizeGpu, PowWithGroupExponentEqualsPowDet) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  // The DE kernels' pow_det_y (y-only work hoisted per group) against dmath::pow_det on 2^24
+  // (x, y) pairs: random x of every class, y from DE's exponents and special values.
+  EXPECT_EQ(gpu::detail::pow_y_mismatches(uint64_t{1} << 24, 3), 0u);
+  // Its branch-free log2 (the division as div_rn's fast path without the range check), on every
+  // positive finite float.
+  EXPECT_EQ(gpu::detail::log2_fast_mismatches(), 0u);
+}
+
+TEST(QuantizeGpu, GroupScalingWithALongMaximaListUsesTheMultiBlockReduction) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  // 2^17 producer maxima (above the single-block limit), with a NaN and an Inf maximum that must
+  // not enter, against the CPU's one-pass amax; and reduce_maxima_cuda on the same list.
+  const std::vector<int64_t> shape = {512, 4096};
+  const size_t n = 512 * 4096, chunk = 16, m = n / chunk;
+  const std::vector<float> x = test::lognormal_data(n, 9, 6.0);
+  for (const char* s : {"e4m3:tensor", "e5m2:tensor:scale=pow2"}) {
+    const QuantSpec spec = QuantSpec::parse(s);
+    const QuantizedTensor c = quantize(x.data(), shape, spec);
+    gpu::DeviceBuffer<float> dx = gpu::to_device(x);
+    gpu::DeviceBuffer<float> maxima(m);
+    gpu::chunk_maxima_cuda(dx.get(), InputDtype::F32, n, chunk, maxima.get(), nullptr);
+    std::vector<float> hm = maxima.download();
+    hm[5] = std::numeric_limits<float>::quiet_NaN();
+    hm[m - 3] = std::numeric_limits<float>::infinity();
+    maxima.upload(hm);
+    gpu::DeviceBuffer<uint8_t> codes(n);
+    gpu::DeviceBuffer<float> scale(1);
+    gpu::DeviceBuffer<unsigned char> ws(gpu::quantize_workspace_bytes(spec, shape));
+    gpu::QuantGpuOut out;
+    out.codes = codes.get();
+    out.scales = scale.get();
+    gpu::QuantGpuOptions go;
+    go.producer_maxima = maxima.get();
+    go.producer_maxima_count = m;
+    gpu::quantize_cuda(dx.get(), InputDtype::F32, shape, spec, out, ws.get(), go, nullptr);
+    EXPECT_EQ(first_mismatch(c.codes, codes.download(), "codes"), "") << s;
+    EXPECT_EQ(first_mismatch(c.scales, scale.download(), "scale"), "") << s;
+    gpu::DeviceBuffer<float> amax(1);
+    gpu::reduce_maxima_cuda(maxima.get(), m, amax.get(), nullptr);
+    EXPECT_EQ(f32_bits(amax.download()[0]), f32_bits(c.tensor_amax)) << s;
+  }
+}
+
+TEST(QuantizeGpu, DelayedScalingOverflowNonSaturating) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  // A history scale far too large for this step: many |x * scale| overflow; with sat=none they
+  // must become NaN codes exactly as on the CPU (the hardware converter only saturates).
+  for (const char* s : {"e4m3:tensor:delayed=2,max:sat=none", "e5m2:tensor:delayed=2,max", "e4m3:tensor:delayed=2,recent"}) {
+    const QuantSpec spec = QuantSpec::parse(s);
+    DelayedScaler cpu(spec), gs(spec);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> x = test::lognormal_data(64 * 1000, 200 + step, 4.0);
+      if (step == 2)
+        for (auto& v : x) v *= 1000.0f;  // the history lags: overflow
+      const std::vector<int64_t> shape = {64, 1000};
+      QuantizeOptions oc, og;
+      oc.delayed = &cpu;
+      og.delayed = &gs;
+      const QuantizedTensor c = quantize(x.data(), shape, spec, oc);
+      const QuantizedTensor g = gpu::quantize_on_gpu(x.data(), InputDtype::F32, shape, spec, og);
+      expect_same(c, g, std::string(s) + " step " + std::to_string(step));
+    }
+  }
 }
 
 }  // namespace

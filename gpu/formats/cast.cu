@@ -8,6 +8,7 @@
 
 #include "gpu/common/cuda_check.hpp"
 #include "gpu/formats/cast.hpp"
+#include "gpu/quant/quantize_kernels.cuh"
 #include "sim/formats/fp8.hpp"
 #include "sim/formats/philox.hpp"
 
@@ -45,18 +46,54 @@ __device__ __forceinline__ uint8_t encode1(float x, bool sat, bool stochastic, u
   return stochastic ? encode_fp8_sr<T>(x, sat, philox_word(seed, index)) : encode_fp8_rne<T>(x, sat);
 }
 
+// The 16-byte words of a cast are handled U at a time, their loads issued before any use. With
+// `hw`, a word whose magnitudes all lie below `hw_limit` (bits; SAT: every finite value, NOSAT:
+// below the format's max, so nothing can overflow) is encoded by the hardware converter, which
+// equals encode_fp8_rne there (detail::hw_cvt_verified); other words use the reference encoder.
+constexpr int kCastUnroll = 4;
+
+// The reference encoder for 4 values, out of line (the rare path for `hw`, and the stochastic one).
 template <class T>
-__global__ void cast_f32_to_fp8_kernel(const float* __restrict__ in, uint8_t* __restrict__ out, size_t n,
-                                       bool vec, bool sat, bool stochastic, uint64_t seed, uint64_t offset) {
+__device__ __noinline__ uint32_t encode4_ref(float x0, float x1, float x2, float x3, bool sat, bool stochastic,
+                                             uint64_t seed, uint64_t first_index) {
+  const float xs[4] = {x0, x1, x2, x3};
+  return encode4<T>(xs, sat, stochastic, seed, first_index);
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t encode4_fast(const float (&xs)[4], bool sat, bool stochastic, uint64_t seed,
+                                                 uint64_t first_index, bool hw, uint32_t hw_limit) {
+  if (hw) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) m = max(m, f32_bits(xs[k]) & 0x7FFFFFFFu);
+    if (m < hw_limit) return detail::cvt2_hw<T>(xs[0], xs[1]) | (detail::cvt2_hw<T>(xs[2], xs[3]) << 16);
+  }
+  return encode4_ref<T>(xs[0], xs[1], xs[2], xs[3], sat, stochastic, seed, first_index);
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) cast_f32_to_fp8_kernel(const float* __restrict__ in, uint8_t* __restrict__ out,
+                                                              size_t n, bool vec, bool sat, bool stochastic,
+                                                              uint64_t seed, uint64_t offset, bool hw,
+                                                              uint32_t hw_limit) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   size_t done = 0;
   if (vec) {
     const size_t n4 = n / 4;
-    for (size_t i = tid; i < n4; i += stride) {
-      const float4 v = reinterpret_cast<const float4*>(in)[i];
-      const float xs[4] = {v.x, v.y, v.z, v.w};
-      reinterpret_cast<uint32_t*>(out)[i] = encode4<T>(xs, sat, stochastic, seed, offset + 4 * i);
+    for (size_t i0 = tid; i0 < n4; i0 += kCastUnroll * stride) {
+      float4 v[kCastUnroll];
+#pragma unroll
+      for (int k = 0; k < kCastUnroll; ++k)
+        v[k] = i0 + k * stride < n4 ? reinterpret_cast<const float4*>(in)[i0 + k * stride] : make_float4(0, 0, 0, 0);
+#pragma unroll
+      for (int k = 0; k < kCastUnroll; ++k) {
+        const size_t i = i0 + k * stride;
+        if (i >= n4) break;
+        const float xs[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+        reinterpret_cast<uint32_t*>(out)[i] = encode4_fast<T>(xs, sat, stochastic, seed, offset + 4 * i, hw, hw_limit);
+      }
     }
     done = 4 * n4;
   }
@@ -69,24 +106,34 @@ __device__ __forceinline__ float widen16(uint16_t h) {
 }
 
 template <class T, bool BF16>
-__global__ void cast_16_to_fp8_kernel(const uint16_t* __restrict__ in, uint8_t* __restrict__ out, size_t n, bool vec,
-                                      bool sat, bool stochastic, uint64_t seed, uint64_t offset) {
+__global__ void __launch_bounds__(256) cast_16_to_fp8_kernel(const uint16_t* __restrict__ in, uint8_t* __restrict__ out,
+                                                             size_t n, bool vec, bool sat, bool stochastic,
+                                                             uint64_t seed, uint64_t offset, bool hw,
+                                                             uint32_t hw_limit) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   size_t done = 0;
   if (vec) {
     const size_t n8 = n / 8;
-    for (size_t i = tid; i < n8; i += stride) {
-      const uint4 v = reinterpret_cast<const uint4*>(in)[i];
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-      const float lo[4] = {widen16<BF16>(static_cast<uint16_t>(w[0])), widen16<BF16>(static_cast<uint16_t>(w[0] >> 16)),
-                           widen16<BF16>(static_cast<uint16_t>(w[1])), widen16<BF16>(static_cast<uint16_t>(w[1] >> 16))};
-      const float hi[4] = {widen16<BF16>(static_cast<uint16_t>(w[2])), widen16<BF16>(static_cast<uint16_t>(w[2] >> 16)),
-                           widen16<BF16>(static_cast<uint16_t>(w[3])), widen16<BF16>(static_cast<uint16_t>(w[3] >> 16))};
-      uint2 packed;
-      packed.x = encode4<T>(lo, sat, stochastic, seed, offset + 8 * i);
-      packed.y = encode4<T>(hi, sat, stochastic, seed, offset + 8 * i + 4);
-      reinterpret_cast<uint2*>(out)[i] = packed;
+    for (size_t i0 = tid; i0 < n8; i0 += kCastUnroll * stride) {
+      uint4 v[kCastUnroll];
+#pragma unroll
+      for (int k = 0; k < kCastUnroll; ++k)
+        v[k] = i0 + k * stride < n8 ? reinterpret_cast<const uint4*>(in)[i0 + k * stride] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int k = 0; k < kCastUnroll; ++k) {
+        const size_t i = i0 + k * stride;
+        if (i >= n8) break;
+        const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
+        const float lo[4] = {widen16<BF16>(static_cast<uint16_t>(w[0])), widen16<BF16>(static_cast<uint16_t>(w[0] >> 16)),
+                             widen16<BF16>(static_cast<uint16_t>(w[1])), widen16<BF16>(static_cast<uint16_t>(w[1] >> 16))};
+        const float hi[4] = {widen16<BF16>(static_cast<uint16_t>(w[2])), widen16<BF16>(static_cast<uint16_t>(w[2] >> 16)),
+                             widen16<BF16>(static_cast<uint16_t>(w[3])), widen16<BF16>(static_cast<uint16_t>(w[3] >> 16))};
+        uint2 packed;
+        packed.x = encode4_fast<T>(lo, sat, stochastic, seed, offset + 8 * i, hw, hw_limit);
+        packed.y = encode4_fast<T>(hi, sat, stochastic, seed, offset + 8 * i + 4, hw, hw_limit);
+        reinterpret_cast<uint2*>(out)[i] = packed;
+      }
     }
     done = 8 * n8;
   }
@@ -117,6 +164,13 @@ __global__ void cast_fp8_to_f32_kernel(const uint8_t* __restrict__ in, float* __
 
 bool aligned(const void* p, unsigned bytes) { return (reinterpret_cast<uintptr_t>(p) % bytes) == 0; }
 
+// The hardware path's switch and limit for a cast (see encode4_fast).
+bool cast_hw(const CastParams& p) { return !p.stochastic && detail::hw_cvt_verified(); }
+uint32_t cast_hw_limit(const CastParams& p) {
+  if (p.saturate) return 0x7F800000u;
+  return p.e4m3 ? 0x43E00000u /* 448 */ : 0x47600000u /* 57344 */;
+}
+
 // Enough blocks to fill the GPU several times over, never more than the work needs.
 int grid_for(size_t work_items, int block) {
   int dev = 0, sms = 132;
@@ -133,11 +187,13 @@ void cast_f32_to_fp8_cuda(const float* d_in, uint8_t* d_out, size_t n, const Cas
   if (n == 0) return;
   const int block = 256;
   const bool vec = aligned(d_in, 16) && aligned(d_out, 4);
-  const int grid = grid_for(vec ? n / 4 + 1 : n, block);
+  const int grid = grid_for(vec ? n / 16 + 1 : n, block);
+  const bool hw = cast_hw(p);
+  const uint32_t lim = cast_hw_limit(p);
   if (p.e4m3)
-    cast_f32_to_fp8_kernel<E4M3Traits><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset);
+    cast_f32_to_fp8_kernel<E4M3Traits><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
   else
-    cast_f32_to_fp8_kernel<E5M2Traits><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset);
+    cast_f32_to_fp8_kernel<E5M2Traits><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 
@@ -146,13 +202,15 @@ void cast_16_to_fp8_cuda(const uint16_t* d_in, bool bf16, uint8_t* d_out, size_t
   if (n == 0) return;
   const int block = 256;
   const bool vec = aligned(d_in, 16) && aligned(d_out, 8);
-  const int grid = grid_for(vec ? n / 8 + 1 : n, block);
+  const int grid = grid_for(vec ? n / 32 + 1 : n, block);
+  const bool hw = cast_hw(p);
+  const uint32_t lim = cast_hw_limit(p);
   if (p.e4m3) {
-    if (bf16) cast_16_to_fp8_kernel<E4M3Traits, true><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset);
-    else cast_16_to_fp8_kernel<E4M3Traits, false><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset);
+    if (bf16) cast_16_to_fp8_kernel<E4M3Traits, true><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
+    else cast_16_to_fp8_kernel<E4M3Traits, false><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
   } else {
-    if (bf16) cast_16_to_fp8_kernel<E5M2Traits, true><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset);
-    else cast_16_to_fp8_kernel<E5M2Traits, false><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset);
+    if (bf16) cast_16_to_fp8_kernel<E5M2Traits, true><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
+    else cast_16_to_fp8_kernel<E5M2Traits, false><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
   }
   FP8SIM_CUDA_CHECK_LAUNCH();
 }

@@ -9,6 +9,8 @@
 
 #include "gpu/common/cuda_check.hpp"
 #include "gpu/optim/adamw_launch.hpp"
+#include "gpu/quant/dmath_gpu.cuh"
+#include "gpu/quant/quantize_kernels.cuh"
 
 namespace fp8sim::gpu::detail {
 
@@ -62,13 +64,89 @@ __device__ __forceinline__ optim::GroupParams shfl_params(const optim::GroupPara
   return r;
 }
 
+// The per-element pieces of lowp_group.hpp's group_decode / group_encode with the work that
+// depends only on the group moved out of the element loop (same operations, same order, so the
+// same bits): decode_fp8 as a shared-memory table of its 256 results; compress_value's 1/k
+// (div_rn(1, k)) and the y-only parts of pow_det (pow_y) once per group; and, where the value is
+// finite (and for non-saturating storage below the format's max, so nothing overflows), the
+// hardware converter instead of encode_fp8 (equal there: detail::hw_cvt_verified).
+struct MomentGroup {
+  optim::GroupParams gp;
+  PowY y;  // decode: y = 1/k; encode: y = k
+};
+
+__device__ __forceinline__ MomentGroup decode_group(const optim::GroupParams& gp, const optim::GroupMomentConsts& mc) {
+  MomentGroup g;
+  g.gp = gp;
+  if (mc.expand) g.y = pow_y(div_rn(1.0f, gp.e.k));
+  return g;
+}
+__device__ __forceinline__ MomentGroup encode_group(const optim::GroupParams& gp, const optim::GroupMomentConsts& mc) {
+  MomentGroup g;
+  g.gp = gp;
+  if (mc.expand) g.y = pow_y(gp.e.k);
+  return g;
+}
+
+__device__ __forceinline__ float decode_fast(uint8_t code, const float* lut, const MomentGroup& g,
+                                             const optim::GroupMomentConsts& mc) {
+  const float q = lut[code];
+  if (!mc.expand) return mul_rn(q, g.gp.e.s);
+  const float qs = mul_rn(q, g.gp.e.s);  // compress_value
+  const float mag = pow_det_y(dmath::abs_bits(qs), g.y);
+  return mul_rn(dmath::neg_if(mag, dmath::sign_bit(qs)), g.gp.e.c);
+}
+
+// The value handed to the encoder (group_encode's v).
+__device__ __forceinline__ float transform_fast(float x, const MomentGroup& g, const optim::GroupMomentConsts& mc) {
+  if (!mc.expand) return div_rn(x, g.gp.s_quant);
+  const float mag = pow_det_y(div_rn(dmath::abs_bits(x), g.gp.e.c), g.y);  // expand_value
+  return div_rn(dmath::neg_if(mag, dmath::sign_bit(x)), g.gp.e.s);
+}
+
+__device__ __noinline__ uint32_t encode4_ref(float v0, float v1, float v2, float v3, int valid,
+                                             optim::GroupMomentConsts mc, uint64_t idx) {
+  const float v[4] = {v0, v1, v2, v3};
+  uint32_t w = 0;
+  for (int j = 0; j < 4; ++j) {
+    if (j >= valid) break;
+    const uint8_t q = mc.stochastic ? encode_fp8_stochastic(v[j], mc.format, mc.saturate, philox_word(mc.key, idx + j))
+                                    : encode_fp8(v[j], mc.format, mc.saturate);
+    w |= static_cast<uint32_t>(q) << (8 * j);
+  }
+  return w;
+}
+
+// Codes of 4 encoder inputs (the first `valid`), packed little-endian.
+__device__ __forceinline__ uint32_t encode4_fast(const float (&v)[4], int valid, const optim::GroupMomentConsts& mc,
+                                                 bool hw, uint64_t idx) {
+  if (hw && valid == 4) {
+    const uint32_t lim = mc.saturate ? 0x7F800000u : (mc.format == 0 ? 0x43E00000u : 0x47600000u);
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) m = max(m, f32_bits(v[j]) & 0x7FFFFFFFu);
+    if (m < lim) {
+      if (mc.format == 0) return cvt2_hw<E4M3Traits>(v[0], v[1]) | (cvt2_hw<E4M3Traits>(v[2], v[3]) << 16);
+      return cvt2_hw<E5M2Traits>(v[0], v[1]) | (cvt2_hw<E5M2Traits>(v[2], v[3]) << 16);
+    }
+  }
+  return encode4_ref(v[0], v[1], v[2], v[3], valid, mc, idx);
+}
+
 // One team of TEAM lanes per group, 4 consecutive elements per lane, the whole group in registers.
 template <int TEAM>
-__global__ void __launch_bounds__(256) adamw_fp8_grouped_kernel(float* __restrict__ p, const float* __restrict__ g,
+__global__ void __launch_bounds__(256, 3) adamw_fp8_grouped_kernel(float* __restrict__ p, const float* __restrict__ g,
                                                                 Fp8MomentPtrs m, Fp8MomentPtrs v, int64_t n, int G,
                                                                 bool vec, optim::AdamwStepConsts c,
                                                                 optim::GroupMomentConsts cm,
-                                                                optim::GroupMomentConsts cv) {
+                                                                optim::GroupMomentConsts cv, bool hw) {
+  __shared__ float lut_m[256], lut_v[256];
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+    lut_m[i] = decode_fp8(static_cast<uint8_t>(i), cm.format);
+    lut_v[i] = decode_fp8(static_cast<uint8_t>(i), cv.format);
+  }
+  __syncthreads();
+  const bool hw_m = hw && !cm.stochastic, hw_v = hw && !cv.stochastic;
   const int lane = threadIdx.x & 31;
   const int team_lane = lane & (TEAM - 1);
   constexpr int kTeamsPerBlock = 256 / TEAM;
@@ -118,13 +196,14 @@ __global__ void __launch_bounds__(256) adamw_fp8_grouped_kernel(float* __restric
     }
     float mv[4], vvv[4];
     GroupStatBits sm, sv;
+    const MomentGroup gm_old = decode_group(pm_old, cm), gv_old = decode_group(pv_old, cv);
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       mv[j] = 0.f;
       vvv[j] = 0.f;
       if (j < valid) {
-        mv[j] = optim::group_decode(qm[j], pm_old, cm);
-        vvv[j] = optim::group_decode(qv[j], pv_old, cv);
+        mv[j] = decode_fast(qm[j], lut_m, gm_old, cm);
+        vvv[j] = decode_fast(qv[j], lut_v, gv_old, cv);
         optim::adamw_element(pv[j], gv[j], mv[j], vvv[j], c);
         group_stat_add(sm, mv[j]);
         group_stat_add(sv, vvv[j]);
@@ -144,16 +223,19 @@ __global__ void __launch_bounds__(256) adamw_fp8_grouped_kernel(float* __restric
       pm_new = optim::group_params_from_stats(sm, cm);
       pv_new = optim::group_params_from_stats(sv, cv);
     }
-    uint32_t m4 = 0, v4 = 0;
+    const MomentGroup gm_new = encode_group(pm_new, cm), gv_new = encode_group(pv_new, cv);
+    float tm[4], tv[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      if (j < valid) {
-        bool sat;
-        qm[j] = optim::group_encode(mv[j], pm_new, cm, static_cast<uint64_t>(idx + j), sat);
-        qv[j] = optim::group_encode(vvv[j], pv_new, cv, static_cast<uint64_t>(idx + j), sat);
-        m4 |= static_cast<uint32_t>(qm[j]) << (8 * j);
-        v4 |= static_cast<uint32_t>(qv[j]) << (8 * j);
-      }
+      tm[j] = j < valid ? transform_fast(mv[j], gm_new, cm) : 0.0f;
+      tv[j] = j < valid ? transform_fast(vvv[j], gv_new, cv) : 0.0f;
+    }
+    const uint32_t m4 = encode4_fast(tm, valid, cm, hw_m, static_cast<uint64_t>(idx));
+    const uint32_t v4 = encode4_fast(tv, valid, cv, hw_v, static_cast<uint64_t>(idx));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      qm[j] = static_cast<uint8_t>(m4 >> (8 * j));
+      qv[j] = static_cast<uint8_t>(v4 >> (8 * j));
     }
     if (vec && valid == 4) {
       *reinterpret_cast<float4*>(p + idx) = make_float4(pv[0], pv[1], pv[2], pv[3]);
@@ -223,13 +305,14 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
   const int64_t teams_per_block = 256 / team;
   const int grid = grid_for((groups + teams_per_block - 1) / teams_per_block, 8);
   const auto N = static_cast<int64_t>(n);
+  const bool hw = hw_cvt_verified();
   switch (team) {
-    case 1: adamw_fp8_grouped_kernel<1><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv); break;
-    case 2: adamw_fp8_grouped_kernel<2><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv); break;
-    case 4: adamw_fp8_grouped_kernel<4><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv); break;
-    case 8: adamw_fp8_grouped_kernel<8><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv); break;
-    case 16: adamw_fp8_grouped_kernel<16><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv); break;
-    default: adamw_fp8_grouped_kernel<32><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv); break;
+    case 1: adamw_fp8_grouped_kernel<1><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
+    case 2: adamw_fp8_grouped_kernel<2><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
+    case 4: adamw_fp8_grouped_kernel<4><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
+    case 8: adamw_fp8_grouped_kernel<8><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
+    case 16: adamw_fp8_grouped_kernel<16><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
+    default: adamw_fp8_grouped_kernel<32><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
   }
   FP8SIM_CUDA_CHECK_LAUNCH();
 }

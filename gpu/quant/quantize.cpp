@@ -33,7 +33,8 @@ int format_code(Format f) {
 
 // The largest group a team of 32 lanes x 16 elements holds in registers.
 constexpr int64_t kTeamMaxGroup = 512;
-// Workspace words: chunk / block maxima (at least the delayed encode's grid), inf flag, 2 slot words.
+// Workspace words: chunk / block maxima (at least the delayed encode's grid), inf flag, 3 slot words
+// (s_quant, s_stored, the stage-2 accumulator).
 size_t maxima_words(int64_t numel) {
   const int64_t chunks = (numel + detail::tensor_chunk_elements() - 1) / detail::tensor_chunk_elements();
   return static_cast<size_t>(std::max<int64_t>(chunks, 8192));
@@ -65,7 +66,7 @@ detail::QuantKernelParams make_params(const QuantSpec& spec, const GroupGeometry
 }  // namespace
 
 size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> shape) {
-  return (maxima_words(shape_numel(shape)) + 3) * sizeof(uint32_t);
+  return (maxima_words(shape_numel(shape)) + 5) * sizeof(uint32_t);  // + inf flag, slot[0..2], spare
 }
 
 void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
@@ -90,7 +91,6 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
   L.chunk_maxima = ws;
   L.inf_flag = ws + mw;
   L.slot = ws + mw + 1;
-  FP8SIM_CUDA_CHECK(cudaMemsetAsync(L.inf_flag, 0, sizeof(uint32_t), stream));
   L.producer_maxima = reinterpret_cast<const uint32_t*>(opts.producer_maxima);
   L.producer_maxima_count = opts.producer_maxima_count;
 
@@ -131,6 +131,10 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
       FP8SIM_REQUIRE(L.kind == detail::QuantLaunch::Kind::Tensor && L.mode == 0,
                      "producer maxima (group scaling) apply to per-tensor plain scaling only, not {}", spec.to_string());
   }
+  // The Inf flag is written only by the per-tensor paths (stage 1, delayed encode): clear it
+  // there alone (one launch less for the group quantizers).
+  if (L.kind == detail::QuantLaunch::Kind::Tensor || L.kind == detail::QuantLaunch::Kind::Scaled16)
+    FP8SIM_CUDA_CHECK(cudaMemsetAsync(L.inf_flag, 0, sizeof(uint32_t), stream));
   detail::launch_quantize(L, stream);
 }
 

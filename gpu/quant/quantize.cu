@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "gpu/common/cuda_check.hpp"
+#include "gpu/quant/dmath_gpu.cuh"
 #include "gpu/quant/quantize_kernels.cuh"
 #include "gpu/quant/quantize_launch.hpp"
 #include "sim/formats/philox.hpp"
@@ -85,7 +86,7 @@ template <class T, InDt D, int MODE>
 __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
                                                          float* __restrict__ scales, float* __restrict__ ks,
                                                          float* __restrict__ cs, QuantKernelParams P, int team,
-                                                         bool vec) {
+                                                         bool vec, bool hw) {
   __shared__ float lut[256];
   if constexpr (MODE == kRobust) fill_decode_table(lut, P.format);
   const int64_t groups = P.grid_rows * P.grid_cols;
@@ -150,6 +151,31 @@ __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict_
         }
       }
       g.s_stored = g.ep.s;
+    } else if constexpr (MODE == kCoat) {
+      // expand_value with pow_det's y-only work done once per group (pow_y / pow_det_y: same
+      // bits), and the hardware converter for finite values where it equals the encoder.
+      g = group_params(P, MODE, st);
+      const PowY Y = pow_y(g.ep.k);
+      float t[16];
+      uint32_t m = 0;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const float mag = pow_det_y(div_rn(dmath::abs_bits(v[j]), g.ep.c), Y);
+        t[j] = div_rn(dmath::neg_if(mag, dmath::sign_bit(v[j])), g.ep.s);
+        m = max(m, f32_bits(t[j]) & 0x7FFFFFFFu);
+      }
+      const uint32_t lim = P.saturate ? 0x7F800000u : f32_bits(P.fmax);
+      if (hw && m < lim) {
+#pragma unroll
+        for (int j = 0; j < 16; j += 2) {
+          const uint32_t pr = cvt2_hw<T>(t[j], t[j + 1]);
+          q[j] = static_cast<uint8_t>(pr);
+          q[j + 1] = static_cast<uint8_t>(pr >> 8);
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) q[j] = encode_value<T>(P, t[j], static_cast<uint64_t>(flat0 + j));
+      }
     } else {
       g = group_params(P, MODE, st);
 #pragma unroll
@@ -297,22 +323,40 @@ __global__ void __launch_bounds__(256) quant_block_kernel(const void* __restrict
 }
 
 // ---- tensor kernels ---------------------------------------------------------------------------------
-// Stage 1: the stats of every kChunk-element chunk (max |x| bits and the Inf flag; the minimum is
-// not needed for plain scaling).
+// Stage 1: the max |x| of every kChunk-element chunk (finite values; the Inf flag on the side).
+// Aligned chunks are read as 16-byte words, 8 words per thread in flight; a word holding a
+// non-finite value takes the element-wise statistic.
 template <InDt D>
 __global__ void __launch_bounds__(256) chunk_stats_kernel(const void* __restrict__ x, int64_t n, int64_t chunk,
                                                           bool vec, uint32_t* __restrict__ chunk_amax,
                                                           uint32_t* __restrict__ inf_flag) {
+  constexpr int W = kWordElems<D>;
   const int64_t chunks = (n + chunk - 1) / chunk;
   for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
     const int64_t b0 = ch * chunk, b1 = b0 + chunk < n ? b0 + chunk : n;
     Stats st = stats_init();
     if (vec && b1 - b0 == chunk) {
-      for (int64_t i = b0 + 16 * static_cast<int64_t>(threadIdx.x); i < b1; i += 16 * static_cast<int64_t>(blockDim.x)) {
-        float v[16];
-        load16<D>(x, i, v);
+      const uint4* xw = static_cast<const uint4*>(x) + b0 / W;
+      const int64_t words = chunk / W;
+      for (int64_t w0 = threadIdx.x; w0 < words; w0 += 8 * static_cast<int64_t>(blockDim.x)) {
+        uint4 u[8];
 #pragma unroll
-        for (int j = 0; j < 16; ++j) stats_add(st, v[j]);
+        for (int k = 0; k < 8; ++k) {
+          const int64_t w = w0 + k * static_cast<int64_t>(blockDim.x);
+          u[k] = w < words ? xw[w] : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const uint32_t m = absmax_bits_word<D>(u[k]);
+          if (m < 0x7F800000u) {
+            st.amax = m > st.amax ? m : st.amax;
+          } else {
+            float v[W];
+            widen_word<D>(u[k], v);
+#pragma unroll
+            for (int j = 0; j < W; ++j) stats_add(st, v[j]);
+          }
+        }
       }
     } else {
       for (int64_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) stats_add(st, load_elem<D>(x, i));
@@ -323,6 +367,28 @@ __global__ void __launch_bounds__(256) chunk_stats_kernel(const void* __restrict
       if (st.inf && inf_flag) atomicOr(inf_flag, 1u);
     }
   }
+}
+
+// Stage 2, first level for long lists (group scaling hands over one maximum per 1x128 group:
+// 1.4M for an 11008x16384 tensor): every block reduces a slice and raises *out (zeroed by the
+// caller) with atomicMax; non-negative floats order like their bits, NaN/Inf maxima never enter.
+__global__ void __launch_bounds__(256) max_maxima_kernel(const uint32_t* __restrict__ maxima, int64_t m,
+                                                         uint32_t* __restrict__ out) {
+  uint32_t r = 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t m4 = (reinterpret_cast<uintptr_t>(maxima) % 16) == 0 ? m / 4 : 0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < m4; i += stride) {
+    const uint4 u = reinterpret_cast<const uint4*>(maxima)[i];
+    const uint32_t v[4] = {u.x & 0x7FFFFFFFu, u.y & 0x7FFFFFFFu, u.z & 0x7FFFFFFFu, u.w & 0x7FFFFFFFu};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r = v[j] < 0x7F800000u && v[j] > r ? v[j] : r;
+  }
+  for (int64_t i = 4 * m4 + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < m; i += stride) {
+    const uint32_t a = maxima[i] & 0x7FFFFFFFu;
+    r = a < 0x7F800000u && a > r ? a : r;
+  }
+  for (int off = 16; off > 0; off >>= 1) r = max(r, __shfl_xor_sync(kFullMask, r, off));
+  if ((threadIdx.x & 31) == 0 && r) atomicMax(out, r);
 }
 
 // Stage 2: the tensor amax from m chunk maxima (bits or floats: the same ordering for non-negative
@@ -352,39 +418,103 @@ __global__ void __launch_bounds__(1024) reduce_scale_kernel(const uint32_t* __re
 // Stage 3: elementwise encode with the scale from stage 2 (plain: divisor in slot[0]) or the
 // host multiplier (delayed). Delayed scaling also emits one max |x| per thread block (and the Inf
 // flag) in the same pass: the amax TE records, without a second read of the tensor.
+// Aligned tensors go by 16-byte words, 4 words per thread in flight. Per word: the exact quotient
+// from the reciprocal (div_by; plain) or the reference multiply (delayed), then the hardware
+// converter when the word is finite and `hw` allows it, else the reference encoders.
+constexpr int kTensorStages = 8;  // words in flight per thread in encode_tensor_kernel (32 KB per block)
+
+// The reference path of one 16-byte word of the per-tensor encode (out of line: rare, or
+// stochastic). Returns the packed codes by value (a pointer would put the caller's array in
+// local memory on the fast path too).
+struct WordCodes {
+  uint32_t w[2];
+};
+template <class T, InDt D, int MODE>
+__device__ __noinline__ WordCodes encode_tensor_word_ref(const QuantKernelParams& P, uint4 u, float sq, FastRecip rc,
+                                                         bool fast, uint64_t flat0) {
+  constexpr int W = kWordElems<D>;
+  float v[W];
+  widen_word<D>(u, v);
+  WordCodes out{{0u, 0u}};
+  for (int j = 0; j < W / 4; ++j) {
+    uint32_t w = 0;
+    for (int e = 0; e < 4; ++e) {
+      const float xv = v[4 * j + e];
+      const bool fin = is_finite_bits(f32_bits(xv));  // div_by is exact for finite dividends only
+      // div_by for round-to-nearest only (see encode_word_ref in quantize_fast.cu).
+      const float q = MODE == kPlain ? (fast && fin && !P.stochastic ? div_by(xv, rc) : div_rn(xv, sq)) : mul_rn(xv, sq);
+      w |= static_cast<uint32_t>(encode_value<T>(P, q, flat0 + 4 * j + e)) << (8 * e);
+    }
+    out.w[j] = w;
+  }
+  return out;
+}
+
 template <class T, InDt D, int MODE>
 __global__ void __launch_bounds__(256) encode_tensor_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
-                                                            int64_t n, bool vec, QuantKernelParams P,
+                                                            int64_t n, bool vec, bool hw, QuantKernelParams P,
                                                             const uint32_t* __restrict__ slot,
                                                             uint32_t* __restrict__ block_amax,
                                                             uint32_t* __restrict__ inf_flag) {
   constexpr bool kEmit = MODE == kDelayed;
+  constexpr int W = kWordElems<D>;
+  constexpr int S = kTensorStages;
+  // Each thread streams its words through its own shared-memory slots with cp.async, S - 1 words
+  // ahead of the one it encodes (it reads back only its own copies: wait_group orders them).
+  __shared__ uint4 stage_buf[S * 256];
   Stats st = stats_init();
   GroupQ g;
   if constexpr (MODE == kPlain) g.sq = f32_from_bits(slot[0]);
   else g.sq = P.delayed_scale;
-  const int64_t n16 = vec ? n / 16 : 0;
+  const bool fast = MODE == kDelayed || fast_recip_ok(g.sq);
+  const FastRecip rc = fast_recip(MODE == kPlain && fast ? g.sq : 1.0f);
+  const int64_t nw = vec ? n / W : 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t < n16; t += stride) {
-    float v[16];
-    load16<D>(x, 16 * t, v);
+  const uint4* xw = static_cast<const uint4*>(x);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  auto issue = [&](int sl, int64_t t) {
+    if (t < nw) cp_async16(&stage_buf[sl * 256 + threadIdx.x], xw + t);
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int k = 0; k < S - 1; ++k) issue(k, t0 + k * stride);
+  int sl = 0;
+  for (int64_t t = t0; t < nw; t += stride) {
+    issue(sl == 0 ? S - 1 : sl - 1, t + (S - 1) * stride);
+    cp_async_wait<S - 1>();
+    const uint4 word = stage_buf[sl * 256 + threadIdx.x];
+    sl = sl == S - 1 ? 0 : sl + 1;
+    const uint32_t m = absmax_bits_word<D>(word);
+    const bool finite = m < 0x7F800000u;
+    float v[W];
+    widen_word<D>(word, v);
     if constexpr (kEmit) {
+      if (finite) {
+        st.amax = m > st.amax ? m : st.amax;
+      } else {
 #pragma unroll
-      for (int j = 0; j < 16; ++j) stats_add(st, v[j]);
+        for (int j = 0; j < W; ++j) stats_add(st, v[j]);
+      }
     }
-    uint32_t w[4] = {0u, 0u, 0u, 0u};
+    uint32_t out[W / 4];
+    if (finite && fast && hw) {
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
-      w[j / 4] |= static_cast<uint32_t>(encode_value<T>(P, transform<MODE>(v[j], g), static_cast<uint64_t>(16 * t + j)))
-                  << (8 * (j % 4));
-    uint4 packed;
-    packed.x = w[0];
-    packed.y = w[1];
-    packed.z = w[2];
-    packed.w = w[3];
-    reinterpret_cast<uint4*>(codes)[t] = packed;
+      for (int j = 0; j < W / 4; ++j) {
+        float q[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) q[e] = MODE == kPlain ? div_by(v[4 * j + e], rc) : mul_rn(v[4 * j + e], g.sq);
+        out[j] = cvt2_hw<T>(q[0], q[1]) | (cvt2_hw<T>(q[2], q[3]) << 16);
+      }
+    } else {
+      const WordCodes c = encode_tensor_word_ref<T, D, MODE>(P, word, g.sq, rc, fast, static_cast<uint64_t>(W * t));
+#pragma unroll
+      for (int j = 0; j < W / 4; ++j) out[j] = c.w[j];
+    }
+    if constexpr (W == 4) reinterpret_cast<uint32_t*>(codes)[t] = out[0];
+    else reinterpret_cast<uint2*>(codes)[t] = make_uint2(out[0], out[1]);
   }
-  for (int64_t i = 16 * n16 + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+  cp_async_wait<0>();
+  for (int64_t i = W * nw + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = load_elem<D>(x, i);
     if constexpr (kEmit) stats_add(st, v);
     codes[i] = encode_value<T>(P, transform<MODE>(v, g), static_cast<uint64_t>(i));
@@ -498,7 +628,7 @@ void dispatch_fmt_dt(int fmt, InDt dt, F&& f) {
 template <InDt D>
 void launch_chunk_stats(const void* x, int64_t n, int64_t chunk, uint32_t* chunk_amax, uint32_t* inf_flag,
                         cudaStream_t s) {
-  const bool vec = (reinterpret_cast<uintptr_t>(x) % 64) == 0 && chunk % 16 == 0;
+  const bool vec = (reinterpret_cast<uintptr_t>(x) % 16) == 0 && chunk % 16 == 0;
   const int64_t chunks = (n + chunk - 1) / chunk;
   chunk_stats_kernel<D><<<grid_cap(chunks, 8), 256, 0, s>>>(x, n, chunk, vec, chunk_amax, inf_flag);
 }
@@ -508,6 +638,31 @@ void launch_chunk_stats_dt(InDt dt, const void* x, int64_t n, int64_t chunk, uin
   if (dt == InDt::F32) launch_chunk_stats<InDt::F32>(x, n, chunk, chunk_amax, inf_flag, s);
   else if (dt == InDt::BF16) launch_chunk_stats<InDt::BF16>(x, n, chunk, chunk_amax, inf_flag, s);
   else launch_chunk_stats<InDt::FP16>(x, n, chunk, chunk_amax, inf_flag, s);
+}
+
+// Stage 2 over m maxima into slot / tensor_amax / scales: one block for a short list; a long one
+// (group scaling's per-group maxima) first goes through a multi-block max into `acc` (one word).
+void launch_stage2(const uint32_t* maxima, int64_t m, const QuantKernelParams& P, int mode, uint32_t* slot,
+                   float* tensor_amax, float* scales, uint32_t* acc, cudaStream_t s) {
+  if (m > 16384 && acc) {
+    FP8SIM_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(uint32_t), s));
+    max_maxima_kernel<<<grid_cap((m / 4 + 255) / 256, 8), 256, 0, s>>>(maxima, m, acc);
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    maxima = acc;
+    m = 1;
+  }
+  reduce_scale_kernel<<<1, m <= 32 ? 32 : 1024, 0, s>>>(maxima, m, P, mode, slot, tensor_amax, scales);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
+// Whether the hardware converter may stand in for the reference encoder in the per-tensor
+// encode: never for stochastic rounding; non-saturating only where no |x/s| can overflow (a scale
+// from this tensor's own amax; delayed and producer-given scales can overflow).
+bool tensor_hw_ok(const QuantLaunch& L) {
+  const QuantKernelParams& P = L.params;
+  if (P.stochastic || !hw_cvt_verified()) return false;
+  if (P.saturate) return true;
+  return L.mode == kPlain && !L.producer_maxima && P.scale.eps >= 0.0;
 }
 
 }  // namespace
@@ -554,8 +709,7 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
       maxima = L.chunk_maxima;
       m = (n + kChunk - 1) / kChunk;
     }
-    reduce_scale_kernel<<<1, 1024, 0, s>>>(maxima, m, P, kPlain, L.slot, L.tensor_amax, L.scales);
-    FP8SIM_CUDA_CHECK_LAUNCH();
+    launch_stage2(maxima, m, P, kPlain, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
     const int grid = grid_cap((n + 255) / 256, 16);
     auto* out = static_cast<uint16_t*>(L.codes);
     if (P.format == 2) {
@@ -572,17 +726,29 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
   }
 
   if (L.kind == QuantLaunch::Kind::Tensor) {
-    const bool vec = (reinterpret_cast<uintptr_t>(L.x) % 64) == 0 && (reinterpret_cast<uintptr_t>(codes) % 16) == 0;
-    const int grid = grid_cap((n / 16 + 255) / 256 + 1, 16);
+    const int W = dt == InDt::F32 ? 4 : 8;
+    const bool vec = (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 && (reinterpret_cast<uintptr_t>(codes) % W) == 0;
+    const bool hw = tensor_hw_ok(L);
+    // A persistent grid of exactly the resident blocks (no partial last wave), at most 16 per SM
+    // (the delayed encode's per-block maxima must fit the workspace).
+    const int64_t want = (n / W + 1023) / 1024 + 1;
+    auto resident_of = [](auto kernel) {  // blocks per SM
+      int b = 0;
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, 256, 0);
+      return b < 1 ? 1 : (b > 16 ? 16 : b);
+    };
+    int grid = 1;
+    uint32_t* acc = L.slot + 2;
     if (L.mode == kDelayed) {
       // One pass: encode with the host's multiplier, emitting per-block maxima; then the amax.
       dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
-        encode_tensor_kernel<T, D, kDelayed><<<grid, 256, 0, s>>>(L.x, codes, n, vec, P, nullptr, L.chunk_maxima,
+        static const int b = resident_of(encode_tensor_kernel<T, D, kDelayed>);
+        grid = grid_cap(want, b);
+        encode_tensor_kernel<T, D, kDelayed><<<grid, 256, 0, s>>>(L.x, codes, n, vec, hw, P, nullptr, L.chunk_maxima,
                                                                    L.inf_flag);
       });
       FP8SIM_CUDA_CHECK_LAUNCH();
-      reduce_scale_kernel<<<1, 1024, 0, s>>>(L.chunk_maxima, grid, P, kDelayed, L.slot, L.tensor_amax, L.scales);
-      FP8SIM_CUDA_CHECK_LAUNCH();
+      launch_stage2(L.chunk_maxima, grid, P, kDelayed, L.slot, L.tensor_amax, L.scales, acc, s);
       return;
     }
     // Plain: stage 1 (unless a producer gave maxima), stage 2, stage 3.
@@ -594,29 +760,40 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
       maxima = L.chunk_maxima;
       m = (n + kChunk - 1) / kChunk;
     }
-    reduce_scale_kernel<<<1, 1024, 0, s>>>(maxima, m, P, kPlain, L.slot, L.tensor_amax, L.scales);
-    FP8SIM_CUDA_CHECK_LAUNCH();
+    launch_stage2(maxima, m, P, kPlain, L.slot, L.tensor_amax, L.scales, acc, s);
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
-      encode_tensor_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, n, vec, P, L.slot, nullptr, nullptr);
+      static const int b = resident_of(encode_tensor_kernel<T, D, kPlain>);
+      grid = grid_cap(want, b);
+      encode_tensor_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, n, vec, hw, P, L.slot, nullptr, nullptr);
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
     return;
   }
 
   const int64_t groups = P.grid_rows * P.grid_cols;
-  if (L.kind == QuantLaunch::Kind::Team) {
+  if (L.mode == kPlain && launch_quant_fast(L, s)) {
+    // done: 1xG or register-resident groups (quantize_fast.cu)
+  } else if (L.kind == QuantLaunch::Kind::Team) {
     const int team = L.team;
-    // Device run 2 showed wrong codes on real traces whenever this kernel took its 16-byte path
-    // (while every unaligned shape agreed): until that is understood, the team kernel uses the
-    // element-wise loads and stores only. Correctness first; see .notes/readme-gpu.md.
+    // Element-wise loads and stores only. Device run 2 (14:06) found wrong codes on the trace's
+    // shapes whenever this kernel used its 16-byte path, placed where lanes without elements
+    // would write (tensor index 0 when the last block has empty teams; the next row's first
+    // elements when a row is shorter than its team). A per-lane guard (16-byte path only for a
+    // lane whose 16 elements are all in its group) did NOT cure it: session 2's first device run
+    // still lost group 0's scale and miscoded row starts on 64x64 (g128), 64x176 (row, g32) with
+    // the guard in place, every such case a team that mixes 16-byte lanes with element-wise
+    // (empty) lanes before the shuffles. Root cause not found. The aligned whole-group cases go
+    // to quant_1xg_fast_kernel (quantize_fast.cu), whose teams never mix the two paths; the
+    // partial-team shapes (group wider than the row, rows not a multiple of G) stay here.
     const bool vec = false;
     const int teams_per_block = 256 / team;
     const int grid = grid_cap((groups + teams_per_block - 1) / teams_per_block, 8);
+    const bool hw = !P.stochastic && hw_cvt_verified();
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       switch (L.mode) {
-        case kPlain: quant_team_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec); break;
-        case kCoat: quant_team_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec); break;
-        default: quant_team_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec); break;
+        case kPlain: quant_team_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec, hw); break;
+        case kCoat: quant_team_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec, hw); break;
+        default: quant_team_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec, hw); break;
       }
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
@@ -665,6 +842,12 @@ void launch_chunk_maxima(int dtype, const void* x, int64_t n, int64_t chunk, uin
 }
 
 void launch_reduce_maxima(const uint32_t* maxima, int64_t m, float* amax, cudaStream_t s) {
+  if (m > 16384) {  // multi-block: atomicMax straight into the result's bits
+    FP8SIM_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), s));
+    max_maxima_kernel<<<grid_cap((m / 4 + 255) / 256, 8), 256, 0, s>>>(maxima, m, reinterpret_cast<uint32_t*>(amax));
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    return;
+  }
   QuantKernelParams P{};
   reduce_scale_kernel<<<1, 1024, 0, s>>>(maxima, m, P, -1, nullptr, amax, nullptr);
   FP8SIM_CUDA_CHECK_LAUNCH();

@@ -105,6 +105,116 @@ __device__ __forceinline__ Stats stats_reduce_block(Stats s) {
   return r;
 }
 
+
+// ---- fast exact pieces for memory-bound kernels -------------------------------------------------
+// RN(a / b) for a divisor b shared by many elements, from r = RN(1/b) computed once: q0 = a*r is
+// within 2 ulp, one Markstein correction makes it faithful, the second makes it the correctly
+// rounded quotient (Markstein's theorem: r within 1/2 ulp of 1/b and a faithful q give
+// RN(q + r*(a - b*q)) = RN(a/b); the remainders are exact by the faithful-q lemma). Valid when
+// no intermediate leaves the normal range: the caller keeps b in [2^-80, 2^80] and uses the
+// result only where |a/b| >= 2^-20 or where any value below 2^-17 gives the same FP8 code (zero
+// with a's sign). The remainder is formed as b*q - a and subtracted, so that q keeps a's sign
+// even for a = -0 or a tiny negative a (RN(-0 + -0) = -0; x + (-x) = +0 is never the last add).
+struct FastRecip {
+  float b;  // divisor
+  float r;  // RN(1 / b)
+};
+__device__ __forceinline__ bool fast_recip_ok(float b) {
+  const uint32_t e = f32_bits(b) & 0x7F800000u;  // b > 0 here (a scale)
+  return e >= (47u << 23) && e <= (207u << 23);  // 2^-80 <= b < 2^81
+}
+__device__ __forceinline__ FastRecip fast_recip(float b) { return FastRecip{b, div_rn(1.0f, b)}; }
+__device__ __forceinline__ float div_by(float a, const FastRecip& d) {
+  const float q0 = __fmul_rn(a, d.r);
+  const float e0 = __fmaf_rn(d.b, q0, -a);
+  const float q1 = __fmaf_rn(-e0, d.r, q0);
+  const float e1 = __fmaf_rn(d.b, q1, -a);
+  return __fmaf_rn(-e1, d.r, q1);
+}
+
+// Two fp32 values to two FP8 codes with the hardware converter (cvt.rn.satfinite; F2FP on sm_90):
+// RNE, then saturation to +-max. For every FINITE input this equals encode_fp8_rne<T>(x, true)
+// (checked on the device over all 2^32 inputs by hw_cvt_verified() before any kernel uses it, and
+// by tests/test_quantize_gpu.cpp); NaN and Inf inputs never take this path. Returns lo's code in
+// bits 0-7 and hi's in bits 8-15.
+template <class T>
+__device__ __forceinline__ uint32_t cvt2_hw(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint16_t r;
+  if constexpr (T::kOverflowCode == 0x7F) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  else asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+#else
+  return static_cast<uint32_t>(encode_fp8_rne<T>(lo, true)) | (static_cast<uint32_t>(encode_fp8_rne<T>(hi, true)) << 8);
+#endif
+}
+
+// 8 bf16 / fp16 values of a 16-byte word (element 2j in the low half of w[j]) or 4 fp32 values.
+template <InDt D>
+__device__ __forceinline__ float widen_lo(uint32_t w) {
+  if constexpr (D == InDt::BF16) return f32_from_bits(w << 16);
+  else return fp16_to_f32(static_cast<uint16_t>(w));
+}
+template <InDt D>
+__device__ __forceinline__ float widen_hi(uint32_t w) {
+  if constexpr (D == InDt::BF16) return f32_from_bits(w & 0xFFFF0000u);
+  else return fp16_to_f32(static_cast<uint16_t>(w >> 16));
+}
+
+// Max |x| as fp32 bits over a 16-byte word of elements, NaN and Inf included (they compare above
+// every finite magnitude, so a result >= 0x7F800000 says "the word holds a non-finite value").
+template <InDt D>
+__device__ __forceinline__ uint32_t absmax_bits_word(const uint4& u) {
+  if constexpr (D == InDt::F32) {
+    const uint32_t a = max(u.x & 0x7FFFFFFFu, u.y & 0x7FFFFFFFu), b = max(u.z & 0x7FFFFFFFu, u.w & 0x7FFFFFFFu);
+    return max(a, b);
+  } else if constexpr (D == InDt::BF16) {
+    // Pairwise 16-bit max of the magnitudes (one VIMNMX.U16x2 per pair of words), then widen.
+    uint32_t m = __vmaxu2(__vmaxu2(u.x & 0x7FFF7FFFu, u.y & 0x7FFF7FFFu), __vmaxu2(u.z & 0x7FFF7FFFu, u.w & 0x7FFF7FFFu));
+    const uint32_t lo = m & 0xFFFFu, hi = m >> 16;
+    return (lo > hi ? lo : hi) << 16;
+  } else {
+    uint32_t m = __vmaxu2(__vmaxu2(u.x & 0x7FFF7FFFu, u.y & 0x7FFF7FFFu), __vmaxu2(u.z & 0x7FFF7FFFu, u.w & 0x7FFF7FFFu));
+    const uint32_t lo = m & 0xFFFFu, hi = m >> 16;
+    const uint32_t h = lo > hi ? lo : hi;  // fp16 magnitudes order like their bits too
+    return h >= 0x7C00u ? (h > 0x7C00u ? 0x7FC00000u : 0x7F800000u) : f32_bits(fp16_to_f32(static_cast<uint16_t>(h)));
+  }
+}
+
+// The elements of a 16-byte word as fp32 (4 for F32, 8 for BF16/FP16).
+template <InDt D>
+constexpr int kWordElems = D == InDt::F32 ? 4 : 8;
+template <InDt D>
+__device__ __forceinline__ void widen_word(const uint4& u, float (&v)[kWordElems<D>]) {
+  if constexpr (D == InDt::F32) {
+    v[0] = f32_from_bits(u.x);
+    v[1] = f32_from_bits(u.y);
+    v[2] = f32_from_bits(u.z);
+    v[3] = f32_from_bits(u.w);
+  } else {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      v[2 * j] = widen_lo<D>(w[j]);
+      v[2 * j + 1] = widen_hi<D>(w[j]);
+    }
+  }
+}
+
+// 16-byte asynchronous copies global -> shared (cp.async, sm_80+), for streaming kernels that keep
+// several loads in flight per thread without holding them in registers.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+
+// Set by hw_cvt_verified() (gpu/quant/quantize_fast.cu): whether cvt2_hw equals the reference
+// encoder on every finite fp32 input for both formats on this device (host side).
+bool hw_cvt_verified();
+
 // The decoded value of every FP8 code (exact), in shared memory so a per-element lookup is one
 // LDS instead of the branchy bit decode. Fill with fill_decode_table() at kernel start.
 __device__ __forceinline__ void fill_decode_table(float* table, int fmt) {

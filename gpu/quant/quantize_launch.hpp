@@ -55,6 +55,21 @@ int64_t tensor_chunk_elements();
 int64_t max_encode_blocks();
 
 void launch_quantize(const QuantLaunch& launch, cudaStream_t stream);
+// quantize_fast.cu: plain-scaled 1xG (G a power of two in [16, 512], whole groups) and
+// register-resident groups (rows, RxC blocks, long 1xG); false when the launch does not fit them.
+bool launch_quant_fast(const QuantLaunch& launch, cudaStream_t stream);
+// Test hooks: finite fp32 inputs (all 2^32 patterns) whose hardware FP8 code differs from the
+// reference encoder; random (a, b) pairs where div_by differs from div_rn.
+uint64_t hw_cvt_mismatches(bool e4m3);
+uint64_t div_by_mismatches(uint64_t n, uint64_t seed);
+// x (random, every class) and y (DE exponents, special values) where pow_det_y != pow_det.
+uint64_t pow_y_mismatches(uint64_t n, uint64_t seed);
+// Positive finite fp32 values (all of them) where log2_parts_fast != dmath::log2_parts.
+uint64_t log2_fast_mismatches();
+// For divisor s over every finite fp32 x with |x/s| <= 2^17: FP8 codes (RNE, SAT) of div_by + the
+// hardware converter that differ from div_rn + encode_fp8_rne, and quotients with |x/s| >= 2^-20
+// that differ in any bit.
+void div_code_mismatches(float s, bool e4m3, uint64_t& codes, uint64_t& quotients);
 // sixteen_bit: bf16/fp16 storage (params.format 2/3), scaled by scales[0] when scales != nullptr.
 void launch_dequantize(const QuantKernelParams& params, bool sixteen_bit, bool expand, const void* codes,
                        const float* scales, const float* k, const float* c, float* out, cudaStream_t stream);

@@ -1,0 +1,109 @@
+#pragma once
+// pow_det (sim/quant/dmath.hpp) specialised for an exponent shared by many elements: DE raises
+// every element of a group to the group's k (quantize) or 1/k (dequantize). pow_det_y performs
+// exactly pow_det's operations in pow_det's order on every element, so its result is the same
+// bits; what moves out of the per-element path is the work that depends on y alone (its
+// clamping and hi/lo split for both clamp limits, and the special cases of y), done once per
+// group by pow_y(). tests/test_quantize_gpu.cpp compares the two on the device over random x,
+// special x and special y; compare and the DE tests pin the end results against the CPU.
+#include "sim/common/hd.hpp"
+#include "sim/quant/dmath.hpp"
+
+namespace fp8sim::gpu::detail {
+
+struct PowY {
+  float yc_small, yhi_small, ylo_small;  // y clamped to +-2^14 (used where log2's e != 0)
+  float yc_big, yhi_big, ylo_big;        // y clamped to +-2^40 (e == 0)
+  bool yneg, y_inf, y_one, y_zero, y_nan;
+};
+
+__device__ __forceinline__ PowY pow_y(float y) {
+  PowY p;
+  const uint32_t uy = f32_bits(y), ay = uy & 0x7FFFFFFFu;
+  p.yneg = (uy >> 31) != 0;
+  p.y_inf = ay == 0x7F800000u;
+  p.y_one = uy == 0x3F800000u;
+  p.y_zero = ay == 0u;
+  p.y_nan = is_nan_bits(uy);
+  const float yv = ay < 0x7F800000u ? y : 0.0f;
+  const float ls = 16384.0f, lb = 1099511627776.0f;
+  p.yc_small = yv > ls ? ls : (yv < -ls ? -ls : yv);
+  p.yc_big = yv > lb ? lb : (yv < -lb ? -lb : yv);
+  p.yhi_small = f32_from_bits(f32_bits(p.yc_small) & 0xFFFFF000u);
+  p.ylo_small = add_rn(p.yc_small, -p.yhi_small);
+  p.yhi_big = f32_from_bits(f32_bits(p.yc_big) & 0xFFFFF000u);
+  p.ylo_big = add_rn(p.yc_big, -p.yhi_big);
+  return p;
+}
+
+// dmath::log2_parts with its one division, s = f / (2 + f), written as the instruction sequence
+// the CUDA compiler emits for div_rn's fast path (MUFU.RCP, one Newton step, q0 = a*r, one
+// remainder correction) without the range check and slow-path branch around it: here the
+// divisor lies in [1.70, 2.42] and |f| in {0} U [2^-24, 0.42], where that check always passes.
+// Same bits as log2_parts for every positive finite x (tests: all 2^31 positive patterns); the
+// branch-free form lets the compiler interleave several elements' pow chains.
+__device__ __forceinline__ float div_rn_mid(float a, float b) {
+  float r0;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(b));
+  const float e = __fmaf_rn(r0, -b, 1.0f);
+  const float r = __fmaf_rn(r0, e, r0);
+  const float q0 = __fmaf_rn(a, r, 0.0f);
+  const float rem = __fmaf_rn(q0, -b, a);
+  return __fmaf_rn(r, rem, q0);
+}
+
+__device__ __forceinline__ dmath::Log2Parts log2_parts_fast(float x) {
+  uint32_t u = f32_bits(x);
+  const bool sub = u < 0x00800000u;
+  u = sub ? f32_bits(mul_rn(x, 8388608.0f)) : u;
+  const int32_t e = static_cast<int32_t>(u - 0x3F3504F3u) >> 23;
+  const float m = f32_from_bits(u - (static_cast<uint32_t>(e) << 23));
+  const float f = add_rn(m, -1.0f);
+  const float s = div_rn_mid(f, add_rn(2.0f, f));
+  const float z = mul_rn(s, s);
+  float R = 0.22222222f;
+  R = add_rn(mul_rn(R, z), 0.28571429f);
+  R = add_rn(mul_rn(R, z), 0.40000001f);
+  R = add_rn(mul_rn(R, z), 0.66666669f);
+  R = mul_rn(R, z);
+  const float hfsq = mul_rn(mul_rn(0.5f, f), f);
+  const float ln1p = add_rn(f, -add_rn(hfsq, -mul_rn(s, add_rn(hfsq, R))));
+  const float l = mul_rn(ln1p, 1.44269502f);
+  return dmath::Log2Parts{static_cast<float>(e - (sub ? 23 : 0)), l};
+}
+
+__device__ __forceinline__ float pow_det_y(float x, const PowY& Y) {
+  using namespace dmath;
+  const uint32_t sx = f32_bits(x);
+  const uint32_t ux = sx & 0x7FFFFFFFu;
+  const float inf = f32_from_bits(0x7F800000u);
+  const float nan = f32_from_bits(0x7FC00000u);
+  const bool x_ok = ux != 0u && ux < 0x7F800000u && (sx >> 31) == 0u;
+  const float xc = x_ok ? x : 1.0f;
+  const Log2Parts lp = log2_parts_fast(xc);
+  const bool small = lp.e != 0.0f;
+  const float yc = small ? Y.yc_small : Y.yc_big;
+  const float y_hi = small ? Y.yhi_small : Y.yhi_big;
+  const float y_lo = small ? Y.ylo_small : Y.ylo_big;
+  const float a_hi = mul_rn(y_hi, lp.e);
+  const float a_lo = mul_rn(y_lo, lp.e);
+  const float n1 = rint_small(a_hi);
+  float t = add_rn(add_rn(a_hi, -n1), add_rn(a_lo, mul_rn(yc, lp.l)));
+  t = t > 2097152.0f ? 2097152.0f : (t < -2097152.0f ? -2097152.0f : t);
+  const float n2 = rint_small(t);
+  const float g = add_rn(t, -n2);
+  float n = add_rn(n1, n2);
+  n = n > 400.0f ? 400.0f : (n < -400.0f ? -400.0f : n);
+  float r = scale_pow2(exp2_reduced(g), static_cast<int>(n));
+  // pow_det's special values, same priorities (lowest first); the y-only tests are uniform.
+  if (Y.y_inf) r = (x < 1.0f) != Y.yneg ? 0.0f : inf;
+  r = sel(ux == 0x7F800000u, Y.yneg ? 0.0f : inf, r);
+  r = sel(ux == 0u, Y.yneg ? inf : 0.0f, r);
+  if (Y.y_one) r = sel(ux == 0u, 0.0f, x);
+  r = sel((sx >> 31) != 0u && ux != 0u, nan, r);
+  r = Y.y_nan ? nan : sel(is_nan_bits(ux), nan, r);
+  r = Y.y_zero ? 1.0f : sel(sx == 0x3F800000u, 1.0f, r);
+  return r;
+}
+
+}  // namespace fp8sim::gpu::detail
