@@ -6,7 +6,8 @@ Specs: e4m3:g128 (1x128 groups along the last dim, s = amax/448 in fp32, q = e4m
 e4m3:g128:de=coat (COAT's dynamic range expansion, REFERENCE.md section 2, in numpy float32 with
 np.power / np.log2 in place of fp8sim's deterministic pow/log2). Per core: numpy is single-threaded,
 so its CPU time (time.process_time) is compared with fp8sim's single-thread CPU time from Google
-Benchmark; on a loaded machine CPU time is the fair measure. All cores: fp8sim's wall time with
+Benchmark, the median of --repeats measurements on both sides; on a loaded machine CPU time is the
+fair measure. All cores: fp8sim's wall time with
 every OpenMP thread (meaningful only on an idle machine).
 
   .venv/bin/python scripts/bench_quant_numpy.py --bench build/tests/bench/bench_quant \\
@@ -62,21 +63,26 @@ def quantize_coat(x):
 
 
 def time_cpu(fn, x, repeats):
+    """Median CPU time of `repeats` calls after a warm-up (the same statistic as fp8sim's side)."""
     fn(x)  # warm-up
-    best = float("inf")
+    times = []
     for _ in range(repeats):
         t0 = time.process_time()
         fn(x)
-        best = min(best, time.process_time() - t0)
-    return best
+        times.append(time.process_time() - t0)
+    return float(np.median(times))
 
 
-def run_bench(binary, min_time):
+def run_bench(binary, min_time, repetitions):
+    """Google Benchmark's median over `repetitions` repetitions (each at least min_time long)."""
     out = subprocess.run([binary, "--benchmark_format=json", f"--benchmark_min_time={min_time}",
+                          f"--benchmark_repetitions={repetitions}", "--benchmark_report_aggregates_only=true",
                           "--benchmark_filter=BM_quantize_g128(_de_coat)?/"],
                          check=True, capture_output=True, text=True).stdout
     res = {}
     for b in json.loads(out)["benchmarks"]:
+        if b.get("aggregate_name") != "median":
+            continue
         name, arg = b["name"].split("/")[0], b["name"].split("/")[1]
         unit = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
         res[(name, arg)] = {"cpu_s": b["cpu_time"] * unit, "real_s": b["real_time"] * unit,
@@ -100,8 +106,8 @@ def main():
     ap.add_argument("--fp8sim", help="path of the fp8sim binary (to check the codes agree)")
     ap.add_argument("--rows", type=int, default=2048)
     ap.add_argument("--cols", type=int, default=2048)
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--min-time", type=float, default=1.0, help="Google Benchmark min time per case (s)")
+    ap.add_argument("--repeats", type=int, default=9, help="numpy calls timed (median) and Google Benchmark repetitions")
+    ap.add_argument("--min-time", type=float, default=0.5, help="Google Benchmark min time per repetition (s)")
     ap.add_argument("--json", help="write the table as JSON here")
     args = ap.parse_args()
     if args.cols % 128:
@@ -110,7 +116,7 @@ def main():
     x = make_data(args.rows, args.cols)
     n = x.size
     rows = []
-    bench = run_bench(args.bench, args.min_time)
+    bench = run_bench(args.bench, args.min_time, args.repeats)
     for label, bm, fn, spec in [("e4m3:g128", "BM_quantize_g128", quantize_g128, "e4m3:g128"),
                                 ("e4m3:g128:de=coat", "BM_quantize_g128_de_coat", quantize_coat, "e4m3:g128:de=coat")]:
         t_np = time_cpu(fn, x, args.repeats)
