@@ -321,7 +321,8 @@ TEST(QuantSimd, QuantizeAndDequantizeMatchScalarPath) {
                          "e4m3:g128:scale=pow2", "e4m3:g100",         "e4m3:row",            "e5m2:row",
                          "e4m3:tensor",        "e4m3:col",            "e4m3:b128x128",       "e4m3:g128:de=coat",
                          "e5m2:g128:de=coat",  "e4m3:g128:de=robust", "e4m3:g40:de=coat",    "e4m3:g128:sat=none",
-                         "e4m3:g128:eps=1e-12", "e4m3:g8",            "e4m3:g128:round=stochastic:seed=3"};
+                         "e4m3:g128:eps=1e-12", "e4m3:g8",            "e4m3:g128:round=stochastic:seed=3",
+                         "e4m3:g128:de=robust:sat=none", "e5m2:g64:de=robust"};
   const std::vector<std::vector<int64_t>> shapes = {{1, 5}, {5, 217}, {217, 300}, {3, 1000}, {64, 128}, {1, 4096}, {37}};
   const Data kinds[] = {Data::LogNormal, Data::WithZeros, Data::NonFinite, Data::Tiny, Data::Degenerate, Data::Huge,
                        Data::KOne};

@@ -744,6 +744,110 @@ inline bool has_special_codes(const uint8_t* c, int64_t n) {
   return false;
 }
 
+// robust_errors<T, true> (quantize.cpp): robust DE's evaluation of one candidate p over a gathered
+// group: codes of expand_value(x, p), and per element the squared error (fp64) of the value they
+// decode to, 0 for a non-finite x. Full pow_det (every special value), so any p and any data.
+// Returns the saturated count. The caller sums err in its fixed tree order.
+// The squared errors of 8 elements (x, y) into err[0..8): fp64, 0 where x is not finite.
+inline void store_sq_err8(V x, V y, double* err) {
+  const VI fin = lt(_mm256_and_si256(ib(x), ci(0x7FFFFFFFu)), ci(0x7F800000u));
+  const __m256d d_lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), _mm256_cvtps_pd(_mm256_castps256_ps128(y)));
+  const __m256d d_hi =
+      _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)));
+  const __m256d m_lo = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(fin)));
+  const __m256d m_hi = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_extracti128_si256(fin, 1)));
+  _mm256_storeu_pd(err, _mm256_and_pd(m_lo, _mm256_mul_pd(d_lo, d_lo)));
+  _mm256_storeu_pd(err + 4, _mm256_and_pd(m_hi, _mm256_mul_pd(d_hi, d_hi)));
+}
+
+// pow_det(a, k) for 8 vectors of +0 / positive finite a with a usable k (k == 1: a itself).
+__attribute__((always_inline)) inline void pow8_const(const V* a, V* out, const PowConstY& k, bool unit) {
+  if (unit) {
+    FP8SIM_EACH_8 out[j] = a[j];
+  } else {
+    pow_det_pos_const_y_n<8>(a, out, k);
+  }
+}
+
+// robust_errors on a group whose elements are all finite, with k, 1/k usable by PowConstY, c and s
+// positive finite and fmax * s finite: the interleaved pow for the expansion and the compression.
+// Returns false when the conditions do not hold or a code decodes to NaN / Inf (sat = none
+// overflow); the caller then runs the general loop, which rewrites everything.
+template <class T>
+bool robust_errors_fast(const float* xs, int64_t n, const ExpandParams& p, bool sat, float bound, uint8_t* codes,
+                        double* err, int64_t& nsat) {
+  const float kinv_s = div_rn(1.0f, p.k);
+  if (!(PowConstY::usable(p.k) && PowConstY::usable(kinv_s) && p.c > 0.0f && is_finite_bits(f32_bits(p.c)) &&
+        p.s > 0.0f && is_finite_bits(f32_bits(p.s)) &&
+        is_finite_bits(f32_bits(mul_rn(decode_fp8<T>(T::kMaxCode), p.s)))))  // every |q * s| finite
+    return false;
+  const int64_t n64 = n - n % 64;
+  for (int64_t i = 0; i < n; ++i)
+    if (!is_finite_bits(f32_bits(xs[i]))) return false;
+  const PowConstY ky(p.k), kinv(kinv_s);
+  const bool k_unit = p.k == 1.0f, kinv_unit = kinv_s == 1.0f;
+  const V pc = cf(p.c), ps = cf(p.s), vbound = cf(bound);
+  const VI signbit = ci(0x80000000u);
+  VI satc = _mm256_setzero_si256();
+  for (int64_t i = 0; i < n64; i += 64) {
+    V x[8], a[8], mag[8];
+    FP8SIM_EACH_8 x[j] = _mm256_loadu_ps(xs + i + 8 * j);
+    FP8SIM_EACH_8 a[j] = div(vabs(x[j]), pc);
+    pow8_const(a, mag, ky, k_unit);
+    FP8SIM_EACH_8 {
+      const V v = div(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(x[j]), signbit))), ps);
+      satc = _mm256_sub_epi32(satc, fcmp_gt(vabs(v), vbound));
+      store8(codes + i + 8 * j, encode_rne<T>(v, sat));
+    }
+  }
+  if (has_special_codes<T>(codes, n64)) return false;  // (sat = none overflow): the full path redoes it
+  for (int64_t i = 0; i < n64; i += 64) {
+    V qs[8], a[8], mag[8];
+    FP8SIM_EACH_8 qs[j] = mul(decode8<T>(codes + i + 8 * j), ps);
+    FP8SIM_EACH_8 a[j] = vabs(qs[j]);
+    pow8_const(a, mag, kinv, kinv_unit);
+    FP8SIM_EACH_8 store_sq_err8(_mm256_loadu_ps(xs + i + 8 * j),
+                                mul(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(qs[j]), signbit))), pc),
+                                err + i + 8 * j);
+  }
+  nsat = hsum(satc);
+  for (int64_t j = n64; j < n; ++j) {
+    const float x = xs[j];
+    const float v = fp8sim::expand_value(x, p);
+    codes[j] = encode_fp8_rne<T>(v, sat);
+    nsat += dmath::abs_bits(v) > bound ? 1 : 0;
+    err[j] = sq_err_term(x, fp8sim::compress_value(decode_fp8<T>(codes[j]), p));
+  }
+  return true;
+}
+
+template <class T>
+int64_t robust_errors(const float* xs, int64_t n, const ExpandParams& p, bool sat, float bound, uint8_t* codes,
+                      double* err) {
+  int64_t fast_sat = 0;
+  if (robust_errors_fast<T>(xs, n, p, sat, bound, codes, err, fast_sat)) return fast_sat;
+  const int64_t n8 = n - n % 8;
+  const V pc = cf(p.c), pk = cf(p.k), ps = cf(p.s), kinv = cf(div_rn(1.0f, p.k)), vbound = cf(bound);
+  VI satc = _mm256_setzero_si256();
+  for (int64_t i = 0; i < n8; i += 8) {
+    const V x = _mm256_loadu_ps(xs + i);
+    const V v = expand_value(x, pc, pk, ps);
+    store8(codes + i, encode_rne<T>(v, sat));
+    const VI fin = lt(_mm256_and_si256(ib(x), ci(0x7FFFFFFFu)), ci(0x7F800000u));
+    satc = _mm256_sub_epi32(satc, _mm256_and_si256(fin, fcmp_gt(vabs(v), vbound)));
+    store_sq_err8(x, compress_value(decode8<T>(codes + i), ps, kinv, pc), err + i);
+  }
+  int64_t nsat = hsum(satc);
+  for (int64_t j = n8; j < n; ++j) {
+    const float x = xs[j];
+    const float v = fp8sim::expand_value(x, p);
+    codes[j] = encode_fp8_rne<T>(v, sat);
+    nsat += (is_finite_bits(f32_bits(x)) && dmath::abs_bits(v) > bound) ? 1 : 0;
+    err[j] = sq_err_term(x, fp8sim::compress_value(decode_fp8<T>(codes[j]), p));
+  }
+  return nsat;
+}
+
 // decode_range (quantize.cpp) for the first n8 elements.
 template <class T, bool EXPAND>
 inline void decode_segment(const uint8_t* codes, int64_t base, int64_t n8, float s, const ExpandParams& p,

@@ -454,6 +454,7 @@ void encode_robust(const Load& ld, QuantizedTensor& q, const Stats& st, const Qu
   const bool sr = spec.rounding == Rounding::Stochastic;
   const float fmax = spec.fmax();
   const float fmax_target = static_cast<float>(format_info(spec.expand_target).max);
+  const bool simd = quant_simd();
   int64_t nsat = 0, nunder = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : nsat, nunder)
   {
@@ -488,7 +489,8 @@ void encode_robust(const Load& ld, QuantizedTensor& q, const Stats& st, const Qu
             codes[j] = encode_fp8_sr<T>(expand_value(xs[j], p), sat, philox_word(spec.seed, opts.index_offset + idx[j]));
           gsat = robust_errors<T, false>(xs.data(), n, p, sat, bound, codes.data(), err.data());
         } else {
-          gsat = robust_errors<T, true>(xs.data(), n, p, sat, bound, codes.data(), err.data());
+          gsat = simd ? avx2::robust_errors<T>(xs.data(), n, p, sat, bound, codes.data(), err.data())
+                      : robust_errors<T, true>(xs.data(), n, p, sat, bound, codes.data(), err.data());
         }
         return sq_err_tree_sum(err.data(), n);
       };
