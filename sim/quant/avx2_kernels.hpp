@@ -368,34 +368,40 @@ inline void store32(uint8_t* p, VI b) {
   else _mm256_storeu_si256(reinterpret_cast<VI*>(p), b);
 }
 
+// Stores 4 vectors of codes (32 elements) in element order; returns how many are +-0. kStream:
+// through store32 (codes that are not read back soon), else an ordinary store.
+template <bool kStream = true>
+inline int64_t store_codes32(uint8_t* out, VI c0, VI c1, VI c2, VI c3) {
+  // packus works within 128-bit lanes: the dwords come out as c0lo c1lo c2lo c3lo c0hi c1hi c2hi
+  // c3hi (4 codes each) and the permutation restores element order.
+  const VI b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3)),
+                                           _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  if constexpr (kStream) store32(out, b);
+  else _mm256_storeu_si256(reinterpret_cast<VI*>(out), b);
+  const uint32_t zm = static_cast<uint32_t>(
+      _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(b, _mm256_set1_epi8(0x7F)), _mm256_setzero_si256())));
+  return __builtin_popcount(zm);
+}
+
+// Stores 8 codes; returns how many are +-0.
+inline int64_t store_codes8(uint8_t* out, VI c) {
+  store8(out, c);
+  return __builtin_popcount(
+      static_cast<uint32_t>(_mm256_movemask_ps(fb(eq(_mm256_and_si256(c, ci(0x7Fu)), _mm256_setzero_si256())))));
+}
+
 // Codes of x / sq for the first n8 elements (a multiple of 8); returns how many codes are +-0.
 template <class T, class VL>
 __attribute__((always_inline)) inline int64_t encode_plain_fast(const VL& ld, int64_t base, int64_t n8, float sq, uint8_t* out) {
   const V vs = cf(sq);
-  const __m256i low7 = _mm256_set1_epi8(0x7F);
-  const VI perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   int64_t zero_codes = 0;
   int64_t i = 0;
-  for (; i + 32 <= n8; i += 32) {
-    const VI c0 = encode_rne_finite<T>(div(ld.load8(base + i), vs));
-    const VI c1 = encode_rne_finite<T>(div(ld.load8(base + i + 8), vs));
-    const VI c2 = encode_rne_finite<T>(div(ld.load8(base + i + 16), vs));
-    const VI c3 = encode_rne_finite<T>(div(ld.load8(base + i + 24), vs));
-    // packus works within 128-bit lanes: the dwords come out as c0lo c1lo c2lo c3lo c0hi c1hi
-    // c2hi c3hi (4 codes each) and the permutation restores element order.
-    const VI b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3)),
-                                             perm);
-    store32(out + base + i, b);
-    const uint32_t zm = static_cast<uint32_t>(
-        _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(b, low7), _mm256_setzero_si256())));
-    zero_codes += __builtin_popcount(zm);
-  }
-  for (; i < n8; i += 8) {
-    const VI c = encode_rne_finite<T>(div(ld.load8(base + i), vs));
-    store8(out + base + i, c);
-    const uint32_t zm = static_cast<uint32_t>(_mm256_movemask_ps(fb(eq(_mm256_and_si256(c, ci(0x7Fu)), _mm256_setzero_si256()))));
-    zero_codes += __builtin_popcount(zm);
-  }
+  for (; i + 32 <= n8; i += 32)
+    zero_codes += store_codes32(out + base + i, encode_rne_finite<T>(div(ld.load8(base + i), vs)),
+                                encode_rne_finite<T>(div(ld.load8(base + i + 8), vs)),
+                                encode_rne_finite<T>(div(ld.load8(base + i + 16), vs)),
+                                encode_rne_finite<T>(div(ld.load8(base + i + 24), vs)));
+  for (; i < n8; i += 8) zero_codes += store_codes8(out + base + i, encode_rne_finite<T>(div(ld.load8(base + i), vs)));
   return zero_codes;
 }
 
@@ -409,8 +415,8 @@ void plain_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0
                   float bound, bool sat, uint8_t* out, float* scales, int64_t& nunder, uint32_t& tmax,
                   General&& general) {
   for (int64_t grp = g0; grp < g1; ++grp) {
-    const int64_t r = grp / g.grid_cols, c0 = (grp % g.grid_cols) * g.group_cols;
-    const int64_t n = (c0 + g.group_cols < g.cols ? g.group_cols : g.cols - c0), base = r * g.cols + c0;
+    int64_t base, n;
+    g.row_group_span(grp, base, n);
     const int64_t n8 = n - n % 8;
     uint32_t amax = scan_amax_bits(vl, base, n8);
     for (int64_t i = base + n8; i < base + n; ++i) {
@@ -513,6 +519,45 @@ __attribute__((always_inline)) inline void pow_det_pos_const_y_n(const V* x, V* 
   FP8SIM_EACH out[j] = sel(eq(ib(x[j]), _mm256_setzero_si256()), _mm256_setzero_ps(), scale_pow2(p[j], ni[j]));
 }
 
+// pow_det(a, k) for 8 vectors of +0 / positive finite a with a usable k (k == 1: a itself).
+__attribute__((always_inline)) inline void pow8_const(const V* a, V* out, const PowConstY& k, bool unit) {
+  if (unit) {
+    FP8SIM_EACH_8 out[j] = a[j];
+  } else {
+    pow_det_pos_const_y_n<8>(a, out, k);
+  }
+}
+
+// decode8 is defined further down.
+template <class T>
+inline V decode8(const uint8_t* codes);
+
+// expand_value + encode_fp8_rne on 8 vectors of finite x (DE group parameters c, s, exponent k with
+// the fast path's conditions); adds the saturated lanes to satc.
+template <class T>
+__attribute__((always_inline)) inline void expand_encode_8x8(const V* x, V c, V s, const PowConstY& k, bool k_unit,
+                                                           bool sat, V vbound, VI& satc, VI* codes) {
+  V a[8], mag[8];
+  FP8SIM_EACH_8 a[j] = div(vabs(x[j]), c);
+  pow8_const(a, mag, k, k_unit);
+  FP8SIM_EACH_8 {
+    const V v = div(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(x[j]), ci(0x80000000u)))), s);
+    satc = _mm256_sub_epi32(satc, fcmp_gt(vabs(v), vbound));
+    codes[j] = encode_rne<T>(v, sat);
+  }
+}
+
+// decode + compress_value on 64 codes (none NaN / Inf, every |q * s| finite; exponent 1/k usable).
+template <class T>
+__attribute__((always_inline)) inline void decode_compress_8x8(const uint8_t* codes, V c, V s, const PowConstY& kinv,
+                                                             bool kinv_unit, V* y) {
+  V qs[8], a[8], mag[8];
+  FP8SIM_EACH_8 qs[j] = mul(decode8<T>(codes + 8 * j), s);
+  FP8SIM_EACH_8 a[j] = vabs(qs[j]);
+  pow8_const(a, mag, kinv, kinv_unit);
+  FP8SIM_EACH_8 y[j] = mul(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(qs[j]), ci(0x80000000u)))), c);
+}
+
 // ---- coat DE parameters, 8 groups at once ----------------------------------------------------------
 
 // add_eps_fp64: float(double(v) + eps), both conversions and the add rounding to nearest.
@@ -585,8 +630,6 @@ template <class T, class VL, class SL, class General>
 void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1, float bound, bool sat,
                  uint8_t* out, float* scales, float* ks, float* cs, int64_t& nsat, int64_t& nunder, uint32_t& tmax,
                  const CoatConsts& cc, General&& general) {
-  const __m256i low7 = _mm256_set1_epi8(0x7F);
-  const VI perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const V vbound = cf(bound);
   // Batches of 8 groups: their statistics, then their parameters in one vector evaluation, then
   // each group's codes.
@@ -601,8 +644,8 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
     }
     for (int64_t j = 0; j < nb; ++j) {
       const int64_t grp = gb + j;
-      const int64_t r = grp / g.grid_cols, c0 = (grp % g.grid_cols) * g.group_cols;
-      const int64_t n = (c0 + g.group_cols < g.cols ? g.group_cols : g.cols - c0), base = r * g.cols + c0;
+      int64_t base, n;
+      g.row_group_span(grp, base, n);
       const int64_t n8 = n - n % 8;
       SegStats st = segment_stats(vl, base, n8);
       GroupStatBits b{st.amax, st.amin};
@@ -625,8 +668,8 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
     }
   for (int64_t jb = 0; jb < nb; ++jb) {
     const int64_t grp = gb + jb;
-    const int64_t r = grp / g.grid_cols, c0 = (grp % g.grid_cols) * g.group_cols;
-    const int64_t n = (c0 + g.group_cols < g.cols ? g.group_cols : g.cols - c0), base = r * g.cols + c0;
+    int64_t base, n;
+    g.row_group_span(grp, base, n);
     const int64_t n8 = n - n % 8;
     if (!finite[jb]) {
       general(grp);
@@ -639,11 +682,10 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
       general(grp);
       continue;
     }
-    const GroupStatBits b{bmax_bits[jb], 0u};
     scales[grp] = p.s;
     ks[grp] = p.k;
     cs[grp] = p.c;
-    tmax = b.amax > tmax ? b.amax : tmax;
+    tmax = bmax_bits[jb] > tmax ? bmax_bits[jb] : tmax;
     const PowConstY k(p.k);
     const V vc = cf(p.c), vs = cf(p.s);
     // pow_det(a, 1) is a exactly (its y == 1 selection), so k == 1 groups skip the core.
@@ -660,35 +702,14 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
     int64_t zero_codes = 0;
     int64_t i = 0;
     for (; i + 64 <= n8; i += 64) {
-      V xs[8], a[8], mag[8];
+      V xs[8];
       VI cv[8];
       FP8SIM_EACH_8 xs[j] = vl.load8(base + i + 8 * j);
-      FP8SIM_EACH_8 a[j] = div(vabs(xs[j]), vc);
-      if (k_is_one) {
-        FP8SIM_EACH_8 mag[j] = a[j];
-      } else {
-        pow_det_pos_const_y_n<8>(a, mag, k);
-      }
-      FP8SIM_EACH_8 {
-        const V v = div(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(xs[j]), ci(0x80000000u)))), vs);
-        satc = _mm256_sub_epi32(satc, fcmp_gt(vabs(v), vbound));
-        cv[j] = encode_rne<T>(v, sat);
-      }
-      for (int h = 0; h < 2; ++h) {
-        const VI packed = _mm256_permutevar8x32_epi32(
-            _mm256_packus_epi16(_mm256_packus_epi32(cv[4 * h], cv[4 * h + 1]), _mm256_packus_epi32(cv[4 * h + 2], cv[4 * h + 3])),
-            perm);
-        _mm256_storeu_si256(reinterpret_cast<VI*>(out + base + i + 32 * h), packed);
-        zero_codes += __builtin_popcount(static_cast<uint32_t>(
-            _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(packed, low7), _mm256_setzero_si256()))));
-      }
+      expand_encode_8x8<T>(xs, vc, vs, k, k_is_one, sat, vbound, satc, cv);
+      for (int h = 0; h < 2; ++h)
+        zero_codes += store_codes32(out + base + i + 32 * h, cv[4 * h], cv[4 * h + 1], cv[4 * h + 2], cv[4 * h + 3]);
     }
-    for (; i < n8; i += 8) {
-      const VI c = expand8(base + i, satc);
-      store8(out + base + i, c);
-      zero_codes += __builtin_popcount(
-          static_cast<uint32_t>(_mm256_movemask_ps(fb(eq(_mm256_and_si256(c, ci(0x7Fu)), _mm256_setzero_si256())))));
-    }
+    for (; i < n8; i += 8) zero_codes += store_codes8(out + base + i, expand8(base + i, satc));
     nsat += hsum(satc);
     for (int64_t j = base + n8; j < base + n; ++j) {
       const float x = sl(j);
@@ -705,6 +726,7 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
     }
   }
   }
+  _mm_sfence();
 }
 
 // decode_fp8_vec<T> (quantize.cpp) on 8 codes.
@@ -760,15 +782,6 @@ inline void store_sq_err8(V x, V y, double* err) {
   _mm256_storeu_pd(err + 4, _mm256_and_pd(m_hi, _mm256_mul_pd(d_hi, d_hi)));
 }
 
-// pow_det(a, k) for 8 vectors of +0 / positive finite a with a usable k (k == 1: a itself).
-__attribute__((always_inline)) inline void pow8_const(const V* a, V* out, const PowConstY& k, bool unit) {
-  if (unit) {
-    FP8SIM_EACH_8 out[j] = a[j];
-  } else {
-    pow_det_pos_const_y_n<8>(a, out, k);
-  }
-}
-
 // robust_errors on a group whose elements are all finite, with k, 1/k usable by PowConstY, c and s
 // positive finite and fmax * s finite: the interleaved pow for the expansion and the compression.
 // Returns false when the conditions do not hold or a code decodes to NaN / Inf (sat = none
@@ -787,28 +800,21 @@ bool robust_errors_fast(const float* xs, int64_t n, const ExpandParams& p, bool 
   const PowConstY ky(p.k), kinv(kinv_s);
   const bool k_unit = p.k == 1.0f, kinv_unit = kinv_s == 1.0f;
   const V pc = cf(p.c), ps = cf(p.s), vbound = cf(bound);
-  const VI signbit = ci(0x80000000u);
   VI satc = _mm256_setzero_si256();
   for (int64_t i = 0; i < n64; i += 64) {
-    V x[8], a[8], mag[8];
+    V x[8];
+    VI cv[8];
     FP8SIM_EACH_8 x[j] = _mm256_loadu_ps(xs + i + 8 * j);
-    FP8SIM_EACH_8 a[j] = div(vabs(x[j]), pc);
-    pow8_const(a, mag, ky, k_unit);
-    FP8SIM_EACH_8 {
-      const V v = div(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(x[j]), signbit))), ps);
-      satc = _mm256_sub_epi32(satc, fcmp_gt(vabs(v), vbound));
-      store8(codes + i + 8 * j, encode_rne<T>(v, sat));
-    }
+    expand_encode_8x8<T>(x, pc, ps, ky, k_unit, sat, vbound, satc, cv);
+    // (a scratch group read back below: no streaming stores)
+    store_codes32<false>(codes + i, cv[0], cv[1], cv[2], cv[3]);
+    store_codes32<false>(codes + i + 32, cv[4], cv[5], cv[6], cv[7]);
   }
   if (has_special_codes<T>(codes, n64)) return false;  // (sat = none overflow): the full path redoes it
   for (int64_t i = 0; i < n64; i += 64) {
-    V qs[8], a[8], mag[8];
-    FP8SIM_EACH_8 qs[j] = mul(decode8<T>(codes + i + 8 * j), ps);
-    FP8SIM_EACH_8 a[j] = vabs(qs[j]);
-    pow8_const(a, mag, kinv, kinv_unit);
-    FP8SIM_EACH_8 store_sq_err8(_mm256_loadu_ps(xs + i + 8 * j),
-                                mul(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(qs[j]), signbit))), pc),
-                                err + i + 8 * j);
+    V y[8];
+    decode_compress_8x8<T>(codes + i, pc, ps, kinv, kinv_unit, y);
+    FP8SIM_EACH_8 store_sq_err8(_mm256_loadu_ps(xs + i + 8 * j), y[j], err + i + 8 * j);
   }
   nsat = hsum(satc);
   for (int64_t j = n64; j < n; ++j) {
@@ -866,16 +872,9 @@ inline void decode_segment(const uint8_t* codes, int64_t base, int64_t n8, float
       const bool unit = kinv_s == 1.0f;  // pow_det(a, 1) == a
       int64_t i = 0;
       for (; i + 64 <= n8; i += 64) {
-        V qs[8], a[8], mag[8];
-        FP8SIM_EACH_8 qs[j] = mul(decode8<T>(codes + base + i + 8 * j), ps);
-        FP8SIM_EACH_8 a[j] = vabs(qs[j]);
-        if (unit) {
-          FP8SIM_EACH_8 mag[j] = a[j];
-        } else {
-          pow_det_pos_const_y_n<8>(a, mag, ky);
-        }
-        FP8SIM_EACH_8 _mm256_storeu_ps(
-            out + base + i + 8 * j, mul(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(qs[j]), ci(0x80000000u)))), pc));
+        V y[8];
+        decode_compress_8x8<T>(codes + base + i, pc, ps, ky, unit, y);
+        FP8SIM_EACH_8 _mm256_storeu_ps(out + base + i + 8 * j, y[j]);
       }
       for (; i < n8; i += 8) {
         const V qs = mul(decode8<T>(codes + base + i), ps);

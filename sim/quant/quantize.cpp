@@ -584,16 +584,14 @@ void quantize_rowgroups_fused(const Load& ld, QuantizedTensor& q, const ScaleCon
   const bool sat = spec.saturation == Saturation::Finite;
   const float bound = saturation_bound(spec.format);
   const float fmax_target = coat ? static_cast<float>(format_info(spec.expand_target).max) : 0.0f;
-  const bool narrow = g.group_cols < kNarrow;
   const int64_t ng = g.num_groups();
   uint8_t* out = q.codes.data();
   int64_t nsat = 0, nunder = 0, nonfinite = 0;
   uint32_t tmax = 0;
   const auto vl = VecLoad<Load>::make(ld);
   // Any group: statistics, scale or DE parameters, codes (the two-pass path's steps, per group).
-  auto general = [&](int64_t grp, int64_t r, int64_t base, int64_t n, int64_t& nsat, int64_t& nunder,
-                     int64_t& nonfinite, uint32_t& tmax) {
-    (void)r;
+  auto general = [&](int64_t grp, int64_t base, int64_t n, int64_t& nsat, int64_t& nunder, int64_t& nonfinite,
+                     uint32_t& tmax) {
     uint32_t amax = 0u, amin = 0x7F800000u;
     int64_t nf = 0;
     uint8_t inf = 0;
@@ -608,10 +606,11 @@ void quantize_rowgroups_fused(const Load& ld, QuantizedTensor& q, const ScaleCon
       q.expand_k[grp] = p.k;
       q.expand_c[grp] = p.c;
       encode_dispatch<T, Load, Xform::Expand, false>(ld, base, n, sq, p, sat, bound, out, 0, 0, nsat, nunder, true,
-                                                     narrow);
+                                                     false);
     } else {
       plain_scales(amax_with_eps(f32_from_bits(amax), sc), sc, sq, q.scales[grp]);
-      encode_dispatch<T, Load, Xform::Div, false>(ld, base, n, sq, p, sat, bound, out, 0, 0, nsat, nunder, true, narrow);
+      // (narrow = false: the fused path requires group_cols >= kNarrow)
+      encode_dispatch<T, Load, Xform::Div, false>(ld, base, n, sq, p, sat, bound, out, 0, 0, nsat, nunder, true, false);
     }
   };
 #pragma omp parallel num_threads(threads) if (threads > 1) reduction(+ : nsat, nunder, nonfinite) reduction(max : tmax)
@@ -620,9 +619,9 @@ void quantize_rowgroups_fused(const Load& ld, QuantizedTensor& q, const ScaleCon
     const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t g0 = ng * t / nt, g1 = ng * (t + 1) / nt;
     auto general_one = [&](int64_t grp) {
-      const int64_t r = grp / g.grid_cols, c0 = (grp % g.grid_cols) * g.group_cols;
-      const int64_t n = std::min(g.cols, c0 + g.group_cols) - c0;
-      general(grp, r, r * g.cols + c0, n, nsat, nunder, nonfinite, tmax);
+      int64_t base, n;
+      g.row_group_span(grp, base, n);
+      general(grp, base, n, nsat, nunder, nonfinite, tmax);
     };
     if (coat) {
       avx2::CoatConsts cc;

@@ -135,6 +135,12 @@ struct GroupGeometry {
   int64_t numel() const { return rows * cols; }
   // Element range of group g = (gi, gj): rows [r0, r1) x cols [c0, c1).
   void group_bounds(int64_t g, int64_t& r0, int64_t& r1, int64_t& c0, int64_t& c1) const;
+  // For one-row groups (group_rows == 1): flat index of group g's first element and its length.
+  void row_group_span(int64_t g, int64_t& base, int64_t& n) const {
+    const int64_t r = g / grid_cols, c0 = (g % grid_cols) * group_cols;
+    n = c0 + group_cols < cols ? group_cols : cols - c0;
+    base = r * cols + c0;
+  }
 };
 
 }  // namespace fp8sim
