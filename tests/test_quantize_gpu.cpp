@@ -44,6 +44,27 @@ std::string first_mismatch(const std::vector<T>& a, const std::vector<T>& b, con
   return {};
 }
 
+// Per-tensor quantize of dx (fp32, numel(shape) elements) on the GPU from producer-emitted
+// per-chunk maxima (COAT's Group Scaling): the codes and the one scale.
+struct ProducerResult {
+  std::vector<uint8_t> codes;
+  std::vector<float> scale;
+};
+ProducerResult quantize_with_producer_maxima(const gpu::DeviceBuffer<float>& dx, const Shape& shape, const QuantSpec& spec,
+                                             const gpu::DeviceBuffer<float>& maxima, size_t count) {
+  gpu::DeviceBuffer<uint8_t> codes(static_cast<size_t>(shape_numel(shape)));
+  gpu::DeviceBuffer<float> scale(1);
+  gpu::DeviceBuffer<unsigned char> ws(gpu::quantize_workspace_bytes(spec, shape));
+  gpu::QuantGpuOut out;
+  out.codes = codes.get();
+  out.scales = scale.get();
+  gpu::QuantGpuOptions go;
+  go.producer_maxima = maxima.get();
+  go.producer_maxima_count = count;
+  gpu::quantize_cuda(dx.get(), InputDtype::F32, shape, spec, out, ws.get(), go, nullptr);
+  return {codes.download(), scale.download()};
+}
+
 void expect_same(const QuantizedTensor& c, const QuantizedTensor& g, const std::string& ctx) {
   EXPECT_EQ(first_mismatch(c.codes, g.codes, "codes"), "") << ctx;
   EXPECT_EQ(first_mismatch(c.scales, g.scales, "scales"), "") << ctx;
@@ -180,18 +201,9 @@ TEST(QuantizeGpu, GroupScalingWithProducerMaximaEqualsJustInTime) {
   for (size_t chunk : {size_t{16}, size_t{128}, size_t{1000}}) {
     gpu::DeviceBuffer<float> maxima((n + chunk - 1) / chunk);
     gpu::chunk_maxima_cuda(dx.get(), InputDtype::F32, n, chunk, maxima.get(), nullptr);
-    gpu::DeviceBuffer<uint8_t> codes(n);
-    gpu::DeviceBuffer<float> scale(1);
-    gpu::DeviceBuffer<unsigned char> ws(gpu::quantize_workspace_bytes(spec, shape));
-    gpu::QuantGpuOut out;
-    out.codes = codes.get();
-    out.scales = scale.get();
-    gpu::QuantGpuOptions go;
-    go.producer_maxima = maxima.get();
-    go.producer_maxima_count = maxima.size();
-    gpu::quantize_cuda(dx.get(), InputDtype::F32, shape, spec, out, ws.get(), go, nullptr);
-    EXPECT_EQ(first_mismatch(c.codes, codes.download(), "codes"), "") << "chunk " << chunk;
-    EXPECT_EQ(first_mismatch(c.scales, scale.download(), "scale"), "") << "chunk " << chunk;
+    const ProducerResult r = quantize_with_producer_maxima(dx, shape, spec, maxima, maxima.size());
+    EXPECT_EQ(first_mismatch(c.codes, r.codes, "codes"), "") << "chunk " << chunk;
+    EXPECT_EQ(first_mismatch(c.scales, r.scale, "scale"), "") << "chunk " << chunk;
   }
   // And the one-pass amax kernel.
   gpu::DeviceBuffer<float> amax(1);
@@ -369,18 +381,9 @@ TEST(QuantizeGpu, GroupScalingWithALongMaximaListUsesTheMultiBlockReduction) {
     hm[5] = std::numeric_limits<float>::quiet_NaN();
     hm[m - 3] = std::numeric_limits<float>::infinity();
     maxima.upload(hm);
-    gpu::DeviceBuffer<uint8_t> codes(n);
-    gpu::DeviceBuffer<float> scale(1);
-    gpu::DeviceBuffer<unsigned char> ws(gpu::quantize_workspace_bytes(spec, shape));
-    gpu::QuantGpuOut out;
-    out.codes = codes.get();
-    out.scales = scale.get();
-    gpu::QuantGpuOptions go;
-    go.producer_maxima = maxima.get();
-    go.producer_maxima_count = m;
-    gpu::quantize_cuda(dx.get(), InputDtype::F32, shape, spec, out, ws.get(), go, nullptr);
-    EXPECT_EQ(first_mismatch(c.codes, codes.download(), "codes"), "") << s;
-    EXPECT_EQ(first_mismatch(c.scales, scale.download(), "scale"), "") << s;
+    const ProducerResult r = quantize_with_producer_maxima(dx, shape, spec, maxima, m);
+    EXPECT_EQ(first_mismatch(c.codes, r.codes, "codes"), "") << s;
+    EXPECT_EQ(first_mismatch(c.scales, r.scale, "scale"), "") << s;
     gpu::DeviceBuffer<float> amax(1);
     gpu::reduce_maxima_cuda(maxima.get(), m, amax.get(), nullptr);
     EXPECT_EQ(f32_bits(amax.download()[0]), f32_bits(c.tensor_amax)) << s;

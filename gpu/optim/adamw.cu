@@ -266,20 +266,6 @@ __global__ void __launch_bounds__(256, 3) adamw_fp8_grouped_kernel(float* __rest
   }
 }
 
-int sms() {
-  static int v = [] {
-    int dev = 0, s = 132;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&s, cudaDevAttrMultiProcessorCount, dev);
-    return s;
-  }();
-  return v;
-}
-
-int grid_for(int64_t blocks, int per_sm) {
-  const int64_t cap = static_cast<int64_t>(sms()) * per_sm;
-  return static_cast<int>(blocks < 1 ? 1 : (blocks < cap ? blocks : cap));
-}
 
 bool aligned(const void* q, unsigned b) { return reinterpret_cast<uintptr_t>(q) % b == 0; }
 
@@ -289,7 +275,7 @@ void launch_adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, c
                        cudaStream_t stream) {
   if (n == 0) return;
   const bool vec = aligned(p, 16) && aligned(g, 16) && aligned(m, 16) && aligned(v, 16);
-  const int grid = grid_for(static_cast<int64_t>((vec ? n / 4 : n) + 255) / 256, 16);
+  const int grid = grid_cap(static_cast<int64_t>((vec ? n / 4 : n) + 255) / 256, 16);
   adamw_fp32_kernel<<<grid, 256, 0, stream>>>(p, g, m, v, static_cast<int64_t>(n), vec, c);
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
@@ -303,7 +289,7 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
   while (team * 4 < G) team <<= 1;
   const int64_t groups = (static_cast<int64_t>(n) + G - 1) / G;
   const int64_t teams_per_block = 256 / team;
-  const int grid = grid_for((groups + teams_per_block - 1) / teams_per_block, 8);
+  const int grid = grid_cap((groups + teams_per_block - 1) / teams_per_block, 8);
   const auto N = static_cast<int64_t>(n);
   const bool hw = hw_cvt_verified();
   switch (team) {

@@ -597,33 +597,6 @@ __global__ void __launch_bounds__(256) dequant_passthrough_kernel(const uint16_t
   }
 }
 
-int sm_count() {
-  static int sms = [] {
-    int dev = 0, v = 132;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v;
-  }();
-  return sms;
-}
-
-int grid_cap(int64_t want_blocks, int per_sm = 8) {
-  const int64_t cap = static_cast<int64_t>(sm_count()) * per_sm;
-  return static_cast<int>(want_blocks < 1 ? 1 : (want_blocks < cap ? want_blocks : cap));
-}
-
-template <class F>
-void dispatch_fmt_dt(int fmt, InDt dt, F&& f) {
-  if (fmt == 0) {
-    if (dt == InDt::F32) f.template operator()<E4M3Traits, InDt::F32>();
-    else if (dt == InDt::BF16) f.template operator()<E4M3Traits, InDt::BF16>();
-    else f.template operator()<E4M3Traits, InDt::FP16>();
-  } else {
-    if (dt == InDt::F32) f.template operator()<E5M2Traits, InDt::F32>();
-    else if (dt == InDt::BF16) f.template operator()<E5M2Traits, InDt::BF16>();
-    else f.template operator()<E5M2Traits, InDt::FP16>();
-  }
-}
 
 template <InDt D>
 void launch_chunk_stats(const void* x, int64_t n, int64_t chunk, uint32_t* chunk_amax, uint32_t* inf_flag,
@@ -668,7 +641,7 @@ bool tensor_hw_ok(const QuantLaunch& L) {
 }  // namespace
 
 int64_t tensor_chunk_elements() { return kChunk; }
-int64_t max_encode_blocks() { return static_cast<int64_t>(sm_count()) * 16; }
+int64_t max_encode_blocks() { return static_cast<int64_t>(sm_count_cached()) * 16; }
 
 void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
   const QuantKernelParams& P = L.params;

@@ -32,15 +32,6 @@ namespace {
 
 constexpr uint32_t kInfBits = 0x7F800000u;
 
-int device_sms() {
-  static int sms = [] {
-    int dev = 0, v = 132;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v;
-  }();
-  return sms;
-}
 
 // ---- the hardware converter's proof --------------------------------------------------------------
 // Every fp32 bit pattern (as pairs 2i, 2i+1): count the finite inputs whose hardware code differs
@@ -398,19 +389,6 @@ __global__ void __launch_bounds__(256, K <= 8 ? 4 : 2) quant_reg_kernel(const ui
   }
 }
 
-template <class F>
-void dispatch(int fmt, InDt dt, F&& f) {
-  if (fmt == 0) {
-    if (dt == InDt::F32) f.template operator()<E4M3Traits, InDt::F32>();
-    else if (dt == InDt::BF16) f.template operator()<E4M3Traits, InDt::BF16>();
-    else f.template operator()<E4M3Traits, InDt::FP16>();
-  } else {
-    if (dt == InDt::F32) f.template operator()<E5M2Traits, InDt::F32>();
-    else if (dt == InDt::BF16) f.template operator()<E5M2Traits, InDt::BF16>();
-    else f.template operator()<E5M2Traits, InDt::FP16>();
-  }
-}
-
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 // The hardware converter may replace the reference encoder for this launch: proven on this device,
@@ -431,8 +409,8 @@ bool hw_cvt_verified() {
     unsigned long long h = 1;
     if (good) {
       cudaMemsetAsync(d, 0, sizeof(unsigned long long), s);
-      hw_cvt_check_kernel<E4M3Traits><<<device_sms() * 8, 256, 0, s>>>(d);
-      hw_cvt_check_kernel<E5M2Traits><<<device_sms() * 8, 256, 0, s>>>(d);
+      hw_cvt_check_kernel<E4M3Traits><<<sm_count_cached() * 8, 256, 0, s>>>(d);
+      hw_cvt_check_kernel<E5M2Traits><<<sm_count_cached() * 8, 256, 0, s>>>(d);
       good = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
              cudaStreamSynchronize(s) == cudaSuccess;
       cudaStreamDestroy(s);
@@ -447,8 +425,8 @@ uint64_t hw_cvt_mismatches(bool e4m3) {
   unsigned long long* d = nullptr;
   FP8SIM_CUDA_CHECK(cudaMalloc(&d, sizeof(unsigned long long)));
   FP8SIM_CUDA_CHECK(cudaMemset(d, 0, sizeof(unsigned long long)));
-  if (e4m3) hw_cvt_check_kernel<E4M3Traits><<<device_sms() * 8, 256>>>(d);
-  else hw_cvt_check_kernel<E5M2Traits><<<device_sms() * 8, 256>>>(d);
+  if (e4m3) hw_cvt_check_kernel<E4M3Traits><<<sm_count_cached() * 8, 256>>>(d);
+  else hw_cvt_check_kernel<E5M2Traits><<<sm_count_cached() * 8, 256>>>(d);
   FP8SIM_CUDA_CHECK_LAUNCH();
   unsigned long long h = 0;
   FP8SIM_CUDA_CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
@@ -460,7 +438,7 @@ uint64_t div_by_mismatches(uint64_t n, uint64_t seed) {
   unsigned long long* d = nullptr;
   FP8SIM_CUDA_CHECK(cudaMalloc(&d, sizeof(unsigned long long)));
   FP8SIM_CUDA_CHECK(cudaMemset(d, 0, sizeof(unsigned long long)));
-  div_by_check_kernel<<<device_sms() * 8, 256>>>(n, seed, d);
+  div_by_check_kernel<<<sm_count_cached() * 8, 256>>>(n, seed, d);
   FP8SIM_CUDA_CHECK_LAUNCH();
   unsigned long long h = 0;
   FP8SIM_CUDA_CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
@@ -472,8 +450,8 @@ void div_code_mismatches(float s, bool e4m3, uint64_t& codes, uint64_t& quotient
   unsigned long long* d = nullptr;
   FP8SIM_CUDA_CHECK(cudaMalloc(&d, 2 * sizeof(unsigned long long)));
   FP8SIM_CUDA_CHECK(cudaMemset(d, 0, 2 * sizeof(unsigned long long)));
-  if (e4m3) div_code_check_kernel<E4M3Traits><<<device_sms() * 8, 256>>>(s, d, d + 1);
-  else div_code_check_kernel<E5M2Traits><<<device_sms() * 8, 256>>>(s, d, d + 1);
+  if (e4m3) div_code_check_kernel<E4M3Traits><<<sm_count_cached() * 8, 256>>>(s, d, d + 1);
+  else div_code_check_kernel<E5M2Traits><<<sm_count_cached() * 8, 256>>>(s, d, d + 1);
   FP8SIM_CUDA_CHECK_LAUNCH();
   unsigned long long h[2] = {0, 0};
   FP8SIM_CUDA_CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
@@ -486,7 +464,7 @@ uint64_t log2_fast_mismatches() {
   unsigned long long* d = nullptr;
   FP8SIM_CUDA_CHECK(cudaMalloc(&d, sizeof(unsigned long long)));
   FP8SIM_CUDA_CHECK(cudaMemset(d, 0, sizeof(unsigned long long)));
-  log2_fast_check_kernel<<<device_sms() * 8, 256>>>(d);
+  log2_fast_check_kernel<<<sm_count_cached() * 8, 256>>>(d);
   FP8SIM_CUDA_CHECK_LAUNCH();
   unsigned long long h = 0;
   FP8SIM_CUDA_CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
@@ -498,7 +476,7 @@ uint64_t pow_y_mismatches(uint64_t n, uint64_t seed) {
   unsigned long long* d = nullptr;
   FP8SIM_CUDA_CHECK(cudaMalloc(&d, sizeof(unsigned long long)));
   FP8SIM_CUDA_CHECK(cudaMemset(d, 0, sizeof(unsigned long long)));
-  pow_y_check_kernel<<<device_sms() * 8, 256>>>(n, seed, d);
+  pow_y_check_kernel<<<sm_count_cached() * 8, 256>>>(n, seed, d);
   FP8SIM_CUDA_CHECK_LAUNCH();
   unsigned long long h = 0;
   FP8SIM_CUDA_CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
@@ -519,7 +497,7 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
     const int team = static_cast<int>(G / 16);
     const int64_t segs = n / 16;
     const int64_t want = (segs + 255) / 256;
-    dispatch(P.format, dt, [&]<class T, InDt D>() {
+    dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       // A persistent grid of exactly the resident blocks: a partial last wave would leave part
       // of the GPU idle while it runs (each block takes an equal share of the segments).
       constexpr size_t smem = kStageBytes<D>;
@@ -528,7 +506,7 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, quant_1xg_fast_kernel<T, D>, 256, smem);
         return b > 0 ? b : 1;
       }();
-      const int64_t cap = static_cast<int64_t>(device_sms()) * resident;
+      const int64_t cap = static_cast<int64_t>(sm_count_cached()) * resident;
       const int grid = static_cast<int>(want < cap ? (want > 0 ? want : 1) : cap);
       quant_1xg_fast_kernel<T, D><<<grid, 256, smem, s>>>(static_cast<const uint4*>(L.x),
                                                            static_cast<uint8_t*>(L.codes), L.scales, P, team, segs, hw);
@@ -544,9 +522,9 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
   const int64_t words = gw / W * gh;
   if (words > 16 * 256) return false;
   const int64_t groups = P.grid_rows * P.grid_cols;
-  const int64_t cap = static_cast<int64_t>(device_sms()) * 8;
+  const int64_t cap = static_cast<int64_t>(sm_count_cached()) * 8;
   const int grid = static_cast<int>(groups < cap ? groups : cap);
-  dispatch(P.format, dt, [&]<class T, InDt D>() {
+  dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
     const auto* xw = static_cast<const uint4*>(L.x);
     auto* c = static_cast<uint8_t*>(L.codes);
     if (words <= 8 * 256) quant_reg_kernel<T, D, 8><<<grid, 256, 0, s>>>(xw, c, L.scales, P, hw);

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "gpu/common/launch.cuh"
 #include "sim/common/hd.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/quant/expand.hpp"
@@ -15,6 +16,21 @@ constexpr unsigned kFullMask = 0xFFFFFFFFu;
 
 // Element loaders: every input is widened to fp32 exactly (one rounding only, at the encoder).
 enum class InDt : int { F32 = 0, BF16 = 1, FP16 = 2 };
+
+// Host side: calls f.template operator()<Traits, D>() for a runtime format (0 = E4M3, 1 = E5M2)
+// and input dtype, so a launcher instantiates its kernel for every combination once.
+template <class F>
+void dispatch_fmt_dt(int fmt, InDt dt, F&& f) {
+  if (fmt == 0) {
+    if (dt == InDt::F32) f.template operator()<E4M3Traits, InDt::F32>();
+    else if (dt == InDt::BF16) f.template operator()<E4M3Traits, InDt::BF16>();
+    else f.template operator()<E4M3Traits, InDt::FP16>();
+  } else {
+    if (dt == InDt::F32) f.template operator()<E5M2Traits, InDt::F32>();
+    else if (dt == InDt::BF16) f.template operator()<E5M2Traits, InDt::BF16>();
+    else f.template operator()<E5M2Traits, InDt::FP16>();
+  }
+}
 
 template <InDt D>
 __device__ __forceinline__ float load_elem(const void* x, int64_t i) {

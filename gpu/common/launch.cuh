@@ -1,0 +1,28 @@
+#pragma once
+// Launch-geometry helpers shared by the quantize and optimizer launchers (nvcc-safe: no fmt).
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fp8sim::gpu {
+
+// The current device's multiprocessor count, queried once per process (132, an H100/H200's, if
+// the query fails: the launches that follow report the real error).
+inline int sm_count_cached() {
+  static const int n = [] {
+    int dev = 0, v = 132;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
+    return v;
+  }();
+  return n;
+}
+
+// A grid of want_blocks blocks, at least 1 and at most per_sm per multiprocessor (the kernels are
+// grid-stride loops, so a capped grid still covers every block of work).
+inline int grid_cap(int64_t want_blocks, int per_sm) {
+  const int64_t cap = static_cast<int64_t>(sm_count_cached()) * per_sm;
+  return static_cast<int>(want_blocks < 1 ? 1 : (want_blocks < cap ? want_blocks : cap));
+}
+
+}  // namespace fp8sim::gpu
