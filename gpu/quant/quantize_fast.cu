@@ -421,67 +421,53 @@ bool hw_cvt_verified() {
   return ok;
 }
 
-uint64_t hw_cvt_mismatches(bool e4m3) {
+// Runs launch(d) with d = n zeroed device counters and returns them (the test hooks below).
+template <int N, class Launch>
+void device_counters(unsigned long long (&h)[N], Launch launch) {
   unsigned long long* d = nullptr;
-  FP8SIM_CUDA_CHECK(cudaMalloc(&d, sizeof(unsigned long long)));
-  FP8SIM_CUDA_CHECK(cudaMemset(d, 0, sizeof(unsigned long long)));
-  if (e4m3) hw_cvt_check_kernel<E4M3Traits><<<sm_count_cached() * 8, 256>>>(d);
-  else hw_cvt_check_kernel<E5M2Traits><<<sm_count_cached() * 8, 256>>>(d);
+  FP8SIM_CUDA_CHECK(cudaMalloc(&d, N * sizeof(unsigned long long)));
+  FP8SIM_CUDA_CHECK(cudaMemset(d, 0, N * sizeof(unsigned long long)));
+  launch(d);
   FP8SIM_CUDA_CHECK_LAUNCH();
-  unsigned long long h = 0;
-  FP8SIM_CUDA_CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
+  FP8SIM_CUDA_CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
   FP8SIM_CUDA_CHECK(cudaFree(d));
-  return h;
+}
+
+uint64_t hw_cvt_mismatches(bool e4m3) {
+  unsigned long long h[1];
+  device_counters(h, [&](unsigned long long* d) {
+    if (e4m3) hw_cvt_check_kernel<E4M3Traits><<<sm_count_cached() * 8, 256>>>(d);
+    else hw_cvt_check_kernel<E5M2Traits><<<sm_count_cached() * 8, 256>>>(d);
+  });
+  return h[0];
 }
 
 uint64_t div_by_mismatches(uint64_t n, uint64_t seed) {
-  unsigned long long* d = nullptr;
-  FP8SIM_CUDA_CHECK(cudaMalloc(&d, sizeof(unsigned long long)));
-  FP8SIM_CUDA_CHECK(cudaMemset(d, 0, sizeof(unsigned long long)));
-  div_by_check_kernel<<<sm_count_cached() * 8, 256>>>(n, seed, d);
-  FP8SIM_CUDA_CHECK_LAUNCH();
-  unsigned long long h = 0;
-  FP8SIM_CUDA_CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
-  FP8SIM_CUDA_CHECK(cudaFree(d));
-  return h;
+  unsigned long long h[1];
+  device_counters(h, [&](unsigned long long* d) { div_by_check_kernel<<<sm_count_cached() * 8, 256>>>(n, seed, d); });
+  return h[0];
 }
 
 void div_code_mismatches(float s, bool e4m3, uint64_t& codes, uint64_t& quotients) {
-  unsigned long long* d = nullptr;
-  FP8SIM_CUDA_CHECK(cudaMalloc(&d, 2 * sizeof(unsigned long long)));
-  FP8SIM_CUDA_CHECK(cudaMemset(d, 0, 2 * sizeof(unsigned long long)));
-  if (e4m3) div_code_check_kernel<E4M3Traits><<<sm_count_cached() * 8, 256>>>(s, d, d + 1);
-  else div_code_check_kernel<E5M2Traits><<<sm_count_cached() * 8, 256>>>(s, d, d + 1);
-  FP8SIM_CUDA_CHECK_LAUNCH();
-  unsigned long long h[2] = {0, 0};
-  FP8SIM_CUDA_CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
-  FP8SIM_CUDA_CHECK(cudaFree(d));
+  unsigned long long h[2];
+  device_counters(h, [&](unsigned long long* d) {
+    if (e4m3) div_code_check_kernel<E4M3Traits><<<sm_count_cached() * 8, 256>>>(s, d, d + 1);
+    else div_code_check_kernel<E5M2Traits><<<sm_count_cached() * 8, 256>>>(s, d, d + 1);
+  });
   codes = h[0];
   quotients = h[1];
 }
 
 uint64_t log2_fast_mismatches() {
-  unsigned long long* d = nullptr;
-  FP8SIM_CUDA_CHECK(cudaMalloc(&d, sizeof(unsigned long long)));
-  FP8SIM_CUDA_CHECK(cudaMemset(d, 0, sizeof(unsigned long long)));
-  log2_fast_check_kernel<<<sm_count_cached() * 8, 256>>>(d);
-  FP8SIM_CUDA_CHECK_LAUNCH();
-  unsigned long long h = 0;
-  FP8SIM_CUDA_CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
-  FP8SIM_CUDA_CHECK(cudaFree(d));
-  return h;
+  unsigned long long h[1];
+  device_counters(h, [&](unsigned long long* d) { log2_fast_check_kernel<<<sm_count_cached() * 8, 256>>>(d); });
+  return h[0];
 }
 
 uint64_t pow_y_mismatches(uint64_t n, uint64_t seed) {
-  unsigned long long* d = nullptr;
-  FP8SIM_CUDA_CHECK(cudaMalloc(&d, sizeof(unsigned long long)));
-  FP8SIM_CUDA_CHECK(cudaMemset(d, 0, sizeof(unsigned long long)));
-  pow_y_check_kernel<<<sm_count_cached() * 8, 256>>>(n, seed, d);
-  FP8SIM_CUDA_CHECK_LAUNCH();
-  unsigned long long h = 0;
-  FP8SIM_CUDA_CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
-  FP8SIM_CUDA_CHECK(cudaFree(d));
-  return h;
+  unsigned long long h[1];
+  device_counters(h, [&](unsigned long long* d) { pow_y_check_kernel<<<sm_count_cached() * 8, 256>>>(n, seed, d); });
+  return h[0];
 }
 
 bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
