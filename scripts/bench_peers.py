@@ -45,6 +45,14 @@ def parse_spec(spec):
     return out
 
 
+def fresh_compiler(torch):
+    """Forget every earlier torch.compile before compiling the next peer. The quantizers of all
+    items share a few Python code objects, and Dynamo stops recompiling a code object after its
+    recompile limit (8 by default): later items would silently run eagerly under the
+    torch.compile label. A reset per item compiles each one for its own shape and dtype."""
+    torch._dynamo.reset()
+
+
 class Bencher:
     def __init__(self, torch, device, warmup, reps):
         self.torch = torch
@@ -314,6 +322,7 @@ def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
             f = make_quantizer(torch, item["spec"])
         record("torch-eager", lambda: f(x))
         if compile_ok and item.get("compile", True):
+            fresh_compiler(torch)
             cf = torch.compile(f, dynamic=False)
             record("torch.compile", lambda: cf(x))
         del x
@@ -322,6 +331,7 @@ def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
         f = lambda t: t.abs().amax()  # noqa: E731
         record("torch-eager", lambda: f(x))
         if compile_ok:
+            fresh_compiler(torch)
             cf = torch.compile(f, dynamic=False)
             record("torch.compile", lambda: cf(x))
         del x

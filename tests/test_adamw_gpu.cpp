@@ -3,12 +3,21 @@
 // the fused one-pass kernel and the three-phase path, on awkward and real sizes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "gpu/common/buffer.hpp"
 #include "gpu/optim/adamw.hpp"
+#include "gpu/optim/adamw_launch.hpp"
+#include "sim/formats/fp8.hpp"
+#include "sim/quant/expand.hpp"
+#include "sim/quant/spec.hpp"
 #include "sim/optim/adamw.hpp"
 #include "sim/optim/lowp_adamw.hpp"
 #include "sim/optim/state_recipe.hpp"
@@ -124,6 +133,233 @@ TEST(AdamwGpu, Llama2MlpWeightSize) {
   FP8SIM_SKIP_WITHOUT_GPU();
   // 4096 x 11008 parameters: the size the bench times (the CPU reference runs multi-threaded).
   run_case({"coat", optim::UpdateRule::Coat, true}, int64_t{4096} * 11008, 1);
+}
+
+// ---- The fused kernel's exact shortcuts for DE moments (gpu/optim/adamw.cu) ----
+
+// The requantization guard's error bound assumes lg2.approx within 2^-21 (absolute, on [1, 2))
+// and ex2.approx within 2^-21 (relative, on [-21, 10]); checked over every float there.
+TEST(AdamwGpu, ApproxLog2Exp2WithinTheGuardsAssumedBounds) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  double worst[2];
+  gpu::detail::mufu_max_errors(worst);
+  std::printf("lg2.approx max abs error on [1,2): 2^%.2f; ex2.approx max rel error on [-21,10]: 2^%.2f\n",
+              std::log2(worst[0]), std::log2(worst[1]));
+  EXPECT_GT(worst[0], 0.0);  // the check ran
+  EXPECT_LE(worst[0], std::ldexp(1.0, -21));
+  EXPECT_LE(worst[1], std::ldexp(1.0, -21));
+}
+
+// Dequantization through the per-group mantissa table equals compress_value for every code and
+// many (s, k, c), both formats: the claim RN(q*s) = 2^e_q RN(mq*s) and its consequences, tested
+// exhaustively over the codes.
+TEST(AdamwGpu, MantissaTableDequantizeEqualsReferenceForEveryCode) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(123);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  std::vector<ExpandParams> prm;
+  const float edge_s[] = {0x1p-100f, 0x1p100f, 1.0f, 1.0f / 448.0f, 1.0f / 57344.0f, 0.70710677f, 0x1.fffffep-1f,
+                          0x1p-101f, 0x1p101f, 0.0f, INFINITY, NAN};
+  const float edge_k[] = {0.0625f, 1.0f, 2.0f, 16.0f, 1.5f, 0.3f, INFINITY, 100.0f, 4096.0f, -1.0f};
+  for (float s : edge_s)
+    for (float k : edge_k) prm.push_back(ExpandParams{k, 1.0f, s});
+  for (int i = 0; i < 40000; ++i) {
+    ExpandParams e;
+    e.s = static_cast<float>(std::exp2(-110.0 + 220.0 * u01(rng)));  // some beyond the table's range
+    e.k = i % 3 == 0 ? static_cast<float>(std::floor(1.0 + 255.0 * u01(rng)) / 16.0)
+                     : static_cast<float>(std::exp2(-6.0 + 12.0 * u01(rng)));
+    e.c = static_cast<float>(std::exp2(-80.0 + 100.0 * u01(rng)));
+    prm.push_back(e);
+  }
+  for (int fmt = 0; fmt < 2; ++fmt) {
+    unsigned long long out[2];
+    gpu::detail::check_decode_table(prm.data(), static_cast<int>(prm.size()), fmt, out);
+    EXPECT_EQ(out[0], 0u) << "format " << fmt << ": table decode differs from compress_value";
+    EXPECT_GT(out[1], 0.9 * 256.0 * static_cast<double>(prm.size()) * (200.0 / 220.0)) << "too few eligible pairs";
+    EXPECT_LT(out[1], 256u * prm.size()) << "out-of-range scales must be excluded";
+  }
+}
+
+// Values placed on and around the FP8 rounding midpoints of a group's expanded scale: x with
+// |x'/s| = (q_j + q_j+1) / 2 exactly in real arithmetic, then nudged by 0..3 ulp either way.
+float midpoint_value(const ExpandParams& e, int fmt, std::mt19937_64& rng) {
+  const int max_code = fmt == 0 ? 0x7E : 0x7B;
+  const int c1 = 1 + static_cast<int>(rng() % static_cast<uint64_t>(max_code - 1));
+  const double mid = 0.5 * (static_cast<double>(decode_fp8(static_cast<uint8_t>(c1), fmt)) +
+                            static_cast<double>(decode_fp8(static_cast<uint8_t>(c1 + 1), fmt)));
+  const double x = static_cast<double>(e.c) * std::pow(mid * static_cast<double>(e.s), 1.0 / static_cast<double>(e.k));
+  uint32_t b = f32_bits(static_cast<float>(x));
+  b = static_cast<uint32_t>(static_cast<int64_t>(b) + static_cast<int64_t>(rng() % 7) - 3);
+  float r = f32_from_bits(b);
+  return (rng() & 1) ? -r : r;
+}
+
+// The guarded requantization against encode_fp8(expand_value(x)) on random groups (COAT
+// parameters from random max / min), with random, midpoint, extreme and special values:
+// every element it does not flag has the reference code; both outcomes occur.
+TEST(AdamwGpu, GuardedRequantizeEqualsReference) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  for (const char* spec_text : {"e4m3:g128:de=coat", "e5m2:g128:de=coat", "e4m3:g128:de=coat:sat=none"}) {
+    QuantSpec spec;
+    try {
+      spec = QuantSpec::parse(spec_text);
+    } catch (const std::exception&) {
+      continue;  // a spelling this build does not accept (the saturation option)
+    }
+    const optim::GroupMomentConsts mc = optim::group_moment_consts(spec, 0);
+    const int fmt = mc.format;
+    std::mt19937_64 rng(7 + fmt);
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    constexpr int kPer = 512;
+    const int groups = 6000;
+    std::vector<ExpandParams> prm(groups);
+    std::vector<float> x(static_cast<size_t>(groups) * kPer);
+    for (int gi = 0; gi < groups; ++gi) {
+      // log10 max in [-30, 3], ratio 10^[0.1, 40] (k from ~34 down to 1/16); every 10th group r < 2.
+      const double lmax = -30.0 + 33.0 * u01(rng);
+      const double lratio = gi % 10 == 0 ? 0.3 * u01(rng) : 0.1 + 40.0 * u01(rng);
+      const float amax = static_cast<float>(std::pow(10.0, lmax));
+      float amin = static_cast<float>(std::pow(10.0, lmax - lratio));
+      if (amin == 0.0f) amin = f32_from_bits(1u);
+      GroupStatBits st;
+      group_stat_add(st, amax);
+      group_stat_add(st, amin);
+      prm[gi] = optim::group_params_from_stats(st, mc).e;
+      float* xs = &x[static_cast<size_t>(gi) * kPer];
+      for (int i = 0; i < kPer; ++i) {
+        const int kind = i % 8;
+        float v;
+        if (kind < 4) {
+          v = midpoint_value(prm[gi], fmt, rng);
+        } else if (kind < 7) {
+          v = static_cast<float>(std::pow(10.0, lmax - lratio * u01(rng)));
+          if (rng() & 1) v = -v;
+        } else {
+          const float special[] = {amax, -amax, amin, 0.0f, -0.0f, f32_from_bits(5u), 1e-39f, INFINITY, NAN,
+                                   std::nextafter(amax, INFINITY), amax * 1.01f, 3.0e38f};
+          v = special[rng() % (sizeof(special) / sizeof(special[0]))];
+        }
+        xs[i] = v;
+      }
+    }
+    unsigned long long out[3];
+    gpu::detail::check_encode_guarded(x.data(), prm.data(), static_cast<int64_t>(x.size()), kPer, mc, out);
+    std::printf("%s: %llu guarded, %llu flagged for the reference path (%.2f%%), %llu mismatches\n", spec_text, out[1],
+                out[2], 100.0 * static_cast<double>(out[2]) / static_cast<double>(x.size()), out[0]);
+    EXPECT_EQ(out[0], 0u) << spec_text << ": guarded code differs from the reference";
+    EXPECT_GT(out[1], x.size() / 4) << spec_text;
+    EXPECT_GT(out[2], 0u) << spec_text;
+  }
+}
+
+// End to end through the fused kernel: groups built to hit every path (midpoint values of the
+// new m via beta1 = 0, so new m = g exactly; zeros; subnormals; constant groups, whose k = Inf
+// makes s leave the table's range; near-constant groups with k > 16), compared with the CPU bit
+// for bit, with the path counters proving both paths of both shortcuts ran.
+TEST(AdamwGpu, CoatFusedShortcutsHitFastAndReferencePaths) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  const optim::StateRecipe r = optim::StateRecipe::parse("coat");
+  const QuantSpec& spec = *r.m.spec;
+  const optim::GroupMomentConsts mc = optim::group_moment_consts(spec, 0);
+  constexpr int G = 128;
+  const int groups = 300;
+  const int64_t n = int64_t{G} * groups + 77;  // a short last group
+  std::mt19937_64 rng(99);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  std::vector<float> m0 = test::lognormal_data(static_cast<size_t>(n), 2, 4.0);
+  std::vector<float> v0 = test::lognormal_data(static_cast<size_t>(n), 3, 4.0, false);
+  for (auto& q : m0) q *= 1e-4f;
+  for (auto& q : v0) q = std::fabs(q) * 1e-8f;
+  std::vector<float> g(static_cast<size_t>(n));
+  for (int gi = 0; gi * G < n; ++gi) {
+    const int64_t i0 = int64_t{gi} * G;
+    const int len = static_cast<int>(std::min<int64_t>(G, n - i0));
+    float* gg = &g[static_cast<size_t>(i0)];
+    float* mm = &m0[static_cast<size_t>(i0)];
+    const int kind = gi % 6;
+    if (kind == 0) {  // constant old m and v: k = Inf at the first decode
+      const float a = 1e-4f * static_cast<float>(1.0 + gi / 7.0);
+      for (int i = 0; i < len; ++i) mm[i] = (i & 1) ? a : -a;
+      for (int i = 0; i < len; ++i) v0[static_cast<size_t>(i0 + i)] = 3e-9f * static_cast<float>(1.0 + gi / 5.0);
+    }
+    if (kind == 1) {  // near-constant new m: ratio < 2, k > 16
+      for (int i = 0; i < len; ++i) gg[i] = static_cast<float>((1.0 + 0.9 * u01(rng)) * 1e-3);
+      continue;
+    }
+    // new m = g: the group's max and min first, then midpoint values between them.
+    const double lmax = -6.0 + 3.0 * u01(rng), lratio = 0.5 + 6.0 * u01(rng);
+    const float amax = static_cast<float>(std::pow(10.0, lmax));
+    const float amin = kind == 2 ? f32_from_bits(3u) : static_cast<float>(std::pow(10.0, lmax - lratio));
+    GroupStatBits st;
+    group_stat_add(st, amax);
+    group_stat_add(st, amin);
+    const ExpandParams e = optim::group_params_from_stats(st, mc).e;
+    gg[0] = amax;
+    if (len > 1) gg[1] = -amin;
+    for (int i = 2; i < len; ++i) {
+      float v = midpoint_value(e, mc.format, rng);
+      if (!(std::fabs(v) <= amax && std::fabs(v) >= amin)) v = static_cast<float>(std::pow(10.0, lmax - lratio * u01(rng)));
+      if (i % 17 == 0) v = 0.0f;
+      if (kind == 2 && i % 13 == 0) v = f32_from_bits(7u + static_cast<uint32_t>(i));
+      gg[i] = v;
+    }
+  }
+  optim::AdamwHyper h;
+  h.lr = 3e-4;
+  h.beta1 = 0.0;  // new m = g exactly (coat rule: 0*m + 1*g)
+  h.weight_decay = 0.1;
+  const uint64_t param_index = 5;
+  const int64_t t0 = 10;
+  optim::ParamOptimState sc = optim::make_param_state(r, m0.data(), v0.data(), n, param_index, t0);
+  // The initial state must hold groups whose scale is outside the mantissa table's range.
+  int out_of_range = 0;
+  for (float s : sc.m.q.scales) out_of_range += !(s >= 0x1p-100f && s <= 0x1p100f);
+  for (float s : sc.v.q.scales) out_of_range += !(s >= 0x1p-100f && s <= 0x1p100f);
+  EXPECT_GT(out_of_range, 0) << "the test data no longer reaches the reference dequantization";
+  optim::ParamOptimState sg = sc;
+  std::vector<float> p = test::lognormal_data(static_cast<size_t>(n), 1, 3.0);
+  std::vector<float> pc = p, pg = p;
+  optim::LowpScratch scratch;
+  gpu::detail::adamw_path_counting(true);
+  unsigned long long total[4] = {0, 0, 0, 0};
+  for (int s = 1; s <= 2; ++s) {
+    const uint64_t step = static_cast<uint64_t>(t0 + s);
+    const optim::AdamwStepConsts c = optim::make_step_consts(h, static_cast<int64_t>(step), optim::UpdateRule::Coat);
+    optim::lowp_adamw_step(pc.data(), g.data(), sc, c, param_index, step, scratch);
+    gpu::lowp_adamw_step_on_gpu(pg.data(), g.data(), sg, c, param_index, step, true);
+    unsigned long long cnt[4];
+    gpu::detail::adamw_path_counts(cnt);
+    for (int i = 0; i < 4; ++i) total[i] += cnt[i];
+    const std::string ctx = "shortcut data step " + std::to_string(s);
+    EXPECT_EQ(count_diff(pc, pg), 0) << ctx << " parameters";
+    expect_same_state(sc, sg, ctx);
+    if (::testing::Test::HasFailure()) break;
+  }
+  gpu::detail::adamw_path_counting(false);
+  std::printf("paths: decode table %llu, decode reference %llu, encode guarded %llu, encode reference %llu\n",
+              total[0], total[1], total[2], total[3]);
+  EXPECT_GT(total[0], 0u);
+  EXPECT_GT(total[1], 0u);
+  EXPECT_GT(total[2], 0u);
+  EXPECT_GT(total[3], 0u);
+  EXPECT_EQ(total[0] + total[1], 2u * 2u * static_cast<unsigned long long>(n));
+  EXPECT_EQ(total[2] + total[3], 2u * 2u * static_cast<unsigned long long>(n));
+}
+
+// The shortcuts off (reference paths only) and on give the same state on the bench's data shape;
+// also times the variants at 256M parameters when FP8SIM_ADAMW_TIMING is set (device runs).
+TEST(AdamwGpu, CoatFusedShortcutsOffGiveTheSameBits) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  struct Variant {
+    int mask, min_blocks;
+    bool wide;
+  };
+  for (const Variant& vr : std::vector<Variant>{{0, 3, false}, {1, 3, false}, {2, 3, false}, {3, 3, false},
+                                                {0, 2, true}, {1, 2, true}, {2, 2, true}, {3, 3, true}}) {
+    gpu::detail::adamw_fast_paths(vr.mask, vr.min_blocks, vr.wide);
+    for (auto nn : {int64_t{217}, int64_t{128 * 3 + 7}, int64_t{4096 + 100}}) run_case({"coat", optim::UpdateRule::Coat, true}, nn, 2);
+  }
+  gpu::detail::adamw_fast_paths(3, 2, true);
 }
 
 }  // namespace

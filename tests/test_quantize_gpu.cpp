@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <random>
+#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -152,6 +154,75 @@ TEST(QuantizeGpu, DynamicRangeExpansionCoatAndRobust) {
                         "e4m3:g64:de=robust", "e4m3:g100:de=coat", "e4m3:row:de=coat", "e4m3:g1000:de=robust",
                         "e4m3:b16x48:de=robust", "e4m3:tensor:de=coat", "e4m3:tensor:de=robust", "e4m3:col:de=robust"}) {
     for (const auto& shape : kAwkward) check_spec(s, shape, InputDtype::F32, true);
+  }
+}
+
+// DE data aimed at the encoder's hardest inputs: in every 128-element group the first two
+// elements fix max and min (so k, c, s are known from the CPU reference), and the others are
+// placed so that their expanded value pow(|x|/c, k)/s lies within a few ulp of an FP8 rounding
+// midpoint (or exactly on one), where a fast approximation of pow would pick the wrong side.
+// Exponents k from 1/2 to beyond 16 (the guarded encoder's limit); both formats; random signs.
+std::vector<float> coat_midpoint_data(const QuantSpec& spec, int groups, uint64_t seed) {
+  std::vector<float> x(static_cast<size_t>(groups) * 128);
+  std::mt19937_64 rng(seed);
+  const bool e5 = spec.format == Format::E5M2;
+  const double B = e5 ? 57344.0 * 57344.0 / 2 : 448.0 * 448.0 / 2;
+  for (int g = 0; g < groups; ++g) {
+    const double k_target = 0.5 + 17.0 * g / groups;  // 0.5 .. 17.5
+    const double mx = std::ldexp(1.0 + (rng() % 1000) / 1000.0, static_cast<int>(rng() % 40) - 20);
+    const double mn = mx / std::pow(B, 1.0 / k_target) * 1.01;
+    float* row = x.data() + static_cast<size_t>(g) * 128;
+    row[0] = static_cast<float>(mx);
+    row[1] = -static_cast<float>(mn);
+    for (int i = 2; i < 128; ++i) row[i] = static_cast<float>(mx);  // placeholders within [mn, mx]
+  }
+  // The CPU's group parameters for these extremes, then the midpoints' preimages.
+  const Shape shape{groups, 128};
+  const QuantizedTensor q = quantize(x.data(), shape, spec);
+  for (int g = 0; g < groups; ++g) {
+    const double k = q.expand_k[static_cast<size_t>(g)], c = q.expand_c[static_cast<size_t>(g)],
+                 s = q.scales[static_cast<size_t>(g)];
+    float* row = x.data() + static_cast<size_t>(g) * 128;
+    const double lo = std::fabs(row[1]), hi = row[0];
+    for (int i = 2; i < 128; ++i) {
+      const int code = 1 + static_cast<int>(rng() % (e5 ? 122 : 125));
+      const double a = decode_fp8(static_cast<uint8_t>(code), e5 ? 1 : 0);
+      const double b = decode_fp8(static_cast<uint8_t>(code + 1), e5 ? 1 : 0);
+      const double mid = (rng() % 8 == 0) ? a : 0.5 * (a + b);  // some exact code values too
+      double v = c * std::pow(mid * s, 1.0 / k);
+      v = std::min(std::max(v, lo), hi);
+      uint32_t u = f32_bits(static_cast<float>(v));
+      u = static_cast<uint32_t>(static_cast<int64_t>(u) + static_cast<int64_t>(rng() % 7) - 3);
+      row[i] = f32_from_bits(u) * ((rng() & 1) ? -1.0f : 1.0f);
+      if (std::fabs(row[i]) > hi || std::fabs(row[i]) < lo) row[i] = static_cast<float>(hi);
+    }
+  }
+  return x;
+}
+
+TEST(QuantizeGpu, CoatEncoderAtFp8Midpoints) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  for (const char* s : {"e4m3:g128:de=coat", "e5m2:g128:de=coat", "e4m3:g128:de=coat:de_target=e5m2"}) {
+    const QuantSpec spec = QuantSpec::parse(s);
+    const int groups = 4096;
+    const std::vector<float> x = coat_midpoint_data(spec, groups, 99);
+    const Shape shape{groups, 128};
+    expect_same(quantize(x.data(), shape, spec), gpu::quantize_on_gpu(x.data(), InputDtype::F32, shape, spec), s);
+  }
+}
+
+// The aligned 1xG coat kernel (G = 16..512, rows a whole number of groups): every input dtype,
+// both formats, saturating or not, stochastic rounding (reference path only), and the special
+// values of test_data (NaN, Inf, zeros, a subnormal) in the first group.
+TEST(QuantizeGpu, CoatAlignedGroupsEveryDtypeGroupSizeAndRounding) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  for (const char* s : {"e4m3:g16:de=coat", "e4m3:g32:de=coat", "e4m3:g128:de=coat", "e4m3:g512:de=coat",
+                        "e5m2:g128:de=coat", "e4m3:g128:de=coat:sat=none", "e4m3:g64:de=coat:de_target=e5m2",
+                        "e4m3:g128:de=coat:round=stochastic:seed=3"}) {
+    for (InputDtype dt : {InputDtype::F32, InputDtype::BF16, InputDtype::FP16}) {
+      check_spec(s, {37, 1024}, dt, true);
+      check_spec(s, {3, 512}, dt, false);
+    }
   }
 }
 

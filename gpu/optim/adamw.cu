@@ -1,15 +1,19 @@
 // AdamW kernels. Every arithmetic step is sim/optim's FP8SIM_HD code (adamw_element, and for FP8
 // states lowp_group.hpp's group_decode / group_params_from_stats / group_encode and scale.hpp's
-// group statistics,
-// which are sim/quant's DE functions), so the GPU's p, codes and group parameters equal the CPU
-// reference's bit for bit.
+// group statistics, which are sim/quant's DE functions), or a restructuring of it that performs
+// the same operations (per-group work hoisted), or, for DE moments, one of the two exact
+// shortcuts proven below (mantissa-table log2 for dequantization, guarded approximation for
+// requantization), so the GPU's p, codes and group parameters equal the CPU reference's bit for
+// bit (tests/test_adamw_gpu.cpp, fp8sim compare).
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 
 #include "gpu/common/cuda_check.hpp"
 #include "gpu/optim/adamw_launch.hpp"
 #include "gpu/quant/dmath_gpu.cuh"
+#include "gpu/quant/guarded_encode.cuh"
 #include "gpu/quant/quantize_kernels.cuh"
 
 namespace fp8sim::gpu::detail {
@@ -55,12 +59,12 @@ __device__ __forceinline__ GroupStatBits reduce_group_stats(GroupStatBits s, int
   return s;
 }
 
-__device__ __forceinline__ optim::GroupParams shfl_params(const optim::GroupParams& p, int src) {
+__device__ __forceinline__ optim::GroupParams shfl_params(const optim::GroupParams& p, int src, int width = 32) {
   optim::GroupParams r;
-  r.e.k = __shfl_sync(kFull, p.e.k, src);
-  r.e.c = __shfl_sync(kFull, p.e.c, src);
-  r.e.s = __shfl_sync(kFull, p.e.s, src);
-  r.s_quant = __shfl_sync(kFull, p.s_quant, src);
+  r.e.k = __shfl_sync(kFull, p.e.k, src, width);
+  r.e.c = __shfl_sync(kFull, p.e.c, src, width);
+  r.e.s = __shfl_sync(kFull, p.e.s, src, width);
+  r.s_quant = __shfl_sync(kFull, p.s_quant, src, width);
   return r;
 }
 
@@ -133,23 +137,128 @@ __device__ __forceinline__ uint32_t encode4_fast(const float (&v)[4], int valid,
   return encode4_ref(v[0], v[1], v[2], v[3], valid, mc, idx);
 }
 
-// One team of TEAM lanes per group, 4 consecutive elements per lane, the whole group in registers.
-template <int TEAM>
-__global__ void __launch_bounds__(256, 3) adamw_fp8_grouped_kernel(float* __restrict__ p, const float* __restrict__ g,
+// ---------------------------------------------------------------------------------------------
+// Exact shortcuts for the DE (de=coat) moments. Both give the reference's bits on every input;
+// lanes / groups outside the proven range take the reference code above.
+//
+// (1) Dequantize: log2_parts(|q*s|) from a per-group table of the 8 FP8 mantissas.
+// A finite nonzero code decodes to q = 2^e_q * mq (mq = 1 + j/8, j = 0..7, also for E4M3's
+// subnormal codes; E5M2 uses the even j). If s is in [2^-100, 2^100], every |q*s| lies in
+// [2^-116, 2^116] (|q| in [2^-16, 57344]), so RN(q*s) and RN(mq*s) are normal and
+// RN(q*s) = 2^e_q * RN(mq*s): their bit patterns differ by e_q << 23 exactly. log2_parts takes
+// its e from (bits - 0x3F3504F3) >> 23 (so e shifts by e_q) and its l from the bits minus e << 23
+// (unchanged): log2_parts(|q*s|) = {e_q + e_j, l_j} with {e_j, l_j} = log2_parts(RN(mq_j * s)).
+// The rest of pow_det runs unchanged (pow_det_y_lp). Zero / NaN codes are overridden by
+// pow_det's special values. tests/test_adamw_gpu.cpp checks every code against compress_value
+// for many (s, k).
+//
+// (2) Requantize: the guarded encoder of gpu/quant/guarded_encode.cuh (its comment has the proof).
+
+// Entry j (0..7) of a group's mantissa table: log2_parts(RN((1 + j/8) * s)), e as int bits.
+__device__ __forceinline__ float2 mant_entry(int j, float s) {
+  const dmath::Log2Parts lp = log2_parts_fast(mul_rn(add_rn(1.0f, mul_rn(0.125f, static_cast<float>(j))), s));
+  return make_float2(__int_as_float(static_cast<int>(lp.e)), lp.l);
+}
+// A group whose dequantization may use the table: s in range (see (1)) and y = 1/k plain
+// (finite, > 0), so pow_det's special values only concern zero / non-finite codes.
+__device__ __forceinline__ bool dec_table_ok(float s, const PowY& Y) {
+  return s >= 0x1p-100f && s <= 0x1p100f && !Y.y_inf && !Y.y_zero && !Y.y_nan && !Y.yneg;
+}
+
+// compress_value of the decoded q (decode_fast's expand path).
+__device__ __forceinline__ float decode_ref_q(float q, const MomentGroup& g) {
+  const float qs = mul_rn(q, g.gp.e.s);
+  const float mag = pow_det_y(dmath::abs_bits(qs), g.y);
+  return mul_rn(dmath::neg_if(mag, dmath::sign_bit(qs)), g.gp.e.c);
+}
+
+// compress_value of a finite decoded q with log2_parts from the mantissa table, in a group where
+// dec_table_ok holds (q = +-0 gives +-0 * c, as compress_value: pow_det(+0, y > 0) = +0).
+__device__ __forceinline__ float decode_table_finite(float q, float2 entry_of_q, const MomentGroup& g) {
+  const uint32_t uq = f32_bits(q) & 0x7FFFFFFFu;
+  const float qs = mul_rn(q, g.gp.e.s);
+  const dmath::Log2Parts lp{static_cast<float>(static_cast<int>(uq >> 23) - 127 + __float_as_int(entry_of_q.x)),
+                            entry_of_q.y};
+  const float mag = pow_det_y_lp_plain(dmath::abs_bits(qs), lp, g.y);
+  return mul_rn(dmath::neg_if(mag, dmath::sign_bit(qs)), g.gp.e.c);
+}
+
+// The same for any code: zero and non-finite codes (rare) take decode_ref_q.
+__device__ __forceinline__ float decode_table(float q, float2 entry_of_q, const MomentGroup& g) {
+  const uint32_t uq = f32_bits(q) & 0x7FFFFFFFu;
+  if (uq - 1u >= 0x7F7FFFFFu) return decode_ref_q(q, g);  // q = +-0, Inf or NaN
+  const float qs = mul_rn(q, g.gp.e.s);
+  const dmath::Log2Parts lp{static_cast<float>(static_cast<int>(uq >> 23) - 127 + __float_as_int(entry_of_q.x)),
+                            entry_of_q.y};
+  const float mag = pow_det_y_lp_plain(dmath::abs_bits(qs), lp, g.y);
+  return mul_rn(dmath::neg_if(mag, dmath::sign_bit(qs)), g.gp.e.c);
+}
+__device__ __forceinline__ uint32_t mant_index(float q) { return (f32_bits(q) >> 20) & 7u; }
+
+// optim::group_params_from_stats for de=coat with two per-launch constants hoisted: log2_det of
+// the ratio bound B (the same FP8SIM_HD function, evaluated once on the host) and pow_det(., k)
+// as pow_det_y with pow_y(k), and log2_det(ratio) as log2_det_fast (the same bits, see
+// dmath_gpu.cuh). Same operations in the same
+// order as coat_expand_params otherwise; plain scaling calls the reference.
+__device__ __forceinline__ optim::GroupParams group_params_fast(const GroupStatBits& st,
+                                                                const optim::GroupMomentConsts& mc, float log2_bound) {
+  if (!mc.expand) return optim::group_params_from_stats(st, mc);
+  float amax = group_absmax_value(st), amin = group_absmin_value(st);
+  double eps = mc.scale.eps;
+  if (mc.scale.eps_add != EpsAdd::Fp64) {  // eps added in fp32 (group_params_from_stats)
+    const float e32 = static_cast<float>(mc.scale.eps);
+    amax = add_rn(amax, e32);
+    amin = add_rn(amin, e32);
+    eps = 0.0;
+  }
+  const float maxv = add_eps_fp64(amax, eps);
+  const float minv = add_eps_fp64(amin, eps);
+  optim::GroupParams gp;
+  const float ratio = div_rn(maxv, minv);
+  gp.e.c = mul_rn(sqrt_rn(maxv), sqrt_rn(minv));
+  const float q = div_rn(log2_bound, log2_det_fast(ratio));
+  gp.e.k = div_rn(dmath::floor_det(mul_rn(q, static_cast<float>(kExpandMin))), static_cast<float>(kExpandMin));
+  gp.e.s = div_rn(pow_det_y(div_rn(maxv, gp.e.c), pow_y(gp.e.k)), mc.scale.fmax);
+  return gp;
+}
+
+// The reference transform + encode of one DE value (group_encode, nearest rounding).
+// pow_y(k) is formed here: moments on the guarded path skip it per group (encode_group_lazy).
+__device__ __noinline__ uint32_t encode_expand_ref(float x, ExpandParams e, int fmt, bool sat) {
+  const float mag = pow_det_y(div_rn(dmath::abs_bits(x), e.c), pow_y(e.k));
+  return encode_fp8(div_rn(dmath::neg_if(mag, dmath::sign_bit(x)), e.s), fmt, sat);
+}
+
+// One team of TEAM lanes per group, EPL (4 or 8) consecutive elements per lane, the whole group
+// in registers. DE moments use the exact shortcuts above: the mantissa table for dequantization
+// (teams of 16 or 32 lanes) and the guarded requantization (nearest rounding with the verified
+// hardware converter). The per-group work (new parameters, their shortcut constants) is split
+// over the team: for TEAM == 32 the m parameters on lanes 0-15 and v's on 16-31, for TEAM == 16
+// with EPL == 8 lanes 0-7 and 8-15 of each 16-lane team. `counts` (optional, tests) receives how
+// many elements took each path: {decode table, decode reference, encode guarded, encode reference}.
+template <int TEAM, int EPL, int MINB>
+__global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __restrict__ p, const float* __restrict__ g,
                                                                 Fp8MomentPtrs m, Fp8MomentPtrs v, int64_t n, int G,
                                                                 bool vec, optim::AdamwStepConsts c,
                                                                 optim::GroupMomentConsts cm,
-                                                                optim::GroupMomentConsts cv, bool hw) {
+                                                                optim::GroupMomentConsts cv, bool hw, int fast,
+                                                                float log2b_m, float log2b_v, unsigned long long* counts) {
+  static_assert(EPL == 4 || EPL == 8, "4 or 8 elements per lane");
+  constexpr int kTeamsPerBlock = 256 / TEAM;
+  constexpr bool kTable = TEAM >= 16;
+  constexpr int W = EPL / 4;  // 32-bit code words per lane and moment
   __shared__ float lut_m[256], lut_v[256];
+  __shared__ float2 mant_tab[kTable ? kTeamsPerBlock : 1][16];  // per team: m's 8 entries, then v's
   for (int i = threadIdx.x; i < 256; i += blockDim.x) {
     lut_m[i] = decode_fp8(static_cast<uint8_t>(i), cm.format);
     lut_v[i] = decode_fp8(static_cast<uint8_t>(i), cv.format);
   }
   __syncthreads();
   const bool hw_m = hw && !cm.stochastic, hw_v = hw && !cv.stochastic;
+  // Guarded requantization: DE, nearest rounding, verified hardware converter (launch-uniform).
+  const bool fe_m = cm.expand && hw_m && (fast & 2), fe_v = cv.expand && hw_v && (fast & 2);
   const int lane = threadIdx.x & 31;
   const int team_lane = lane & (TEAM - 1);
-  constexpr int kTeamsPerBlock = 256 / TEAM;
   const int team_in_block = threadIdx.x / TEAM;
   const int64_t groups = (n + G - 1) / G;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock; base < groups;
@@ -158,28 +267,38 @@ __global__ void __launch_bounds__(256, 3) adamw_fp8_grouped_kernel(float* __rest
     const bool active = grp < groups;
     const int64_t i0 = active ? grp * G : 0;
     const int len = active ? static_cast<int>(G < n - i0 ? G : n - i0) : 0;
-    const int start = team_lane * 4;
+    const int start = team_lane * EPL;
     int valid = len - start;
-    valid = valid < 0 ? 0 : (valid > 4 ? 4 : valid);
+    valid = valid < 0 ? 0 : (valid > EPL ? EPL : valid);
     const int64_t idx = i0 + start;
 
-    float pv[4] = {0.f, 0.f, 0.f, 0.f}, gv[4] = {0.f, 0.f, 0.f, 0.f};
-    uint8_t qm[4] = {0, 0, 0, 0}, qv[4] = {0, 0, 0, 0};
-    if (vec && valid == 4) {
-      const float4 p4 = *reinterpret_cast<const float4*>(p + idx);
-      const float4 g4 = *reinterpret_cast<const float4*>(g + idx);
-      const uint32_t m4 = *reinterpret_cast<const uint32_t*>(m.codes + idx);
-      const uint32_t v4 = *reinterpret_cast<const uint32_t*>(v.codes + idx);
-      pv[0] = p4.x; pv[1] = p4.y; pv[2] = p4.z; pv[3] = p4.w;
-      gv[0] = g4.x; gv[1] = g4.y; gv[2] = g4.z; gv[3] = g4.w;
+    float pv[EPL], gv[EPL];
+    uint8_t qm[EPL], qv[EPL];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        qm[j] = static_cast<uint8_t>(m4 >> (8 * j));
-        qv[j] = static_cast<uint8_t>(v4 >> (8 * j));
+    for (int j = 0; j < EPL; ++j) {
+      pv[j] = 0.f;
+      gv[j] = 0.f;
+      qm[j] = 0;
+      qv[j] = 0;
+    }
+    if (vec && valid == EPL) {
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        const float4 p4 = *reinterpret_cast<const float4*>(p + idx + 4 * w);
+        const float4 g4 = *reinterpret_cast<const float4*>(g + idx + 4 * w);
+        const uint32_t m4 = *reinterpret_cast<const uint32_t*>(m.codes + idx + 4 * w);
+        const uint32_t v4 = *reinterpret_cast<const uint32_t*>(v.codes + idx + 4 * w);
+        pv[4 * w + 0] = p4.x; pv[4 * w + 1] = p4.y; pv[4 * w + 2] = p4.z; pv[4 * w + 3] = p4.w;
+        gv[4 * w + 0] = g4.x; gv[4 * w + 1] = g4.y; gv[4 * w + 2] = g4.z; gv[4 * w + 3] = g4.w;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          qm[4 * w + j] = static_cast<uint8_t>(m4 >> (8 * j));
+          qv[4 * w + j] = static_cast<uint8_t>(v4 >> (8 * j));
+        }
       }
     } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < EPL; ++j) {
         if (j < valid) {
           pv[j] = p[idx + j];
           gv[j] = g[idx + j];
@@ -194,16 +313,64 @@ __global__ void __launch_bounds__(256, 3) adamw_fp8_grouped_kernel(float* __rest
       pm_old.e = ExpandParams{m.k ? m.k[grp] : 1.0f, m.c ? m.c[grp] : 1.0f, m.scales[grp]};
       pv_old.e = ExpandParams{v.k ? v.k[grp] : 1.0f, v.c ? v.c[grp] : 1.0f, v.scales[grp]};
     }
-    float mv[4], vvv[4];
+    float mv[EPL], vvv[EPL];
     GroupStatBits sm, sv;
     const MomentGroup gm_old = decode_group(pm_old, cm), gv_old = decode_group(pv_old, cv);
+    bool dt_m = false, dt_v = false;
+    if constexpr (kTable) {
+      dt_m = cm.expand && (fast & 1) && dec_table_ok(pm_old.e.s, gm_old.y);
+      dt_v = cv.expand && (fast & 1) && dec_table_ok(pv_old.e.s, gv_old.y);
+      if ((cm.expand || cv.expand) && (fast & 1)) {  // launch-uniform
+        const int j = team_lane & 15;
+        const float2 ent = mant_entry(j & 7, j < 8 ? pm_old.e.s : pv_old.e.s);
+        __syncwarp();  // the previous group's readers are done
+        if (team_lane < 16) mant_tab[team_in_block][j] = ent;
+        __syncwarp();
+      }
+    }
+    // Dequantize in two phases per moment: a lane whose elements are all present with finite
+    // codes in a table group decodes them branch-free (the chains interleave); other
+    // lanes take the per-element path. Element results do not depend on the phase order.
+    float q_m[EPL], q_v[EPL];
+    uint32_t special_m = 0u, special_v = 0u;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      mv[j] = 0.f;
-      vvv[j] = 0.f;
+    for (int j = 0; j < EPL; ++j) {
+      q_m[j] = lut_m[qm[j]];
+      q_v[j] = lut_v[qv[j]];
+      special_m |= (f32_bits(q_m[j]) & 0x7FFFFFFFu) >= 0x7F800000u ? 1u : 0u;  // Inf, NaN
+      special_v |= (f32_bits(q_v[j]) & 0x7FFFFFFFu) >= 0x7F800000u ? 1u : 0u;
+    }
+    if (kTable && dt_m && valid == EPL && special_m == 0u) {
+#pragma unroll
+      for (int j = 0; j < EPL; ++j)
+        mv[j] = decode_table_finite(q_m[j], mant_tab[kTable ? team_in_block : 0][mant_index(q_m[j])], gm_old);
+    } else {
+#pragma unroll
+      for (int j = 0; j < EPL; ++j) {
+        mv[j] = 0.f;
+        if (j < valid) {
+          if (kTable && dt_m) mv[j] = decode_table(q_m[j], mant_tab[kTable ? team_in_block : 0][mant_index(q_m[j])], gm_old);
+          else mv[j] = decode_fast(qm[j], lut_m, gm_old, cm);
+        }
+      }
+    }
+    if (kTable && dt_v && valid == EPL && special_v == 0u) {
+#pragma unroll
+      for (int j = 0; j < EPL; ++j)
+        vvv[j] = decode_table_finite(q_v[j], mant_tab[kTable ? team_in_block : 0][8 + mant_index(q_v[j])], gv_old);
+    } else {
+#pragma unroll
+      for (int j = 0; j < EPL; ++j) {
+        vvv[j] = 0.f;
+        if (j < valid) {
+          if (kTable && dt_v) vvv[j] = decode_table(q_v[j], mant_tab[kTable ? team_in_block : 0][8 + mant_index(q_v[j])], gv_old);
+          else vvv[j] = decode_fast(qv[j], lut_v, gv_old, cv);
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < EPL; ++j) {
       if (j < valid) {
-        mv[j] = decode_fast(qm[j], lut_m, gm_old, cm);
-        vvv[j] = decode_fast(qv[j], lut_v, gv_old, cv);
         optim::adamw_element(pv[j], gv[j], mv[j], vvv[j], c);
         group_stat_add(sm, mv[j]);
         group_stat_add(sv, vvv[j]);
@@ -212,42 +379,133 @@ __global__ void __launch_bounds__(256, 3) adamw_fp8_grouped_kernel(float* __rest
     sm = reduce_group_stats(sm, TEAM);
     sv = reduce_group_stats(sv, TEAM);
     optim::GroupParams pm_new, pv_new;
-    if constexpr (TEAM == 32) {
-      // The m parameters on lanes 0-15, the v parameters on lanes 16-31, at the same time.
-      const bool is_v = lane >= 16;
+    float Im = 0.f, Fm = 0.f, Iv = 0.f, Fv = 0.f;
+    if constexpr (TEAM == 32 || (TEAM == 16 && EPL == 8)) {
+      // The m parameters on the team's first half, the v parameters on its second, at the same time.
+      constexpr int kHalf = TEAM / 2;
+      const bool is_v = team_lane >= kHalf;
       const GroupStatBits st = is_v ? sv : sm;
-      const optim::GroupParams np = optim::group_params_from_stats(st, is_v ? cv : cm);
-      pm_new = shfl_params(np, 0);
-      pv_new = shfl_params(np, 16);
+      const optim::GroupParams np = group_params_fast(st, is_v ? cv : cm, is_v ? log2b_v : log2b_m);
+      float I = 0.f, F = 0.f;
+      if (fe_m || fe_v) guarded_log_consts(np.e, I, F);
+      pm_new = shfl_params(np, 0, TEAM);
+      pv_new = shfl_params(np, kHalf, TEAM);
+      Im = __shfl_sync(kFull, I, 0, TEAM);
+      Fm = __shfl_sync(kFull, F, 0, TEAM);
+      Iv = __shfl_sync(kFull, I, kHalf, TEAM);
+      Fv = __shfl_sync(kFull, F, kHalf, TEAM);
     } else {
-      pm_new = optim::group_params_from_stats(sm, cm);
-      pv_new = optim::group_params_from_stats(sv, cv);
+      pm_new = group_params_fast(sm, cm, log2b_m);
+      pv_new = group_params_fast(sv, cv, log2b_v);
+      if (fe_m) guarded_log_consts(pm_new.e, Im, Fm);
+      if (fe_v) guarded_log_consts(pv_new.e, Iv, Fv);
     }
-    const MomentGroup gm_new = encode_group(pm_new, cm), gv_new = encode_group(pv_new, cv);
-    float tm[4], tv[4];
+    // (pow_y(k) only where the reference transform runs for every element.)
+    MomentGroup gm_new, gv_new;
+    gm_new.gp = pm_new;
+    gv_new.gp = pv_new;
+    if (!fe_m) gm_new = encode_group(pm_new, cm);
+    if (!fe_v) gv_new = encode_group(pv_new, cv);
+    uint32_t mw[W], vw[W];  // codes, 4 per word, little-endian
+    uint32_t pend = 0;      // bit j (m) / EPL + j (v): element j takes the reference path
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      tm[j] = j < valid ? transform_fast(mv[j], gm_new, cm) : 0.0f;
-      tv[j] = j < valid ? transform_fast(vvv[j], gv_new, cv) : 0.0f;
+    for (int w = 0; w < W; ++w) {
+      mw[w] = 0;
+      vw[w] = 0;
     }
-    const uint32_t m4 = encode4_fast(tm, valid, cm, hw_m, static_cast<uint64_t>(idx));
-    const uint32_t v4 = encode4_fast(tv, valid, cv, hw_v, static_cast<uint64_t>(idx));
+    if (fe_m) {
+      const GuardedEnc f = guarded_prep(pm_new.e, Im, Fm, guarded_lim(cm.format, cm.saturate, cm.sat_bound));
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      qm[j] = static_cast<uint8_t>(m4 >> (8 * j));
-      qv[j] = static_cast<uint8_t>(v4 >> (8 * j));
-    }
-    if (vec && valid == 4) {
-      *reinterpret_cast<float4*>(p + idx) = make_float4(pv[0], pv[1], pv[2], pv[3]);
-      *reinterpret_cast<uint32_t*>(m.codes + idx) = m4;
-      *reinterpret_cast<uint32_t*>(v.codes + idx) = v4;
+      for (int j = 0; j < EPL; ++j) {
+        if (j < valid) {
+          const uint32_t r = encode_guarded(mv[j], f, cm.format);
+          mw[j / 4] |= (r & 0xFFu) << (8 * (j % 4));
+          pend |= ((r >> 8) & 1u) << j;
+        }
+      }
     } else {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int w = 0; w < W; ++w) {
+        float tm[4];
+        const int vw_valid = valid - 4 * w < 0 ? 0 : (valid - 4 * w > 4 ? 4 : valid - 4 * w);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) tm[j] = j < vw_valid ? transform_fast(mv[4 * w + j], gm_new, cm) : 0.0f;
+        mw[w] = vw_valid > 0 ? encode4_fast(tm, vw_valid, cm, hw_m, static_cast<uint64_t>(idx + 4 * w)) : 0u;
+      }
+    }
+    if (fe_v) {
+      const GuardedEnc f = guarded_prep(pv_new.e, Iv, Fv, guarded_lim(cv.format, cv.saturate, cv.sat_bound));
+#pragma unroll
+      for (int j = 0; j < EPL; ++j) {
+        if (j < valid) {
+          const uint32_t r = encode_guarded(vvv[j], f, cv.format);
+          vw[j / 4] |= (r & 0xFFu) << (8 * (j % 4));
+          pend |= ((r >> 8) & 1u) << (EPL + j);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        float tv[4];
+        const int vw_valid = valid - 4 * w < 0 ? 0 : (valid - 4 * w > 4 ? 4 : valid - 4 * w);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) tv[j] = j < vw_valid ? transform_fast(vvv[4 * w + j], gv_new, cv) : 0.0f;
+        vw[w] = vw_valid > 0 ? encode4_fast(tv, vw_valid, cv, hw_v, static_cast<uint64_t>(idx + 4 * w)) : 0u;
+      }
+    }
+    if (counts != nullptr) {  // test hook
+      unsigned long long dt = 0, dr = 0, ef = 0, er = 0;
+      if (cm.expand) (kTable && dt_m ? dt : dr) += valid;
+      if (cv.expand) (kTable && dt_v ? dt : dr) += valid;
+      const uint32_t lowmask = (1u << EPL) - 1u;
+      const int pm_cnt = __popc(pend & lowmask), pv_cnt = __popc(pend >> EPL);
+      if (fe_m) { ef += valid - pm_cnt; er += pm_cnt; }
+      if (fe_v) { ef += valid - pv_cnt; er += pv_cnt; }
+      if (dt) atomicAdd(&counts[0], dt);
+      if (dr) atomicAdd(&counts[1], dr);
+      if (ef) atomicAdd(&counts[2], ef);
+      if (er) atomicAdd(&counts[3], er);
+    }
+    // The reference path for the flagged elements, one per lane per round, so a warp pays for
+    // as many rounds as its busiest lane has flagged elements (usually 0 or 1).
+    while (__any_sync(kFull, pend != 0u)) {
+      if (pend != 0u) {
+        const int b = __ffs(pend) - 1;
+        pend &= pend - 1u;
+        const bool isv = b >= EPL;
+        const int jj = b & (EPL - 1);
+        float xm = mv[0], xv = vvv[0];
+#pragma unroll
+        for (int j = 1; j < EPL; ++j) {
+          xm = jj == j ? mv[j] : xm;
+          xv = jj == j ? vvv[j] : xv;
+        }
+        const uint32_t code = encode_expand_ref(isv ? xv : xm, isv ? pv_new.e : pm_new.e, isv ? cv.format : cm.format,
+                                                isv ? cv.saturate : cm.saturate);
+        const uint32_t sh = 8u * static_cast<uint32_t>(jj & 3), keep = ~(0xFFu << sh);
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+          if (jj / 4 == w) {
+            if (isv) vw[w] = (vw[w] & keep) | (code << sh);
+            else mw[w] = (mw[w] & keep) | (code << sh);
+          }
+        }
+      }
+    }
+    if (vec && valid == EPL) {
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        *reinterpret_cast<float4*>(p + idx + 4 * w) = make_float4(pv[4 * w], pv[4 * w + 1], pv[4 * w + 2], pv[4 * w + 3]);
+        *reinterpret_cast<uint32_t*>(m.codes + idx + 4 * w) = mw[w];
+        *reinterpret_cast<uint32_t*>(v.codes + idx + 4 * w) = vw[w];
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < EPL; ++j) {
         if (j < valid) {
           p[idx + j] = pv[j];
-          m.codes[idx + j] = qm[j];
-          v.codes[idx + j] = qv[j];
+          m.codes[idx + j] = static_cast<uint8_t>(mw[j / 4] >> (8 * (j % 4)));
+          v.codes[idx + j] = static_cast<uint8_t>(vw[j / 4] >> (8 * (j % 4)));
         }
       }
     }
@@ -266,9 +524,164 @@ __global__ void __launch_bounds__(256, 3) adamw_fp8_grouped_kernel(float* __rest
   }
 }
 
+// ---- test support: the shortcuts against the FP8SIM_HD reference, element by element ----
+
+// For every (params i, code): decode_table vs compress_value. counts: {mismatches, table-eligible
+// (params, code) pairs}.
+__global__ void decode_table_check_kernel(const ExpandParams* prm, int n_params, int fmt, unsigned long long* counts) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= static_cast<int64_t>(n_params) * 256) return;
+  const ExpandParams e = prm[t / 256];
+  const uint8_t code = static_cast<uint8_t>(t % 256);
+  optim::GroupParams gp;
+  gp.e = e;
+  MomentGroup gr;
+  gr.gp = gp;
+  gr.y = pow_y(div_rn(1.0f, e.k));
+  if (!dec_table_ok(e.s, gr.y)) return;
+  const float q = decode_fp8(code, fmt);
+  const float2 ent = mant_entry(static_cast<int>(mant_index(q)), e.s);
+  const float fast = decode_table(q, ent, gr);
+  const float ref = compress_value(q, e);
+  bool bad = f32_bits(fast) != f32_bits(ref);
+  // The branch-free form, for every finite code (zeros included).
+  if ((f32_bits(q) & 0x7FFFFFFFu) < 0x7F800000u) bad |= f32_bits(decode_table_finite(q, ent, gr)) != f32_bits(ref);
+  if (bad) atomicAdd(&counts[0], 1ull);
+  atomicAdd(&counts[1], 1ull);
+}
+
+// For every x[i] with params prm[i / per]: encode_guarded (where it does not flag the element)
+// vs encode_fp8(expand_value(x)). counts: {mismatches, guarded, flagged}.
+__global__ void encode_guarded_check_kernel(const float* x, const ExpandParams* prm, int64_t n, int per,
+                                            optim::GroupMomentConsts mc, unsigned long long* counts) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const ExpandParams e = prm[i / per];
+  float I, F;
+  guarded_log_consts(e, I, F);
+  const GuardedEnc f = guarded_prep(e, I, F, guarded_lim(mc.format, mc.saturate, mc.sat_bound));
+  const uint32_t r = encode_guarded(x[i], f, mc.format);
+  if (r & 0x100u) {
+    atomicAdd(&counts[2], 1ull);
+    return;
+  }
+  const uint32_t ref = encode_fp8(expand_value(x[i], e), mc.format, mc.saturate);
+  if (ref != (r & 0xFFu)) atomicAdd(&counts[0], 1ull);
+  atomicAdd(&counts[1], 1ull);
+}
+
+// The approximations' errors the requantization bound assumes, exhaustively: lg2.approx's
+// absolute error over every float in [1, 2) and ex2.approx's relative error over every float t
+// in [-21, 10] (the exponents of A that can pass the guards). Maxima as double bits in out[0..1].
+__global__ void mufu_error_kernel(unsigned long long* out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  double worst_lg2 = 0.0, worst_ex2 = 0.0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (int64_t{1} << 23); i += stride) {
+    const float mx = f32_from_bits(0x3F800000u | static_cast<uint32_t>(i));
+    float lx;
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lx) : "f"(mx));
+    worst_lg2 = fmax(worst_lg2, fabs(static_cast<double>(lx) - log2(static_cast<double>(mx))));
+  }
+  // Positive t in (0, 10]: bits 0x00000001 .. 0x41200000; negative t in [-21, 0): 0x80000001 .. 0xC1A80000.
+  const int64_t n_pos = 0x41200000LL, n_neg = 0x41A80000LL;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i <= n_pos + n_neg; i += stride) {
+    const uint32_t u = i <= n_pos ? static_cast<uint32_t>(i) : 0x80000000u | static_cast<uint32_t>(i - n_pos);
+    const float t = f32_from_bits(u);
+    float A;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(A) : "f"(t));
+    const double ref = exp2(static_cast<double>(t));
+    worst_ex2 = fmax(worst_ex2, fabs(static_cast<double>(A) / ref - 1.0));
+  }
+  atomicMax(&out[0], static_cast<unsigned long long>(__double_as_longlong(worst_lg2)));
+  atomicMax(&out[1], static_cast<unsigned long long>(__double_as_longlong(worst_ex2)));
+}
+
 
 bool aligned(const void* q, unsigned b) { return reinterpret_cast<uintptr_t>(q) % b == 0; }
 
+unsigned long long* g_path_counts = nullptr;  // device, 4 counters; null = not counting
+int g_fast_paths = 3;                         // bit 0: decode table, bit 1: guarded encode
+int g_min_blocks = 2;                         // __launch_bounds__ blocks per SM of the 16 x 8 kernel
+bool g_wide = true;                           // G > 64: 16 lanes x 8 elements (else 32 x 4)
+
+}  // namespace
+
+void adamw_fast_paths(int mask, int min_blocks, bool wide) {
+  g_fast_paths = mask & 3;
+  g_min_blocks = min_blocks == 2 ? 2 : 3;
+  g_wide = wide;
+}
+
+void adamw_path_counting(bool on) {
+  if (on && g_path_counts == nullptr) {
+    FP8SIM_CUDA_CHECK(cudaMalloc(&g_path_counts, 4 * sizeof(unsigned long long)));
+    FP8SIM_CUDA_CHECK(cudaMemset(g_path_counts, 0, 4 * sizeof(unsigned long long)));
+  } else if (!on && g_path_counts != nullptr) {
+    FP8SIM_CUDA_CHECK(cudaFree(g_path_counts));
+    g_path_counts = nullptr;
+  }
+}
+
+void adamw_path_counts(unsigned long long out[4]) {
+  for (int i = 0; i < 4; ++i) out[i] = 0;
+  if (g_path_counts == nullptr) return;
+  FP8SIM_CUDA_CHECK(cudaDeviceSynchronize());
+  FP8SIM_CUDA_CHECK(cudaMemcpy(out, g_path_counts, 4 * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  FP8SIM_CUDA_CHECK(cudaMemset(g_path_counts, 0, 4 * sizeof(unsigned long long)));
+}
+
+namespace {
+template <class T>
+T* upload_raw(const T* h, size_t n) {
+  T* d = nullptr;
+  FP8SIM_CUDA_CHECK(cudaMalloc(&d, n * sizeof(T) + 1));
+  if (n) FP8SIM_CUDA_CHECK(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+}  // namespace
+
+void check_decode_table(const ExpandParams* params, int n_params, int fmt, unsigned long long out[2]) {
+  ExpandParams* d_p = upload_raw(params, static_cast<size_t>(n_params));
+  unsigned long long* d_c = nullptr;
+  FP8SIM_CUDA_CHECK(cudaMalloc(&d_c, 2 * sizeof(unsigned long long)));
+  FP8SIM_CUDA_CHECK(cudaMemset(d_c, 0, 2 * sizeof(unsigned long long)));
+  const int64_t threads = static_cast<int64_t>(n_params) * 256;
+  decode_table_check_kernel<<<static_cast<int>((threads + 255) / 256), 256>>>(d_p, n_params, fmt, d_c);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  FP8SIM_CUDA_CHECK(cudaMemcpy(out, d_c, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  FP8SIM_CUDA_CHECK(cudaFree(d_p));
+  FP8SIM_CUDA_CHECK(cudaFree(d_c));
+}
+
+void check_encode_guarded(const float* x, const ExpandParams* params, int64_t n, int per,
+                          const optim::GroupMomentConsts& mc, unsigned long long out[3]) {
+  float* d_x = upload_raw(x, static_cast<size_t>(n));
+  ExpandParams* d_p = upload_raw(params, static_cast<size_t>((n + per - 1) / per));
+  unsigned long long* d_c = nullptr;
+  FP8SIM_CUDA_CHECK(cudaMalloc(&d_c, 3 * sizeof(unsigned long long)));
+  FP8SIM_CUDA_CHECK(cudaMemset(d_c, 0, 3 * sizeof(unsigned long long)));
+  encode_guarded_check_kernel<<<static_cast<int>((n + 255) / 256), 256>>>(d_x, d_p, n, per, mc, d_c);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  FP8SIM_CUDA_CHECK(cudaMemcpy(out, d_c, 3 * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+  FP8SIM_CUDA_CHECK(cudaFree(d_x));
+  FP8SIM_CUDA_CHECK(cudaFree(d_p));
+  FP8SIM_CUDA_CHECK(cudaFree(d_c));
+}
+
+void mufu_max_errors(double out[2]) {
+  unsigned long long* d_c = nullptr;
+  FP8SIM_CUDA_CHECK(cudaMalloc(&d_c, 2 * sizeof(unsigned long long)));
+  FP8SIM_CUDA_CHECK(cudaMemset(d_c, 0, 2 * sizeof(unsigned long long)));
+  mufu_error_kernel<<<132 * 16, 256>>>(d_c);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  unsigned long long h[2];
+  FP8SIM_CUDA_CHECK(cudaMemcpy(h, d_c, sizeof(h), cudaMemcpyDeviceToHost));
+  FP8SIM_CUDA_CHECK(cudaFree(d_c));
+  std::memcpy(&out[0], &h[0], sizeof(double));
+  std::memcpy(&out[1], &h[1], sizeof(double));
+}
+
+namespace {
 }  // namespace
 
 void launch_adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c,
@@ -284,22 +697,44 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
                               const optim::AdamwStepConsts& c, const optim::GroupMomentConsts& cm,
                               const optim::GroupMomentConsts& cv, cudaStream_t stream) {
   if (n == 0) return;
-  const bool vec = G % 4 == 0 && aligned(p, 16) && aligned(g, 16) && aligned(m.codes, 4) && aligned(v.codes, 4);
+  // DE groups of 65..128 elements: 16 lanes x 8 elements (default: the per-group work, split over
+  // half-teams, is shared by twice the elements) or 32 lanes x 4; everything else 4 elements per lane.
+  const bool wide = G > 64 && g_wide && (cm.expand || cv.expand);  // plain scaling: 32 x 4 is faster
+  const int epl = wide ? 8 : 4;
+  const bool vec = G % epl == 0 && aligned(p, 16) && aligned(g, 16) && aligned(m.codes, 4) && aligned(v.codes, 4);
   int team = 1;
-  while (team * 4 < G) team <<= 1;
+  while (team * epl < G) team <<= 1;
   const int64_t groups = (static_cast<int64_t>(n) + G - 1) / G;
   const int64_t teams_per_block = 256 / team;
-  const int grid = grid_cap((groups + teams_per_block - 1) / teams_per_block, 8);
+  // DE: as many blocks as fit at once (3 per SM, or 2 for the 2-block variants): every block
+  // loops over the same number of groups, so there is no partial last wave. Plain scaling keeps
+  // its earlier launch (8 per SM), which timed slightly faster there.
+  const bool de = cm.expand || cv.expand;
+  const int per_sm = !de ? 8 : (wide && g_min_blocks == 2 ? 2 : 3);
+  const int grid = grid_cap((groups + teams_per_block - 1) / teams_per_block, per_sm);
   const auto N = static_cast<int64_t>(n);
   const bool hw = hw_cvt_verified();
-  switch (team) {
-    case 1: adamw_fp8_grouped_kernel<1><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
-    case 2: adamw_fp8_grouped_kernel<2><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
-    case 4: adamw_fp8_grouped_kernel<4><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
-    case 8: adamw_fp8_grouped_kernel<8><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
-    case 16: adamw_fp8_grouped_kernel<16><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
-    default: adamw_fp8_grouped_kernel<32><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw); break;
+  // log2_det(B) of each moment's ratio bound, as coat_expand_params computes it.
+  const float lb_m = dmath::log2_det(expand_ratio_bound(cm.fmax_target));
+  const float lb_v = dmath::log2_det(expand_ratio_bound(cv.fmax_target));
+  unsigned long long* cnt = g_path_counts;
+  const int fast = g_fast_paths;
+#define FP8SIM_ADAMW_LAUNCH(T, E, B) \
+  adamw_fp8_grouped_kernel<T, E, B><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw, fast, lb_m, lb_v, cnt)
+  if (wide) {
+    if (g_min_blocks == 2) FP8SIM_ADAMW_LAUNCH(16, 8, 2);
+    else FP8SIM_ADAMW_LAUNCH(16, 8, 3);
+  } else {
+    switch (team) {
+      case 1: FP8SIM_ADAMW_LAUNCH(1, 4, 3); break;
+      case 2: FP8SIM_ADAMW_LAUNCH(2, 4, 3); break;
+      case 4: FP8SIM_ADAMW_LAUNCH(4, 4, 3); break;
+      case 8: FP8SIM_ADAMW_LAUNCH(8, 4, 3); break;
+      case 16: FP8SIM_ADAMW_LAUNCH(16, 4, 3); break;
+      default: FP8SIM_ADAMW_LAUNCH(32, 4, 3); break;
+    }
   }
+#undef FP8SIM_ADAMW_LAUNCH
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 

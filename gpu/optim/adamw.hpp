@@ -5,10 +5,13 @@
 //  * adamw_fp32_cuda: fp32 states, one elementwise pass.
 //  * adamw_fp8_grouped_cuda: the fused FP8-state step for recipes where
 //    optim::grouped_step_supported() holds (the `coat` recipe: E4M3/E5M2 1xG groups with DE),
-//    in ONE pass over memory: a team of lanes per group (a warp for G = 128) holds the group in
-//    registers, dequantizes m and v with the old group parameters, updates p, m, v, reduces the
-//    new groups' max / min-nonzero with shuffles, computes the new parameters (the m half-warp and
-//    the v half-warp in parallel) and requantizes.
+//    in ONE pass over memory: a team of lanes per group (16 lanes x 8 elements for DE groups of
+//    65..128, else up to 32 lanes x 4) holds the group in registers, dequantizes m and v with the
+//    old group parameters, updates p, m, v, reduces the new groups' max / min-nonzero with
+//    shuffles, computes the new parameters (the m half-team and the v half-team in parallel) and
+//    requantizes. DE moments take two exact shortcuts (gpu/optim/adamw.cu explains and proves
+//    them): log2 of |q*s| from a per-group table of the 8 FP8 mantissas, and requantization from
+//    a guarded lg2/ex2 approximation whose code is certain, with the reference pow for the rest.
 //  * adamw_lowp_cuda: any state recipe, in the three phases of optim::lowp_adamw_step
 //    (dequantize both moments into fp32 scratch, update, requantize with gpu/quant), which is
 //    what per-tensor recipes (te-fp8, fp8lm) need: the scale depends on the amax of the whole new

@@ -24,4 +24,26 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
                               const optim::AdamwStepConsts& c, const optim::GroupMomentConsts& cm,
                               const optim::GroupMomentConsts& cv, cudaStream_t stream);
 
+// Test hooks of the fused kernel's exact shortcuts (gpu/optim/adamw.cu).
+// While counting is on, every fused launch adds how many elements took each path to 4 device
+// counters: {dequantize via the mantissa table, dequantize reference, requantize guarded,
+// requantize reference}; adamw_path_counts synchronizes, reads them and resets them to 0.
+void adamw_path_counting(bool on);
+// Which exact shortcuts the fused kernel may take (bit 0: dequantize via the mantissa table, bit 1:
+// guarded requantize; default 3 = both), the shape for DE groups of 65..128 elements (wide: 16
+// lanes x 8 elements, the default; else 32 x 4) and the wide kernel's __launch_bounds__ minimum
+// blocks per SM (2 or 3; default 2); for tests and timing comparisons (results are identical).
+void adamw_fast_paths(int mask, int min_blocks, bool wide = true);
+void adamw_path_counts(unsigned long long out[4]);
+// decode_table vs compress_value for every code and each of the params: out = {mismatches,
+// table-eligible (params, code) pairs}.
+void check_decode_table(const ExpandParams* params, int n_params, int fmt, unsigned long long out[2]);
+// encode_guarded vs encode_fp8(expand_value(x)) for x[i] with params[i / per]: out = {mismatches
+// among guarded elements, guarded elements, elements flagged for the reference path}.
+void check_encode_guarded(const float* x, const ExpandParams* params, int64_t n, int per,
+                          const optim::GroupMomentConsts& mc, unsigned long long out[3]);
+// Largest lg2.approx absolute error over [1, 2) and ex2.approx relative error over [-21, 10],
+// every float (what the guarded requantization's bound assumes: at most 2^-21 each).
+void mufu_max_errors(double out[2]);
+
 }  // namespace fp8sim::gpu::detail

@@ -106,4 +106,75 @@ __device__ __forceinline__ float pow_det_y(float x, const PowY& Y) {
   return r;
 }
 
+// pow_det_y with log2_parts(x) supplied by the caller (lp must equal dmath::log2_parts(x) wherever
+// x is positive and finite; elsewhere pow_det's special values override the core, so lp is then
+// irrelevant). The operations after log2_parts are pow_det_y's, in its order. Used by the fused
+// AdamW's dequantization, which gets lp from a per-group table of the 8 FP8 mantissas
+// (gpu/optim/adamw.cu explains why that equals log2_parts(q*s)).
+__device__ __forceinline__ float pow_det_y_lp(float x, dmath::Log2Parts lp, const PowY& Y) {
+  using namespace dmath;
+  const uint32_t sx = f32_bits(x);
+  const uint32_t ux = sx & 0x7FFFFFFFu;
+  const float inf = f32_from_bits(0x7F800000u);
+  const float nan = f32_from_bits(0x7FC00000u);
+  const bool small = lp.e != 0.0f;
+  const float yc = small ? Y.yc_small : Y.yc_big;
+  const float y_hi = small ? Y.yhi_small : Y.yhi_big;
+  const float y_lo = small ? Y.ylo_small : Y.ylo_big;
+  const float a_hi = mul_rn(y_hi, lp.e);
+  const float a_lo = mul_rn(y_lo, lp.e);
+  const float n1 = rint_small(a_hi);
+  float t = add_rn(add_rn(a_hi, -n1), add_rn(a_lo, mul_rn(yc, lp.l)));
+  t = t > 2097152.0f ? 2097152.0f : (t < -2097152.0f ? -2097152.0f : t);
+  const float n2 = rint_small(t);
+  const float g = add_rn(t, -n2);
+  float n = add_rn(n1, n2);
+  n = n > 400.0f ? 400.0f : (n < -400.0f ? -400.0f : n);
+  float r = scale_pow2(exp2_reduced(g), static_cast<int>(n));
+  if (Y.y_inf) r = (x < 1.0f) != Y.yneg ? 0.0f : inf;
+  r = sel(ux == 0x7F800000u, Y.yneg ? 0.0f : inf, r);
+  r = sel(ux == 0u, Y.yneg ? inf : 0.0f, r);
+  if (Y.y_one) r = sel(ux == 0u, 0.0f, x);
+  r = sel((sx >> 31) != 0u && ux != 0u, nan, r);
+  r = Y.y_nan ? nan : sel(is_nan_bits(ux), nan, r);
+  r = Y.y_zero ? 1.0f : sel(sx == 0x3F800000u, 1.0f, r);
+  return r;
+}
+
+// pow_det_y_lp for x = +0 or positive, normal and finite, and a "plain" y (finite, > 0; y = 1
+// allowed): pow_det's special-value selects that cannot fire there are left out (x = Inf / NaN /
+// < 0, y = 0 / Inf / NaN); those that can (y = 1: x exactly; x = +0: 0; x = 1: 1; at most one
+// applies) are kept.
+__device__ __forceinline__ float pow_det_y_lp_plain(float x, dmath::Log2Parts lp, const PowY& Y) {
+  using namespace dmath;
+  const bool small = lp.e != 0.0f;
+  const float yc = small ? Y.yc_small : Y.yc_big;
+  const float y_hi = small ? Y.yhi_small : Y.yhi_big;
+  const float y_lo = small ? Y.ylo_small : Y.ylo_big;
+  const float a_hi = mul_rn(y_hi, lp.e);
+  const float a_lo = mul_rn(y_lo, lp.e);
+  const float n1 = rint_small(a_hi);
+  float t = add_rn(add_rn(a_hi, -n1), add_rn(a_lo, mul_rn(yc, lp.l)));
+  t = t > 2097152.0f ? 2097152.0f : (t < -2097152.0f ? -2097152.0f : t);
+  const float n2 = rint_small(t);
+  const float g = add_rn(t, -n2);
+  float n = add_rn(n1, n2);
+  n = n > 400.0f ? 400.0f : (n < -400.0f ? -400.0f : n);
+  float r = scale_pow2(exp2_reduced(g), static_cast<int>(n));
+  r = Y.y_one ? x : r;
+  r = f32_bits(x) == 0u ? 0.0f : r;  // x = +0 (y > 0): 0, whatever lp held
+  return f32_bits(x) == 0x3F800000u ? 1.0f : r;
+}
+
+// dmath::log2_det with log2_parts_fast (the same bits for every positive finite x, see above).
+__device__ __forceinline__ float log2_det_fast(float x) {
+  const uint32_t u = f32_bits(x);
+  if (is_nan_bits(u)) return x;
+  if (u >> 31) return (u & 0x7FFFFFFFu) == 0 ? f32_from_bits(0xFF800000u) : f32_from_bits(0x7FC00000u);
+  if (u == 0) return f32_from_bits(0xFF800000u);
+  if (u == 0x7F800000u) return x;
+  const dmath::Log2Parts p = log2_parts_fast(x);
+  return add_rn(p.e, p.l);
+}
+
 }  // namespace fp8sim::gpu::detail

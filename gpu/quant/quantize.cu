@@ -15,9 +15,11 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gpu/common/cuda_check.hpp"
 #include "gpu/quant/dmath_gpu.cuh"
+#include "gpu/quant/guarded_encode.cuh"
 #include "gpu/quant/quantize_kernels.cuh"
 #include "gpu/quant/quantize_launch.hpp"
 #include "sim/formats/philox.hpp"
@@ -82,6 +84,18 @@ __device__ __forceinline__ double tree16(double (&t)[16]) {
 }
 
 // ---- team kernel ----------------------------------------------------------------------------------
+// Storage format of an encoder traits type, as encode_guarded's template argument.
+template <class T>
+constexpr int kFmt = std::is_same_v<T, E4M3Traits> ? 0 : 1;
+
+// The guarded encoder's state for one coat group (the GPU quantizer counts no saturated values,
+// so only the storage's saturation mode limits it).
+__device__ __forceinline__ GuardedEnc coat_guarded(const QuantKernelParams& P, const ExpandParams& ep) {
+  float I, F;
+  guarded_log_consts(ep, I, F);
+  return guarded_prep(ep, I, F, guarded_lim(P.format, P.saturate, f32_from_bits(0x7F800000u)));
+}
+
 template <class T, InDt D, int MODE>
 __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
                                                          float* __restrict__ scales, float* __restrict__ ks,
@@ -155,26 +169,29 @@ __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict_
       // expand_value with pow_det's y-only work done once per group (pow_y / pow_det_y: same
       // bits), and the hardware converter for finite values where it equals the encoder.
       g = group_params(P, MODE, st);
-      const PowY Y = pow_y(g.ep.k);
-      float t[16];
-      uint32_t m = 0;
+      // The guarded encoder (guarded_encode.cuh: exact codes) where it applies; the elements it
+      // flags, and every element without the verified hardware converter or with stochastic
+      // rounding (hw false), take the reference: expand_value with pow_det's y-only work done
+      // once per group (pow_y / pow_det_y: same bits), then encode_fp8_*.
+      uint32_t todo = 0xFFFFu;
+      if (hw) {
+        const GuardedEnc f = coat_guarded(P, g.ep);
+        todo = 0;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const float mag = pow_det_y(div_rn(dmath::abs_bits(v[j]), g.ep.c), Y);
-        t[j] = div_rn(dmath::neg_if(mag, dmath::sign_bit(v[j])), g.ep.s);
-        m = max(m, f32_bits(t[j]) & 0x7FFFFFFFu);
-      }
-      const uint32_t lim = P.saturate ? 0x7F800000u : f32_bits(P.fmax);
-      if (hw && m < lim) {
-#pragma unroll
-        for (int j = 0; j < 16; j += 2) {
-          const uint32_t pr = cvt2_hw<T>(t[j], t[j + 1]);
-          q[j] = static_cast<uint8_t>(pr);
-          q[j + 1] = static_cast<uint8_t>(pr >> 8);
+        for (int j = 0; j < 16; ++j) {
+          const uint32_t r = encode_guarded<kFmt<T>>(v[j], f);
+          q[j] = static_cast<uint8_t>(r);
+          todo |= ((r >> 8) & 1u) << j;
         }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) q[j] = encode_value<T>(P, t[j], static_cast<uint64_t>(flat0 + j));
+      }
+      if (todo != 0u) {
+        const PowY Y = pow_y(g.ep.k);
+        for (int j = 0; j < 16; ++j) {
+          if (!((todo >> j) & 1u)) continue;
+          const float mag = pow_det_y(div_rn(dmath::abs_bits(v[j]), g.ep.c), Y);
+          const float t = div_rn(dmath::neg_if(mag, dmath::sign_bit(v[j])), g.ep.s);
+          q[j] = encode_value<T>(P, t, static_cast<uint64_t>(flat0 + j));
+        }
       }
     } else {
       g = group_params(P, MODE, st);
@@ -204,6 +221,76 @@ __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict_
         ks[grp] = g.ep.k;
         cs[grp] = g.ep.c;
       }
+    }
+  }
+}
+
+// ---- DE (coat) over aligned 1xG groups ----------------------------------------------------------------
+// G = 16 * team (16..512, a power of two), every row a whole number of groups, input and codes
+// 16-byte aligned: each lane owns one 16-element segment (16-byte loads, one 16-byte store of its
+// codes), a team of G / 16 lanes one group. The arithmetic is the team kernel's: statistics over
+// finite values reduced across the team, coat_expand_params, then the guarded encoder with the
+// reference (pow_det_y, div_rn, encode_fp8_*) for the elements it flags. Teams are whole groups and
+// segs is a multiple of team, so whole teams are in or out of range and every shuffle runs on all
+// 32 lanes.
+template <class T, InDt D>
+__global__ void __launch_bounds__(256) quant_coat_1xg_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes,
+                                                             float* __restrict__ scales, float* __restrict__ ks,
+                                                             float* __restrict__ cs, QuantKernelParams P, int team,
+                                                             int64_t segs, bool hw) {
+  constexpr int W = kWordElems<D>;
+  constexpr int NW = 16 / W;  // 16-byte words per segment
+  const int lane = threadIdx.x & 31;
+  const int team_lane = threadIdx.x & (team - 1);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t seg = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; seg - lane < segs; seg += stride) {
+    const bool in = seg < segs;
+    float v[16];
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      float t[W];
+      widen_word<D>(in ? x[seg * NW + w] : make_uint4(0u, 0u, 0u, 0u), t);
+#pragma unroll
+      for (int j = 0; j < W; ++j) v[w * W + j] = t[j];
+    }
+    Stats st = stats_init();
+#pragma unroll
+    for (int j = 0; j < 16; ++j) stats_add(st, v[j]);
+    st = stats_reduce_lanes(st, team);
+    if (!in) continue;
+    const GroupQ g = group_params(P, kCoat, st);
+    uint8_t q[16];
+    uint32_t todo = 0xFFFFu;
+    if (hw) {
+      const GuardedEnc f = coat_guarded(P, g.ep);
+      todo = 0;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const uint32_t r = encode_guarded<kFmt<T>>(v[j], f);
+        q[j] = static_cast<uint8_t>(r);
+        todo |= ((r >> 8) & 1u) << j;
+      }
+    }
+    if (todo != 0u) {
+      const PowY Y = pow_y(g.ep.k);
+      for (int j = 0; j < 16; ++j) {
+        if (!((todo >> j) & 1u)) continue;
+        const float mag = pow_det_y(div_rn(dmath::abs_bits(v[j]), g.ep.c), Y);
+        const float t = div_rn(dmath::neg_if(mag, dmath::sign_bit(v[j])), g.ep.s);
+        q[j] = encode_value<T>(P, t, static_cast<uint64_t>(seg * 16 + j));
+      }
+    }
+    uint32_t w4[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+      w4[k] = static_cast<uint32_t>(q[4 * k]) | (static_cast<uint32_t>(q[4 * k + 1]) << 8) |
+              (static_cast<uint32_t>(q[4 * k + 2]) << 16) | (static_cast<uint32_t>(q[4 * k + 3]) << 24);
+    reinterpret_cast<uint4*>(codes)[seg] = make_uint4(w4[0], w4[1], w4[2], w4[3]);
+    if (team_lane == 0) {
+      const int64_t grp = seg / team;
+      scales[grp] = g.s_stored;
+      ks[grp] = g.ep.k;
+      cs[grp] = g.ep.c;
     }
   }
 }
@@ -277,7 +364,7 @@ __device__ double robust_sse_block(const void* x, const QuantKernelParams& P, co
 template <class T, InDt D, int MODE>
 __global__ void __launch_bounds__(256) quant_block_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
                                                           float* __restrict__ scales, float* __restrict__ ks,
-                                                          float* __restrict__ cs, QuantKernelParams P) {
+                                                          float* __restrict__ cs, QuantKernelParams P, bool hw_ok) {
   __shared__ float lut[256];
   if constexpr (MODE == kRobust) fill_decode_table(lut, P.format);
   const int64_t groups = P.grid_rows * P.grid_cols;
@@ -306,9 +393,20 @@ __global__ void __launch_bounds__(256) quant_block_kernel(const void* __restrict
       }
     } else {
       g = group_params(P, MODE, st);
+      const bool guarded = MODE == kCoat && !P.stochastic && hw_ok;
+      GuardedEnc f{};
+      if (guarded) f = coat_guarded(P, g.ep);
       for (int64_t j = threadIdx.x; j < b.n; j += blockDim.x) {
         const int64_t flat = flat_of(P, b, j);
-        codes[flat] = encode_value<T>(P, transform<MODE>(load_elem<D>(x, flat), g), static_cast<uint64_t>(flat));
+        const float xv = load_elem<D>(x, flat);
+        if (guarded) {
+          const uint32_t r = encode_guarded<kFmt<T>>(xv, f);
+          if (!(r & 0x100u)) {
+            codes[flat] = static_cast<uint8_t>(r);
+            continue;
+          }
+        }
+        codes[flat] = encode_value<T>(P, transform<MODE>(xv, g), static_cast<uint64_t>(flat));
       }
     }
     if (threadIdx.x == 0) {
@@ -744,8 +842,26 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
   }
 
   const int64_t groups = P.grid_rows * P.grid_cols;
+  const int64_t G = P.group_cols;
   if (L.mode == kPlain && launch_quant_fast(L, s)) {
     // done: 1xG or register-resident groups (quantize_fast.cu)
+  } else if (L.mode == kCoat && P.format <= 1 && P.group_rows == 1 && G >= 16 && G <= 512 && (G & (G - 1)) == 0 &&
+             P.cols % G == 0 && (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 &&
+             (reinterpret_cast<uintptr_t>(codes) % 16) == 0) {
+    const int team = static_cast<int>(G / 16);
+    const int64_t segs = n / 16;
+    const bool hw = !P.stochastic && hw_cvt_verified();
+    dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
+      static const int b = [] {
+        int r = 0;
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r, quant_coat_1xg_kernel<T, D>, 256, 0);
+        return r < 1 ? 1 : r;
+      }();
+      const int grid = grid_cap((segs + 255) / 256, b);
+      quant_coat_1xg_kernel<T, D><<<grid, 256, 0, s>>>(static_cast<const uint4*>(L.x), codes, L.scales, L.k, L.c, P,
+                                                       team, segs, hw);
+    });
+    FP8SIM_CUDA_CHECK_LAUNCH();
   } else if (L.kind == QuantLaunch::Kind::Team) {
     const int team = L.team;
     // Element-wise loads and stores only. Device run 2 (14:06) found wrong codes on the trace's
@@ -772,11 +888,12 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     FP8SIM_CUDA_CHECK_LAUNCH();
   } else {
     const int grid = grid_cap(groups, 8);
+    const bool hw = !P.stochastic && hw_cvt_verified();
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       switch (L.mode) {
-        case kPlain: quant_block_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P); break;
-        case kCoat: quant_block_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P); break;
-        default: quant_block_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P); break;
+        case kPlain: quant_block_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, hw); break;
+        case kCoat: quant_block_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, hw); break;
+        default: quant_block_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, hw); break;
       }
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
