@@ -96,6 +96,35 @@ __device__ __forceinline__ GuardedEnc coat_guarded(const QuantKernelParams& P, c
   return guarded_prep(ep, I, F, guarded_lim(P.format, P.saturate, f32_from_bits(0x7F800000u)));
 }
 
+// The codes of 16 elements of one coat group (flat index of the first: flat0): the guarded
+// encoder where hw allows it (verified hardware converter, nearest rounding), and the reference
+// for every element it flags: expand_value with pow_det's y-only work done once per group
+// (pow_y / pow_det_y: same bits), then encode_fp8_*.
+template <class T>
+__device__ __forceinline__ void coat_encode16(const QuantKernelParams& P, const float (&v)[16], const ExpandParams& ep,
+                                              bool hw, uint64_t flat0, uint8_t (&q)[16]) {
+  uint32_t todo = 0xFFFFu;
+  if (hw) {
+    const GuardedEnc f = coat_guarded(P, ep);
+    todo = 0;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t r = encode_guarded<kFmt<T>>(v[j], f);
+      q[j] = static_cast<uint8_t>(r);
+      todo |= ((r >> 8) & 1u) << j;
+    }
+  }
+  if (todo != 0u) {
+    const PowY Y = pow_y(ep.k);
+    for (int j = 0; j < 16; ++j) {
+      if (!((todo >> j) & 1u)) continue;
+      const float mag = pow_det_y(div_rn(dmath::abs_bits(v[j]), ep.c), Y);
+      const float t = div_rn(dmath::neg_if(mag, dmath::sign_bit(v[j])), ep.s);
+      q[j] = encode_value<T>(P, t, flat0 + j);
+    }
+  }
+}
+
 template <class T, InDt D, int MODE>
 __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
                                                          float* __restrict__ scales, float* __restrict__ ks,
@@ -169,30 +198,7 @@ __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict_
       // expand_value with pow_det's y-only work done once per group (pow_y / pow_det_y: same
       // bits), and the hardware converter for finite values where it equals the encoder.
       g = group_params(P, MODE, st);
-      // The guarded encoder (guarded_encode.cuh: exact codes) where it applies; the elements it
-      // flags, and every element without the verified hardware converter or with stochastic
-      // rounding (hw false), take the reference: expand_value with pow_det's y-only work done
-      // once per group (pow_y / pow_det_y: same bits), then encode_fp8_*.
-      uint32_t todo = 0xFFFFu;
-      if (hw) {
-        const GuardedEnc f = coat_guarded(P, g.ep);
-        todo = 0;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          const uint32_t r = encode_guarded<kFmt<T>>(v[j], f);
-          q[j] = static_cast<uint8_t>(r);
-          todo |= ((r >> 8) & 1u) << j;
-        }
-      }
-      if (todo != 0u) {
-        const PowY Y = pow_y(g.ep.k);
-        for (int j = 0; j < 16; ++j) {
-          if (!((todo >> j) & 1u)) continue;
-          const float mag = pow_det_y(div_rn(dmath::abs_bits(v[j]), g.ep.c), Y);
-          const float t = div_rn(dmath::neg_if(mag, dmath::sign_bit(v[j])), g.ep.s);
-          q[j] = encode_value<T>(P, t, static_cast<uint64_t>(flat0 + j));
-        }
-      }
+      coat_encode16<T>(P, v, g.ep, hw, static_cast<uint64_t>(flat0), q);
     } else {
       g = group_params(P, MODE, st);
 #pragma unroll
@@ -260,26 +266,7 @@ __global__ void __launch_bounds__(256) quant_coat_1xg_kernel(const uint4* __rest
     if (!in) continue;
     const GroupQ g = group_params(P, kCoat, st);
     uint8_t q[16];
-    uint32_t todo = 0xFFFFu;
-    if (hw) {
-      const GuardedEnc f = coat_guarded(P, g.ep);
-      todo = 0;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const uint32_t r = encode_guarded<kFmt<T>>(v[j], f);
-        q[j] = static_cast<uint8_t>(r);
-        todo |= ((r >> 8) & 1u) << j;
-      }
-    }
-    if (todo != 0u) {
-      const PowY Y = pow_y(g.ep.k);
-      for (int j = 0; j < 16; ++j) {
-        if (!((todo >> j) & 1u)) continue;
-        const float mag = pow_det_y(div_rn(dmath::abs_bits(v[j]), g.ep.c), Y);
-        const float t = div_rn(dmath::neg_if(mag, dmath::sign_bit(v[j])), g.ep.s);
-        q[j] = encode_value<T>(P, t, static_cast<uint64_t>(seg * 16 + j));
-      }
-    }
+    coat_encode16<T>(P, v, g.ep, hw, static_cast<uint64_t>(seg * 16), q);
     uint32_t w4[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k)
