@@ -572,7 +572,8 @@ __global__ void encode_guarded_check_kernel(const float* x, const ExpandParams* 
 
 // The approximations' errors the requantization bound assumes, exhaustively: lg2.approx's
 // absolute error over every float in [1, 2) and ex2.approx's relative error over every float t
-// in [-21, 10] (the exponents of A that can pass the guards). Maxima as double bits in out[0..1].
+// in [-21, 16] (guarded_encode.cuh keeps every guarded lane's t inside it). Maxima as double bits
+// in out[0..1].
 __global__ void mufu_error_kernel(unsigned long long* out) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   double worst_lg2 = 0.0, worst_ex2 = 0.0;
@@ -582,8 +583,8 @@ __global__ void mufu_error_kernel(unsigned long long* out) {
     asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lx) : "f"(mx));
     worst_lg2 = fmax(worst_lg2, fabs(static_cast<double>(lx) - log2(static_cast<double>(mx))));
   }
-  // Positive t in (0, 10]: bits 0x00000001 .. 0x41200000; negative t in [-21, 0): 0x80000001 .. 0xC1A80000.
-  const int64_t n_pos = 0x41200000LL, n_neg = 0x41A80000LL;
+  // Positive t in (0, 16]: bits 0x00000001 .. 0x41800000; negative t in [-21, 0): 0x80000001 .. 0xC1A80000.
+  const int64_t n_pos = 0x41800000LL, n_neg = 0x41A80000LL;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i <= n_pos + n_neg; i += stride) {
     const uint32_t u = i <= n_pos ? static_cast<uint32_t>(i) : 0x80000000u | static_cast<uint32_t>(i - n_pos);
     const float t = f32_from_bits(u);

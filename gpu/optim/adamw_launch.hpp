@@ -42,7 +42,7 @@ void check_decode_table(const ExpandParams* params, int n_params, int fmt, unsig
 // among guarded elements, guarded elements, elements flagged for the reference path}.
 void check_encode_guarded(const float* x, const ExpandParams* params, int64_t n, int per,
                           const optim::GroupMomentConsts& mc, unsigned long long out[3]);
-// Largest lg2.approx absolute error over [1, 2) and ex2.approx relative error over [-21, 10],
+// Largest lg2.approx absolute error over [1, 2) and ex2.approx relative error over [-21, 16],
 // every float (what the guarded requantization's bound assumes: at most 2^-21 each).
 void mufu_max_errors(double out[2]);
 

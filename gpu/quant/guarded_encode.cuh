@@ -24,17 +24,20 @@ namespace fp8sim::gpu::detail {
 //   reference: |v / V - 1| <= (k/2 + (2 + k) + 1/2) u   (a's rounding amplified by k,
 //              pow_det's (2 + |y|) ulp bound of its header, the division's rounding);
 //   fast:      |t - log2 V| <= 4k (lg2 of m_x, 2^-21 absolute) + 4k (m_c) + 4 (m_s) + 8 (cf's
-//              rounding) + 8 + 8 (the two roundings of t, |operands| < 33) = (8k + 28) u, so
+//              rounding) + 8 + 8 (the two roundings of t: |s2| <= 16.5, and every lane that
+//              passes the guards has -21 < t < 16) = (8k + 28) u, so
 //              |A / V - 1| <= ln2 (8k + 28) u + 4 u (ex2.approx, 2^-21 relative) + rounding;
 // together, with the roundings of lo / hi, E(k) <= (7.1k + 27) u. With
 // G = (7.5k + 28) 2^-20 >= 8 E(k): lo = RN(A(1-G)) <= |v| <= hi = RN(A(1+G)), and the encoder is
 // monotone, so code(lo) == code(hi) implies code(|v|) == code(lo) (the sign bit is x's, as in
 // encode_fp8_rne). The lg2.approx / ex2.approx bounds used (2^-21) are twice the documented ones
-// (2^-22); the tests measure both over every float of the ranges used (2^-22.6, 2^-22.7 on the H200).
+// (2^-22); the tests measure both over every float of the ranges used: lg2 on [1, 2), ex2 on
+// t in [-21, 16] (lo >= 2^-20 and hi < 2^16 keep every guarded lane inside it).
 // Guards (else the reference path): group: k a multiple of 1/16 in [1/16, 16], c normal, s in
 // [2^-100, 2^100]; element: x normal with a = |x|/c normal (e_x in [e_c - 124, e_c + 125]),
-// lo >= 2^-20 (so pow_det's result P = v*s > 2^-121 is normal), hi below the hardware
-// converter's exact range and the saturation bound, and code(lo) == code(hi).
+// lo >= 2^-20 (so pow_det's result P = v*s > 2^-121 is normal), hi < lim (guarded_lim: the
+// format's max where storage does not saturate, the caller's saturation bound, and 2^16, so that
+// t < 16), and code(lo) == code(hi).
 struct GuardedEnc {
   float k, I, F, lo_f, hi_f, lim;
   int ex_lo, ex_span;
@@ -67,8 +70,8 @@ __device__ __forceinline__ void guarded_log_consts(const ExpandParams& e, float&
 // values are kept below the format's max (above it the reference may overflow). `bound` further
 // caps it (a caller that counts saturated values passes its saturation bound, else +Inf).
 __device__ __forceinline__ float guarded_lim(int format, bool saturate, float bound) {
-  const float lim_hw = saturate ? f32_from_bits(0x7F800000u) : (format == 0 ? 448.0f : 57344.0f);
-  return lim_hw < bound ? lim_hw : bound;
+  float lim = saturate ? 65536.0f : (format == 0 ? 448.0f : 57344.0f);  // 2^16: see the header comment
+  return lim < bound ? lim : bound;
 }
 
 // The per-group state of the guarded encoder (group parameters e, constants from
