@@ -343,6 +343,17 @@ inline int64_t count_zeros(const VL& ld, int64_t base, int64_t n8) {
   return z;
 }
 
+// Underflowed elements of the group [base, base + n) given how many of its codes are +-0: those
+// codes minus the inputs that were +-0 already (the inputs are scanned only when some code is 0).
+// n8 = n - n % 8 elements go through vl, the rest through the scalar loader sl.
+template <class VL, class SL>
+inline int64_t underflowed(const VL& vl, const SL& sl, int64_t base, int64_t n8, int64_t n, int64_t zero_codes) {
+  if (zero_codes == 0) return 0;
+  int64_t zeros = count_zeros(vl, base, n8);
+  for (int64_t i = base + n8; i < base + n; ++i) zeros += (f32_bits(sl(i)) & 0x7FFFFFFFu) == 0u ? 1 : 0;
+  return zero_codes - zeros;
+}
+
 template <class T>
 inline VI encode_rne_finite(V v) {
   const VI u = ib(v);
@@ -437,11 +448,7 @@ void plain_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0
       out[i] = c;
       zero_codes += (c & 0x7Fu) == 0u ? 1 : 0;
     }
-    if (zero_codes > 0) {  // underflow = zero codes from nonzero inputs
-      int64_t zeros = count_zeros(vl, base, n8);
-      for (int64_t i = base + n8; i < base + n; ++i) zeros += (f32_bits(sl(i)) & 0x7FFFFFFFu) == 0u ? 1 : 0;
-      nunder += zero_codes - zeros;
-    }
+    nunder += underflowed(vl, sl, base, n8, n, zero_codes);
   }
   _mm_sfence();
 }
@@ -465,22 +472,9 @@ struct PowConstY {
   static bool usable(float k) { return is_finite_bits(f32_bits(k)) && k > 0.0f && k <= 16384.0f; }
 };
 
-__attribute__((always_inline)) inline V pow_det_pos_const_y(V x, const PowConstY& k) {
-  const Log2Parts lp = log2_parts(x);
-  const V a_hi = mul(k.y_hi, lp.e);
-  const V a_lo = mul(k.y_lo, lp.e);
-  const V n1 = rint_small(a_hi);
-  const V t = add(add(a_hi, neg(n1)), add(a_lo, mul(k.y, lp.l)));
-  const V n2 = rint_small(t);
-  const V g = add(t, neg(n2));
-  const V n = _mm256_min_ps(_mm256_max_ps(add(n1, n2), cf(-400.0f)), cf(400.0f));
-  const V r = scale_pow2(exp2_reduced(g), _mm256_cvttps_epi32(n));
-  return sel(eq(ib(x), _mm256_setzero_si256()), _mm256_setzero_ps(), r);
-}
-
-// pow_det_pos_const_y on N vectors at once, statement by statement across the N (the same
-// operations per lane; only the instruction order differs). One pow is a long dependency chain
-// (~150 cycles), so interleaving independent vectors is what keeps the core busy.
+// pow_det_pos_const_y_n: that pow_det on N vectors at once, statement by statement across the N
+// (the same operations per lane for every N; only the instruction order differs). One pow is a
+// long dependency chain (~150 cycles), so interleaving independent vectors keeps the core busy.
 #define FP8SIM_EACH _Pragma("GCC unroll 8") for (int j = 0; j < N; ++j)
 #define FP8SIM_EACH_8 _Pragma("GCC unroll 8") for (int j = 0; j < 8; ++j)
 template <int N>
@@ -519,12 +513,13 @@ __attribute__((always_inline)) inline void pow_det_pos_const_y_n(const V* x, V* 
   FP8SIM_EACH out[j] = sel(eq(ib(x[j]), _mm256_setzero_si256()), _mm256_setzero_ps(), scale_pow2(p[j], ni[j]));
 }
 
-// pow_det(a, k) for 8 vectors of +0 / positive finite a with a usable k (k == 1: a itself).
-__attribute__((always_inline)) inline void pow8_const(const V* a, V* out, const PowConstY& k, bool unit) {
+// pow_det(a, k) for N vectors of +0 / positive finite a with a usable k (k == 1: a itself).
+template <int N>
+__attribute__((always_inline)) inline void pow_const_n(const V* a, V* out, const PowConstY& k, bool unit) {
   if (unit) {
-    FP8SIM_EACH_8 out[j] = a[j];
+    FP8SIM_EACH out[j] = a[j];
   } else {
-    pow_det_pos_const_y_n<8>(a, out, k);
+    pow_det_pos_const_y_n<N>(a, out, k);
   }
 }
 
@@ -532,30 +527,30 @@ __attribute__((always_inline)) inline void pow8_const(const V* a, V* out, const 
 template <class T>
 inline V decode8(const uint8_t* codes);
 
-// expand_value + encode_fp8_rne on 8 vectors of finite x (DE group parameters c, s, exponent k with
+// expand_value + encode_fp8_rne on N vectors of finite x (DE group parameters c, s, exponent k with
 // the fast path's conditions); adds the saturated lanes to satc.
-template <class T>
-__attribute__((always_inline)) inline void expand_encode_8x8(const V* x, V c, V s, const PowConstY& k, bool k_unit,
-                                                           bool sat, V vbound, VI& satc, VI* codes) {
-  V a[8], mag[8];
-  FP8SIM_EACH_8 a[j] = div(vabs(x[j]), c);
-  pow8_const(a, mag, k, k_unit);
-  FP8SIM_EACH_8 {
+template <class T, int N>
+__attribute__((always_inline)) inline void expand_encode_n(const V* x, V c, V s, const PowConstY& k, bool k_unit,
+                                                         bool sat, V vbound, VI& satc, VI* codes) {
+  V a[N], mag[N];
+  FP8SIM_EACH a[j] = div(vabs(x[j]), c);
+  pow_const_n<N>(a, mag, k, k_unit);
+  FP8SIM_EACH {
     const V v = div(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(x[j]), ci(0x80000000u)))), s);
     satc = _mm256_sub_epi32(satc, fcmp_gt(vabs(v), vbound));
     codes[j] = encode_rne<T>(v, sat);
   }
 }
 
-// decode + compress_value on 64 codes (none NaN / Inf, every |q * s| finite; exponent 1/k usable).
-template <class T>
-__attribute__((always_inline)) inline void decode_compress_8x8(const uint8_t* codes, V c, V s, const PowConstY& kinv,
-                                                             bool kinv_unit, V* y) {
-  V qs[8], a[8], mag[8];
-  FP8SIM_EACH_8 qs[j] = mul(decode8<T>(codes + 8 * j), s);
-  FP8SIM_EACH_8 a[j] = vabs(qs[j]);
-  pow8_const(a, mag, kinv, kinv_unit);
-  FP8SIM_EACH_8 y[j] = mul(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(qs[j]), ci(0x80000000u)))), c);
+// decode + compress_value on 8N codes (none NaN / Inf, every |q * s| finite; exponent 1/k usable).
+template <class T, int N>
+__attribute__((always_inline)) inline void decode_compress_n(const uint8_t* codes, V c, V s, const PowConstY& kinv,
+                                                           bool kinv_unit, V* y) {
+  V qs[N], a[N], mag[N];
+  FP8SIM_EACH qs[j] = mul(decode8<T>(codes + 8 * j), s);
+  FP8SIM_EACH a[j] = vabs(qs[j]);
+  pow_const_n<N>(a, mag, kinv, kinv_unit);
+  FP8SIM_EACH y[j] = mul(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(qs[j]), ci(0x80000000u)))), c);
 }
 
 // ---- coat DE parameters, 8 groups at once ----------------------------------------------------------
@@ -624,7 +619,7 @@ inline void coat_params8(const CoatConsts& cc, V absmax, V absmin, V& k, V& c, V
 
 // The coat-mode groups [g0, g1) of one-row groups (round to nearest): statistics, parameters from
 // params(absmax, absmin) (quantize.cpp: coat_expand_params with the spec's epsilon), then
-// expand_value + encode_fp8_rne per element with pow_det_pos_const_y. A group with a non-finite
+// expand_value + encode_fp8_rne per element with pow_det_pos_const_y_n. A group with a non-finite
 // element or whose k, c, s fall outside the fast path's conditions goes to general(grp).
 template <class T, class VL, class SL, class General>
 void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1, float bound, bool sat,
@@ -690,14 +685,6 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
     const V vc = cf(p.c), vs = cf(p.s);
     // pow_det(a, 1) is a exactly (its y == 1 selection), so k == 1 groups skip the core.
     const bool k_is_one = p.k == 1.0f;
-    auto expand8 = [&](int64_t i, VI& satc) __attribute__((always_inline)) {
-      const V x = vl.load8(i);
-      const V a = div(vabs(x), vc);
-      const V mag = k_is_one ? a : pow_det_pos_const_y(a, k);
-      const V v = div(fb(_mm256_xor_si256(ib(mag), _mm256_and_si256(ib(x), ci(0x80000000u)))), vs);
-      satc = _mm256_sub_epi32(satc, fcmp_gt(vabs(v), vbound));
-      return encode_rne<T>(v, sat);
-    };
     VI satc = _mm256_setzero_si256();
     int64_t zero_codes = 0;
     int64_t i = 0;
@@ -705,11 +692,16 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
       V xs[8];
       VI cv[8];
       FP8SIM_EACH_8 xs[j] = vl.load8(base + i + 8 * j);
-      expand_encode_8x8<T>(xs, vc, vs, k, k_is_one, sat, vbound, satc, cv);
+      expand_encode_n<T, 8>(xs, vc, vs, k, k_is_one, sat, vbound, satc, cv);
       for (int h = 0; h < 2; ++h)
         zero_codes += store_codes32(out + base + i + 32 * h, cv[4 * h], cv[4 * h + 1], cv[4 * h + 2], cv[4 * h + 3]);
     }
-    for (; i < n8; i += 8) zero_codes += store_codes8(out + base + i, expand8(base + i, satc));
+    for (; i < n8; i += 8) {
+      const V x = vl.load8(base + i);
+      VI cv;
+      expand_encode_n<T, 1>(&x, vc, vs, k, k_is_one, sat, vbound, satc, &cv);
+      zero_codes += store_codes8(out + base + i, cv);
+    }
     nsat += hsum(satc);
     for (int64_t j = base + n8; j < base + n; ++j) {
       const float x = sl(j);
@@ -719,11 +711,7 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
       nsat += dmath::abs_bits(v) > bound ? 1 : 0;
       zero_codes += (c & 0x7Fu) == 0u ? 1 : 0;
     }
-    if (zero_codes > 0) {
-      int64_t zeros = count_zeros(vl, base, n8);
-      for (int64_t j = base + n8; j < base + n; ++j) zeros += (f32_bits(sl(j)) & 0x7FFFFFFFu) == 0u ? 1 : 0;
-      nunder += zero_codes - zeros;
-    }
+    nunder += underflowed(vl, sl, base, n8, n, zero_codes);
   }
   }
   _mm_sfence();
@@ -805,7 +793,7 @@ bool robust_errors_fast(const float* xs, int64_t n, const ExpandParams& p, bool 
     V x[8];
     VI cv[8];
     FP8SIM_EACH_8 x[j] = _mm256_loadu_ps(xs + i + 8 * j);
-    expand_encode_8x8<T>(x, pc, ps, ky, k_unit, sat, vbound, satc, cv);
+    expand_encode_n<T, 8>(x, pc, ps, ky, k_unit, sat, vbound, satc, cv);
     // (a scratch group read back below: no streaming stores)
     store_codes32<false>(codes + i, cv[0], cv[1], cv[2], cv[3]);
     store_codes32<false>(codes + i + 32, cv[4], cv[5], cv[6], cv[7]);
@@ -813,7 +801,7 @@ bool robust_errors_fast(const float* xs, int64_t n, const ExpandParams& p, bool 
   if (has_special_codes<T>(codes, n64)) return false;  // (sat = none overflow): the full path redoes it
   for (int64_t i = 0; i < n64; i += 64) {
     V y[8];
-    decode_compress_8x8<T>(codes + i, pc, ps, kinv, kinv_unit, y);
+    decode_compress_n<T, 8>(codes + i, pc, ps, kinv, kinv_unit, y);
     FP8SIM_EACH_8 store_sq_err8(_mm256_loadu_ps(xs + i + 8 * j), y[j], err + i + 8 * j);
   }
   nsat = hsum(satc);
@@ -859,10 +847,11 @@ template <class T, bool EXPAND>
 inline void decode_segment(const uint8_t* codes, int64_t base, int64_t n8, float s, const ExpandParams& p,
                            float* out) {
   const V vs = cf(s), ps = cf(p.s), pc = cf(p.c);
-  const float kinv_s = div_rn(1.0f, p.k);
+  float kinv_s = 1.0f;  // (unused without expansion)
+  if constexpr (EXPAND) kinv_s = div_rn(1.0f, p.k);
   const V kinv = cf(kinv_s);
   if constexpr (EXPAND) {
-    // Fast path: compress_value with pow_det_pos_const_y, valid when the exponent 1/k meets its
+    // Fast path: compress_value with pow_det_pos_const_y_n, valid when the exponent 1/k meets its
     // conditions, |q * s| stays finite for the largest code (so every |q*s| is finite: the
     // products are monotone in |q|) and the segment holds no NaN / Inf code.
     const bool fast = PowConstY::usable(kinv_s) && is_finite_bits(f32_bits(mul_rn(decode_fp8<T>(T::kMaxCode), p.s))) &&
@@ -873,13 +862,13 @@ inline void decode_segment(const uint8_t* codes, int64_t base, int64_t n8, float
       int64_t i = 0;
       for (; i + 64 <= n8; i += 64) {
         V y[8];
-        decode_compress_8x8<T>(codes + base + i, pc, ps, ky, unit, y);
+        decode_compress_n<T, 8>(codes + base + i, pc, ps, ky, unit, y);
         FP8SIM_EACH_8 _mm256_storeu_ps(out + base + i + 8 * j, y[j]);
       }
       for (; i < n8; i += 8) {
-        const V qs = mul(decode8<T>(codes + base + i), ps);
-        const V mag = unit ? vabs(qs) : pow_det_pos_const_y(vabs(qs), ky);
-        _mm256_storeu_ps(out + base + i, mul(fb(_mm256_xor_si256(ib(mag), _mm256_and_si256(ib(qs), ci(0x80000000u)))), pc));
+        V y;
+        decode_compress_n<T, 1>(codes + base + i, pc, ps, ky, unit, &y);
+        _mm256_storeu_ps(out + base + i, y);
       }
       return;
     }

@@ -589,50 +589,48 @@ void quantize_rowgroups_fused(const Load& ld, QuantizedTensor& q, const ScaleCon
   int64_t nsat = 0, nunder = 0, nonfinite = 0;
   uint32_t tmax = 0;
   const auto vl = VecLoad<Load>::make(ld);
-  // Any group: statistics, scale or DE parameters, codes (the two-pass path's steps, per group).
-  auto general = [&](int64_t grp, int64_t base, int64_t n, int64_t& nsat, int64_t& nunder, int64_t& nonfinite,
-                     uint32_t& tmax) {
-    uint32_t amax = 0u, amin = 0x7F800000u;
-    int64_t nf = 0;
-    uint8_t inf = 0;
-    stats_segment(ld, base, n, true, amax, amin, nf, inf);
-    nonfinite += nf;
-    tmax = std::max(tmax, amax);
-    ExpandParams p;
-    float sq = 0.0f;
-    if (coat) {
-      p = coat_group_params(spec, f32_from_bits(amax), amin == 0x7F800000u ? 0.0f : f32_from_bits(amin), fmax_target);
-      q.scales[grp] = p.s;
-      q.expand_k[grp] = p.k;
-      q.expand_c[grp] = p.c;
-      encode_dispatch<T, Load, Xform::Expand, false>(ld, base, n, sq, p, sat, bound, out, 0, 0, nsat, nunder, true,
-                                                     false);
-    } else {
-      plain_scales(amax_with_eps(f32_from_bits(amax), sc), sc, sq, q.scales[grp]);
-      // (narrow = false: the fused path requires group_cols >= kNarrow)
-      encode_dispatch<T, Load, Xform::Div, false>(ld, base, n, sq, p, sat, bound, out, 0, 0, nsat, nunder, true, false);
-    }
-  };
+  avx2::CoatConsts cc;
+  cc.eps_fp64 = spec.eps_add == EpsAdd::Fp64;
+  cc.eps = spec.eps;
+  cc.fmax_store = spec.fmax();
+  cc.fmax_target = fmax_target;
 #pragma omp parallel num_threads(threads) if (threads > 1) reduction(+ : nsat, nunder, nonfinite) reduction(max : tmax)
   {
     // Contiguous group ranges per thread (static schedule).
     const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
     const int64_t g0 = ng * t / nt, g1 = ng * (t + 1) / nt;
-    auto general_one = [&](int64_t grp) {
+    // Any group: statistics, scale or DE parameters, codes (the two-pass path's steps, per group),
+    // into this thread's copies of the counters.
+    auto general = [&](int64_t grp) {
       int64_t base, n;
       g.row_group_span(grp, base, n);
-      general(grp, base, n, nsat, nunder, nonfinite, tmax);
+      uint32_t amax = 0u, amin = 0x7F800000u;
+      int64_t nf = 0;
+      uint8_t inf = 0;
+      stats_segment(ld, base, n, true, amax, amin, nf, inf);
+      nonfinite += nf;
+      tmax = std::max(tmax, amax);
+      ExpandParams p;
+      float sq = 0.0f;
+      if (coat) {
+        p = coat_group_params(spec, f32_from_bits(amax), amin == 0x7F800000u ? 0.0f : f32_from_bits(amin), fmax_target);
+        q.scales[grp] = p.s;
+        q.expand_k[grp] = p.k;
+        q.expand_c[grp] = p.c;
+        encode_dispatch<T, Load, Xform::Expand, false>(ld, base, n, sq, p, sat, bound, out, 0, 0, nsat, nunder, true,
+                                                       false);
+      } else {
+        plain_scales(amax_with_eps(f32_from_bits(amax), sc), sc, sq, q.scales[grp]);
+        // (narrow = false: the fused path requires group_cols >= kNarrow)
+        encode_dispatch<T, Load, Xform::Div, false>(ld, base, n, sq, p, sat, bound, out, 0, 0, nsat, nunder, true,
+                                                    false);
+      }
     };
     if (coat) {
-      avx2::CoatConsts cc;
-      cc.eps_fp64 = spec.eps_add == EpsAdd::Fp64;
-      cc.eps = spec.eps;
-      cc.fmax_store = spec.fmax();
-      cc.fmax_target = fmax_target;
       avx2::coat_groups<T>(vl, ld, g, g0, g1, bound, sat, out, q.scales.data(), q.expand_k.data(), q.expand_c.data(),
-                           nsat, nunder, tmax, cc, general_one);
+                           nsat, nunder, tmax, cc, general);
     } else {
-      avx2::plain_groups<T>(vl, ld, g, g0, g1, sc, bound, sat, out, q.scales.data(), nunder, tmax, general_one);
+      avx2::plain_groups<T>(vl, ld, g, g0, g1, sc, bound, sat, out, q.scales.data(), nunder, tmax, general);
     }
   }
   q.tensor_amax = f32_from_bits(tmax);

@@ -592,13 +592,14 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
 }
 
 // ------------------------------------------------------------------------------- markdown
-namespace {
-std::string f2(double v) { return fmt::format("{:.2f}", v); }
-std::string f3(double v) { return fmt::format("{:.3f}", v); }
-std::string num_or_dash(const Json* j, const char* fmtstr = "{:.2f}") {
+std::string num_or_dash(const Json* j, const char* fmtstr) {
   if (!j || !j->is_number()) return "-";
   return fmt::format(fmt::runtime(fmtstr), j->as_number());
 }
+
+namespace {
+std::string f2(double v) { return fmt::format("{:.2f}", v); }
+std::string f3(double v) { return fmt::format("{:.3f}", v); }
 void md_table(std::string& out, const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
   out += "|";
   for (const auto& h : header) out += " " + h + " |";
