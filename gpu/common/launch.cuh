@@ -2,6 +2,7 @@
 // Launch-geometry helpers shared by the quantize and optimizer launchers (nvcc-safe: no fmt).
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace fp8sim::gpu {
@@ -23,6 +24,15 @@ inline int sm_count_cached() {
 inline int grid_cap(int64_t want_blocks, int per_sm) {
   const int64_t cap = static_cast<int64_t>(sm_count_cached()) * per_sm;
   return static_cast<int>(want_blocks < 1 ? 1 : (want_blocks < cap ? want_blocks : cap));
+}
+
+// How many 256-thread blocks of `kernel` (with `smem` bytes of dynamic shared memory) fit on one
+// multiprocessor at once, at least 1. Callers cache it per kernel (a static per instantiation).
+template <class Kernel>
+int resident_blocks(Kernel kernel, size_t smem = 0) {
+  int b = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, 256, smem);
+  return b < 1 ? 1 : b;
 }
 
 }  // namespace fp8sim::gpu

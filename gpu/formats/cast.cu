@@ -171,14 +171,10 @@ uint32_t cast_hw_limit(const CastParams& p) {
   return p.e4m3 ? 0x43E00000u /* 448 */ : 0x47600000u /* 57344 */;
 }
 
-// Enough blocks to fill the GPU several times over, never more than the work needs.
+// Enough blocks to fill the GPU several times over (16 per multiprocessor), never more than the
+// work needs.
 int grid_for(size_t work_items, int block) {
-  int dev = 0, sms = 132;
-  cudaGetDevice(&dev);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  const size_t want = (work_items + block - 1) / block;
-  const size_t cap = static_cast<size_t>(sms) * 16;
-  return static_cast<int>(want < cap ? (want > 0 ? want : 1) : cap);
+  return grid_cap(static_cast<int64_t>((work_items + block - 1) / block), 16);
 }
 
 }  // namespace

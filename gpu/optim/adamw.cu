@@ -92,13 +92,17 @@ __device__ __forceinline__ MomentGroup encode_group(const optim::GroupParams& gp
   return g;
 }
 
+// compress_value of a decoded q (DE), with pow_det's y-only work from the group.
+__device__ __forceinline__ float decode_ref_q(float q, const MomentGroup& g) {
+  const float qs = mul_rn(q, g.gp.e.s);
+  const float mag = pow_det_y(dmath::abs_bits(qs), g.y);
+  return mul_rn(dmath::neg_if(mag, dmath::sign_bit(qs)), g.gp.e.c);
+}
+
 __device__ __forceinline__ float decode_fast(uint8_t code, const float* lut, const MomentGroup& g,
                                              const optim::GroupMomentConsts& mc) {
   const float q = lut[code];
-  if (!mc.expand) return mul_rn(q, g.gp.e.s);
-  const float qs = mul_rn(q, g.gp.e.s);  // compress_value
-  const float mag = pow_det_y(dmath::abs_bits(qs), g.y);
-  return mul_rn(dmath::neg_if(mag, dmath::sign_bit(qs)), g.gp.e.c);
+  return mc.expand ? decode_ref_q(q, g) : mul_rn(q, g.gp.e.s);
 }
 
 // The value handed to the encoder (group_encode's v).
@@ -165,13 +169,6 @@ __device__ __forceinline__ bool dec_table_ok(float s, const PowY& Y) {
   return s >= 0x1p-100f && s <= 0x1p100f && !Y.y_inf && !Y.y_zero && !Y.y_nan && !Y.yneg;
 }
 
-// compress_value of the decoded q (decode_fast's expand path).
-__device__ __forceinline__ float decode_ref_q(float q, const MomentGroup& g) {
-  const float qs = mul_rn(q, g.gp.e.s);
-  const float mag = pow_det_y(dmath::abs_bits(qs), g.y);
-  return mul_rn(dmath::neg_if(mag, dmath::sign_bit(qs)), g.gp.e.c);
-}
-
 // compress_value of a finite decoded q with log2_parts from the mantissa table, in a group where
 // dec_table_ok holds (q = +-0 gives +-0 * c, as compress_value: pow_det(+0, y > 0) = +0).
 __device__ __forceinline__ float decode_table_finite(float q, float2 entry_of_q, const MomentGroup& g) {
@@ -187,11 +184,7 @@ __device__ __forceinline__ float decode_table_finite(float q, float2 entry_of_q,
 __device__ __forceinline__ float decode_table(float q, float2 entry_of_q, const MomentGroup& g) {
   const uint32_t uq = f32_bits(q) & 0x7FFFFFFFu;
   if (uq - 1u >= 0x7F7FFFFFu) return decode_ref_q(q, g);  // q = +-0, Inf or NaN
-  const float qs = mul_rn(q, g.gp.e.s);
-  const dmath::Log2Parts lp{static_cast<float>(static_cast<int>(uq >> 23) - 127 + __float_as_int(entry_of_q.x)),
-                            entry_of_q.y};
-  const float mag = pow_det_y_lp_plain(dmath::abs_bits(qs), lp, g.y);
-  return mul_rn(dmath::neg_if(mag, dmath::sign_bit(qs)), g.gp.e.c);
+  return decode_table_finite(q, entry_of_q, g);
 }
 __device__ __forceinline__ uint32_t mant_index(float q) { return (f32_bits(q) >> 20) & 7u; }
 
@@ -222,11 +215,10 @@ __device__ __forceinline__ optim::GroupParams group_params_fast(const GroupStatB
   return gp;
 }
 
-// The reference transform + encode of one DE value (group_encode, nearest rounding).
-// pow_y(k) is formed here: moments on the guarded path skip it per group (encode_group_lazy).
+// The reference transform + encode of one DE value (group_encode, nearest rounding), for the
+// elements the guarded encoder flags (out of line: rare).
 __device__ __noinline__ uint32_t encode_expand_ref(float x, ExpandParams e, int fmt, bool sat) {
-  const float mag = pow_det_y(div_rn(dmath::abs_bits(x), e.c), pow_y(e.k));
-  return encode_fp8(div_rn(dmath::neg_if(mag, dmath::sign_bit(x)), e.s), fmt, sat);
+  return encode_fp8(expand_value(x, e), fmt, sat);
 }
 
 // One team of TEAM lanes per group, EPL (4 or 8) consecutive elements per lane, the whole group
@@ -681,9 +673,6 @@ void mufu_max_errors(double out[2]) {
   std::memcpy(&out[0], &h[0], sizeof(double));
   std::memcpy(&out[1], &h[1], sizeof(double));
 }
-
-namespace {
-}  // namespace
 
 void launch_adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c,
                        cudaStream_t stream) {

@@ -72,15 +72,10 @@ __device__ __forceinline__ dmath::Log2Parts log2_parts_fast(float x) {
   return dmath::Log2Parts{static_cast<float>(e - (sub ? 23 : 0)), l};
 }
 
-__device__ __forceinline__ float pow_det_y(float x, const PowY& Y) {
+// pow_det's core after log2_parts (the exact split of y*(e + l), the reduced exp2 and the
+// power-of-two scaling), before its special-value selections; shared by the forms below.
+__device__ __forceinline__ float pow_core_lp(dmath::Log2Parts lp, const PowY& Y) {
   using namespace dmath;
-  const uint32_t sx = f32_bits(x);
-  const uint32_t ux = sx & 0x7FFFFFFFu;
-  const float inf = f32_from_bits(0x7F800000u);
-  const float nan = f32_from_bits(0x7FC00000u);
-  const bool x_ok = ux != 0u && ux < 0x7F800000u && (sx >> 31) == 0u;
-  const float xc = x_ok ? x : 1.0f;
-  const Log2Parts lp = log2_parts_fast(xc);
   const bool small = lp.e != 0.0f;
   const float yc = small ? Y.yc_small : Y.yc_big;
   const float y_hi = small ? Y.yhi_small : Y.yhi_big;
@@ -94,7 +89,20 @@ __device__ __forceinline__ float pow_det_y(float x, const PowY& Y) {
   const float g = add_rn(t, -n2);
   float n = add_rn(n1, n2);
   n = n > 400.0f ? 400.0f : (n < -400.0f ? -400.0f : n);
-  float r = scale_pow2(exp2_reduced(g), static_cast<int>(n));
+  return scale_pow2(exp2_reduced(g), static_cast<int>(n));
+}
+
+// pow_det_y with log2_parts(x) supplied by the caller (lp must equal dmath::log2_parts(x) wherever
+// x is positive and finite; elsewhere pow_det's special values override the core, so lp is then
+// irrelevant). Used by the fused AdamW's dequantization, which gets lp from a per-group table of
+// the 8 FP8 mantissas (gpu/optim/adamw.cu explains why that equals log2_parts(q*s)).
+__device__ __forceinline__ float pow_det_y_lp(float x, dmath::Log2Parts lp, const PowY& Y) {
+  using namespace dmath;
+  const uint32_t sx = f32_bits(x);
+  const uint32_t ux = sx & 0x7FFFFFFFu;
+  const float inf = f32_from_bits(0x7F800000u);
+  const float nan = f32_from_bits(0x7FC00000u);
+  float r = pow_core_lp(lp, Y);
   // pow_det's special values, same priorities (lowest first); the y-only tests are uniform.
   if (Y.y_inf) r = (x < 1.0f) != Y.yneg ? 0.0f : inf;
   r = sel(ux == 0x7F800000u, Y.yneg ? 0.0f : inf, r);
@@ -106,39 +114,13 @@ __device__ __forceinline__ float pow_det_y(float x, const PowY& Y) {
   return r;
 }
 
-// pow_det_y with log2_parts(x) supplied by the caller (lp must equal dmath::log2_parts(x) wherever
-// x is positive and finite; elsewhere pow_det's special values override the core, so lp is then
-// irrelevant). The operations after log2_parts are pow_det_y's, in its order. Used by the fused
-// AdamW's dequantization, which gets lp from a per-group table of the 8 FP8 mantissas
-// (gpu/optim/adamw.cu explains why that equals log2_parts(q*s)).
-__device__ __forceinline__ float pow_det_y_lp(float x, dmath::Log2Parts lp, const PowY& Y) {
-  using namespace dmath;
+// dmath::pow_det(x, y) with y's work from pow_y: the core runs on 1.0 where x is not positive
+// finite (the special values override it there), as pow_det does.
+__device__ __forceinline__ float pow_det_y(float x, const PowY& Y) {
   const uint32_t sx = f32_bits(x);
   const uint32_t ux = sx & 0x7FFFFFFFu;
-  const float inf = f32_from_bits(0x7F800000u);
-  const float nan = f32_from_bits(0x7FC00000u);
-  const bool small = lp.e != 0.0f;
-  const float yc = small ? Y.yc_small : Y.yc_big;
-  const float y_hi = small ? Y.yhi_small : Y.yhi_big;
-  const float y_lo = small ? Y.ylo_small : Y.ylo_big;
-  const float a_hi = mul_rn(y_hi, lp.e);
-  const float a_lo = mul_rn(y_lo, lp.e);
-  const float n1 = rint_small(a_hi);
-  float t = add_rn(add_rn(a_hi, -n1), add_rn(a_lo, mul_rn(yc, lp.l)));
-  t = t > 2097152.0f ? 2097152.0f : (t < -2097152.0f ? -2097152.0f : t);
-  const float n2 = rint_small(t);
-  const float g = add_rn(t, -n2);
-  float n = add_rn(n1, n2);
-  n = n > 400.0f ? 400.0f : (n < -400.0f ? -400.0f : n);
-  float r = scale_pow2(exp2_reduced(g), static_cast<int>(n));
-  if (Y.y_inf) r = (x < 1.0f) != Y.yneg ? 0.0f : inf;
-  r = sel(ux == 0x7F800000u, Y.yneg ? 0.0f : inf, r);
-  r = sel(ux == 0u, Y.yneg ? inf : 0.0f, r);
-  if (Y.y_one) r = sel(ux == 0u, 0.0f, x);
-  r = sel((sx >> 31) != 0u && ux != 0u, nan, r);
-  r = Y.y_nan ? nan : sel(is_nan_bits(ux), nan, r);
-  r = Y.y_zero ? 1.0f : sel(sx == 0x3F800000u, 1.0f, r);
-  return r;
+  const bool x_ok = ux != 0u && ux < 0x7F800000u && (sx >> 31) == 0u;
+  return pow_det_y_lp(x, log2_parts_fast(x_ok ? x : 1.0f), Y);
 }
 
 // pow_det_y_lp for x = +0 or positive, normal and finite, and a "plain" y (finite, > 0; y = 1
@@ -146,21 +128,7 @@ __device__ __forceinline__ float pow_det_y_lp(float x, dmath::Log2Parts lp, cons
 // < 0, y = 0 / Inf / NaN); those that can (y = 1: x exactly; x = +0: 0; x = 1: 1; at most one
 // applies) are kept.
 __device__ __forceinline__ float pow_det_y_lp_plain(float x, dmath::Log2Parts lp, const PowY& Y) {
-  using namespace dmath;
-  const bool small = lp.e != 0.0f;
-  const float yc = small ? Y.yc_small : Y.yc_big;
-  const float y_hi = small ? Y.yhi_small : Y.yhi_big;
-  const float y_lo = small ? Y.ylo_small : Y.ylo_big;
-  const float a_hi = mul_rn(y_hi, lp.e);
-  const float a_lo = mul_rn(y_lo, lp.e);
-  const float n1 = rint_small(a_hi);
-  float t = add_rn(add_rn(a_hi, -n1), add_rn(a_lo, mul_rn(yc, lp.l)));
-  t = t > 2097152.0f ? 2097152.0f : (t < -2097152.0f ? -2097152.0f : t);
-  const float n2 = rint_small(t);
-  const float g = add_rn(t, -n2);
-  float n = add_rn(n1, n2);
-  n = n > 400.0f ? 400.0f : (n < -400.0f ? -400.0f : n);
-  float r = scale_pow2(exp2_reduced(g), static_cast<int>(n));
+  float r = pow_core_lp(lp, Y);
   r = Y.y_one ? x : r;
   r = f32_bits(x) == 0u ? 0.0f : r;  // x = +0 (y > 0): 0, whatever lp held
   return f32_bits(x) == 0x3F800000u ? 1.0f : r;

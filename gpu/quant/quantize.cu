@@ -790,10 +790,9 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     // A persistent grid of exactly the resident blocks (no partial last wave), at most 16 per SM
     // (the delayed encode's per-block maxima must fit the workspace).
     const int64_t want = (n / W + 1023) / 1024 + 1;
-    auto resident_of = [](auto kernel) {  // blocks per SM
-      int b = 0;
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, 256, 0);
-      return b < 1 ? 1 : (b > 16 ? 16 : b);
+    auto resident_of = [](auto kernel) {  // blocks per SM, at most 16
+      const int b = resident_blocks(kernel);
+      return b < 16 ? b : 16;
     };
     int grid = 1;
     uint32_t* acc = L.slot + 2;
@@ -832,18 +831,13 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
   const int64_t G = P.group_cols;
   if (L.mode == kPlain && launch_quant_fast(L, s)) {
     // done: 1xG or register-resident groups (quantize_fast.cu)
-  } else if (L.mode == kCoat && P.format <= 1 && P.group_rows == 1 && G >= 16 && G <= 512 && (G & (G - 1)) == 0 &&
-             P.cols % G == 0 && (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 &&
+  } else if (L.mode == kCoat && P.format <= 1 && whole_1xg_groups(P) && (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 &&
              (reinterpret_cast<uintptr_t>(codes) % 16) == 0) {
     const int team = static_cast<int>(G / 16);
     const int64_t segs = n / 16;
     const bool hw = !P.stochastic && hw_cvt_verified();
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
-      static const int b = [] {
-        int r = 0;
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r, quant_coat_1xg_kernel<T, D>, 256, 0);
-        return r < 1 ? 1 : r;
-      }();
+      static const int b = resident_blocks(quant_coat_1xg_kernel<T, D>);
       const int grid = grid_cap((segs + 255) / 256, b);
       quant_coat_1xg_kernel<T, D><<<grid, 256, 0, s>>>(static_cast<const uint4*>(L.x), codes, L.scales, L.k, L.c, P,
                                                        team, segs, hw);

@@ -479,7 +479,7 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
   const int64_t G = P.group_cols;
   const bool hw = hw_allowed(P);
   // 1xG with whole 16-element segments per lane and whole groups per row.
-  if (P.group_rows == 1 && G >= 16 && G <= 512 && (G & (G - 1)) == 0 && P.cols % G == 0) {
+  if (whole_1xg_groups(P)) {
     const int team = static_cast<int>(G / 16);
     const int64_t segs = n / 16;
     const int64_t want = (segs + 255) / 256;
@@ -487,13 +487,8 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
       // A persistent grid of exactly the resident blocks: a partial last wave would leave part
       // of the GPU idle while it runs (each block takes an equal share of the segments).
       constexpr size_t smem = kStageBytes<D>;
-      static const int resident = [] {
-        int b = 0;
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, quant_1xg_fast_kernel<T, D>, 256, smem);
-        return b > 0 ? b : 1;
-      }();
-      const int64_t cap = static_cast<int64_t>(sm_count_cached()) * resident;
-      const int grid = static_cast<int>(want < cap ? (want > 0 ? want : 1) : cap);
+      static const int resident = resident_blocks(quant_1xg_fast_kernel<T, D>, smem);
+      const int grid = grid_cap(want, resident);
       quant_1xg_fast_kernel<T, D><<<grid, 256, smem, s>>>(static_cast<const uint4*>(L.x),
                                                            static_cast<uint8_t*>(L.codes), L.scales, P, team, segs, hw);
     });
@@ -508,8 +503,7 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
   const int64_t words = gw / W * gh;
   if (words > 16 * 256) return false;
   const int64_t groups = P.grid_rows * P.grid_cols;
-  const int64_t cap = static_cast<int64_t>(sm_count_cached()) * 8;
-  const int grid = static_cast<int>(groups < cap ? groups : cap);
+  const int grid = grid_cap(groups, 8);
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
     const auto* xw = static_cast<const uint4*>(L.x);
     auto* c = static_cast<uint8_t*>(L.codes);

@@ -29,6 +29,13 @@ struct QuantKernelParams {
   float delayed_scale_inv = 1.0f;          // delayed: the stored scale
 };
 
+// 1xG groups a lane-per-16-elements team can own whole: G a power of two in [16, 512] along the
+// rows, every row a whole number of groups (the fast plain and coat kernels).
+inline bool whole_1xg_groups(const QuantKernelParams& P) {
+  const int64_t G = P.group_cols;
+  return P.group_rows == 1 && G >= 16 && G <= 512 && (G & (G - 1)) == 0 && P.cols % G == 0;
+}
+
 struct QuantLaunch {
   enum class Kind { Team, Block, Tensor, Passthrough, Scaled16 };
   Kind kind = Kind::Block;
