@@ -371,7 +371,7 @@ std::vector<float> scattered_specials(size_t n, uint64_t seed) {
 
 TEST(QuantizeGpu, FastKernelsEveryDtypeScaleModeAndFallback) {
   FP8SIM_SKIP_WITHOUT_GPU();
-  // 1xG fast kernel (G = 16..512), register-resident rows / blocks / long groups, per-tensor encode;
+  // 1xG fast kernel (G = 16..512), staged rows / blocks / long groups, per-tensor encode;
   // fp32, bf16 and fp16 inputs; saturating and not; RNE and stochastic; NaN / Inf groups.
   const std::vector<int64_t> shape = {256, 4096};
   const size_t n = 256 * 4096;
@@ -387,8 +387,10 @@ TEST(QuantizeGpu, FastKernelsEveryDtypeScaleModeAndFallback) {
       check_on(s, shape, dt, special);
     }
   }
-  // A row longer than the register kernel holds (falls back to one block per group, two reads).
-  check_on("e4m3:row", {3, 70000}, InputDtype::BF16, test::lognormal_data(3 * 70000, 47, 6.0));
+  // Long rows: 70000 bf16 (a 140 KB stage pair in the staged kernel) and 70000 fp32 (280 KB: more
+  // than a block's shared memory, so the generic one-block-per-group kernel with two reads).
+  for (InputDtype dt : {InputDtype::BF16, InputDtype::F32})
+    check_on("e4m3:row", {3, 70000}, dt, test::lognormal_data(3 * 70000, 47, 6.0));
 }
 
 TEST(QuantizeGpu, HardwareConverterEqualsReferenceEncoderOnAllFiniteFloats) {

@@ -53,6 +53,16 @@ __global__ void value_kernel(float* d, size_t n, float v) {
     d[i] = v;
 }
 
+__global__ void read_through_kernel(const uint4* d, size_t words, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < words;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const uint4 u = d[i];
+    acc ^= u.x ^ u.y ^ u.z ^ u.w;
+  }
+  if (acc == 0x9E3779B9u && sink) *sink = acc;  // depends on every load, so none is elided
+}
+
 int grid_of(size_t n) {
   const size_t b = (n + 255) / 256;
   return static_cast<int>(b < 4096 ? (b ? b : 1) : 4096);
@@ -78,6 +88,11 @@ void fill_normal_fp8(uint8_t* d, size_t n, uint64_t seed, float sigma, bool e4m3
 }
 void fill_value_f32(float* d, size_t n, float value, cudaStream_t s) {
   value_kernel<<<grid_of(n), 256, 0, s>>>(d, n, value);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
+void read_through(const void* d, size_t bytes, uint32_t* sink, cudaStream_t s) {
+  read_through_kernel<<<grid_of(bytes / 16), 256, 0, s>>>(static_cast<const uint4*>(d), bytes / 16, sink);
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 

@@ -19,5 +19,8 @@ void fill_lognormal_f32(float* d, size_t n, uint64_t seed, float center, float d
 void fill_normal_fp8(uint8_t* d, size_t n, uint64_t seed, float sigma, bool e4m3, cudaStream_t s);
 // Every element = value.
 void fill_value_f32(float* d, size_t n, float value, cudaStream_t s);
+// Reads every byte of d (bytes a multiple of 16, d 16-byte aligned) and writes nothing but a
+// never-taken store to *sink: an L2 flush that leaves no dirty lines behind.
+void read_through(const void* d, size_t bytes, uint32_t* sink, cudaStream_t s);
 
 }  // namespace fp8sim::gpu

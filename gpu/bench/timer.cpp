@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "gpu/bench/fill.hpp"
 #include "gpu/common/device.hpp"
 #include "sim/common/check.hpp"
 
@@ -18,7 +19,9 @@ Json Timing::to_json() const {
 
 BenchTimer::BenchTimer(cudaStream_t stream) : stream_(stream) {
   const size_t l2 = device_info().l2_bytes;
-  flush_buf_.allocate(std::max<size_t>(2 * l2, size_t{256} << 20));
+  flush_buf_.allocate((std::max<size_t>(2 * l2, size_t{256} << 20) + 15) / 16 * 16);
+  flush_buf_.fill_bytes(0x5A, stream_);  // written once; every flush only reads it
+  flush_sink_.allocate(1);
   FP8SIM_CUDA_CHECK(cudaEventCreate(&start_));
   FP8SIM_CUDA_CHECK(cudaEventCreate(&stop_));
 }
@@ -29,10 +32,8 @@ BenchTimer::~BenchTimer() {
 }
 
 void BenchTimer::flush() {
-  // A write of twice the L2 replaces every line; the value changes so nothing can be elided.
-  static int value = 0;
-  value = (value + 1) & 0xFF;
-  flush_buf_.fill_bytes(value, stream_);
+  // A read of at least twice the L2 replaces every line with clean ones.
+  read_through(flush_buf_.get(), flush_buf_.size(), flush_sink_.get(), stream_);
 }
 
 Timing BenchTimer::time(const std::function<void(cudaStream_t)>& launch, int warmup, int reps, bool flush_l2) {

@@ -1,17 +1,19 @@
 // Bandwidth-bound quantize kernels for the common geometries (plain scaling), bit-identical to
 // sim/quant's reference like every kernel in gpu/quant:
 //
-//  * 1xG (G = 16, 32, ..., 512; whole groups, 16-byte aligned): a team of G/16 lanes per group,
-//    16 elements per lane loaded as 16-byte words, two segments per thread in flight, the group
-//    max reduced with shuffles inside the team, one pass over memory.
-//  * register-resident groups (rows longer than 512, RxC blocks such as 128x128, 1xG with
-//    G > 512): one 256-thread block per group, the whole group held in registers (up to 16
-//    16-byte words per thread), a block max, then the codes written from the registers: the
-//    input is read once.
+//  * 1xG (G = 16, 32, ..., 512; whole groups, 16-byte aligned): a team of G/E lanes per group,
+//    E = 32 elements per lane for bf16/fp16 with G >= 32, else 16, loaded as 16-byte words
+//    straight into registers (three units per thread in flight), the group max reduced with
+//    shuffles inside the team, one pass over memory.
+//  * staged groups (rows longer than 512, RxC blocks such as 128x128, 1xG with G > 512): one
+//    256-thread block per group at a time, the group staged in shared memory by cp.async while
+//    the previous group is reduced and encoded (two stages), a block max, then the codes written
+//    from the staged copy: the input is read once.
 //
 // Per element the work is the group max (integer max of magnitudes; 16-bit pairs for bf16/fp16),
 // q = x / s as the correctly rounded quotient from a per-group reciprocal (div_by: Markstein
-// corrections, see quantize_kernels.cuh) and the encode: the hardware converter (cvt.rn.satfinite)
+// corrections, see quantize_kernels.cuh; one product where s is a power of two, as E8M0 scales
+// are) and the encode: the hardware converter (cvt.rn.satfinite)
 // where it is proven equal to the reference encoder, else encode_fp8_rne / encode_fp8_sr. A group
 // holding NaN or Inf, or whose scale lies outside div_by's range, takes the reference path
 // (div_rn and the software encoders) for the whole group.
@@ -176,12 +178,15 @@ struct PlainGroup {
   float stored;
   FastRecip rc;
   bool fast;
+  bool pow2;  // fast and sq a power of two: rc.r = 1/sq exactly, so RN(x * rc.r) = RN(x / sq)
 };
 __device__ __forceinline__ PlainGroup plain_group(const QuantKernelParams& P, uint32_t amax_bits, bool finite) {
   PlainGroup g;
   plain_scales(amax_with_eps(f32_from_bits(amax_bits), P.scale), P.scale, g.sq, g.stored);
   g.fast = finite && fast_recip_ok(g.sq);
   g.rc = fast_recip(g.fast ? g.sq : 1.0f);
+  // fast_recip_ok keeps sq in [2^-80, 2^81): a normal power of two there has an exact reciprocal.
+  g.pow2 = g.fast && (f32_bits(g.sq) & 0x7FFFFFu) == 0u;
   return g;
 }
 
@@ -228,95 +233,107 @@ __device__ __noinline__ Codes2 encode_word_ref(const QuantKernelParams& P, uint4
   return out;
 }
 
-// The codes of one 16-byte word of elements, packed little-endian: 4 codes (fp32 input) or 8
-// (16-bit input) in `out`.
-template <class T, InDt D>
-__device__ __forceinline__ void encode_word(const QuantKernelParams& P, const uint4& u, const PlainGroup& g, bool hw,
-                                            uint64_t flat0, uint32_t (&out)[kWordElems<D> / 4]) {
+// The codes of NW consecutive 16-byte words of elements (the first element's flat index: flat0),
+// packed little-endian: 4 codes (fp32 input) or 8 (16-bit input) per word in out[w]. The choice of
+// path is made once for all the words.
+template <class T, InDt D, int NW>
+__device__ __forceinline__ void encode_words(const QuantKernelParams& P, const uint4 (&u)[NW], const PlainGroup& g,
+                                             bool hw, uint64_t flat0, uint32_t (&out)[NW][kWordElems<D> / 4]) {
+  constexpr int W = kWordElems<D>;
   if (g.fast && hw) {
-    float v[kWordElems<D>];
-    widen_word<D>(u, v);
+    if (g.pow2) {  // E8M0 / power-of-two scales: the quotient is one exact-reciprocal product
+      const float r = g.rc.r;
 #pragma unroll
-    for (int j = 0; j < kWordElems<D> / 4; ++j) {
-      const uint32_t lo = cvt2_hw<T>(div_by(v[4 * j], g.rc), div_by(v[4 * j + 1], g.rc));
-      const uint32_t hi = cvt2_hw<T>(div_by(v[4 * j + 2], g.rc), div_by(v[4 * j + 3], g.rc));
-      out[j] = lo | (hi << 16);
+      for (int w = 0; w < NW; ++w) {
+        float v[W];
+        widen_word<D>(u[w], v);
+#pragma unroll
+        for (int j = 0; j < W / 4; ++j) {
+          const uint32_t lo = cvt2_hw<T>(__fmul_rn(v[4 * j], r), __fmul_rn(v[4 * j + 1], r));
+          const uint32_t hi = cvt2_hw<T>(__fmul_rn(v[4 * j + 2], r), __fmul_rn(v[4 * j + 3], r));
+          out[w][j] = lo | (hi << 16);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        float v[W];
+        widen_word<D>(u[w], v);
+#pragma unroll
+        for (int j = 0; j < W / 4; ++j) {
+          const uint32_t lo = cvt2_hw<T>(div_by(v[4 * j], g.rc), div_by(v[4 * j + 1], g.rc));
+          const uint32_t hi = cvt2_hw<T>(div_by(v[4 * j + 2], g.rc), div_by(v[4 * j + 3], g.rc));
+          out[w][j] = lo | (hi << 16);
+        }
+      }
     }
   } else {
-    const Codes2 c = encode_word_ref<T, D>(P, u, g.sq, g.rc, g.fast, flat0);
 #pragma unroll
-    for (int j = 0; j < kWordElems<D> / 4; ++j) out[j] = c.w[j];
+    for (int w = 0; w < NW; ++w) {
+      const Codes2 c = encode_word_ref<T, D>(P, u[w], g.sq, g.rc, g.fast, flat0 + w * W);
+#pragma unroll
+      for (int j = 0; j < W / 4; ++j) out[w][j] = c.w[j];
+    }
   }
 }
 
-// ---- 1xG, G = 16 * team ------------------------------------------------------------------------------
-// Loads go through shared memory with cp.async (LDGSTS): each thread copies the 16-byte words of
-// its own segments into its own slots, kStages segments ahead, so a thread always has
-// (kStages - 1) segments in flight without holding them in registers; it reads back only what it
-// copied itself, so cp.async.wait_group alone orders the accesses (no block barrier).
+// ---- 1xG, G = E * team ----------------------------------------------------------------------------
+// Each lane owns units of E consecutive elements (E = 32 for 16-bit inputs with G >= 32, else 16);
+// a team of G/E lanes owns one group. Every iteration a thread first loads U units (U * E/W
+// 16-byte words, each unit one contiguous span) straight into registers, then reduces and encodes
+// them one after another: U * 64 bytes per thread in flight. Measured on the H200 (bf16
+// 16384x11008, 1x128): this direct form with U = 3 reaches 89% of the copy bandwidth where the
+// cp.async-staged form reached 81% and the same direct form with one unit 68%; the fewer
+// per-element instructions of E = 32 (the group's scale, reciprocal and addresses once per 32
+// elements) only paid off once enough bytes were in flight per thread.
 template <InDt D>
-constexpr int kStages = D == InDt::F32 ? 3 : 4;  // 48 KB / 32 KB of shared memory per block
-template <InDt D>
-constexpr size_t kStageBytes = static_cast<size_t>(kStages<D>) * 256 * 64 / (D == InDt::F32 ? 1 : 2);
+constexpr int kUnit1xg = D == InDt::F32 ? 16 : 32;  // E for G >= 32
+constexpr int kUnits1xg = 3;                         // U
 
-
-template <class T, InDt D>
+template <class T, InDt D, int E, int U>
 __global__ void __launch_bounds__(256) quant_1xg_fast_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes,
                                                              float* __restrict__ scales, QuantKernelParams P, int team,
-                                                             int64_t segs, bool hw) {
+                                                             int team_log2, int64_t units, bool hw) {
   constexpr int W = kWordElems<D>;
-  constexpr int NW = 16 / W;  // 16-byte words per 16-element segment
-  constexpr int S = kStages<D>;
-  extern __shared__ uint4 stage_buf[];  // [S][256][NW]
+  constexpr int NW = E / W;  // 16-byte words per unit
   const int lane = threadIdx.x & 31;
   const int team_lane = threadIdx.x & (team - 1);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  auto slot = [&](int st) { return stage_buf + (static_cast<size_t>(st) * 256 + threadIdx.x) * NW; };
-  auto issue = [&](int st, int64_t seg) {
-    if (seg < segs) {
+  // Teams are whole groups and whole teams are in or out of range, so every shuffle below runs
+  // on all 32 lanes with the same trip count (the loop runs while any lane of the warp has work).
+  for (int64_t u0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u0 - lane < units; u0 += U * stride) {
+    uint4 raw[U][NW];
 #pragma unroll
-      for (int w = 0; w < NW; ++w) cp_async16(slot(st) + w, x + seg * NW + w);
+    for (int k = 0; k < U; ++k) {
+      const int64_t u = u0 + k * stride;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) raw[k][w] = u < units ? x[u * NW + w] : make_uint4(0u, 0u, 0u, 0u);
     }
-    cp_async_commit();  // an empty group when out of range keeps the group count uniform
-  };
-  const int64_t s0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 #pragma unroll
-  for (int k = 0; k < S - 1; ++k) issue(k, s0 + k * stride);
-  int st = 0;
-  for (int64_t seg = s0; seg - lane < segs; seg += stride) {
-    issue(st == 0 ? S - 1 : st - 1, seg + (S - 1) * stride);
-    cp_async_wait<S - 1>();  // this thread's copies of stage `st` have landed
-    uint4 raw[NW];
+    for (int k = 0; k < U; ++k) {
+      const int64_t u = u0 + k * stride;
+      uint32_t m = absmax_bits_words<D, NW>(raw[k]);
+      for (int off = 1; off < team; off <<= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
+      const bool finite = m < kInfBits;
+      if (__any_sync(kFullMask, !finite)) {  // warp-uniform: the reference statistic over finite values
+        uint32_t f = 0;
 #pragma unroll
-    for (int w = 0; w < NW; ++w) raw[w] = seg < segs ? slot(st)[w] : make_uint4(0u, 0u, 0u, 0u);
-    st = st == S - 1 ? 0 : st + 1;
-    // Teams are whole groups and whole teams are in or out of range, so every shuffle below
-    // runs on all 32 lanes with the same trip count.
-    uint32_t m = 0;
+        for (int w = 0; w < NW; ++w) f = max(f, finite_absmax_word<D>(raw[k][w]));
+        for (int off = 1; off < team; off <<= 1) f = max(f, __shfl_xor_sync(kFullMask, f, off));
+        if (!finite) m = f;
+      }
+      if (u < units) {
+        const PlainGroup g = plain_group(P, m, finite);
+        uint32_t out[NW][W / 4];
+        encode_words<T, D, NW>(P, raw[k], g, hw, static_cast<uint64_t>(u * E), out);
+        const uint32_t* o = &out[0][0];  // E / 4 words of codes, in element order
+        uint4* dst = reinterpret_cast<uint4*>(codes) + u * (E / 16);
 #pragma unroll
-    for (int w = 0; w < NW; ++w) m = max(m, absmax_bits_word<D>(raw[w]));
-    for (int off = 1; off < team; off <<= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
-    const bool finite = m < kInfBits;
-    if (__any_sync(kFullMask, !finite)) {  // warp-uniform: the reference statistic over finite values
-      uint32_t f = 0;
-#pragma unroll
-      for (int w = 0; w < NW; ++w) f = max(f, finite_absmax_word<D>(raw[w]));
-      for (int off = 1; off < team; off <<= 1) f = max(f, __shfl_xor_sync(kFullMask, f, off));
-      if (!finite) m = f;
-    }
-    if (seg < segs) {
-      const PlainGroup g = plain_group(P, m, finite);
-      uint32_t out[NW][W / 4];
-#pragma unroll
-      for (int w = 0; w < NW; ++w) encode_word<T, D>(P, raw[w], g, hw, static_cast<uint64_t>(seg * 16 + w * W), out[w]);
-      uint4 packed;
-      if constexpr (D == InDt::F32) packed = make_uint4(out[0][0], out[1][0], out[2][0], out[3][0]);
-      else packed = make_uint4(out[0][0], out[0][1], out[1][0], out[1][1]);
-      reinterpret_cast<uint4*>(codes)[seg] = packed;
-      if (team_lane == 0) scales[seg / team] = g.stored;
+        for (int q = 0; q < E / 16; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
+        if (team_lane == 0) scales[u >> team_log2] = g.stored;
+      }
     }
   }
-  cp_async_wait<0>();  // nothing may stay in flight into shared memory at exit
 }
 
 // ---- register-resident groups (one block per group) ---------------------------------------------------
@@ -332,61 +349,82 @@ __device__ __forceinline__ uint32_t block_max_u32(uint32_t v, uint32_t* red) {
   return r;
 }
 
-// K 16-byte words per thread: K = 8 holds groups up to 2048 words (a bf16 row of 16K elements, a
-// 128x128 bf16 block) at 4 blocks per SM; K = 16 up to 4096 words at 2 blocks per SM. Word
-// addresses are recomputed rather than kept, to spend the registers on data.
-template <class T, InDt D, int K>
-__global__ void __launch_bounds__(256, K <= 8 ? 4 : 2) quant_reg_kernel(const uint4* __restrict__ x,
-                                                                        uint8_t* __restrict__ codes,
-                                                                        float* __restrict__ scales,
-                                                                        QuantKernelParams P, bool hw) {
+// One 256-thread block per group at a time (a persistent grid walks the groups). The group's
+// 16-byte words are staged in shared memory with cp.async in S stages: while a block reduces and
+// encodes one group, the next S - 1 groups' loads are in flight (S = 2; 3 measured slower on the
+// H200: fewer blocks fit). Thread t copies words t, t + 256, ...
+// of each group and later reads back only those, so cp.async.wait_group orders its accesses; the
+// block barriers are the max reduction's. Word addresses are recomputed rather than kept.
+template <class T, InDt D, int S>
+__global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes,
+                                                          float* __restrict__ scales, QuantKernelParams P,
+                                                          int stage_words, bool hw) {
   constexpr int W = kWordElems<D>;
+  extern __shared__ uint4 stage_buf[];  // [S][stage_words]
   __shared__ uint32_t red[32];
   const int64_t groups = P.grid_rows * P.grid_cols;
   const int64_t wcols = P.cols / W;  // words per tensor row
-  for (int64_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+  struct Geo {
+    int64_t base;  // first word of the group
+    int wpr;       // words per group row
+    int nwords;    // words in the group
+    int wpr_log2;  // log2(wpr) when wpr is a power of two, else -1
+  };
+  auto geo = [&](int64_t grp) {
     const int64_t gi = grp / P.grid_cols, gj = grp % P.grid_cols;
     const int64_t r0 = gi * P.group_rows, c0 = gj * P.group_cols;
     const int64_t r1 = r0 + P.group_rows < P.rows ? r0 + P.group_rows : P.rows;
     const int64_t c1 = c0 + P.group_cols < P.cols ? c0 + P.group_cols : P.cols;
-    const int wpr = static_cast<int>((c1 - c0) / W);  // words per group row
-    const int nwords = static_cast<int>(r1 - r0) * wpr;
-    const int64_t base = r0 * wcols + c0 / W;
-    auto word_index = [&](int i) {
-      const int row = i / wpr;
-      return base + static_cast<int64_t>(row) * wcols + (i - row * wpr);
-    };
-    uint4 raw[K];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int i = threadIdx.x + k * 256;
-      raw[k] = i < nwords ? x[word_index(i)] : make_uint4(0u, 0u, 0u, 0u);
+    Geo g;
+    g.wpr = static_cast<int>((c1 - c0) / W);
+    g.nwords = static_cast<int>(r1 - r0) * g.wpr;
+    g.base = r0 * wcols + c0 / W;
+    g.wpr_log2 = (g.wpr & (g.wpr - 1)) == 0 ? __ffs(g.wpr) - 1 : -1;
+    return g;
+  };
+  auto word_index = [&](const Geo& g, int i) {
+    if (g.nwords == g.wpr) return g.base + i;  // one row (row groups, long 1xG groups)
+    const int row = g.wpr_log2 >= 0 ? i >> g.wpr_log2 : i / g.wpr;
+    return g.base + static_cast<int64_t>(row) * wcols + (i - row * g.wpr);
+  };
+  auto issue = [&](int st, int64_t grp) {
+    if (grp < groups) {
+      const Geo g = geo(grp);
+      uint4* buf = stage_buf + static_cast<size_t>(st) * stage_words;
+      for (int i = threadIdx.x; i < g.nwords; i += 256) cp_async16(buf + i, x + word_index(g, i));
     }
-    uint32_t m = 0;
+    cp_async_commit();
+  };
 #pragma unroll
-    for (int k = 0; k < K; ++k) m = max(m, absmax_bits_word<D>(raw[k]));
+  for (int k = 0; k < S - 1; ++k) issue(k, blockIdx.x + static_cast<int64_t>(k) * gridDim.x);
+  int st = 0;
+  for (int64_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+    issue(st == 0 ? S - 1 : st - 1, grp + static_cast<int64_t>(S - 1) * gridDim.x);
+    cp_async_wait<S - 1>();  // this thread's copies of the current group have landed
+    const uint4* buf = stage_buf + static_cast<size_t>(st) * stage_words;
+    const Geo gg = geo(grp);
+    uint32_t m = 0;
+    for (int i = threadIdx.x; i < gg.nwords; i += 256) m = max(m, absmax_bits_word<D>(buf[i]));
     m = block_max_u32(m, red);
     const bool finite = m < kInfBits;
     if (!finite) {  // block-uniform
       uint32_t f = 0;
-#pragma unroll
-      for (int k = 0; k < K; ++k) f = max(f, finite_absmax_word<D>(raw[k]));
+      for (int i = threadIdx.x; i < gg.nwords; i += 256) f = max(f, finite_absmax_word<D>(buf[i]));
       m = block_max_u32(f, red);
     }
     const PlainGroup g = plain_group(P, m, finite);
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int i = threadIdx.x + k * 256;
-      if (i < nwords) {
-        const int64_t wi = word_index(i);
-        uint32_t out[W / 4];
-        encode_word<T, D>(P, raw[k], g, hw, static_cast<uint64_t>(wi * W), out);
-        if constexpr (D == InDt::F32) reinterpret_cast<uint32_t*>(codes)[wi] = out[0];
-        else reinterpret_cast<uint2*>(codes)[wi] = make_uint2(out[0], out[1]);
-      }
+    for (int i = threadIdx.x; i < gg.nwords; i += 256) {
+      const int64_t wi = word_index(gg, i);
+      uint32_t out[1][W / 4];
+      const uint4 one[1] = {buf[i]};
+      encode_words<T, D, 1>(P, one, g, hw, static_cast<uint64_t>(wi * W), out);
+      if constexpr (D == InDt::F32) reinterpret_cast<uint32_t*>(codes)[wi] = out[0][0];
+      else reinterpret_cast<uint2*>(codes)[wi] = make_uint2(out[0][0], out[0][1]);
     }
     if (threadIdx.x == 0) scales[grp] = g.stored;
+    st = st == S - 1 ? 0 : st + 1;
   }
+  cp_async_wait<0>();  // nothing may stay in flight into shared memory at exit
 }
 
 bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -478,37 +516,51 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
   const int64_t n = P.rows * P.cols;
   const int64_t G = P.group_cols;
   const bool hw = hw_allowed(P);
-  // 1xG with whole 16-element segments per lane and whole groups per row.
+  // 1xG with whole units per lane and whole groups per row.
   if (whole_1xg_groups(P)) {
-    const int team = static_cast<int>(G / 16);
-    const int64_t segs = n / 16;
-    const int64_t want = (segs + 255) / 256;
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
-      // A persistent grid of exactly the resident blocks: a partial last wave would leave part
-      // of the GPU idle while it runs (each block takes an equal share of the segments).
-      constexpr size_t smem = kStageBytes<D>;
-      static const int resident = resident_blocks(quant_1xg_fast_kernel<T, D>, smem);
-      const int grid = grid_cap(want, resident);
-      quant_1xg_fast_kernel<T, D><<<grid, 256, smem, s>>>(static_cast<const uint4*>(L.x),
-                                                           static_cast<uint8_t*>(L.codes), L.scales, P, team, segs, hw);
+      auto go = [&]<int E, int U>() {
+        const int team = static_cast<int>(G / E);
+        int team_log2 = 0;
+        while ((1 << team_log2) < team) ++team_log2;
+        const int64_t units = n / E;
+        // A persistent grid of at most the resident blocks: each block takes an equal share.
+        auto kernel = quant_1xg_fast_kernel<T, D, E, U>;
+        static const int resident = resident_blocks(kernel);
+        const int grid = grid_cap((units + 256 * U - 1) / (256 * U), resident);
+        kernel<<<grid, 256, 0, s>>>(static_cast<const uint4*>(L.x), static_cast<uint8_t*>(L.codes), L.scales, P, team,
+                                    team_log2, units, hw);
+      };
+      if (G >= kUnit1xg<D>) go.template operator()<kUnit1xg<D>, kUnits1xg>();
+      else go.template operator()<16, 4>();  // G = 16 with 16-bit inputs: one lane per group
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
     return true;
   }
-  // Register-resident groups: every group row a whole number of 16-byte words, the group at most
-  // 16 words per thread.
+  // Staged groups: every group row a whole number of 16-byte words, two stages of the largest
+  // group within the shared memory a block may have (227 KB on sm_90).
   if (P.cols % W != 0 || P.group_cols % W != 0 || P.group_cols * P.group_rows <= 512) return false;
   const int64_t gw = P.group_cols < P.cols ? P.group_cols : P.cols;
   const int64_t gh = P.group_rows < P.rows ? P.group_rows : P.rows;
   const int64_t words = gw / W * gh;
-  if (words > 16 * 256) return false;
+  const size_t smem = static_cast<size_t>(2 * words) * 16;
+  if (smem > 200 * 1024) return false;
   const int64_t groups = P.grid_rows * P.grid_cols;
-  const int grid = grid_cap(groups, 8);
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
-    const auto* xw = static_cast<const uint4*>(L.x);
-    auto* c = static_cast<uint8_t*>(L.codes);
-    if (words <= 8 * 256) quant_reg_kernel<T, D, 8><<<grid, 256, 0, s>>>(xw, c, L.scales, P, hw);
-    else quant_reg_kernel<T, D, 16><<<grid, 256, 0, s>>>(xw, c, L.scales, P, hw);
+    auto kernel = quant_staged_kernel<T, D, 2>;
+    static const bool opted_in = [&] {  // allow the largest dynamic size once per instantiation
+      return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024) == cudaSuccess;
+    }();
+    (void)opted_in;  // a failure surfaces as the launch error below
+    static size_t cached_smem = 0;  // the occupancy query, redone only when the stage size changes
+    static int cached_blocks = 1;
+    if (cached_smem != smem) {
+      cached_blocks = resident_blocks(kernel, smem);
+      cached_smem = smem;
+    }
+    const int grid = grid_cap(groups, cached_blocks);
+    kernel<<<grid, 256, smem, s>>>(static_cast<const uint4*>(L.x), static_cast<uint8_t*>(L.codes), L.scales, P,
+                                   static_cast<int>(words), hw);
   });
   FP8SIM_CUDA_CHECK_LAUNCH();
   return true;

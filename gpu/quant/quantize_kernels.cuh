@@ -197,6 +197,27 @@ __device__ __forceinline__ uint32_t absmax_bits_word(const uint4& u) {
   }
 }
 
+// The same over NW 16-byte words: 16-bit magnitudes are reduced pairwise across all the words
+// first and widened once.
+template <InDt D, int NW>
+__device__ __forceinline__ uint32_t absmax_bits_words(const uint4 (&u)[NW]) {
+  if constexpr (D == InDt::F32 || NW == 1) {
+    uint32_t m = absmax_bits_word<D>(u[0]);
+#pragma unroll
+    for (int w = 1; w < NW; ++w) m = max(m, absmax_bits_word<D>(u[w]));
+    return m;
+  } else {
+    uint32_t m = __vmaxu2(__vmaxu2(u[0].x & 0x7FFF7FFFu, u[0].y & 0x7FFF7FFFu),
+                          __vmaxu2(u[0].z & 0x7FFF7FFFu, u[0].w & 0x7FFF7FFFu));
+#pragma unroll
+    for (int w = 1; w < NW; ++w)
+      m = __vmaxu2(m, __vmaxu2(__vmaxu2(u[w].x & 0x7FFF7FFFu, u[w].y & 0x7FFF7FFFu),
+                               __vmaxu2(u[w].z & 0x7FFF7FFFu, u[w].w & 0x7FFF7FFFu)));
+    const uint4 one = make_uint4(m, 0u, 0u, 0u);  // the pair max, widened by the one-word form
+    return absmax_bits_word<D>(one);
+  }
+}
+
 // The elements of a 16-byte word as fp32 (4 for F32, 8 for BF16/FP16).
 template <InDt D>
 constexpr int kWordElems = D == InDt::F32 ? 4 : 8;

@@ -29,7 +29,7 @@ struct QuantKernelParams {
   float delayed_scale_inv = 1.0f;          // delayed: the stored scale
 };
 
-// 1xG groups a lane-per-16-elements team can own whole: G a power of two in [16, 512] along the
+// 1xG groups a team of lanes (16 or 32 elements each) can own whole: G a power of two in [16, 512] along the
 // rows, every row a whole number of groups (the fast plain and coat kernels).
 inline bool whole_1xg_groups(const QuantKernelParams& P) {
   const int64_t G = P.group_cols;
