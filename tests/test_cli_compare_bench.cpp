@@ -87,6 +87,10 @@ TEST(CliBench, BadInputAndNoGpu) {
   EXPECT_NE(r.err.find("unknown op 'bogus'"), std::string::npos) << r.err;
   r = test::run_fp8sim({"bench", "--reps", "0"});
   EXPECT_EQ(r.exit_code, 2);
+  r = test::run_fp8sim({"bench", "--flush", "sideways"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--flush must be read or write"), std::string::npos) << r.err;
+  EXPECT_TRUE(one_line(r.err)) << r.err;
   r = test::run_fp8sim({"bench", "--peers", "/nonexistent/peers.json"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(one_line(r.err)) << r.err;

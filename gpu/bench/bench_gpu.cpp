@@ -377,7 +377,7 @@ Json run_bench(const bench::BenchOptions& opts) {
   FP8SIM_REQUIRE(dev.available, "no usable CUDA device: {}", dev.why_not);
   FP8SIM_CUDA_CHECK(cudaSetDevice(0));
   Stream stream;
-  BenchTimer timer(stream.get());
+  BenchTimer timer(stream.get(), opts.flush_write);
   CublasLt lt;
   Ctx ctx{timer, lt, opts};
 
@@ -387,6 +387,7 @@ Json run_bench(const bench::BenchOptions& opts) {
   doc["machine"] = machine_json();
   doc["warmup"] = opts.warmup;
   doc["reps"] = opts.reps;
+  doc["l2_flush"] = opts.flush_write ? "256 MiB write" : "256 MiB read";
   doc["smoke"] = opts.smoke;
   Json kernels = Json::array();
   const auto plan = bench::make_plan(opts);

@@ -22,7 +22,7 @@ struct Timing {
 class BenchTimer {
  public:
   // Allocates an L2-flush buffer of max(2 x L2, 256 MiB) on the device.
-  explicit BenchTimer(cudaStream_t stream);
+  explicit BenchTimer(cudaStream_t stream, bool flush_write = false);
   ~BenchTimer();
   BenchTimer(const BenchTimer&) = delete;
   BenchTimer& operator=(const BenchTimer&) = delete;
@@ -33,7 +33,8 @@ class BenchTimer {
   Timing time(const std::function<void(cudaStream_t)>& launch, int warmup, int reps, bool flush_l2 = true);
   // Evicts the L2 by reading the flush buffer (asynchronous on the stream). A read, not a write:
   // a written buffer leaves up to a whole L2 of dirty lines whose write-back then lands inside the
-  // next timed launch (up to 60 MB of extra DRAM traffic on an H200).
+  // next timed launch (up to 60 MB of extra DRAM traffic on an H200). flush_write selects the
+  // write anyway, to compare with numbers taken that way.
   void flush();
   cudaStream_t stream() const { return stream_; }
 
@@ -41,6 +42,7 @@ class BenchTimer {
   cudaStream_t stream_;
   DeviceBuffer<unsigned char> flush_buf_;
   DeviceBuffer<uint32_t> flush_sink_;
+  bool flush_write_ = false;  // flush by writing (the old method, for comparison)
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 

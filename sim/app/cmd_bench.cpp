@@ -31,7 +31,7 @@ std::vector<std::string> split_list(const std::vector<std::string>& items) {
 int run_bench_cmd(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::vector<std::string> ops;
-  std::string json_out, md_out, peers, plan_out, coat_states;
+  std::string json_out, md_out, peers, plan_out, coat_states, flush = "read";
   int warmup = -1, reps = -1;
   opts.add_options()
       ("ops", po::value(&ops)->multitoken(),
@@ -39,6 +39,9 @@ int run_bench_cmd(const std::vector<std::string>& args) {
       ("smoke", "tiny sizes and few repeats: checks that every kernel runs, in well under a minute")
       ("warmup", po::value(&warmup), "untimed launches before timing (default 5; smoke 2)")
       ("reps", po::value(&reps), "timed launches per kernel, each after an L2 flush (default 20; smoke 5)")
+      ("flush", po::value(&flush), "how the L2 is flushed before each timed launch: read (default: a 256 MiB "
+                                   "read, leaving clean lines) or write (a 256 MiB write, whose dirty lines are "
+                                   "written back during the timed launch; the flush before 2026-11-30 20:00)")
       ("peers", po::value(&peers), "JSON written by scripts/bench_peers.py: merged as each kernel's peers")
       ("coat-states", po::value(&coat_states), "COAT's optimizer states written by bench_peers.py --coat-dump: "
                                                "report the fraction of codes equal to COAT's kernel")
@@ -70,6 +73,8 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   o.warmup = warmup >= 0 ? warmup : (o.smoke ? 2 : 5);
   o.reps = reps >= 0 ? reps : (o.smoke ? 5 : 20);
   if (o.reps < 1) throw UsageError("--reps must be at least 1");
+  if (flush != "read" && flush != "write") throw UsageError("--flush must be read or write, not '" + flush + "'");
+  o.flush_write = flush == "write";
   o.peers_path = peers;
   o.coat_states_dir = coat_states;
   {

@@ -410,6 +410,7 @@ std::string render_markdown(const Json& doc) {
   if (const Json* t = doc.find("targets_summary"))
     md += fmt::format("- targets: {} met, {} missed, {} unmeasured (peer absent)\n", t->at("met").dump(-1),
                       t->at("missed").dump(-1), t->at("unmeasured").dump(-1));
+  if (doc.find("l2_flush")) md += fmt::format("- L2 flush before each timed launch: {}\n", field("l2_flush"));
   md += "\nTimes are CUDA-event medians over warm, L2-flushed repeats. Rates count each input byte once "
         "and each output byte once. speedup = peer time / fp8sim time (> 1: fp8sim is faster).\n\n";
   md += "|";

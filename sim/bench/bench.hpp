@@ -40,6 +40,7 @@ struct BenchOptions {
   bool smoke = false;            // tiny sizes, few reps: a < 60 s check that everything runs
   int warmup = 5;
   int reps = 20;
+  bool flush_write = false;      // L2 flush by a 256 MiB write (before session 13) instead of a read
   std::string peers_path;        // JSON written by scripts/bench_peers.py (optional)
   std::string coat_states_dir;   // COAT's states from bench_peers.py --coat-dump (optional): code agreement
   std::string command_line;      // recorded in the report
