@@ -33,8 +33,8 @@ int format_code(Format f) {
 
 // The largest group a team of 32 lanes x 16 elements holds in registers.
 constexpr int64_t kTeamMaxGroup = 512;
-// Workspace words: chunk / block maxima (at least the delayed encode's grid), inf flag, 3 slot words
-// (s_quant, s_stored, the stage-2 accumulator).
+// Workspace words: chunk / block maxima (at least the delayed encode's grid), inf flag, 5 slot words
+// (s_quant, s_stored, the stage-2 accumulator, its block counter, the fused encode's barrier flag).
 size_t maxima_words(int64_t numel) {
   const int64_t chunks = (numel + detail::tensor_chunk_elements() - 1) / detail::tensor_chunk_elements();
   return static_cast<size_t>(std::max<int64_t>(chunks, 8192));
@@ -66,7 +66,7 @@ detail::QuantKernelParams make_params(const QuantSpec& spec, const GroupGeometry
 }  // namespace
 
 size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> shape) {
-  return (maxima_words(shape_numel(shape)) + 5) * sizeof(uint32_t);  // + inf flag, slot[0..2], spare
+  return (maxima_words(shape_numel(shape)) + 6) * sizeof(uint32_t);  // + inf flag, slot[0..4]
 }
 
 void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
@@ -131,10 +131,11 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
       FP8SIM_REQUIRE(L.kind == detail::QuantLaunch::Kind::Tensor && L.mode == 0,
                      "producer maxima (group scaling) apply to per-tensor plain scaling only, not {}", spec.to_string());
   }
-  // The Inf flag is written only by the per-tensor paths (stage 1, delayed encode): clear it
-  // there alone (one launch less for the group quantizers).
+  // The Inf flag and stage 2's accumulator, block counter and barrier flag (slot[2..4]) are used
+  // only by the per-tensor paths: clear them there alone, in one memset (one launch less for the
+  // group quantizers). The inf flag and the slot words are adjacent: inf_flag, slot[0..4].
   if (L.kind == detail::QuantLaunch::Kind::Tensor || L.kind == detail::QuantLaunch::Kind::Scaled16)
-    FP8SIM_CUDA_CHECK(cudaMemsetAsync(L.inf_flag, 0, sizeof(uint32_t), stream));
+    FP8SIM_CUDA_CHECK(cudaMemsetAsync(L.inf_flag, 0, 6 * sizeof(uint32_t), stream));
   detail::launch_quantize(L, stream);
 }
 

@@ -454,11 +454,26 @@ __global__ void __launch_bounds__(256) chunk_stats_kernel(const void* __restrict
   }
 }
 
+// Stage 2's last step, from the tensor amax (bits): the scale into slot[0] = s_quant, slot[1] =
+// s_stored (as float bits), tensor_amax (optional) and scales[0] (optional). One thread.
+__device__ void finish_scale(const QuantKernelParams& P, int mode, uint32_t amax_bits, uint32_t* slot,
+                             float* tensor_amax, float* scales) {
+  Stats st = stats_init();
+  st.amax = amax_bits;
+  GroupQ g;
+  if (mode == kPlain || mode == kDelayed) g = group_params(P, mode, st);
+  if (slot) {
+    slot[0] = f32_bits(g.sq);
+    slot[1] = f32_bits(g.s_stored);
+  }
+  if (tensor_amax) *tensor_amax = f32_from_bits(amax_bits);
+  if (scales && (mode == kPlain || mode == kDelayed)) scales[0] = g.s_stored;
+}
+
 // Stage 2, first level for long lists (group scaling hands over one maximum per 1x128 group:
 // 1.4M for an 11008x16384 tensor): every block reduces a slice and raises *out (zeroed by the
 // caller) with atomicMax; non-negative floats order like their bits, NaN/Inf maxima never enter.
-__global__ void __launch_bounds__(256) max_maxima_kernel(const uint32_t* __restrict__ maxima, int64_t m,
-                                                         uint32_t* __restrict__ out) {
+__device__ __forceinline__ void raise_max_of_slice(const uint32_t* __restrict__ maxima, int64_t m, uint32_t* out) {
   uint32_t r = 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t m4 = (reinterpret_cast<uintptr_t>(maxima) % 16) == 0 ? m / 4 : 0;
@@ -476,9 +491,33 @@ __global__ void __launch_bounds__(256) max_maxima_kernel(const uint32_t* __restr
   if ((threadIdx.x & 31) == 0 && r) atomicMax(out, r);
 }
 
+// After raise_max_of_slice: whether this block is the last of the grid to finish (`done`: a
+// counter zeroed by the caller), in which case *out holds the grid's maximum (the pattern of
+// CUDA's threadFenceReduction sample). Every thread of the block gets the answer.
+__device__ __forceinline__ bool last_block_done(unsigned* done) {
+  __shared__ bool last;
+  __syncthreads();  // every warp's atomicMax is issued
+  if (threadIdx.x == 0) {
+    __threadfence();  // ... and visible device-wide before this block counts itself done
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  return last;
+}
+
+// With `done`, the last block also runs finish_scale on the result, so stage 2 is one launch.
+__global__ void __launch_bounds__(256) max_maxima_kernel(const uint32_t* __restrict__ maxima, int64_t m,
+                                                         uint32_t* __restrict__ out, unsigned* done = nullptr,
+                                                         QuantKernelParams P = {}, int mode = -1,
+                                                         uint32_t* slot = nullptr, float* tensor_amax = nullptr,
+                                                         float* scales = nullptr) {
+  raise_max_of_slice(maxima, m, out);
+  if (done == nullptr) return;
+  if (last_block_done(done) && threadIdx.x == 0) finish_scale(P, mode, atomicMax(out, 0u), slot, tensor_amax, scales);
+}
+
 // Stage 2: the tensor amax from m chunk maxima (bits or floats: the same ordering for non-negative
-// values), then the scale. One block. Writes slot[0] = s_quant, slot[1] = s_stored (as float
-// bits), tensor_amax (optional) and scales[0] (optional).
+// values), then the scale (finish_scale). One block.
 __global__ void __launch_bounds__(1024) reduce_scale_kernel(const uint32_t* __restrict__ maxima, int64_t m,
                                                             QuantKernelParams P, int mode, uint32_t* slot,
                                                             float* tensor_amax, float* scales) {
@@ -488,16 +527,7 @@ __global__ void __launch_bounds__(1024) reduce_scale_kernel(const uint32_t* __re
     if (a < 0x7F800000u) st.amax = a > st.amax ? a : st.amax;  // NaN / Inf maxima never enter
   }
   st = stats_reduce_block(st);
-  if (threadIdx.x == 0) {
-    GroupQ g;
-    if (mode == kPlain || mode == kDelayed) g = group_params(P, mode, st);
-    if (slot) {
-      slot[0] = f32_bits(g.sq);
-      slot[1] = f32_bits(g.s_stored);
-    }
-    if (tensor_amax) *tensor_amax = f32_from_bits(st.amax);
-    if (scales && (mode == kPlain || mode == kDelayed)) scales[0] = g.s_stored;
-  }
+  if (threadIdx.x == 0) finish_scale(P, mode, st.amax, slot, tensor_amax, scales);
 }
 
 // Stage 3: elementwise encode with the scale from stage 2 (plain: divisor in slot[0]) or the
@@ -540,19 +570,45 @@ __device__ __noinline__ WordCodes encode_tensor_word_ref(const QuantKernelParams
   return out;
 }
 
+// Group Scaling's stage 2 run inside the encode kernel (plain mode, long producer-maxima lists):
+// every block first reduces a slice of the maxima, the last block computes the scale, and all
+// blocks wait for it at a grid barrier. The launch is cooperative, so all blocks are resident and
+// the barrier cannot deadlock. slot[2..4] (max, block counter, barrier flag) are zeroed by the
+// caller.
+struct FusedStage2 {
+  const uint32_t* maxima = nullptr;  // null: the scale is already in slot[0]
+  int64_t m = 0;
+  float* tensor_amax = nullptr;
+  float* scales = nullptr;
+};
+
 template <class T, InDt D, int MODE, int E = kTensorUnit<D>, int U = kTensorUnits>
 __global__ void __launch_bounds__(256) encode_tensor_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
                                                             int64_t n, bool vec, bool hw, QuantKernelParams P,
-                                                            const uint32_t* __restrict__ slot,
-                                                            uint32_t* __restrict__ block_amax,
-                                                            uint32_t* __restrict__ inf_flag) {
+                                                            uint32_t* slot, uint32_t* __restrict__ block_amax,
+                                                            uint32_t* __restrict__ inf_flag, FusedStage2 fused) {
   constexpr bool kEmit = MODE == kDelayed;
   constexpr int W = kWordElems<D>;
   constexpr int NW = E / W;
   Stats st = stats_init();
   GroupQ g;
-  if constexpr (MODE == kPlain) g.sq = f32_from_bits(slot[0]);
-  else g.sq = P.delayed_scale;
+  if constexpr (MODE == kPlain) {
+    if (fused.maxima) {
+      raise_max_of_slice(fused.maxima, fused.m, slot + 2);
+      if (last_block_done(slot + 3) && threadIdx.x == 0) {
+        finish_scale(P, kPlain, atomicMax(slot + 2, 0u), slot, fused.tensor_amax, fused.scales);
+        __threadfence();
+        atomicExch(slot + 4, 1u);  // release: the scale is in slot[0..1]
+      }
+      if (threadIdx.x == 0)
+        while (atomicAdd(slot + 4, 0u) == 0u) __nanosleep(64);
+      __syncthreads();
+      __threadfence();
+    }
+    g.sq = f32_from_bits(__ldcg(slot));  // from L2: written by another block in the fused case
+  } else {
+    g.sq = P.delayed_scale;
+  }
   const bool fast = MODE == kDelayed || fast_recip_ok(g.sq);
   const FastRecip rc = fast_recip(MODE == kPlain && fast ? g.sq : 1.0f);
   const int64_t units = vec ? n / E : 0;
@@ -714,14 +770,23 @@ void launch_chunk_stats_dt(InDt dt, const void* x, int64_t n, int64_t chunk, uin
 
 // Stage 2 over m maxima into slot / tensor_amax / scales: one block for a short list; a long one
 // (group scaling's per-group maxima) first goes through a multi-block max into `acc` (one word).
+// Whether this device runs cooperative launches (queried once).
+bool coop_launch_ok() {
+  static const bool ok = [] {
+    int dev = 0, v = 0;
+    cudaGetDevice(&dev);
+    return cudaDeviceGetAttribute(&v, cudaDevAttrCooperativeLaunch, dev) == cudaSuccess && v != 0;
+  }();
+  return ok;
+}
+
 void launch_stage2(const uint32_t* maxima, int64_t m, const QuantKernelParams& P, int mode, uint32_t* slot,
                    float* tensor_amax, float* scales, uint32_t* acc, cudaStream_t s) {
-  if (m > 16384 && acc) {
-    FP8SIM_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(uint32_t), s));
-    max_maxima_kernel<<<grid_cap((m / 4 + 255) / 256, 8), 256, 0, s>>>(maxima, m, acc);
+  if (m > 16384 && acc) {  // acc[0] (the max) and acc[1] (the block counter) zeroed by the caller
+    max_maxima_kernel<<<grid_cap((m / 4 + 255) / 256, 8), 256, 0, s>>>(maxima, m, acc, acc + 1, P, mode, slot,
+                                                                       tensor_amax, scales);
     FP8SIM_CUDA_CHECK_LAUNCH();
-    maxima = acc;
-    m = 1;
+    return;
   }
   reduce_scale_kernel<<<1, m <= 32 ? 32 : 1024, 0, s>>>(maxima, m, P, mode, slot, tensor_amax, scales);
   FP8SIM_CUDA_CHECK_LAUNCH();
@@ -816,7 +881,7 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
         static const int b = resident_of(encode_tensor_kernel<T, D, kDelayed>);
         grid = grid_cap(want, b);
         encode_tensor_kernel<T, D, kDelayed><<<grid, 256, 0, s>>>(L.x, codes, n, vec, hw, P, nullptr, L.chunk_maxima,
-                                                                   L.inf_flag);
+                                                                   L.inf_flag, FusedStage2{});
       });
       FP8SIM_CUDA_CHECK_LAUNCH();
       launch_stage2(L.chunk_maxima, grid, P, kDelayed, L.slot, L.tensor_amax, L.scales, acc, s);
@@ -831,11 +896,37 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
       maxima = L.chunk_maxima;
       m = (n + kChunk - 1) / kChunk;
     }
-    launch_stage2(maxima, m, P, kPlain, L.slot, L.tensor_amax, L.scales, acc, s);
+    // Long lists (group scaling's per-group maxima) are reduced inside the encode launch.
+    FusedStage2 fused;
+    if (m > 16384 && coop_launch_ok()) {
+      fused.maxima = maxima;
+      fused.m = m;
+      fused.tensor_amax = L.tensor_amax;
+      fused.scales = L.scales;
+    } else {
+      launch_stage2(maxima, m, P, kPlain, L.slot, L.tensor_amax, L.scales, acc, s);
+    }
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
-      static const int b = resident_of(encode_tensor_kernel<T, D, kPlain>);
+      auto kernel = encode_tensor_kernel<T, D, kPlain>;
+      static const int b = resident_of(kernel);
       grid = grid_cap(want, b);
-      encode_tensor_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, n, vec, hw, P, L.slot, nullptr, nullptr);
+      if (fused.maxima) {
+        // Cooperative: every block resident at once (grid <= resident blocks x SMs), which the
+        // grid barrier in the kernel needs.
+        const void* xp = L.x;
+        uint8_t* cp = codes;
+        int64_t nn = n;
+        bool vv = vec, hh = hw;
+        QuantKernelParams pp = P;
+        uint32_t* sl = L.slot;
+        uint32_t* ba = nullptr;
+        uint32_t* fl = nullptr;
+        void* args[] = {&xp, &cp, &nn, &vv, &hh, &pp, &sl, &ba, &fl, &fused};
+        FP8SIM_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), args,
+                                                      0, s));
+      } else {
+        kernel<<<grid, 256, 0, s>>>(L.x, codes, n, vec, hw, P, L.slot, nullptr, nullptr, FusedStage2{});
+      }
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
     return;

@@ -51,7 +51,7 @@ struct QuantLaunch {
   float* tensor_amax = nullptr;              // optional output
   uint32_t* chunk_maxima = nullptr;          // workspace: chunk / block maxima (bits)
   uint32_t* inf_flag = nullptr;              // workspace: 1 word, zeroed by the caller
-  uint32_t* slot = nullptr;                  // workspace: 2 words (s_quant, s_stored)
+  uint32_t* slot = nullptr;                  // workspace: 5 words (s_quant, s_stored, stage-2 max, counter, flag)
   const uint32_t* producer_maxima = nullptr; // per-tensor group scaling (float bits, >= 0)
   size_t producer_maxima_count = 0;
 };
