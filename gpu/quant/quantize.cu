@@ -935,7 +935,7 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
   const int64_t groups = P.grid_rows * P.grid_cols;
   const int64_t G = P.group_cols;
   if (L.mode == kPlain && launch_quant_fast(L, s)) {
-    // done: 1xG or register-resident groups (quantize_fast.cu)
+    // done: 1xG or staged groups (quantize_fast.cu)
   } else if (L.mode == kCoat && P.format <= 1 && whole_1xg_groups(P) && (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 &&
              (reinterpret_cast<uintptr_t>(codes) % 16) == 0) {
     const int team = static_cast<int>(G / 16);

@@ -336,7 +336,7 @@ __global__ void __launch_bounds__(256) quant_1xg_fast_kernel(const uint4* __rest
   }
 }
 
-// ---- register-resident groups (one block per group) ---------------------------------------------------
+// ---- staged groups (one block per group at a time) ----------------------------------------------------
 __device__ __forceinline__ uint32_t block_max_u32(uint32_t v, uint32_t* red) {
   for (int off = 16; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, off));
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

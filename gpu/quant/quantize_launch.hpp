@@ -63,7 +63,7 @@ int64_t max_encode_blocks();
 
 void launch_quantize(const QuantLaunch& launch, cudaStream_t stream);
 // quantize_fast.cu: plain-scaled 1xG (G a power of two in [16, 512], whole groups) and
-// register-resident groups (rows, RxC blocks, long 1xG); false when the launch does not fit them.
+// staged groups (rows, RxC blocks, long 1xG); false when the launch does not fit them.
 bool launch_quant_fast(const QuantLaunch& launch, cudaStream_t stream);
 // Test hooks: finite fp32 inputs (all 2^32 patterns) whose hardware FP8 code differs from the
 // reference encoder; random (a, b) pairs where div_by differs from div_rn.
