@@ -130,7 +130,14 @@ TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
   Json ks = Json::array();
   Json q = kernel("quantize|a", "quantize", 0.10);
   q["fraction_of_ceiling"] = 0.93;
+  q["bytes"] = 3.0e8;         // 3e8 bytes in 0.15 / 1.25 ms is 2500 GB/s ...
+  q["ceiling_gbps"] = 4000.0; // ... 62.5% of this ceiling: reachable
   ks.push_back(q);
+  Json q2 = kernel("quantize|b", "quantize", 0.30);
+  q2["fraction_of_ceiling"] = 0.80;
+  q2["bytes"] = 4.0e8;        // 4e8 bytes in 0.12 / 1.25 ms is 4167 GB/s: 104% of 4000
+  q2["ceiling_gbps"] = 4000.0;
+  ks.push_back(q2);
   Json a = kernel("adamw|coat|1", "adamw", 1.0, "adamw|fp32|1");
   a["spec"] = "coat";
   ks.push_back(a);
@@ -145,8 +152,9 @@ TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
   es.push_back(peer("quantize|a", "torch.compile-broken", 0.01, "error: boom"));
   es.push_back(peer("adamw|fp32|1", "torch.optim.AdamW(fused)", 1.5));
   es.push_back(peer("adamw|coat|1", "coat-kernel", 2.5));
+  es.push_back(peer("quantize|b", "torch.compile", 0.12));
   peers["entries"] = es;
-  EXPECT_EQ(bench::merge_peers(doc, peers), 2);  // gemm has no peer
+  EXPECT_EQ(bench::merge_peers(doc, peers), 3);  // gemm has no peer
   const auto& k0 = doc.at("kernels").as_array()[0];
   EXPECT_EQ(k0.at("peer").as_string(), "torch.compile");
   EXPECT_DOUBLE_EQ(k0.at("speedup_vs_peer").as_number(), 1.5);
@@ -155,16 +163,25 @@ TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
   const auto& t0 = doc.at("kernels").as_array()[0].at("targets");
   EXPECT_TRUE(t0.at("copy_bandwidth").at("met").as_bool());
   EXPECT_TRUE(t0.at("vs_torch_compile").at("met").as_bool());  // 1.5 >= 1.25
-  const auto& t1 = doc.at("kernels").as_array()[1].at("targets");
+  EXPECT_NEAR(t0.at("vs_torch_compile").at("needs_fraction_of_ceiling").as_number(), 0.625, 1e-12);
+  EXPECT_TRUE(t0.at("vs_torch_compile").at("reachable").as_bool());
+  const auto& tb = doc.at("kernels").as_array()[1].at("targets");
+  EXPECT_FALSE(tb.at("copy_bandwidth").at("met").as_bool());    // 0.80 < 0.90
+  EXPECT_FALSE(tb.at("vs_torch_compile").at("met").as_bool());  // 0.4 < 1.25
+  EXPECT_NEAR(tb.at("vs_torch_compile").at("needs_fraction_of_ceiling").as_number(), 4.0e8 / (0.12 / 1.25 * 1e-3) / 1e9 / 4000.0,
+              1e-12);
+  EXPECT_FALSE(tb.at("vs_torch_compile").at("reachable").as_bool());
+  const auto& t1 = doc.at("kernels").as_array()[2].at("targets");
   EXPECT_FALSE(t1.at("vs_torch_fused").at("met").as_bool());   // 1.5 < 1.8
   EXPECT_TRUE(t1.at("vs_coat_kernel").at("met").as_bool());    // 2.5 >= 2
-  const auto& t2 = doc.at("kernels").as_array()[2].at("targets");
+  const auto& t2 = doc.at("kernels").as_array()[3].at("targets");
   EXPECT_TRUE(t2.at("vs_scaled_mm").at("met").is_null());      // no peer: unmeasured, not met
   const auto& s = doc.at("targets_summary");
   EXPECT_EQ(s.at("met").as_int(), 3);
-  EXPECT_EQ(s.at("missed").as_int(), 1);
+  EXPECT_EQ(s.at("missed").as_int(), 3);
   EXPECT_EQ(s.at("unmeasured").as_int(), 1);
   const std::string md = bench::render_markdown(doc);
+  EXPECT_NE(md.find("vs_torch_compile MISSED (needs 104% of copy)"), std::string::npos) << md;
   EXPECT_NE(md.find("| kernel |"), std::string::npos);
   EXPECT_NE(md.find("MISSED"), std::string::npos);
 }
