@@ -768,8 +768,6 @@ void launch_chunk_stats_dt(InDt dt, const void* x, int64_t n, int64_t chunk, uin
   else launch_chunk_stats<InDt::FP16>(x, n, chunk, chunk_amax, inf_flag, s);
 }
 
-// Stage 2 over m maxima into slot / tensor_amax / scales: one block for a short list; a long one
-// (group scaling's per-group maxima) first goes through a multi-block max into `acc` (one word).
 // Whether this device runs cooperative launches (queried once).
 bool coop_launch_ok() {
   static const bool ok = [] {
@@ -780,6 +778,9 @@ bool coop_launch_ok() {
   return ok;
 }
 
+// Stage 2 over m maxima into slot / tensor_amax / scales: one block for a short list; a long one
+// (group scaling's per-group maxima) goes through the multi-block max into acc[0], whose last
+// block to finish also computes the scale (acc[1]: its block counter).
 void launch_stage2(const uint32_t* maxima, int64_t m, const QuantKernelParams& P, int mode, uint32_t* slot,
                    float* tensor_amax, float* scales, uint32_t* acc, cudaStream_t s) {
   if (m > 16384 && acc) {  // acc[0] (the max) and acc[1] (the block counter) zeroed by the caller
@@ -865,8 +866,9 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
   if (L.kind == QuantLaunch::Kind::Tensor) {
     const bool vec = (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 && (reinterpret_cast<uintptr_t>(codes) % 16) == 0;
     const bool hw = tensor_hw_ok(L);
-    // A persistent grid of exactly the resident blocks (no partial last wave), at most 16 per SM
-    // (the delayed encode's per-block maxima must fit the workspace).
+    // A persistent grid of at most the resident blocks (no partial last wave), at most 16 per SM
+    // (the delayed encode's per-block maxima must fit the workspace). vec needs 16-byte aligned
+    // input and codes (a codes pointer aligned to 8 only takes the element-wise loop).
     const int64_t unit = dt == InDt::F32 ? kTensorUnit<InDt::F32> : kTensorUnit<InDt::BF16>;
     const int64_t want = (n / unit + 256 * kTensorUnits - 1) / (256 * kTensorUnits) + 1;
     auto resident_of = [](auto kernel) {  // blocks per SM, at most 16

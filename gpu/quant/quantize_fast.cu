@@ -3,8 +3,8 @@
 //
 //  * 1xG (G = 16, 32, ..., 512; whole groups, 16-byte aligned): a team of G/E lanes per group,
 //    E = 32 elements per lane for bf16/fp16 with G >= 32, else 16, loaded as 16-byte words
-//    straight into registers (three units per thread in flight), the group max reduced with
-//    shuffles inside the team, one pass over memory.
+//    straight into registers (three units per thread in flight; four for G = 16), the group max
+//    reduced with shuffles inside the team, one pass over memory.
 //  * staged groups (rows longer than 512, RxC blocks such as 128x128, 1xG with G > 512): one
 //    256-thread block per group at a time, the group staged in shared memory by cp.async while
 //    the previous group is reduced and encoded (two stages), a block max, then the codes written
@@ -281,7 +281,8 @@ __device__ __forceinline__ void encode_words(const QuantKernelParams& P, const u
 // Each lane owns units of E consecutive elements (E = 32 for 16-bit inputs with G >= 32, else 16);
 // a team of G/E lanes owns one group. Every iteration a thread first loads U units (U * E/W
 // 16-byte words, each unit one contiguous span) straight into registers, then reduces and encodes
-// them one after another: U * 64 bytes per thread in flight. Measured on the H200 (bf16
+// them one after another: U * 64 bytes per thread in flight (for G = 16 with 16-bit input: E = 16,
+// U = 4, 4 * 32 bytes). Measured on the H200 (bf16
 // 16384x11008, 1x128): this direct form with U = 3 reaches 89% of the copy bandwidth where the
 // cp.async-staged form reached 81% and the same direct form with one unit 68%; the fewer
 // per-element instructions of E = 32 (the group's scale, reciprocal and addresses once per 32
@@ -544,12 +545,22 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
   const int64_t gh = P.group_rows < P.rows ? P.group_rows : P.rows;
   const int64_t words = gw / W * gh;
   const size_t smem = static_cast<size_t>(2 * words) * 16;
-  if (smem > 200 * 1024) return false;
+  // At most 200 KB, and no more than this device lets a block opt in to (227 KB on sm_90) less 1 KB
+  // for the kernel's static shared memory.
+  static const size_t smem_cap = [] {
+    int dev = 0, optin = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) optin = 48 * 1024;
+    optin -= 1024;
+    return static_cast<size_t>(optin < 200 * 1024 ? optin : 200 * 1024);
+  }();
+  if (smem > smem_cap) return false;
   const int64_t groups = P.grid_rows * P.grid_cols;
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
     auto kernel = quant_staged_kernel<T, D, 2>;
     static const bool opted_in = [&] {  // allow the largest dynamic size once per instantiation
-      return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024) == cudaSuccess;
+      return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_cap)) ==
+             cudaSuccess;
     }();
     (void)opted_in;  // a failure surfaces as the launch error below
     static size_t cached_smem = 0;  // the occupancy query, redone only when the stage size changes

@@ -238,8 +238,8 @@ __device__ __forceinline__ void widen_word(const uint4& u, float (&v)[kWordElems
   }
 }
 
-// 16-byte asynchronous copies global -> shared (cp.async, sm_80+), for streaming kernels that keep
-// several loads in flight per thread without holding them in registers.
+// 16-byte asynchronous copies global -> shared (cp.async, sm_80+), for kernels that stage data in
+// shared memory while they work on earlier data (the staged row / block quantize kernel).
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
