@@ -31,7 +31,7 @@ std::vector<std::string> split_list(const std::vector<std::string>& items) {
 int run_bench_cmd(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::vector<std::string> ops;
-  std::string json_out, md_out, peers, plan_out, coat_states, flush = "read";
+  std::string json_out, md_out, peers, plan_out, coat_states, flush = "read", from;
   int warmup = -1, reps = -1;
   opts.add_options()
       ("ops", po::value(&ops)->multitoken(),
@@ -47,6 +47,9 @@ int run_bench_cmd(const std::vector<std::string>& args) {
                                                "report the fraction of codes equal to COAT's kernel")
       ("write-plan", po::value(&plan_out), "write the plan (kernels, shapes, keys) for bench_peers.py and exit; "
                                              "needs no GPU")
+      ("from", po::value(&from), "no timing: re-evaluate the targets of a bench document written by an "
+                                 "earlier run (its --json output) and write it again with --json / --md; "
+                                 "needs no GPU")
       ("json", po::value(&json_out), "write the bench document (reports/h200/bench.json) here")
       ("md", po::value(&md_out), "write the Markdown report (reports/h200/bench.md) here");
   po::positional_options_description pos;
@@ -64,7 +67,8 @@ int run_bench_cmd(const std::vector<std::string>& args) {
                   "Examples:\n"
                   "  fp8sim bench --write-plan plan.json && python3 scripts/bench_peers.py --plan plan.json --json peers.json\n"
                   "  fp8sim bench --peers peers.json --json bench.json --md bench.md\n"
-                  "  fp8sim bench --ops quantize,gemm --smoke"))
+                  "  fp8sim bench --ops quantize,gemm --smoke\n"
+                  "  fp8sim bench --from reports/h200/bench.json --md bench.md   # re-evaluate targets, no GPU"))
     return 0;
   bench::BenchOptions o;
   o.ops = split_list(ops);
@@ -85,6 +89,20 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   if (!plan_out.empty()) {
     write_file_atomic(plan_out, bench::plan_json(o).dump(2) + "\n");
     fmt::print(stderr, "wrote the bench plan ({} kernels) to '{}'\n", bench::make_plan(o).size(), plan_out);
+    return 0;
+  }
+  if (!from.empty()) {
+    if (json_out.empty() && md_out.empty()) throw UsageError("--from needs --json or --md (where to write the result)");
+    Json doc = Json::parse(read_text_file(from));
+    FP8SIM_REQUIRE(doc.is_object() && doc.find("kernels") && doc.at("kernels").is_array(),
+                   "'{}' is not a bench document (no 'kernels' list; written by fp8sim bench --json?)", from);
+    bench::evaluate_targets(doc);
+    doc["rerendered"] = o.command_line;  // the timing and its command stay the original run's
+    if (const Json* t = doc.find("targets_summary"))
+      fmt::print("targets: {} met, {} missed, {} unmeasured\n", t->at("met").dump(-1), t->at("missed").dump(-1),
+                 t->at("unmeasured").dump(-1));
+    if (!json_out.empty()) write_file_atomic(json_out, doc.dump(2) + "\n");
+    if (!md_out.empty()) write_file_atomic(md_out, bench::render_markdown(doc));
     return 0;
   }
   if (!peers.empty()) {

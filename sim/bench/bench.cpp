@@ -415,6 +415,8 @@ std::string render_markdown(const Json& doc) {
   std::string md = "# fp8sim bench\n\n";
   auto field = [&](const char* key) { return doc.find(key) && doc.at(key).is_string() ? doc.at(key).as_string() : std::string("-"); };
   md += fmt::format("- command: `{}`\n- date: {}\n", field("command"), field("date"));
+  if (doc.find("rerendered"))
+    md += fmt::format("- targets re-evaluated from this run's JSON by: `{}`\n", field("rerendered"));
   if (const Json* m = doc.find("machine")) {
     for (const auto& [key, v] : m->as_object())
       md += fmt::format("- {}: {}\n", key, v.is_string() ? v.as_string() : v.dump(-1));
