@@ -82,52 +82,6 @@ TEST(CliBench, WritePlanNeedsNoGpu) {
   EXPECT_TRUE(plan.at("no_compile").as_bool()) << "the smoke plan skips torch.compile";
 }
 
-TEST(CliBench, FromReevaluatesTheTargetsOfASavedRunWithoutAGpu) {
-  // A saved bench document (as --json writes it), with a quantize kernel whose torch.compile peer
-  // is so fast that 1.25x it would need more than the copy bandwidth.
-  const std::string dir = test::temp_dir();
-  Json doc = Json::object();
-  doc["command"] = "fp8sim bench --json x";
-  Json ks = Json::array();
-  Json k = Json::object();
-  k["kernel"] = "quantize e4m3:g128 bf16 4x4";
-  k["key"] = "quantize|e4m3:g128|bf16|4x4";
-  k["op"] = "quantize";
-  k["status"] = "ok";
-  k["median_ms"] = 0.138;
-  k["bytes"] = 5.468e8;
-  k["ceiling_gbps"] = 4260.0;
-  k["fraction_of_ceiling"] = 5.468e8 / 0.138e-3 / 1e9 / 4260.0;
-  Json peers = Json::array();
-  Json p = Json::object();
-  p["peer"] = "torch.compile";
-  p["status"] = "ok";
-  p["median_ms"] = 0.157;
-  peers.push_back(p);
-  k["peers"] = peers;
-  ks.push_back(k);
-  doc["kernels"] = ks;
-  write_file_atomic(dir + "/in.json", doc.dump(2));
-  auto r = test::run_fp8sim({"bench", "--from", dir + "/in.json", "--json", dir + "/out.json", "--md", dir + "/out.md"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const Json out = Json::parse(read_text_file(dir + "/out.json"));
-  const Json& t = out.at("kernels").as_array()[0].at("targets");
-  EXPECT_TRUE(t.at("copy_bandwidth").at("met").as_bool());      // 93% >= 90%
-  EXPECT_FALSE(t.at("vs_torch_compile").at("met").as_bool());   // 1.14x < 1.25x
-  EXPECT_FALSE(t.at("vs_torch_compile").at("reachable").as_bool());
-  EXPECT_EQ(out.at("targets_summary").at("met").as_int(), 1);
-  const std::string md = read_text_file(dir + "/out.md");
-  EXPECT_NE(md.find("needs 102% of copy"), std::string::npos) << md;
-  EXPECT_NE(md.find("re-evaluated from this run's JSON"), std::string::npos) << md;
-  // Not a bench document: one line, exit 1, nothing written.
-  write_file_atomic(dir + "/plan.json", "{\"kernelz\": []}");
-  r = test::run_fp8sim({"bench", "--from", dir + "/plan.json", "--md", dir + "/bad.md"});
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(one_line(r.err)) << r.err;
-  EXPECT_NE(r.err.find("not a bench document"), std::string::npos) << r.err;
-  EXPECT_FALSE(std::filesystem::exists(dir + "/bad.md"));
-}
-
 TEST(CliBench, BadInputAndNoGpu) {
   auto r = test::run_fp8sim({"bench", "--ops", "quantize,bogus"});
   EXPECT_EQ(r.exit_code, 2);
@@ -176,6 +130,43 @@ Json peer(const std::string& key, const std::string& name, double ms, const std:
   p["status"] = status;
   if (status == "ok") p["median_ms"] = ms;
   return p;
+}
+
+TEST(CliBench, FromReevaluatesTheTargetsOfASavedRunWithoutAGpu) {
+  // A saved bench document (as --json writes it), with a quantize kernel whose torch.compile peer
+  // is so fast that 1.25x it would need more than the copy bandwidth.
+  const std::string dir = test::temp_dir();
+  Json doc = Json::object();
+  doc["command"] = "fp8sim bench --json x";
+  Json k = kernel("quantize|e4m3:g128|bf16|4x4", "quantize", 0.138);
+  k["bytes"] = 5.468e8;
+  k["ceiling_gbps"] = 4260.0;
+  k["fraction_of_ceiling"] = 5.468e8 / 0.138e-3 / 1e9 / 4260.0;
+  Json peers = Json::array();
+  peers.push_back(peer(k.at("key").as_string(), "torch.compile", 0.157));
+  k["peers"] = peers;
+  Json ks = Json::array();
+  ks.push_back(k);
+  doc["kernels"] = ks;
+  write_file_atomic(dir + "/in.json", doc.dump(2));
+  auto r = test::run_fp8sim({"bench", "--from", dir + "/in.json", "--json", dir + "/out.json", "--md", dir + "/out.md"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json out = Json::parse(read_text_file(dir + "/out.json"));
+  const Json& t = out.at("kernels").as_array()[0].at("targets");
+  EXPECT_TRUE(t.at("copy_bandwidth").at("met").as_bool());      // 93% >= 90%
+  EXPECT_FALSE(t.at("vs_torch_compile").at("met").as_bool());   // 1.14x < 1.25x
+  EXPECT_FALSE(t.at("vs_torch_compile").at("reachable").as_bool());
+  EXPECT_EQ(out.at("targets_summary").at("met").as_int(), 1);
+  const std::string md = read_text_file(dir + "/out.md");
+  EXPECT_NE(md.find("needs 102% of copy"), std::string::npos) << md;
+  EXPECT_NE(md.find("re-evaluated from this run's JSON"), std::string::npos) << md;
+  // Not a bench document: one line, exit 1, nothing written.
+  write_file_atomic(dir + "/plan.json", "{\"kernelz\": []}");
+  r = test::run_fp8sim({"bench", "--from", dir + "/plan.json", "--md", dir + "/bad.md"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(one_line(r.err)) << r.err;
+  EXPECT_NE(r.err.find("not a bench document"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/bad.md"));
 }
 
 TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
