@@ -32,6 +32,7 @@ namespace {
 
 constexpr int kPlain = 0, kDelayed = 1, kCoat = 2, kRobust = 3;
 constexpr int64_t kChunk = 16384;  // elements per stage-1 chunk of the tensor kernels
+constexpr int64_t kOneBlockMaxima = 16384;  // longer maxima lists take the multi-block reduction
 
 struct GroupQ {
   float sq = 1.0f;        // plain: divisor; delayed: multiplier
@@ -783,7 +784,7 @@ bool coop_launch_ok() {
 // block to finish also computes the scale (acc[1]: its block counter).
 void launch_stage2(const uint32_t* maxima, int64_t m, const QuantKernelParams& P, int mode, uint32_t* slot,
                    float* tensor_amax, float* scales, uint32_t* acc, cudaStream_t s) {
-  if (m > 16384 && acc) {  // acc[0] (the max) and acc[1] (the block counter) zeroed by the caller
+  if (m > kOneBlockMaxima && acc) {  // acc[0] (the max) and acc[1] (the block counter) zeroed by the caller
     max_maxima_kernel<<<grid_cap((m / 4 + 255) / 256, 8), 256, 0, s>>>(maxima, m, acc, acc + 1, P, mode, slot,
                                                                        tensor_amax, scales);
     FP8SIM_CUDA_CHECK_LAUNCH();
@@ -900,7 +901,7 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     }
     // Long lists (group scaling's per-group maxima) are reduced inside the encode launch.
     FusedStage2 fused;
-    if (m > 16384 && coop_launch_ok()) {
+    if (m > kOneBlockMaxima && coop_launch_ok()) {
       fused.maxima = maxima;
       fused.m = m;
       fused.tensor_amax = L.tensor_amax;
@@ -1020,7 +1021,7 @@ void launch_chunk_maxima(int dtype, const void* x, int64_t n, int64_t chunk, uin
 }
 
 void launch_reduce_maxima(const uint32_t* maxima, int64_t m, float* amax, cudaStream_t s) {
-  if (m > 16384) {  // multi-block: atomicMax straight into the result's bits
+  if (m > kOneBlockMaxima) {  // multi-block: atomicMax straight into the result's bits
     FP8SIM_CUDA_CHECK(cudaMemsetAsync(amax, 0, sizeof(float), s));
     max_maxima_kernel<<<grid_cap((m / 4 + 255) / 256, 8), 256, 0, s>>>(maxima, m, reinterpret_cast<uint32_t*>(amax));
     FP8SIM_CUDA_CHECK_LAUNCH();

@@ -91,18 +91,30 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     fmt::print(stderr, "wrote the bench plan ({} kernels) to '{}'\n", bench::make_plan(o).size(), plan_out);
     return 0;
   }
+  // The end of both paths: the targets line, then the document to --json and its Markdown to --md
+  // (rendered first, so a document that cannot be rendered writes nothing).
+  auto emit = [&](const Json& doc) {
+    const std::string md = md_out.empty() ? std::string() : bench::render_markdown(doc);
+    if (const Json* t = doc.find("targets_summary"))
+      fmt::print("targets: {} met, {} missed, {} unmeasured\n", t->at("met").dump(-1), t->at("missed").dump(-1),
+                 t->at("unmeasured").dump(-1));
+    if (!json_out.empty()) write_file_atomic(json_out, doc.dump(2) + "\n");
+    if (!md_out.empty()) write_file_atomic(md_out, md);
+  };
   if (!from.empty()) {
     if (json_out.empty() && md_out.empty()) throw UsageError("--from needs --json or --md (where to write the result)");
     Json doc = Json::parse(read_text_file(from));
     FP8SIM_REQUIRE(doc.is_object() && doc.find("kernels") && doc.at("kernels").is_array(),
                    "'{}' is not a bench document (no 'kernels' list; written by fp8sim bench --json?)", from);
-    bench::evaluate_targets(doc);
-    doc["rerendered"] = o.command_line;  // the timing and its command stay the original run's
-    if (const Json* t = doc.find("targets_summary"))
-      fmt::print("targets: {} met, {} missed, {} unmeasured\n", t->at("met").dump(-1), t->at("missed").dump(-1),
-                 t->at("unmeasured").dump(-1));
-    if (!json_out.empty()) write_file_atomic(json_out, doc.dump(2) + "\n");
-    if (!md_out.empty()) write_file_atomic(md_out, bench::render_markdown(doc));
+    try {
+      bench::evaluate_targets(doc);
+      doc["rerendered"] = o.command_line;  // the timing and its command stay the original run's
+      emit(doc);
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      throw Error(fmt::format("'{}' is not a usable bench document: {}", from, e.what()));
+    }
     return 0;
   }
   if (!peers.empty()) {
@@ -123,11 +135,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   if (const Json* a = doc.find("coat_agreement"); a && a->find("target"))
     fmt::print("codes equal to COAT's kernel (non-degenerate groups, worst moment and step): {:.5f}\n",
                a->at("target").at("value").as_number());
-  if (const Json* t = doc.find("targets_summary"))
-    fmt::print("targets: {} met, {} missed, {} unmeasured\n", t->at("met").dump(-1), t->at("missed").dump(-1),
-               t->at("unmeasured").dump(-1));
-  if (!json_out.empty()) write_file_atomic(json_out, doc.dump(2) + "\n");
-  if (!md_out.empty()) write_file_atomic(md_out, bench::render_markdown(doc));
+  emit(doc);
   int failed = 0;
   for (const auto& k : doc.at("kernels").as_array())
     if (k.at("status").as_string().rfind("error", 0) == 0) ++failed;
