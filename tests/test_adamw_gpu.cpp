@@ -352,14 +352,19 @@ TEST(AdamwGpu, CoatFusedShortcutsOffGiveTheSameBits) {
   FP8SIM_SKIP_WITHOUT_GPU();
   struct Variant {
     int mask, min_blocks;
-    bool wide;
+    bool wide, full;
   };
-  for (const Variant& vr : std::vector<Variant>{{0, 3, false}, {1, 3, false}, {2, 3, false}, {3, 3, false},
-                                                {0, 2, true}, {1, 2, true}, {2, 2, true}, {3, 3, true}}) {
-    gpu::detail::adamw_fast_paths(vr.mask, vr.min_blocks, vr.wide);
-    for (auto nn : {int64_t{217}, int64_t{128 * 3 + 7}, int64_t{4096 + 100}}) run_case({"coat", optim::UpdateRule::Coat, true}, nn, 2);
+  // 128 * 40: every group whole, so the default launch takes the kernel without element-wise
+  // paths (full); {3, 2, true, false} runs the same data through the general kernel.
+  for (const Variant& vr : std::vector<Variant>{{0, 3, false, true}, {1, 3, false, true}, {2, 3, false, true},
+                                                {3, 3, false, true}, {0, 2, true, true}, {1, 2, true, true},
+                                                {2, 2, true, true}, {3, 3, true, true}, {3, 2, true, true},
+                                                {3, 2, true, false}, {3, 3, false, false}}) {
+    gpu::detail::adamw_fast_paths(vr.mask, vr.min_blocks, vr.wide, vr.full);
+    for (auto nn : {int64_t{217}, int64_t{128 * 3 + 7}, int64_t{4096 + 100}, int64_t{128 * 40}})
+      run_case({"coat", optim::UpdateRule::Coat, true}, nn, 2);
   }
-  gpu::detail::adamw_fast_paths(3, 2, true);
+  gpu::detail::adamw_fast_paths(3, 2, true, true);
 }
 
 }  // namespace

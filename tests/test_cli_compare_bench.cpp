@@ -92,6 +92,10 @@ TEST(CliBench, BadInputAndNoGpu) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--flush must be read or write"), std::string::npos) << r.err;
   EXPECT_TRUE(one_line(r.err)) << r.err;
+  r = test::run_fp8sim({"bench", "--gemm-search", "-3"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--gemm-search must be 0 or more"), std::string::npos) << r.err;
+  EXPECT_TRUE(one_line(r.err)) << r.err;
   r = test::run_fp8sim({"bench", "--from", "/nonexistent/bench.json", "--md", "/tmp/x.md"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(one_line(r.err)) << r.err;

@@ -39,13 +39,15 @@ struct Result {
   bool supported;
   gemm::GemmCheck check;
   std::string status;
+  Json plan;
 };
 
 // Quantizes X (M, K) and W (N, K) on the CPU, runs the GPU GEMM on the codes and checks it.
 // `w_scale_factor` corrupts the weight scales handed to the GPU (a deliberate error).
 Result run_mode(compare::GpuOps& gpu, const Mode& md, const std::vector<float>& x, const std::vector<float>& w,
-                int64_t M, int64_t N, int64_t K, float w_scale_factor = 1.0f) {
+                int64_t M, int64_t N, int64_t K, float w_scale_factor = 1.0f, int search = 0) {
   compare::GemmRequest r;
+  r.search = search;
   r.m = M;
   r.n = N;
   r.k = K;
@@ -79,6 +81,7 @@ Result run_mode(compare::GpuOps& gpu, const Mode& md, const std::vector<float>& 
   gemm::gemm_abs_f32(xd.data(), wd.data(), sabs.data(), M, N, K);
   const compare::GemmOutcome out = gpu.gemm(r);
   Result res{out.supported, {}, out.status};
+  res.plan = out.plan;
   if (!out.supported) return res;
   gemm::GemmNumerics num;
   num.x_format = md.xf;
@@ -96,14 +99,15 @@ std::vector<float> data(size_t n, uint64_t seed) {
   return v;
 }
 
-void check_shapes(const std::vector<std::array<int64_t, 3>>& shapes) {
+void check_shapes(const std::vector<std::array<int64_t, 3>>& shapes, int search = 0) {
   auto gpu = gpu::make_gpu_ops();
   for (const auto& [M, N, K] : shapes) {
     const auto x = data(static_cast<size_t>(M * K), 1 + M), w = data(static_cast<size_t>(N * K), 2 + N);
     for (const auto& md : kModes) {
-      const Result r = run_mode(*gpu, md, x, w, M, N, K);
-      const std::string ctx = std::string(md.name) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
-                              " K=" + std::to_string(K);
+      const Result r = run_mode(*gpu, md, x, w, M, N, K, 1.0f, search);
+      std::string ctx = std::string(md.name) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                        " K=" + std::to_string(K);
+      if (search > 0 && r.supported) ctx += " algo=" + r.plan.at("algo").dump(-1) + " searched=" + r.plan.at("searched").dump(-1);
       if (!r.supported) {
         // Refusals are allowed only for the modes cuBLAS documents as optional on sm_90, and must
         // carry cuBLASLt's own status text.
@@ -127,6 +131,13 @@ TEST(GemmGpu, AwkwardShapesArePaddedAndCorrect) {
 TEST(GemmGpu, Llama2Shapes) {
   FP8SIM_SKIP_WITHOUT_GPU();
   check_shapes({{256, 11008, 4096}, {256, 4096, 11008}});
+}
+
+// The timed selection of `fp8sim bench` (heuristic candidates plus the search over every
+// configuration cuBLASLt accepts) must pick a configuration that computes the same GEMM.
+TEST(GemmGpu, SearchedAlgorithmsAreCorrect) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  check_shapes({{512, 1024, 4096}, {256, 4096, 11008}, {384, 768, 1024}}, 2000);
 }
 
 TEST(GemmGpu, ToleranceCatchesAWrongScale) {

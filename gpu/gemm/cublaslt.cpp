@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "gpu/common/cuda_check.hpp"
@@ -132,6 +133,8 @@ Json GemmPlan::to_json() const {
   j["supported"] = supported_;
   j["status"] = status_;
   j["candidates"] = candidates_;
+  j["search_accepted"] = search_found_;
+  j["searched"] = searched_;
   if (supported_) {
     Json a = Json::object();
     a["algo_id"] = chosen_.algo_id;
@@ -139,6 +142,8 @@ Json GemmPlan::to_json() const {
     a["splitk"] = chosen_.splitk;
     a["stages_id"] = chosen_.stages_id;
     a["cluster_shape_id"] = chosen_.cluster_id;
+    a["cta_swizzling"] = chosen_.swizzle;
+    a["from_search"] = chosen_.from_search;
     a["workspace_bytes"] = chosen_.workspace;
     a["selection_median_ms"] = chosen_.median_ms;
     j["algo"] = std::move(a);
@@ -165,7 +170,7 @@ std::string CublasLt::version_string() {
 }
 
 GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArgs& args, cudaStream_t stream,
-                        int max_candidates, int timing_reps) {
+                        int max_candidates, int timing_reps, int search) {
   FP8SIM_REQUIRE(s.m > 0 && s.n > 0 && s.k > 0, "GEMM shape must be positive, got M={} N={} K={}", s.m, s.n, s.k);
   FP8SIM_REQUIRE(s.m <= INT32_MAX && s.n <= INT32_MAX && s.k <= INT32_MAX, "GEMM dimension too large");
   const bool fp8 = cfg.scaling != GemmScaling::None;
@@ -276,41 +281,53 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
     }
   } ev_guard{e0, e1};
   const float alpha = 1.0f, beta = 0.0f;
+  std::string last_error;
+  auto launch = [&](const cublasLtMatmulAlgo_t& algo) {
+    return cublasLtMatmul(h_->lt, im.desc, &alpha, args.w, im.a, args.x, im.b, &beta, args.y, im.c, args.y, im.d,
+                          &algo, h_->workspace, h_->workspace_bytes, stream);
+  };
+  // One untimed launch (it must run), then `reps` timed ones: their median in ms, or < 0 when
+  // cuBLASLt refused to launch (the reason kept in last_error).
+  auto time_algo = [&](const cublasLtMatmulAlgo_t& algo, int reps) -> float {
+    cublasStatus_t st = launch(algo);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      last_error = fmt::format("cublasLtMatmul: {}", cublasLtGetStatusName(st));
+      return -1.0f;
+    }
+    if (reps <= 0) {
+      FP8SIM_CUDA_CHECK(cudaStreamSynchronize(stream));
+      return 0.0f;
+    }
+    std::vector<float> times;
+    for (int r = 0; r < reps; ++r) {
+      FP8SIM_CUDA_CHECK(cudaEventRecord(e0, stream));
+      st = launch(algo);
+      FP8SIM_CUDA_CHECK(cudaEventRecord(e1, stream));
+      FP8SIM_CUDA_CHECK(cudaEventSynchronize(e1));
+      if (st != CUBLAS_STATUS_SUCCESS) {
+        last_error = fmt::format("cublasLtMatmul: {}", cublasLtGetStatusName(st));
+        return -1.0f;
+      }
+      float t = 0;
+      FP8SIM_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+      times.push_back(t);
+    }
+    std::sort(times.begin(), times.end());
+    return times[times.size() / 2];
+  };
+  struct Timed {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspace;
+    float ms;
+  };
+  std::vector<Timed> finalists;  // the heuristic's best, then the search's fastest
   int best = -1;
   float best_ms = 0;
-  std::string last_error;
   for (int i = 0; i < returned; ++i) {
     if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
     if (results[i].workspaceSize > h_->workspace_bytes) continue;
-    cublasStatus_t st = cublasLtMatmul(h_->lt, im.desc, &alpha, args.w, im.a, args.x, im.b, &beta, args.y, im.c,
-                                       args.y, im.d, &results[i].algo, h_->workspace, h_->workspace_bytes, stream);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-      last_error = fmt::format("cublasLtMatmul: {}", cublasLtGetStatusName(st));
-      continue;
-    }
-    float ms = 0;
-    if (timing_reps > 0) {
-      std::vector<float> times;
-      for (int r = 0; r < timing_reps; ++r) {
-        FP8SIM_CUDA_CHECK(cudaEventRecord(e0, stream));
-        st = cublasLtMatmul(h_->lt, im.desc, &alpha, args.w, im.a, args.x, im.b, &beta, args.y, im.c, args.y, im.d,
-                            &results[i].algo, h_->workspace, h_->workspace_bytes, stream);
-        FP8SIM_CUDA_CHECK(cudaEventRecord(e1, stream));
-        FP8SIM_CUDA_CHECK(cudaEventSynchronize(e1));
-        if (st != CUBLAS_STATUS_SUCCESS) break;
-        float t = 0;
-        FP8SIM_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-        times.push_back(t);
-      }
-      if (st != CUBLAS_STATUS_SUCCESS || times.empty()) {
-        last_error = fmt::format("cublasLtMatmul: {}", cublasLtGetStatusName(st));
-        continue;
-      }
-      std::sort(times.begin(), times.end());
-      ms = times[times.size() / 2];
-    } else {
-      FP8SIM_CUDA_CHECK(cudaStreamSynchronize(stream));
-    }
+    const float ms = time_algo(results[i].algo, timing_reps);
+    if (ms < 0) continue;
     if (best < 0 || ms < best_ms) {
       best = i;
       best_ms = ms;
@@ -318,28 +335,137 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
     if (timing_reps <= 0) break;  // heuristic order: the first that runs
   }
   FP8SIM_CUDA_CHECK(cudaGetLastError());
-  if (best < 0) {
+  if (best >= 0) finalists.push_back({results[best].algo, results[best].workspaceSize, best_ms});
+
+  // ---- optional search over the configurations cuBLASLt accepts ----
+  if (best >= 0 && search > 0 && timing_reps > 0) {
+    std::vector<Timed> found;
+    int ids[128];
+    int nids = 0;
+    if (cublasLtMatmulAlgoGetIds(h_->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, ta, tb, ty, ty, 128, ids, &nids) !=
+        CUBLAS_STATUS_SUCCESS)
+      nids = 0;
+    auto cap_array = [](const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
+      size_t bytes = 0;
+      std::vector<uint32_t> v;
+      if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, nullptr, 0, &bytes) != CUBLAS_STATUS_SUCCESS || bytes == 0)
+        return std::vector<uint32_t>{0u};
+      v.resize(bytes / sizeof(uint32_t));
+      if (cublasLtMatmulAlgoCapGetAttribute(&algo, attr, v.data(), bytes, &bytes) != CUBLAS_STATUS_SUCCESS || v.empty())
+        return std::vector<uint32_t>{0u};
+      return v;
+    };
+    // Cluster shapes: auto, 1x1, 2x1, 1x2 (cublasLtClusterShape_t).
+    const uint16_t clusters[] = {0, 2, 3, 5};
+    int checks = 0;
+    constexpr int kMaxChecks = 200000;  // AlgoCheck is host-only, a few microseconds each
+    for (int a = 0; a < nids && static_cast<int>(found.size()) < search && checks < kMaxChecks; ++a) {
+      cublasLtMatmulAlgo_t base;
+      if (cublasLtMatmulAlgoInit(h_->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, ta, tb, ty, ty, ids[a], &base) !=
+          CUBLAS_STATUS_SUCCESS)
+        continue;
+      const std::vector<uint32_t> tiles = cap_array(base, CUBLASLT_ALGO_CAP_TILE_IDS);
+      const std::vector<uint32_t> stages = cap_array(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
+      uint32_t swz_cap = 0;
+      size_t wr = 0;
+      if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swz_cap, sizeof swz_cap,
+                                            &wr) != CUBLAS_STATUS_SUCCESS)
+        swz_cap = 0;
+      for (const uint32_t tile : tiles)
+        for (const uint32_t stage : stages)
+          for (const uint16_t cl : clusters)
+            for (uint32_t swz = 0; swz <= (swz_cap ? 1u : 0u); ++swz) {
+              if (static_cast<int>(found.size()) >= search || checks >= kMaxChecks) break;
+              cublasLtMatmulAlgo_t algo = base;
+              const int32_t splitk = 1;
+              const uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE, custom = 0;
+              if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile) ||
+                  cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof stage) ||
+                  cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk) ||
+                  cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red) ||
+                  cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof swz) ||
+                  cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof custom))
+                continue;
+              if (cl != 0 &&
+                  cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cl, sizeof cl))
+                continue;
+              ++checks;
+              cublasLtMatmulHeuristicResult_t chk{};
+              if (cublasLtMatmulAlgoCheck(h_->lt, im.desc, im.a, im.b, im.c, im.d, &algo, &chk) !=
+                      CUBLAS_STATUS_SUCCESS ||
+                  chk.workspaceSize > h_->workspace_bytes)
+                continue;
+              found.push_back({algo, chk.workspaceSize, 0.0f});
+            }
+    }
+    // A quick timing each: an untimed launch (it loads the kernel's module, lazily loaded by CUDA),
+    // one timed launch, and two more only when that one is within 25% of the best so far (a
+    // config with a tiny tile can be 100x slower on these shapes); at most ~6 s per plan. Then the
+    // fastest few again with the full repeat count, against the heuristic's best re-timed in the
+    // same round.
+    // The heuristic's tiles first (other stages, clusters, swizzles of what it predicted best).
+    auto tile_of = [](const cublasLtMatmulAlgo_t& al) {
+      uint32_t t = 0;
+      size_t w = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&al, CUBLASLT_ALGO_CONFIG_TILE_ID, &t, sizeof t, &w);
+      return t;
+    };
+    std::vector<uint32_t> heur_tiles;
+    for (int i = 0; i < returned; ++i)
+      if (results[i].state == CUBLAS_STATUS_SUCCESS) heur_tiles.push_back(tile_of(results[i].algo));
+    std::stable_partition(found.begin(), found.end(), [&](const Timed& f) {
+      return std::find(heur_tiles.begin(), heur_tiles.end(), tile_of(f.algo)) != heur_tiles.end();
+    });
+    plan.search_found_ = static_cast<int>(found.size());
+    std::vector<Timed> ran;
+    float quick_best = best_ms;
+    const auto t_start = std::chrono::steady_clock::now();
+    for (auto& f : found) {
+      if (std::chrono::steady_clock::now() - t_start > std::chrono::seconds(6)) break;
+      const float one = time_algo(f.algo, 1);
+      if (one <= 0) continue;
+      f.ms = one <= 1.25f * quick_best ? std::min(one, time_algo(f.algo, 2)) : one;
+      if (f.ms <= 0) continue;
+      quick_best = std::min(quick_best, f.ms);
+      ran.push_back(f);
+    }
+    cudaGetLastError();  // a refused configuration leaves no sticky error, but clear a soft one
+    plan.searched_ = static_cast<int>(ran.size());
+    std::sort(ran.begin(), ran.end(), [](const Timed& x, const Timed& y) { return x.ms < y.ms; });
+    for (size_t i = 0; i < ran.size() && i < 6; ++i) finalists.push_back(ran[i]);
+    for (auto& f : finalists) f.ms = time_algo(f.algo, timing_reps);
+  }
+  FP8SIM_CUDA_CHECK(cudaGetLastError());
+  int pick = -1;
+  for (size_t i = 0; i < finalists.size(); ++i)
+    if (finalists[i].ms >= 0 && (pick < 0 || finalists[i].ms < finalists[static_cast<size_t>(pick)].ms))
+      pick = static_cast<int>(i);
+  if (pick < 0) {
     plan.supported_ = false;
     plan.status_ = last_error.empty() ? "no heuristic candidate could run" : last_error;
     return plan;
   }
-  im.algo = results[best].algo;
+  const Timed& chosen = finalists[static_cast<size_t>(pick)];
+  im.algo = chosen.algo;
   im.have_algo = true;
   plan.supported_ = true;
   plan.status_ = "ok";
-  auto cfg_attr = [&](cublasLtMatmulAlgoConfigAttributes_t a) {
-    int32_t v = -1;
+  // Each attribute read with its documented width (the cluster shape is 16-bit).
+  auto cfg_attr = [&]<class V>(cublasLtMatmulAlgoConfigAttributes_t a, V) {
+    V v{};
     size_t written = 0;
     if (cublasLtMatmulAlgoConfigGetAttribute(&im.algo, a, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return -1;
     return static_cast<int>(v);
   };
-  plan.chosen_.algo_id = cfg_attr(CUBLASLT_ALGO_CONFIG_ID);
-  plan.chosen_.tile_id = cfg_attr(CUBLASLT_ALGO_CONFIG_TILE_ID);
-  plan.chosen_.splitk = cfg_attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM);
-  plan.chosen_.stages_id = cfg_attr(CUBLASLT_ALGO_CONFIG_STAGES_ID);
-  plan.chosen_.cluster_id = cfg_attr(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID);
-  plan.chosen_.workspace = results[best].workspaceSize;
-  plan.chosen_.median_ms = best_ms;
+  plan.chosen_.algo_id = cfg_attr(CUBLASLT_ALGO_CONFIG_ID, int32_t{});
+  plan.chosen_.tile_id = cfg_attr(CUBLASLT_ALGO_CONFIG_TILE_ID, uint32_t{});
+  plan.chosen_.splitk = cfg_attr(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, int32_t{});
+  plan.chosen_.stages_id = cfg_attr(CUBLASLT_ALGO_CONFIG_STAGES_ID, uint32_t{});
+  plan.chosen_.cluster_id = cfg_attr(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, uint16_t{});
+  plan.chosen_.swizzle = cfg_attr(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, uint32_t{});
+  plan.chosen_.from_search = pick > 0;
+  plan.chosen_.workspace = chosen.workspace;
+  plan.chosen_.median_ms = chosen.ms;
   return plan;
 }
 

@@ -62,7 +62,8 @@ struct GemmArgs {
 
 // What the heuristic offered and what timing chose.
 struct GemmAlgoInfo {
-  int algo_id = -1, tile_id = -1, splitk = -1, stages_id = -1, cluster_id = -1;
+  int algo_id = -1, tile_id = -1, splitk = -1, stages_id = -1, cluster_id = -1, swizzle = -1;
+  bool from_search = false;  // a configuration the search found beat the heuristic's candidates
   size_t workspace = 0;
   float median_ms = 0;  // from the candidate timing (no L2 flush; selection only)
 };
@@ -83,6 +84,10 @@ class GemmPlan {
   const GemmConfig& config() const { return config_; }
   const GemmAlgoInfo& chosen() const { return chosen_; }
   int candidates() const { return candidates_; }
+  // Configurations beyond the heuristic's that the search (CublasLt::plan's `search`) timed.
+  int searched() const { return searched_; }
+  // Configurations cublasLtMatmulAlgoCheck accepted (searched() of them were timed in the budget).
+  int search_accepted() const { return search_found_; }
   // JSON summary (config, status, chosen algorithm, candidate count).
   Json to_json() const;
 
@@ -97,6 +102,8 @@ class GemmPlan {
   GemmConfig config_;
   GemmAlgoInfo chosen_;
   int candidates_ = 0;
+  int searched_ = 0;
+  int search_found_ = 0;
 };
 
 class CublasLt {
@@ -112,11 +119,15 @@ class CublasLt {
 
   // Builds every descriptor with every attribute set explicitly, asks the heuristic for up to
   // `max_candidates` algorithms and, when timing_reps > 0, runs each candidate on `args`
-  // (warm-up + timing_reps timed launches, CUDA events) and keeps the fastest. Never throws
+  // (warm-up + timing_reps timed launches, CUDA events) and keeps the fastest. With search > 0
+  // (and timing), also enumerates the configurations cuBLASLt accepts for these descriptors
+  // (every algorithm id x tile x stages x cluster shape x CTA swizzle that cublasLtMatmulAlgoCheck
+  // passes, no split-K), times up to `search` of them once each, and re-times the fastest few
+  // against the heuristic's best: the heuristic's choice is only a prediction. Never throws
   // for a configuration the library refuses: returns a plan with supported() == false.
   // Throws fp8sim::Error for invalid arguments (shapes, formats) and CUDA failures.
   GemmPlan plan(const GemmShape& shape, const GemmConfig& config, const GemmArgs& args, cudaStream_t stream,
-                int max_candidates = 8, int timing_reps = 5);
+                int max_candidates = 8, int timing_reps = 5, int search = 0);
 
   // Enqueues the planned GEMM on `stream` with these operands (same shape and config).
   void run(const GemmPlan& plan, const GemmArgs& args, cudaStream_t stream);

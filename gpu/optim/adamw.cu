@@ -59,6 +59,22 @@ __device__ __forceinline__ GroupStatBits reduce_group_stats(GroupStatBits s, int
   return s;
 }
 
+// b ? y : x for a plain struct, word by word: `b ? y : x` on two kernel parameters of struct type
+// made nvcc copy both to local memory and select an address (four local loads per group).
+template <class S>
+__device__ __forceinline__ S select_words(bool b, const S& x, const S& y) {
+  static_assert(sizeof(S) % 4 == 0, "whole 32-bit words");
+  constexpr int N = sizeof(S) / 4;
+  uint32_t wx[N], wy[N];
+  memcpy(wx, &x, sizeof(S));
+  memcpy(wy, &y, sizeof(S));
+#pragma unroll
+  for (int i = 0; i < N; ++i) wx[i] = b ? wy[i] : wx[i];
+  S r;
+  memcpy(&r, wx, sizeof(S));
+  return r;
+}
+
 __device__ __forceinline__ optim::GroupParams shfl_params(const optim::GroupParams& p, int src, int width = 32) {
   optim::GroupParams r;
   r.e.k = __shfl_sync(kFull, p.e.k, src, width);
@@ -228,7 +244,7 @@ __device__ __noinline__ uint32_t encode_expand_ref(float x, ExpandParams e, int 
 // over the team: for TEAM == 32 the m parameters on lanes 0-15 and v's on 16-31, for TEAM == 16
 // with EPL == 8 lanes 0-7 and 8-15 of each 16-lane team. `counts` (optional, tests) receives how
 // many elements took each path: {decode table, decode reference, encode guarded, encode reference}.
-template <int TEAM, int EPL, int MINB>
+template <int TEAM, int EPL, int MINB, bool FULL>
 __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __restrict__ p, const float* __restrict__ g,
                                                                 Fp8MomentPtrs m, Fp8MomentPtrs v, int64_t n, int G,
                                                                 bool vec, optim::AdamwStepConsts c,
@@ -260,9 +276,18 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
     const int64_t i0 = active ? grp * G : 0;
     const int len = active ? static_cast<int>(G < n - i0 ? G : n - i0) : 0;
     const int start = team_lane * EPL;
-    int valid = len - start;
-    valid = valid < 0 ? 0 : (valid > EPL ? EPL : valid);
+    int valid;
+    if constexpr (FULL) {
+      valid = active ? EPL : 0;
+    } else {
+      valid = len - start;
+      valid = valid < 0 ? 0 : (valid > EPL ? EPL : valid);
+    }
     const int64_t idx = i0 + start;
+    // Whole 16-byte / 4-byte words for this lane. (Written as `vec && valid == EPL` inline, nvcc
+    // 13.0 sent 30 of 32 lanes down the element-wise path in the bench's launch, ncu showed: both
+    // paths ran every iteration. FULL launches need no element-wise path at all.)
+    const bool vec_lane = FULL ? active : (vec && len - start >= EPL);
 
     float pv[EPL], gv[EPL];
     uint8_t qm[EPL], qv[EPL];
@@ -273,7 +298,7 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
       qm[j] = 0;
       qv[j] = 0;
     }
-    if (vec && valid == EPL) {
+    if (vec_lane) {
 #pragma unroll
       for (int w = 0; w < W; ++w) {
         const float4 p4 = *reinterpret_cast<const float4*>(p + idx + 4 * w);
@@ -288,7 +313,7 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
           qv[4 * w + j] = static_cast<uint8_t>(v4 >> (8 * j));
         }
       }
-    } else {
+    } else if constexpr (!FULL) {
 #pragma unroll
       for (int j = 0; j < EPL; ++j) {
         if (j < valid) {
@@ -377,7 +402,7 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
       constexpr int kHalf = TEAM / 2;
       const bool is_v = team_lane >= kHalf;
       const GroupStatBits st = is_v ? sv : sm;
-      const optim::GroupParams np = group_params_fast(st, is_v ? cv : cm, is_v ? log2b_v : log2b_m);
+      const optim::GroupParams np = group_params_fast(st, select_words(is_v, cm, cv), is_v ? log2b_v : log2b_m);
       float I = 0.f, F = 0.f;
       if (fe_m || fe_v) guarded_log_consts(np.e, I, F);
       pm_new = shfl_params(np, 0, TEAM);
@@ -474,24 +499,26 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
         }
         const uint32_t code = encode_expand_ref(isv ? xv : xm, isv ? pv_new.e : pm_new.e, isv ? cv.format : cm.format,
                                                 isv ? cv.saturate : cm.saturate);
-        const uint32_t sh = 8u * static_cast<uint32_t>(jj & 3), keep = ~(0xFFu << sh);
+        // Written back with selects over every word (a conditional store to word jj / 4 was
+        // turned into a dynamically indexed local-memory array by nvcc, on the hot path too).
+        const uint32_t sh = 8u * static_cast<uint32_t>(jj & 3);
 #pragma unroll
         for (int w = 0; w < W; ++w) {
-          if (jj / 4 == w) {
-            if (isv) vw[w] = (vw[w] & keep) | (code << sh);
-            else mw[w] = (mw[w] & keep) | (code << sh);
-          }
+          const bool hit = (jj >> 2) == w;
+          const uint32_t keep = hit ? ~(0xFFu << sh) : 0xFFFFFFFFu, put = hit ? code << sh : 0u;
+          mw[w] = isv ? mw[w] : ((mw[w] & keep) | put);
+          vw[w] = isv ? ((vw[w] & keep) | put) : vw[w];
         }
       }
     }
-    if (vec && valid == EPL) {
+    if (vec_lane) {
 #pragma unroll
       for (int w = 0; w < W; ++w) {
         *reinterpret_cast<float4*>(p + idx + 4 * w) = make_float4(pv[4 * w], pv[4 * w + 1], pv[4 * w + 2], pv[4 * w + 3]);
         *reinterpret_cast<uint32_t*>(m.codes + idx + 4 * w) = mw[w];
         *reinterpret_cast<uint32_t*>(v.codes + idx + 4 * w) = vw[w];
       }
-    } else {
+    } else if constexpr (!FULL) {
 #pragma unroll
       for (int j = 0; j < EPL; ++j) {
         if (j < valid) {
@@ -596,13 +623,15 @@ unsigned long long* g_path_counts = nullptr;  // device, 4 counters; null = not 
 int g_fast_paths = 3;                         // bit 0: decode table, bit 1: guarded encode
 int g_min_blocks = 2;                         // __launch_bounds__ blocks per SM of the 16 x 8 kernel
 bool g_wide = true;                           // G > 64: 16 lanes x 8 elements (else 32 x 4)
+bool g_full = true;                           // whole-group launches may take the FULL kernel
 
 }  // namespace
 
-void adamw_fast_paths(int mask, int min_blocks, bool wide) {
+void adamw_fast_paths(int mask, int min_blocks, bool wide, bool full) {
   g_fast_paths = mask & 3;
   g_min_blocks = min_blocks == 2 ? 2 : 3;
   g_wide = wide;
+  g_full = full;
 }
 
 void adamw_path_counting(bool on) {
@@ -709,19 +738,29 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
   const float lb_v = dmath::log2_det(expand_ratio_bound(cv.fmax_target));
   unsigned long long* cnt = g_path_counts;
   const int fast = g_fast_paths;
-#define FP8SIM_ADAMW_LAUNCH(T, E, B) \
-  adamw_fp8_grouped_kernel<T, E, B><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw, fast, lb_m, lb_v, cnt)
+  // Every lane of every group holds EPL elements in whole words: the kernel without element-wise
+  // paths (the common G = 128 launches; others keep the general kernel).
+  const bool full = vec && G == team * epl && N % G == 0 && g_full;
+#define FP8SIM_ADAMW_LAUNCH(T, E, B, F) \
+  adamw_fp8_grouped_kernel<T, E, B, F><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw, fast, lb_m, lb_v, cnt)
   if (wide) {
-    if (g_min_blocks == 2) FP8SIM_ADAMW_LAUNCH(16, 8, 2);
-    else FP8SIM_ADAMW_LAUNCH(16, 8, 3);
+    if (g_min_blocks == 2) {
+      if (full) FP8SIM_ADAMW_LAUNCH(16, 8, 2, true);
+      else FP8SIM_ADAMW_LAUNCH(16, 8, 2, false);
+    } else {
+      FP8SIM_ADAMW_LAUNCH(16, 8, 3, false);
+    }
   } else {
     switch (team) {
-      case 1: FP8SIM_ADAMW_LAUNCH(1, 4, 3); break;
-      case 2: FP8SIM_ADAMW_LAUNCH(2, 4, 3); break;
-      case 4: FP8SIM_ADAMW_LAUNCH(4, 4, 3); break;
-      case 8: FP8SIM_ADAMW_LAUNCH(8, 4, 3); break;
-      case 16: FP8SIM_ADAMW_LAUNCH(16, 4, 3); break;
-      default: FP8SIM_ADAMW_LAUNCH(32, 4, 3); break;
+      case 1: FP8SIM_ADAMW_LAUNCH(1, 4, 3, false); break;
+      case 2: FP8SIM_ADAMW_LAUNCH(2, 4, 3, false); break;
+      case 4: FP8SIM_ADAMW_LAUNCH(4, 4, 3, false); break;
+      case 8: FP8SIM_ADAMW_LAUNCH(8, 4, 3, false); break;
+      case 16: FP8SIM_ADAMW_LAUNCH(16, 4, 3, false); break;
+      default:
+        if (full) FP8SIM_ADAMW_LAUNCH(32, 4, 3, true);
+        else FP8SIM_ADAMW_LAUNCH(32, 4, 3, false);
+        break;
     }
   }
 #undef FP8SIM_ADAMW_LAUNCH

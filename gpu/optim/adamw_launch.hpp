@@ -31,9 +31,11 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
 void adamw_path_counting(bool on);
 // Which exact shortcuts the fused kernel may take (bit 0: dequantize via the mantissa table, bit 1:
 // guarded requantize; default 3 = both), the shape for DE groups of 65..128 elements (wide: 16
-// lanes x 8 elements, the default; else 32 x 4) and the wide kernel's __launch_bounds__ minimum
-// blocks per SM (2 or 3; default 2); for tests and timing comparisons (results are identical).
-void adamw_fast_paths(int mask, int min_blocks, bool wide = true);
+// lanes x 8 elements, the default; else 32 x 4), the wide kernel's __launch_bounds__ minimum
+// blocks per SM (2 or 3; default 2) and whether launches whose every group is whole and aligned
+// take the kernel compiled without element-wise paths (full, the default); for tests and timing
+// comparisons (results are identical).
+void adamw_fast_paths(int mask, int min_blocks, bool wide = true, bool full = true);
 void adamw_path_counts(unsigned long long out[4]);
 // decode_table vs compress_value for every code and each of the params: out = {mismatches,
 // table-eligible (params, code) pairs}.

@@ -234,46 +234,46 @@ __device__ __noinline__ Codes2 encode_word_ref(const QuantKernelParams& P, uint4
 }
 
 // The codes of NW consecutive 16-byte words of elements (the first element's flat index: flat0),
-// packed little-endian: 4 codes (fp32 input) or 8 (16-bit input) per word in out[w]. The choice of
-// path is made once for all the words.
-template <class T, InDt D, int NW>
-__device__ __forceinline__ void encode_words(const QuantKernelParams& P, const uint4 (&u)[NW], const PlainGroup& g,
-                                             bool hw, uint64_t flat0, uint32_t (&out)[NW][kWordElems<D> / 4]) {
+// packed little-endian: 4 codes (fp32 input) or 8 (16-bit input) per word in out[w], by one of the
+// three paths (the choice is the caller's, once for all the words):
+enum class EncPath { Pow2, DivBy, Reference };
+template <class T, InDt D, int NW, EncPath M>
+__device__ __forceinline__ void encode_words_path(const QuantKernelParams& P, const uint4 (&u)[NW], const PlainGroup& g,
+                                                  uint64_t flat0, uint32_t (&out)[NW][kWordElems<D> / 4]) {
   constexpr int W = kWordElems<D>;
-  if (g.fast && hw) {
-    if (g.pow2) {  // E8M0 / power-of-two scales: the quotient is one exact-reciprocal product
-      const float r = g.rc.r;
-#pragma unroll
-      for (int w = 0; w < NW; ++w) {
-        float v[W];
-        widen_word<D>(u[w], v);
-#pragma unroll
-        for (int j = 0; j < W / 4; ++j) {
-          const uint32_t lo = cvt2_hw<T>(__fmul_rn(v[4 * j], r), __fmul_rn(v[4 * j + 1], r));
-          const uint32_t hi = cvt2_hw<T>(__fmul_rn(v[4 * j + 2], r), __fmul_rn(v[4 * j + 3], r));
-          out[w][j] = lo | (hi << 16);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int w = 0; w < NW; ++w) {
-        float v[W];
-        widen_word<D>(u[w], v);
-#pragma unroll
-        for (int j = 0; j < W / 4; ++j) {
-          const uint32_t lo = cvt2_hw<T>(div_by(v[4 * j], g.rc), div_by(v[4 * j + 1], g.rc));
-          const uint32_t hi = cvt2_hw<T>(div_by(v[4 * j + 2], g.rc), div_by(v[4 * j + 3], g.rc));
-          out[w][j] = lo | (hi << 16);
-        }
-      }
-    }
-  } else {
+  if constexpr (M == EncPath::Reference) {
 #pragma unroll
     for (int w = 0; w < NW; ++w) {
       const Codes2 c = encode_word_ref<T, D>(P, u[w], g.sq, g.rc, g.fast, flat0 + w * W);
 #pragma unroll
       for (int j = 0; j < W / 4; ++j) out[w][j] = c.w[j];
     }
+  } else {
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      float v[W];
+      widen_word<D>(u[w], v);
+      float q[W];
+#pragma unroll
+      for (int e = 0; e < W; ++e)  // Pow2 (E8M0 and other power-of-two scales): one exact product
+        q[e] = M == EncPath::Pow2 ? __fmul_rn(v[e], g.rc.r) : div_by(v[e], g.rc);
+#pragma unroll
+      for (int j = 0; j < W / 4; ++j)
+        out[w][j] = cvt2_hw<T>(q[4 * j], q[4 * j + 1]) | (cvt2_hw<T>(q[4 * j + 2], q[4 * j + 3]) << 16);
+    }
+  }
+}
+// The path for a group: the fast arithmetic with the hardware converter where both apply.
+__device__ __forceinline__ EncPath enc_path(const PlainGroup& g, bool hw) {
+  return g.fast && hw ? (g.pow2 ? EncPath::Pow2 : EncPath::DivBy) : EncPath::Reference;
+}
+template <class T, InDt D, int NW>
+__device__ __forceinline__ void encode_words(const QuantKernelParams& P, const uint4 (&u)[NW], const PlainGroup& g,
+                                             bool hw, uint64_t flat0, uint32_t (&out)[NW][kWordElems<D> / 4]) {
+  switch (enc_path(g, hw)) {
+    case EncPath::Pow2: encode_words_path<T, D, NW, EncPath::Pow2>(P, u, g, flat0, out); break;
+    case EncPath::DivBy: encode_words_path<T, D, NW, EncPath::DivBy>(P, u, g, flat0, out); break;
+    default: encode_words_path<T, D, NW, EncPath::Reference>(P, u, g, flat0, out); break;
   }
 }
 
@@ -363,6 +363,10 @@ __global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restri
   constexpr int W = kWordElems<D>;
   extern __shared__ uint4 stage_buf[];  // [S][stage_words]
   __shared__ uint32_t red[32];
+  // The current group's scale (written by thread 0 between the two barriers of the max, read by
+  // every thread after the second: the next write comes after the next group's first barrier).
+  __shared__ PlainGroup shared_group;
+  __shared__ bool shared_finite;
   const int64_t groups = P.grid_rows * P.grid_cols;
   const int64_t wcols = P.cols / W;  // words per tensor row
   struct Geo {
@@ -405,22 +409,54 @@ __global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restri
     const uint4* buf = stage_buf + static_cast<size_t>(st) * stage_words;
     const Geo gg = geo(grp);
     uint32_t m = 0;
-    for (int i = threadIdx.x; i < gg.nwords; i += 256) m = max(m, absmax_bits_word<D>(buf[i]));
-    m = block_max_u32(m, red);
-    const bool finite = m < kInfBits;
-    if (!finite) {  // block-uniform
+    if constexpr (D == InDt::F32) {
+      for (int i = threadIdx.x; i < gg.nwords; i += 256) m = max(m, absmax_bits_word<D>(buf[i]));
+    } else {  // 16-bit magnitudes reduced pairwise over all the thread's words, widened once
+      for (int i = threadIdx.x; i < gg.nwords; i += 256) {
+        const uint4 u = buf[i];
+        m = __vmaxu2(m, __vmaxu2(__vmaxu2(u.x & 0x7FFF7FFFu, u.y & 0x7FFF7FFFu),
+                                 __vmaxu2(u.z & 0x7FFF7FFFu, u.w & 0x7FFF7FFFu)));
+      }
+      m = absmax_bits_word<D>(make_uint4(m, 0u, 0u, 0u));
+    }
+    // The block max; warp 0 finishes it and derives the group's scale and reciprocal once for the
+    // block (the per-group arithmetic is a few hundred instructions: done by every thread, it
+    // cost the issue slots this kernel is short of).
+    for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      uint32_t v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0u;
+      for (int off = 16; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, off));
+      if (threadIdx.x == 0) {
+        shared_finite = v < kInfBits;
+        if (v < kInfBits) shared_group = plain_group(P, v, true);
+      }
+    }
+    __syncthreads();  // also: every read of red above is done before red is written again
+    PlainGroup g;
+    if (shared_finite) {  // block-uniform
+      g = shared_group;
+    } else {  // a NaN or Inf in the group: the reference statistic over its finite values
       uint32_t f = 0;
       for (int i = threadIdx.x; i < gg.nwords; i += 256) f = max(f, finite_absmax_word<D>(buf[i]));
-      m = block_max_u32(f, red);
+      g = plain_group(P, block_max_u32(f, red), false);
     }
-    const PlainGroup g = plain_group(P, m, finite);
-    for (int i = threadIdx.x; i < gg.nwords; i += 256) {
-      const int64_t wi = word_index(gg, i);
-      uint32_t out[1][W / 4];
-      const uint4 one[1] = {buf[i]};
-      encode_words<T, D, 1>(P, one, g, hw, static_cast<uint64_t>(wi * W), out);
-      if constexpr (D == InDt::F32) reinterpret_cast<uint32_t*>(codes)[wi] = out[0][0];
-      else reinterpret_cast<uint2*>(codes)[wi] = make_uint2(out[0][0], out[0][1]);
+    // The path chosen once per group (block-uniform), the words encoded in its own loop.
+    auto encode_group = [&]<EncPath M>() {
+      for (int i = threadIdx.x; i < gg.nwords; i += 256) {
+        const int64_t wi = word_index(gg, i);
+        uint32_t out[1][W / 4];
+        const uint4 one[1] = {buf[i]};
+        encode_words_path<T, D, 1, M>(P, one, g, static_cast<uint64_t>(wi * W), out);
+        if constexpr (D == InDt::F32) reinterpret_cast<uint32_t*>(codes)[wi] = out[0][0];
+        else reinterpret_cast<uint2*>(codes)[wi] = make_uint2(out[0][0], out[0][1]);
+      }
+    };
+    switch (enc_path(g, hw)) {
+      case EncPath::Pow2: encode_group.template operator()<EncPath::Pow2>(); break;
+      case EncPath::DivBy: encode_group.template operator()<EncPath::DivBy>(); break;
+      default: encode_group.template operator()<EncPath::Reference>(); break;
     }
     if (threadIdx.x == 0) scales[grp] = g.stored;
     st = st == S - 1 ? 0 : st + 1;

@@ -32,7 +32,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::vector<std::string> ops;
   std::string json_out, md_out, peers, plan_out, coat_states, flush = "read", from;
-  int warmup = -1, reps = -1;
+  int warmup = -1, reps = -1, gemm_search = -1;
   opts.add_options()
       ("ops", po::value(&ops)->multitoken(),
        "ops to time (comma or space separated): copy, cast, quantize, dequantize, amax, adamw, gemm (default: all)")
@@ -42,6 +42,11 @@ int run_bench_cmd(const std::vector<std::string>& args) {
       ("flush", po::value(&flush), "how the L2 is flushed before each timed launch: read (default: a 256 MiB "
                                    "read, leaving clean lines) or write (a 256 MiB write, whose dirty lines are "
                                    "written back during the timed launch; the flush before 2026-11-30 20:00)")
+      ("gemm-search", po::value(&gemm_search),
+       "GEMM algorithm selection: besides timing cuBLASLt's 8 heuristic candidates, time up to N more "
+       "configurations that cuBLASLt accepts (algorithm x tile x stages x cluster x swizzle; at most "
+       "~6 s per GEMM) and keep the fastest (default 0: the heuristic's candidates only; on the H200 "
+       "the search found nothing faster, and its minutes of GEMMs heat the GPU and slow what follows)")
       ("peers", po::value(&peers), "JSON written by scripts/bench_peers.py: merged as each kernel's peers")
       ("coat-states", po::value(&coat_states), "COAT's optimizer states written by bench_peers.py --coat-dump: "
                                                "report the fraction of codes equal to COAT's kernel")
@@ -77,6 +82,8 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   o.warmup = warmup >= 0 ? warmup : (o.smoke ? 2 : 5);
   o.reps = reps >= 0 ? reps : (o.smoke ? 5 : 20);
   if (o.reps < 1) throw UsageError("--reps must be at least 1");
+  if (vm.count("gemm-search") && gemm_search < 0) throw UsageError("--gemm-search must be 0 or more");
+  o.gemm_search = gemm_search >= 0 ? gemm_search : 0;
   if (flush != "read" && flush != "write") throw UsageError("--flush must be read or write, not '" + flush + "'");
   o.flush_write = flush == "write";
   o.peers_path = peers;

@@ -428,6 +428,14 @@ std::string render_markdown(const Json& doc) {
     md += fmt::format("- targets: {} met, {} missed, {} unmeasured (peer absent)\n", t->at("met").dump(-1),
                       t->at("missed").dump(-1), t->at("unmeasured").dump(-1));
   if (doc.find("l2_flush")) md += fmt::format("- L2 flush before each timed launch: {}\n", field("l2_flush"));
+  if (const Json* gs = doc.find("gemm_search")) {
+    if (gs->dump(-1) == "0")
+      md += "- GEMM algorithm: the fastest of cuBLASLt's 8 heuristic candidates, each timed unflushed\n";
+    else
+      md += fmt::format("- GEMM algorithm: the fastest of cuBLASLt's 8 heuristic candidates and of up to {} more "
+                        "configurations it accepts (bench --gemm-search), each timed unflushed\n",
+                        gs->dump(-1));
+  }
   md += "\nTimes are CUDA-event medians over warm, L2-flushed repeats. Rates count each input byte once "
         "and each output byte once. speedup = peer time / fp8sim time (> 1: fp8sim is faster).\n\n";
   md += "|";

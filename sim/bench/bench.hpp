@@ -40,6 +40,7 @@ struct BenchOptions {
   bool smoke = false;            // tiny sizes, few reps: a < 60 s check that everything runs
   int warmup = 5;
   int reps = 20;
+  int gemm_search = 0;           // GEMM configurations timed beyond the heuristic's (CublasLt::plan)
   bool flush_write = false;      // L2 flush by a 256 MiB write (before session 13) instead of a read
   std::string peers_path;        // JSON written by scripts/bench_peers.py (optional)
   std::string coat_states_dir;   // COAT's states from bench_peers.py --coat-dump (optional): code agreement
