@@ -288,6 +288,14 @@ def coat_dump(torch, mod, n, out_dir, device):
     print(f"bench_peers.py: wrote COAT's states for {n} parameters to {out_dir}", flush=True)
 
 
+def gemm_cooldown(torch, item):
+    """Idle as `fp8sim bench` does before timing each GEMM (the plan's gemm_cooldown_s)."""
+    secs = float(item.get("gemm_cooldown_s", 0.0))
+    if secs > 0:
+        torch.cuda.synchronize()
+        time.sleep(secs)
+
+
 def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
     op = item["op"]
     key = item["key"]
@@ -371,6 +379,7 @@ def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
         if item["x_format"] == "bf16":
             x = randn_bf16(torch, (m, k), device, 3)
             w = randn_bf16(torch, (n, k), device, 4)
+            gemm_cooldown(torch, item)
             record("torch.matmul", lambda: torch.matmul(x, w.t()))
             del x, w
         else:
@@ -391,6 +400,7 @@ def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
                 sa = torch.ones(kb, m, device=device).t()  # (M, K/128), stride (1, M)
                 kb4 = (kb + 3) // 4 * 4
                 sb = torch.ones((n + 127) // 128, kb4, device=device).t()[:kb4]  # (K/128 padded, N/128)
+            gemm_cooldown(torch, item)
             record("torch._scaled_mm", lambda: torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb,
                                                                  out_dtype=torch.bfloat16, use_fast_accum=fast))
             del x, w
@@ -477,6 +487,8 @@ def main():
         if item["key"] in seen:
             continue
         seen.add(item["key"])
+        if device == "cuda":
+            item.setdefault("gemm_cooldown_s", float(plan.get("gemm_cooldown_s", 0.0)))
         try:
             run_entry(torch, b, item, compile_ok, entries, device, coat_mod)
         except Exception as e:

@@ -80,6 +80,11 @@ TEST(CliBench, WritePlanNeedsNoGpu) {
   }
   EXPECT_TRUE(quant && gemm);
   EXPECT_TRUE(plan.at("no_compile").as_bool()) << "the smoke plan skips torch.compile";
+  EXPECT_EQ(plan.at("gemm_cooldown_s").as_number(), 0.0) << "no GEMM cool-down in the smoke plan";
+  // The cool-down travels to bench_peers.py through the plan, so both sides idle alike.
+  r = test::run_fp8sim({"bench", "--write-plan", dir + "/plan2.json", "--ops", "gemm", "--gemm-cooldown", "1.5"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Json::parse(read_text_file(dir + "/plan2.json")).at("gemm_cooldown_s").as_number(), 1.5);
 }
 
 TEST(CliBench, BadInputAndNoGpu) {
@@ -91,6 +96,10 @@ TEST(CliBench, BadInputAndNoGpu) {
   r = test::run_fp8sim({"bench", "--flush", "sideways"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--flush must be read or write"), std::string::npos) << r.err;
+  EXPECT_TRUE(one_line(r.err)) << r.err;
+  r = test::run_fp8sim({"bench", "--gemm-cooldown", "-1"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--gemm-cooldown must be between 0 and 60"), std::string::npos) << r.err;
   EXPECT_TRUE(one_line(r.err)) << r.err;
   r = test::run_fp8sim({"bench", "--gemm-search", "-3"});
   EXPECT_EQ(r.exit_code, 2);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <thread>
 
 #include "gpu/bench/coat_agreement.hpp"
 #include "gpu/bench/fill.hpp"
@@ -345,6 +346,11 @@ void run_gemm(Ctx& c, const bench::BenchItem& it, Json& e) {
     e["status"] = "unsupported: " + plan.status();
     return;
   }
+  // Idle first (bench_peers.py does the same before each GEMM peer): the tensor cores' clock
+  // depends on the heat left by what ran just before.
+  FP8SIM_CUDA_CHECK(cudaStreamSynchronize(s));
+  if (c.opts.gemm_cooldown_s > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(c.opts.gemm_cooldown_s));
   const Timing t = c.timer.time([&](cudaStream_t st) { c.lt.run(plan, a, st); }, c.opts.warmup, c.opts.reps);
   put_timing(e, t, 0, 0);
   const double flops = 2.0 * static_cast<double>(it.m) * static_cast<double>(it.gn) * static_cast<double>(it.k);
@@ -391,6 +397,7 @@ Json run_bench(const bench::BenchOptions& opts) {
   doc["reps"] = opts.reps;
   doc["l2_flush"] = opts.flush_write ? "256 MiB write" : "256 MiB read";
   doc["gemm_search"] = opts.gemm_search;
+  doc["gemm_cooldown_s"] = opts.gemm_cooldown_s;
   doc["smoke"] = opts.smoke;
   Json kernels = Json::array();
   const auto plan = bench::make_plan(opts);

@@ -33,6 +33,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   std::vector<std::string> ops;
   std::string json_out, md_out, peers, plan_out, coat_states, flush = "read", from;
   int warmup = -1, reps = -1, gemm_search = -1;
+  double gemm_cooldown = -1;
   opts.add_options()
       ("ops", po::value(&ops)->multitoken(),
        "ops to time (comma or space separated): copy, cast, quantize, dequantize, amax, adamw, gemm (default: all)")
@@ -47,6 +48,9 @@ int run_bench_cmd(const std::vector<std::string>& args) {
        "configurations that cuBLASLt accepts (algorithm x tile x stages x cluster x swizzle; at most "
        "~6 s per GEMM) and keep the fastest (default 0: the heuristic's candidates only; on the H200 "
        "the search found nothing faster, and its minutes of GEMMs heat the GPU and slow what follows)")
+      ("gemm-cooldown", po::value(&gemm_cooldown),
+       "idle seconds before timing each GEMM, here and in bench_peers.py (through the plan): a GEMM's "
+       "clock depends on the heat left by what ran before it (default 2; smoke 0)")
       ("peers", po::value(&peers), "JSON written by scripts/bench_peers.py: merged as each kernel's peers")
       ("coat-states", po::value(&coat_states), "COAT's optimizer states written by bench_peers.py --coat-dump: "
                                                "report the fraction of codes equal to COAT's kernel")
@@ -84,6 +88,9 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   if (o.reps < 1) throw UsageError("--reps must be at least 1");
   if (vm.count("gemm-search") && gemm_search < 0) throw UsageError("--gemm-search must be 0 or more");
   o.gemm_search = gemm_search >= 0 ? gemm_search : 0;
+  if (vm.count("gemm-cooldown") && !(gemm_cooldown >= 0 && gemm_cooldown <= 60))
+    throw UsageError("--gemm-cooldown must be between 0 and 60 seconds");
+  o.gemm_cooldown_s = gemm_cooldown >= 0 ? gemm_cooldown : (o.smoke ? 0.0 : 2.0);
   if (flush != "read" && flush != "write") throw UsageError("--flush must be read or write, not '" + flush + "'");
   o.flush_write = flush == "write";
   o.peers_path = peers;

@@ -228,6 +228,7 @@ Json plan_json(const BenchOptions& o) {
   j["reps"] = o.reps;
   j["smoke"] = o.smoke;
   j["no_compile"] = o.smoke;  // torch.compile takes seconds per variant: not in the smoke run
+  j["gemm_cooldown_s"] = o.gemm_cooldown_s;  // bench_peers.py idles as long before each GEMM peer
   Json ks = Json::array();
   for (const auto& it : make_plan(o)) ks.push_back(it.to_json());
   j["kernels"] = std::move(ks);
@@ -428,6 +429,10 @@ std::string render_markdown(const Json& doc) {
     md += fmt::format("- targets: {} met, {} missed, {} unmeasured (peer absent)\n", t->at("met").dump(-1),
                       t->at("missed").dump(-1), t->at("unmeasured").dump(-1));
   if (doc.find("l2_flush")) md += fmt::format("- L2 flush before each timed launch: {}\n", field("l2_flush"));
+  if (const Json* gc = doc.find("gemm_cooldown_s"))
+    md += fmt::format("- GEMM timing: each GEMM (ours and the peer's) starts after {} s idle, so that every one "
+                      "starts from a similar thermal state instead of after whatever ran before it\n",
+                      gc->dump(-1));
   if (const Json* gs = doc.find("gemm_search")) {
     if (gs->dump(-1) == "0")
       md += "- GEMM algorithm: the fastest of cuBLASLt's 8 heuristic candidates, each timed unflushed\n";

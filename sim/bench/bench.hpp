@@ -41,6 +41,7 @@ struct BenchOptions {
   int warmup = 5;
   int reps = 20;
   int gemm_search = 0;           // GEMM configurations timed beyond the heuristic's (CublasLt::plan)
+  double gemm_cooldown_s = 2.0;  // idle seconds before each GEMM's timing (ours and the peer's; smoke 0)
   bool flush_write = false;      // L2 flush by a 256 MiB write (before session 13) instead of a read
   std::string peers_path;        // JSON written by scripts/bench_peers.py (optional)
   std::string coat_states_dir;   // COAT's states from bench_peers.py --coat-dump (optional): code agreement
