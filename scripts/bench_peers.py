@@ -454,6 +454,7 @@ def main():
         "warmup": warmup,
         "reps": reps,
         "compile": compile_ok,
+        "gemm_cooldown_s": float(plan.get("gemm_cooldown_s", 0.0)) if device == "cuda" else 0.0,
         "entries": entries,
     }
     items = plan.get("kernels", [])

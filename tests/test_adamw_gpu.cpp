@@ -100,7 +100,9 @@ void run_case(const Case& cs, int64_t n, int steps) {
   }
 }
 
-const std::vector<int64_t> kSizes = {1, 5, 217, 128 * 3 + 7, 4096 + 100};
+// 128 * 40: every group of 128 whole, so the fused launches take the kernel without element-wise
+// paths (checked in CoatFusedShortcutsOffGiveTheSameBits).
+const std::vector<int64_t> kSizes = {1, 5, 217, 128 * 3 + 7, 4096 + 100, 128 * 40};
 
 TEST(AdamwGpu, Fp32StatesTorchRule) {
   FP8SIM_SKIP_WITHOUT_GPU();
@@ -256,14 +258,14 @@ TEST(AdamwGpu, GuardedRequantizeEqualsReference) {
 // new m via beta1 = 0, so new m = g exactly; zeros; subnormals; constant groups, whose k = Inf
 // makes s leave the table's range; near-constant groups with k > 16), compared with the CPU bit
 // for bit, with the path counters proving both paths of both shortcuts ran.
-TEST(AdamwGpu, CoatFusedShortcutsHitFastAndReferencePaths) {
-  FP8SIM_SKIP_WITHOUT_GPU();
+// tail = 77: a short last group (the general kernel); tail = 0: whole groups (the FULL kernel).
+void shortcut_paths_case(int64_t tail) {
   const optim::StateRecipe r = optim::StateRecipe::parse("coat");
   const QuantSpec& spec = *r.m.spec;
   const optim::GroupMomentConsts mc = optim::group_moment_consts(spec, 0);
   constexpr int G = 128;
   const int groups = 300;
-  const int64_t n = int64_t{G} * groups + 77;  // a short last group
+  const int64_t n = int64_t{G} * groups + tail;
   std::mt19937_64 rng(99);
   std::uniform_real_distribution<double> u01(0.0, 1.0);
   std::vector<float> m0 = test::lognormal_data(static_cast<size_t>(n), 2, 4.0);
@@ -327,6 +329,7 @@ TEST(AdamwGpu, CoatFusedShortcutsHitFastAndReferencePaths) {
     const optim::AdamwStepConsts c = optim::make_step_consts(h, static_cast<int64_t>(step), optim::UpdateRule::Coat);
     optim::lowp_adamw_step(pc.data(), g.data(), sc, c, param_index, step, scratch);
     gpu::lowp_adamw_step_on_gpu(pg.data(), g.data(), sg, c, param_index, step, true);
+    EXPECT_EQ(gpu::detail::adamw_last_launch_full(), tail == 0) << "n = " << n;
     unsigned long long cnt[4];
     gpu::detail::adamw_path_counts(cnt);
     for (int i = 0; i < 4; ++i) total[i] += cnt[i];
@@ -346,6 +349,12 @@ TEST(AdamwGpu, CoatFusedShortcutsHitFastAndReferencePaths) {
   EXPECT_EQ(total[2] + total[3], 2u * 2u * static_cast<unsigned long long>(n));
 }
 
+TEST(AdamwGpu, CoatFusedShortcutsHitFastAndReferencePaths) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  shortcut_paths_case(77);
+  shortcut_paths_case(0);
+}
+
 // The shortcuts off (reference paths only) and on give the same state on the bench's data shape;
 // also times the variants at 256M parameters when FP8SIM_ADAMW_TIMING is set (device runs).
 TEST(AdamwGpu, CoatFusedShortcutsOffGiveTheSameBits) {
@@ -361,8 +370,12 @@ TEST(AdamwGpu, CoatFusedShortcutsOffGiveTheSameBits) {
                                                 {2, 2, true, true}, {3, 3, true, true}, {3, 2, true, true},
                                                 {3, 2, true, false}, {3, 3, false, false}}) {
     gpu::detail::adamw_fast_paths(vr.mask, vr.min_blocks, vr.wide, vr.full);
-    for (auto nn : {int64_t{217}, int64_t{128 * 3 + 7}, int64_t{4096 + 100}, int64_t{128 * 40}})
+    for (auto nn : {int64_t{217}, int64_t{128 * 3 + 7}, int64_t{4096 + 100}, int64_t{128 * 40}}) {
       run_case({"coat", optim::UpdateRule::Coat, true}, nn, 2);
+      const bool expect_full = vr.full && (!vr.wide || vr.min_blocks == 2) && nn % 128 == 0;
+      EXPECT_EQ(gpu::detail::adamw_last_launch_full(), expect_full)
+          << "n=" << nn << " wide=" << vr.wide << " min_blocks=" << vr.min_blocks << " full=" << vr.full;
+    }
   }
   gpu::detail::adamw_fast_paths(3, 2, true, true);
 }

@@ -151,6 +151,8 @@ TEST(CliBench, FromReevaluatesTheTargetsOfASavedRunWithoutAGpu) {
   const std::string dir = test::temp_dir();
   Json doc = Json::object();
   doc["command"] = "fp8sim bench --json x";
+  doc["gemm_cooldown_s"] = 2.0;
+  doc["peers_gemm_cooldown_s"] = 2.0;
   Json k = kernel("quantize|e4m3:g128|bf16|4x4", "quantize", 0.138);
   k["bytes"] = 5.468e8;
   k["ceiling_gbps"] = 4260.0;
@@ -173,6 +175,7 @@ TEST(CliBench, FromReevaluatesTheTargetsOfASavedRunWithoutAGpu) {
   const std::string md = read_text_file(dir + "/out.md");
   EXPECT_NE(md.find("needs 102% of copy"), std::string::npos) << md;
   EXPECT_NE(md.find("re-evaluated from this run's JSON"), std::string::npos) << md;
+  EXPECT_NE(md.find("each GEMM starts after 2 s idle (the peers' file: 2)"), std::string::npos) << md;
   // Not a bench document: one line, exit 1, nothing written.
   write_file_atomic(dir + "/plan.json", "{\"kernelz\": []}");
   r = test::run_fp8sim({"bench", "--from", dir + "/plan.json", "--md", dir + "/bad.md"});

@@ -117,6 +117,7 @@ void check_shapes(const std::vector<std::array<int64_t, 3>>& shapes, int search 
         continue;
       }
       EXPECT_TRUE(r.check.passed()) << ctx << ": " << r.check.to_json().dump(-1);
+      if (search > 0) EXPECT_GT(r.plan.at("searched").as_number(), 0) << ctx << ": the search timed nothing";
       std::printf("[ info ] %s: max err/tol %.4f, rel fro err %.3g\n", ctx.c_str(), r.check.max_err_over_tol,
                   r.check.rel_fro_err);
     }

@@ -123,7 +123,8 @@ class CudaOps final : public compare::GpuOps {
     a.x_scale = r.scaling ? dxs.get() : nullptr;
     a.w_scale = r.scaling ? dws.get() : nullptr;
     // The heuristic's first choice (as PyTorch and TE run): no timing needed for a correctness check;
-    // with r.search, the timed selection `fp8sim bench` makes (so its choices can be checked too).
+    // with r.search, a timed selection over the heuristic's candidates and the searched
+    // configurations (what `fp8sim bench --gemm-search` does; which one wins depends on the run).
     GemmPlan plan = r.search > 0 ? lt_.plan(GemmShape{M, N, K}, cfg, a, s, 8, 3, r.search)
                                  : lt_.plan(GemmShape{M, N, K}, cfg, a, s, 1, 0);
     out.plan = plan.to_json();

@@ -313,7 +313,7 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
       times.push_back(t);
     }
     std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
+    return times[(times.size() - 1) / 2];  // the median (of an even count, the lower middle)
   };
   struct Timed {
     cublasLtMatmulAlgo_t algo;
@@ -339,12 +339,45 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
 
   // ---- optional search over the configurations cuBLASLt accepts ----
   if (best >= 0 && search > 0 && timing_reps > 0) {
+    const auto t_start = std::chrono::steady_clock::now();
     std::vector<Timed> found;
-    int ids[128];
-    int nids = 0;
-    if (cublasLtMatmulAlgoGetIds(h_->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, ta, tb, ty, ty, 128, ids, &nids) !=
-        CUBLAS_STATUS_SUCCESS)
-      nids = 0;
+    // Algorithm ids: the heuristic's own first, then the rest of what the library lists.
+    std::vector<int> ids;
+    auto add_id = [&](int id) {
+      if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+    };
+    for (int i = 0; i < returned; ++i) {
+      int32_t id = -1;
+      size_t w = 0;
+      if (results[i].state == CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w) ==
+              CUBLAS_STATUS_SUCCESS)
+        add_id(id);
+    }
+    {
+      int listed[128];
+      int nlisted = 0;
+      if (cublasLtMatmulAlgoGetIds(h_->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, ta, tb, ty, ty, 128, listed, &nlisted) ==
+          CUBLAS_STATUS_SUCCESS)
+        for (int i = 0; i < nlisted; ++i) add_id(listed[i]);
+    }
+    const int nids = static_cast<int>(ids.size());
+    // AlgoCheck cannot see the operands' addresses: a configuration needing more alignment than
+    // they have would fail at launch, so it is left out here (as the heuristic's preferences do).
+    const uint32_t al[4] = {alignment_of(args.w), alignment_of(args.x), alignment_of(args.y), alignment_of(args.y)};
+    auto aligned_enough = [&](const cublasLtMatmulAlgo_t& algo) {
+      const cublasLtMatmulAlgoCapAttributes_t caps[4] = {
+          CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_C_BYTES, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_D_BYTES};
+      for (int i = 0; i < 4; ++i) {
+        uint32_t need = 0;
+        size_t w = 0;
+        if (cublasLtMatmulAlgoCapGetAttribute(&algo, caps[i], &need, sizeof need, &w) == CUBLAS_STATUS_SUCCESS &&
+            need > al[i])
+          return false;
+      }
+      return true;
+    };
     auto cap_array = [](const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoCapAttributes_t attr) {
       size_t bytes = 0;
       std::vector<uint32_t> v;
@@ -359,10 +392,13 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
     const uint16_t clusters[] = {0, 2, 3, 5};
     int checks = 0;
     constexpr int kMaxChecks = 200000;  // AlgoCheck is host-only, a few microseconds each
-    for (int a = 0; a < nids && static_cast<int>(found.size()) < search && checks < kMaxChecks; ++a) {
+    for (int a = 0; a < nids && static_cast<int>(found.size()) < search && checks < kMaxChecks &&
+                    std::chrono::steady_clock::now() - t_start < std::chrono::seconds(6);
+         ++a) {
       cublasLtMatmulAlgo_t base;
       if (cublasLtMatmulAlgoInit(h_->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, ta, tb, ty, ty, ids[a], &base) !=
-          CUBLAS_STATUS_SUCCESS)
+              CUBLAS_STATUS_SUCCESS ||
+          !aligned_enough(base))
         continue;
       const std::vector<uint32_t> tiles = cap_array(base, CUBLASLT_ALGO_CAP_TILE_IDS);
       const std::vector<uint32_t> stages = cap_array(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
@@ -400,9 +436,9 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
     }
     // A quick timing each: an untimed launch (it loads the kernel's module, lazily loaded by CUDA),
     // one timed launch, and two more only when that one is within 25% of the best so far (a
-    // config with a tiny tile can be 100x slower on these shapes); at most ~6 s per plan. Then the
-    // fastest few again with the full repeat count, against the heuristic's best re-timed in the
-    // same round.
+    // config with a tiny tile can be 100x slower on these shapes); enumeration and quick timing
+    // stop ~6 s after the search began. Then the fastest six again with the full repeat count,
+    // against the heuristic's best re-timed in the same round (on top of the 6 s).
     // The heuristic's tiles first (other stages, clusters, swizzles of what it predicted best).
     auto tile_of = [](const cublasLtMatmulAlgo_t& al) {
       uint32_t t = 0;
@@ -419,12 +455,11 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
     plan.search_found_ = static_cast<int>(found.size());
     std::vector<Timed> ran;
     float quick_best = best_ms;
-    const auto t_start = std::chrono::steady_clock::now();
     for (auto& f : found) {
       if (std::chrono::steady_clock::now() - t_start > std::chrono::seconds(6)) break;
       const float one = time_algo(f.algo, 1);
       if (one <= 0) continue;
-      f.ms = one <= 1.25f * quick_best ? std::min(one, time_algo(f.algo, 2)) : one;
+      f.ms = one <= 1.25f * quick_best ? std::min(one, time_algo(f.algo, 2)) : one;  // min of 3
       if (f.ms <= 0) continue;
       quick_best = std::min(quick_best, f.ms);
       ran.push_back(f);

@@ -86,7 +86,8 @@ class GemmPlan {
   int candidates() const { return candidates_; }
   // Configurations beyond the heuristic's that the search (CublasLt::plan's `search`) timed.
   int searched() const { return searched_; }
-  // Configurations cublasLtMatmulAlgoCheck accepted (searched() of them were timed in the budget).
+  // Configurations cublasLtMatmulAlgoCheck accepted, up to the `search` limit of CublasLt::plan
+  // (searched() of them were timed within the time budget).
   int search_accepted() const { return search_found_; }
   // JSON summary (config, status, chosen algorithm, candidate count).
   Json to_json() const;

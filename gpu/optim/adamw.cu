@@ -624,6 +624,7 @@ int g_fast_paths = 3;                         // bit 0: decode table, bit 1: gua
 int g_min_blocks = 2;                         // __launch_bounds__ blocks per SM of the 16 x 8 kernel
 bool g_wide = true;                           // G > 64: 16 lanes x 8 elements (else 32 x 4)
 bool g_full = true;                           // whole-group launches may take the FULL kernel
+bool g_last_full = false;                     // whether the last fused launch took it (test hook)
 
 }  // namespace
 
@@ -633,6 +634,8 @@ void adamw_fast_paths(int mask, int min_blocks, bool wide, bool full) {
   g_wide = wide;
   g_full = full;
 }
+
+bool adamw_last_launch_full() { return g_last_full; }
 
 void adamw_path_counting(bool on) {
   if (on && g_path_counts == nullptr) {
@@ -740,7 +743,8 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
   const int fast = g_fast_paths;
   // Every lane of every group holds EPL elements in whole words: the kernel without element-wise
   // paths (the common G = 128 launches; others keep the general kernel).
-  const bool full = vec && G == team * epl && N % G == 0 && g_full;
+  const bool full = vec && G == team * epl && N % G == 0 && g_full && (!wide || g_min_blocks == 2);
+  g_last_full = full;
 #define FP8SIM_ADAMW_LAUNCH(T, E, B, F) \
   adamw_fp8_grouped_kernel<T, E, B, F><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw, fast, lb_m, lb_v, cnt)
   if (wide) {

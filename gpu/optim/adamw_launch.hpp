@@ -32,10 +32,13 @@ void adamw_path_counting(bool on);
 // Which exact shortcuts the fused kernel may take (bit 0: dequantize via the mantissa table, bit 1:
 // guarded requantize; default 3 = both), the shape for DE groups of 65..128 elements (wide: 16
 // lanes x 8 elements, the default; else 32 x 4), the wide kernel's __launch_bounds__ minimum
-// blocks per SM (2 or 3; default 2) and whether launches whose every group is whole and aligned
-// take the kernel compiled without element-wise paths (full, the default); for tests and timing
+// blocks per SM (2 or 3; default 2) and whether the kernel compiled without element-wise paths may
+// run (full, the default): it is instantiated for G = 128 only (16 x 8 with 2 blocks per SM, and
+// 32 x 4), and taken when n is a multiple of G and every pointer is aligned; for tests and timing
 // comparisons (results are identical).
 void adamw_fast_paths(int mask, int min_blocks, bool wide = true, bool full = true);
+// Whether the last fused launch took that kernel (tests).
+bool adamw_last_launch_full();
 void adamw_path_counts(unsigned long long out[4]);
 // decode_table vs compress_value for every code and each of the params: out = {mismatches,
 // table-eligible (params, code) pairs}.

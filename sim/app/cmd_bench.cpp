@@ -45,8 +45,8 @@ int run_bench_cmd(const std::vector<std::string>& args) {
                                    "written back during the timed launch; the flush before 2026-11-30 20:00)")
       ("gemm-search", po::value(&gemm_search),
        "GEMM algorithm selection: besides timing cuBLASLt's 8 heuristic candidates, time up to N more "
-       "configurations that cuBLASLt accepts (algorithm x tile x stages x cluster x swizzle; at most "
-       "~6 s per GEMM) and keep the fastest (default 0: the heuristic's candidates only; on the H200 "
+       "configurations that cuBLASLt accepts (algorithm x tile x stages x cluster x swizzle; the "
+       "enumeration and quick timings stop after ~6 s per GEMM) and keep the fastest (default 0: the heuristic's candidates only; on the H200 "
        "the search found nothing faster, and its minutes of GEMMs heat the GPU and slow what follows)")
       ("gemm-cooldown", po::value(&gemm_cooldown),
        "idle seconds before timing each GEMM, here and in bench_peers.py (through the plan): a GEMM's "

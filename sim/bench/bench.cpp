@@ -429,10 +429,16 @@ std::string render_markdown(const Json& doc) {
     md += fmt::format("- targets: {} met, {} missed, {} unmeasured (peer absent)\n", t->at("met").dump(-1),
                       t->at("missed").dump(-1), t->at("unmeasured").dump(-1));
   if (doc.find("l2_flush")) md += fmt::format("- L2 flush before each timed launch: {}\n", field("l2_flush"));
-  if (const Json* gc = doc.find("gemm_cooldown_s"))
-    md += fmt::format("- GEMM timing: each GEMM (ours and the peer's) starts after {} s idle, so that every one "
-                      "starts from a similar thermal state instead of after whatever ran before it\n",
-                      gc->dump(-1));
+  if (const Json* gc = doc.find("gemm_cooldown_s")) {
+    const Json* pc = doc.find("peers_gemm_cooldown_s");
+    const std::string peer = pc ? pc->dump(-1) : std::string("no peers");
+    if (gc->is_number() && gc->as_number() > 0)
+      md += fmt::format("- GEMM timing: each GEMM starts after {} s idle (the peers' file: {}), so that every one "
+                        "starts from a similar thermal state instead of after whatever ran before it\n",
+                        gc->dump(-1), peer);
+    else
+      md += fmt::format("- GEMM timing: no idle before each GEMM (the peers' file: {})\n", peer);
+  }
   if (const Json* gs = doc.find("gemm_search")) {
     if (gs->dump(-1) == "0")
       md += "- GEMM algorithm: the fastest of cuBLASLt's 8 heuristic candidates, each timed unflushed\n";
