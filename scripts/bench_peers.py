@@ -61,6 +61,7 @@ class Bencher:
         self.warmup = warmup
         self.reps = reps
         self.flush = None
+        self.gemm_cooldown_s = 0.0  # idle before each GEMM peer (the plan sets it on the GPU)
         if device == "cuda":
             self.flush = torch.empty(256 << 20, dtype=torch.uint8, device=device)
             self.flush.fill_(0x5A)  # written once; each flush reads it (see the module docstring)
@@ -288,12 +289,11 @@ def coat_dump(torch, mod, n, out_dir, device):
     print(f"bench_peers.py: wrote COAT's states for {n} parameters to {out_dir}", flush=True)
 
 
-def gemm_cooldown(torch, item):
+def gemm_cooldown(torch, b):
     """Idle as `fp8sim bench` does before timing each GEMM (the plan's gemm_cooldown_s)."""
-    secs = float(item.get("gemm_cooldown_s", 0.0))
-    if secs > 0:
+    if b.gemm_cooldown_s > 0:
         torch.cuda.synchronize()
-        time.sleep(secs)
+        time.sleep(b.gemm_cooldown_s)
 
 
 def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
@@ -379,7 +379,7 @@ def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
         if item["x_format"] == "bf16":
             x = randn_bf16(torch, (m, k), device, 3)
             w = randn_bf16(torch, (n, k), device, 4)
-            gemm_cooldown(torch, item)
+            gemm_cooldown(torch, b)
             record("torch.matmul", lambda: torch.matmul(x, w.t()))
             del x, w
         else:
@@ -400,7 +400,7 @@ def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
                 sa = torch.ones(kb, m, device=device).t()  # (M, K/128), stride (1, M)
                 kb4 = (kb + 3) // 4 * 4
                 sb = torch.ones((n + 127) // 128, kb4, device=device).t()[:kb4]  # (K/128 padded, N/128)
-            gemm_cooldown(torch, item)
+            gemm_cooldown(torch, b)
             record("torch._scaled_mm", lambda: torch._scaled_mm(x, w.t(), scale_a=sa, scale_b=sb,
                                                                  out_dtype=torch.bfloat16, use_fast_accum=fast))
             del x, w
@@ -443,6 +443,7 @@ def main():
     warmup = args.warmup if args.warmup is not None else int(plan.get("warmup", 5))
     reps = args.reps if args.reps is not None else int(plan.get("reps", 20))
     b = Bencher(torch, device, warmup, reps)
+    b.gemm_cooldown_s = float(plan.get("gemm_cooldown_s", 0.0)) if device == "cuda" else 0.0
     compile_ok = not args.no_compile and not plan.get("no_compile", False)
     entries = []
     doc = {
@@ -454,7 +455,7 @@ def main():
         "warmup": warmup,
         "reps": reps,
         "compile": compile_ok,
-        "gemm_cooldown_s": float(plan.get("gemm_cooldown_s", 0.0)) if device == "cuda" else 0.0,
+        "gemm_cooldown_s": b.gemm_cooldown_s,
         "entries": entries,
     }
     items = plan.get("kernels", [])
@@ -488,8 +489,6 @@ def main():
         if item["key"] in seen:
             continue
         seen.add(item["key"])
-        if device == "cuda":
-            item.setdefault("gemm_cooldown_s", float(plan.get("gemm_cooldown_s", 0.0)))
         try:
             run_entry(torch, b, item, compile_ok, entries, device, coat_mod)
         except Exception as e:

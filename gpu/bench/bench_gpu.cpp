@@ -466,15 +466,10 @@ Json run_bench(const bench::BenchOptions& opts) {
     const Json peers = Json::parse(read_text_file(opts.peers_path));
     doc["peers_file"] = opts.peers_path;
     if (const Json* pd = peers.find("torch")) doc["peers_torch"] = *pd;
-    // The GEMM comparison is fair only if the peers idled as long before each GEMM as we do.
+    // The GEMM comparison is fair only if the peers idled as long before each GEMM as we do
+    // (cmd_bench warns before timing when they did not).
     const Json* pc = peers.find("gemm_cooldown_s");
-    const double peer_cool = pc && pc->is_number() ? pc->as_number() : 0.0;
-    doc["peers_gemm_cooldown_s"] = pc && pc->is_number() ? Json(peer_cool) : Json("not recorded");
-    if (!pc || !pc->is_number() || peer_cool != opts.gemm_cooldown_s)
-      fmt::print(stderr, "fp8sim bench: warning: the peers idled {} s before each GEMM, this run {} s: the GEMM "
-                         "ratios compare different thermal states\n",
-                 pc && pc->is_number() ? fmt::format("{}", peer_cool) : std::string("an unrecorded time"),
-                 opts.gemm_cooldown_s);
+    doc["peers_gemm_cooldown_s"] = pc && pc->is_number() ? *pc : Json("not recorded");
     bench::merge_peers(doc, peers);
   }
   if (!opts.coat_states_dir.empty()) {

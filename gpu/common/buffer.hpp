@@ -80,6 +80,17 @@ DeviceBuffer<T> to_device(const std::vector<T>& host, cudaStream_t s = nullptr) 
   return d;
 }
 
+// Runs launch(d) with d = N zeroed device counters and returns them in h (the GPU test hooks:
+// launch enqueues its kernels on the legacy default stream).
+template <int N, class Launch>
+void device_counters(unsigned long long (&h)[N], Launch launch) {
+  DeviceBuffer<unsigned long long> d(N);
+  d.fill_bytes(0);
+  launch(d.get());
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  d.download(h, N);
+}
+
 // An owned CUDA stream (streams are passed explicitly everywhere; nothing uses the legacy
 // default stream implicitly except where a caller passes nullptr on purpose).
 class Stream {

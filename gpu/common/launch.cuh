@@ -7,17 +7,20 @@
 
 namespace fp8sim::gpu {
 
-// The current device's multiprocessor count, queried once per process (132, an H100/H200's, if
-// the query fails: the launches that follow report the real error).
-inline int sm_count_cached() {
-  static const int n = [] {
-    int dev = 0, v = 132;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev);
-    return v;
+// An attribute of the current device, queried once per process (fp8sim runs on one device);
+// `fallback` if the query fails (the launches that follow report the real error).
+template <cudaDeviceAttr A>
+int device_attr_cached(int fallback) {
+  static const int v = [fallback] {
+    int dev = 0, r = fallback;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&r, A, dev) != cudaSuccess) r = fallback;
+    return r;
   }();
-  return n;
+  return v;
 }
+
+// The multiprocessor count (132, an H100/H200's, if the query fails).
+inline int sm_count_cached() { return device_attr_cached<cudaDevAttrMultiProcessorCount>(132); }
 
 // A grid of want_blocks blocks, at least 1 and at most per_sm per multiprocessor (the kernels are
 // grid-stride loops, so a capped grid still covers every block of work).

@@ -250,10 +250,12 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
   set_pref(pref, CUBLASLT_MATMUL_PREF_SEARCH_MODE, static_cast<uint32_t>(CUBLASLT_SEARCH_BEST_FIT));
   set_pref(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(h_->workspace_bytes));
   set_pref(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, static_cast<uint32_t>(CUBLASLT_REDUCTION_SCHEME_MASK));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, alignment_of(args.w));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, alignment_of(args.x));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, alignment_of(args.y));
-  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, alignment_of(args.y));
+  // The operands' alignments, A B C D (the search below holds its configurations to them too).
+  const uint32_t al[4] = {alignment_of(args.w), alignment_of(args.x), alignment_of(args.y), alignment_of(args.y)};
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, al[0]);
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, al[1]);
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, al[2]);
+  set_pref(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, al[3]);
 
   const int want = std::max(1, std::min(max_candidates, 32));
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(want));
@@ -288,8 +290,8 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
   };
   // One untimed launch (it must run), then `reps` timed ones: their median in ms, or < 0 when
   // cuBLASLt refused to launch (the reason kept in last_error).
-  auto time_algo = [&](const cublasLtMatmulAlgo_t& algo, int reps) -> float {
-    cublasStatus_t st = launch(algo);
+  auto time_algo = [&](const cublasLtMatmulAlgo_t& algo, int reps, bool warm = true) -> float {
+    cublasStatus_t st = warm ? launch(algo) : CUBLAS_STATUS_SUCCESS;
     if (st != CUBLAS_STATUS_SUCCESS) {
       last_error = fmt::format("cublasLtMatmul: {}", cublasLtGetStatusName(st));
       return -1.0f;
@@ -339,20 +341,30 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
 
   // ---- optional search over the configurations cuBLASLt accepts ----
   if (best >= 0 && search > 0 && timing_reps > 0) {
+    constexpr auto kBudget = std::chrono::seconds(6);  // enumeration and quick timings
     const auto t_start = std::chrono::steady_clock::now();
     std::vector<Timed> found;
-    // Algorithm ids: the heuristic's own first, then the rest of what the library lists.
+    auto tile_of = [](const cublasLtMatmulAlgo_t& a) {
+      uint32_t t = 0;
+      size_t w = 0;
+      cublasLtMatmulAlgoConfigGetAttribute(&a, CUBLASLT_ALGO_CONFIG_TILE_ID, &t, sizeof t, &w);
+      return t;
+    };
+    // Algorithm ids: the heuristic's own first, then the rest of what the library lists; and the
+    // heuristic's tiles, whose configurations are timed first.
     std::vector<int> ids;
+    std::vector<uint32_t> heur_tiles;
     auto add_id = [&](int id) {
       if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
     };
     for (int i = 0; i < returned; ++i) {
+      if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
       int32_t id = -1;
       size_t w = 0;
-      if (results[i].state == CUBLAS_STATUS_SUCCESS &&
-          cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w) ==
-              CUBLAS_STATUS_SUCCESS)
+      if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w) ==
+          CUBLAS_STATUS_SUCCESS)
         add_id(id);
+      heur_tiles.push_back(tile_of(results[i].algo));
     }
     {
       int listed[128];
@@ -364,7 +376,6 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
     const int nids = static_cast<int>(ids.size());
     // AlgoCheck cannot see the operands' addresses: a configuration needing more alignment than
     // they have would fail at launch, so it is left out here (as the heuristic's preferences do).
-    const uint32_t al[4] = {alignment_of(args.w), alignment_of(args.x), alignment_of(args.y), alignment_of(args.y)};
     auto aligned_enough = [&](const cublasLtMatmulAlgo_t& algo) {
       const cublasLtMatmulAlgoCapAttributes_t caps[4] = {
           CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_A_BYTES, CUBLASLT_ALGO_CAP_MIN_ALIGNMENT_B_BYTES,
@@ -393,7 +404,7 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
     int checks = 0;
     constexpr int kMaxChecks = 200000;  // AlgoCheck is host-only, a few microseconds each
     for (int a = 0; a < nids && static_cast<int>(found.size()) < search && checks < kMaxChecks &&
-                    std::chrono::steady_clock::now() - t_start < std::chrono::seconds(6);
+                    std::chrono::steady_clock::now() - t_start < kBudget;
          ++a) {
       cublasLtMatmulAlgo_t base;
       if (cublasLtMatmulAlgoInit(h_->lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, ta, tb, ty, ty, ids[a], &base) !=
@@ -440,15 +451,6 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
     // stop ~6 s after the search began. Then the fastest six again with the full repeat count,
     // against the heuristic's best re-timed in the same round (on top of the 6 s).
     // The heuristic's tiles first (other stages, clusters, swizzles of what it predicted best).
-    auto tile_of = [](const cublasLtMatmulAlgo_t& al) {
-      uint32_t t = 0;
-      size_t w = 0;
-      cublasLtMatmulAlgoConfigGetAttribute(&al, CUBLASLT_ALGO_CONFIG_TILE_ID, &t, sizeof t, &w);
-      return t;
-    };
-    std::vector<uint32_t> heur_tiles;
-    for (int i = 0; i < returned; ++i)
-      if (results[i].state == CUBLAS_STATUS_SUCCESS) heur_tiles.push_back(tile_of(results[i].algo));
     std::stable_partition(found.begin(), found.end(), [&](const Timed& f) {
       return std::find(heur_tiles.begin(), heur_tiles.end(), tile_of(f.algo)) != heur_tiles.end();
     });
@@ -456,10 +458,10 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
     std::vector<Timed> ran;
     float quick_best = best_ms;
     for (auto& f : found) {
-      if (std::chrono::steady_clock::now() - t_start > std::chrono::seconds(6)) break;
+      if (std::chrono::steady_clock::now() - t_start > kBudget) break;
       const float one = time_algo(f.algo, 1);
       if (one <= 0) continue;
-      f.ms = one <= 1.25f * quick_best ? std::min(one, time_algo(f.algo, 2)) : one;  // min of 3
+      f.ms = one <= 1.25f * quick_best ? std::min(one, time_algo(f.algo, 2, false)) : one;  // min of 3
       if (f.ms <= 0) continue;
       quick_best = std::min(quick_best, f.ms);
       ran.push_back(f);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "gpu/common/buffer.hpp"
 #include "gpu/common/cuda_check.hpp"
 #include "gpu/optim/adamw_launch.hpp"
 #include "gpu/quant/dmath_gpu.cuh"
@@ -598,8 +599,7 @@ __global__ void mufu_error_kernel(unsigned long long* out) {
   double worst_lg2 = 0.0, worst_ex2 = 0.0;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (int64_t{1} << 23); i += stride) {
     const float mx = f32_from_bits(0x3F800000u | static_cast<uint32_t>(i));
-    float lx;
-    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lx) : "f"(mx));
+    const float lx = lg2_mant(static_cast<uint32_t>(i));
     worst_lg2 = fmax(worst_lg2, fabs(static_cast<double>(lx) - log2(static_cast<double>(mx))));
   }
   // Positive t in (0, 16]: bits 0x00000001 .. 0x41800000; negative t in [-21, 0): 0x80000001 .. 0xC1A80000.
@@ -655,53 +655,34 @@ void adamw_path_counts(unsigned long long out[4]) {
   FP8SIM_CUDA_CHECK(cudaMemset(g_path_counts, 0, 4 * sizeof(unsigned long long)));
 }
 
-namespace {
-template <class T>
-T* upload_raw(const T* h, size_t n) {
-  T* d = nullptr;
-  FP8SIM_CUDA_CHECK(cudaMalloc(&d, n * sizeof(T) + 1));
-  if (n) FP8SIM_CUDA_CHECK(cudaMemcpy(d, h, n * sizeof(T), cudaMemcpyHostToDevice));
-  return d;
-}
-}  // namespace
-
 void check_decode_table(const ExpandParams* params, int n_params, int fmt, unsigned long long out[2]) {
-  ExpandParams* d_p = upload_raw(params, static_cast<size_t>(n_params));
-  unsigned long long* d_c = nullptr;
-  FP8SIM_CUDA_CHECK(cudaMalloc(&d_c, 2 * sizeof(unsigned long long)));
-  FP8SIM_CUDA_CHECK(cudaMemset(d_c, 0, 2 * sizeof(unsigned long long)));
-  const int64_t threads = static_cast<int64_t>(n_params) * 256;
-  decode_table_check_kernel<<<static_cast<int>((threads + 255) / 256), 256>>>(d_p, n_params, fmt, d_c);
-  FP8SIM_CUDA_CHECK_LAUNCH();
-  FP8SIM_CUDA_CHECK(cudaMemcpy(out, d_c, 2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-  FP8SIM_CUDA_CHECK(cudaFree(d_p));
-  FP8SIM_CUDA_CHECK(cudaFree(d_c));
+  DeviceBuffer<ExpandParams> d_p;
+  d_p.upload(params, static_cast<size_t>(n_params));
+  unsigned long long h[2];
+  device_counters(h, [&](unsigned long long* d) {
+    const int64_t threads = static_cast<int64_t>(n_params) * 256;
+    decode_table_check_kernel<<<static_cast<int>((threads + 255) / 256), 256>>>(d_p.get(), n_params, fmt, d);
+  });
+  out[0] = h[0];
+  out[1] = h[1];
 }
 
 void check_encode_guarded(const float* x, const ExpandParams* params, int64_t n, int per,
                           const optim::GroupMomentConsts& mc, unsigned long long out[3]) {
-  float* d_x = upload_raw(x, static_cast<size_t>(n));
-  ExpandParams* d_p = upload_raw(params, static_cast<size_t>((n + per - 1) / per));
-  unsigned long long* d_c = nullptr;
-  FP8SIM_CUDA_CHECK(cudaMalloc(&d_c, 3 * sizeof(unsigned long long)));
-  FP8SIM_CUDA_CHECK(cudaMemset(d_c, 0, 3 * sizeof(unsigned long long)));
-  encode_guarded_check_kernel<<<static_cast<int>((n + 255) / 256), 256>>>(d_x, d_p, n, per, mc, d_c);
-  FP8SIM_CUDA_CHECK_LAUNCH();
-  FP8SIM_CUDA_CHECK(cudaMemcpy(out, d_c, 3 * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-  FP8SIM_CUDA_CHECK(cudaFree(d_x));
-  FP8SIM_CUDA_CHECK(cudaFree(d_p));
-  FP8SIM_CUDA_CHECK(cudaFree(d_c));
+  DeviceBuffer<float> d_x;
+  d_x.upload(x, static_cast<size_t>(n));
+  DeviceBuffer<ExpandParams> d_p;
+  d_p.upload(params, static_cast<size_t>((n + per - 1) / per));
+  unsigned long long h[3];
+  device_counters(h, [&](unsigned long long* d) {
+    encode_guarded_check_kernel<<<static_cast<int>((n + 255) / 256), 256>>>(d_x.get(), d_p.get(), n, per, mc, d);
+  });
+  for (int i = 0; i < 3; ++i) out[i] = h[i];
 }
 
 void mufu_max_errors(double out[2]) {
-  unsigned long long* d_c = nullptr;
-  FP8SIM_CUDA_CHECK(cudaMalloc(&d_c, 2 * sizeof(unsigned long long)));
-  FP8SIM_CUDA_CHECK(cudaMemset(d_c, 0, 2 * sizeof(unsigned long long)));
-  mufu_error_kernel<<<132 * 16, 256>>>(d_c);
-  FP8SIM_CUDA_CHECK_LAUNCH();
   unsigned long long h[2];
-  FP8SIM_CUDA_CHECK(cudaMemcpy(h, d_c, sizeof(h), cudaMemcpyDeviceToHost));
-  FP8SIM_CUDA_CHECK(cudaFree(d_c));
+  device_counters(h, [&](unsigned long long* d) { mufu_error_kernel<<<132 * 16, 256>>>(d); });
   std::memcpy(&out[0], &h[0], sizeof(double));
   std::memcpy(&out[1], &h[1], sizeof(double));
 }
@@ -721,7 +702,8 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
   if (n == 0) return;
   // DE groups of 65..128 elements: 16 lanes x 8 elements (default: the per-group work, split over
   // half-teams, is shared by twice the elements) or 32 lanes x 4; everything else 4 elements per lane.
-  const bool wide = G > 64 && g_wide && (cm.expand || cv.expand);  // plain scaling: 32 x 4 is faster
+  const bool de = cm.expand || cv.expand;
+  const bool wide = G > 64 && g_wide && de;  // plain scaling: 32 x 4 is faster
   const int epl = wide ? 8 : 4;
   const bool vec = G % epl == 0 && aligned(p, 16) && aligned(g, 16) && aligned(m.codes, 4) && aligned(v.codes, 4);
   int team = 1;
@@ -731,7 +713,6 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
   // DE: as many blocks as fit at once (3 per SM, or 2 for the 2-block variants): every block
   // loops over the same number of groups, so there is no partial last wave. Plain scaling keeps
   // its earlier launch (8 per SM), which timed slightly faster there.
-  const bool de = cm.expand || cv.expand;
   const int per_sm = !de ? 8 : (wide && g_min_blocks == 2 ? 2 : 3);
   const int grid = grid_cap((groups + teams_per_block - 1) / teams_per_block, per_sm);
   const auto N = static_cast<int64_t>(n);

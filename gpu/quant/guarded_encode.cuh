@@ -102,9 +102,8 @@ template <int FMT>
 __device__ __forceinline__ uint32_t encode_guarded(float x, const GuardedEnc& f) {
   const uint32_t u = f32_bits(x), a = u & 0x7FFFFFFFu;
   const int ex = static_cast<int>(a >> 23) - 127;
-  const float mx = f32_from_bits((a & 0x007FFFFFu) | 0x3F800000u);
-  float lx, A;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lx) : "f"(mx));
+  const float lx = lg2_mant(a);
+  float A;
   const float s1 = __fmaf_rn(f.k, static_cast<float>(ex), f.I);  // exact
   const float s2 = __fmaf_rn(f.k, lx, f.F);
   const float t = __fadd_rn(s1, s2);

@@ -66,7 +66,7 @@ detail::QuantKernelParams make_params(const QuantSpec& spec, const GroupGeometry
 }  // namespace
 
 size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> shape) {
-  return (maxima_words(shape_numel(shape)) + 6) * sizeof(uint32_t);  // + inf flag, slot[0..4]
+  return (maxima_words(shape_numel(shape)) + 1 + detail::kSlotWords) * sizeof(uint32_t);  // + inf flag, slot
 }
 
 void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
@@ -135,7 +135,7 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
   // only by the per-tensor paths: clear them there alone, in one memset (one launch less for the
   // group quantizers). The inf flag and the slot words are adjacent: inf_flag, slot[0..4].
   if (L.kind == detail::QuantLaunch::Kind::Tensor || L.kind == detail::QuantLaunch::Kind::Scaled16)
-    FP8SIM_CUDA_CHECK(cudaMemsetAsync(L.inf_flag, 0, 6 * sizeof(uint32_t), stream));
+    FP8SIM_CUDA_CHECK(cudaMemsetAsync(L.inf_flag, 0, (1 + detail::kSlotWords) * sizeof(uint32_t), stream));
   detail::launch_quantize(L, stream);
 }
 

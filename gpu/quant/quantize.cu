@@ -197,7 +197,8 @@ __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict_
       g.s_stored = g.ep.s;
     } else if constexpr (MODE == kCoat) {
       // expand_value with pow_det's y-only work done once per group (pow_y / pow_det_y: same
-      // bits), and the hardware converter for finite values where it equals the encoder.
+      // bits), encoded by coat_encode16 (the guarded encoder where the converter is verified, the
+      // exact path for the elements it flags).
       g = group_params(P, MODE, st);
       coat_encode16<T>(P, v, g.ep, hw, static_cast<uint64_t>(flat0), q);
     } else {
@@ -770,14 +771,7 @@ void launch_chunk_stats_dt(InDt dt, const void* x, int64_t n, int64_t chunk, uin
 }
 
 // Whether this device runs cooperative launches (queried once).
-bool coop_launch_ok() {
-  static const bool ok = [] {
-    int dev = 0, v = 0;
-    cudaGetDevice(&dev);
-    return cudaDeviceGetAttribute(&v, cudaDevAttrCooperativeLaunch, dev) == cudaSuccess && v != 0;
-  }();
-  return ok;
-}
+bool coop_launch_ok() { return device_attr_cached<cudaDevAttrCooperativeLaunch>(0) != 0; }
 
 // Stage 2 over m maxima into slot / tensor_amax / scales: one block for a short list; a long one
 // (group scaling's per-group maxima) goes through the multi-block max into acc[0], whose last
@@ -799,7 +793,7 @@ void launch_stage2(const uint32_t* maxima, int64_t m, const QuantKernelParams& P
 // from this tensor's own amax; delayed and producer-given scales can overflow).
 bool tensor_hw_ok(const QuantLaunch& L) {
   const QuantKernelParams& P = L.params;
-  if (P.stochastic || !hw_cvt_verified()) return false;
+  if (!rne_hw_ok(P)) return false;
   if (P.saturate) return true;
   return L.mode == kPlain && !L.producer_maxima && P.scale.eps >= 0.0;
 }
@@ -943,7 +937,7 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
              (reinterpret_cast<uintptr_t>(codes) % 16) == 0) {
     const int team = static_cast<int>(G / 16);
     const int64_t segs = n / 16;
-    const bool hw = !P.stochastic && hw_cvt_verified();
+    const bool hw = rne_hw_ok(P);
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       static const int b = resident_blocks(quant_coat_1xg_kernel<T, D>);
       const int grid = grid_cap((segs + 255) / 256, b);
@@ -961,12 +955,13 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     // still lost group 0's scale and miscoded row starts on 64x64 (g128), 64x176 (row, g32) with
     // the guard in place, every such case a team that mixes 16-byte lanes with element-wise
     // (empty) lanes before the shuffles. Root cause not found. The aligned whole-group cases go
-    // to quant_1xg_fast_kernel (quantize_fast.cu), whose teams never mix the two paths; the
-    // partial-team shapes (group wider than the row, rows not a multiple of G) stay here.
+    // to quant_1xg_fast_kernel (quantize_fast.cu; DE coat: quant_coat_1xg_kernel), whose teams
+    // never mix the two paths; the partial-team shapes (group wider than the row, rows not a
+    // multiple of G) stay here.
     const bool vec = false;
     const int teams_per_block = 256 / team;
     const int grid = grid_cap((groups + teams_per_block - 1) / teams_per_block, 8);
-    const bool hw = !P.stochastic && hw_cvt_verified();
+    const bool hw = rne_hw_ok(P);
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       switch (L.mode) {
         case kPlain: quant_team_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec, hw); break;
@@ -977,7 +972,7 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     FP8SIM_CUDA_CHECK_LAUNCH();
   } else {
     const int grid = grid_cap(groups, 8);
-    const bool hw = !P.stochastic && hw_cvt_verified();
+    const bool hw = rne_hw_ok(P);
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       switch (L.mode) {
         case kPlain: quant_block_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, hw); break;

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "gpu/common/buffer.hpp"
 #include "gpu/common/cuda_check.hpp"
 #include "gpu/quant/dmath_gpu.cuh"
 #include "gpu/quant/quantize_kernels.cuh"
@@ -267,14 +268,19 @@ __device__ __forceinline__ void encode_words_path(const QuantKernelParams& P, co
 __device__ __forceinline__ EncPath enc_path(const PlainGroup& g, bool hw) {
   return g.fast && hw ? (g.pow2 ? EncPath::Pow2 : EncPath::DivBy) : EncPath::Reference;
 }
+// f.template operator()<M>() with the path as a template argument.
+template <class F>
+__device__ __forceinline__ void with_enc_path(EncPath p, F&& f) {
+  switch (p) {
+    case EncPath::Pow2: f.template operator()<EncPath::Pow2>(); break;
+    case EncPath::DivBy: f.template operator()<EncPath::DivBy>(); break;
+    default: f.template operator()<EncPath::Reference>(); break;
+  }
+}
 template <class T, InDt D, int NW>
 __device__ __forceinline__ void encode_words(const QuantKernelParams& P, const uint4 (&u)[NW], const PlainGroup& g,
                                              bool hw, uint64_t flat0, uint32_t (&out)[NW][kWordElems<D> / 4]) {
-  switch (enc_path(g, hw)) {
-    case EncPath::Pow2: encode_words_path<T, D, NW, EncPath::Pow2>(P, u, g, flat0, out); break;
-    case EncPath::DivBy: encode_words_path<T, D, NW, EncPath::DivBy>(P, u, g, flat0, out); break;
-    default: encode_words_path<T, D, NW, EncPath::Reference>(P, u, g, flat0, out); break;
-  }
+  with_enc_path(enc_path(g, hw), [&]<EncPath M>() { encode_words_path<T, D, NW, M>(P, u, g, flat0, out); });
 }
 
 // ---- 1xG, G = E * team ----------------------------------------------------------------------------
@@ -414,8 +420,7 @@ __global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restri
     } else {  // 16-bit magnitudes reduced pairwise over all the thread's words, widened once
       for (int i = threadIdx.x; i < gg.nwords; i += 256) {
         const uint4 u = buf[i];
-        m = __vmaxu2(m, __vmaxu2(__vmaxu2(u.x & 0x7FFF7FFFu, u.y & 0x7FFF7FFFu),
-                                 __vmaxu2(u.z & 0x7FFF7FFFu, u.w & 0x7FFF7FFFu)));
+        m = __vmaxu2(m, pair_absmax16(u));
       }
       m = absmax_bits_word<D>(make_uint4(m, 0u, 0u, 0u));
     }
@@ -453,11 +458,7 @@ __global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restri
         else reinterpret_cast<uint2*>(codes)[wi] = make_uint2(out[0][0], out[0][1]);
       }
     };
-    switch (enc_path(g, hw)) {
-      case EncPath::Pow2: encode_group.template operator()<EncPath::Pow2>(); break;
-      case EncPath::DivBy: encode_group.template operator()<EncPath::DivBy>(); break;
-      default: encode_group.template operator()<EncPath::Reference>(); break;
-    }
+    with_enc_path(enc_path(g, hw), encode_group);
     if (threadIdx.x == 0) scales[grp] = g.stored;
     st = st == S - 1 ? 0 : st + 1;
   }
@@ -470,7 +471,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // round-to-nearest, and no |x/s| can reach the overflow threshold (plain group scaling keeps
 // |x/s| <= fmax * (1 + 2^-22) when eps >= 0, so saturating and non-saturating encodes agree).
 bool hw_allowed(const QuantKernelParams& P) {
-  return !P.stochastic && (P.saturate || P.scale.eps >= 0.0) && hw_cvt_verified();
+  return rne_hw_ok(P) && (P.saturate || P.scale.eps >= 0.0);
 }
 
 }  // namespace
@@ -494,18 +495,6 @@ bool hw_cvt_verified() {
     return good && h == 0;
   }();
   return ok;
-}
-
-// Runs launch(d) with d = n zeroed device counters and returns them (the test hooks below).
-template <int N, class Launch>
-void device_counters(unsigned long long (&h)[N], Launch launch) {
-  unsigned long long* d = nullptr;
-  FP8SIM_CUDA_CHECK(cudaMalloc(&d, N * sizeof(unsigned long long)));
-  FP8SIM_CUDA_CHECK(cudaMemset(d, 0, N * sizeof(unsigned long long)));
-  launch(d);
-  FP8SIM_CUDA_CHECK_LAUNCH();
-  FP8SIM_CUDA_CHECK(cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost));
-  FP8SIM_CUDA_CHECK(cudaFree(d));
 }
 
 uint64_t hw_cvt_mismatches(bool e4m3) {
@@ -568,8 +557,12 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
         kernel<<<grid, 256, 0, s>>>(static_cast<const uint4*>(L.x), static_cast<uint8_t*>(L.codes), L.scales, P, team,
                                     team_log2, units, hw);
       };
-      if (G >= kUnit1xg<D>) go.template operator()<kUnit1xg<D>, kUnits1xg>();
-      else go.template operator()<16, 4>();  // G = 16 with 16-bit inputs: one lane per group
+      if constexpr (D == InDt::F32) {
+        go.template operator()<kUnit1xg<D>, kUnits1xg>();  // E = 16 <= G (whole_1xg_groups: G >= 16)
+      } else {
+        if (G >= kUnit1xg<D>) go.template operator()<kUnit1xg<D>, kUnits1xg>();
+        else go.template operator()<16, 4>();  // G = 16 with 16-bit inputs: one lane per group
+      }
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
     return true;
@@ -584,10 +577,7 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
   // At most 200 KB, and no more than this device lets a block opt in to (227 KB on sm_90) less 1 KB
   // for the kernel's static shared memory.
   static const size_t smem_cap = [] {
-    int dev = 0, optin = 0;
-    cudaGetDevice(&dev);
-    if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) optin = 48 * 1024;
-    optin -= 1024;
+    const int optin = device_attr_cached<cudaDevAttrMaxSharedMemoryPerBlockOptin>(48 * 1024) - 1024;
     return static_cast<size_t>(optin < 200 * 1024 ? optin : 200 * 1024);
   }();
   if (smem > smem_cap) return false;

@@ -177,6 +177,12 @@ __device__ __forceinline__ float widen_hi(uint32_t w) {
   else return fp16_to_f32(static_cast<uint16_t>(w >> 16));
 }
 
+// The 16-bit magnitudes of a word of bf16 / fp16 elements, maxed pairwise: two halves, each the
+// max of four elements (the sign bits cleared; magnitudes order like their bits).
+__device__ __forceinline__ uint32_t pair_absmax16(const uint4& u) {
+  return __vmaxu2(__vmaxu2(u.x & 0x7FFF7FFFu, u.y & 0x7FFF7FFFu), __vmaxu2(u.z & 0x7FFF7FFFu, u.w & 0x7FFF7FFFu));
+}
+
 // Max |x| as fp32 bits over a 16-byte word of elements, NaN and Inf included (they compare above
 // every finite magnitude, so a result >= 0x7F800000 says "the word holds a non-finite value").
 template <InDt D>
@@ -186,11 +192,11 @@ __device__ __forceinline__ uint32_t absmax_bits_word(const uint4& u) {
     return max(a, b);
   } else if constexpr (D == InDt::BF16) {
     // Pairwise 16-bit max of the magnitudes (one VIMNMX.U16x2 per pair of words), then widen.
-    uint32_t m = __vmaxu2(__vmaxu2(u.x & 0x7FFF7FFFu, u.y & 0x7FFF7FFFu), __vmaxu2(u.z & 0x7FFF7FFFu, u.w & 0x7FFF7FFFu));
+    uint32_t m = pair_absmax16(u);
     const uint32_t lo = m & 0xFFFFu, hi = m >> 16;
     return (lo > hi ? lo : hi) << 16;
   } else {
-    uint32_t m = __vmaxu2(__vmaxu2(u.x & 0x7FFF7FFFu, u.y & 0x7FFF7FFFu), __vmaxu2(u.z & 0x7FFF7FFFu, u.w & 0x7FFF7FFFu));
+    uint32_t m = pair_absmax16(u);
     const uint32_t lo = m & 0xFFFFu, hi = m >> 16;
     const uint32_t h = lo > hi ? lo : hi;  // fp16 magnitudes order like their bits too
     return h >= 0x7C00u ? (h > 0x7C00u ? 0x7FC00000u : 0x7F800000u) : f32_bits(fp16_to_f32(static_cast<uint16_t>(h)));
@@ -207,12 +213,10 @@ __device__ __forceinline__ uint32_t absmax_bits_words(const uint4 (&u)[NW]) {
     for (int w = 1; w < NW; ++w) m = max(m, absmax_bits_word<D>(u[w]));
     return m;
   } else {
-    uint32_t m = __vmaxu2(__vmaxu2(u[0].x & 0x7FFF7FFFu, u[0].y & 0x7FFF7FFFu),
-                          __vmaxu2(u[0].z & 0x7FFF7FFFu, u[0].w & 0x7FFF7FFFu));
+    uint32_t m = pair_absmax16(u[0]);
 #pragma unroll
     for (int w = 1; w < NW; ++w)
-      m = __vmaxu2(m, __vmaxu2(__vmaxu2(u[w].x & 0x7FFF7FFFu, u[w].y & 0x7FFF7FFFu),
-                               __vmaxu2(u[w].z & 0x7FFF7FFFu, u[w].w & 0x7FFF7FFFu)));
+      m = __vmaxu2(m, pair_absmax16(u[w]));
     const uint4 one = make_uint4(m, 0u, 0u, 0u);  // the pair max, widened by the one-word form
     return absmax_bits_word<D>(one);
   }

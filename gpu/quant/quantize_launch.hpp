@@ -31,10 +31,18 @@ struct QuantKernelParams {
 
 // 1xG groups a team of lanes (16 or 32 elements each) can own whole: G a power of two in [16, 512] along the
 // rows, every row a whole number of groups (the fast plain and coat kernels).
+bool hw_cvt_verified();  // gpu/quant/quantize_fast.cu (declared with its contract in quantize_kernels.cuh)
+// Round-to-nearest with the converter proven on this device: the condition every quantize launcher
+// puts first before letting cvt2_hw stand in for the reference encoder.
+inline bool rne_hw_ok(const QuantKernelParams& P) { return !P.stochastic && hw_cvt_verified(); }
+
 inline bool whole_1xg_groups(const QuantKernelParams& P) {
   const int64_t G = P.group_cols;
   return P.group_rows == 1 && G >= 16 && G <= 512 && (G & (G - 1)) == 0 && P.cols % G == 0;
 }
+
+// Words of QuantLaunch::slot; the workspace holds the inf flag and these right after the maxima.
+constexpr int kSlotWords = 5;
 
 struct QuantLaunch {
   enum class Kind { Team, Block, Tensor, Passthrough, Scaled16 };
@@ -51,7 +59,7 @@ struct QuantLaunch {
   float* tensor_amax = nullptr;              // optional output
   uint32_t* chunk_maxima = nullptr;          // workspace: chunk / block maxima (bits)
   uint32_t* inf_flag = nullptr;              // workspace: 1 word, zeroed by the caller
-  uint32_t* slot = nullptr;                  // workspace: 5 words (s_quant, s_stored, stage-2 max, counter, flag)
+  uint32_t* slot = nullptr;                  // workspace: kSlotWords (s_quant, s_stored, stage-2 max, counter, flag)
   const uint32_t* producer_maxima = nullptr; // per-tensor group scaling (float bits, >= 0)
   size_t producer_maxima_count = 0;
 };

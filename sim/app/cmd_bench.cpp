@@ -1,6 +1,7 @@
 // fp8sim bench: kernel throughput on the GPU against the same-run copy ceiling and peers.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <sstream>
 
 #include "sim/app/cli.hpp"
@@ -106,9 +107,9 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     return 0;
   }
   // The end of both paths: the targets line, then the document to --json and its Markdown to --md
-  // (rendered first, so a document that cannot be rendered writes nothing).
-  auto emit = [&](const Json& doc) {
-    const std::string md = md_out.empty() ? std::string() : bench::render_markdown(doc);
+  // (rendered by the caller first, so a document that cannot be rendered writes nothing).
+  auto render = [&](const Json& doc) { return md_out.empty() ? std::string() : bench::render_markdown(doc); };
+  auto emit = [&](const Json& doc, const std::string& md) {
     if (const Json* t = doc.find("targets_summary"))
       fmt::print("targets: {} met, {} missed, {} unmeasured\n", t->at("met").dump(-1), t->at("missed").dump(-1),
                  t->at("unmeasured").dump(-1));
@@ -120,27 +121,37 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     Json doc = Json::parse(read_text_file(from));
     FP8SIM_REQUIRE(doc.is_object() && doc.find("kernels") && doc.at("kernels").is_array(),
                    "'{}' is not a bench document (no 'kernels' list; written by fp8sim bench --json?)", from);
+    doc["rerendered"] = o.command_line;  // the timing and its command stay the original run's
+    std::string md;
     try {
       bench::evaluate_targets(doc);
-      doc["rerendered"] = o.command_line;  // the timing and its command stay the original run's
-      emit(doc);
-    } catch (const UsageError&) {
-      throw;
+      md = render(doc);
     } catch (const Error& e) {
       throw Error(fmt::format("'{}' is not a usable bench document: {}", from, e.what()));
     }
+    emit(doc, md);
     return 0;
   }
+  std::string cooldown_warning;  // printed once the GPU is known to be there
   if (!peers.empty()) {
     // Validate early: a bad peers file should fail before minutes of timing.
     const Json pj = Json::parse(read_text_file(peers));
     FP8SIM_REQUIRE(pj.find("entries"), "'{}' has no 'entries' list (not written by scripts/bench_peers.py?)", peers);
+    // The GEMM ratios compare like with like only if the peers idled as long before each GEMM.
+    const bool gemm = o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), "gemm") != o.ops.end();
+    const Json* pc = pj.find("gemm_cooldown_s");
+    if (gemm && !(pc && pc->is_number() && pc->as_number() == o.gemm_cooldown_s))
+      cooldown_warning = fmt::format(
+          "fp8sim bench: warning: the peers idled {} s before each GEMM, this run {} s: the GEMM ratios "
+          "compare different thermal states\n",
+          pc && pc->is_number() ? pc->dump(-1) : std::string("an unrecorded time"), o.gemm_cooldown_s);
   }
 #ifndef FP8SIM_HAVE_CUDA
   throw Error("this build of fp8sim has no CUDA support (configure with nvcc present); bench needs a GPU");
 #else
   const auto& dev = gpu::device_info();
   FP8SIM_REQUIRE(dev.available, "{} (bench times CUDA kernels and needs a GPU)", dev.why_not);
+  fmt::print(stderr, "{}", cooldown_warning);
   const Json doc = gpu::run_bench(o);
   const auto rows = bench::table_rows(doc);
   cli::print_table(bench::table_header(), rows);
@@ -149,7 +160,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   if (const Json* a = doc.find("coat_agreement"); a && a->find("target"))
     fmt::print("codes equal to COAT's kernel (non-degenerate groups, worst moment and step): {:.5f}\n",
                a->at("target").at("value").as_number());
-  emit(doc);
+  emit(doc, render(doc));
   int failed = 0;
   for (const auto& k : doc.at("kernels").as_array())
     if (k.at("status").as_string().rfind("error", 0) == 0) ++failed;

@@ -21,11 +21,6 @@ std::string human_bytes(double b) {
   return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
 }
 
-std::string num_or_dash(const Json& j, const char* fmtspec = "{:g}") {
-  if (!j.is_number()) return "-";
-  return fmt::format(fmt::runtime(fmtspec), j.as_number());
-}
-
 std::string model_line(const Json& m) {
   if (!m.is_object()) return "(no model_config attribute)";
   auto get = [&](const char* k) -> std::string {
@@ -146,7 +141,7 @@ int run_info(const std::vector<std::string>& args) {
   for (const Json& s : j.at("steps").as_array()) {
     fmt::print("\nstep {}{}  lr {}  loss {}  adamw_step {}  {} tensors, {} ({} stored)\n", s.at("step").as_int(),
                s.at("contents").as_string().empty() ? "" : " [" + s.at("contents").as_string() + "]",
-               num_or_dash(s.at("lr"), "{:.4g}"), num_or_dash(s.at("loss"), "{:.4f}"), num_or_dash(s.at("adamw_step")),
+               num_or_dash(&s.at("lr"), "{:.4g}"), num_or_dash(&s.at("loss"), "{:.4f}"), num_or_dash(&s.at("adamw_step"), "{:g}"),
                s.at("tensor_count").as_int(), human_bytes(s.at("bytes").as_number()),
                human_bytes(s.at("stored_bytes").as_number()));
     if (summary) {

@@ -116,7 +116,7 @@ void print_report(const Json& doc, bool show_ops) {
       fr.push_back({fmt::format("{}x{}", r.at("rows").as_int(), r.at("cols").as_int()), f(r.at("jit_amax_ms").as_number(), 3),
                     f(r.at("group_stage1_overhead_ms").as_number(), 3), f(r.at("group_stage2_ms").as_number(), 3),
                     f(r.at("group_scaling_ms").as_number(), 3), f(r.at("speedup").as_number(), 1) + "x",
-                    speed::num_or_dash(r.find("torch_eager_amax_ms"), "{:.3f}"),
+                    num_or_dash(r.find("torch_eager_amax_ms"), "{:.3f}"),
                     fmt::format("{:.2f} -> {:.2f}", r.at("paper_h100_jit_ms").as_number(), r.at("paper_h100_group_ms").as_number())});
     cli::print_table({"tensor", "JIT ms", "stage1 extra", "stage2 ms", "group ms", "JIT/group", "torch amax ms",
                       "paper H100 ms"},

@@ -362,10 +362,7 @@ void evaluate_targets(Json& doc) {
 
 namespace {
 
-std::string num(const Json* v, const char* f = "{:.4g}") {
-  if (!v || !v->is_number()) return "-";
-  return fmt::format(fmt::runtime(f), v->as_number());
-}
+std::string num(const Json* v, const char* f = "{:.4g}") { return num_or_dash(v, f); }
 
 std::vector<std::string> row_of(const Json& k) {
   const bool ok = k.find("status") && k.at("status").as_string() == "ok";
@@ -440,7 +437,7 @@ std::string render_markdown(const Json& doc) {
       md += fmt::format("- GEMM timing: no idle before each GEMM (the peers' file: {})\n", peer);
   }
   if (const Json* gs = doc.find("gemm_search")) {
-    if (gs->dump(-1) == "0")
+    if (gs->is_number() && gs->as_number() == 0)
       md += "- GEMM algorithm: the fastest of cuBLASLt's 8 heuristic candidates, each timed unflushed\n";
     else
       md += fmt::format("- GEMM algorithm: the fastest of cuBLASLt's 8 heuristic candidates and of up to {} more "

@@ -282,4 +282,9 @@ class Parser {
 
 Json Json::parse(std::string_view text) { return Parser(text).run(); }
 
+std::string num_or_dash(const Json* j, const char* fmtspec) {
+  if (!j || !j->is_number()) return "-";
+  return fmt::format(fmt::runtime(fmtspec), j->as_number());
+}
+
 }  // namespace fp8sim

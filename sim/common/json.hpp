@@ -73,4 +73,8 @@ class Json {
   void dump_to(std::string& out, int indent, int depth) const;
 };
 
+// The number at j formatted with fmtspec (an fmt format string), or "-" when j is absent or not a
+// number: the cell of every report table.
+std::string num_or_dash(const Json* j, const char* fmtspec);
+
 }  // namespace fp8sim

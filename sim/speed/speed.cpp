@@ -592,11 +592,6 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
 }
 
 // ------------------------------------------------------------------------------- markdown
-std::string num_or_dash(const Json* j, const char* fmtstr) {
-  if (!j || !j->is_number()) return "-";
-  return fmt::format(fmt::runtime(fmtstr), j->as_number());
-}
-
 namespace {
 std::string f2(double v) { return fmt::format("{:.2f}", v); }
 std::string f3(double v) { return fmt::format("{:.3f}", v); }

@@ -76,8 +76,6 @@ std::string speed_markdown(const Json& doc);
 // (`fp8sim speed`) and the Markdown report.
 std::vector<std::vector<std::string>> table7_cells(const Json& table7, const std::string& sep, bool long_labels);
 
-// A JSON number formatted with fmtstr (an fmt spec such as "{:.2f}"), or "-" when absent or not a number.
-std::string num_or_dash(const Json* j, const char* fmtstr = "{:.2f}");
 
 // Per-recipe evaluation of one configuration against a calibration (used by speed_report and
 // tests): the kernels with their predicted times and the sums.
