@@ -3,6 +3,7 @@
 // libraries (peer merging, target evaluation, Markdown, compare's summary, ulp distance).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -244,6 +245,45 @@ TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
   EXPECT_NE(md.find("vs_torch_compile MISSED (needs 104% of copy)"), std::string::npos) << md;
   EXPECT_NE(md.find("| kernel |"), std::string::npos);
   EXPECT_NE(md.find("MISSED"), std::string::npos);
+}
+
+TEST(BenchLib, SameBytesCeilingAndOlderRunsRenderInTheirOwnColumns) {
+  // A run with the same-bytes ceiling: both fractions shown, the target says which ceiling it
+  // used. A run from before (no ceiling_kind: its fraction was against the large copy): the
+  // fraction goes under "of large copy" and the same-bytes column stays empty.
+  Json doc = Json::object();
+  Json ks = Json::array();
+  Json now = kernel("quantize|new", "quantize", 0.03);
+  now["ceiling_kind"] = "same-bytes copy";
+  now["ceiling_gbps"] = 4000.0;
+  now["fraction_of_ceiling"] = 0.91;
+  now["large_copy_gbps"] = 4300.0;
+  now["fraction_of_large_copy"] = 0.85;
+  ks.push_back(now);
+  Json old = kernel("quantize|old", "quantize", 0.03);
+  old["ceiling_gbps"] = 4300.0;
+  old["fraction_of_ceiling"] = 0.77;
+  ks.push_back(old);
+  doc["kernels"] = ks;
+  bench::evaluate_targets(doc);
+  const auto& t0 = doc.at("kernels").as_array()[0].at("targets").at("copy_bandwidth");
+  EXPECT_TRUE(t0.at("met").as_bool());
+  EXPECT_NE(t0.at("what").as_string().find("same-run device copy of as many bytes"), std::string::npos)
+      << t0.at("what").as_string();
+  const auto& t1 = doc.at("kernels").as_array()[1].at("targets").at("copy_bandwidth");
+  EXPECT_FALSE(t1.at("met").as_bool());
+  EXPECT_EQ(t1.at("what").as_string().find("as many bytes"), std::string::npos);
+  const auto rows = bench::table_rows(doc);
+  const auto& h = bench::table_header();
+  const auto col = [&](const char* name) {
+    return static_cast<size_t>(std::find(h.begin(), h.end(), std::string(name)) - h.begin());
+  };
+  ASSERT_LT(col("of same-bytes copy"), h.size());
+  ASSERT_LT(col("of large copy"), h.size());
+  EXPECT_EQ(rows[0][col("of same-bytes copy")], "91%");
+  EXPECT_EQ(rows[0][col("of large copy")], "85%");
+  EXPECT_EQ(rows[1][col("of same-bytes copy")], "-");
+  EXPECT_EQ(rows[1][col("of large copy")], "77%");
 }
 
 TEST(CompareLib, UlpDistance) {

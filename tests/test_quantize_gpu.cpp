@@ -393,6 +393,40 @@ TEST(QuantizeGpu, FastKernelsEveryDtypeScaleModeAndFallback) {
     check_on("e4m3:row", {3, 70000}, dt, test::lognormal_data(3 * 70000, 47, 6.0));
 }
 
+TEST(QuantizeGpu, WarpGroupKernelEveryWidthShapeAndFallback) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  // Groups of more than 512 elements and at most 512 16-byte words take the warp-per-group kernel:
+  // rows of 800 / 1000 / 1600 / 2400 / 4096 elements give 100-512 words for bf16 and fp16 (every
+  // words-per-lane width: 4, 8, 12, 16) and 200-1024 for fp32 (the longer ones staged); RxC
+  // blocks with a partial last block row and column; 1xG groups longer than 512. Plain data and
+  // data with NaN / Inf / zero groups; RNE, stochastic, E8M0 and power-of-two scales.
+  struct Case {
+    const char* spec;
+    std::vector<int64_t> shape;
+  };
+  const std::vector<Case> cases = {
+      {"e4m3:row", {7, 800}},
+      {"e5m2:row:sat=none", {4, 1000}},
+      {"e4m3:row:scale=e8m0", {9, 1600}},
+      {"e4m3:row:round=stochastic:seed=5", {5, 2400}},
+      {"e4m3:row", {3, 4096}},
+      {"e4m3:b16x48", {100, 200}},
+      {"e4m3:b32x64:scale=pow2", {70, 192}},
+      {"e4m3:g1024", {6, 2048}},
+      {"e5m2:g2048:scale=e8m0", {4, 4096}},
+  };
+  uint64_t seed = 101;
+  for (const auto& c : cases) {
+    const size_t n = static_cast<size_t>(shape_numel(c.shape));
+    const std::vector<float> plain = test::lognormal_data(n, seed++, 6.0);
+    const std::vector<float> special = scattered_specials(n, seed++);
+    for (InputDtype dt : {InputDtype::F32, InputDtype::BF16, InputDtype::FP16}) {
+      check_on(c.spec, c.shape, dt, plain);
+      check_on(c.spec, c.shape, dt, special);
+    }
+  }
+}
+
 TEST(QuantizeGpu, HardwareConverterEqualsReferenceEncoderOnAllFiniteFloats) {
   FP8SIM_SKIP_WITHOUT_GPU();
   // The fast kernels use cvt.rn.satfinite where it equals encode_fp8_rne(x, SAT): prove it for

@@ -412,14 +412,18 @@ __global__ void __launch_bounds__(256) quant_block_kernel(const void* __restrict
 // ---- tensor kernels ---------------------------------------------------------------------------------
 // Stage 1: the max |x| of every kChunk-element chunk (finite values; the Inf flag on the side).
 // Aligned chunks are read as 16-byte words, 8 words per thread in flight; a word holding a
-// non-finite value takes the element-wise statistic.
+// non-finite value takes the element-wise statistic. The grid walks the chunks from the last to
+// the first, so the tensor's head is what stays in L2 when the encode pass (stage 3) starts
+// reading it from the head (H200, bf16 8192x4096 JIT: 0.0521 -> 0.0506 ms; the bits are the same
+// in any order).
 template <InDt D>
 __global__ void __launch_bounds__(256) chunk_stats_kernel(const void* __restrict__ x, int64_t n, int64_t chunk,
                                                           bool vec, uint32_t* __restrict__ chunk_amax,
                                                           uint32_t* __restrict__ inf_flag) {
   constexpr int W = kWordElems<D>;
   const int64_t chunks = (n + chunk - 1) / chunk;
-  for (int64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+  for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
+    const int64_t ch = chunks - 1 - c;
     const int64_t b0 = ch * chunk, b1 = b0 + chunk < n ? b0 + chunk : n;
     Stats st = stats_init();
     if (vec && b1 - b0 == chunk) {

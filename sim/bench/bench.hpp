@@ -7,7 +7,8 @@
 // bench.json (the --json document):
 //   command, date, machine{...}, ceiling{bytes, median_ms, gbps},
 //   kernels: [{kernel, key, op, shape, bytes | flops, median_ms, min_ms, max_ms, reps,
-//              gbps | tflops, ceiling_gbps, fraction_of_ceiling, peer, peer_median_ms,
+//              gbps | tflops, ceiling_gbps (a same-run copy of as many bytes), ceiling_kind,
+//              fraction_of_ceiling, large_copy_gbps, fraction_of_large_copy, peer, peer_median_ms,
 //              speedup_vs_peer, peers: [{peer, median_ms, status}], targets{...}, status}],
 //   coat_agreement{...} (when COAT's kernel ran), targets_summary{met, missed, unmeasured}
 #include <cstdint>
