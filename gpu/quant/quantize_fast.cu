@@ -2,7 +2,7 @@
 // sim/quant's reference like every kernel in gpu/quant:
 //
 //  * 1xG (G = 16, 32, ..., 512; whole groups, 16-byte aligned): a team of G/E lanes per group,
-//    E = 32 elements per lane for bf16/fp16 with G >= 32, else 16, loaded as 16-byte words
+//    E = 32 elements per lane for bf16/fp16 with G >= 64, else 16, loaded as 16-byte words
 //    straight into registers (three units per thread in flight), the group max reduced with
 //    shuffles inside the team, one pass over memory.
 //  * warp groups (rows, RxC blocks and 1xG groups of more than 512 elements and at most 512
@@ -289,7 +289,7 @@ __device__ __forceinline__ void encode_words(const QuantKernelParams& P, const u
 }
 
 // ---- 1xG, G = E * team ----------------------------------------------------------------------------
-// Each lane owns units of E consecutive elements (E = 32 for 16-bit inputs with G >= 32, else 16);
+// Each lane owns units of E consecutive elements (E = 32 for 16-bit inputs with G >= 64, else 16);
 // a team of G/E lanes owns one group. Every iteration a thread first loads U units (U * E/W
 // 16-byte words, each unit one contiguous span) straight into registers, then reduces and encodes
 // them one after another: U * 64 bytes per thread in flight (for G = 16 with 16-bit input: E = 16,
@@ -299,7 +299,7 @@ __device__ __forceinline__ void encode_words(const QuantKernelParams& P, const u
 // per-element instructions of E = 32 (the group's scale, reciprocal and addresses once per 32
 // elements) only paid off once enough bytes were in flight per thread.
 template <InDt D>
-constexpr int kUnit1xg = D == InDt::F32 ? 16 : 32;  // E for G >= 32
+constexpr int kUnit1xg = D == InDt::F32 ? 16 : 32;  // E for G >= 64 (G = 32 takes E = 16: see the launcher)
 constexpr int kUnits1xg = 3;                         // U
 
 template <class T, InDt D, int E, int U>
@@ -634,8 +634,10 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
       if constexpr (D == InDt::F32) {
         go.template operator()<kUnit1xg<D>, kUnits1xg>();  // E = 16 <= G (whole_1xg_groups: G >= 16)
       } else {
-        if (G >= kUnit1xg<D>) go.template operator()<kUnit1xg<D>, kUnits1xg>();
-        else go.template operator()<16, kUnits1xg>();  // G = 16 with 16-bit inputs: one lane per group
+        // G = 32 (MXFP8): two 16-element lanes per group rather than one 32-element lane (71 instead of
+        // 121 registers, three blocks per SM instead of two: 0.1445 vs 0.149 ms on the H200).
+        if (G >= kUnit1xg<D> && G != 32) go.template operator()<kUnit1xg<D>, kUnits1xg>();
+        else go.template operator()<16, kUnits1xg>();  // G = 16 or 32 with 16-bit inputs: one or two lanes per group
       }
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
