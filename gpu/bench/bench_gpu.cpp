@@ -57,12 +57,15 @@ struct Ctx {
   std::map<int64_t, double> same_bytes_copy;  // bytes moved -> GB/s of a copy moving as many bytes
 };
 
+// The size of the copy that stands for `bytes` moved: half each way, rounded up to a whole 4 KiB
+// (a copy of an odd size runs measurably slower than one of a round size, and the kernels' byte
+// counts include a few bytes of scales).
+int64_t copy_half_bytes(double bytes) { return (static_cast<int64_t>(bytes / 2.0 + 0.5) + 4095) / 4096 * 4096; }
+
 // The bandwidth of a device copy that moves `bytes` (reads half, writes half), timed like every
 // kernel (warm, L2-flushed repeats); measured once per byte count in a run.
 double same_bytes_copy_gbps(Ctx& c, double bytes) {
-  // Half the bytes each way, rounded up to a whole 4 KiB (a copy of an odd size runs measurably
-  // slower than one of a round size, and the kernels' byte counts include a few bytes of scales).
-  const int64_t half = (static_cast<int64_t>(bytes / 2.0 + 0.5) + 4095) / 4096 * 4096;
+  const int64_t half = copy_half_bytes(bytes);
   if (half <= 0) return 0;
   if (auto it = c.same_bytes_copy.find(half); it != c.same_bytes_copy.end()) return it->second;
   double gbps = 0;
@@ -94,7 +97,7 @@ void put_timing(Ctx& c, Json& e, const Timing& t, double bytes) {
     const double ceiling = same_bytes_copy_gbps(c, bytes);
     if (ceiling > 0) {
       e["ceiling_gbps"] = ceiling;
-      e["ceiling_kind"] = "same-bytes copy";
+      e["ceiling_kind"] = bench::kSameBytesCeiling;
       e["fraction_of_ceiling"] = gbps / ceiling;
     } else if (c.large_copy_gbps > 0) {  // the same-bytes copy could not run: the large copy
       e["ceiling_gbps"] = c.large_copy_gbps;
@@ -125,7 +128,7 @@ void run_copy(Ctx& c, const bench::BenchItem& it, Json& e) {
   const Timing t = time_device_copy(c.timer, static_cast<size_t>(it.n), c.opts.warmup, c.opts.reps);
   const double bytes = 2.0 * static_cast<double>(it.n);
   c.large_copy_gbps = bytes / (t.median_ms * 1e-3) / 1e9;
-  c.same_bytes_copy[it.n] = c.large_copy_gbps;
+  c.same_bytes_copy[copy_half_bytes(bytes)] = c.large_copy_gbps;
   put_timing(c, e, t, bytes);
 }
 
@@ -497,7 +500,7 @@ Json run_bench(const bench::BenchOptions& opts) {
     doc["ceiling"] = std::move(c);
   }
   if (!opts.peers_path.empty()) {
-    const Json peers = Json::parse(read_text_file(opts.peers_path));
+    const Json& peers = opts.peers;
     doc["peers_file"] = opts.peers_path;
     if (const Json* pd = peers.find("torch")) doc["peers_torch"] = *pd;
     // The GEMM comparison is fair only if the peers idled as long before each GEMM as we do

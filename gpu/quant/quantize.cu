@@ -493,7 +493,7 @@ __device__ __forceinline__ void raise_max_of_slice(const uint32_t* __restrict__ 
     const uint32_t a = maxima[i] & 0x7FFFFFFFu;
     r = a < 0x7F800000u && a > r ? a : r;
   }
-  for (int off = 16; off > 0; off >>= 1) r = max(r, __shfl_xor_sync(kFullMask, r, off));
+  r = warp_max_u32(r);
   if ((threadIdx.x & 31) == 0 && r) atomicMax(out, r);
 }
 

@@ -348,9 +348,40 @@ __global__ void __launch_bounds__(256) quant_1xg_fast_kernel(const uint4* __rest
   }
 }
 
+// ---- group geometry in 16-byte words (the staged and warp-group kernels) -----------------------------
+// A group of the 2-D view (rows and group rows a whole number of W-element words) as words: the
+// first word, words per group row, words in the group (the last row / column of groups may be
+// partial), and the index of the group's i-th word in the tensor (row-major within the group).
+struct GroupWords {
+  int64_t base;   // first word of the group
+  int wpr;        // words per group row
+  int nwords;     // words in the group
+  int wpr_log2;   // log2(wpr) when wpr is a power of two, else -1
+  // wcols: words per tensor row (P.cols / W), kept by the kernel outside the per-group state
+  __device__ __forceinline__ int64_t index(int i, int64_t wcols) const {
+    if (nwords == wpr) return base + i;  // one row (row groups, long 1xG groups)
+    const int row = wpr_log2 >= 0 ? i >> wpr_log2 : i / wpr;
+    return base + static_cast<int64_t>(row) * wcols + (i - row * wpr);
+  }
+};
+template <InDt D>
+__device__ __forceinline__ GroupWords group_words(const QuantKernelParams& P, int64_t wcols, int64_t grp) {
+  constexpr int W = kWordElems<D>;
+  const int64_t gi = grp / P.grid_cols, gj = grp % P.grid_cols;
+  const int64_t r0 = gi * P.group_rows, c0 = gj * P.group_cols;
+  const int64_t r1 = r0 + P.group_rows < P.rows ? r0 + P.group_rows : P.rows;
+  const int64_t c1 = c0 + P.group_cols < P.cols ? c0 + P.group_cols : P.cols;
+  GroupWords g;
+  g.wpr = static_cast<int>((c1 - c0) / W);
+  g.nwords = static_cast<int>(r1 - r0) * g.wpr;
+  g.base = r0 * wcols + c0 / W;
+  g.wpr_log2 = (g.wpr & (g.wpr - 1)) == 0 ? __ffs(g.wpr) - 1 : -1;
+  return g;
+}
+
 // ---- staged groups (one block per group at a time) ----------------------------------------------------
 __device__ __forceinline__ uint32_t block_max_u32(uint32_t v, uint32_t* red) {
-  for (int off = 16; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, off));
+  v = warp_max_u32(v);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   if (lane == 0) red[warp] = v;
   __syncthreads();
@@ -380,34 +411,11 @@ __global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restri
   __shared__ bool shared_finite;
   const int64_t groups = P.grid_rows * P.grid_cols;
   const int64_t wcols = P.cols / W;  // words per tensor row
-  struct Geo {
-    int64_t base;  // first word of the group
-    int wpr;       // words per group row
-    int nwords;    // words in the group
-    int wpr_log2;  // log2(wpr) when wpr is a power of two, else -1
-  };
-  auto geo = [&](int64_t grp) {
-    const int64_t gi = grp / P.grid_cols, gj = grp % P.grid_cols;
-    const int64_t r0 = gi * P.group_rows, c0 = gj * P.group_cols;
-    const int64_t r1 = r0 + P.group_rows < P.rows ? r0 + P.group_rows : P.rows;
-    const int64_t c1 = c0 + P.group_cols < P.cols ? c0 + P.group_cols : P.cols;
-    Geo g;
-    g.wpr = static_cast<int>((c1 - c0) / W);
-    g.nwords = static_cast<int>(r1 - r0) * g.wpr;
-    g.base = r0 * wcols + c0 / W;
-    g.wpr_log2 = (g.wpr & (g.wpr - 1)) == 0 ? __ffs(g.wpr) - 1 : -1;
-    return g;
-  };
-  auto word_index = [&](const Geo& g, int i) {
-    if (g.nwords == g.wpr) return g.base + i;  // one row (row groups, long 1xG groups)
-    const int row = g.wpr_log2 >= 0 ? i >> g.wpr_log2 : i / g.wpr;
-    return g.base + static_cast<int64_t>(row) * wcols + (i - row * g.wpr);
-  };
   auto issue = [&](int st, int64_t grp) {
     if (grp < groups) {
-      const Geo g = geo(grp);
+      const GroupWords g = group_words<D>(P, wcols, grp);
       uint4* buf = stage_buf + static_cast<size_t>(st) * stage_words;
-      for (int i = threadIdx.x; i < g.nwords; i += 256) cp_async16(buf + i, x + word_index(g, i));
+      for (int i = threadIdx.x; i < g.nwords; i += 256) cp_async16(buf + i, x + g.index(i, wcols));
     }
     cp_async_commit();
   };
@@ -418,7 +426,7 @@ __global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restri
     issue(st == 0 ? S - 1 : st - 1, grp + static_cast<int64_t>(S - 1) * gridDim.x);
     cp_async_wait<S - 1>();  // this thread's copies of the current group have landed
     const uint4* buf = stage_buf + static_cast<size_t>(st) * stage_words;
-    const Geo gg = geo(grp);
+    const GroupWords gg = group_words<D>(P, wcols, grp);
     uint32_t m = 0;
     if constexpr (D == InDt::F32) {
       for (int i = threadIdx.x; i < gg.nwords; i += 256) m = max(m, absmax_bits_word<D>(buf[i]));
@@ -432,12 +440,12 @@ __global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restri
     // The block max; warp 0 finishes it and derives the group's scale and reciprocal once for the
     // block (the per-group arithmetic is a few hundred instructions: done by every thread, it
     // cost the issue slots this kernel is short of).
-    for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
+    m = warp_max_u32(m);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
     __syncthreads();
     if (threadIdx.x < 32) {
       uint32_t v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : 0u;
-      for (int off = 16; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, off));
+      v = warp_max_u32(v);
       if (threadIdx.x == 0) {
         shared_finite = v < kInfBits;
         if (v < kInfBits) shared_group = plain_group(P, v, true);
@@ -455,7 +463,7 @@ __global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restri
     // The path chosen once per group (block-uniform), the words encoded in its own loop.
     auto encode_group = [&]<EncPath M>() {
       for (int i = threadIdx.x; i < gg.nwords; i += 256) {
-        const int64_t wi = word_index(gg, i);
+        const int64_t wi = gg.index(i, wcols);
         uint32_t out[1][W / 4];
         const uint4 one[1] = {buf[i]};
         encode_words_path<T, D, 1, M>(P, one, g, static_cast<uint64_t>(wi * W), out);
@@ -490,33 +498,21 @@ __global__ void __launch_bounds__(256) quant_warp_group_kernel(const uint4* __re
   // Warp-uniform loop: every shuffle below runs on all 32 lanes.
   for (int64_t grp = static_cast<int64_t>(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5); grp < groups;
        grp += warps) {
-    // The group's geometry (as in the staged kernel): first word, words per group row, words.
-    const int64_t gi = grp / P.grid_cols, gj = grp % P.grid_cols;
-    const int64_t r0 = gi * P.group_rows, c0 = gj * P.group_cols;
-    const int64_t r1 = r0 + P.group_rows < P.rows ? r0 + P.group_rows : P.rows;
-    const int64_t c1 = c0 + P.group_cols < P.cols ? c0 + P.group_cols : P.cols;
-    const int wpr = static_cast<int>((c1 - c0) / W);
-    const int nwords = static_cast<int>(r1 - r0) * wpr;
-    const int64_t base = r0 * wcols + c0 / W;
-    auto word_index = [&](int i) {
-      if (nwords == wpr) return base + i;  // one row
-      const int row = i / wpr;
-      return base + static_cast<int64_t>(row) * wcols + (i - row * wpr);
-    };
+    const GroupWords gw = group_words<D>(P, wcols, grp);
     uint4 raw[NW];
 #pragma unroll
     for (int j = 0; j < NW; ++j) {
       const int i = lane + 32 * j;
-      raw[j] = i < nwords ? x[word_index(i)] : make_uint4(0u, 0u, 0u, 0u);  // zeros leave the max alone
+      raw[j] = i < gw.nwords ? x[gw.index(i, wcols)] : make_uint4(0u, 0u, 0u, 0u);  // zeros leave the max alone
     }
     uint32_t m = absmax_bits_words<D, NW>(raw);
-    for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
+    m = warp_max_u32(m);
     const bool finite = m < kInfBits;
     if (!finite) {  // warp-uniform: the reference statistic over the finite values
       uint32_t f = 0;
 #pragma unroll
       for (int j = 0; j < NW; ++j) f = max(f, finite_absmax_word<D>(raw[j]));
-      for (int off = 16; off > 0; off >>= 1) f = max(f, __shfl_xor_sync(kFullMask, f, off));
+      f = warp_max_u32(f);
       m = f;
     }
     const PlainGroup g = plain_group(P, m, finite);
@@ -524,8 +520,8 @@ __global__ void __launch_bounds__(256) quant_warp_group_kernel(const uint4* __re
 #pragma unroll
       for (int j = 0; j < NW; ++j) {
         const int i = lane + 32 * j;
-        if (i < nwords) {
-          const int64_t wi = word_index(i);
+        if (i < gw.nwords) {
+          const int64_t wi = gw.index(i, wcols);
           uint32_t out[1][W / 4];
           const uint4 one[1] = {raw[j]};
           encode_words_path<T, D, 1, M>(P, one, g, static_cast<uint64_t>(wi * W), out);

@@ -102,6 +102,11 @@ __device__ __forceinline__ Stats stats_reduce_lanes(Stats s, int width) {
   }
   return s;
 }
+// The max of v over the 32 lanes of a warp (every lane must call it; every lane gets the result).
+__device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
+  for (int off = 16; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, off));
+  return v;
+}
 // Block-wide reduction (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
 __device__ __forceinline__ Stats stats_reduce_block(Stats s) {
   __shared__ Stats warp_stats[32];

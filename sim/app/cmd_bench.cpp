@@ -135,7 +135,8 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   std::string cooldown_warning;  // printed once the GPU is known to be there
   if (!peers.empty()) {
     // Validate early: a bad peers file should fail before minutes of timing.
-    const Json pj = Json::parse(read_text_file(peers));
+    o.peers = Json::parse(read_text_file(peers));
+    const Json& pj = o.peers;
     FP8SIM_REQUIRE(pj.find("entries"), "'{}' has no 'entries' list (not written by scripts/bench_peers.py?)", peers);
     // The GEMM ratios compare like with like only if the peers idled as long before each GEMM.
     const bool gemm = o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), "gemm") != o.ops.end();

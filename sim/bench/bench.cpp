@@ -305,12 +305,12 @@ Json target(double value, double threshold, const std::string& what) {
   return t;
 }
 
-}  // namespace
-
-static bool same_bytes_ceiling(const Json& k) {
+bool same_bytes_ceiling(const Json& k) {
   const Json* kind = k.find("ceiling_kind");
-  return kind && kind->is_string() && kind->as_string() == "same-bytes copy";
+  return kind && kind->is_string() && kind->as_string() == kSameBytesCeiling;
 }
+
+}  // namespace
 
 void evaluate_targets(Json& doc) {
   Json* kernels = const_cast<Json*>(doc.find("kernels"));

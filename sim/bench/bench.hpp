@@ -19,6 +19,10 @@
 
 namespace fp8sim::bench {
 
+// The `ceiling_kind` of a kernel held to a same-run copy of its own bytes (gpu/bench writes it,
+// the targets and the Markdown read it; documents without it were held to the large copy).
+inline constexpr const char* kSameBytesCeiling = "same-bytes copy";
+
 struct BenchItem {
   std::string key;    // unique within a plan; bench_peers.py files its timings under it
   std::string op;     // copy | cast | quantize | dequantize | amax | adamw | gemm
@@ -44,7 +48,8 @@ struct BenchOptions {
   int gemm_search = 0;           // GEMM configurations timed beyond the heuristic's (CublasLt::plan)
   double gemm_cooldown_s = 2.0;  // idle seconds before each GEMM's timing (ours and the peer's; smoke 0)
   bool flush_write = false;      // L2 flush by a 256 MiB write (before session 13) instead of a read
-  std::string peers_path;        // JSON written by scripts/bench_peers.py (optional)
+  std::string peers_path;        // JSON written by scripts/bench_peers.py (optional) ...
+  Json peers;                    // ... as parsed and checked by the caller (null without peers_path)
   std::string coat_states_dir;   // COAT's states from bench_peers.py --coat-dump (optional): code agreement
   std::string command_line;      // recorded in the report
 };
