@@ -86,6 +86,26 @@ TEST(CliBench, WritePlanNeedsNoGpu) {
   r = test::run_fp8sim({"bench", "--write-plan", dir + "/plan2.json", "--ops", "gemm", "--gemm-cooldown", "1.5"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(Json::parse(read_text_file(dir + "/plan2.json")).at("gemm_cooldown_s").as_number(), 1.5);
+  // The full plan times a bf16 cast at the smallest shape the bf16 quantizers are timed at (their
+  // reference at that size: a kernel with no group arithmetic moving the same kind of traffic).
+  r = test::run_fp8sim({"bench", "--write-plan", dir + "/plan3.json", "--ops", "cast,quantize"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json plan3 = Json::parse(read_text_file(dir + "/plan3.json"));
+  auto elems = [](const Json& k) {
+    double n = 1;
+    for (const auto& d : k.at("shape").as_array()) n *= d.as_number();
+    return n;
+  };
+  double smallest_quant = 0;
+  std::vector<double> cast_bf16;
+  for (const auto& k : plan3.at("kernels").as_array()) {
+    if (k.at("dtype").as_string() != "bf16") continue;
+    if (k.at("op").as_string() == "quantize" && (smallest_quant == 0 || elems(k) < smallest_quant)) smallest_quant = elems(k);
+    if (k.at("op").as_string() == "cast") cast_bf16.push_back(elems(k));
+  }
+  ASSERT_GT(smallest_quant, 0);
+  EXPECT_NE(std::find(cast_bf16.begin(), cast_bf16.end(), smallest_quant), cast_bf16.end())
+      << "no bf16 cast at the quantizers' smallest shape";
 }
 
 TEST(CliBench, BadInputAndNoGpu) {
