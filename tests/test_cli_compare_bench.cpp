@@ -86,6 +86,9 @@ TEST(CliBench, WritePlanNeedsNoGpu) {
   r = test::run_fp8sim({"bench", "--write-plan", dir + "/plan2.json", "--ops", "gemm", "--gemm-cooldown", "1.5"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(Json::parse(read_text_file(dir + "/plan2.json")).at("gemm_cooldown_s").as_number(), 1.5);
+  // So does the GPU-side wait before each timed launch (bench_peers.py waits as long).
+  EXPECT_EQ(plan.at("launch_lead_us").as_number(), bench::kLaunchLeadUs);
+  EXPECT_GT(bench::kLaunchLeadUs, 0.0);
   // The full plan times a bf16 cast at the smallest shape the bf16 quantizers are timed at (their
   // reference at that size: a kernel with no group arithmetic moving the same kind of traffic).
   r = test::run_fp8sim({"bench", "--write-plan", dir + "/plan3.json", "--ops", "cast,quantize"});
@@ -304,6 +307,26 @@ TEST(BenchLib, SameBytesCeilingAndOlderRunsRenderInTheirOwnColumns) {
   EXPECT_EQ(rows[0][col("of large copy")], "85%");
   EXPECT_EQ(rows[1][col("of same-bytes copy")], "-");
   EXPECT_EQ(rows[1][col("of large copy")], "77%");
+}
+
+TEST(BenchLib, LaunchLeadIsReportedForNewRunsAndNamedAbsentInOldOnes) {
+  Json doc = Json::object();
+  doc["l2_flush"] = "256 MiB read";
+  doc["launch_lead_us"] = 500.0;
+  doc["peers_launch_lead_us"] = "not recorded";  // a peers file from before the lead
+  Json ks = Json::array();
+  ks.push_back(kernel("quantize|x", "quantize", 0.03));
+  doc["kernels"] = ks;
+  bench::evaluate_targets(doc);
+  std::string md = bench::render_markdown(doc);
+  EXPECT_NE(md.find("- launch lead: a 500 us GPU-side wait"), std::string::npos) << md;
+  EXPECT_NE(md.find("(the peers' file: \"not recorded\")"), std::string::npos) << md;
+  auto& obj = doc.as_object();  // a run from before 2026-12-01: no launch_lead_us
+  obj.erase(std::remove_if(obj.begin(), obj.end(), [](const auto& kv) { return kv.first == "launch_lead_us"; }),
+            obj.end());
+  md = bench::render_markdown(doc);
+  EXPECT_NE(md.find("- launch lead: none"), std::string::npos) << md;
+  EXPECT_EQ(md.find("GPU-side wait"), std::string::npos) << md;
 }
 
 TEST(CompareLib, UlpDistance) {

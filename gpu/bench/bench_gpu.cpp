@@ -422,7 +422,7 @@ Json run_bench(const bench::BenchOptions& opts) {
   FP8SIM_REQUIRE(dev.available, "no usable CUDA device: {}", dev.why_not);
   FP8SIM_CUDA_CHECK(cudaSetDevice(0));
   Stream stream;
-  BenchTimer timer(stream.get(), opts.flush_write);
+  BenchTimer timer(stream.get(), opts.flush_write, opts.launch_lead_us);
   CublasLt lt;
   Ctx ctx{timer, lt, opts, 0.0, {}};
 
@@ -435,6 +435,7 @@ Json run_bench(const bench::BenchOptions& opts) {
   doc["l2_flush"] = opts.flush_write ? "256 MiB write" : "256 MiB read";
   doc["gemm_search"] = opts.gemm_search;
   doc["gemm_cooldown_s"] = opts.gemm_cooldown_s;
+  doc["launch_lead_us"] = opts.launch_lead_us;
   doc["smoke"] = opts.smoke;
   Json kernels = Json::array();
   const auto plan = bench::make_plan(opts);
@@ -507,6 +508,10 @@ Json run_bench(const bench::BenchOptions& opts) {
     // (cmd_bench warns before timing when they did not).
     const Json* pc = peers.find("gemm_cooldown_s");
     doc["peers_gemm_cooldown_s"] = pc && pc->is_number() ? *pc : Json("not recorded");
+    // Likewise the GPU-side wait before each timed launch: without it a peer's host-side launch
+    // work (Python, torch.compile's guards) beyond the flush's duration is timed as GPU time.
+    const Json* pl = peers.find("launch_lead_us");
+    doc["peers_launch_lead_us"] = pl && pl->is_number() ? *pl : Json("not recorded");
     bench::merge_peers(doc, peers);
   }
   if (!opts.coat_states_dir.empty()) {

@@ -63,6 +63,16 @@ __global__ void read_through_kernel(const uint4* d, size_t words, uint32_t* sink
   if (acc == 0x9E3779B9u && sink) *sink = acc;  // depends on every load, so none is elided
 }
 
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__global__ void wait_kernel(uint64_t ns) {
+  const uint64_t t0 = global_ns();
+  while (global_ns() - t0 < ns) __nanosleep(500);
+}
+
 int grid_of(size_t n) {
   const size_t b = (n + 255) / 256;
   return static_cast<int>(b < 4096 ? (b ? b : 1) : 4096);
@@ -93,6 +103,12 @@ void fill_value_f32(float* d, size_t n, float value, cudaStream_t s) {
 
 void read_through(const void* d, size_t bytes, uint32_t* sink, cudaStream_t s) {
   read_through_kernel<<<grid_of(bytes / 16), 256, 0, s>>>(static_cast<const uint4*>(d), bytes / 16, sink);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
+void gpu_wait_us(double us, cudaStream_t s) {
+  if (!(us > 0)) return;
+  wait_kernel<<<1, 1, 0, s>>>(static_cast<uint64_t>(us * 1e3));
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 

@@ -22,5 +22,8 @@ void fill_value_f32(float* d, size_t n, float value, cudaStream_t s);
 // Reads every byte of d (bytes a multiple of 16, d 16-byte aligned) and writes nothing but a
 // never-taken store to *sink: an L2 flush that leaves no dirty lines behind.
 void read_through(const void* d, size_t bytes, uint32_t* sink, cudaStream_t s);
+// Occupies the stream for `us` microseconds (one thread polling the GPU's global timer; it touches
+// no memory): whatever the host enqueues meanwhile starts only afterwards.
+void gpu_wait_us(double us, cudaStream_t s);
 
 }  // namespace fp8sim::gpu

@@ -17,7 +17,8 @@ Json Timing::to_json() const {
   return j;
 }
 
-BenchTimer::BenchTimer(cudaStream_t stream, bool flush_write) : stream_(stream), flush_write_(flush_write) {
+BenchTimer::BenchTimer(cudaStream_t stream, bool flush_write, double lead_us)
+    : stream_(stream), flush_write_(flush_write), lead_us_(lead_us) {
   const size_t l2 = device_info().l2_bytes;
   flush_buf_.allocate((std::max<size_t>(2 * l2, size_t{256} << 20) + 15) / 16 * 16);
   flush_buf_.fill_bytes(0x5A, stream_);  // written once; every flush only reads it
@@ -51,6 +52,7 @@ Timing BenchTimer::time(const std::function<void(cudaStream_t)>& launch, int war
   t.samples_ms.reserve(static_cast<size_t>(reps));
   for (int i = 0; i < reps; ++i) {
     if (flush_l2) flush();
+    gpu_wait_us(lead_us_, stream_);  // the launch below is enqueued while the GPU waits
     FP8SIM_CUDA_CHECK(cudaEventRecord(start_, stream_));
     launch(stream_);
     FP8SIM_CUDA_CHECK(cudaEventRecord(stop_, stream_));

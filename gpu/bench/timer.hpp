@@ -21,8 +21,10 @@ struct Timing {
 
 class BenchTimer {
  public:
-  // Allocates an L2-flush buffer of max(2 x L2, 256 MiB) on the device.
-  explicit BenchTimer(cudaStream_t stream, bool flush_write = false);
+  // Allocates an L2-flush buffer of max(2 x L2, 256 MiB) on the device. lead_us: a GPU-side wait
+  // (gpu_wait_us) enqueued after the flush and before each timed launch's start event, so that the
+  // host has enqueued the launch before the GPU reaches it: host-side launch work is never timed.
+  explicit BenchTimer(cudaStream_t stream, bool flush_write = false, double lead_us = 0.0);
   ~BenchTimer();
   BenchTimer(const BenchTimer&) = delete;
   BenchTimer& operator=(const BenchTimer&) = delete;
@@ -43,6 +45,7 @@ class BenchTimer {
   DeviceBuffer<unsigned char> flush_buf_;
   DeviceBuffer<uint32_t> flush_sink_;
   bool flush_write_ = false;  // flush by writing (the old method, for comparison)
+  double lead_us_ = 0.0;      // GPU-side wait before each timed launch
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 

@@ -132,7 +132,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     emit(doc, md);
     return 0;
   }
-  std::string cooldown_warning;  // printed once the GPU is known to be there
+  std::string peer_warnings;  // printed once the GPU is known to be there
   if (!peers.empty()) {
     // Validate early: a bad peers file should fail before minutes of timing.
     o.peers = Json::parse(read_text_file(peers));
@@ -142,17 +142,24 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     const bool gemm = o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), "gemm") != o.ops.end();
     const Json* pc = pj.find("gemm_cooldown_s");
     if (gemm && !(pc && pc->is_number() && pc->as_number() == o.gemm_cooldown_s))
-      cooldown_warning = fmt::format(
+      peer_warnings = fmt::format(
           "fp8sim bench: warning: the peers idled {} s before each GEMM, this run {} s: the GEMM ratios "
           "compare different thermal states\n",
           pc && pc->is_number() ? pc->dump(-1) : std::string("an unrecorded time"), o.gemm_cooldown_s);
+    // Likewise the wait before each timed launch (without it, host-side launch work can be timed).
+    const Json* pl = pj.find("launch_lead_us");
+    if (!(pl && pl->is_number() && pl->as_number() == o.launch_lead_us))
+      peer_warnings += fmt::format(
+          "fp8sim bench: warning: the peers waited {} us on the GPU before each timed launch, this run {} us: "
+          "a peer's host-side launch work may be in its times\n",
+          pl && pl->is_number() ? pl->dump(-1) : std::string("an unrecorded time"), o.launch_lead_us);
   }
 #ifndef FP8SIM_HAVE_CUDA
   throw Error("this build of fp8sim has no CUDA support (configure with nvcc present); bench needs a GPU");
 #else
   const auto& dev = gpu::device_info();
   FP8SIM_REQUIRE(dev.available, "{} (bench times CUDA kernels and needs a GPU)", dev.why_not);
-  fmt::print(stderr, "{}", cooldown_warning);
+  fmt::print(stderr, "{}", peer_warnings);
   const Json doc = gpu::run_bench(o);
   const auto rows = bench::table_rows(doc);
   cli::print_table(bench::table_header(), rows);

@@ -232,6 +232,7 @@ Json plan_json(const BenchOptions& o) {
   j["smoke"] = o.smoke;
   j["no_compile"] = o.smoke;  // torch.compile takes seconds per variant: not in the smoke run
   j["gemm_cooldown_s"] = o.gemm_cooldown_s;  // bench_peers.py idles as long before each GEMM peer
+  j["launch_lead_us"] = o.launch_lead_us;    // and waits as long on the GPU before each timed launch
   Json ks = Json::array();
   for (const auto& it : make_plan(o)) ks.push_back(it.to_json());
   j["kernels"] = std::move(ks);
@@ -445,6 +446,16 @@ std::string render_markdown(const Json& doc) {
     md += fmt::format("- targets: {} met, {} missed, {} unmeasured (peer absent)\n", t->at("met").dump(-1),
                       t->at("missed").dump(-1), t->at("unmeasured").dump(-1));
   if (doc.find("l2_flush")) md += fmt::format("- L2 flush before each timed launch: {}\n", field("l2_flush"));
+  if (const Json* ll = doc.find("launch_lead_us")) {
+    const Json* pl = doc.find("peers_launch_lead_us");
+    md += fmt::format("- launch lead: a {} us GPU-side wait after the flush, before each timed launch (the peers' file: "
+                      "{}): the host enqueues the launch meanwhile, so host-side launch work (argument set-up, "
+                      "Python, torch.compile's guards and launchers) is not timed\n",
+                      ll->dump(-1), pl ? pl->dump(-1) : std::string("no peers"));
+  } else if (doc.find("l2_flush")) {
+    md += "- launch lead: none (a run before 2026-12-01): host-side launch work that outlasted the L2 flush was "
+          "timed with the kernel (it inflated some torch.compile peers at 8192x4096)\n";
+  }
   if (const Json* gc = doc.find("gemm_cooldown_s")) {
     const Json* pc = doc.find("peers_gemm_cooldown_s");
     const std::string peer = pc ? pc->dump(-1) : std::string("no peers");

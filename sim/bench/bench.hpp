@@ -40,6 +40,10 @@ struct BenchItem {
   Json to_json() const;
 };
 
+// The launch lead's default: 0.5 ms, far more than any launch here needs on the host (torch.compile's
+// wrappers took up to ~0.2 ms per call on the H200's host, beyond the 65 us the L2 flush gives).
+constexpr double kLaunchLeadUs = 500.0;
+
 struct BenchOptions {
   std::vector<std::string> ops;  // subset of known_ops(); empty = all
   bool smoke = false;            // tiny sizes, few reps: a < 60 s check that everything runs
@@ -47,6 +51,10 @@ struct BenchOptions {
   int reps = 20;
   int gemm_search = 0;           // GEMM configurations timed beyond the heuristic's (CublasLt::plan)
   double gemm_cooldown_s = 2.0;  // idle seconds before each GEMM's timing (ours and the peer's; smoke 0)
+  // A GPU-side wait enqueued before each timed launch's start event (ours and the peer's): the host
+  // enqueues the launch while the GPU waits, so host-side launch work (argument set-up, Python,
+  // torch.compile's guards and launchers) never falls inside the timed interval.
+  double launch_lead_us = kLaunchLeadUs;
   bool flush_write = false;      // L2 flush by a 256 MiB write (before session 13) instead of a read
   std::string peers_path;        // JSON written by scripts/bench_peers.py (optional) ...
   Json peers;                    // ... as parsed and checked by the caller (null without peers_path)
