@@ -15,12 +15,12 @@ Output JSON: {"device": ..., "torch": ..., "entries": [{"key", "peer", "median_m
 not support, an out-of-memory, a compile error) is recorded as status "error: ..." and the run goes
 on. Timing: warm-up calls, then each timed call preceded by an L2 flush (a 256 MiB read, as
 fp8sim bench does: a write would leave a whole L2 of dirty lines to be written back inside the
-timed call), then a GPU-side wait of the plan's launch_lead_us (torch.cuda._sleep, calibrated
-once), then CUDA events around the call only, median / min / max. The wait lets Python enqueue the
-call's kernels before the GPU reaches the start event, so host-side work (torch.compile's guards
-and launchers, eager op dispatch) is not timed, as fp8sim bench does not time its own: without it,
-torch.compile's 1x128 quantize of 8192x4096 bf16 measured 0.054 ms at best and 0.150 ms median in
-the same run (H200, 2026-12-01).
+timed call), repeated until the flushes last the plan's launch_lead_us (as fp8sim bench does),
+then CUDA events around the call only, median / min / max. The lead lets Python enqueue the call's
+kernels before the GPU reaches the start event, so host-side work (torch.compile's guards and
+launchers, eager op dispatch) is not timed, as fp8sim bench does not time its own: with one flush
+only, torch.compile's 1x128 quantize of 8192x4096 bf16 measured 0.054 ms at best and 0.150 ms
+median in the same run (H200, 2026-12-01 00:58), and 0.032 / 0.032 ms with the lead.
 
 --device cpu runs tiny shapes on the CPU (for checking this script without a GPU; the numbers
 mean nothing there).
@@ -67,30 +67,29 @@ class Bencher:
         self.reps = reps
         self.flush = None
         self.gemm_cooldown_s = 0.0  # idle before each GEMM peer (the plan sets it on the GPU)
-        self.lead_us = 0.0  # GPU-side wait before each timed call (the plan's launch_lead_us)
-        self.lead_cycles = 0
+        self.lead_us = 0.0  # GPU work before each timed call (the plan's launch_lead_us)
+        self.lead_flushes = 1  # flushes before each timed call (together at least lead_us)
         if device == "cuda":
             self.flush = torch.empty(256 << 20, dtype=torch.uint8, device=device)
             self.flush.fill_(0x5A)  # written once; each flush reads it (see the module docstring)
             self.flush_words = self.flush.view(torch.int32)
 
     def set_lead(self, lead_us):
-        """torch.cuda._sleep waits a number of GPU cycles: measure how many make a microsecond."""
+        """How many flushes make the lead: one flush timed after a warm one."""
         self.lead_us = lead_us
         if self.device != "cuda" or lead_us <= 0:
             return
         torch = self.torch
-        n = 1 << 21
-        torch.cuda._sleep(n)
+        self.flush_sink = self.flush_words.amax()
         torch.cuda.synchronize()
         start = torch.cuda.Event(enable_timing=True)
         stop = torch.cuda.Event(enable_timing=True)
         start.record()
-        torch.cuda._sleep(n)
+        self.flush_sink = self.flush_words.amax()
         stop.record()
         stop.synchronize()
         us = start.elapsed_time(stop) * 1e3
-        self.lead_cycles = int(math.ceil(lead_us * n / max(us, 1e-3)))
+        self.lead_flushes = max(1, int(math.ceil(lead_us / max(us, 1.0))))
 
     def time(self, fn):
         torch = self.torch
@@ -101,9 +100,8 @@ class Bencher:
         times = []
         for i in range(self.reps):
             if self.device == "cuda":
-                self.flush_sink = self.flush_words.amax()
-                if self.lead_cycles:
-                    torch.cuda._sleep(self.lead_cycles)  # fn() is enqueued while the GPU waits
+                for _ in range(self.lead_flushes):  # fn() is enqueued while these run
+                    self.flush_sink = self.flush_words.amax()
                 start = torch.cuda.Event(enable_timing=True)
                 stop = torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -485,6 +483,7 @@ def main():
         "compile": compile_ok,
         "gemm_cooldown_s": b.gemm_cooldown_s,
         "launch_lead_us": b.lead_us,
+        "launch_lead_flushes": b.lead_flushes,
         "entries": entries,
     }
     items = plan.get("kernels", [])

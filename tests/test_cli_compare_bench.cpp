@@ -89,6 +89,9 @@ TEST(CliBench, WritePlanNeedsNoGpu) {
   // So does the GPU-side wait before each timed launch (bench_peers.py waits as long).
   EXPECT_EQ(plan.at("launch_lead_us").as_number(), bench::kLaunchLeadUs);
   EXPECT_GT(bench::kLaunchLeadUs, 0.0);
+  r = test::run_fp8sim({"bench", "--write-plan", dir + "/plan4.json", "--ops", "copy", "--launch-lead", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Json::parse(read_text_file(dir + "/plan4.json")).at("launch_lead_us").as_number(), 0.0);
   // The full plan times a bf16 cast at the smallest shape the bf16 quantizers are timed at (their
   // reference at that size: a kernel with no group arithmetic moving the same kind of traffic).
   r = test::run_fp8sim({"bench", "--write-plan", dir + "/plan3.json", "--ops", "cast,quantize"});
@@ -125,6 +128,13 @@ TEST(CliBench, BadInputAndNoGpu) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--gemm-cooldown must be between 0 and 60"), std::string::npos) << r.err;
   EXPECT_TRUE(one_line(r.err)) << r.err;
+  for (const char* bad : {"-1", "nan", "100001", "abc"}) {
+    r = test::run_fp8sim({"bench", "--launch-lead", bad});
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_TRUE(one_line(r.err)) << r.err;
+  }
+  r = test::run_fp8sim({"bench", "--launch-lead", "-1"});
+  EXPECT_NE(r.err.find("--launch-lead must be between 0 and 100000"), std::string::npos) << r.err;
   r = test::run_fp8sim({"bench", "--gemm-search", "-3"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--gemm-search must be 0 or more"), std::string::npos) << r.err;
@@ -319,14 +329,20 @@ TEST(BenchLib, LaunchLeadIsReportedForNewRunsAndNamedAbsentInOldOnes) {
   doc["kernels"] = ks;
   bench::evaluate_targets(doc);
   std::string md = bench::render_markdown(doc);
-  EXPECT_NE(md.find("- launch lead: a 500 us GPU-side wait"), std::string::npos) << md;
+  EXPECT_NE(md.find("- launch lead: a 500 us GPU-side wait"), std::string::npos) << md;  // the 01:07 run's form
   EXPECT_NE(md.find("(the peers' file: \"not recorded\")"), std::string::npos) << md;
+  doc["launch_lead_flushes"] = 8;
+  md = bench::render_markdown(doc);
+  EXPECT_NE(md.find("- launch lead: the L2 flush runs 8 times before each timed launch, at least 500 us"),
+            std::string::npos) << md;
   auto& obj = doc.as_object();  // a run from before 2026-12-01: no launch_lead_us
-  obj.erase(std::remove_if(obj.begin(), obj.end(), [](const auto& kv) { return kv.first == "launch_lead_us"; }),
+  obj.erase(std::remove_if(obj.begin(), obj.end(),
+                           [](const auto& kv) { return kv.first == "launch_lead_us" || kv.first == "launch_lead_flushes"; }),
             obj.end());
   md = bench::render_markdown(doc);
   EXPECT_NE(md.find("- launch lead: none"), std::string::npos) << md;
   EXPECT_EQ(md.find("GPU-side wait"), std::string::npos) << md;
+  EXPECT_EQ(md.find("flush runs"), std::string::npos) << md;
 }
 
 TEST(CompareLib, UlpDistance) {

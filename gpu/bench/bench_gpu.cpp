@@ -436,6 +436,7 @@ Json run_bench(const bench::BenchOptions& opts) {
   doc["gemm_search"] = opts.gemm_search;
   doc["gemm_cooldown_s"] = opts.gemm_cooldown_s;
   doc["launch_lead_us"] = opts.launch_lead_us;
+  doc["launch_lead_flushes"] = timer.lead_flushes();
   doc["smoke"] = opts.smoke;
   Json kernels = Json::array();
   const auto plan = bench::make_plan(opts);

@@ -1,6 +1,7 @@
 #include "gpu/bench/timer.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "gpu/bench/fill.hpp"
 #include "gpu/common/device.hpp"
@@ -25,6 +26,17 @@ BenchTimer::BenchTimer(cudaStream_t stream, bool flush_write, double lead_us)
   flush_sink_.allocate(1);
   FP8SIM_CUDA_CHECK(cudaEventCreate(&start_));
   FP8SIM_CUDA_CHECK(cudaEventCreate(&stop_));
+  if (lead_us_ > 0 && !flush_write_) {  // how many read flushes make the lead
+    flush();
+    FP8SIM_CUDA_CHECK(cudaEventRecord(start_, stream_));
+    flush();
+    FP8SIM_CUDA_CHECK(cudaEventRecord(stop_, stream_));
+    FP8SIM_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    FP8SIM_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    const double us = ms > 0 ? 1e3 * ms : 1.0;
+    lead_flushes_ = std::max(1, static_cast<int>(std::ceil(lead_us_ / us)));
+  }
 }
 
 BenchTimer::~BenchTimer() {
@@ -51,8 +63,14 @@ Timing BenchTimer::time(const std::function<void(cudaStream_t)>& launch, int war
   t.reps = reps;
   t.samples_ms.reserve(static_cast<size_t>(reps));
   for (int i = 0; i < reps; ++i) {
-    if (flush_l2) flush();
-    gpu_wait_us(lead_us_, stream_);  // the launch below is enqueued while the GPU waits
+    // The launch below is enqueued while the GPU is still busy with the flush (repeated to last the
+    // lead) or the wait.
+    if (flush_l2 && !flush_write_ && lead_us_ > 0) {
+      for (int f = 0; f < lead_flushes_; ++f) flush();
+    } else {
+      if (flush_l2) flush();
+      gpu_wait_us(lead_us_, stream_);
+    }
     FP8SIM_CUDA_CHECK(cudaEventRecord(start_, stream_));
     launch(stream_);
     FP8SIM_CUDA_CHECK(cudaEventRecord(stop_, stream_));

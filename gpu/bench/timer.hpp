@@ -21,9 +21,12 @@ struct Timing {
 
 class BenchTimer {
  public:
-  // Allocates an L2-flush buffer of max(2 x L2, 256 MiB) on the device. lead_us: a GPU-side wait
-  // (gpu_wait_us) enqueued after the flush and before each timed launch's start event, so that the
-  // host has enqueued the launch before the GPU reaches it: host-side launch work is never timed.
+  // Allocates an L2-flush buffer of max(2 x L2, 256 MiB) on the device. lead_us: how long the GPU
+  // stays busy before each timed launch's start event, so that the host has enqueued the launch
+  // before the GPU reaches it (host-side launch work is never timed): the read flush is repeated
+  // until it lasts lead_us (the GPU stays as busy as it is in training; an idle GPU-side wait
+  // made the staged and DE quantizers 1-2% slower on the H200), or, for unflushed timings and the
+  // write flush, one thread waits that long (gpu_wait_us).
   explicit BenchTimer(cudaStream_t stream, bool flush_write = false, double lead_us = 0.0);
   ~BenchTimer();
   BenchTimer(const BenchTimer&) = delete;
@@ -39,13 +42,16 @@ class BenchTimer {
   // write anyway, to compare with numbers taken that way.
   void flush();
   cudaStream_t stream() const { return stream_; }
+  // Read flushes before each flushed timed launch (1 without a lead).
+  int lead_flushes() const { return lead_flushes_; }
 
  private:
   cudaStream_t stream_;
   DeviceBuffer<unsigned char> flush_buf_;
   DeviceBuffer<uint32_t> flush_sink_;
   bool flush_write_ = false;  // flush by writing (the old method, for comparison)
-  double lead_us_ = 0.0;      // GPU-side wait before each timed launch
+  double lead_us_ = 0.0;      // GPU-side lead before each timed launch
+  int lead_flushes_ = 1;      // read flushes per timed launch (together at least lead_us_)
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
 };
 

@@ -34,7 +34,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   std::vector<std::string> ops;
   std::string json_out, md_out, peers, plan_out, coat_states, flush = "read", from;
   int warmup = -1, reps = -1, gemm_search = -1;
-  double gemm_cooldown = -1;
+  double gemm_cooldown = -1, launch_lead = -1;
   opts.add_options()
       ("ops", po::value(&ops)->multitoken(),
        "ops to time (comma or space separated): copy, cast, quantize, dequantize, amax, adamw, gemm (default: all)")
@@ -52,6 +52,11 @@ int run_bench_cmd(const std::vector<std::string>& args) {
       ("gemm-cooldown", po::value(&gemm_cooldown),
        "idle seconds before timing each GEMM, here and in bench_peers.py (through the plan): a GEMM's "
        "clock depends on the heat left by what ran before it (default 2; smoke 0)")
+      ("launch-lead", po::value(&launch_lead),
+       "microseconds of GPU work before each timed launch, here and in bench_peers.py (through the plan): "
+       "the L2 flush is repeated until it lasts this long, and the host enqueues the launch meanwhile, so "
+       "host-side launch work (Python, torch.compile's guards) is never timed (default 500; 0: one flush "
+       "only, as runs before 2026-12-01)")
       ("peers", po::value(&peers), "JSON written by scripts/bench_peers.py: merged as each kernel's peers")
       ("coat-states", po::value(&coat_states), "COAT's optimizer states written by bench_peers.py --coat-dump: "
                                                "report the fraction of codes equal to COAT's kernel")
@@ -92,6 +97,9 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   if (vm.count("gemm-cooldown") && !(gemm_cooldown >= 0 && gemm_cooldown <= 60))
     throw UsageError("--gemm-cooldown must be between 0 and 60 seconds");
   o.gemm_cooldown_s = gemm_cooldown >= 0 ? gemm_cooldown : (o.smoke ? 0.0 : 2.0);
+  if (vm.count("launch-lead") && !(launch_lead >= 0 && launch_lead <= 100000))
+    throw UsageError("--launch-lead must be between 0 and 100000 microseconds");
+  o.launch_lead_us = launch_lead >= 0 ? launch_lead : bench::kLaunchLeadUs;
   if (flush != "read" && flush != "write") throw UsageError("--flush must be read or write, not '" + flush + "'");
   o.flush_write = flush == "write";
   o.peers_path = peers;
@@ -146,11 +154,11 @@ int run_bench_cmd(const std::vector<std::string>& args) {
           "fp8sim bench: warning: the peers idled {} s before each GEMM, this run {} s: the GEMM ratios "
           "compare different thermal states\n",
           pc && pc->is_number() ? pc->dump(-1) : std::string("an unrecorded time"), o.gemm_cooldown_s);
-    // Likewise the wait before each timed launch (without it, host-side launch work can be timed).
+    // Likewise the lead before each timed launch (without it, host-side launch work can be timed).
     const Json* pl = pj.find("launch_lead_us");
     if (!(pl && pl->is_number() && pl->as_number() == o.launch_lead_us))
       peer_warnings += fmt::format(
-          "fp8sim bench: warning: the peers waited {} us on the GPU before each timed launch, this run {} us: "
+          "fp8sim bench: warning: the peers' launch lead was {} us, this run's {} us: "
           "a peer's host-side launch work may be in its times\n",
           pl && pl->is_number() ? pl->dump(-1) : std::string("an unrecorded time"), o.launch_lead_us);
   }

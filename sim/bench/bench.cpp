@@ -448,10 +448,17 @@ std::string render_markdown(const Json& doc) {
   if (doc.find("l2_flush")) md += fmt::format("- L2 flush before each timed launch: {}\n", field("l2_flush"));
   if (const Json* ll = doc.find("launch_lead_us")) {
     const Json* pl = doc.find("peers_launch_lead_us");
-    md += fmt::format("- launch lead: a {} us GPU-side wait after the flush, before each timed launch (the peers' file: "
-                      "{}): the host enqueues the launch meanwhile, so host-side launch work (argument set-up, "
-                      "Python, torch.compile's guards and launchers) is not timed\n",
-                      ll->dump(-1), pl ? pl->dump(-1) : std::string("no peers"));
+    const std::string peer = pl ? pl->dump(-1) : std::string("no peers");
+    if (const Json* lf = doc.find("launch_lead_flushes"))
+      md += fmt::format("- launch lead: the L2 flush runs {} times before each timed launch, at least {} us of GPU "
+                        "work (the peers' file: {}): the host enqueues the launch meanwhile, so host-side launch "
+                        "work (argument set-up, Python, torch.compile's guards and launchers) is not timed, and "
+                        "the GPU is busy up to the launch as in training\n",
+                        lf->dump(-1), ll->dump(-1), peer);
+    else  // 2026-12-01 01:07: an idle wait (it slowed the staged and DE quantizers by 1-2%)
+      md += fmt::format("- launch lead: a {} us GPU-side wait after the flush, before each timed launch (the peers' "
+                        "file: {}): the host enqueues the launch meanwhile, so host-side launch work is not timed\n",
+                        ll->dump(-1), peer);
   } else if (doc.find("l2_flush")) {
     md += "- launch lead: none (a run before 2026-12-01): host-side launch work that outlasted the L2 flush was "
           "timed with the kernel (it inflated some torch.compile peers at 8192x4096)\n";

@@ -40,8 +40,8 @@ struct BenchItem {
   Json to_json() const;
 };
 
-// The launch lead's default: 0.5 ms, far more than any launch here needs on the host (torch.compile's
-// wrappers took up to ~0.2 ms per call on the H200's host, beyond the 65 us the L2 flush gives).
+// The launch lead's default: 0.5 ms, more than any launch here needs on the host (after a single
+// 65 us flush, torch.compile's wrappers left the H200 idle for up to ~0.2 ms inside the timed span).
 constexpr double kLaunchLeadUs = 500.0;
 
 struct BenchOptions {
@@ -51,9 +51,10 @@ struct BenchOptions {
   int reps = 20;
   int gemm_search = 0;           // GEMM configurations timed beyond the heuristic's (CublasLt::plan)
   double gemm_cooldown_s = 2.0;  // idle seconds before each GEMM's timing (ours and the peer's; smoke 0)
-  // A GPU-side wait enqueued before each timed launch's start event (ours and the peer's): the host
-  // enqueues the launch while the GPU waits, so host-side launch work (argument set-up, Python,
-  // torch.compile's guards and launchers) never falls inside the timed interval.
+  // GPU work enqueued before each timed launch's start event (ours and the peer's: the L2 flush,
+  // repeated to last this long): the host enqueues the launch meanwhile, so host-side launch work
+  // (argument set-up, Python, torch.compile's guards and launchers) never falls inside the timed
+  // interval.
   double launch_lead_us = kLaunchLeadUs;
   bool flush_write = false;      // L2 flush by a 256 MiB write (before session 13) instead of a read
   std::string peers_path;        // JSON written by scripts/bench_peers.py (optional) ...
