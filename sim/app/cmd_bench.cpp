@@ -56,7 +56,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
        "microseconds of GPU work before each timed launch, here and in bench_peers.py (through the plan): "
        "the L2 flush is repeated until it lasts this long, and the host enqueues the launch meanwhile, so "
        "host-side launch work (Python, torch.compile's guards) is never timed (default 500; 0: one flush "
-       "only, as runs before 2026-12-01)")
+       "only, as runs before 2026-12-01 01:07 UTC)")
       ("peers", po::value(&peers), "JSON written by scripts/bench_peers.py: merged as each kernel's peers")
       ("coat-states", po::value(&coat_states), "COAT's optimizer states written by bench_peers.py --coat-dump: "
                                                "report the fraction of codes equal to COAT's kernel")

@@ -460,7 +460,7 @@ std::string render_markdown(const Json& doc) {
                         "file: {}): the host enqueues the launch meanwhile, so host-side launch work is not timed\n",
                         ll->dump(-1), peer);
   } else if (doc.find("l2_flush")) {
-    md += "- launch lead: none (a run before 2026-12-01): host-side launch work that outlasted the L2 flush was "
+    md += "- launch lead: none (runs before 2026-12-01 01:07 UTC): host-side launch work that outlasted the L2 flush was "
           "timed with the kernel (it inflated some torch.compile peers at 8192x4096)\n";
   }
   if (const Json* gc = doc.find("gemm_cooldown_s")) {
