@@ -617,7 +617,6 @@ __global__ void __launch_bounds__(256) encode_tensor_kernel(const void* __restri
   }
   const bool fast = MODE == kDelayed || fast_recip_ok(g.sq);
   const FastRecip rc = fast_recip(MODE == kPlain && fast ? g.sq : 1.0f);
-  const RecipBracket br = recip_bracket(rc);  // plain: codes4_div
   const int64_t units = vec ? n / E : 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const uint4* xw = static_cast<const uint4*>(x);
@@ -656,14 +655,10 @@ __global__ void __launch_bounds__(256) encode_tensor_kernel(const void* __restri
           widen_word<D>(raw[k][w], v);
 #pragma unroll
           for (int j = 0; j < W / 4; ++j) {
-            if constexpr (MODE == kPlain) {  // two bracketing products per element, div_by where they differ
-              out[w * (W / 4) + j] = codes4_div<T>(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3], rc, br);
-            } else {
-              float q[4];
+            float q[4];
 #pragma unroll
-              for (int e = 0; e < 4; ++e) q[e] = mul_rn(v[4 * j + e], g.sq);
-              out[w * (W / 4) + j] = cvt2_hw<T>(q[0], q[1]) | (cvt2_hw<T>(q[2], q[3]) << 16);
-            }
+            for (int e = 0; e < 4; ++e) q[e] = MODE == kPlain ? div_by(v[4 * j + e], rc) : mul_rn(v[4 * j + e], g.sq);
+            out[w * (W / 4) + j] = cvt2_hw<T>(q[0], q[1]) | (cvt2_hw<T>(q[2], q[3]) << 16);
           }
         }
       } else {

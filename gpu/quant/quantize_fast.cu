@@ -141,16 +141,13 @@ __global__ void __launch_bounds__(256) log2_fast_check_kernel(unsigned long long
 
 // For a divisor s, every finite fp32 x: the FP8 code the fast path produces (div_by + the hardware
 // converter) against the reference (div_rn + encode_fp8_rne, saturating), wherever |x / s| <= 2^17;
-// also counts quotients that differ in any bit where 2^-20 <= |x / s| <= 2^17, and the codes of the
-// bracketed path the kernels use (codes4_div) that differ from the reference's.
+// also counts quotients that differ in any bit where 2^-20 <= |x / s| <= 2^17.
 template <class T>
 __global__ void __launch_bounds__(256) div_code_check_kernel(float s, unsigned long long* code_bad,
-                                                             unsigned long long* quot_bad,
-                                                             unsigned long long* bracket_bad) {
+                                                             unsigned long long* quot_bad) {
   const FastRecip rc = fast_recip(s);
-  const RecipBracket br = recip_bracket(rc);
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  unsigned long long cb = 0, qb = 0, bb = 0;
+  unsigned long long cb = 0, qb = 0;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t{1} << 31); i += stride) {
     const uint32_t u0 = static_cast<uint32_t>(2 * i), u1 = u0 + 1u;
     const bool f0 = (u0 & kInfBits) != kInfBits, f1 = (u1 & kInfBits) != kInfBits;
@@ -166,20 +163,14 @@ __global__ void __launch_bounds__(256) div_code_check_kernel(float s, unsigned l
           (m1 <= top && (hw >> 8) != encode_fp8_rne<T>(r1, true));
     qb += (m0 >= big && m0 <= top && f32_bits(a0) != f32_bits(r0)) +
           (m1 >= big && m1 <= top && f32_bits(a1) != f32_bits(r1));
-    const uint32_t bk = codes4_div<T>(x0, x1, x1, x0, rc, br);  // both codes twice, in both lanes
-    bb += (m0 <= top && ((bk & 0xFFu) != encode_fp8_rne<T>(r0, true) || (bk >> 24) != encode_fp8_rne<T>(r0, true))) +
-          (m1 <= top && (((bk >> 8) & 0xFFu) != encode_fp8_rne<T>(r1, true) ||
-                         ((bk >> 16) & 0xFFu) != encode_fp8_rne<T>(r1, true)));
   }
   for (int off = 16; off > 0; off >>= 1) {
     cb += __shfl_xor_sync(kFullMask, cb, off);
     qb += __shfl_xor_sync(kFullMask, qb, off);
-    bb += __shfl_xor_sync(kFullMask, bb, off);
   }
   if ((threadIdx.x & 31) == 0) {
     if (cb) atomicAdd(code_bad, cb);
     if (qb) atomicAdd(quot_bad, qb);
-    if (bb) atomicAdd(bracket_bad, bb);
   }
 }
 
@@ -190,7 +181,6 @@ struct PlainGroup {
   float sq;
   float stored;
   FastRecip rc;
-  RecipBracket br;  // bracketing reciprocals of sq (codes4_div), set where the DivBy path applies
   bool fast;
   bool pow2;  // fast and sq a power of two: rc.r = 1/sq exactly, so RN(x * rc.r) = RN(x / sq)
 };
@@ -203,7 +193,6 @@ __device__ __forceinline__ PlainGroup plain_group(const QuantKernelParams& P, ui
   g.pow2 = g.fast && (f32_bits(g.sq) & 0x7FFFFFu) == 0u;
   if (g.pow2) g.rc = FastRecip{g.sq, f32_from_bits((254u - (f32_bits(g.sq) >> 23)) << 23)};
   else g.rc = fast_recip(g.fast ? g.sq : 1.0f);
-  g.br = recip_bracket(g.rc);
   return g;
 }
 
@@ -270,18 +259,13 @@ __device__ __forceinline__ void encode_words_path(const QuantKernelParams& P, co
     for (int w = 0; w < NW; ++w) {
       float v[W];
       widen_word<D>(u[w], v);
-      if constexpr (M == EncPath::Pow2) {  // E8M0 and other power-of-two scales: one exact product
-        float q[W];
+      float q[W];
 #pragma unroll
-        for (int e = 0; e < W; ++e) q[e] = __fmul_rn(v[e], g.rc.r);
+      for (int e = 0; e < W; ++e)  // Pow2 (E8M0 and other power-of-two scales): one exact product
+        q[e] = M == EncPath::Pow2 ? __fmul_rn(v[e], g.rc.r) : div_by(v[e], g.rc);
 #pragma unroll
-        for (int j = 0; j < W / 4; ++j)
-          out[w][j] = cvt2_hw<T>(q[4 * j], q[4 * j + 1]) | (cvt2_hw<T>(q[4 * j + 2], q[4 * j + 3]) << 16);
-      } else {  // two bracketing products per element (codes4_div), div_by where they disagree
-#pragma unroll
-        for (int j = 0; j < W / 4; ++j)
-          out[w][j] = codes4_div<T>(v[4 * j], v[4 * j + 1], v[4 * j + 2], v[4 * j + 3], g.rc, g.br);
-      }
+      for (int j = 0; j < W / 4; ++j)
+        out[w][j] = cvt2_hw<T>(q[4 * j], q[4 * j + 1]) | (cvt2_hw<T>(q[4 * j + 2], q[4 * j + 3]) << 16);
     }
   }
 }
@@ -598,15 +582,14 @@ uint64_t div_by_mismatches(uint64_t n, uint64_t seed) {
   return h[0];
 }
 
-void div_code_mismatches(float s, bool e4m3, uint64_t& codes, uint64_t& quotients, uint64_t& bracket_codes) {
-  unsigned long long h[3];
+void div_code_mismatches(float s, bool e4m3, uint64_t& codes, uint64_t& quotients) {
+  unsigned long long h[2];
   device_counters(h, [&](unsigned long long* d) {
-    if (e4m3) div_code_check_kernel<E4M3Traits><<<sm_count_cached() * 8, 256>>>(s, d, d + 1, d + 2);
-    else div_code_check_kernel<E5M2Traits><<<sm_count_cached() * 8, 256>>>(s, d, d + 1, d + 2);
+    if (e4m3) div_code_check_kernel<E4M3Traits><<<sm_count_cached() * 8, 256>>>(s, d, d + 1);
+    else div_code_check_kernel<E5M2Traits><<<sm_count_cached() * 8, 256>>>(s, d, d + 1);
   });
   codes = h[0];
   quotients = h[1];
-  bracket_codes = h[2];
 }
 
 uint64_t log2_fast_mismatches() {

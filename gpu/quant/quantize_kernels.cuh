@@ -170,38 +170,6 @@ __device__ __forceinline__ uint32_t cvt2_hw(float lo, float hi) {
 #endif
 }
 
-// FP8 codes of RN(x / b) from two products per element instead of div_by's five operations.
-// Reciprocals bracketing 1/b: with r = RN(1/b) (|r - 1/b| <= 2^-24 r), lo = RN(r (1 - 2^-20)) and
-// hi = RN(r (1 + 2^-20)) satisfy lo < 1/b < hi (r in div_by's range keeps both normal). Then for
-// x >= 0, x lo <= x / b <= x hi, and since RN and the nearest-rounding FP8 encoder are both
-// monotone, the code of RN(x / b) lies between the codes of RN(x lo) and RN(x hi) (mirrored for
-// x < 0; all three share x's sign, zeros included). Where those two codes are equal it is that code:
-// no error analysis beyond the bracket is needed. They differ only where an FP8 rounding boundary
-// falls inside the 2^-19-wide relative bracket (about one element in 2^15 on random data); those
-// four elements then take div_by, out of line.
-struct RecipBracket {
-  float lo, hi;
-};
-__device__ __forceinline__ RecipBracket recip_bracket(const FastRecip& d) {
-  return RecipBracket{__fmul_rn(d.r, 1.0f - 0x1p-20f), __fmul_rn(d.r, 1.0f + 0x1p-20f)};
-}
-template <class T>
-__device__ __noinline__ uint32_t codes4_div_by(float x0, float x1, float x2, float x3, FastRecip d) {
-  return cvt2_hw<T>(div_by(x0, d), div_by(x1, d)) | (cvt2_hw<T>(div_by(x2, d), div_by(x3, d)) << 16);
-}
-// The codes of RN(x[e] / b) for four finite x (packed little-endian, as the hardware converter's
-// path gives them; the caller guarantees what cvt2_hw needs: |x / b| never reaches the overflow
-// threshold).
-template <class T>
-__device__ __forceinline__ uint32_t codes4_div(float x0, float x1, float x2, float x3, const FastRecip& d,
-                                               const RecipBracket& br) {
-  const uint32_t lo = cvt2_hw<T>(__fmul_rn(x0, br.lo), __fmul_rn(x1, br.lo)) |
-                      (cvt2_hw<T>(__fmul_rn(x2, br.lo), __fmul_rn(x3, br.lo)) << 16);
-  const uint32_t hi = cvt2_hw<T>(__fmul_rn(x0, br.hi), __fmul_rn(x1, br.hi)) |
-                      (cvt2_hw<T>(__fmul_rn(x2, br.hi), __fmul_rn(x3, br.hi)) << 16);
-  return lo == hi ? lo : codes4_div_by<T>(x0, x1, x2, x3, d);
-}
-
 // 8 bf16 / fp16 values of a 16-byte word (element 2j in the low half of w[j]) or 4 fp32 values.
 template <InDt D>
 __device__ __forceinline__ float widen_lo(uint32_t w) {

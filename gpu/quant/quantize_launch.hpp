@@ -83,9 +83,8 @@ uint64_t pow_y_mismatches(uint64_t n, uint64_t seed);
 uint64_t log2_fast_mismatches();
 // For divisor s over every finite fp32 x with |x/s| <= 2^17: FP8 codes (RNE, SAT) of div_by + the
 // hardware converter that differ from div_rn + encode_fp8_rne, and quotients with |x/s| >= 2^-20
-// that differ in any bit; and the codes of the bracketed path (codes4_div: two products, div_by where
-// they disagree) that differ from the reference's.
-void div_code_mismatches(float s, bool e4m3, uint64_t& codes, uint64_t& quotients, uint64_t& bracket_codes);
+// that differ in any bit.
+void div_code_mismatches(float s, bool e4m3, uint64_t& codes, uint64_t& quotients);
 // sixteen_bit: bf16/fp16 storage (params.format 2/3), scaled by scales[0] when scales != nullptr.
 void launch_dequantize(const QuantKernelParams& params, bool sixteen_bit, bool expand, const void* codes,
                        const float* scales, const float* k, const float* c, float* out, cudaStream_t stream);
