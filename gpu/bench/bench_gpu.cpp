@@ -509,8 +509,8 @@ Json run_bench(const bench::BenchOptions& opts) {
     // (cmd_bench warns before timing when they did not).
     const Json* pc = peers.find("gemm_cooldown_s");
     doc["peers_gemm_cooldown_s"] = pc && pc->is_number() ? *pc : Json("not recorded");
-    // Likewise the GPU-side wait before each timed launch: without it a peer's host-side launch
-    // work (Python, torch.compile's guards) beyond the flush's duration is timed as GPU time.
+    // Likewise the launch lead: without it a peer's host-side launch work (Python, torch.compile's
+    // guards) beyond one flush's duration is timed as GPU time.
     const Json* pl = peers.find("launch_lead_us");
     doc["peers_launch_lead_us"] = pl && pl->is_number() ? *pl : Json("not recorded");
     bench::merge_peers(doc, peers);

@@ -232,7 +232,7 @@ Json plan_json(const BenchOptions& o) {
   j["smoke"] = o.smoke;
   j["no_compile"] = o.smoke;  // torch.compile takes seconds per variant: not in the smoke run
   j["gemm_cooldown_s"] = o.gemm_cooldown_s;  // bench_peers.py idles as long before each GEMM peer
-  j["launch_lead_us"] = o.launch_lead_us;    // and waits as long on the GPU before each timed launch
+  j["launch_lead_us"] = o.launch_lead_us;    // and keeps the GPU as long busy before each timed launch
   Json ks = Json::array();
   for (const auto& it : make_plan(o)) ks.push_back(it.to_json());
   j["kernels"] = std::move(ks);
