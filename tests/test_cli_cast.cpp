@@ -25,7 +25,9 @@ void write_bytes(const std::string& path, const void* data, size_t n) {
 // Error output is exactly one line naming the problem.
 void expect_one_line_error(const test::CommandResult& r, const std::string& needle, int code = -1) {
   EXPECT_NE(r.exit_code, 0);
-  if (code >= 0) EXPECT_EQ(r.exit_code, code);
+  if (code >= 0) {
+    EXPECT_EQ(r.exit_code, code);
+  }
   EXPECT_EQ(static_cast<int>(std::count(r.err.begin(), r.err.end(), '\n')), 1) << r.err;
   EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;

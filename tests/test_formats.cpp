@@ -221,7 +221,9 @@ TEST(Sixteen, Fp16RoundTripAndE8M0) {
     if (std::isnan(v)) continue;
     EXPECT_EQ(f32_to_fp16_rne(v), h);
     const float b = bf16_to_f32(static_cast<uint16_t>(h));
-    if (!std::isnan(b)) EXPECT_EQ(f32_to_bf16_rne(b), h);
+    if (!std::isnan(b)) {
+      EXPECT_EQ(f32_to_bf16_rne(b), h);
+    }
   }
   EXPECT_EQ(f32_to_fp16_rne(65520.0f), 0x7C00);        // tie above max -> Inf
   EXPECT_EQ(f32_to_fp16_rne(65520.0f, true), 0x7BFF);  // saturating

@@ -203,7 +203,9 @@ TEST(ModelExpansion, GroupedQueryAttentionShrinksKAndV) {
   const ModelConfig m = model::load_model("llama2-70b");  // 64 heads, 8 KV heads, head_dim 128
   const auto ops = model::layer_ops(m, 1, 16);
   for (const auto& op : ops) {
-    if (op.name == "k_proj" || op.name == "v_proj") EXPECT_EQ(op.weight_shape, (std::vector<int64_t>{1024, 8192}));
+    if (op.name == "k_proj" || op.name == "v_proj") {
+      EXPECT_EQ(op.weight_shape, (std::vector<int64_t>{1024, 8192}));
+    }
     if (op.name == "attention") {
       ASSERT_GE(op.saved.size(), 3u);
       EXPECT_EQ(op.saved[0].shape, (std::vector<int64_t>{16, 8192}));  // q

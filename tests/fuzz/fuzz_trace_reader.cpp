@@ -1,6 +1,6 @@
 // libFuzzer target for the trace reader. Build (clang):
-//   cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
-//         -DFP8SIM_FUZZ=ON -DFP8SIM_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo
+//   cmake -S . -B build-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang
+//         -DFP8SIM_FUZZ=ON -DFP8SIM_ENABLE_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo   (one line)
 //   cmake --build build-fuzz --target fuzz_trace_reader
 //   build-fuzz/tests/fuzz/fuzz_trace_reader -max_total_time=30 -max_len=400000 CORPUS_DIR tests/data
 // Seed corpus: tests/data/trace_*.h5 (small traces written by h5py). Without clang/libFuzzer,
