@@ -86,7 +86,7 @@ TEST(CliBench, WritePlanNeedsNoGpu) {
   r = test::run_fp8sim({"bench", "--write-plan", dir + "/plan2.json", "--ops", "gemm", "--gemm-cooldown", "1.5"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(Json::parse(read_text_file(dir + "/plan2.json")).at("gemm_cooldown_s").as_number(), 1.5);
-  // So does the GPU-side wait before each timed launch (bench_peers.py waits as long).
+  // So does the launch lead (bench_peers.py keeps the GPU busy as long before each timed call).
   EXPECT_EQ(plan.at("launch_lead_us").as_number(), bench::kLaunchLeadUs);
   EXPECT_GT(bench::kLaunchLeadUs, 0.0);
   r = test::run_fp8sim({"bench", "--write-plan", dir + "/plan4.json", "--ops", "copy", "--launch-lead", "0"});

@@ -505,14 +505,13 @@ Json run_bench(const bench::BenchOptions& opts) {
     const Json& peers = opts.peers;
     doc["peers_file"] = opts.peers_path;
     if (const Json* pd = peers.find("torch")) doc["peers_torch"] = *pd;
-    // The GEMM comparison is fair only if the peers idled as long before each GEMM as we do
-    // (cmd_bench warns before timing when they did not).
-    const Json* pc = peers.find("gemm_cooldown_s");
-    doc["peers_gemm_cooldown_s"] = pc && pc->is_number() ? *pc : Json("not recorded");
-    // Likewise the launch lead: without it a peer's host-side launch work (Python, torch.compile's
-    // guards) beyond one flush's duration is timed as GPU time.
-    const Json* pl = peers.find("launch_lead_us");
-    doc["peers_launch_lead_us"] = pl && pl->is_number() ? *pl : Json("not recorded");
+    // The peers' timing settings beside ours (cmd_bench warns before timing when they differ): the
+    // GEMM comparison is fair only if the peers idled as long before each GEMM, and without the
+    // launch lead a peer's host-side launch work beyond one flush is timed as GPU time.
+    for (const char* key : {"gemm_cooldown_s", "launch_lead_us"}) {
+      const Json* v = peers.find(key);
+      doc[std::string("peers_") + key] = v && v->is_number() ? *v : Json("not recorded");
+    }
     bench::merge_peers(doc, peers);
   }
   if (!opts.coat_states_dir.empty()) {

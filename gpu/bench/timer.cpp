@@ -63,14 +63,11 @@ Timing BenchTimer::time(const std::function<void(cudaStream_t)>& launch, int war
   t.reps = reps;
   t.samples_ms.reserve(static_cast<size_t>(reps));
   for (int i = 0; i < reps; ++i) {
-    // The launch below is enqueued while the GPU is still busy with the flush (repeated to last the
-    // lead) or the wait.
-    if (flush_l2 && !flush_write_ && lead_us_ > 0) {
+    // The launch below is enqueued while the GPU is still busy with the flushes (as many as make
+    // the lead: 1 with the write flush or no lead) or, where they cannot make it, the wait.
+    if (flush_l2)
       for (int f = 0; f < lead_flushes_; ++f) flush();
-    } else {
-      if (flush_l2) flush();
-      gpu_wait_us(lead_us_, stream_);
-    }
+    if (!flush_l2 || flush_write_) gpu_wait_us(lead_us_, stream_);
     FP8SIM_CUDA_CHECK(cudaEventRecord(start_, stream_));
     launch(stream_);
     FP8SIM_CUDA_CHECK(cudaEventRecord(stop_, stream_));

@@ -288,6 +288,19 @@ __device__ __forceinline__ void encode_words(const QuantKernelParams& P, const u
   with_enc_path(enc_path(g, hw), [&]<EncPath M>() { encode_words_path<T, D, NW, M>(P, u, g, flat0, out); });
 }
 
+// The codes of one 16-byte word of elements (the tensor's wi-th word) by path M, stored at the
+// word's place in `codes` (4 codes for fp32 input, 8 for 16-bit): the staged and warp-group kernels.
+template <class T, InDt D, EncPath M>
+__device__ __forceinline__ void encode_store_word(const QuantKernelParams& P, const uint4& u, const PlainGroup& g,
+                                                  int64_t wi, uint8_t* __restrict__ codes) {
+  constexpr int W = kWordElems<D>;
+  uint32_t out[1][W / 4];
+  const uint4 one[1] = {u};
+  encode_words_path<T, D, 1, M>(P, one, g, static_cast<uint64_t>(wi * W), out);
+  if constexpr (D == InDt::F32) reinterpret_cast<uint32_t*>(codes)[wi] = out[0][0];
+  else reinterpret_cast<uint2*>(codes)[wi] = make_uint2(out[0][0], out[0][1]);
+}
+
 // ---- 1xG, G = E * team ----------------------------------------------------------------------------
 // Each lane owns units of E consecutive elements (E = 32 for 16-bit inputs with G >= 64, else 16);
 // a team of G/E lanes owns one group. Every iteration a thread first loads U units (U * E/W
@@ -462,14 +475,8 @@ __global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restri
     }
     // The path chosen once per group (block-uniform), the words encoded in its own loop.
     auto encode_group = [&]<EncPath M>() {
-      for (int i = threadIdx.x; i < gg.nwords; i += 256) {
-        const int64_t wi = gg.index(i, wcols);
-        uint32_t out[1][W / 4];
-        const uint4 one[1] = {buf[i]};
-        encode_words_path<T, D, 1, M>(P, one, g, static_cast<uint64_t>(wi * W), out);
-        if constexpr (D == InDt::F32) reinterpret_cast<uint32_t*>(codes)[wi] = out[0][0];
-        else reinterpret_cast<uint2*>(codes)[wi] = make_uint2(out[0][0], out[0][1]);
-      }
+      for (int i = threadIdx.x; i < gg.nwords; i += 256)
+        encode_store_word<T, D, M>(P, buf[i], g, gg.index(i, wcols), codes);
     };
     with_enc_path(enc_path(g, hw), encode_group);
     if (threadIdx.x == 0) scales[grp] = g.stored;
@@ -520,14 +527,7 @@ __global__ void __launch_bounds__(256) quant_warp_group_kernel(const uint4* __re
 #pragma unroll
       for (int j = 0; j < NW; ++j) {
         const int i = lane + 32 * j;
-        if (i < gw.nwords) {
-          const int64_t wi = gw.index(i, wcols);
-          uint32_t out[1][W / 4];
-          const uint4 one[1] = {raw[j]};
-          encode_words_path<T, D, 1, M>(P, one, g, static_cast<uint64_t>(wi * W), out);
-          if constexpr (D == InDt::F32) reinterpret_cast<uint32_t*>(codes)[wi] = out[0][0];
-          else reinterpret_cast<uint2*>(codes)[wi] = make_uint2(out[0][0], out[0][1]);
-        }
+        if (i < gw.nwords) encode_store_word<T, D, M>(P, raw[j], g, gw.index(i, wcols), codes);
       }
     };
     with_enc_path(enc_path(g, hw), encode_group);

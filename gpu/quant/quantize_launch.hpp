@@ -29,13 +29,13 @@ struct QuantKernelParams {
   float delayed_scale_inv = 1.0f;          // delayed: the stored scale
 };
 
-// 1xG groups a team of lanes (16 or 32 elements each) can own whole: G a power of two in [16, 512] along the
-// rows, every row a whole number of groups (the fast plain and coat kernels).
 bool hw_cvt_verified();  // gpu/quant/quantize_fast.cu (declared with its contract in quantize_kernels.cuh)
 // Round-to-nearest with the converter proven on this device: the condition every quantize launcher
 // puts first before letting cvt2_hw stand in for the reference encoder.
 inline bool rne_hw_ok(const QuantKernelParams& P) { return !P.stochastic && hw_cvt_verified(); }
 
+// 1xG groups a team of lanes (16 or 32 elements each) can own whole: G a power of two in [16, 512] along the
+// rows, every row a whole number of groups (the fast plain and coat kernels).
 inline bool whole_1xg_groups(const QuantKernelParams& P) {
   const int64_t G = P.group_cols;
   return P.group_rows == 1 && G >= 16 && G <= 512 && (G & (G - 1)) == 0 && P.cols % G == 0;

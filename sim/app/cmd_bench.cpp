@@ -146,21 +146,26 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     o.peers = Json::parse(read_text_file(peers));
     const Json& pj = o.peers;
     FP8SIM_REQUIRE(pj.find("entries"), "'{}' has no 'entries' list (not written by scripts/bench_peers.py?)", peers);
+    // The peers' timing settings the plan carried: the value they recorded, when it differs from
+    // this run's ("" when it is the same).
+    auto differs = [&](const char* key, double ours) -> std::string {
+      const Json* v = pj.find(key);
+      if (v && v->is_number() && v->as_number() == ours) return "";
+      return v && v->is_number() ? v->dump(-1) : std::string("an unrecorded time");
+    };
     // The GEMM ratios compare like with like only if the peers idled as long before each GEMM.
     const bool gemm = o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), "gemm") != o.ops.end();
-    const Json* pc = pj.find("gemm_cooldown_s");
-    if (gemm && !(pc && pc->is_number() && pc->as_number() == o.gemm_cooldown_s))
-      peer_warnings = fmt::format(
+    if (const std::string p = differs("gemm_cooldown_s", o.gemm_cooldown_s); gemm && !p.empty())
+      peer_warnings += fmt::format(
           "fp8sim bench: warning: the peers idled {} s before each GEMM, this run {} s: the GEMM ratios "
           "compare different thermal states\n",
-          pc && pc->is_number() ? pc->dump(-1) : std::string("an unrecorded time"), o.gemm_cooldown_s);
+          p, o.gemm_cooldown_s);
     // Likewise the lead before each timed launch (without it, host-side launch work can be timed).
-    const Json* pl = pj.find("launch_lead_us");
-    if (!(pl && pl->is_number() && pl->as_number() == o.launch_lead_us))
+    if (const std::string p = differs("launch_lead_us", o.launch_lead_us); !p.empty())
       peer_warnings += fmt::format(
           "fp8sim bench: warning: the peers' launch lead was {} us, this run's {} us: "
           "a peer's host-side launch work may be in its times\n",
-          pl && pl->is_number() ? pl->dump(-1) : std::string("an unrecorded time"), o.launch_lead_us);
+          p, o.launch_lead_us);
   }
 #ifndef FP8SIM_HAVE_CUDA
   throw Error("this build of fp8sim has no CUDA support (configure with nvcc present); bench needs a GPU");

@@ -446,9 +446,13 @@ std::string render_markdown(const Json& doc) {
     md += fmt::format("- targets: {} met, {} missed, {} unmeasured (peer absent)\n", t->at("met").dump(-1),
                       t->at("missed").dump(-1), t->at("unmeasured").dump(-1));
   if (doc.find("l2_flush")) md += fmt::format("- L2 flush before each timed launch: {}\n", field("l2_flush"));
+  // A timing setting as the peers' file recorded it.
+  auto peers_value = [&](const char* key) {
+    const Json* v = doc.find(key);
+    return v ? v->dump(-1) : std::string("no peers");
+  };
   if (const Json* ll = doc.find("launch_lead_us")) {
-    const Json* pl = doc.find("peers_launch_lead_us");
-    const std::string peer = pl ? pl->dump(-1) : std::string("no peers");
+    const std::string peer = peers_value("peers_launch_lead_us");
     if (const Json* lf = doc.find("launch_lead_flushes"))
       md += fmt::format("- launch lead: the L2 flush runs {} times before each timed launch, at least {} us of GPU "
                         "work (the peers' file: {}): the host enqueues the launch meanwhile, so host-side launch "
@@ -464,8 +468,7 @@ std::string render_markdown(const Json& doc) {
           "timed with the kernel (it inflated some torch.compile peers at 8192x4096)\n";
   }
   if (const Json* gc = doc.find("gemm_cooldown_s")) {
-    const Json* pc = doc.find("peers_gemm_cooldown_s");
-    const std::string peer = pc ? pc->dump(-1) : std::string("no peers");
+    const std::string peer = peers_value("peers_gemm_cooldown_s");
     if (gc->is_number() && gc->as_number() > 0)
       md += fmt::format("- GEMM timing: each GEMM starts after {} s idle (the peers' file: {}), so that every one "
                         "starts from a similar thermal state instead of after whatever ran before it\n",

@@ -76,7 +76,6 @@ std::string speed_markdown(const Json& doc);
 // (`fp8sim speed`) and the Markdown report.
 std::vector<std::vector<std::string>> table7_cells(const Json& table7, const std::string& sep, bool long_labels);
 
-
 // Per-recipe evaluation of one configuration against a calibration (used by speed_report and
 // tests): the kernels with their predicted times and the sums.
 Json evaluate_recipe(const ModelShape& m, Recipe r, const PlanOptions& po, const Calibration& cal,
