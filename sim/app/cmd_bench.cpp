@@ -146,24 +146,24 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     o.peers = Json::parse(read_text_file(peers));
     const Json& pj = o.peers;
     FP8SIM_REQUIRE(pj.find("entries"), "'{}' has no 'entries' list (not written by scripts/bench_peers.py?)", peers);
-    // The peers' timing settings the plan carried: the value they recorded, when it differs from
-    // this run's ("" when it is the same).
-    auto differs = [&](const char* key, double ours) -> std::string {
+    // The peers' timing settings the plan carried: the value they recorded with its unit, when it
+    // differs from this run's ("" when it is the same).
+    auto differs = [&](const char* key, double ours, const char* unit) -> std::string {
       const Json* v = pj.find(key);
       if (v && v->is_number() && v->as_number() == ours) return "";
-      return v && v->is_number() ? v->dump(-1) : std::string("an unrecorded time");
+      return v && v->is_number() ? v->dump(-1) + " " + unit : std::string("not recorded");
     };
     // The GEMM ratios compare like with like only if the peers idled as long before each GEMM.
     const bool gemm = o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), "gemm") != o.ops.end();
-    if (const std::string p = differs("gemm_cooldown_s", o.gemm_cooldown_s); gemm && !p.empty())
+    if (const std::string p = differs("gemm_cooldown_s", o.gemm_cooldown_s, "s"); gemm && !p.empty())
       peer_warnings += fmt::format(
-          "fp8sim bench: warning: the peers idled {} s before each GEMM, this run {} s: the GEMM ratios "
+          "fp8sim bench: warning: the peers' idle before each GEMM: {}, this run's {} s: the GEMM ratios "
           "compare different thermal states\n",
           p, o.gemm_cooldown_s);
     // Likewise the lead before each timed launch (without it, host-side launch work can be timed).
-    if (const std::string p = differs("launch_lead_us", o.launch_lead_us); !p.empty())
+    if (const std::string p = differs("launch_lead_us", o.launch_lead_us, "us"); !p.empty())
       peer_warnings += fmt::format(
-          "fp8sim bench: warning: the peers' launch lead was {} us, this run's {} us: "
+          "fp8sim bench: warning: the peers' launch lead: {}, this run's {} us: "
           "a peer's host-side launch work may be in its times\n",
           p, o.launch_lead_us);
   }
