@@ -186,10 +186,11 @@ TEST_F(CliQuantize, BadInputs) {
   expect_error("--spec e4m3:g128 --in " + p("x.npy") + " --bogus", 2, "bogus");
   expect_error("--spec e4m3:g128 --dtype int8" + in, 2, "--dtype 'int8'");
   expect_error("--spec e4m3:g128 --dtype fp16" + in, 1, "float32 data");
-  // --out missing: nothing to write.
+  // Without --out the metrics are computed and printed, and nothing is written.
   const CmdResult r = run("--spec e4m3:g128" + in);
-  EXPECT_EQ(r.status, 2);
-  EXPECT_NE(r.err.find("--out is required"), std::string::npos);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.output.find("nmse"), std::string::npos) << r.output;
+  EXPECT_TRUE(r.err.empty()) << r.err;
 }
 
 TEST_F(CliQuantize, HelpTeaches) {

@@ -120,8 +120,8 @@ TEST(SpeedCli, BadInputGivesOneLineErrorsAndNoOutputFile) {
   expect_one_line_error(run_fp8sim({"speed", "--fsdp-comm", "maybe", "--calibration", cal}), 2, "--fsdp-comm");
   expect_one_line_error(run_fp8sim({"speed", "--gpus", "x", "--calibration", cal}), 2, "gpus");
   expect_one_line_error(run_fp8sim({"speed", "--calibration", cal, "--torch-times", "t.json"}), 2, "--torch-times");
-  expect_one_line_error(run_fp8sim({"speed", "--model", "no-such-model", "--calibration", cal}), 1, "no-such-model");
-  expect_one_line_error(run_fp8sim({"speed", "--seq", "1000", "--batch", "1", "--calibration", cal}), 1, "16");
+  expect_one_line_error(run_fp8sim({"speed", "--model", "no-such-model", "--calibration", cal}), 2, "no-such-model");
+  expect_one_line_error(run_fp8sim({"speed", "--seq", "1000", "--batch", "1", "--calibration", cal}), 2, "16");
   // A corrupt calibration: error names the file, and --json is not written.
   const std::string bad = dir + "/bad.json";
   std::ofstream(bad) << "{\"schema\": \"fp8sim-speed-calibration/1\", \"measurements\": [{\"kind\": \"gemm\"}]}";

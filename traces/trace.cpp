@@ -5,6 +5,7 @@
 #include <H5Cpp.h>
 #include <fmt/format.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,8 +23,10 @@
 #include <limits>
 #include <mutex>
 #include <system_error>
+#include <tuple>
 
 #include "sim/common/check.hpp"
+#include "sim/common/cleanup.hpp"
 #include "sim/formats/fp8.hpp"
 
 namespace fp8sim::trace {
@@ -405,11 +408,19 @@ Child child_kind(const H5::Group& g, const std::string& name) {
   return Child::Other;
 }
 
+// The names of a group's links in name order, from one pass over the group: linear in the number
+// of links (looking each name up by index costs a pass per name in HDF5's dense link storage,
+// which made opening a trace with thousands of steps quadratic).
 std::vector<std::string> child_names(const H5::Group& g) {
-  const hsize_t n = g.getNumObjs();
   std::vector<std::string> names;
-  names.reserve(n);
-  for (hsize_t i = 0; i < n; ++i) names.push_back(g.getObjnameByIdx(i));
+  auto collect = [](hid_t, const char* name, const H5L_info_t*, void* op) -> herr_t {
+    static_cast<std::vector<std::string>*>(op)->emplace_back(name);
+    return 0;
+  };
+  hsize_t idx = 0;
+  if (H5Literate(g.getId(), H5_INDEX_NAME, H5_ITER_NATIVE, &idx, collect, &names) < 0)
+    throw H5::GroupIException("child_names", "cannot list the group's links");
+  std::sort(names.begin(), names.end());
   return names;
 }
 }  // namespace
@@ -640,9 +651,14 @@ double probe_timeout_seconds() {
 void TraceReader::Impl::validate_in_child() {
   if (const char* e = std::getenv("FP8SIM_TRACE_PROBE"); e && std::string(e) == "0") return;
   std::fflush(nullptr);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return;  // cannot fork: read unguarded
   if (pid == 0) {
+    // The probe dies with its parent, however the parent ends (also by SIGKILL): it never reads
+    // on alone. If the parent is already gone, there is nobody to report to.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(kProbeCaughtError);
     const struct rlimit no_core = {0, 0};
     ::setrlimit(RLIMIT_CORE, &no_core);
     // A crash inside HDF5 makes glibc print "free(): invalid pointer" and the like: the parent
@@ -675,6 +691,11 @@ void TraceReader::Impl::validate_in_child() {
     }
     ::_exit(rc);
   }
+  // Registered, so an interrupted fp8sim kills the probe before it removes its temporaries.
+  struct ChildSlot {
+    int slot;
+    ~ChildSlot() { cleanup::forget_child(slot); }
+  } child_slot{cleanup::remember_child(pid)};
   const auto start = std::chrono::steady_clock::now();
   const double limit = probe_timeout_seconds();
   auto nap = std::chrono::microseconds(200);
@@ -734,16 +755,19 @@ std::vector<const TensorInfo*> TraceReader::select(const Filter& f) const {
   return out;
 }
 
+// Both lists are sorted (steps by step; tensors by step, role, name): binary searches.
 const StepInfo* TraceReader::find_step(int64_t step) const {
-  for (const auto& s : impl_->steps)
-    if (s.step == step) return &s;
-  return nullptr;
+  const auto& v = impl_->steps;
+  const auto it = std::lower_bound(v.begin(), v.end(), step, [](const StepInfo& s, int64_t k) { return s.step < k; });
+  return it != v.end() && it->step == step ? &*it : nullptr;
 }
 
 const TensorInfo* TraceReader::find(int64_t step, Role role, std::string_view name) const {
-  for (const auto& t : impl_->tensors)
-    if (t.step == step && t.role == role && t.name == name) return &t;
-  return nullptr;
+  const auto& v = impl_->tensors;
+  auto key = [](const TensorInfo& t) { return std::tuple<int64_t, Role, std::string_view>(t.step, t.role, t.name); };
+  const auto want = std::tuple<int64_t, Role, std::string_view>(step, role, name);
+  const auto it = std::lower_bound(v.begin(), v.end(), want, [&](const TensorInfo& t, const auto& k) { return key(t) < k; });
+  return it != v.end() && key(*it) == want ? &*it : nullptr;
 }
 
 TensorData TraceReader::read(const TensorInfo& t) const {
@@ -811,6 +835,7 @@ void TraceReader::for_each(const Filter& f,
 
 struct TraceWriter::Impl {
   fs::path target, tmp;
+  int tmp_slot = -1;  // the temporary's entry in the signal-cleanup registry
   WriterOptions opts;
   H5::H5File file;
   bool open = false;
@@ -884,7 +909,9 @@ TraceWriter::TraceWriter(const fs::path& path, const TraceHeader& h, const Write
   impl_->target = path;
   impl_->opts = opts;
   const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
-  impl_->tmp = parent / fmt::format(".{}.tmp.{}", path.filename().string(), ::getpid());
+  cleanup::remove_stale_temporaries(parent, path.filename().string());
+  impl_->tmp = parent / cleanup::temporary_name(path);
+  impl_->tmp_slot = cleanup::remember_path(impl_->tmp, cleanup::PathKind::File);
   std::error_code ec;
   if (path.has_parent_path()) fs::create_directories(path.parent_path(), ec);
   try {
@@ -925,6 +952,7 @@ TraceWriter::TraceWriter(const fs::path& path, const TraceHeader& h, const Write
 }
 
 TraceWriter::~TraceWriter() {
+  if (impl_) cleanup::forget_path(impl_->tmp_slot);
   if (!impl_ || impl_->committed) return;
   try {
     if (impl_->open) impl_->file.close();

@@ -1,5 +1,7 @@
 #include "sim/analyze/recipe.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -188,6 +190,11 @@ std::string str_field(const Json& j, const char* key, const std::string& origin,
 
 std::vector<std::string> builtin_recipe_names() { return {"bf16", "te", "coat", "fp8lm", "deepseek", "mxfp8"}; }
 
+bool is_builtin_recipe(const std::string& name) {
+  const auto names = builtin_recipe_names();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
 Recipe builtin_recipe(std::string_view name) {
   if (name == "bf16") return make_bf16();
   if (name == "te") return make_te();
@@ -237,7 +244,11 @@ Recipe parse_recipe(const Json& doc, const std::string& origin) {
     r.rules.push_back(std::move(rule));
   }
   if (const Json* base = doc.find("base")) {
+    // The file's content is data: an unknown base is a bad file (exit 1), not bad usage.
     FP8SIM_REQUIRE(base->is_string(), "recipe {}: \"base\" must be a built-in recipe name", origin);
+    FP8SIM_REQUIRE(is_builtin_recipe(base->as_string()),
+                   "recipe {}: \"base\" names unknown recipe '{}' (built-in: bf16, te, coat, fp8lm, deepseek, mxfp8)",
+                   origin, base->as_string());
     Recipe b = builtin_recipe(base->as_string());
     for (auto& br : b.rules) r.rules.push_back(std::move(br));
     if (r.description.empty()) r.description = "based on " + b.name;

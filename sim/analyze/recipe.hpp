@@ -49,6 +49,7 @@ struct Recipe {
 };
 
 std::vector<std::string> builtin_recipe_names();  // bf16, te, coat, fp8lm, deepseek, mxfp8
+bool is_builtin_recipe(const std::string& name);
 // A built-in recipe by name; throws UsageError listing the names.
 Recipe builtin_recipe(std::string_view name);
 // NAME of a built-in recipe, or a path to a JSON recipe file.

@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <iostream>
 #include <sstream>
 
 #include "sim/common/check.hpp"
+#include "sim/common/output.hpp"
 
 namespace fp8sim::cli {
 
@@ -15,10 +17,35 @@ std::vector<Command>& registry() {
   return r;
 }
 
+namespace {
+bool g_quiet = false;
+}  // namespace
+
+bool quiet() { return g_quiet; }
+
+void note(const std::string& line) {
+  if (!g_quiet) fmt::print(stderr, "{}\n", line);
+}
+
+uint64_t parse_u64(const std::string& option, const std::string& text) {
+  uint64_t v = 0;
+  bool ok = !text.empty();
+  for (char c : text) {
+    if (c < '0' || c > '9' || v > (UINT64_MAX - static_cast<uint64_t>(c - '0')) / 10) {
+      ok = false;
+      break;
+    }
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (!ok) throw UsageError(fmt::format("{} must be an integer from 0 to 2^64-1, not '{}'", option, text));
+  return v;
+}
+
 bool parse(const std::string& cmd, const std::vector<std::string>& args, po::options_description& opts,
            const po::positional_options_description& pos, po::variables_map& vm, const std::string& usage,
            const std::string& description) {
   opts.add_options()("help,h", "show this help and exit");
+  opts.add_options()("quiet,q", "print no tables or other text on stdout (errors and warnings still go to stderr)");
   try {
     po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
     if (vm.count("help")) {
@@ -28,6 +55,10 @@ bool parse(const std::string& cmd, const std::vector<std::string>& args, po::opt
       return false;
     }
     po::notify(vm);
+    if (vm.count("quiet")) {
+      g_quiet = true;
+      silence_stdout();
+    }
   } catch (const po::error& e) {
     throw UsageError(fmt::format("{} (see 'fp8sim {} --help')", e.what(), cmd));
   }

@@ -6,6 +6,7 @@
 // subcommand names). Errors are thrown as fp8sim::Error / UsageError; main prints them as one
 // line, "fp8sim <cmd>: error: ...", and exits 1 (runtime) or 2 (usage).
 #include <boost/program_options.hpp>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -30,10 +31,19 @@ struct Registrar {
 
 // Parses args against `opts` (+ positional names). Handles --help by printing
 // "usage: fp8sim <cmd> <usage>\n\n<description>\n\n<options>" and returning false (caller exits 0).
-// Translates Boost errors into UsageError with a one-line message.
+// Translates Boost errors into UsageError with a one-line message. Every subcommand gets
+// --quiet: the tables and other text it prints on stdout are discarded (errors and warnings
+// still go to stderr; data written to "-" still goes to stdout).
 bool parse(const std::string& cmd, const std::vector<std::string>& args, po::options_description& opts,
            const po::positional_options_description& pos, po::variables_map& vm, const std::string& usage,
            const std::string& description);
+
+// --quiet was given.
+bool quiet();
+// A line for stderr that is not an error or a warning ("wrote FILE"); dropped under --quiet.
+void note(const std::string& line);
+// An unsigned option given as text: digits only (no sign, so "-1" never wraps to 2^64-1).
+uint64_t parse_u64(const std::string& option, const std::string& text);
 
 // Prints a human table: header row, separator, rows. Columns right-aligned except the first.
 void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,

@@ -39,8 +39,8 @@ int run_analyze(const std::vector<std::string>& args) {
       ("recipe", po::value(&recipe)->default_value("coat"),
        "built-in recipe (bf16, te, coat, fp8lm, deepseek, mxfp8) or a JSON rule file")
       ("step", po::value(&step), "captured step to analyze (default: the one with the most tensors)")
-      ("json", po::value(&json_out), "write the full analysis (every tensor, every GEMM) as JSON")
-      ("md", po::value(&md_out), "write a Markdown report")
+      ("json", po::value(&json_out), "write the full analysis (every tensor, every GEMM) as JSON (- : stdout)")
+      ("md", po::value(&md_out), "write a Markdown report (- : stdout)")
       ("tensors", "also print the per-tensor table")
       ("no-gemm", "skip the per-layer GEMM output error")
       ("histograms", "keep the per-tensor scaled-magnitude histograms in the JSON")
@@ -69,6 +69,11 @@ int run_analyze(const std::vector<std::string>& args) {
   }
   if (trace_path.empty()) throw UsageError("no trace given (see 'fp8sim analyze --help')");
   if (threads < 0) throw UsageError("--threads must be >= 0");
+  RunFiles files;
+  files.input("TRACE", trace_path);
+  if (!analyze::is_builtin_recipe(recipe)) files.input("--recipe", recipe);
+  const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
+  const int md_id = vm.count("md") ? files.output("--md", md_out) : -1;
 
   analyze::AnalyzeOptions o;
   if (vm.count("step")) o.step = step;
@@ -78,6 +83,9 @@ int run_analyze(const std::vector<std::string>& args) {
   const analyze::Recipe rec = analyze::load_recipe(recipe);
   const trace::TraceReader reader(trace_path);
   const Json a = analyze::analyze_trace(reader, rec, o);
+  // Every output is staged before the tables are printed; they appear together at the end.
+  if (json_id >= 0) files.write(json_id, a.dump(2) + "\n");
+  if (md_id >= 0) files.write(md_id, analyze::analysis_markdown(a));
 
   const Json& tot = a.at("totals");
   fmt::print("trace {}  step {}  recipe {}: {} tensors ({} quantized), {:.1f} KiB stored -> {:.1f} KiB under the recipe\n\n",
@@ -109,14 +117,11 @@ int run_analyze(const std::vector<std::string>& args) {
                un.size(), rec.name);
   if (const auto& sk = a.at("skipped_gemms").as_array(); !sk.empty())
     fmt::print(stderr, "fp8sim analyze: note: {} GEMM(s) skipped (see skipped_gemms in --json)\n", sk.size());
-  if (!json_out.empty()) {
-    write_file_atomic(json_out, a.dump(2) + "\n");
-    fmt::print(stderr, "wrote {}\n", json_out);
-  }
-  if (!md_out.empty()) {
-    write_file_atomic(md_out, analyze::analysis_markdown(a));
-    fmt::print(stderr, "wrote {}\n", md_out);
-  }
+  std::fflush(stdout);
+  files.commit();
+  if (json_id >= 0 && json_out != "-") cli::note(fmt::format("wrote {}", json_out));
+  if (md_id >= 0 && md_out != "-") cli::note(fmt::format("wrote {}", md_out));
+  // A verdict, not a failure of the run: the outputs that report the NaN/Inf are written.
   if (vm.count("strict") && !bad.empty())
     throw Error(fmt::format("{} tensor(s) hold NaN/Inf values (--strict)", bad.size()));
   return 0;

@@ -65,8 +65,8 @@ int run_bench_cmd(const std::vector<std::string>& args) {
       ("from", po::value(&from), "no timing: re-evaluate the targets of a bench document written by an "
                                  "earlier run (its --json output) and write it again with --json / --md; "
                                  "needs no GPU")
-      ("json", po::value(&json_out), "write the bench document (reports/h200/bench.json) here")
-      ("md", po::value(&md_out), "write the Markdown report (reports/h200/bench.md) here");
+      ("json", po::value(&json_out), "write the bench document (reports/h200/bench.json) here (- : stdout)")
+      ("md", po::value(&md_out), "write the Markdown report (reports/h200/bench.md) here (- : stdout)");
   po::positional_options_description pos;
   po::variables_map vm;
   if (!cli::parse("bench", args, opts, pos, vm, "[--ops OP,...] [--smoke] [--peers PEERS.json] [--json OUT] [--md OUT]",
@@ -109,23 +109,34 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     for (const auto& a : args) cmdline += " " + a;
     o.command_line = cmdline;
   }
-  if (!plan_out.empty()) {
-    write_file_atomic(plan_out, bench::plan_json(o).dump(2) + "\n");
-    fmt::print(stderr, "wrote the bench plan ({} kernels) to '{}'\n", bench::make_plan(o).size(), plan_out);
+  RunFiles files;
+  files.input("--peers", peers);
+  files.input("--from", from);
+  files.input("--coat-states", coat_states);
+  const int plan_id = vm.count("write-plan") ? files.output("--write-plan", plan_out) : -1;
+  const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
+  const int md_id = vm.count("md") ? files.output("--md", md_out) : -1;
+  if (plan_id >= 0) {
+    files.write(plan_id, bench::plan_json(o).dump(2) + "\n");
+    files.commit();
+    if (plan_out != "-")
+      cli::note(fmt::format("wrote the bench plan ({} kernels) to '{}'", bench::make_plan(o).size(), plan_out));
     return 0;
   }
   // The end of both paths: the targets line, then the document to --json and its Markdown to --md
   // (rendered by the caller first, so a document that cannot be rendered writes nothing).
-  auto render = [&](const Json& doc) { return md_out.empty() ? std::string() : bench::render_markdown(doc); };
+  auto render = [&](const Json& doc) { return md_id < 0 ? std::string() : bench::render_markdown(doc); };
   auto emit = [&](const Json& doc, const std::string& md) {
     if (const Json* t = doc.find("targets_summary"))
       fmt::print("targets: {} met, {} missed, {} unmeasured\n", t->at("met").dump(-1), t->at("missed").dump(-1),
                  t->at("unmeasured").dump(-1));
-    if (!json_out.empty()) write_file_atomic(json_out, doc.dump(2) + "\n");
-    if (!md_out.empty()) write_file_atomic(md_out, md);
+    if (json_id >= 0) files.write(json_id, doc.dump(2) + "\n");
+    if (md_id >= 0) files.write(md_id, md);
+    std::fflush(stdout);
+    files.commit();
   };
   if (!from.empty()) {
-    if (json_out.empty() && md_out.empty()) throw UsageError("--from needs --json or --md (where to write the result)");
+    if (json_id < 0 && md_id < 0) throw UsageError("--from needs --json or --md (where to write the result)");
     Json doc = Json::parse(read_text_file(from));
     FP8SIM_REQUIRE(doc.is_object() && doc.find("kernels") && doc.at("kernels").is_array(),
                    "'{}' is not a bench document (no 'kernels' list; written by fp8sim bench --json?)", from);

@@ -12,6 +12,8 @@
 #include <memory>
 #include <vector>
 
+#include <unistd.h>
+
 #include "sim/app/cli.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
@@ -81,19 +83,26 @@ size_t file_size_checked(const std::string& path) {
   std::error_code ec;
   const auto st = std::filesystem::status(path, ec);
   FP8SIM_REQUIRE(!ec && std::filesystem::exists(st), "cannot open '{}': no such file", path);
-  FP8SIM_REQUIRE(std::filesystem::is_regular_file(st), "'{}' is not a regular file", path);
+  FP8SIM_REQUIRE(std::filesystem::is_regular_file(st), "'{}' is not a regular file (- reads standard input)", path);
   return static_cast<size_t>(std::filesystem::file_size(path));
 }
 
 int run_bulk(const std::string& in_path, const std::string& out_path, bool decode, const CastOptions& opts,
              const std::string& in_dtype, size_t chunk_elements) {
   const size_t in_elem = decode ? 1 : (in_dtype == "f32" ? 4 : 2);
-  const size_t bytes = file_size_checked(in_path);
+  const bool from_stdin = in_path == "-";
+  const std::string in_name = from_stdin ? std::string("standard input") : in_path;
+  RunFiles files;
+  files.input("--in", in_path);
+  const int out_id = files.output("--out", out_path);
+  // Standard input's length is known only at its end; a file's is checked before any work.
+  const size_t bytes = from_stdin ? 0 : file_size_checked(in_path);
   FP8SIM_REQUIRE(bytes % in_elem == 0, "'{}' has {} bytes, not a whole number of {}-byte {} values", in_path, bytes,
                  in_elem, decode ? "fp8" : in_dtype);
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(std::fopen(in_path.c_str(), "rb"), &std::fclose);
-  FP8SIM_REQUIRE(in != nullptr, "cannot open '{}': {}", in_path, std::strerror(errno));
-  AtomicFile out(out_path);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(
+      from_stdin ? ::fdopen(::dup(STDIN_FILENO), "rb") : std::fopen(in_path.c_str(), "rb"), &std::fclose);
+  FP8SIM_REQUIRE(in != nullptr, "cannot open '{}': {}", in_name, std::strerror(errno));
+  AtomicFile& out = files.stream(out_id);
 
   const size_t n_total = bytes / in_elem;
   const size_t kBuf = chunk_elements;  // bounded memory for any file size
@@ -101,9 +110,20 @@ int run_bulk(const std::string& in_path, const std::string& out_path, bool decod
   std::vector<unsigned char> obuf(kBuf * (decode ? 4 : 1));
   Progress progress(decode ? "decoding" : "casting", static_cast<double>(n_total));
   size_t done = 0;
-  while (done < n_total) {
-    const size_t n = std::min(kBuf, n_total - done);
-    FP8SIM_REQUIRE(std::fread(ibuf.data(), in_elem, n, in.get()) == n, "read from '{}' failed (file changed?)", in_path);
+  for (;;) {
+    size_t n = 0;
+    if (from_stdin) {
+      const size_t got = std::fread(ibuf.data(), 1, kBuf * in_elem, in.get());
+      FP8SIM_REQUIRE(!std::ferror(in.get()), "read from standard input failed: {}", std::strerror(errno));
+      FP8SIM_REQUIRE(got % in_elem == 0, "standard input ended inside a {}-byte {} value", in_elem,
+                     decode ? "fp8" : in_dtype);
+      n = got / in_elem;
+    } else {
+      n = std::min(kBuf, n_total - done);
+      FP8SIM_REQUIRE(std::fread(ibuf.data(), in_elem, n, in.get()) == n, "read from '{}' failed (file changed?)",
+                     in_path);
+    }
+    if (n == 0) break;
     if (decode) {
       cast_fp8_to_f32(ibuf.data(), reinterpret_cast<float*>(obuf.data()), n, opts.format);
     } else {
@@ -116,30 +136,31 @@ int run_bulk(const std::string& in_path, const std::string& out_path, bool decod
     out.write(obuf.data(), n * (decode ? 4 : 1));
     done += n;
     progress.update(static_cast<double>(done));
+    if (!from_stdin && done == n_total) break;
   }
   progress.finish();
-  out.commit();
-  fmt::print(stderr, "{} {} values from '{}' to '{}'\n", decode ? "decoded" : "cast", n_total, in_path, out_path);
+  files.commit();
+  cli::note(fmt::format("{} {} values from '{}' to '{}'", decode ? "decoded" : "cast", done, in_name,
+                        out_path == "-" ? std::string("standard output") : out_path));
   return 0;
 }
 
 int run_cast(const std::vector<std::string>& raw_args) {
   po::options_description opts("options");
   std::string format = "e4m3", rounding = "nearest", in_path, out_path, in_dtype = "f32";
-  uint64_t seed = 0;
-  size_t chunk = size_t{1} << 24;
+  std::string seed_text = "0", chunk_text = std::to_string(size_t{1} << 24);
   std::vector<std::string> values;
   opts.add_options()
       ("format,f", po::value(&format)->default_value("e4m3"), "target format: e4m3 (OCP E4M3FN) or e5m2")
       ("no-saturate", "overflow to NaN (e4m3) / Inf (e5m2) instead of clamping to +-max (SATFINITE, the default)")
       ("rounding,r", po::value(&rounding)->default_value("nearest"), "nearest (ties to even) or stochastic")
-      ("seed", po::value(&seed)->default_value(0), "Philox seed for stochastic rounding (element i draws word i)")
+      ("seed", po::value(&seed_text)->default_value("0"), "Philox seed for stochastic rounding (element i draws word i)")
       ("decode", "inputs are fp8 codes (0..255 or 0x..): print / write their fp32 values")
-      ("in", po::value(&in_path), "bulk mode: raw little-endian input file (float32, or --input-dtype)")
-      ("out", po::value(&out_path), "bulk mode: output file (uint8 codes, or float32 with --decode)")
+      ("in", po::value(&in_path), "bulk mode: raw little-endian input file (float32, or --input-dtype); - : stdin")
+      ("out", po::value(&out_path), "bulk mode: output file (uint8 codes, or float32 with --decode); - : stdout")
       ("input-dtype", po::value(&in_dtype)->default_value("f32"),
        "bulk input element type: f32, bf16 or fp16 (16-bit inputs are widened exactly: one rounding)")
-      ("chunk-elements", po::value(&chunk)->default_value(size_t{1} << 24),
+      ("chunk-elements", po::value(&chunk_text)->default_value(std::to_string(size_t{1} << 24)),
        "bulk mode: elements per streamed chunk (memory is about 5 bytes x this; results do not depend on it)")
       ("value", po::value(&values), "values to convert (positional)");
   po::positional_options_description pos;
@@ -164,14 +185,15 @@ int run_cast(const std::vector<std::string>& raw_args) {
   if (!is_fp8(co.format)) throw UsageError(fmt::format("--format must be e4m3 or e5m2, not '{}'", format));
   co.saturation = vm.count("no-saturate") ? Saturation::None : Saturation::Finite;
   co.rounding = parse_rounding(rounding);
-  co.seed = seed;
+  co.seed = cli::parse_u64("--seed", seed_text);
   const bool decode = vm.count("decode") > 0;
   if (in_dtype != "f32" && in_dtype != "bf16" && in_dtype != "fp16")
     throw UsageError(fmt::format("unknown --input-dtype '{}' (valid: f32, bf16, fp16)", in_dtype));
 
-  if (!in_path.empty() || !out_path.empty()) {
-    if (in_path.empty() || out_path.empty()) throw UsageError("bulk mode needs both --in and --out");
+  if (vm.count("in") || vm.count("out")) {
+    if (in_path.empty() || out_path.empty()) throw UsageError("bulk mode needs both --in and --out (non-empty)");
     if (!values.empty()) throw UsageError("give either VALUEs or --in/--out, not both");
+    const uint64_t chunk = cli::parse_u64("--chunk-elements", chunk_text);
     if (chunk == 0 || chunk > (size_t{1} << 30)) throw UsageError("--chunk-elements must be in 1..2^30");
     return run_bulk(in_path, out_path, decode, co, in_dtype, chunk);
   }

@@ -29,8 +29,8 @@ int run_compare_cmd(const std::vector<std::string>& args) {
       ("ops", po::value(&ops_raw)->multitoken(), "cast, quantize, adamw, gemm (comma or space separated; default all)")
       ("step", po::value(&step), "trace step to use (default: the step with the most tensors)")
       ("max-tensors", po::value(&max_tensors), "at most this many tensors per role / parameters / layers (default all)")
-      ("json", po::value(&json_out), "write the comparison document (reports/h200/compare.json) here")
-      ("md", po::value(&md_out), "write the Markdown report (reports/h200/compare.md) here");
+      ("json", po::value(&json_out), "write the comparison document (reports/h200/compare.json) here (- : stdout)")
+      ("md", po::value(&md_out), "write the Markdown report (reports/h200/compare.md) here (- : stdout)");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
@@ -49,6 +49,10 @@ int run_compare_cmd(const std::vector<std::string>& args) {
                   "  fp8sim compare traces/tiny-llama-s300.h5 --ops quantize,adamw --json compare.json --md compare.md"))
     return 0;
   if (trace.empty()) throw UsageError("no TRACE given (see 'fp8sim compare --help')");
+  RunFiles files;
+  files.input("TRACE", trace);
+  const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
+  const int md_id = vm.count("md") ? files.output("--md", md_out) : -1;
   compare::CompareOptions o;
   o.trace_path = trace;
   for (const auto& s : ops_raw) {
@@ -74,8 +78,11 @@ int run_compare_cmd(const std::vector<std::string>& args) {
   cli::print_table(compare::summary_header(), compare::summary_rows(doc));
   const Json& s = doc.at("summary");
   fmt::print("{} of {} comparisons passed\n", s.at("entries").as_int() - s.at("failed").as_int(), s.at("entries").as_int());
-  if (!json_out.empty()) write_file_atomic(json_out, doc.dump(2) + "\n");
-  if (!md_out.empty()) write_file_atomic(md_out, compare::render_markdown(doc));
+  if (json_id >= 0) files.write(json_id, doc.dump(2) + "\n");
+  if (md_id >= 0) files.write(md_id, compare::render_markdown(doc));
+  std::fflush(stdout);
+  files.commit();
+  // A verdict: the documents are written either way, the status says whether everything agreed.
   return s.at("passed").as_bool() ? 0 : 1;
 }
 

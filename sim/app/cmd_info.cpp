@@ -1,6 +1,7 @@
 // fp8sim info: what is in a trace, in the trace's own terms (steps, roles, ops, tensors).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "sim/app/cli.hpp"
@@ -63,6 +64,61 @@ std::string training_line(const Json& t) {
   return s;
 }
 
+// A list for a message: every value when there are few, else the first and last few and a count.
+std::string some_of(const std::vector<std::string>& v) {
+  if (v.empty()) return "none";
+  std::string s;
+  const size_t n = v.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (n > 8 && i == 5) {
+      s += fmt::format(", ... ({} in all), {}", n, v[n - 1]);
+      break;
+    }
+    s += (i ? ", " : "") + v[i];
+  }
+  return s;
+}
+
+// A filter that selects no tensor is an error naming what the trace holds instead: each given
+// filter is checked alone first (its values in the trace are listed), then their combination.
+void check_filter_matches(const trace::TraceReader& r, const trace::Filter& f) {
+  const auto& ts = r.tensors();
+  auto values = [&](auto key) {
+    std::vector<std::string> out;
+    for (const auto& t : ts) {
+      std::string k = key(t);
+      if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(std::move(k));
+    }
+    return out;
+  };
+  auto none = [&](const trace::Filter& one) {
+    return std::none_of(ts.begin(), ts.end(), [&](const auto& t) { return one.matches(t); });
+  };
+  if (f.step && none(trace::Filter{.step = f.step})) {
+    std::vector<std::string> steps;
+    for (const auto& s : r.steps()) steps.push_back(std::to_string(s.step));
+    throw UsageError(fmt::format("--step {} matches no tensor: the trace holds steps {}", *f.step, some_of(steps)));
+  }
+  if (f.role && none(trace::Filter{.role = f.role}))
+    throw UsageError(fmt::format("--role {} matches no tensor: the trace holds roles {}", trace::role_name(*f.role),
+                                 some_of(values([](const auto& t) { return std::string(trace::role_name(t.role)); }))));
+  if (f.layer && none(trace::Filter{.layer = f.layer})) {
+    auto layers = values([](const auto& t) { return std::to_string(t.layer); });
+    std::sort(layers.begin(), layers.end(), [](const auto& a, const auto& b) { return std::stoi(a) < std::stoi(b); });
+    throw UsageError(fmt::format("--layer {} matches no tensor: the trace holds layers {}", *f.layer, some_of(layers)));
+  }
+  if (!f.op.empty() && none(trace::Filter{.op = f.op})) {
+    auto ops = values([](const auto& t) { return t.op.empty() ? std::string("(none)") : t.op; });
+    std::sort(ops.begin(), ops.end());
+    throw UsageError(fmt::format("--op {} matches no tensor: the trace holds ops {}", f.op, some_of(ops)));
+  }
+  if (!f.name_contains.empty() && none(trace::Filter{.name_contains = f.name_contains}))
+    throw UsageError(fmt::format("--name {} matches no tensor name", f.name_contains));
+  if (none(f))
+    throw UsageError("no tensor matches all the filters together (each one alone matches some; see "
+                     "'fp8sim info TRACE --summary')");
+}
+
 int run_info(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::string trace_path, json_out, role_s, op, name;
@@ -76,7 +132,8 @@ int run_info(const std::vector<std::string>& args) {
       ("layer", po::value(&layer), "only this block index (-1: outside the blocks)")
       ("op", po::value(&op), "only this op (linear, norm, linear_input, norm_input, silu_input, ...)")
       ("name", po::value(&name), "only tensors whose name contains this text")
-      ("json", po::value(&json_out), "also write the tree as JSON to this file");
+      ("json", po::value(&json_out), "also write the tree as JSON to this file (- : standard output, instead of "
+       "the text)");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
@@ -91,6 +148,11 @@ int run_info(const std::vector<std::string>& args) {
                   "  fp8sim info traces/tiny-llama-s300.h5 --op linear --layer 0 --json info.json"))
     return 0;
   if (trace_path.empty()) throw UsageError("no trace given (see 'fp8sim info --help')");
+  if (vm.count("op") && op.empty()) throw UsageError("--op is empty (give an op name such as linear)");
+  if (vm.count("name") && name.empty()) throw UsageError("--name is empty (give part of a tensor name)");
+  RunFiles files;
+  files.input("TRACE", trace_path);
+  const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
   trace::Filter filter;
   if (vm.count("step")) filter.step = step;
   if (vm.count("role")) {
@@ -106,7 +168,10 @@ int run_info(const std::vector<std::string>& args) {
   const bool summary = vm.count("summary") > 0;
 
   const trace::TraceReader r(trace_path);
+  if (filter.step || filter.role || filter.layer || !filter.op.empty() || !filter.name_contains.empty())
+    check_filter_matches(r, filter);
   const Json j = trace::trace_info_json(r, filter, true);
+  if (json_id >= 0) files.write(json_id, j.dump(2) + "\n");
 
   const auto& h = r.header();
   fmt::print("trace      {}  ({}, {} v{})\n", trace_path, human_bytes(static_cast<double>(r.file_bytes())),
@@ -186,10 +251,9 @@ int run_info(const std::vector<std::string>& args) {
     }
     flush();
   }
-  if (!json_out.empty()) {
-    write_file_atomic(json_out, j.dump(2) + "\n");
-    fmt::print(stderr, "wrote {}\n", json_out);
-  }
+  std::fflush(stdout);
+  files.commit();
+  if (json_id >= 0 && json_out != "-") cli::note(fmt::format("wrote {}", json_out));
   return 0;
 }
 

@@ -240,7 +240,7 @@ int run_memory(const std::vector<std::string>& args) {
       ("paper", "COAT's Table 2, Figure 1(c) and Table 7 beside fp8sim's numbers")
       ("validate", po::value(&validate_path), "compare fp8sim against a measurement JSON from scripts/measure_memory.py")
       ("list-models", "list the model configs in models/")
-      ("json", po::value(&json_out), "also write the JSON document to this file (atomically)");
+      ("json", po::value(&json_out), "also write the JSON document to this file (atomically; - : stdout)");
   po::variables_map vm;
   if (!cli::parse(
           "memory", args, opts, {}, vm,
@@ -263,6 +263,11 @@ int run_memory(const std::vector<std::string>& args) {
 
   const int modes = int(vm.count("paper")) + int(vm.count("validate")) + int(vm.count("list-models"));
   if (modes > 1) throw UsageError("give only one of --paper, --validate, --list-models");
+  if (vm.count("validate") && validate_path.empty()) throw UsageError("--validate is empty (give a measurement JSON)");
+  RunFiles files;
+  files.input("--validate", validate_path);
+  if (model_name.find('/') != std::string::npos || model_name.ends_with(".json")) files.input("--model", model_name);
+  const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
   Json doc;
   if (vm.count("list-models")) {
     std::vector<std::vector<std::string>> rows;
@@ -306,7 +311,10 @@ int run_memory(const std::vector<std::string>& args) {
       if (vm.count("detail")) print_layer_detail(doc);
     }
   }
-  if (!json_out.empty()) write_file_atomic(json_out, doc.dump(2) + "\n");
+  if (json_id >= 0) files.write(json_id, doc.dump(2) + "\n");
+  std::fflush(stdout);
+  files.commit();
+  // A verdict, not a failed run: the comparison is written, and the status says it missed.
   if (vm.count("validate") && !doc.at("ok").as_bool())
     throw Error(fmt::format("prediction is off by more than {:.0f}% for at least one component (see table)",
                             100 * memory::kValidateTolerance));

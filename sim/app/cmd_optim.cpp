@@ -87,17 +87,17 @@ int run_optim(const std::vector<std::string>& args) {
   std::vector<std::string> recipes;
   int steps = 0, threads = 0;
   int64_t table1_step = -1;
-  uint64_t seed = 0;
+  std::string seed_text = "0";
   opts.add_options()
       ("recipe,r", po::value(&recipes)->composing(),
        "state recipe for the drift and memory tables (repeatable): fp32, bf16, coat, coat-noexpand, te-fp8, fp8lm, "
        "or m=SPEC,v=SPEC with SPEC fp32 or a quantization spec. Default: coat coat-noexpand te-fp8 fp8lm bf16")
       ("steps,n", po::value(&steps)->default_value(0), "drift steps from the window start (0 = the whole window)")
-      ("json", po::value(&json_out), "write the full result as JSON (atomically)")
+      ("json", po::value(&json_out), "write the full result as JSON (atomically; - : stdout)")
       ("update", po::value(&update)->default_value("coat"),
        "AdamW update rule of the drift runs: coat (COAT's kernel formula) or torch (torch.optim.AdamW's order)")
       ("rounding", po::value(&rounding)->default_value("nearest"), "FP8 moments: nearest or stochastic")
-      ("seed", po::value(&seed)->default_value(0), "Philox seed for --rounding stochastic")
+      ("seed", po::value(&seed_text)->default_value("0"), "Philox seed for --rounding stochastic")
       ("no-table1", "skip COAT's Table 1")
       ("table1-step", po::value(&table1_step), "trace step whose moments feed Table 1 and the memory table "
        "(default: the step with the most captured moments)")
@@ -136,6 +136,10 @@ int run_optim(const std::vector<std::string>& args) {
   if (trace.empty()) throw UsageError("no TRACE given (see 'fp8sim optim --help')");
   if (steps < 0) throw UsageError(fmt::format("--steps must be >= 0, got {}", steps));
   if (threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", threads));
+  const uint64_t seed = cli::parse_u64("--seed", seed_text);
+  RunFiles files;
+  files.input("TRACE", trace);
+  const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
 
   optim::OptimOptions o;
   for (const auto& r : recipes) o.recipes.push_back(StateRecipe::parse(r));
@@ -151,6 +155,18 @@ int run_optim(const std::vector<std::string>& args) {
   o.progress = [&](double done, double total) { progress.update(total > 0 ? done / total : 1.0); };
   const Json doc = optim::optim_replay(trace, o);
   progress.finish();
+  if (json_id >= 0) files.write(json_id, doc.dump(2) + "\n");
+  if (const Json* dropped = doc.at("window").find("dropped_params"); dropped && dropped->size() > 0) {
+    std::string names;
+    const auto& arr = dropped->as_array();
+    for (size_t i = 0; i < arr.size() && i < 3; ++i)
+      names += fmt::format("{}'{}' (no grad at step {})", i ? ", " : "", arr[i].at("name").as_string(),
+                           arr[i].at("missing_grad_step").as_int());
+    fmt::print(stderr,
+               "fp8sim optim: warning: {} parameter(s) left out of the grad-window replay because a grad is missing: "
+               "{}{}\n",
+               arr.size(), names, arr.size() > 3 ? ", ..." : "");
+  }
 
   const Json& win = doc.at("window");
   fmt::print("{}: grad window of {} steps from step {}, {} parameters, {} elements; drift over {} steps, {} rule\n",
@@ -192,10 +208,8 @@ int run_optim(const std::vector<std::string>& args) {
     for (const auto& n : notes) fmt::print("{}\n", n);
   }
   std::fflush(stdout);  // the tables before any stderr line
-  if (!json_out.empty()) {
-    write_file_atomic(json_out, doc.dump(2) + "\n");
-    fmt::print(stderr, "wrote {}\n", json_out);
-  }
+  files.commit();
+  if (json_id >= 0 && json_out != "-") cli::note(fmt::format("wrote {}", json_out));
   return 0;
 }
 

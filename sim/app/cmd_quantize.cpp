@@ -57,9 +57,11 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
   int threads = 0;
   opts.add_options()
       ("spec,s", po::value(&spec_text), "quantization spec FORMAT:GRANULARITY[:KEY=VALUE...] or an alias (required)")
-      ("in,i", po::value(&in_path), "input .npy (float32; float16; bfloat16 as ml_dtypes '<V2' or raw uint16 + --dtype)")
-      ("out,o", po::value(&out_path), "output .npy: the dequantized tensor, float32, same shape")
-      ("json", po::value(&json_path), "write the metrics (and DE histogram / per-group k) as JSON")
+      ("in,i", po::value(&in_path), "input .npy (float32; float16; bfloat16 as ml_dtypes '<V2' or raw uint16 + --dtype); "
+       "- : standard input")
+      ("out,o", po::value(&out_path), "output .npy: the dequantized tensor, float32, same shape (- : stdout); "
+       "without --out only the metrics are printed")
+      ("json", po::value(&json_path), "write the metrics (and DE histogram / per-group k) as JSON (- : stdout)")
       ("codes", po::value(&codes_prefix),
        "also write PREFIX.codes.npy (uint8 codes, or uint16 for bf16/fp16), PREFIX.scales.npy (float32 value of each "
        "stored scale, shape = group grid) and with DE PREFIX.k.npy, PREFIX.c.npy")
@@ -67,9 +69,9 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
       ("threads", po::value(&threads)->default_value(0), "worker threads (0: all cores)");
   po::positional_options_description pos;
   po::variables_map vm;
-  if (!cli::parse("quantize", args, opts, pos, vm, "--spec SPEC --in X.npy --out Y.npy [--json STATS.json] [--codes PREFIX]",
+  if (!cli::parse("quantize", args, opts, pos, vm, "--spec SPEC --in X.npy [--out Y.npy] [--json STATS.json] [--codes PREFIX]",
                   "Quantizes a tensor through a spec (format, granularity, scale mode, dynamic range expansion,\n"
-                  "delayed scaling, rounding, saturation), writes the dequantized tensor and prints the error:\n"
+                  "delayed scaling, rounding, saturation), writes the dequantized tensor (--out) and prints the error:\n"
                   "mse, nmse (relative L2), snr_db, max_abs_err, max_rel_err, cosine, underflow_frac (nonzeros\n"
                   "flushed to zero), saturated_frac (|x/s| above the format's max).\n"
                   "Spec: FORMAT:GRANULARITY[:KEY=VALUE...]  FORMAT e4m3|e5m2|bf16|fp16, GRANULARITY tensor|row|col|\n"
@@ -86,9 +88,20 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
                   "  fp8sim quantize --spec e4m3:g16:scale=bf16 --in act_bf16.npy --dtype bf16 --out a.npy"))
     return 0;
   if (spec_text.empty()) throw UsageError("--spec is required (see 'fp8sim quantize --help')");
-  if (in_path.empty()) throw UsageError("--in is required");
-  if (out_path.empty()) throw UsageError("--out is required");
+  if (in_path.empty()) throw UsageError("--in is required (a .npy file, or - for standard input)");
   if (threads < 0) throw UsageError("--threads must be >= 0");
+  if (vm.count("codes") && (codes_prefix.empty() || codes_prefix == "-"))
+    throw UsageError("--codes takes a file name prefix (it writes several files), not '" + codes_prefix + "'");
+  // Without --out the run computes and prints the metrics only.
+  RunFiles files;
+  files.input("--in", in_path);
+  const int out_id = vm.count("out") ? files.output("--out", out_path) : -1;
+  const int json_id = vm.count("json") ? files.output("--json", json_path) : -1;
+  auto stage_npy = [&](const std::string& path, NpyDtype dt, std::vector<int64_t> shape, const void* data,
+                       size_t bytes) {
+    files.write(files.output("--codes", path),
+                [=](AtomicFile& f) { write_npy_to(f, dt, shape, data, bytes); });
+  };
 
   const QuantSpec spec = QuantSpec::parse(spec_text);
   const NpyArray in = read_npy(in_path);
@@ -108,22 +121,26 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
   r.json["input"] = in_path;
   r.json["input_dtype"] = idt == InputDtype::F32 ? "float32" : (idt == InputDtype::BF16 ? "bfloat16" : "float16");
 
-  // Every output is computed before the first is written; each is written atomically.
-  write_npy(out_path, NpyDtype::F32, in.shape, r.dequantized.data(), r.dequantized.size() * 4);
+  // Every output is computed before the first is staged; they are moved into place together.
+  if (out_id >= 0)
+    files.write(out_id, [&](AtomicFile& f) {
+      write_npy_to(f, NpyDtype::F32, in.shape, r.dequantized.data(), r.dequantized.size() * 4);
+    });
   if (!codes_prefix.empty()) {
     const QuantizedTensor& q = r.q;
-    write_npy(codes_prefix + ".codes.npy", q.spec.is_passthrough() ? NpyDtype::U16 : NpyDtype::U8, in.shape,
+    stage_npy(codes_prefix + ".codes.npy", q.spec.is_passthrough() ? NpyDtype::U16 : NpyDtype::U8, in.shape,
               q.codes.data(), q.codes.size());
     if (!q.spec.is_passthrough()) {
       const std::vector<int64_t> grid{q.geometry.grid_rows, q.geometry.grid_cols};
-      write_npy(codes_prefix + ".scales.npy", NpyDtype::F32, grid, q.scales.data(), q.scales.size() * 4);
+      stage_npy(codes_prefix + ".scales.npy", NpyDtype::F32, grid, q.scales.data(), q.scales.size() * 4);
       if (q.spec.has_expand()) {
-        write_npy(codes_prefix + ".k.npy", NpyDtype::F32, grid, q.expand_k.data(), q.expand_k.size() * 4);
-        write_npy(codes_prefix + ".c.npy", NpyDtype::F32, grid, q.expand_c.data(), q.expand_c.size() * 4);
+        stage_npy(codes_prefix + ".k.npy", NpyDtype::F32, grid, q.expand_k.data(), q.expand_k.size() * 4);
+        stage_npy(codes_prefix + ".c.npy", NpyDtype::F32, grid, q.expand_c.data(), q.expand_c.size() * 4);
       }
     }
   }
-  if (!json_path.empty()) write_file_atomic(json_path, r.json.dump(2) + "\n");
+  if (json_id >= 0) files.write(json_id, r.json.dump(2) + "\n");
+  files.commit();
 
   const ErrorStats& s = r.stats;
   std::vector<std::vector<std::string>> rows = {

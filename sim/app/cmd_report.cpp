@@ -94,11 +94,14 @@ int run_report_cmd(const std::vector<std::string>& args) {
       ("seq", po::value(&seq)->default_value(defaults.seq), "sequence length for memory and speed")
       ("out", po::value(&out)->default_value(defaults.out_dir.string()),
        "report folder (created; an earlier report there is replaced only when the new one is complete)")
-      ("no-plots", "skip the plots (tables only; the report says so)");
+      ("no-plots", "skip the plots (tables only; the report says so)")
+      ("keep-going", "write the report even when a section fails with an error (the section shows the error; "
+                     "exit status 0). Without it such a failure ends the run with status 1 naming the section, "
+                     "and no report is written. A section that is unavailable (no GPU) is never a failure");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
-  if (!cli::parse("report", args, opts, pos, vm, "[TRACE] [--model NAME] [--recipes R,...] [--gpus N] [--out DIR] [--no-plots]",
+  if (!cli::parse("report", args, opts, pos, vm, "[TRACE] [--model NAME] [--recipes R,...] [--gpus N] [--out DIR] [--no-plots] [--keep-going]",
                   "Runs every analysis fp8sim has on one trace and one model and writes a report folder:\n"
                   "  report.json   everything, machine-readable (each subcommand's full document under `data`)\n"
                   "  report.md     the report as Markdown, linking the PNG plots beside it\n"
@@ -109,7 +112,8 @@ int run_report_cmd(const std::vector<std::string>& args) {
                   "optimizer-state error with COAT's Table 1 and Figure 3 (optim), memory per GPU (memory), step\n"
                   "time (speed: measured on a GPU, else modelled from the committed calibration file), and, with\n"
                   "a GPU, CPU-vs-GPU bit comparison (compare) and kernel throughput (bench). A section this\n"
-                  "machine cannot produce says so and how to get it.\n"
+                  "machine cannot produce says so and how to get it; a section that fails with an error ends the\n"
+                  "run (status 1, the section named, no report written) unless --keep-going is given.\n"
                   "Examples:\n"
                   "  fp8sim report                                   # sample trace, llama2-7b, 4 GPUs -> ./report\n"
                   "  fp8sim report my_trace.h5 --model llama3-8b --gpus 8 --out reports/mine\n"
@@ -125,6 +129,8 @@ int run_report_cmd(const std::vector<std::string>& args) {
   o.seq = seq;
   o.out_dir = out;
   o.plots = vm.count("no-plots") == 0;
+  o.keep_going = vm.count("keep-going") > 0;
+  if (vm.count("trace") && trace.empty()) throw UsageError("TRACE is empty (omit it to use the sample trace)");
   o.version = FP8SIM_VERSION;
   o.command_line = "fp8sim report";
   for (const auto& a : args) o.command_line += " " + a;
@@ -144,6 +150,10 @@ int run_report_cmd(const std::vector<std::string>& args) {
     rows.push_back({sec.title, sec.status, why});
   }
   cli::print_table({"section", "status", "note"}, rows);
+  std::fflush(stdout);
+  for (const auto& sec : wr.sections)
+    if (sec.status == "error")
+      fmt::print(stderr, "fp8sim report: warning: section '{}' failed (--keep-going): {}\n", sec.title, sec.reason);
   return 0;
 }
 

@@ -12,6 +12,7 @@
 #include "sim/app/cli.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
+#include "sim/common/sizes.hpp"
 #include "sim/speed/speed.hpp"
 
 #ifdef FP8SIM_HAVE_CUDA
@@ -24,19 +25,6 @@ namespace {
 
 namespace po = boost::program_options;
 using namespace fp8sim::speed;
-
-int64_t parse_positive(const std::string& s, const char* what) {
-  size_t pos = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &pos);
-  } catch (const std::exception&) {
-    pos = 0;
-  }
-  if (pos != s.size() || s.empty() || v <= 0)
-    throw UsageError(fmt::format("{} must be a positive integer, not '{}'", what, s));
-  return v;
-}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -51,7 +39,7 @@ std::vector<std::string> split(const std::string& s, char sep) {
 // every listed recipe must be named).
 void parse_batch(const std::string& s, SpeedOptions& o) {
   if (s.find('=') == std::string::npos) {
-    o.batch = parse_positive(s, "--batch");
+    o.batch = parse_size("--batch", s);
     return;
   }
   for (const std::string& part : split(s, ',')) {
@@ -60,7 +48,7 @@ void parse_batch(const std::string& s, SpeedOptions& o) {
       throw UsageError(fmt::format("--batch '{}': write one number, or recipe=number pairs like bf16=2,coat=4", s));
     const Recipe r = parse_recipe(part.substr(0, eq));
     if (o.recipe_batch.count(r)) throw UsageError(fmt::format("--batch names recipe '{}' twice", recipe_name(r)));
-    o.recipe_batch[r] = parse_positive(part.substr(eq + 1), "--batch");
+    o.recipe_batch[r] = parse_size("--batch", part.substr(eq + 1));
   }
   // A recipe not named gets the BF16 batch when given, else 1.
   o.batch = o.recipe_batch.count(Recipe::BF16) ? o.recipe_batch.at(Recipe::BF16) : 1;
@@ -174,8 +162,8 @@ int run_speed(const std::vector<std::string>& args) {
       ("reps", po::value(&reps)->default_value(10), "measuring run: timed repetitions per kernel")
       ("warmup", po::value(&warmup)->default_value(3), "measuring run: untimed warm-up launches per kernel")
       ("ops", "print every kernel of every recipe")
-      ("json", po::value(&json_out), "write the whole result as JSON to FILE")
-      ("markdown", po::value(&md_out), "write the result as Markdown to FILE");
+      ("json", po::value(&json_out), "write the whole result as JSON to FILE (- : stdout)")
+      ("markdown", po::value(&md_out), "write the result as Markdown to FILE (- : stdout)");
   po::variables_map vm;
   if (!cli::parse("speed", args, opts, {}, vm,
                   "--model NAME --batch B --seq S [--recipes bf16,te,coat] [--gpus N] [--calibration FILE] [--json OUT]",
@@ -203,9 +191,9 @@ int run_speed(const std::vector<std::string>& args) {
   }
   if (o.recipes.empty()) throw UsageError("--recipes is empty");
   parse_batch(batch, o);
-  if (seq <= 0) throw UsageError(fmt::format("--seq must be positive, not {}", seq));
-  if (gpus <= 0) throw UsageError(fmt::format("--gpus must be positive, not {}", gpus));
-  if (accum <= 0) throw UsageError(fmt::format("--grad-accum must be positive, not {}", accum));
+  validate_run_sizes({.batch = o.batch, .seq = seq, .gpus = gpus, .grad_accum = accum});
+  for (const auto& [r, b] : o.recipe_batch)
+    validate_run_sizes({.batch = b, .seq = seq, .batch_option = fmt::format("--batch for {}", recipe_name(r))});
   if (!(link > 0) || !std::isfinite(link)) throw UsageError("--link-gbps must be a positive number");
   if (fsdp != "none" && fsdp != "serial" && fsdp != "overlap")
     throw UsageError(fmt::format("--fsdp-comm must be none, serial or overlap, not '{}'", fsdp));
@@ -225,6 +213,16 @@ int run_speed(const std::vector<std::string>& args) {
 
   if (!calib.empty() && (!torch_times.empty() || !write_cal.empty()))
     throw UsageError("--torch-times and --write-calibration belong to a measuring run; drop --calibration");
+  if (vm.count("calibration") && calib.empty()) throw UsageError("--calibration is empty (give a calibration JSON)");
+  RunFiles files;
+  files.input("--calibration", calib);
+  files.input("--torch-times", torch_times);
+  if (model.find('/') != std::string::npos || model.ends_with(".json")) files.input("--model", model);
+  const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
+  const int md_id = vm.count("markdown") ? files.output("--markdown", md_out) : -1;
+  // --write-calibration merges into the file it names: it is read and replaced, by design.
+  const int cal_id = vm.count("write-calibration") ? files.output("--write-calibration", write_cal) : -1;
+  if (cal_id >= 0) o.calibration_sink = [&files, cal_id](const std::string& text) { files.write(cal_id, text); };
 
   MeasureFn measure;
   std::unique_ptr<Progress> bar;
@@ -247,9 +245,11 @@ int run_speed(const std::vector<std::string>& args) {
 
   const Json doc = speed_report(o, measure);
   if (bar) bar->finish();
+  if (json_id >= 0) files.write(json_id, doc.dump(1) + "\n");
+  if (md_id >= 0) files.write(md_id, speed_markdown(doc));
   print_report(doc, vm.count("ops") > 0);
-  if (!json_out.empty()) write_file_atomic(json_out, doc.dump(1) + "\n");
-  if (!md_out.empty()) write_file_atomic(md_out, speed_markdown(doc));
+  std::fflush(stdout);
+  files.commit();
   return 0;
 }
 

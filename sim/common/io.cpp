@@ -5,8 +5,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "sim/common/check.hpp"
 
@@ -14,60 +12,7 @@ namespace fp8sim {
 
 namespace fs = std::filesystem;
 
-std::string read_text_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  FP8SIM_REQUIRE(in.good(), "cannot open '{}': {}", p.string(), std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-namespace {
-fs::path temp_beside(const fs::path& target) {
-  return target.parent_path() / fmt::format(".{}.tmp.{}", target.filename().string(), ::getpid());
-}
-}  // namespace
-
-AtomicFile::AtomicFile(fs::path target) : target_(std::move(target)), tmp_(temp_beside(target_)) {
-  if (target_.has_parent_path()) {
-    std::error_code ec;
-    fs::create_directories(target_.parent_path(), ec);
-  }
-  f_ = std::fopen(tmp_.c_str(), "wb");
-  FP8SIM_REQUIRE(f_ != nullptr, "cannot write '{}': {}", target_.string(), std::strerror(errno));
-}
-
-AtomicFile::~AtomicFile() {
-  if (f_) {
-    std::fclose(f_);
-    std::error_code ec;
-    fs::remove(tmp_, ec);
-  }
-}
-
-void AtomicFile::write(const void* data, size_t bytes) {
-  FP8SIM_REQUIRE(std::fwrite(data, 1, bytes, f_) == bytes, "write to '{}' failed: {}", target_.string(),
-                 std::strerror(errno));
-}
-
-void AtomicFile::commit() {
-  FP8SIM_REQUIRE(std::fflush(f_) == 0, "write to '{}' failed: {}", target_.string(), std::strerror(errno));
-  const int rc = std::fclose(f_);
-  f_ = nullptr;
-  FP8SIM_REQUIRE(rc == 0, "write to '{}' failed: {}", target_.string(), std::strerror(errno));
-  std::error_code ec;
-  fs::rename(tmp_, target_, ec);
-  if (ec) {
-    fs::remove(tmp_, ec);
-    throw Error(fmt::format("cannot move output into place at '{}': {}", target_.string(), ec.message()));
-  }
-}
-
-void write_file_atomic(const fs::path& p, std::string_view data) {
-  AtomicFile f(p);
-  f.write(data.data(), data.size());
-  f.commit();
-}
+std::string read_text_file(const fs::path& p) { return read_input_file(p, kMaxTextFileBytes); }
 
 double now_seconds() {
   using namespace std::chrono;

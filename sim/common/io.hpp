@@ -1,33 +1,20 @@
 #pragma once
-// File helpers. Every output file is written to a temporary beside it and renamed into place,
-// so a failed run never leaves a partial report.
+// File helpers: reading inputs, progress on stderr. Output files (written to a temporary beside
+// them and renamed into place, so a failed run never leaves a partial file) are in output.hpp.
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <string_view>
 
+#include "sim/common/output.hpp"
+
 namespace fp8sim {
 
-std::string read_text_file(const std::filesystem::path& p);  // throws Error naming the file
-// Writes `data` to p atomically (p.tmp.<pid> then rename). Creates the parent directory.
-void write_file_atomic(const std::filesystem::path& p, std::string_view data);
-
-// A FILE* opened on a temporary beside the target; commit() renames it into place, the
-// destructor removes it if commit() was never reached.
-class AtomicFile {
- public:
-  explicit AtomicFile(std::filesystem::path target);
-  ~AtomicFile();
-  AtomicFile(const AtomicFile&) = delete;
-  AtomicFile& operator=(const AtomicFile&) = delete;
-  std::FILE* get() { return f_; }
-  void write(const void* data, size_t bytes);
-  void commit();
-
- private:
-  std::filesystem::path target_, tmp_;
-  std::FILE* f_ = nullptr;
-};
+// Reads a whole input file (JSON documents, logs): a regular file of at most kMaxTextFileBytes;
+// throws Error naming the file otherwise (see read_input_file).
+inline constexpr uint64_t kMaxTextFileBytes = uint64_t{64} << 20;
+std::string read_text_file(const std::filesystem::path& p);
 
 // A progress bar on stderr for work that runs longer than about a second. Silent when stderr is
 // not a terminal unless FP8SIM_PROGRESS=1; never writes to stdout.

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <memory>
 
+#include <unistd.h>
+
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 
@@ -146,14 +148,22 @@ int64_t NpyArray::numel() const {
 }
 
 NpyArray read_npy(const std::filesystem::path& path) {
-  const std::string file = path.string();
-  std::error_code ec;
-  const auto st = std::filesystem::status(path, ec);
-  FP8SIM_REQUIRE(!ec && std::filesystem::exists(st), "cannot open '{}': no such file", file);
-  FP8SIM_REQUIRE(std::filesystem::is_regular_file(st), "'{}' is not a regular file", file);
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"), &std::fclose);
-  FP8SIM_REQUIRE(f != nullptr, "cannot open '{}': {}", file, std::strerror(errno));
-  const uint64_t size = std::filesystem::file_size(path);
+  const bool from_stdin = path == "-";
+  const std::string file = from_stdin ? std::string("standard input") : path.string();
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(nullptr, &std::fclose);
+  uint64_t size = 0;  // the file's size; unknown for standard input
+  if (from_stdin) {
+    f.reset(::fdopen(::dup(STDIN_FILENO), "rb"));
+    FP8SIM_REQUIRE(f != nullptr, "cannot read standard input: {}", std::strerror(errno));
+  } else {
+    std::error_code ec;
+    const auto st = std::filesystem::status(path, ec);
+    FP8SIM_REQUIRE(!ec && std::filesystem::exists(st), "cannot open '{}': no such file", file);
+    FP8SIM_REQUIRE(std::filesystem::is_regular_file(st), "'{}' is not a regular file", file);
+    f.reset(std::fopen(file.c_str(), "rb"));
+    FP8SIM_REQUIRE(f != nullptr, "cannot open '{}': {}", file, std::strerror(errno));
+    size = std::filesystem::file_size(path);
+  }
 
   unsigned char pre[12];
   const size_t got = std::fread(pre, 1, 10, f.get());
@@ -171,9 +181,15 @@ NpyArray read_npy(const std::filesystem::path& path) {
     hlen = pre[8] | (uint64_t{pre[9]} << 8) | (uint64_t{pre[10]} << 16) | (uint64_t{pre[11]} << 24);
     hstart = 12;
   }
-  FP8SIM_REQUIRE(hstart + hlen <= size, "'{}' is truncated (header of {} bytes, file of {} bytes)", file, hlen, size);
+  if (from_stdin) {
+    // numpy writes headers of a few hundred bytes; a longer one from a stream is refused before
+    // it is read.
+    FP8SIM_REQUIRE(hlen <= (uint64_t{1} << 20), "'{}': a .npy header of {} bytes is too long", file, hlen);
+  } else {
+    FP8SIM_REQUIRE(hstart + hlen <= size, "'{}' is truncated (header of {} bytes, file of {} bytes)", file, hlen, size);
+  }
   std::string header(hlen, '\0');
-  FP8SIM_REQUIRE(std::fread(header.data(), 1, hlen, f.get()) == hlen, "'{}': read failed", file);
+  FP8SIM_REQUIRE(std::fread(header.data(), 1, hlen, f.get()) == hlen, "'{}' is truncated (in the .npy header)", file);
 
   std::string descr;
   bool fortran = false;
@@ -202,18 +218,36 @@ NpyArray read_npy(const std::filesystem::path& path) {
   int64_t bytes = 0;
   FP8SIM_REQUIRE(!__builtin_mul_overflow(numel, int64_t{npy_dtype_size(a.dtype)}, &bytes), "'{}': shape is too large",
                  file);
+  const std::string shape_text = fmt::format("({})", fmt::join(a.shape, ", "));
+  if (from_stdin) {
+    // The size is known only at the end of the stream: read in slices, so a huge declared shape
+    // over a short stream ends as "truncated", not as an allocation of the declared size.
+    const size_t slice = size_t{64} << 20;
+    size_t have = 0;
+    while (have < static_cast<size_t>(bytes)) {
+      const size_t want = std::min(slice, static_cast<size_t>(bytes) - have);
+      a.data.resize(have + want);
+      const size_t n = std::fread(a.data.data() + have, 1, want, f.get());
+      have += n;
+      FP8SIM_REQUIRE(n == want, "'{}' is truncated: shape {} needs {} bytes of data, found {}", file, shape_text, bytes,
+                     have);
+    }
+    FP8SIM_REQUIRE(std::fgetc(f.get()) == EOF, "'{}' has unexpected bytes after the data (shape {})", file,
+                   shape_text);
+    return a;
+  }
   const uint64_t avail = size - hstart - hlen;
   FP8SIM_REQUIRE(avail >= static_cast<uint64_t>(bytes), "'{}' is truncated: shape {} needs {} bytes of data, found {}",
-                 file, fmt::format("({})", fmt::join(a.shape, ", ")), bytes, avail);
+                 file, shape_text, bytes, avail);
   FP8SIM_REQUIRE(avail == static_cast<uint64_t>(bytes), "'{}' has {} unexpected bytes after the data (shape {})", file,
-                 avail - static_cast<uint64_t>(bytes), fmt::format("({})", fmt::join(a.shape, ", ")));
+                 avail - static_cast<uint64_t>(bytes), shape_text);
   a.data.resize(static_cast<size_t>(bytes));
   FP8SIM_REQUIRE(std::fread(a.data.data(), 1, a.data.size(), f.get()) == a.data.size(), "'{}': read failed", file);
   return a;
 }
 
-void write_npy(const std::filesystem::path& path, NpyDtype dtype, const std::vector<int64_t>& shape, const void* data,
-               size_t bytes) {
+void write_npy_to(AtomicFile& out, NpyDtype dtype, const std::vector<int64_t>& shape, const void* data,
+                  size_t bytes) {
   int64_t numel = 1;
   for (int64_t d : shape) {
     FP8SIM_CHECK(d >= 0, "negative dimension");
@@ -244,10 +278,15 @@ void write_npy(const std::filesystem::path& path, NpyDtype dtype, const std::vec
     head.push_back(static_cast<char>((hl >> 16) & 0xFF));
     head.push_back(static_cast<char>((hl >> 24) & 0xFF));
   }
-  AtomicFile out(path);
   out.write(head.data(), head.size());
   out.write(dict.data(), dict.size());
   if (bytes) out.write(data, bytes);
+}
+
+void write_npy(const std::filesystem::path& path, NpyDtype dtype, const std::vector<int64_t>& shape, const void* data,
+               size_t bytes) {
+  AtomicFile out(path);
+  write_npy_to(out, dtype, shape, data, bytes);
   out.commit();
 }
 

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "sim/common/output.hpp"
+
 namespace fp8sim {
 
 enum class NpyDtype : uint8_t { F32, F16, U16, U8, V2 };
@@ -26,12 +28,16 @@ struct NpyArray {
   const uint16_t* u16() const { return reinterpret_cast<const uint16_t*>(data.data()); }
 };
 
-// Reads the whole file. Throws fp8sim::Error with a one-line message on any problem.
+// Reads the whole file ("-": standard input, read as a stream). Throws fp8sim::Error with a
+// one-line message on any problem.
 NpyArray read_npy(const std::filesystem::path& path);
 
 // Writes `bytes` (numel(shape) * size(dtype) bytes) as a version 1.0 .npy (2.0 when the header
 // needs it), atomically.
 void write_npy(const std::filesystem::path& path, NpyDtype dtype, const std::vector<int64_t>& shape,
                const void* data, size_t bytes);
+// The same bytes into an output being written (a RunFiles output; the caller commits).
+void write_npy_to(AtomicFile& out, NpyDtype dtype, const std::vector<int64_t>& shape, const void* data,
+                  size_t bytes);
 
 }  // namespace fp8sim

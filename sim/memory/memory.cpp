@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "sim/common/check.hpp"
+#include "sim/common/sizes.hpp"
 #include "sim/quant/quantize.hpp"
 
 namespace fp8sim::memory {
@@ -108,12 +109,7 @@ std::string sharding_name(int zero, int64_t gpus) {
 
 void validate(const MemoryOptions& o) {
   find_recipe(o.recipe);
-  if (o.gpus < 1) throw UsageError(fmt::format("--gpus must be >= 1, not {}", o.gpus));
-  if (o.gpus > 1'000'000) throw UsageError(fmt::format("--gpus {} is absurdly large", o.gpus));
-  if (o.batch < 1) throw UsageError(fmt::format("--batch must be >= 1, not {}", o.batch));
-  if (o.seq < 1) throw UsageError(fmt::format("--seq must be >= 1, not {}", o.seq));
-  if (static_cast<long double>(o.batch) * o.seq > 1e10L)
-    throw UsageError(fmt::format("--batch x --seq = {} x {} tokens per GPU is absurdly large", o.batch, o.seq));
+  validate_run_sizes({.batch = o.batch, .seq = o.seq, .gpus = o.gpus, .grad_accum = std::nullopt});
   if (o.zero < 0 || o.zero > 3) throw UsageError(fmt::format("--zero must be 0, 1, 2 or 3, not {}", o.zero));
   if (!(std::isfinite(o.gpu_mem_gib) && o.gpu_mem_gib > 0))
     throw UsageError(fmt::format("--gpu-mem-gib must be a positive number, not {}", o.gpu_mem_gib));

@@ -158,18 +158,19 @@ std::vector<std::string> list_models() {
 }
 
 ModelConfig load_model(const std::string& name_or_path) {
-  FP8SIM_REQUIRE(!name_or_path.empty(), "no model given (a name such as llama2-7b, or a JSON file)");
+  // A name that is not a model is bad usage (exit 2); a file that cannot be read is bad data.
+  if (name_or_path.empty()) throw UsageError("no model given (a name such as llama2-7b, or a JSON file)");
   const bool is_path = name_or_path.find('/') != std::string::npos ||
                        (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
   std::filesystem::path p = is_path ? std::filesystem::path(name_or_path) : models_dir() / (name_or_path + ".json");
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(p, ec)) {
-    if (is_path) throw Error(fmt::format("model config '{}': no such file", name_or_path));
+  if (!is_path && !std::filesystem::is_regular_file(p, ec)) {
     std::string valid;
     for (const auto& n : list_models()) valid += (valid.empty() ? "" : ", ") + n;
-    throw Error(fmt::format("unknown model '{}' (valid: {}; or give a JSON file)", name_or_path,
-                            valid.empty() ? "none found in " + models_dir().string() : valid));
+    throw UsageError(fmt::format("unknown model '{}' (valid: {}; or give a JSON file)", name_or_path,
+                                 valid.empty() ? "none found in " + models_dir().string() : valid));
   }
+  if (is_path && !std::filesystem::exists(p, ec)) throw Error(fmt::format("model config '{}': no such file", name_or_path));
   Json j;
   try {
     j = Json::parse(read_text_file(p));

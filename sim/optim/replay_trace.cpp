@@ -34,6 +34,7 @@ int64_t pick_moments_step(const trace::TraceReader& r) {
 }  // namespace
 
 Json optim_replay(const std::string& path, const OptimOptions& opts) {
+  for (const StateRecipe& rec : opts.recipes) rec.check_supported();
   const trace::TraceReader r(path);
   const trace::TraceHeader& H = r.header();
   const trace::OptimizerInfo& oi = H.optimizer;
@@ -84,6 +85,7 @@ Json optim_replay(const std::string& path, const OptimOptions& opts) {
     moment_tensors = r.select(f);
   }
   std::vector<const trace::TensorInfo*> window_weights;
+  Json dropped = Json::array();  // weights at the window start without a grad at every window step
   if (H.grad_window) {
     trace::Filter f;
     f.step = first;
@@ -91,9 +93,18 @@ Json optim_replay(const std::string& path, const OptimOptions& opts) {
     // The window's parameters: those with a grad at every window step (a "full" first step also
     // holds parameters outside the window).
     for (const auto* t : r.select(f)) {
-      bool all = true;
-      for (int64_t s = first; s <= last && all; ++s) all = r.find(s, trace::Role::Grad, t->name) != nullptr;
-      if (all) window_weights.push_back(t);
+      int64_t missing = -1;
+      for (int64_t s = first; s <= last && missing < 0; ++s)
+        if (r.find(s, trace::Role::Grad, t->name) == nullptr) missing = s;
+      if (missing < 0) {
+        window_weights.push_back(t);
+      } else {
+        // Left out of the replay, and said so: the document lists it (the command warns).
+        Json d = Json::object();
+        d["name"] = t->name;
+        d["missing_grad_step"] = missing;
+        dropped.push_back(std::move(d));
+      }
     }
     FP8SIM_REQUIRE(!window_weights.empty(), "'{}': no parameter has weights at step {} and grads at every step {}..{}",
                    path, first, first, last);
@@ -143,7 +154,9 @@ Json optim_replay(const std::string& path, const OptimOptions& opts) {
     done += static_cast<double>(wt->numel());
     if (opts.progress) opts.progress(done, total);
   }
-  return replay.finish();
+  Json doc = replay.finish();
+  if (H.grad_window) doc["window"]["dropped_params"] = std::move(dropped);
+  return doc;
 }
 
 }  // namespace fp8sim::optim

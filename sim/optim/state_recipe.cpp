@@ -89,6 +89,17 @@ StateRecipe StateRecipe::parse(std::string_view text) {
   return r;
 }
 
+void StateRecipe::check_supported() const {
+  // Moments are requantized from their own new values every step; the replay keeps no amax
+  // history of earlier steps to scale them by.
+  for (const MomentSpec* ms : {&m, &v})
+    if (ms->spec && ms->spec->delayed.enabled())
+      throw UsageError(fmt::format("state recipe '{}': spec '{}' uses delayed scaling, which optimizer states do not "
+                                   "support (they are rescaled from their new values every step): drop the "
+                                   "delayed=... key",
+                                   name, ms->spec->to_string()));
+}
+
 std::string StateRecipe::to_string() const { return "m=" + m.to_string() + ",v=" + v.to_string(); }
 
 StateRecipe StateRecipe::with_rounding(Rounding rnd, uint64_t seed) const {

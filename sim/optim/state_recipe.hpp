@@ -47,6 +47,9 @@ struct StateRecipe {
   static StateRecipe parse(std::string_view text);
   // "m=<spec>,v=<spec>" in canonical form.
   std::string to_string() const;
+  // Throws UsageError when the recipe uses a quantizer the optimizer replay cannot run (delayed
+  // scaling, which needs an amax history the replay does not keep).
+  void check_supported() const;
   bool is_fp32() const { return m.is_fp32() && v.is_fp32(); }
   // A copy whose FP8 moments use `r` (and `seed`); pass-through (bf16/fp16) and fp32 moments
   // are unchanged, since they round to nearest only.

@@ -13,8 +13,10 @@
 
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
+#include "sim/common/sizes.hpp"
 #include "sim/report/sections.hpp"
 #include "sim/report/util.hpp"
+#include "sim/speed/speed.hpp"
 #include "traces/trace.hpp"
 
 namespace fp8sim::report {
@@ -173,6 +175,7 @@ Json section_summary(const Context& ctx) {
 }  // namespace
 
 ReportOptions resolve_options(ReportOptions o) {
+  validate_run_sizes({.batch = o.batch, .seq = o.seq, .gpus = o.gpus, .grad_accum = std::nullopt});
   if (o.trace.empty()) {
     std::string looked;
     o.trace = find_default_trace(&looked);
@@ -190,9 +193,6 @@ ReportOptions resolve_options(ReportOptions o) {
     FP8SIM_REQUIRE(!r.empty(), "--recipes has an empty name");
     if (!seen.insert(r).second) throw UsageError(fmt::format("recipe '{}' is listed twice in --recipes", r));
   }
-  if (o.gpus < 1 || o.gpus > 65536) throw UsageError(fmt::format("--gpus must be 1..65536, not {}", o.gpus));
-  if (o.batch < 1) throw UsageError(fmt::format("--batch must be >= 1, not {}", o.batch));
-  if (o.seq < 1) throw UsageError(fmt::format("--seq must be >= 1, not {}", o.seq));
   return o;
 }
 
@@ -217,6 +217,12 @@ Json build_report(const ReportOptions& opts, const GpuHooks& hooks) {
     body.push_back(ph.run(ctx));
     bar.update(1);
     bar.finish();
+    const Json& sec = body.back();
+    if (!opts.keep_going && sec.at("status").as_string() == "error")
+      throw Error(fmt::format("section '{}' failed: {} (no report written; --keep-going writes it with the error "
+                              "in that section)",
+                              sec.at("title").as_string(),
+                              sec.find("reason") ? sec.at("reason").as_string() : std::string("error")));
   }
   ctx.progress = [](double, double) {};
 
@@ -431,6 +437,22 @@ WriteResult write_report(Json& doc, StagingDir& staging, bool plots) {
 
 WriteResult run_report(const ReportOptions& raw, const GpuHooks& hooks) {
   const ReportOptions opts = resolve_options(raw);
+  // The report replaces its folder whole: a folder holding one of the run's inputs is refused.
+  {
+    const fs::path target = report_target(opts.out_dir);
+    auto inside = [&](const fs::path& p, const char* what) {
+      std::error_code ec;
+      if (p.empty() || !fs::exists(p, ec)) return;
+      const fs::path rel = fs::weakly_canonical(fs::absolute(p), ec).lexically_relative(target);
+      if (!rel.empty() && *rel.begin() != "..")
+        throw UsageError(fmt::format("--out '{}' holds the {} '{}', which the report would delete; choose another "
+                                     "folder",
+                                     opts.out_dir.string(), what, p.string()));
+    };
+    inside(opts.trace, "trace");
+    if (opts.model.find('/') != std::string::npos || opts.model.ends_with(".json")) inside(opts.model, "model file");
+    inside(speed::default_calibration_path(), "speed calibration");
+  }
   StagingDir staging(opts.out_dir);  // fails now, not after minutes of analysis
   Json doc = build_report(opts, hooks);
   return write_report(doc, staging, opts.plots);

@@ -30,6 +30,10 @@ struct ReportOptions {
   int seq = 2048;                       // sequence length for memory and speed
   std::filesystem::path out_dir = "report";
   bool plots = true;                    // false: --no-plots (tables only; the report says so)
+  // false: a section that fails with an error (not one that is unavailable, e.g. for want of a
+  // GPU) ends the run with an Error naming it, and no report is written; true (--keep-going):
+  // the report is written with the error in that section.
+  bool keep_going = false;
   std::string command_line;             // how the report was asked for, recorded in it
   std::string version = "unknown";      // fp8sim's version, recorded in it
 };
@@ -75,7 +79,8 @@ struct WriteResult {
 WriteResult write_report(Json& doc, StagingDir& staging, bool plots);
 
 // The whole command: resolve_options, a staging folder for opts.out_dir (so an unwritable or
-// forbidden --out fails before any work), build_report, write_report.
+// forbidden --out fails before any work; an --out folder that holds one of the run's inputs is
+// refused), build_report, write_report.
 WriteResult run_report(const ReportOptions& opts, const GpuHooks& hooks);
 
 // Renderers, from a finished report document. `png_bytes` returns a plot file's PNG bytes

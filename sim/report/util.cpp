@@ -2,7 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "sim/common/check.hpp"
+#include "sim/common/cleanup.hpp"
 #include "sim/common/io.hpp"
 
 extern char** environ;
@@ -55,16 +56,24 @@ std::string base64_encode(std::string_view bytes) {
 
 // ---- staging folder ---------------------------------------------------------------------------
 
-namespace {
-
-// An absolute, normalised path without a trailing separator ("out/" and "out" are one folder).
-fs::path normalise(const fs::path& p) {
-  fs::path a = fs::absolute(p).lexically_normal();
+fs::path report_target(const fs::path& out) {
+  if (out.empty()) throw UsageError("--out is empty: give the report's folder");
+  if (out == "-") throw UsageError("--out - : a report is a folder of files and cannot go to standard output");
+  // Absolute and normalised without a trailing separator ("out/" and "out" are one folder), the
+  // links of the part that exists followed (weakly_canonical), then a dangling link's target.
+  fs::path a = fs::absolute(out).lexically_normal();
   if (a.filename().empty() && a.has_parent_path() && a != a.root_path()) a = a.parent_path();
-  return a;
+  std::error_code ec;
+  fs::path c = fs::weakly_canonical(a, ec);
+  if (ec) c = a;
+  for (int hop = 0; hop < 40 && fs::is_symlink(fs::symlink_status(c, ec)); ++hop) {
+    const fs::path next = fs::read_symlink(c, ec);
+    if (ec) break;
+    c = (next.is_absolute() ? next : c.parent_path() / next).lexically_normal();
+  }
+  if (c.filename().empty() && c.has_parent_path() && c != c.root_path()) c = c.parent_path();
+  return c;
 }
-
-}  // namespace
 
 void check_replaceable(const fs::path& target) {
   std::error_code ec;
@@ -80,31 +89,75 @@ void check_replaceable(const fs::path& target) {
 }
 
 StagingDir::StagingDir(const fs::path& target_in) {
-  FP8SIM_REQUIRE(!target_in.empty(), "--out must name a folder");
-  target_ = normalise(target_in);
+  target_ = report_target(target_in);
   FP8SIM_REQUIRE(target_ != target_.root_path(), "--out may not be the root folder");
+  {
+    // The folder the shell runs in (or one above it) would be swapped out from under it.
+    std::error_code ec;
+    const fs::path cwd = fs::canonical(fs::current_path(ec), ec);
+    if (!ec) {
+      const fs::path rel = cwd.lexically_relative(target_);
+      if (!rel.empty() && *rel.begin() != "..")
+        throw UsageError(fmt::format("--out '{}' is the current folder or contains it; a report replaces its "
+                                     "folder whole, so choose a folder below it (e.g. --out report)",
+                                     target_in.string()));
+    }
+  }
   check_replaceable(target_);
   const fs::path parent = target_.parent_path();
   std::error_code ec;
-  fs::create_directories(parent, ec);
-  FP8SIM_REQUIRE(!ec && fs::is_directory(parent), "cannot create the folder '{}' for --out: {}", parent.string(),
-                 ec ? ec.message() : std::string("not a folder"));
+  // Create the missing parents one by one, remembering them (removed again if the run fails).
+  std::vector<fs::path> missing;
+  for (fs::path p = parent; !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) {
+    missing.push_back(p);
+    if (p == p.root_path()) break;
+  }
+  for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+    if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST) {
+      const int err = errno;
+      drop_parents();
+      throw Error(fmt::format("cannot create the folder '{}' for --out: {}", it->string(), std::strerror(err)));
+    }
+    created_parents_.insert(created_parents_.begin(), *it);
+    parent_slots_.push_back(cleanup::remember_path(*it, cleanup::PathKind::EmptyFolder));
+  }
+  FP8SIM_REQUIRE(fs::is_directory(parent, ec), "cannot create the folder '{}' for --out: not a folder", parent.string());
+  cleanup::remove_stale_temporaries(parent, target_.filename().string());
   for (int attempt = 0; attempt < 100; ++attempt) {
-    fs::path candidate = parent / fmt::format(".{}.tmp.{}.{}", target_.filename().string(), ::getpid(), attempt);
+    fs::path candidate = parent / cleanup::temporary_name(target_, std::to_string(attempt));
+    // Registered before it exists: a signal between mkdir and registration leaves nothing.
+    const int slot = cleanup::remember_path(candidate, cleanup::PathKind::Folder);
     if (::mkdir(candidate.c_str(), 0755) == 0) {
       tmp_ = candidate;
+      slot_ = slot;
       return;
     }
-    FP8SIM_REQUIRE(errno == EEXIST, "cannot write the report into '{}': {}", parent.string(), std::strerror(errno));
+    const int err = errno;
+    cleanup::forget_path(slot);
+    if (err != EEXIST) {
+      drop_parents();
+      throw Error(fmt::format("cannot write the report into '{}': {}", parent.string(), std::strerror(err)));
+    }
   }
+  drop_parents();
   throw Error(fmt::format("cannot create a temporary folder in '{}'", parent.string()));
+}
+
+void StagingDir::drop_parents() {
+  for (const auto& made : created_parents_) ::rmdir(made.c_str());  // only while still empty
+  for (int slot : parent_slots_) cleanup::forget_path(slot);
+  created_parents_.clear();
+  parent_slots_.clear();
 }
 
 StagingDir::~StagingDir() {
   if (!committed_ && !tmp_.empty()) {
     std::error_code ec;
     fs::remove_all(tmp_, ec);
+    drop_parents();
   }
+  cleanup::forget_path(slot_);
+  for (int slot : parent_slots_) cleanup::forget_path(slot);
 }
 
 void StagingDir::commit() {
@@ -121,15 +174,21 @@ void StagingDir::commit() {
     }
     // File systems without RENAME_EXCHANGE: move the old report aside first.
     const fs::path aside = tmp_.string() + ".old";
-    FP8SIM_REQUIRE(::rename(target_.c_str(), aside.c_str()) == 0, "cannot replace '{}': {}", target_.string(),
-                   std::strerror(errno));
+    const int slot = cleanup::remember_path(aside, cleanup::PathKind::Folder);
+    if (::rename(target_.c_str(), aside.c_str()) != 0) {
+      const int err = errno;
+      cleanup::forget_path(slot);
+      throw Error(fmt::format("cannot replace '{}': {}", target_.string(), std::strerror(err)));
+    }
     if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
       const int err = errno;
       ::rename(aside.c_str(), target_.c_str());  // put the old report back
+      cleanup::forget_path(slot);
       throw Error(fmt::format("cannot move the report into '{}': {}", target_.string(), std::strerror(err)));
     }
     committed_ = true;
     fs::remove_all(aside, ec);
+    cleanup::forget_path(slot);
     return;
   }
   FP8SIM_REQUIRE(::rename(tmp_.c_str(), target_.c_str()) == 0, "cannot move the report into '{}': {}",
@@ -239,21 +298,64 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::vecto
   for (auto& s : argv_copy) args.push_back(s.data());
   args.push_back(nullptr);
 
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = 0;
-  const int rc = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
-  posix_spawn_file_actions_destroy(&actions);
   ProcessResult result;
-  if (rc != 0) {
-    result.output = fmt::format("cannot run '{}': {}", argv[0], std::strerror(rc));
+  const int log_fd = ::open(log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    result.output = fmt::format("cannot write the log '{}': {}", log_file.string(), std::strerror(errno));
+    return result;
+  }
+  // The child reports a failed exec through this pipe (closed by a successful exec).
+  int err_pipe[2];
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+    ::close(log_fd);
+    result.output = fmt::format("cannot run '{}': {}", argv[0], std::strerror(errno));
+    return result;
+  }
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Only async-signal-safe calls until exec. The child dies with fp8sim (PR_SET_PDEATHSIG);
+    // if fp8sim ended before prctl took effect, the child ends at once.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(SIGXFSZ, &dfl, nullptr);
+    const int in = ::open("/dev/null", O_RDONLY);
+    if (in >= 0) ::dup2(in, STDIN_FILENO);
+    ::dup2(log_fd, STDOUT_FILENO);
+    ::dup2(log_fd, STDERR_FILENO);
+    ::execve(args[0], args.data(), envp.data());
+    const int err = errno;
+    ssize_t ignored = ::write(err_pipe[1], &err, sizeof err);
+    (void)ignored;
+    ::_exit(127);
+  }
+  ::close(log_fd);
+  ::close(err_pipe[1]);
+  if (pid < 0) {
+    ::close(err_pipe[0]);
+    result.output = fmt::format("cannot run '{}': {}", argv[0], std::strerror(errno));
+    return result;
+  }
+  const int slot = cleanup::remember_child(pid);
+  int exec_err = 0;
+  ssize_t got;
+  do {
+    got = ::read(err_pipe[0], &exec_err, sizeof exec_err);
+  } while (got < 0 && errno == EINTR);
+  ::close(err_pipe[0]);
+  int status = 0;
+  if (got == static_cast<ssize_t>(sizeof exec_err)) {
+    ::waitpid(pid, &status, 0);
+    cleanup::forget_child(slot);
+    result.output = fmt::format("cannot run '{}': {}", argv[0], std::strerror(exec_err));
     return result;
   }
   const double start = now_seconds();
-  int status = 0;
   for (;;) {
     const pid_t w = ::waitpid(pid, &status, WNOHANG);
     if (w == pid) break;
@@ -270,6 +372,7 @@ ProcessResult run_process(const std::vector<std::string>& argv, const std::vecto
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  cleanup::forget_child(slot);
   std::error_code ec;
   result.output = fs::exists(log_file, ec) ? read_text_file(log_file) : std::string();
   if (!result.timed_out && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);

@@ -16,8 +16,13 @@ std::string base64_encode(std::string_view bytes);
 // A fresh temporary folder beside `target` (same file system, so the final rename is atomic).
 // commit() puts it at `target`: if `target` exists it must be an earlier report (it holds
 // report.json) or empty, and it is swapped out in one rename and then deleted; anything else is
-// refused, so a mistyped --out never deletes a user's folder. Without commit() the destructor
-// removes the temporary folder: a failed run leaves no partial report and the old one intact.
+// refused, so a mistyped --out never deletes a user's folder. A symbolic link is followed (the
+// folder it leads to is replaced, never the link); the current folder and its ancestors are
+// refused (replacing them would pull the folder out from under the shell). Missing parent folders
+// are created. Without commit() the destructor removes the temporary folder and the parents it
+// created: a failed run leaves no partial report and the old one intact. The temporary is
+// registered for removal on SIGINT/SIGTERM, and stale temporaries of dead runs beside the target
+// are removed first.
 class StagingDir {
  public:
   explicit StagingDir(const std::filesystem::path& target);  // throws Error (one line) if unusable
@@ -29,9 +34,16 @@ class StagingDir {
   void commit();
 
  private:
+  void drop_parents();  // removes the parents this staging created (while empty)
   std::filesystem::path target_, tmp_;
+  std::vector<std::filesystem::path> created_parents_;  // deepest first
+  std::vector<int> parent_slots_;                       // their signal-cleanup registrations
+  int slot_ = -1;
   bool committed_ = false;
 };
+
+// The folder a report for --out `out` replaces: absolute, links followed, no trailing separator.
+std::filesystem::path report_target(const std::filesystem::path& out);
 
 // Throws Error when `target` exists and may not be replaced by a report (see StagingDir).
 void check_replaceable(const std::filesystem::path& target);
@@ -51,6 +63,8 @@ std::string display_path(const std::filesystem::path& p);
 // on PATH. `why_not` says why none was found (empty path returned).
 std::filesystem::path find_python(std::string* why_not);
 
+// Children run_process starts die with fp8sim: they get SIGKILL when fp8sim ends (also when it
+// is killed), and fp8sim's signal handler kills them before it removes its temporaries.
 struct ProcessResult {
   int exit_code = -1;       // -1: killed (timeout or signal)
   bool timed_out = false;

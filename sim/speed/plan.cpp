@@ -505,9 +505,11 @@ std::vector<KernelOp> build_plan(const ModelShape& m, Recipe recipe, const PlanO
   FP8SIM_REQUIRE(o.batch > 0 && o.seq > 0 && o.gpus > 0 && o.grad_accum > 0 && o.optimizer_probe_params > 0,
                  "batch, seq, gpus and grad-accum must be positive (got {}, {}, {}, {})", o.batch, o.seq, o.gpus,
                  o.grad_accum);
-  FP8SIM_REQUIRE(o.batch * o.seq % 16 == 0,
-                 "batch x seq = {} tokens is not a multiple of 16, which the FP8 wgrad GEMM (K = tokens) needs",
-                 o.batch * o.seq);
+  // The user's numbers, so bad usage (exit 2) rather than bad data.
+  if (o.batch * o.seq % 16 != 0)
+    throw UsageError(fmt::format(
+        "--batch x --seq = {} tokens is not a multiple of 16, which the FP8 wgrad GEMM (K = tokens) needs",
+        o.batch * o.seq));
   return Builder(m, recipe, o).build();
 }
 

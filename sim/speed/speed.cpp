@@ -9,6 +9,7 @@
 #include <set>
 
 #include "sim/common/check.hpp"
+#include "sim/common/sizes.hpp"
 #include "sim/common/io.hpp"
 
 namespace fp8sim::speed {
@@ -282,10 +283,10 @@ Json evaluate_recipe(const ModelShape& m, Recipe r, const PlanOptions& po, const
 
 // ------------------------------------------------------------------------------- the report
 Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
-  FP8SIM_REQUIRE(opts.batch > 0 && opts.seq > 0 && opts.gpus > 0 && opts.grad_accum > 0,
-                 "--batch, --seq, --gpus and --grad-accum must be positive");
+  validate_run_sizes({.batch = opts.batch, .seq = opts.seq, .gpus = opts.gpus, .grad_accum = opts.grad_accum});
+  for (const auto& [r, b] : opts.recipe_batch)
+    validate_run_sizes({.batch = b, .seq = opts.seq, .batch_option = fmt::format("--batch for {}", recipe_name(r))});
   FP8SIM_REQUIRE(!opts.recipes.empty(), "no recipes given");
-  for (const auto& [r, b] : opts.recipe_batch) FP8SIM_REQUIRE(b > 0, "batch for recipe {} must be positive", recipe_name(r));
   FP8SIM_REQUIRE(opts.fsdp_comm == "none" || opts.fsdp_comm == "serial" || opts.fsdp_comm == "overlap",
                  "--fsdp-comm must be none, serial or overlap (not '{}')", opts.fsdp_comm);
   FP8SIM_REQUIRE(std::isfinite(opts.link_gbps) && opts.link_gbps > 0, "--link-gbps must be a positive number");
@@ -384,7 +385,9 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
       out.command = cal.command;
       out.copy_gbps = cal.copy_gbps;
       if (!cal.torch.is_null()) out.torch = cal.torch;
-      write_file_atomic(opts.write_calibration, out.to_json().dump(1) + "\n");
+      const std::string text = out.to_json().dump(1) + "\n";
+      if (opts.calibration_sink) opts.calibration_sink(text);
+      else write_file_atomic(opts.write_calibration, text);
     }
   }
 

@@ -39,6 +39,9 @@ struct SpeedOptions {
   std::filesystem::path calibration;        // model from this file (even on a GPU machine)
   std::filesystem::path torch_times;        // measured run: scripts/torch_layer_time.py output
   std::filesystem::path write_calibration;  // measured run: merge the measurements into this file
+  // When set, receives the merged calibration's text instead of it being written to
+  // write_calibration (the command stages it with its other outputs).
+  std::function<void(const std::string&)> calibration_sink;
   bool table7 = false;                      // add COAT Table 7's rows (measures their shapes too)
   bool fig4b = true;                        // add the Figure 4(b) table
   std::string command_line;                 // recorded in the output
