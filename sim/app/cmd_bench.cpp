@@ -8,10 +8,7 @@
 #include "sim/bench/bench.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
-#ifdef FP8SIM_HAVE_CUDA
-#include "gpu/bench/bench_gpu.hpp"
-#include "gpu/common/device.hpp"
-#endif
+#include "sim/app/gpu_api.hpp"
 
 namespace fp8sim {
 namespace {
@@ -178,13 +175,14 @@ int run_bench_cmd(const std::vector<std::string>& args) {
           "a peer's host-side launch work may be in its times\n",
           p, o.launch_lead_us);
   }
-#ifndef FP8SIM_HAVE_CUDA
-  throw Error("this build of fp8sim has no CUDA support (configure with nvcc present); bench needs a GPU");
-#else
-  const auto& dev = gpu::device_info();
-  FP8SIM_REQUIRE(dev.available, "{} (bench times CUDA kernels and needs a GPU)", dev.why_not);
+  std::string why_not;
+  const gpu_api::Api* api = gpu_api::load(&why_not);
+  if (!api) throw Error(fmt::format("{}; bench times CUDA kernels and needs a GPU", why_not));
+  const Json dev = api->device();
+  FP8SIM_REQUIRE(dev.at("available").as_bool(), "{} (bench times CUDA kernels and needs a GPU)",
+                 dev.at("why_not").as_string());
   fmt::print(stderr, "{}", peer_warnings);
-  const Json doc = gpu::run_bench(o);
+  const Json doc = api->run_bench(o);
   const auto rows = bench::table_rows(doc);
   cli::print_table(bench::table_header(), rows);
   if (const Json* c = doc.find("ceiling"))
@@ -198,7 +196,6 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     if (k.at("status").as_string().rfind("error", 0) == 0) ++failed;
   if (failed) fmt::print(stderr, "fp8sim bench: {} kernel(s) failed (see their status)\n", failed);
   return failed ? 1 : 0;
-#endif
 }
 
 }  // namespace

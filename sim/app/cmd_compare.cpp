@@ -8,10 +8,8 @@
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 #include "sim/compare/compare.hpp"
+#include "sim/app/gpu_api.hpp"
 #include "traces/trace.hpp"
-#ifdef FP8SIM_HAVE_CUDA
-#include "gpu/compare/gpu_ops.hpp"
-#endif
 
 namespace fp8sim {
 namespace {
@@ -71,10 +69,11 @@ int run_compare_cmd(const std::vector<std::string>& args) {
 
   { trace::TraceReader probe(trace); }  // a bad trace fails first, in well under a second
   std::unique_ptr<compare::GpuOps> gpu;
-#ifdef FP8SIM_HAVE_CUDA
-  gpu = gpu::make_gpu_ops();  // throws "no usable CUDA device: ..." without a GPU
-#endif
-  const Json doc = compare::compare_trace(o, gpu.get());  // throws "no CUDA support" when gpu is null
+  std::string why_not;
+  if (const gpu_api::Api* api = gpu_api::load(&why_not)) gpu = api->make_gpu_ops();  // throws without a device
+  else throw Error(fmt::format("no usable CUDA device: {} (compare runs the CUDA kernels against the CPU reference)",
+                               why_not));
+  const Json doc = compare::compare_trace(o, gpu.get());
   cli::print_table(compare::summary_header(), compare::summary_rows(doc));
   const Json& s = doc.at("summary");
   fmt::print("{} of {} comparisons passed\n", s.at("entries").as_int() - s.at("failed").as_int(), s.at("entries").as_int());

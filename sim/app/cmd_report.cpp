@@ -12,12 +12,7 @@
 #include "sim/compare/compare.hpp"
 #include "sim/speed/speed.hpp"
 
-#ifdef FP8SIM_HAVE_CUDA
-#include "gpu/bench/bench_gpu.hpp"
-#include "gpu/common/device.hpp"
-#include "gpu/compare/gpu_ops.hpp"
-#include "gpu/speed/replay.hpp"
-#endif
+#include "sim/app/gpu_api.hpp"
 
 namespace fp8sim {
 namespace {
@@ -39,23 +34,11 @@ std::vector<std::string> split_list(const std::vector<std::string>& items) {
   return out;
 }
 
+// The GPU pieces come from the GPU module, loaded only when the report asks for the device. A
+// build or machine without it gets hooks that say why (the sections are then unavailable).
 report::GpuHooks make_gpu_hooks() {
   report::GpuHooks hooks;
-#ifdef FP8SIM_HAVE_CUDA
-  hooks.device = [] {
-    const auto& d = gpu::device_info();
-    Json j;
-    j["available"] = d.available;
-    if (d.available) {
-      j["name"] = d.name;
-      j["compute_capability"] = fmt::format("{}.{}", d.cc_major, d.cc_minor);
-      j["sm_count"] = d.sm_count;
-      j["memory_gib"] = static_cast<double>(d.total_mem) / double(1ull << 30);
-    } else {
-      j["why_not"] = d.why_not;
-    }
-    return j;
-  };
+  hooks.device = [] { return gpu_api::device(); };
   // The report's GPU runs are the quick variants, so the whole report stays within minutes; the full
   // runs are `fp8sim compare` and `fp8sim bench` (reports/h200/compare.md, bench.md).
   hooks.compare = [](const report::ReportOptions& o) {
@@ -63,17 +46,27 @@ report::GpuHooks make_gpu_hooks() {
     co.trace_path = o.trace.string();
     co.max_tensors = report::kCompareTensorsPerOp;
     co.command_line = o.command_line;
-    auto ops = gpu::make_gpu_ops();
+    std::string why;
+    const gpu_api::Api* api = gpu_api::load(&why);
+    FP8SIM_REQUIRE(api != nullptr, "{}", why);
+    auto ops = api->make_gpu_ops();
     return compare::compare_trace(co, ops.get());
   };
   hooks.bench = [](const report::ReportOptions& o) {
     bench::BenchOptions bo;
     bo.smoke = true;
     bo.command_line = o.command_line;
-    return gpu::run_bench(bo);
+    std::string why;
+    const gpu_api::Api* api = gpu_api::load(&why);
+    FP8SIM_REQUIRE(api != nullptr, "{}", why);
+    return api->run_bench(bo);
   };
-  hooks.speed_measured = [](const speed::SpeedOptions& so) { return gpu::speed::speed_measured(so); };
-#endif
+  hooks.speed_measured = [](const speed::SpeedOptions& so) {
+    std::string why;
+    const gpu_api::Api* api = gpu_api::load(&why);
+    FP8SIM_REQUIRE(api != nullptr, "{}", why);
+    return api->speed_measured(so);
+  };
   return hooks;
 }
 

@@ -15,10 +15,7 @@
 #include "sim/common/sizes.hpp"
 #include "sim/speed/speed.hpp"
 
-#ifdef FP8SIM_HAVE_CUDA
-#include "gpu/common/device.hpp"
-#include "gpu/speed/replay.hpp"
-#endif
+#include "sim/app/gpu_api.hpp"
 
 namespace fp8sim {
 namespace {
@@ -226,20 +223,17 @@ int run_speed(const std::vector<std::string>& args) {
 
   MeasureFn measure;
   std::unique_ptr<Progress> bar;
-#ifdef FP8SIM_HAVE_CUDA
-  if (calib.empty() && gpu::device_info().available) {
-    gpu::speed::ReplaySettings rs;
-    rs.reps = reps;
-    rs.warmup = warmup;
-    measure = [rs](const std::vector<KernelOp>& ops, const std::function<void(double, double)>& progress) {
-      return gpu::speed::measure_ops(ops, rs, progress);
+  // A GPU measures now; without one (or without the GPU module) the calibration models it.
+  const gpu_api::Api* api = calib.empty() ? gpu_api::load(nullptr) : nullptr;
+  if (api && api->device().at("available").as_bool()) {
+    measure = [api, reps, warmup](const std::vector<KernelOp>& ops, const std::function<void(double, double)>& progress) {
+      return api->measure_ops(ops, warmup, reps, progress);
     };
     o.progress = [&bar](double done, double total) {
       if (!bar) bar = std::make_unique<Progress>("timing kernels", total);
       bar->update(done);
     };
   }
-#endif
   if (!measure && (!torch_times.empty() || !write_cal.empty()) && calib.empty())
     throw Error("--torch-times and --write-calibration need a GPU (this build or machine has none)");
 
