@@ -108,6 +108,15 @@ OutputTarget resolve_output(const std::string& option, const std::string& path) 
     t.path = buf;
   } else {
     const int err = errno;
+    if (err == ENOTDIR) {
+      // Some folder on the way is a file: name it.
+      for (fs::path dir = fs::path(path).parent_path(); !dir.empty(); dir = dir.parent_path()) {
+        struct stat dst {};
+        if (::stat(dir.c_str(), &dst) == 0 && !S_ISDIR(dst.st_mode))
+          throw Error(fmt::format("cannot write {}: '{}' is not a folder", t.what, dir.string()));
+        if (dir == dir.parent_path()) break;
+      }
+    }
     FP8SIM_REQUIRE(err == ENOENT, "cannot write {}: {}", t.what, std::strerror(err));
     t.kind = OutputTarget::Kind::File;
     t.path = follow_dangling(t.what, path);

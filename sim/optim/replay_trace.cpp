@@ -85,7 +85,7 @@ Json optim_replay(const std::string& path, const OptimOptions& opts) {
     moment_tensors = r.select(f);
   }
   std::vector<const trace::TensorInfo*> window_weights;
-  Json dropped = Json::array();  // weights at the window start without a grad at every window step
+  Json dropped = Json::array();  // window parameters whose grad is missing at some window step
   if (H.grad_window) {
     trace::Filter f;
     f.step = first;
@@ -93,13 +93,18 @@ Json optim_replay(const std::string& path, const OptimOptions& opts) {
     // The window's parameters: those with a grad at every window step (a "full" first step also
     // holds parameters outside the window).
     for (const auto* t : r.select(f)) {
-      int64_t missing = -1;
-      for (int64_t s = first; s <= last && missing < 0; ++s)
-        if (r.find(s, trace::Role::Grad, t->name) == nullptr) missing = s;
+      int64_t missing = -1, later = 0;
+      for (int64_t s = first; s <= last; ++s) {
+        if (r.find(s, trace::Role::Grad, t->name) != nullptr) later += s > first;
+        else if (missing < 0) missing = s;
+      }
       if (missing < 0) {
         window_weights.push_back(t);
-      } else {
-        // Left out of the replay, and said so: the document lists it (the command warns).
+      } else if (later > 0) {
+        // Captured in the window (it has grads after the first step) but incomplete: left out of
+        // the replay, and said so (the document lists it, the command warns). A parameter without
+        // grads after the first step is outside the window by the capture's choice (the first,
+        // "full" step holds every parameter's grad) and is left out silently.
         Json d = Json::object();
         d["name"] = t->name;
         d["missing_grad_step"] = missing;

@@ -72,6 +72,16 @@ fs::path report_target(const fs::path& out) {
     c = (next.is_absolute() ? next : c.parent_path() / next).lexically_normal();
   }
   if (c.filename().empty() && c.has_parent_path() && c != c.root_path()) c = c.parent_path();
+  FP8SIM_REQUIRE(c != c.root_path(), "--out may not be the root folder");
+  // The folder the shell runs in (or one above it) would be swapped out from under it.
+  const fs::path cwd = fs::canonical(fs::current_path(ec), ec);
+  if (!ec) {
+    const fs::path rel = cwd.lexically_relative(c);
+    if (!rel.empty() && *rel.begin() != "..")
+      throw UsageError(fmt::format("--out '{}' is the current folder or contains it; a report replaces its folder "
+                                   "whole, so choose a folder below it (e.g. --out report)",
+                                   out.string()));
+  }
   return c;
 }
 
@@ -90,19 +100,6 @@ void check_replaceable(const fs::path& target) {
 
 StagingDir::StagingDir(const fs::path& target_in) {
   target_ = report_target(target_in);
-  FP8SIM_REQUIRE(target_ != target_.root_path(), "--out may not be the root folder");
-  {
-    // The folder the shell runs in (or one above it) would be swapped out from under it.
-    std::error_code ec;
-    const fs::path cwd = fs::canonical(fs::current_path(ec), ec);
-    if (!ec) {
-      const fs::path rel = cwd.lexically_relative(target_);
-      if (!rel.empty() && *rel.begin() != "..")
-        throw UsageError(fmt::format("--out '{}' is the current folder or contains it; a report replaces its "
-                                     "folder whole, so choose a folder below it (e.g. --out report)",
-                                     target_in.string()));
-    }
-  }
   check_replaceable(target_);
   const fs::path parent = target_.parent_path();
   std::error_code ec;

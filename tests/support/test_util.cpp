@@ -67,7 +67,8 @@ CommandResult run_shell(const std::string& cmdline) {
 }
 
 CommandResult run_fp8sim(const std::vector<std::string>& args) {
-  std::string cmd = quote(FP8SIM_BINARY);
+  const char* other = std::getenv("FP8SIM_TEST_BINARY");  // the CLI tests against another build
+  std::string cmd = quote(other && *other ? other : FP8SIM_BINARY);
   for (const auto& a : args) cmd += " " + quote(a);
   return run_shell(cmd);
 }
