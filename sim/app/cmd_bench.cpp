@@ -84,8 +84,11 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     return 0;
   bench::BenchOptions o;
   o.ops = split_list(ops);
+  if (vm.count("ops") && o.ops.empty()) throw UsageError("--ops is empty (leave it out for every op)");
   bench::validate_ops(o.ops);
   o.smoke = vm.count("smoke") > 0;
+  if (vm.count("warmup") && warmup < 0) throw UsageError("--warmup must be 0 or more");
+  if (vm.count("reps") && reps < 1) throw UsageError("--reps must be at least 1");
   o.warmup = warmup >= 0 ? warmup : (o.smoke ? 2 : 5);
   o.reps = reps >= 0 ? reps : (o.smoke ? 5 : 20);
   if (o.reps < 1) throw UsageError("--reps must be at least 1");
@@ -106,6 +109,9 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     for (const auto& a : args) cmdline += " " + a;
     o.command_line = cmdline;
   }
+  for (const char* opt : {"from", "peers", "coat-states"})
+    if (vm.count(opt) && vm[opt].as<std::string>().empty())
+      throw UsageError(fmt::format("--{} is empty (give a file name)", opt));
   RunFiles files;
   files.input("--peers", peers);
   files.input("--from", from);

@@ -59,6 +59,7 @@ int run_compare_cmd(const std::vector<std::string>& args) {
     while (std::getline(ss, tok, ','))
       if (!tok.empty()) o.ops.push_back(tok);
   }
+  if (vm.count("ops") && o.ops.empty()) throw UsageError("--ops is empty (leave it out for every op)");
   compare::validate_ops(o.ops);
   if (max_tensors < 0) throw UsageError("--max-tensors must be >= 0");
   o.step = step;

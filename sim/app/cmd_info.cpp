@@ -79,8 +79,9 @@ std::string some_of(const std::vector<std::string>& v) {
   return s;
 }
 
-// A filter that selects no tensor is an error naming what the trace holds instead: each given
-// filter is checked alone first (its values in the trace are listed), then their combination.
+// A filter that selects no tensor is an error (bad data for the question, exit 1, as analyze's
+// missing --step) naming what the trace holds instead: each given filter is checked alone first
+// (its values in the trace are listed), then their combination.
 void check_filter_matches(const trace::TraceReader& r, const trace::Filter& f) {
   const auto& ts = r.tensors();
   auto values = [&](auto key) {
@@ -97,25 +98,25 @@ void check_filter_matches(const trace::TraceReader& r, const trace::Filter& f) {
   if (f.step && none(trace::Filter{.step = f.step})) {
     std::vector<std::string> steps;
     for (const auto& s : r.steps()) steps.push_back(std::to_string(s.step));
-    throw UsageError(fmt::format("--step {} matches no tensor: the trace holds steps {}", *f.step, some_of(steps)));
+    throw Error(fmt::format("--step {} matches no tensor: the trace holds steps {}", *f.step, some_of(steps)));
   }
   if (f.role && none(trace::Filter{.role = f.role}))
-    throw UsageError(fmt::format("--role {} matches no tensor: the trace holds roles {}", trace::role_name(*f.role),
+    throw Error(fmt::format("--role {} matches no tensor: the trace holds roles {}", trace::role_name(*f.role),
                                  some_of(values([](const auto& t) { return std::string(trace::role_name(t.role)); }))));
   if (f.layer && none(trace::Filter{.layer = f.layer})) {
     auto layers = values([](const auto& t) { return std::to_string(t.layer); });
     std::sort(layers.begin(), layers.end(), [](const auto& a, const auto& b) { return std::stoi(a) < std::stoi(b); });
-    throw UsageError(fmt::format("--layer {} matches no tensor: the trace holds layers {}", *f.layer, some_of(layers)));
+    throw Error(fmt::format("--layer {} matches no tensor: the trace holds layers {}", *f.layer, some_of(layers)));
   }
   if (!f.op.empty() && none(trace::Filter{.op = f.op})) {
     auto ops = values([](const auto& t) { return t.op.empty() ? std::string("(none)") : t.op; });
     std::sort(ops.begin(), ops.end());
-    throw UsageError(fmt::format("--op {} matches no tensor: the trace holds ops {}", f.op, some_of(ops)));
+    throw Error(fmt::format("--op {} matches no tensor: the trace holds ops {}", f.op, some_of(ops)));
   }
   if (!f.name_contains.empty() && none(trace::Filter{.name_contains = f.name_contains}))
-    throw UsageError(fmt::format("--name {} matches no tensor name", f.name_contains));
+    throw Error(fmt::format("--name {} matches no tensor name", f.name_contains));
   if (none(f))
-    throw UsageError("no tensor matches all the filters together (each one alone matches some; see "
+    throw Error("no tensor matches all the filters together (each one alone matches some; see "
                      "'fp8sim info TRACE --summary')");
 }
 

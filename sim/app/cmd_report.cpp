@@ -22,6 +22,8 @@ namespace po = boost::program_options;
 std::vector<std::string> split_list(const std::vector<std::string>& items) {
   std::vector<std::string> out;
   for (const auto& item : items) {
+    if (item.find_first_not_of(" \t") == std::string::npos)
+      throw UsageError(fmt::format("--recipes '{}' names no recipe", item));
     std::stringstream ss(item);
     std::string part;
     while (std::getline(ss, part, ',')) {

@@ -210,7 +210,9 @@ int run_speed(const std::vector<std::string>& args) {
 
   if (!calib.empty() && (!torch_times.empty() || !write_cal.empty()))
     throw UsageError("--torch-times and --write-calibration belong to a measuring run; drop --calibration");
-  if (vm.count("calibration") && calib.empty()) throw UsageError("--calibration is empty (give a calibration JSON)");
+  for (const char* opt : {"calibration", "torch-times", "model", "recipes"})
+    if (vm.count(opt) && vm[opt].as<std::string>().empty())
+      throw UsageError(fmt::format("--{} is empty", opt));
   RunFiles files;
   files.input("--calibration", calib);
   files.input("--torch-times", torch_times);
