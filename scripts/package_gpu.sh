@@ -10,7 +10,7 @@
 #   .bundle/fp8sim             the binary (RUNPATH $ORIGIN/lib: finds lib/ by itself)
 #   .bundle/tests.tar.xz       the GPU test binaries, compressed (unpacked into .bundle/tests/ by `run`
 #                              or scripts/device/gpu.sh; they need LD_LIBRARY_PATH=.bundle/lib, or `run`)
-#   .bundle/lib/               the bundled shared libraries
+#   .bundle/lib/               the bundled shared libraries and fp8sim's GPU module (libfp8sim_gpu.so)
 #   .bundle/run PROG ARGS...   runs PROG (a path, or a name under the bundle) with LD_LIBRARY_PATH =
 #                              lib/ + the directory of the host's cuBLASLt when the loader lacks it
 #   .bundle/peers/             optional: COAT's sdist for scripts/bench_peers.py --coat (never
@@ -36,8 +36,10 @@ trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/tests" "$tmp/lib"
 
 bins=("$build/fp8sim")
+# The GPU module the binary opens on demand (it looks in lib/ beside itself).
+[[ -f "$build/libfp8sim_gpu.so" ]] && bins+=("$build/libfp8sim_gpu.so")
 while IFS= read -r t; do bins+=("$t"); done < <(find "$build/tests" -maxdepth 1 -type f -name 'test_*_gpu' -perm -u+x 2>/dev/null | sort)
-if [[ ${#bins[@]} -eq 1 ]]; then
+if ! compgen -G "$build/tests/test_*_gpu" > /dev/null; then
   echo "package_gpu.sh: warning: no tests/test_*_gpu binaries in '$build' (build them to bundle the GPU tests)" >&2
 fi
 
@@ -50,6 +52,7 @@ for b in "${bins[@]}"; do
   name=$(basename "$b")
   dest="$tmp/tests/$name"
   [[ "$name" == fp8sim ]] && dest="$tmp/fp8sim"
+  [[ "$name" == libfp8sim_gpu.so ]] && dest="$tmp/lib/$name"
   cp "$b" "$dest"
   strip --strip-unneeded "$dest" 2>/dev/null || true
   # Every resolved dependency (ldd lists transitive ones too).

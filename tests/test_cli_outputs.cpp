@@ -489,7 +489,11 @@ TEST(CliOutputs, TheTraceProbeChildDiesWithItsParent) {
           },
           20);
       if (child <= 0) continue;  // the probe finished before it was seen: try again
-      ::kill(child, SIGSTOP);    // it stays until something ends it
+      // The probe sends its stderr to /dev/null after it has set itself up (PR_SET_PDEATHSIG
+      // included); stopping it earlier would freeze it before that and test nothing.
+      const std::string fd2 = "/proc/" + std::to_string(child) + "/fd/2";
+      if (!wait_until([&] { std::error_code ec; return fs::read_symlink(fd2, ec) == "/dev/null"; }, 5)) continue;
+      ::kill(child, SIGSTOP);  // it stays until something ends it
       caught = true;
       ::kill(bg.pid(), sig);
       bg.wait(20);

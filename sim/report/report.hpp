@@ -42,8 +42,9 @@ struct ReportOptions {
 // and runs fp8sim bench in its quick (smoke) mode, to stay within minutes.
 inline constexpr int kCompareTensorsPerOp = 3;
 
-// The GPU pieces live in the CUDA library, which the core library cannot link; the fp8sim
-// binary passes them in when it was built with CUDA. An empty function means "not built".
+// The GPU pieces live in the GPU module, which the core library cannot link; the fp8sim binary
+// passes in functions that load it on demand (sim/app/gpu_api.hpp). An empty function means
+// "not available" (library callers such as the tests).
 struct GpuHooks {
   std::function<Json()> device;                                      // {available, name, why_not, ...}
   std::function<Json(const ReportOptions&)> compare;                 // fp8sim compare's document
