@@ -175,8 +175,9 @@ void check(const Case& c) {
   EXPECT_EQ(r.err.rfind("fp8sim", 0), 0u) << what << "\n" << r.err;
   EXPECT_NE(r.err.find(": error: "), std::string::npos) << what << "\n" << r.err;
   EXPECT_EQ(r.err.find("internal check"), std::string::npos) << what << "\n" << r.err;
-  if (!c.needle.empty()) EXPECT_NE(r.err.find(c.needle), std::string::npos) << what << ": wanted '" << c.needle
-                                                                             << "' in\n" << r.err;
+  if (!c.needle.empty()) {
+    EXPECT_NE(r.err.find(c.needle), std::string::npos) << what << ": wanted '" << c.needle << "' in\n" << r.err;
+  }
   EXPECT_EQ(test::listing(d), listing_before) << what << ": left files behind";
   EXPECT_EQ(in.snapshot(), before) << what << ": changed an input";
 }
