@@ -134,7 +134,8 @@ void install_signal_handlers() {
 }
 
 int remember_path(const fs::path& p, PathKind kind) {
-  const std::string abs = p.is_absolute() ? p.string() : (fs::current_path() / p).string();
+  std::error_code ec;
+  const std::string abs = p.is_absolute() ? p.string() : (fs::current_path(ec) / p).string();
   if (abs.size() >= PATH_MAX) return -1;
   for (int i = 0; i < kPathSlots; ++i) {
     int expected = 0;

@@ -83,8 +83,9 @@ OutputTarget resolve_output(const std::string& option, const std::string& path) 
     t.exists = true;
     t.dev = st.st_dev;
     t.ino = st.st_ino;
-    // The file that standard output already writes to (/dev/stdout, or `> f` with f named again).
-    if (same_as_fd(STDOUT_FILENO, st) && !S_ISDIR(st.st_mode)) {
+    // The file or pipe that standard output already writes to (/dev/stdout, or `> f` with f
+    // named again). A character device (a terminal, /dev/null) is simply written in place.
+    if (same_as_fd(STDOUT_FILENO, st) && !S_ISDIR(st.st_mode) && !S_ISCHR(st.st_mode)) {
       t.kind = OutputTarget::Kind::Stdout;
       t.path = path;
       return t;
