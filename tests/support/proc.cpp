@@ -58,7 +58,11 @@ pid_t spawn(const std::vector<std::string>& args, const RunOptions& o, int in_fd
   argv.push_back(nullptr);
   for (auto& s : env_s) envp.push_back(s.data());
   envp.push_back(nullptr);
+#if defined(__SANITIZE_ADDRESS__)
+  const long as_mib = 0;  // AddressSanitizer reserves terabytes of address space for its shadow
+#else
   const long as_mib = o.rlimit_as_mib;
+#endif
   const long fsize = o.rlimit_fsize;
   const pid_t pid = ::fork();
   if (pid == 0) {

@@ -21,7 +21,7 @@ struct RunOptions {
   std::optional<std::string> stdin_data;   // else standard input is /dev/null
   std::string cwd;                         // empty: the test's own
   double timeout_s = 120;                  // then SIGKILL (timed_out = true)
-  long rlimit_as_mib = 0;                  // > 0: RLIMIT_AS (address space) of the child, MiB
+  long rlimit_as_mib = 0;                  // > 0: RLIMIT_AS of the child, MiB (ignored under ASan)
   long rlimit_fsize = 0;                   // > 0: RLIMIT_FSIZE (largest file) of the child, bytes
 };
 
