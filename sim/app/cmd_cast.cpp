@@ -17,6 +17,7 @@
 #include "sim/common/io.hpp"
 #include "sim/formats/cast.hpp"
 #include "sim/formats/fp8.hpp"
+#include "sim/quant/spec.hpp"
 
 namespace fp8sim {
 namespace {
@@ -126,14 +127,14 @@ int run_bulk(const std::string& in_path, const std::string& out_path, bool decod
 int run_cast(const std::vector<std::string>& raw_args) {
   po::options_description opts("options");
   std::string format = "e4m3", rounding = "nearest", in_path, out_path, in_dtype = "f32";
-  uint64_t seed = 0;
+  std::string seed_text = "0";
   size_t chunk = size_t{1} << 24;
   std::vector<std::string> values;
   opts.add_options()
       ("format,f", po::value(&format)->default_value("e4m3"), "target format: e4m3 (OCP E4M3FN) or e5m2")
       ("no-saturate", "overflow to NaN (e4m3) / Inf (e5m2) instead of clamping to +-max (SATFINITE, the default)")
       ("rounding,r", po::value(&rounding)->default_value("nearest"), "nearest (ties to even) or stochastic")
-      ("seed", po::value(&seed)->default_value(0), "Philox seed for stochastic rounding (element i draws word i)")
+      ("seed", po::value(&seed_text)->default_value("0"), "Philox seed for stochastic rounding (element i draws word i)")
       ("decode", "inputs are fp8 codes (0..255 or 0x..): print / write their fp32 values")
       ("in", po::value(&in_path), "bulk mode: raw little-endian input file (float32, or --input-dtype)")
       ("out", po::value(&out_path), "bulk mode: output file (uint8 codes, or float32 with --decode)")
@@ -164,7 +165,7 @@ int run_cast(const std::vector<std::string>& raw_args) {
   if (!is_fp8(co.format)) throw UsageError(fmt::format("--format must be e4m3 or e5m2, not '{}'", format));
   co.saturation = vm.count("no-saturate") ? Saturation::None : Saturation::Finite;
   co.rounding = parse_rounding(rounding);
-  co.seed = seed;
+  co.seed = parse_seed(seed_text, "--seed");
   const bool decode = vm.count("decode") > 0;
   if (in_dtype != "f32" && in_dtype != "bf16" && in_dtype != "fp16")
     throw UsageError(fmt::format("unknown --input-dtype '{}' (valid: f32, bf16, fp16)", in_dtype));

@@ -11,6 +11,7 @@
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 #include "sim/optim/replay.hpp"
+#include "sim/quant/spec.hpp"
 
 namespace fp8sim {
 namespace {
@@ -87,7 +88,7 @@ int run_optim(const std::vector<std::string>& args) {
   std::vector<std::string> recipes;
   int steps = 0, threads = 0;
   int64_t table1_step = -1;
-  uint64_t seed = 0;
+  std::string seed_text = "0";
   opts.add_options()
       ("recipe,r", po::value(&recipes)->composing(),
        "state recipe for the drift and memory tables (repeatable): fp32, bf16, coat, coat-noexpand, te-fp8, fp8lm, "
@@ -97,7 +98,7 @@ int run_optim(const std::vector<std::string>& args) {
       ("update", po::value(&update)->default_value("coat"),
        "AdamW update rule of the drift runs: coat (COAT's kernel formula) or torch (torch.optim.AdamW's order)")
       ("rounding", po::value(&rounding)->default_value("nearest"), "FP8 moments: nearest or stochastic")
-      ("seed", po::value(&seed)->default_value(0), "Philox seed for --rounding stochastic")
+      ("seed", po::value(&seed_text)->default_value("0"), "Philox seed for --rounding stochastic")
       ("no-table1", "skip COAT's Table 1")
       ("table1-step", po::value(&table1_step), "trace step whose moments feed Table 1 and the memory table "
        "(default: the step with the most captured moments)")
@@ -142,7 +143,7 @@ int run_optim(const std::vector<std::string>& args) {
   o.steps = steps;
   o.rule = optim::parse_update_rule(update);
   o.rounding = parse_rounding(rounding);
-  o.seed = seed;
+  o.seed = parse_seed(seed_text, "--seed");
   o.table1 = vm.count("no-table1") == 0;
   o.drift = vm.count("no-drift") == 0;
   o.threads = threads;

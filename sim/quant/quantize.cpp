@@ -989,8 +989,11 @@ void DelayedScaler::update(float amax) {
     }
   }
   if (!(amax_h > 0.0f) || !std::isfinite(amax_h)) return;  // keep the previous scale
-  const float sf = div_rn(div_rn(fmax_, amax_h), pow2_exact(params_.margin));
-  scale_ = sf;
+  // TE divides the margin-reduced maximum (exact: a power-of-two factor of fmax) by the amax, and
+  // replaces a scale that overflows fp32 (amax below about fmax / FLT_MAX) by FLT_MAX.
+  const float scaled_max = mul_rn(fmax_, pow2_exact(-params_.margin));
+  const float sf = div_rn(scaled_max, amax_h);
+  scale_ = is_finite_bits(f32_bits(sf)) ? sf : std::numeric_limits<float>::max();
 }
 
 std::vector<float> DelayedScaler::history() const {

@@ -12,10 +12,12 @@
 //   Fp32:  s = t  (t == 0, i.e. amax below fmax * 2^-150: s = 2^-149)
 //   Bf16:  s_quant = t as above, s_stored = bf16_rne(s_quant) (at least 2^-133, the smallest
 //          bf16 subnormal): COAT's Triton kernels divide by the fp32 scale and store it as bf16
-//   Pow2:  s = the smallest power of two >= t (never saturates), at least 2^-149; equals
-//          TransformerEngine's / torchao's 1/2^floor(log2(fmax/amax)) for E4M3/E5M2 (no fp32
-//          value of amax makes fmax/amax and amax/fmax round across a power of two) and
-//          MS-AMP's scaling factor
+//   Pow2:  TransformerEngine's power-of-two current scaling: m = fmax / amax_eps in fp32
+//          (FLT_MAX where that overflows), rounded down to a power of two by dropping its
+//          mantissa; s = 1/m (exact), so s lies in [2^-127, 2^120]. Where t is a normal number
+//          (amax_eps >= fmax * 2^-126) s is also the smallest power of two >= t; below that t
+//          loses bits to subnormal rounding and the two rules part (amax 2.6331075e-36 gives
+//          2^-126 here, where the smallest power of two >= t is 2^-127).
 //   E8M0:  as Pow2, exponent clamped to [-127, 127] (TE's MXFP8 rounds the scale up the same
 //          way; OCP MX's reference floor rule would saturate instead)
 //   None:  unscaled 16-bit storage (bf16 / fp16 pass-through): s = 1
@@ -67,9 +69,9 @@ FP8SIM_HD void plain_scales(float amax_eps, const ScaleConsts& c, float& s_quant
     const float b = bf16_to_f32(f32_to_bf16_rne(s_quant));
     s_stored = b == 0.0f ? f32_from_bits(0x00010000u) : b;  // at least the smallest bf16 subnormal
   } else if (c.mode == ScaleMode::Pow2) {
-    int e = t == 0.0f ? -149 : ceil_log2_f32(t);
-    e = e < -149 ? -149 : e;
-    s_quant = s_stored = pow2_exact(e);
+    const float m = div_rn(c.fmax, amax_eps);
+    const int e = is_finite_bits(f32_bits(m)) ? floor_log2_f32(m) : 127;  // FLT_MAX's exponent
+    s_quant = s_stored = pow2_exact(-e);
   } else {  // E8M0
     int e = t == 0.0f ? -127 : ceil_log2_f32(t);
     e = e < -127 ? -127 : (e > 127 ? 127 : e);

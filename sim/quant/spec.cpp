@@ -188,6 +188,13 @@ std::string lower(std::string_view s) {
 
 }  // namespace
 
+uint64_t parse_seed(std::string_view text, std::string_view what) {
+  uint64_t v = 0;
+  if (!parse_uint64(text, v))
+    throw UsageError(fmt::format("bad {} '{}' (a non-negative integer below 2^64, decimal or 0x hex)", what, text));
+  return v;
+}
+
 QuantSpec QuantSpec::parse(std::string_view raw) {
   std::string text = lower(raw);
   // Strip surrounding whitespace; inner whitespace is an error.
@@ -241,8 +248,8 @@ QuantSpec QuantSpec::parse(std::string_view raw) {
       scale_set = true;
     } else if (key == "eps") {
       double e = 0;
-      if (!parse_double(value, e) || !std::isfinite(e) || e < 0)
-        bad(raw, fmt::format("bad eps '{}' (a finite number >= 0, e.g. 1e-10)", value));
+      if (!parse_double(value, e) || !std::isfinite(e) || e < 0 || e > kMaxEps)
+        bad(raw, fmt::format("bad eps '{}' (a number in [0, {:g}], e.g. 1e-10)", value, kMaxEps));
       s.eps = e;
       eps_set = true;
     } else if (key == "eps_add") {
@@ -268,7 +275,11 @@ QuantSpec QuantSpec::parse(std::string_view raw) {
       else if (value == "stochastic" || value == "sr") s.rounding = Rounding::Stochastic;
       else bad(raw, fmt::format("unknown round '{}' (valid: nearest, stochastic)", value));
     } else if (key == "seed") {
-      if (!parse_uint64(value, s.seed)) bad(raw, fmt::format("bad seed '{}' (a non-negative integer)", value));
+      try {
+        s.seed = parse_seed(value, "seed");
+      } catch (const UsageError& e) {
+        bad(raw, e.what());
+      }
     } else if (key == "sat") {
       if (value == "finite") s.saturation = Saturation::Finite;
       else if (value == "none") s.saturation = Saturation::None;
@@ -320,7 +331,7 @@ void QuantSpec::validate() const {
     fail(fmt::format("format must be e4m3, e5m2, bf16 or fp16, not {}", format_name(format)));
   if (granularity == Granularity::Group && group_size < 1) fail("group size must be >= 1");
   if (granularity == Granularity::Block && (block_rows < 1 || block_cols < 1)) fail("block sides must be >= 1");
-  if (!std::isfinite(eps) || eps < 0) fail("eps must be a finite number >= 0");
+  if (!std::isfinite(eps) || eps < 0 || eps > kMaxEps) fail(fmt::format("eps must be a number in [0, {:g}]", kMaxEps));
   if (!is_fp8(expand_target)) fail("de_target must be e4m3 or e5m2");
   if (delayed.enabled() && (delayed.history < 1 || delayed.margin < 0)) fail("delayed: history >= 1, margin >= 0");
   if (is_16bit()) {

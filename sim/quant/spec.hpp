@@ -18,7 +18,8 @@
 //     scale=fp32|pow2|e8m0|bf16|none   how the per-group scale is rounded and stored
 //            (default fp32 for e4m3/e5m2, none for bf16/fp16)
 //            fp32  s = amax_eps / fmax in fp32                                  (4 B per group)
-//            pow2  s = that value rounded UP to a power of two (never saturates) (4 B, fp32)
+//            pow2  s = 1/m, m = fmax/amax_eps rounded DOWN to a power of two: TE's power-of-two
+//                  current scaling (FLT_MAX for an overflowing m)                  (4 B, fp32)
 //            e8m0  as pow2, stored as an OCP E8M0 byte, clamped to [2^-127, 2^127] (1 B)
 //            bf16  the fp32 s is used to quantize, the stored (and dequantizing) scale is
 //                  bf16(s) rounded to nearest even: what COAT's Triton kernels do   (2 B)
@@ -53,7 +54,7 @@
 // Conventions (all modes unless a mode says otherwise):
 // * Quantize computes q = fp8(x / s) with s = amax_eps / fmax in fp32 (COAT's convention);
 //   dequantize computes q * s. Delayed scaling follows TransformerEngine instead: it multiplies by
-//   TE's scale (fmax/amax)/2^margin and stores s = 1/scale.
+//   TE's scale (fmax * 2^-margin)/amax (FLT_MAX where that overflows) and stores s = 1/scale.
 // * amax is the maximum |x| over the FINITE elements of a group; NaN and +-Inf never enter a
 //   scale. NaN elements give the NaN code; +-Inf saturate to +-fmax (sat=finite) or become the
 //   overflow code (sat=none).
@@ -80,7 +81,7 @@ std::string_view expand_mode_name(ExpandMode m);
 struct DelayedSpec {
   int history = 0;                 // amax history length (TE default 1024)
   AmaxAlgo algo = AmaxAlgo::Max;   // max over the history, or the most recent entry
-  int margin = 0;                  // scale = (fmax/amax) / 2^margin
+  int margin = 0;                  // scale = (fmax * 2^-margin) / amax
   bool enabled() const { return history > 0; }
   bool operator==(const DelayedSpec&) const = default;
 };
@@ -123,6 +124,15 @@ struct QuantSpec {
 
   bool operator==(const QuantSpec&) const = default;
 };
+
+// The one rule for a Philox seed, in a spec (seed=N) and on the command line (--seed N): a
+// non-negative integer below 2^64, decimal or 0x-prefixed hexadecimal. Throws UsageError naming
+// `what` (e.g. "--seed") otherwise; a leading '-' or '+' is refused, never wrapped.
+uint64_t parse_seed(std::string_view text, std::string_view what);
+
+// The one rule for eps (spec key eps=E): a finite number in [0, kMaxEps]. Larger values would
+// overflow amax + eps in fp32 and turn every scale into Inf.
+constexpr double kMaxEps = 1e30;
 
 // A granularity resolved against a tensor: every group is a (rows x cols) block of the 2-D view
 // (tensor: the whole view; row: 1 x cols; col: rows x 1; gN: 1 x N; bRxC: R x C), so one
