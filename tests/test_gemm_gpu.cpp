@@ -313,6 +313,10 @@ TEST(GemmGpu, EveryEnumeratedCandidateMatchesTheCpuReference) {
                                  (g.agrees() ? "accepts" : "rejects") + " (" + g.describe() + ")";
         if (!c.excluded.empty()) {
           ++excluded;
+          // Each excluded configuration, right or wrong here: the record that the exclusion rule
+          // is neither wider nor narrower than what this cuBLASLt gets wrong.
+          std::printf("[ excl ] %s: %s %s rel_fro_err %.3g\n", ctx.c_str(), chk.passed() ? "right" : "WRONG",
+                      c.info.to_json().dump(-1).c_str(), chk.rel_fro_err);
           if (!chk.passed()) {
             ++excluded_wrong;
             if (g.agrees()) wrongly_accepted.push_back(line);

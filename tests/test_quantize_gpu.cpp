@@ -18,6 +18,7 @@
 #include "gpu/quant/quantize.hpp"
 #include "gpu/quant/quantize_launch.hpp"
 #include "sim/formats/fp8.hpp"
+#include "sim/common/check.hpp"
 #include "sim/quant/quantize.hpp"
 #include "tests/support/gpu_test.hpp"
 
@@ -128,6 +129,26 @@ TEST(QuantizeGpu, PlainGranularitiesAndScaleModesAwkwardShapes) {
                          "e4m3:row:sat=none",    "e5m2:tensor:sat=none",    "e4m3:g128:eps=1e-20:eps_add=fp64"};
   for (const char* s : specs)
     for (const auto& shape : kAwkward) check_spec(s, shape, InputDtype::F32, true);
+}
+
+// The peer presets and the keys behind them (amax_floor, scale_div, apply, mx): every scale rule
+// runs in the shared scale code, and apply= other than div in the team and block kernels (the
+// GPU's own div.full.f32 and rcp.approx.f32 for fdiv): the CPU emulation's bits on the device.
+TEST(QuantizeGpu, PeerPresetsAndTheirKeys) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  const char* specs[] = {"deepseek-act", "deepseek-w", "deepseek-act-ue8m0", "deepseek-w-ue8m0", "te-current",
+                         "te-current-pow2", "e4m3:g128:apply=mul", "mxfp8", "torchao-mxfp8", "e4m3:g32:scale=e8m0:mx=ceil",
+                         "e4m3:g32:scale=e8m0:mx=even", "e5m2:g32:scale=e8m0:mx=floor", "coat-act", "coat-w",
+                         "e4m3:g128:scale_div=fdiv:apply=fdiv", "e4m3:row:amax_floor=0.5:apply=rcp",
+                         "e4m3:b16x48:scale=pow2:apply=fdiv", "e4m3:g64:apply=fdiv:round=stochastic:seed=4"};
+  for (const char* s : specs) {
+    for (const auto& shape : kAwkward) check_spec(s, shape, InputDtype::F32, true);
+    check_spec(s, {64, 4096}, InputDtype::BF16, true);
+  }
+  // COAT's lane-by-lane group minimum is a CPU emulation: the GPU refuses it with a clear error.
+  const std::vector<float> x(256, 1.0f);
+  EXPECT_THROW(gpu::quantize_on_gpu(x.data(), InputDtype::F32, std::vector<int64_t>{256}, QuantSpec::parse("coat-opt"), {}),
+               UsageError);
 }
 
 TEST(QuantizeGpu, Bf16AndFp16InputsAreWidenedExactly) {

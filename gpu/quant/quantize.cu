@@ -70,8 +70,8 @@ __device__ __forceinline__ uint8_t encode_value(const QuantKernelParams& P, floa
 }
 
 template <int MODE>
-__device__ __forceinline__ float transform(float x, const GroupQ& g) {
-  if constexpr (MODE == kPlain) return div_rn(x, g.sq);
+__device__ __forceinline__ float transform(const QuantKernelParams& P, float x, const GroupQ& g) {
+  if constexpr (MODE == kPlain) return apply_scale(x, g.sq, P.scale);
   else if constexpr (MODE == kDelayed) return mul_rn(x, g.sq);
   else return expand_value(x, g.ep);
 }
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict_
     } else {
       g = group_params(P, MODE, st);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) q[j] = encode_value<T>(P, transform<MODE>(v[j], g), static_cast<uint64_t>(flat0 + j));
+      for (int j = 0; j < 16; ++j) q[j] = encode_value<T>(P, transform<MODE>(P, v[j], g), static_cast<uint64_t>(flat0 + j));
     }
 #pragma unroll
     for (int j = 0; j < 16; ++j)
@@ -390,7 +390,7 @@ __global__ void __launch_bounds__(256) quant_block_kernel(const void* __restrict
             continue;
           }
         }
-        codes[flat] = encode_value<T>(P, transform<MODE>(xv, g), static_cast<uint64_t>(flat));
+        codes[flat] = encode_value<T>(P, transform<MODE>(P, xv, g), static_cast<uint64_t>(flat));
       }
     }
     if (threadIdx.x == 0) {
@@ -673,7 +673,7 @@ __global__ void __launch_bounds__(256) encode_tensor_kernel(const void* __restri
   for (int64_t i = E * units + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = load_elem<D>(x, i);
     if constexpr (kEmit) stats_add(st, v);
-    codes[i] = encode_value<T>(P, transform<MODE>(v, g), static_cast<uint64_t>(i));
+    codes[i] = encode_value<T>(P, transform<MODE>(P, v, g), static_cast<uint64_t>(i));
   }
   if constexpr (kEmit) {
     st = stats_reduce_block(st);
@@ -943,7 +943,8 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
 
   const int64_t groups = P.grid_rows * P.grid_cols;
   const int64_t G = P.group_cols;
-  if (L.mode == kPlain && launch_quant_fast(L, s)) {
+  // The fast plain kernels divide (x / s): other apply= forms take the team and block kernels.
+  if (L.mode == kPlain && P.scale.apply == Apply::Div && launch_quant_fast(L, s)) {
     // done: 1xG or staged groups (quantize_fast.cu)
   } else if (L.mode == kCoat && P.format <= 1 && whole_1xg_groups(P) && (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 &&
              (reinterpret_cast<uintptr_t>(codes) % 16) == 0) {

@@ -30,6 +30,12 @@ MomentSpec MomentSpec::parse(std::string_view text) {
   if (text == "fp32") return s;
   if (text.empty()) throw UsageError("empty moment spec (give fp32 or a quantization spec such as e4m3:g128:de=coat)");
   s.spec = QuantSpec::parse(text);
+  // The fused state kernels (CPU and GPU) divide by the group scale and reduce the group minimum
+  // exactly; the peer quirks apply= and de_min= emulate are for quantize / analyze.
+  if (s.spec->apply != Apply::Div || s.spec->de_min != DeMin::Nonzero)
+    throw UsageError(fmt::format("moment spec '{}': optimizer states take apply=div and de_min=nonzero (use e.g. "
+                                 "e4m3:g128:de=coat)",
+                                 text));
   return s;
 }
 
