@@ -76,7 +76,7 @@ FP8SIM_OPTIM_HD GroupParams group_params_from_stats(const GroupStatBits& s, cons
     }
   } else {
     float s_quant, s_stored;
-    plain_scales(amax_with_eps(absmax, mc.scale), mc.scale, s_quant, s_stored);
+    plain_scales_common(amax_with_eps(absmax, mc.scale), mc.scale, s_quant, s_stored);
     gp.e = ExpandParams{1.0f, 1.0f, s_stored};
     gp.s_quant = s_quant;
   }

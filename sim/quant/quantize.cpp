@@ -128,9 +128,6 @@ ScaleConsts scale_consts(const QuantSpec& spec) {
   c.scale_div = spec.scale_div;
   c.apply = spec.apply;
   c.mx = spec.mx;
-  c.rfmax = div_rn(1.0f, c.fmax);
-  c.elem_emax = floor_log2_f32(c.fmax);
-  c.elem_mbits = is_fp8(spec.format) ? format_info(spec.format).mantissa_bits : 0;
   return c;
 }
 

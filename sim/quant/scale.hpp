@@ -34,19 +34,19 @@
 
 namespace fp8sim {
 
+// 24 bytes, laid out without holes: the kernels take it by value inside their parameters, and a
+// larger block of parameters costs the fast quantize kernels registers.
 struct ScaleConsts {
   float fmax = 448.0f;  // largest finite value of the storage format (65504 for fp16, bf16's max)
   ScaleMode mode = ScaleMode::Fp32;
-  double eps = 0.0;
   EpsAdd eps_add = EpsAdd::Fp32;
-  float amax_floor = 0.0f;
   ScaleDiv scale_div = ScaleDiv::Ieee;
   Apply apply = Apply::Div;
+  double eps = 0.0;
+  float amax_floor = 0.0f;
   MxRound mx = MxRound::Rceil;
-  float rfmax = 1.0f / 448.0f;  // RN(1/fmax) in fp32 (scale_div=rcp)
-  int elem_emax = 8;            // floor(log2(fmax)): 8 for E4M3, 15 for E5M2 (mx floor/ceil/even)
-  int elem_mbits = 3;           // element mantissa bits (mx=even)
 };
+static_assert(sizeof(ScaleConsts) == 24, "ScaleConsts grew: see its comment");
 
 // Host only (quantize.cpp): the constants of a validated spec.
 ScaleConsts scale_consts(const QuantSpec& spec);
@@ -71,7 +71,7 @@ FP8SIM_HD float amax_with_eps(float amax, const ScaleConsts& c) {
 
 // amax_eps / fmax as the spec's scale_div forms it.
 FP8SIM_HD float scale_quotient(float amax_eps, const ScaleConsts& c) {
-  if (c.scale_div == ScaleDiv::Rcp) return mul_rn(amax_eps, c.rfmax);
+  if (c.scale_div == ScaleDiv::Rcp) return mul_rn(amax_eps, div_rn(1.0f, c.fmax));
   if (c.scale_div == ScaleDiv::Fdiv) return div_full(amax_eps, c.fmax);
   return div_rn(amax_eps, c.fmax);
 }
@@ -90,21 +90,70 @@ FP8SIM_HD uint32_t e8m0_code(float amax_eps, const ScaleConsts& c) {
     if (e == 0u) return m > 0x400000u ? 1u : 0u;
     return (m != 0u && e < 254u) ? e + 1u : e;
   }
+  // The element format's largest exponent and mantissa width: E4M3 (448 = 1.75 * 2^8) 8 and 3,
+  // E5M2 (57344 = 1.75 * 2^15) 15 and 2.
+  const int elem_emax = floor_log2_f32(c.fmax);
+  const int elem_mbits = c.fmax == 448.0f ? 3 : 2;
   uint32_t b = f32_bits(amax_eps);
   if (c.mx == MxRound::Even) {
-    b = (b + (1u << (22 - c.elem_mbits))) & 0xFF800000u;
+    b = (b + (1u << (22 - elem_mbits))) & 0xFF800000u;
     if (b >= 0x7F800000u) return 255u;
   }
   int p = static_cast<int>(b >> 23) - 127;
   if (c.mx == MxRound::Ceil && (b & 0x7FFFFFu) != 0u) p += 1;
-  const int u = p - c.elem_emax;
+  const int u = p - elem_emax;
   return static_cast<uint32_t>((u < -127 ? -127 : u) + 127);
+}
+
+// True when plain_scales_common below computes the spec's scales: the quotient an IEEE
+// division or a product with RN(1/fmax), elements divided by the scale, E8M0 rounded up (rceil).
+// The throughput kernels (GPU fast quantizers, the fused optimizer step) take only these: the
+// general plain_scales costs them registers.
+FP8SIM_HD bool plain_scales_common_ok(const ScaleConsts& c) {
+  return c.scale_div != ScaleDiv::Fdiv && c.apply == Apply::Div && c.mx == MxRound::Rceil;
+}
+
+// plain_scales for the specs plain_scales_common_ok accepts (same bits, fewer branches):
+// s_quant is the divisor.
+FP8SIM_HD void plain_scales_common(float amax_eps, const ScaleConsts& c, float& s_quant, float& s_stored) {
+  if (c.mode == ScaleMode::None) {
+    s_quant = s_stored = 1.0f;
+    return;
+  }
+  if (amax_eps == 0.0f) {  // E8M0: 2^-127 (code 0), what the rounding below gives for t = 0
+    s_quant = s_stored = c.mode == ScaleMode::E8M0 ? f32_from_bits(0x00400000u) : 1.0f;
+    return;
+  }
+  if (c.mode == ScaleMode::Pow2) {
+    const float m = div_rn(c.fmax, amax_eps);
+    const int e = is_finite_bits(f32_bits(m)) ? floor_log2_f32(m) : 127;  // FLT_MAX's exponent
+    s_quant = s_stored = pow2_exact(-e);
+    return;
+  }
+  const float t = c.scale_div == ScaleDiv::Rcp ? mul_rn(amax_eps, div_rn(1.0f, c.fmax)) : div_rn(amax_eps, c.fmax);
+  if (c.mode == ScaleMode::E8M0) {  // t rounded up to a power of two in [2^-127, 2^127] (e8m0_code's rceil)
+    int e = t == 0.0f ? -127 : ceil_log2_f32(t);
+    e = e < -127 ? -127 : (e > 127 ? 127 : e);
+    s_quant = s_stored = pow2_exact(e);
+  } else {
+    s_quant = t == 0.0f ? f32_from_bits(1u) : t;  // 2^-149 when amax / fmax underflows
+    if (c.mode == ScaleMode::Bf16) {
+      const float b = bf16_to_f32(f32_to_bf16_rne(s_quant));
+      s_stored = b == 0.0f ? f32_from_bits(0x00010000u) : b;  // at least the smallest bf16 subnormal
+    } else {
+      s_stored = s_quant;
+    }
+  }
 }
 
 // A group's scales from its amax (after amax_with_eps): `qv` is what meets each element (the
 // divisor for apply=div / fdiv, the multiplier for apply=rcp / mul: apply_scale below), and
 // `s_stored` the dequantizing scale as stored.
 FP8SIM_HD void plain_scales(float amax_eps, const ScaleConsts& c, float& qv, float& s_stored) {
+  if (plain_scales_common_ok(c)) {
+    plain_scales_common(amax_eps, c, qv, s_stored);
+    return;
+  }
   if (c.mode == ScaleMode::None) {
     qv = s_stored = 1.0f;
     return;
