@@ -214,6 +214,7 @@ __device__ __forceinline__ optim::GroupParams group_params_fast(const GroupStatB
                                                                 const optim::GroupMomentConsts& mc, float log2_bound) {
   if (!mc.expand) return optim::group_params_from_stats(st, mc);
   float amax = group_absmax_value(st), amin = group_absmin_value(st);
+  if (!(amax > 0.0f)) return optim::GroupParams{};  // coat_group_expand_params: k = c = s = 1
   double eps = mc.scale.eps;
   if (mc.scale.eps_add != EpsAdd::Fp64) {  // eps added in fp32 (group_params_from_stats)
     const float e32 = static_cast<float>(mc.scale.eps);

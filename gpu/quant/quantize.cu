@@ -47,12 +47,7 @@ __device__ __forceinline__ GroupQ group_params(const QuantKernelParams& P, int m
   const float absmax = f32_from_bits(st.amax);
   const float absmin = st.amin == 0x7F800000u ? 0.0f : f32_from_bits(st.amin);
   if (mode == kCoat) {
-    if (P.eps_add_fp64) {
-      g.ep = coat_expand_params(absmax, absmin, P.fmax, P.fmax_target, P.eps);
-    } else {  // eps added in fp32, then the same formulas (as quantize.cpp)
-      const float e32 = static_cast<float>(P.eps);
-      g.ep = coat_expand_params(add_rn(absmax, e32), add_rn(absmin, e32), P.fmax, P.fmax_target, 0.0);
-    }
+    g.ep = coat_group_expand_params(absmax, absmin, P.fmax, P.fmax_target, P.eps, P.eps_add_fp64);
     g.s_stored = g.ep.s;
   } else if (mode == kDelayed) {
     g.sq = P.delayed_scale;

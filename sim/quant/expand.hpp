@@ -15,8 +15,14 @@
 //   s = pow(max / c, k) / fmax
 //   quantize:   q = fp8( sign(x) * pow(|x| / c, k) / s )
 //   dequantize: y = sign(q*s) * pow(|q*s|, 1/k) * c        (1/k is an fp32 division)
-// Degenerate groups are reproduced, not fixed: an all-zero group gets r = 1 and k = +Inf (and
-// then whatever C99 pow gives: see tests), as the official kernel does.
+// A group without a finite nonzero element (all zeros, NaN or +-Inf: absmax 0) has nothing to
+// expand and gets k = c = s = 1, plain scaling with scale 1: zeros stay exact zeros, NaN gives
+// the NaN code and NaN back, +-Inf saturates to +-fmax, as under a plain spec. COAT's kernel
+// gets r = 1 and k = +Inf there and dequantizes zeros to pow(0, 1/k) * c = c = 1e-30 (its
+// epsilon, through C99's pow(0, 0) = 1), and NaN codes to 1e-30 too; the codes agree, only that
+// group's stored k, c, s and dequantized values differ. Other degenerate groups are reproduced,
+// not fixed: a group of one nonzero magnitude (r = 1: constant, a single element, one value among
+// zeros) gets k = +Inf and whatever C99 pow gives (see tests), as the kernel does.
 // The group minimum: de_min=nonzero (the default) takes the minimum nonzero magnitude, what the
 // formulas intend. de_min=kernel (the coat-opt preset) reproduces COAT's kernel instead
 // (coat_kernel_group_min below): its reduction skips only zeros ARRIVING from other lanes, so a
@@ -110,6 +116,16 @@ FP8SIM_HD float coat_kernel_group_min(const float* x, int n) {
   for (int l = 0; l < 32; ++l) mn[l] = l < 4 ? warp_min[l] : kCoatKernelMinSentinel;
   coat_kernel_warp_min(mn);
   return mn[0];
+}
+
+// coat mode's parameters of a group from its statistics, with the spec's epsilon added in fp64
+// (COAT's CUDA kernel) or in fp32: the one entry point every backend calls.
+FP8SIM_HD ExpandParams coat_group_expand_params(float absmax, float absmin, float fmax_store, float fmax_target,
+                                                double eps, bool eps_fp64) {
+  if (!(absmax > 0.0f)) return ExpandParams{};  // no finite nonzero element: k = c = s = 1
+  if (eps_fp64) return coat_expand_params(absmax, absmin, fmax_store, fmax_target, eps);
+  const float e32 = static_cast<float>(eps);
+  return coat_expand_params(add_rn(absmax, e32), add_rn(absmin, e32), fmax_store, fmax_target, 0.0);
 }
 
 // The plain-scaling fallback of robust mode, expressed as expansion parameters (k = c = 1).

@@ -579,9 +579,7 @@ void encode_16bit(const Load& ld, QuantizedTensor& q, const std::vector<float>& 
 // coat DE parameters of one group from its statistics (the spec's epsilon added in fp64 as COAT's
 // kernel does, or in fp32).
 ExpandParams coat_group_params(const QuantSpec& spec, float absmax, float absmin, float fmax_target) {
-  if (spec.eps_add == EpsAdd::Fp64) return coat_expand_params(absmax, absmin, spec.fmax(), fmax_target, spec.eps);
-  const float e32 = static_cast<float>(spec.eps);
-  return coat_expand_params(add_rn(absmax, e32), add_rn(absmin, e32), spec.fmax(), fmax_target, 0.0);
+  return coat_group_expand_params(absmax, absmin, spec.fmax(), fmax_target, spec.eps, spec.eps_add == EpsAdd::Fp64);
 }
 
 // One pass for one-row groups (per-row, 1xG): each group's statistics, its scale (or DE
