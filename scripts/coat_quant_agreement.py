@@ -122,7 +122,8 @@ def main():
            "activations": {}, "weights": {}}
     for fmt, (preset, ieee) in FORMATS.items():
         tot = {"preset": preset, "ieee_spec": ieee, "tensors": 0, "codes": 0, "codes_equal": 0, "scales": 0,
-               "scales_equal": 0, "ieee_codes_equal": 0, "ieee_scales_equal": 0, "worst": None}
+               "scales_equal": 0, "ieee_codes_equal": 0, "ieee_scales_equal": 0, "worst": None,
+               "scale_mismatches": []}
         for name, x in tensors:
             xb = x.to(torch.bfloat16)
             y, s = fp8_quantize(xb.cuda(), 16, fmt)
@@ -135,6 +136,14 @@ def main():
             ci, sci = fp8sim_codes(args.fp8sim, ieee, x_path, "bf16", work)
             m = compare(codes, scales, c, sc)
             mi = compare(codes, scales, ci, sci)
+            if m["scales_equal"] != m["scales"] and len(tot["scale_mismatches"]) < 12:
+                bad = np.argwhere(scales.view(np.uint32) != sc.reshape(scales.shape).view(np.uint32))
+                xf = xb.float().numpy()
+                for r, g in bad[: 12 - len(tot["scale_mismatches"])]:
+                    tot["scale_mismatches"].append({
+                        "tensor": name, "row": int(r), "group": int(g), "coat": float(scales[r, g]),
+                        "fp8sim": float(sc.reshape(scales.shape)[r, g]),
+                        "values": [float(v) for v in xf[r, 16 * g:16 * g + 16]]})
             tot["tensors"] += 1
             for k in ("codes", "codes_equal", "scales", "scales_equal"):
                 tot[k] += m[k]

@@ -1,4 +1,4 @@
-// QuantSpec: the text form (examples of the issue, aliases, keys), canonical round trips over
+// QuantSpec: the text form (examples, aliases, keys), canonical round trips over
 // every valid combination, validation and parse errors that name the bad token, geometry.
 #include <gtest/gtest.h>
 

@@ -378,7 +378,7 @@ TEST(QuantizeInput, Bf16InputIsWidenedExactly) {
 }
 
 TEST(QuantizeInput, NoDoubleRounding) {
-  // REFERENCE.md: fp32 1.1865234375 -> E4M3 0x39 directly; through bf16 first it would tie to 0x3A.
+  // fp32 1.1865234375 -> E4M3 0x39 directly; through bf16 first it would tie to 0x3A.
   const QuantizedTensor q = q_of({1.1865234375f, 448.0f}, {2}, "e4m3:tensor");
   EXPECT_EQ(q.scales[0], 1.0f);
   EXPECT_EQ(q.codes[0], 0x39);

@@ -1,3 +1,4 @@
+#include "sim/common/paths.hpp"
 #include "sim/compare/compare.hpp"
 
 #include <fmt/format.h>
@@ -514,7 +515,7 @@ Json compare_trace(const CompareOptions& opts, GpuOps* gpu) {
   doc["command"] = opts.command_line;
   doc["date"] = now_text();
   doc["machine"] = gpu->machine();
-  doc["trace"] = opts.trace_path;
+  doc["trace"] = source_relative(opts.trace_path);
   doc["step"] = step;
   Json ops = Json::array();
   std::map<std::string, Counter> per_op;

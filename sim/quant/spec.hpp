@@ -31,7 +31,7 @@
 //     eps_add=fp32|fp64  how eps is added: fp32 (amax + float(eps), COAT's Triton activation
 //                    kernels) or fp64 (float(double(amax) + eps), COAT's CUDA optimizer kernels).
 //                    Default fp32, except de=coat (fp64, as its kernel).
-//     de=none|coat|robust        Dynamic Range Expansion (REFERENCE.md section 2; see expand.hpp)
+//     de=none|coat|robust        Dynamic Range Expansion (COAT; see expand.hpp)
 //     de_target=e4m3|e5m2        format whose range sets the expansion ratio fmax^2/2
 //                                (default: the storage format)
 //     delayed=H[,max|recent][,margin=M]   TransformerEngine delayed scaling with an amax history
