@@ -18,9 +18,8 @@ fp8sim bench does: a write would leave a whole L2 of dirty lines to be written b
 timed call), repeated until the flushes last the plan's launch_lead_us (as fp8sim bench does),
 then CUDA events around the call only, median / min / max. The lead lets Python enqueue the call's
 kernels before the GPU reaches the start event, so host-side work (torch.compile's guards and
-launchers, eager op dispatch) is not timed, as fp8sim bench does not time its own: with one flush
-only, torch.compile's 1x128 quantize of 8192x4096 bf16 measured 0.054 ms at best and 0.150 ms
-median in the same run (H200, 2026-12-01 00:58), and 0.032 / 0.032 ms with the lead.
+launchers, eager op dispatch) is not timed, as fp8sim bench does not time its own
+(docs/benchmarks.md).
 
 --device cpu runs tiny shapes on the CPU (for checking this script without a GPU; the numbers
 mean nothing there).

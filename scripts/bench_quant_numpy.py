@@ -3,7 +3,7 @@
 measured in the same run, and a check that both give the same codes.
 
 Specs: e4m3:g128 (1x128 groups along the last dim, s = amax/448 in fp32, q = e4m3(x/s)) and
-e4m3:g128:de=coat (COAT's dynamic range expansion, REFERENCE.md section 2, in numpy float32 with
+e4m3:g128:de=coat (COAT's dynamic range expansion, docs/numerics.md, in numpy float32 with
 np.power / np.log2 in place of fp8sim's deterministic pow/log2). Per core: numpy is single-threaded,
 so its CPU time (time.process_time) is compared with fp8sim's single-thread CPU time from Google
 Benchmark, the median of --repeats measurements on both sides; on a loaded machine CPU time is the

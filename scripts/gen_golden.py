@@ -4,7 +4,7 @@
 Writes (committed, read by tests/test_cast_golden.cpp, which needs no Python):
   tests/data/golden_fp8_edges.txt   one line per input: fp32 bits and four codes
                                     (e4m3 sat, e4m3 nosat, e5m2 sat, e5m2 nosat) in hex
-                                    - every edge case of REFERENCE.md section 1
+                                    - every edge case of docs/numerics.md, "Formats"
                                     - all 256 codes of each format, their fp32 neighbours
                                       (nextafter up/down) and the midpoints between consecutive codes
                                       and the midpoints' neighbours

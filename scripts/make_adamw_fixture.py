@@ -3,7 +3,7 @@
 real torch.optim.AdamW, which the C++ fp32 replay (sim/optim) must reproduce to fp32 rounding.
 
 Run with PyTorch (not needed by CI, which only reads the committed files):
-    /opt/torchenv/bin/python scripts/make_adamw_fixture.py [--out-dir tests/data]
+    python3 scripts/make_adamw_fixture.py [--out-dir tests/data]
 
 Two scenarios, both on the CPU with torch's default implementation (the for-loop path; the
 script checks that foreach=True gives the same bits and records the result):

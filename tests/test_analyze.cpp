@@ -12,6 +12,7 @@
 #include "sim/analyze/analyze.hpp"
 #include "sim/analyze/recipe.hpp"
 #include "sim/common/check.hpp"
+#include "sim/formats/divfull.hpp"
 #include "sim/formats/fp8.hpp"
 #include "tests/support/test_util.hpp"
 #include "traces/trace.hpp"
@@ -33,17 +34,18 @@ std::string canon(const char* s) { return QuantSpec::parse(s).to_string(); }
 
 TEST(Recipes, BuiltinsMapRolesAndOpsToThePublishedSpecs) {
   ASSERT_EQ(builtin_recipe_names(), (std::vector<std::string>{"bf16", "te", "coat", "fp8lm", "deepseek", "mxfp8"}));
-  // COAT (REFERENCE.md section 3): per-tensor linear inputs and weights, 1x16 E4M3 with bf16
-  // scales for non-linear inputs, E5M2 gradients, E4M3 g128 + expansion for both moments.
+  // COAT (Xi et al., ICLR 2025, section 5 and its code): per-tensor linear inputs and weights,
+  // 1x16 E4M3 with bf16 scales for non-linear inputs (COAT's Triton quantizers: coat-act, coat-w),
+  // E5M2 gradients, E4M3 g128 + expansion for both moments (its optimizer kernel: coat-opt).
   const Recipe coat = builtin_recipe("coat");
   EXPECT_EQ(spec_of(coat, Role::Activation, "linear_input"), canon("e4m3:tensor:eps=1e-10"));
   EXPECT_EQ(spec_of(coat, Role::Activation, "attn_output"), canon("e4m3:tensor:eps=1e-10"));
   for (const char* op : {"norm_input", "silu_input", "mul_input", "residual_add"})
-    EXPECT_EQ(spec_of(coat, Role::Activation, op), canon("e4m3:g16:scale=bf16:eps=1e-10")) << op;
-  EXPECT_EQ(spec_of(coat, Role::Weight, "linear"), canon("e4m3:tensor:eps=1e-10"));
+    EXPECT_EQ(spec_of(coat, Role::Activation, op), canon("coat-act")) << op;
+  EXPECT_EQ(spec_of(coat, Role::Weight, "linear"), canon("coat-w"));
   EXPECT_EQ(spec_of(coat, Role::ActivationGrad, "linear_output_grad"), canon("e5m2:tensor:eps=1e-10"));
-  EXPECT_EQ(spec_of(coat, Role::ExpAvg, "linear"), canon("e4m3:g128:de=coat"));
-  EXPECT_EQ(spec_of(coat, Role::ExpAvgSq, "linear"), canon("e4m3:g128:de=coat"));
+  EXPECT_EQ(spec_of(coat, Role::ExpAvg, "linear"), canon("coat-opt"));
+  EXPECT_EQ(spec_of(coat, Role::ExpAvgSq, "linear"), canon("coat-opt"));
   EXPECT_EQ(spec_of(coat, Role::Grad, "linear"), "none");
   EXPECT_EQ(spec_of(coat, Role::Weight, "norm"), "none");
   // The LM head stays in BF16, also when it is the tied embedding.
@@ -55,16 +57,16 @@ TEST(Recipes, BuiltinsMapRolesAndOpsToThePublishedSpecs) {
   EXPECT_EQ(spec_of(te, Role::Activation, "norm_input"), canon("bf16"));
   EXPECT_EQ(spec_of(te, Role::ActivationGrad, "linear_output_grad"), canon("e5m2:tensor"));
   EXPECT_EQ(spec_of(te, Role::ExpAvg, "linear"), "none");
-  // DeepSeek-V3: 1x128 activations, 128x128 weights, E4M3 gradients, BF16 moments.
+  // DeepSeek-V3: 1x128 activations, 128x128 weights (DeepGEMM's casts), E4M3 gradients, BF16 moments.
   const Recipe ds = builtin_recipe("deepseek");
-  EXPECT_EQ(spec_of(ds, Role::Activation, "linear_input"), canon("e4m3:g128"));
-  EXPECT_EQ(spec_of(ds, Role::Weight, "linear"), canon("e4m3:b128x128"));
-  EXPECT_EQ(spec_of(ds, Role::ActivationGrad, "linear_output_grad"), canon("e4m3:g128"));
+  EXPECT_EQ(spec_of(ds, Role::Activation, "linear_input"), canon("deepseek-act"));
+  EXPECT_EQ(spec_of(ds, Role::Weight, "linear"), canon("deepseek-w"));
+  EXPECT_EQ(spec_of(ds, Role::ActivationGrad, "linear_output_grad"), canon("deepseek-act"));
   EXPECT_EQ(spec_of(ds, Role::ExpAvgSq, "linear"), canon("bf16"));
   // MXFP8: 1x32 blocks with E8M0 scales.
   const Recipe mx = builtin_recipe("mxfp8");
-  EXPECT_EQ(spec_of(mx, Role::Weight, "linear"), canon("e4m3:g32:scale=e8m0"));
-  EXPECT_EQ(spec_of(mx, Role::Activation, "attn_output"), canon("e4m3:g32:scale=e8m0"));
+  EXPECT_EQ(spec_of(mx, Role::Weight, "linear"), canon("e4m3:g32:scale=e8m0:scale_div=rcp"));
+  EXPECT_EQ(spec_of(mx, Role::Activation, "attn_output"), canon("e4m3:g32:scale=e8m0:scale_div=rcp"));
   // FP8-LM / MS-AMP O2: FP8 weight gradients and first moment, FP16 second moment.
   const Recipe lm = builtin_recipe("fp8lm");
   EXPECT_EQ(spec_of(lm, Role::Grad, "linear"), canon("e4m3:tensor:scale=pow2"));
@@ -85,8 +87,8 @@ TEST(Recipes, JsonFilesLayerRulesOverABaseAndRejectNonsense) {
   EXPECT_EQ(r.name, "mine");
   EXPECT_EQ(spec_of(r, Role::Activation, "norm_input"), canon("e4m3:g32"));
   EXPECT_EQ(spec_of(r, Role::Weight, "linear", "layers.1.mlp.down_proj"), "none");
-  EXPECT_EQ(spec_of(r, Role::Weight, "linear", "layers.1.mlp.up_proj"), canon("e4m3:tensor:eps=1e-10"));  // from coat
-  EXPECT_EQ(spec_of(r, Role::Activation, "silu_input"), canon("e4m3:g16:scale=bf16:eps=1e-10"));       // from coat
+  EXPECT_EQ(spec_of(r, Role::Weight, "linear", "layers.1.mlp.up_proj"), canon("coat-w"));  // from coat
+  EXPECT_EQ(spec_of(r, Role::Activation, "silu_input"), canon("coat-act"));  // from coat
   // Without a catch-all rule, an unknown op matches nothing.
   const Recipe bare = parse_recipe(Json::parse(R"({"rules": [{"role": "weight", "op": "linear", "spec": "e4m3:tensor"}]})"),
                                    "bare.json");
@@ -249,10 +251,12 @@ TEST_F(SampleAnalysis, PerTensorErrorMatchesAnIndependentFakeQuantization) {
   const std::vector<float> w = reader_->read_f32(*wt);
   float amax = 0;
   for (float x : w) amax = std::max(amax, std::fabs(x));
-  const float s = (amax + 1e-10f) / 448.0f;
+  // COAT's weight quantizer: (amax + 1e-10) / 448 as PyTorch's CUDA division by a scalar (a
+  // product with RN(1/448)), then Triton's division (div.full.f32) of every element.
+  const float s = (amax + 1e-10f) * (1.0f / 448.0f);
   double se = 0;
   for (float x : w) {
-    const float d = decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(x / s, true)) * s;
+    const float d = decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(div_full(x, s), true)) * s;
     se += (static_cast<double>(x) - d) * (static_cast<double>(x) - d);
   }
   for (const Json& t : coat_->at("tensors").as_array()) {

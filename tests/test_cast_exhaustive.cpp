@@ -1,6 +1,6 @@
 // Exhaustive, bit-exact: every one of the 2^32 fp32 bit patterns, both FP8 formats, both
 // overflow modes, against the host path of NVIDIA's cuda_fp8.h (an independent software RNE
-// implementation that works in double precision; see REFERENCE.md section 1).
+// implementation that works in double precision; see docs/numerics.md).
 //
 // NaN sign: cuda's float path canonicalises NaN inputs to +NaN (0x7F); fp8sim does the same, so
 // NaNs compare equal here. ml_dtypes keeps the sign (test_cast_golden pins that difference).

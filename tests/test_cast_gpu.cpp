@@ -60,7 +60,7 @@ void expect_same_codes(const std::vector<In>& in, const std::vector<uint8_t>& gp
 }
 
 // Every 251st fp32 bit pattern (a prime stride: all exponents, varied mantissas, both signs,
-// NaNs and Infs included) plus the edge vectors of REFERENCE.md section 1.
+// NaNs and Infs included) plus the edge vectors of tests/data/golden_fp8_edges.txt.
 std::vector<float> fp32_sweep() {
   std::vector<float> v;
   v.reserve((uint64_t{1} << 32) / 251 + 64);

@@ -99,6 +99,9 @@ TEST(CliCast, BadInputGivesOneLineErrors) {
   expect_one_line_error(run_fp8sim({"cast", "--bogus"}), "unrecognised option", 2);
   expect_one_line_error(run_fp8sim({"cast"}), "no values given", 2);
   expect_one_line_error(run_fp8sim({"cast", "--decode", "300"}), "not an fp8 code", 2);
+  // Seeds follow the spec's rule (seed=N): a negative number is refused, never wrapped to 2^64 - 1.
+  expect_one_line_error(run_fp8sim({"cast", "--rounding", "stochastic", "--seed", "-1", "1"}), "bad --seed '-1'", 2);
+  expect_one_line_error(run_fp8sim({"cast", "--seed", "18446744073709551616", "1"}), "2^64", 2);
   expect_one_line_error(run_fp8sim({"cast", "--in", dir + "/missing.f32", "--out", dir + "/o"}), "no such file", 1);
   const char junk[7] = {1, 2, 3, 4, 5, 6, 7};
   write_bytes(dir + "/seven.f32", junk, 7);

@@ -329,13 +329,13 @@ TEST(BenchLib, LaunchLeadIsReportedForNewRunsAndNamedAbsentInOldOnes) {
   doc["kernels"] = ks;
   bench::evaluate_targets(doc);
   std::string md = bench::render_markdown(doc);
-  EXPECT_NE(md.find("- launch lead: a 500 us GPU-side wait"), std::string::npos) << md;  // the 01:07 run's form
+  EXPECT_NE(md.find("- launch lead: a 500 us GPU-side wait"), std::string::npos) << md;  // a document measured with an idle wait
   EXPECT_NE(md.find("(the peers' file: \"not recorded\")"), std::string::npos) << md;
   doc["launch_lead_flushes"] = 8;
   md = bench::render_markdown(doc);
   EXPECT_NE(md.find("- launch lead: the L2 flush runs 8 times before each timed launch, at least 500 us"),
             std::string::npos) << md;
-  auto& obj = doc.as_object();  // a run from before 2026-12-01: no launch_lead_us
+  auto& obj = doc.as_object();  // a document measured without a lead: no launch_lead_us
   obj.erase(std::remove_if(obj.begin(), obj.end(),
                            [](const auto& kv) { return kv.first == "launch_lead_us" || kv.first == "launch_lead_flushes"; }),
             obj.end());

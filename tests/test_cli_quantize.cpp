@@ -118,6 +118,23 @@ TEST_F(CliQuantize, CodesFiles) {
   EXPECT_EQ(std::memcmp(c.f32(), q.expand_c.data(), 32), 0);
 }
 
+// Scaled 16-bit specs store 16-bit codes: --codes writes them as uint16 with the tensor's shape.
+TEST_F(CliQuantize, CodesFilesOfScaledSixteenBitSpecs) {
+  const std::vector<float> x = data(128 * 128);
+  write_npy(p("x.npy"), NpyDtype::F32, {128, 128}, x.data(), x.size() * 4);
+  for (const char* spec : {"fp16:tensor:scale=fp32", "bf16:g128:scale=pow2", "fp16:tensor"}) {
+    fs::remove(p("c.codes.npy"));
+    const CmdResult r = run(std::string("--spec ") + spec + " --in " + p("x.npy") + " --out " + p("y.npy") +
+                            " --codes " + p("c"));
+    ASSERT_EQ(r.status, 0) << spec << ": " << r.output;
+    const NpyArray codes = read_npy(p("c.codes.npy"));
+    EXPECT_EQ(codes.dtype, NpyDtype::U16) << spec;
+    EXPECT_EQ(codes.shape, (std::vector<int64_t>{128, 128})) << spec;
+    const QuantizedTensor q = quantize(x.data(), std::vector<int64_t>{128, 128}, QuantSpec::parse(spec));
+    EXPECT_EQ(codes.data, q.codes) << spec;
+  }
+}
+
 TEST_F(CliQuantize, SixteenBitInputs) {
   std::vector<uint16_t> xb(256);
   for (size_t i = 0; i < xb.size(); ++i) xb[i] = f32_to_bf16_rne(std::cos(0.1f * i) * 3);

@@ -301,7 +301,6 @@ TEST(ExpandCoat, HandComputedExponent) {
 TEST(ExpandCoat, DegenerateGroupsReproduceTheKernel) {
   // Exact agreement with the reference: the degenerate cases hit pow's exact special values.
   const std::vector<std::vector<float>> groups = {
-      std::vector<float>(128, 0.0f),              // all zero: r = 1, k = +Inf
       std::vector<float>(128, 0.75f),             // constant
       std::vector<float>(128, -3e-5f),            // constant negative
       {2.5f},                                      // single element
@@ -317,10 +316,37 @@ TEST(ExpandCoat, DegenerateGroupsReproduceTheKernel) {
     EXPECT_EQ(bits(q.scales[0]), bits(ref.s)) << "case " << t;
     for (size_t j = 0; j < xs.size(); ++j) EXPECT_EQ(q.codes[j], ref.codes[j]) << "case " << t << " elt " << j;
   }
-  // The all-zero group: k = +Inf (the kernel's degenerate behaviour, which robust mode fixes).
-  const std::vector<float> zeros(128, 0.0f);
-  const QuantizedTensor q = quantize(zeros.data(), Shape{128}, QuantSpec::parse("e4m3:g128:de=coat"));
-  EXPECT_EQ(q.expand_k[0], kInf);
+}
+
+// A group without a finite nonzero element has nothing to expand: k = c = s = 1, and its values
+// come back as under the plain spec (zeros exact, NaN as NaN, +-Inf saturated to +-448), where
+// COAT's kernel (k = +Inf) would return its epsilon 1e-30 for every element. The codes agree with
+// the kernel's for the all-zero group.
+TEST(ExpandCoat, GroupsWithoutFiniteNonzeroValuesQuantizeAsPlainScaling) {
+  const std::vector<float> zeros(128, 0.0f), nans(128, kNaN), infs(128, kInf);
+  std::vector<float> mixed(128, 0.0f);
+  mixed[3] = kNaN;
+  mixed[5] = -kInf;
+  const RefGroup kernel = coat_reference(zeros, 448, 448);
+  for (const char* spec : {"e4m3:g128:de=coat", "coat-opt", "e5m2:g128:de=coat", "e4m3:g128:de=coat:eps_add=fp32"}) {
+    for (const std::vector<float>* x : std::initializer_list<const std::vector<float>*>{&zeros, &nans, &infs, &mixed}) {
+      const QuantizedTensor q = quantize(x->data(), Shape{128}, QuantSpec::parse(spec));
+      EXPECT_EQ(q.expand_k[0], 1.0f) << spec;
+      EXPECT_EQ(q.expand_c[0], 1.0f) << spec;
+      EXPECT_EQ(q.scales[0], 1.0f) << spec;
+      const std::string plain = QuantSpec::parse(spec).format == Format::E5M2 ? "e5m2:g128" : "e4m3:g128";
+      const QuantizedTensor p = quantize(x->data(), Shape{128}, QuantSpec::parse(plain));
+      EXPECT_EQ(q.codes, p.codes) << spec;
+      const std::vector<float> y = dequantize(q), yp = dequantize(p);
+      for (size_t i = 0; i < y.size(); ++i) {
+        if (std::isnan(yp[i])) EXPECT_TRUE(std::isnan(y[i])) << spec << " " << i;
+        else EXPECT_EQ(bits(y[i]), bits(yp[i])) << spec << " " << i;
+      }
+    }
+  }
+  const QuantizedTensor z = quantize(zeros.data(), Shape{128}, QuantSpec::parse("e4m3:g128:de=coat"));
+  EXPECT_EQ(z.codes, kernel.codes);  // the kernel's codes; only k, c, s and the dequantized zeros differ
+  EXPECT_EQ(kernel.k, kInf);
 }
 
 TEST(ExpandCoat, ShortLastGroupAndE5M2Target) {

@@ -1,4 +1,4 @@
-// Format facts, the edge vectors of REFERENCE.md section 1, Philox, stochastic rounding, and the
+// Format facts, the format edge vectors (docs/numerics.md), Philox, stochastic rounding, and the
 // 16-bit and E8M0 helpers.
 #include <gtest/gtest.h>
 
@@ -54,7 +54,7 @@ TEST(Formats, ParseNamesAndErrors) {
   }
 }
 
-// REFERENCE.md section 1, "Edge vectors", one by one.
+// The format edge vectors (docs/numerics.md, "Formats"), one by one.
 TEST(Formats, ReferenceEdgeVectors) {
   EXPECT_EQ(e4m3(464.0f), 0x7E);          // tie between 448 and (480): even -> 448
   EXPECT_EQ(e4m3(465.0f, true), 0x7E);    // SATFINITE
@@ -75,7 +75,7 @@ TEST(Formats, ReferenceEdgeVectors) {
   EXPECT_EQ(e5m2(-NAN), 0x7F);
 }
 
-// Double rounding (REFERENCE.md): 0x3F97E000 -> 0x39 directly; via bf16 it would be 0x3A.
+// Double rounding: 0x3F97E000 -> 0x39 directly; via bf16 it would be 0x3A.
 TEST(Formats, NoDoubleRoundingFromBf16OrFp32) {
   const float x = f32_from_bits(0x3F97E000u);
   EXPECT_EQ(e4m3(x), 0x39);

@@ -1,5 +1,5 @@
 // The memory model (sim/memory): each term on its own, COAT's Table 2 exactly, Figure 1(c) and
-// Table 7 within the tolerances (paper values from REFERENCE.md section 4, typed here from
+// Table 7 within the stated tolerances (paper values typed here from
 // the paper, never computed by fp8sim).
 #include <gtest/gtest.h>
 
@@ -294,7 +294,7 @@ TEST(MemoryTable7, OptimizerWithin5Percent) {
     const Footprint f = compute_footprint(model::load_model(r.model), opts(r.recipe, r.gpus, r.batch, r.seq));
     if (std::string(r.recipe) == "coat") {
       // As in Fig. 1(c), the paper's COAT optimizer is 1/4 of BF16's: the FP8 codes without DE's
-      // metadata. The codes match on every row; codes + metadata is +4.8% to +7.2% (README).
+      // metadata. The codes match on every row; codes + metadata is +4.8% to +7.2% (docs/memory-model.md).
       expect_rel(gib(f.optimizer_states), r.optimizer, 0.05, label(r) + " optimizer codes");
     } else {
       expect_rel(gib(f.optimizer()), r.optimizer, 0.05, label(r) + " optimizer");
@@ -303,7 +303,7 @@ TEST(MemoryTable7, OptimizerWithin5Percent) {
 }
 
 TEST(MemoryTable7, ActivationsWithin10PercentOnTheRowsFp8simMatches) {
-  // Matched: every BF16 row, COAT on 1 GPU and Llama-30B. Not matched (README explains): TE and
+  // Matched: every BF16 row, COAT on 1 GPU and Llama-30B. Not matched (docs/memory-model.md explains): TE and
   // COAT on 2-8 GPUs are 12-14% below the paper, whose Table 7 exceeds its own Table 2 accounting
   // by ~3.5U per layer for these recipes; Llama-2-13B at context 1024 (paper 10.1 GiB is 1.8x the
   // per-token accounting of the same model at context 2048 halved).
@@ -319,7 +319,7 @@ TEST(MemoryTable7, ActivationsWithin10PercentOnTheRowsFp8simMatches) {
 TEST(MemoryTable7, OutOfMemoryWhereThePaperSaysSo) {
   // BF16 and TE cannot train Llama-2-7B on 1 GPU, Llama-2-13B on 2 GPUs (context 1024) or
   // Llama-30B on 8 GPUs at batch 1. (Llama-2-7B on 2 GPUs at batch 2: the paper reports OOM,
-  // fp8sim predicts 75.7 / 71.4 GiB, which fits: not matched, see README.)
+  // fp8sim predicts 75.7 / 71.4 GiB, which fits: not matched, see docs/memory-model.md.)
   struct Oom {
     const char* model;
     int64_t gpus, seq;
@@ -334,7 +334,7 @@ TEST(MemoryTable7, OutOfMemoryWhereThePaperSaysSo) {
 
 TEST(MemoryTable7, MaxBatchEqualsThePapersColumnOnTheRowsFp8simMatches) {
   // The paper's column holds powers of two (1, 2, 4, 8), so fp8sim's power-of-two search is
-  // compared. Not matched (README): Llama-2-7B on 4 GPUs, BF16 and TE (fp8sim 4, paper 2), on 2
+  // compared. Not matched (docs/memory-model.md): Llama-2-7B on 4 GPUs, BF16 and TE (fp8sim 4, paper 2), on 2
   // GPUs BF16 and TE (fp8sim 2, paper 1), and Llama-2-13B on 2 GPUs at context 1024 (2 vs 1).
   for (const auto& r : kTable7) {
     const std::string rec = r.recipe;

@@ -74,6 +74,7 @@ TEST(OptimCli, BadInputOneLineErrorNoPartialOutput) {
       {{"optim", kSample, "--steps", "two", "--json", json}, 2, "steps"},
       {{"optim", kSample, "--update", "sgd", "--json", json}, 2, "sgd"},
       {{"optim", kSample, "--rounding", "up", "--json", json}, 2, "up"},
+      {{"optim", kSample, "--rounding", "stochastic", "--seed", "-1", "--json", json}, 2, "bad --seed '-1'"},
       {{"optim", kSample, "--table1-step", "7", "--json", json}, 1, "step 7"},
       {{"optim", kSample, "--frobnicate"}, 2, "frobnicate"},
       {{"optim", kSample, "--json", dir}, 1, dir},  // the output path is a directory

@@ -59,7 +59,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * 4) == 0);
 }
 
-// The reference step, written out by hand from REFERENCE.md section 2: dequantize with sim/quant,
+// The reference step, written out by hand from COAT's update rule (docs/optimizer.md): dequantize with sim/quant,
 // COAT's formula with plain fp32 operators (contraction is off for the whole build), requantize
 // the NEW moments with sim/quant under the same spec and rounding key.
 struct RefState {
@@ -279,7 +279,7 @@ TEST(OptimLowp, MemoryAccountingIsExact) {
     const int64_t groups = (n + 127) / 128;
     EXPECT_EQ(state_bytes(StateRecipe::parse("fp32"), n), static_cast<size_t>(8 * n));
     EXPECT_EQ(state_bytes(StateRecipe::parse("bf16"), n), static_cast<size_t>(4 * n));
-    // COAT: 1 B codes + fp32 s, k, c per 128-group, both moments (REFERENCE.md: ~0.19 B/param).
+    // COAT: 1 B codes + fp32 s, k, c per 128-group, both moments (~0.19 B/param).
     EXPECT_EQ(state_bytes(StateRecipe::parse("coat"), n), static_cast<size_t>(2 * (n + 12 * groups)));
     EXPECT_EQ(state_bytes(StateRecipe::parse("coat-noexpand"), n), static_cast<size_t>(2 * (n + 4 * groups)));
     EXPECT_EQ(state_bytes(StateRecipe::parse("te-fp8"), n), static_cast<size_t>(2 * (n + 4)));

@@ -55,7 +55,7 @@ TEST(OptimReplaySample, Table1IsFiniteAndExpansionHelps) {
   EXPECT_GT(num(doc.at("table1_details").at("v_flushed_frac").at("E4M3")), 0.0);
   // Table 1 covers every parameter of the model (the "full" step), not only the window.
   EXPECT_GT(doc.at("moments").at("elements").as_int(), doc.at("window").at("elements").as_int());
-  // The paper's matrix travels with the result (REFERENCE.md section 4).
+  // The paper's matrix travels with the result (Xi et al., ICLR 2025, Table 1).
   EXPECT_DOUBLE_EQ(num(doc.at("table1_paper").at("E4M3+Expand").at("E4M3+Expand")), 12.31);
   EXPECT_DOUBLE_EQ(num(doc.at("table1_paper").at("E5M2").at("E5M2")), 40.30);
 }

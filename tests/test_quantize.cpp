@@ -126,10 +126,40 @@ TEST(QuantizeHand, ScaleModes) {
   }
   // eps (COAT's weights: amax + 1e-10 in fp32) changes nothing for amax = 7 (1e-10 < ulp/2)
   // but makes an all-zero tensor scale 1e-10/448 instead of 1.
-  EXPECT_EQ(q_of({7.0f}, {1}, "coat-w").scales[0], 0x1p-6f);
-  EXPECT_EQ(q_of({0.0f, 0.0f}, {2}, "coat-w").scales[0], 1e-10f / 448.0f);
+  // coat-w forms amax / 448 as PyTorch's CUDA division by a scalar does: amax * RN(1/448).
+  EXPECT_EQ(q_of({7.0f}, {1}, "coat-w").scales[0], 7.0f * (1.0f / 448.0f));
+  EXPECT_EQ(q_of({0.0f, 0.0f}, {2}, "coat-w").scales[0], 1e-10f * (1.0f / 448.0f));
+  EXPECT_EQ(q_of({0.0f, 0.0f}, {2}, "e4m3:tensor:eps=1e-10").scales[0], 1e-10f / 448.0f);
   // fp64 eps add (COAT's optimizer kernel without DE): float(double(amax) + 1e-20).
   EXPECT_EQ(q_of({0.0f}, {1}, "coat-opt-noexpand").scales[0], static_cast<float>(1e-20) / 448.0f);
+}
+
+// TransformerEngine's power-of-two current scaling, transcribed: scale = fmax / amax (FLT_MAX when
+// that overflows), its mantissa bits cleared; the dequantizing scale is 1/scale.
+float te_pow2_scale(float amax, float fmax) {
+  float m = fmax / amax;
+  if (std::isinf(m)) m = std::numeric_limits<float>::max();
+  return 1.0f / std::ldexp(1.0f, std::ilogb(m));
+}
+
+// scale=pow2 is TE's rule for every amax, including those where amax/fmax is subnormal (there
+// the smallest power of two >= amax/fmax is a different, smaller scale).
+TEST(QuantizeHand, Pow2ScaleIsTransformerEnginesRule) {
+  EXPECT_EQ(q_of({2.6331075e-36f}, {1}, "e4m3:tensor:scale=pow2").scales[0], 0x1p-126f);
+  EXPECT_EQ(q_of({1e-45f}, {1}, "e4m3:tensor:scale=pow2").scales[0], 0x1p-127f);  // FLT_MAX's power
+  std::mt19937 g(7);
+  for (const char* spec : {"e4m3:tensor:scale=pow2", "e5m2:tensor:scale=pow2", "fp16:tensor:scale=pow2"}) {
+    const QuantSpec sp = QuantSpec::parse(spec);
+    std::vector<uint32_t> patterns;
+    for (uint32_t u = 1; u < 0x05000000u; u += 997) patterns.push_back(u);  // subnormal t and around
+    for (int i = 0; i < 20000; ++i) patterns.push_back(1u + g() % 0x7F7FFFFFu);
+    for (uint32_t u : patterns) {
+      float a;
+      std::memcpy(&a, &u, 4);
+      const QuantizedTensor q = quantize(&a, Shape{1}, sp);
+      ASSERT_EQ(bits(q.scales[0]), bits(te_pow2_scale(a, sp.fmax()))) << spec << " amax " << a;
+    }
+  }
 }
 
 TEST(QuantizeHand, E5M2) {
@@ -250,7 +280,7 @@ NaiveResult naive_quantize(const std::vector<float>& x, int64_t rows, int64_t co
         const float t = amax / fmax;
         if (scale == "fp32") sq = ss = t;
         else if (scale == "bf16") { sq = t; ss = bf16_round(t); }
-        else if (scale == "pow2") sq = ss = pow2_up(t);
+        else if (scale == "pow2") sq = ss = te_pow2_scale(amax, fmax);
         else if (scale == "e8m0") sq = ss = std::max(pow2_up(t), std::ldexp(1.0f, -127));
       }
       squant[gi * gc + gj] = sq;
@@ -348,7 +378,7 @@ TEST(QuantizeInput, Bf16InputIsWidenedExactly) {
 }
 
 TEST(QuantizeInput, NoDoubleRounding) {
-  // REFERENCE.md: fp32 1.1865234375 -> E4M3 0x39 directly; through bf16 first it would tie to 0x3A.
+  // fp32 1.1865234375 -> E4M3 0x39 directly; through bf16 first it would tie to 0x3A.
   const QuantizedTensor q = q_of({1.1865234375f, 448.0f}, {2}, "e4m3:tensor");
   EXPECT_EQ(q.scales[0], 1.0f);
   EXPECT_EQ(q.codes[0], 0x39);
@@ -450,12 +480,51 @@ struct TeRule {
     float a = use_max ? 0.0f : amax;
     if (use_max)
       for (float h : hist) a = std::max(a, h);
-    if (a > 0.0f && std::isfinite(a)) scale = (fmax / a) / std::ldexp(1.0f, margin);
+    if (!(a > 0.0f && std::isfinite(a))) return;
+    // TransformerEngine's update: the margin-reduced maximum over the amax, FLT_MAX on overflow.
+    const float scaled_max = fmax * std::ldexp(1.0f, -margin);
+    scale = scaled_max / a;
+    if (std::isinf(scale)) scale = std::numeric_limits<float>::max();
   }
 };
 
+// A tiny amax (below fmax / FLT_MAX) must give TE's FLT_MAX scale, never +Inf: the next step's
+// zeros stay zero codes and the stored scale is 1/FLT_MAX, not 0.
+TEST(QuantizeDelayed, TinyAmaxGivesFltMaxScale) {
+  const QuantSpec s = QuantSpec::parse("e4m3:tensor:delayed=1,max");
+  DelayedScaler sc(s);
+  QuantizeOptions o;
+  o.delayed = &sc;
+  const std::vector<float> tiny(8, 1e-37f);
+  (void)quantize(tiny.data(), Shape{8}, s, o);
+  EXPECT_EQ(sc.scale(), std::numeric_limits<float>::max());
+  const std::vector<float> x = {0, 1, 2, 0, -1, 0, 3, 0};
+  const QuantizedTensor q = quantize(x.data(), Shape{8}, s, o);
+  const std::vector<uint8_t> want = {0x00, 0x7E, 0x7E, 0x00, 0xFE, 0x00, 0x7E, 0x00};
+  EXPECT_EQ(q.codes, want);
+  EXPECT_EQ(q.scales[0], 1.0f / std::numeric_limits<float>::max());
+  EXPECT_GT(q.scales[0], 0.0f);
+  // The boundary: the largest amax whose scale overflows, and the next fp32 value above it.
+  for (const char* spec : {"e4m3:tensor:delayed=1", "e5m2:tensor:delayed=1", "e4m3:tensor:delayed=1,max,margin=3"}) {
+    const QuantSpec t = QuantSpec::parse(spec);
+    const float scaled_max = t.fmax() * std::ldexp(1.0f, -t.delayed.margin);
+    float lo = 0x1p-149f, hi = 1.0f;  // scaled_max / lo overflows, scaled_max / hi does not
+    while (std::nextafter(lo, hi) != hi) {
+      const float mid = std::sqrt(lo) * std::sqrt(hi);
+      const float m = (mid > lo && mid < hi) ? mid : std::nextafter(lo, hi);
+      (std::isinf(scaled_max / m) ? lo : hi) = m;
+    }
+    DelayedScaler a(t), b(t);
+    a.update(lo);
+    b.update(hi);
+    EXPECT_EQ(a.scale(), std::numeric_limits<float>::max()) << spec;
+    EXPECT_EQ(bits(b.scale()), bits(scaled_max / hi)) << spec;
+    EXPECT_TRUE(std::isfinite(b.scale())) << spec;
+  }
+}
+
 TEST(QuantizeDelayed, ReproducesTransformerEngineRule) {
-  const std::vector<float> amaxes = {2, 8, 0, 1, kInf, 3, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 7};
+  const std::vector<float> amaxes = {2, 8, 0, 1, kInf, 3, 1e-37f, 0x1p-149f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 7};
   for (const char* spec : {"e4m3:tensor:delayed=4,max,margin=1", "e4m3:tensor:delayed=4,recent",
                            "e5m2:tensor:delayed=1024,max"}) {
     const QuantSpec s = QuantSpec::parse(spec);
@@ -523,7 +592,8 @@ TEST(QuantizeProperty, DequantizeQuantizeIsIdempotent) {
   const std::vector<float> x = wide_data(217 * 300, 29);
   const Shape shape{217, 300};
   for (const char* spec : {"e4m3:tensor", "e4m3:row", "e4m3:col", "e4m3:g128", "e4m3:g16", "e4m3:b128x128",
-                           "e5m2:g128", "e4m3:g128:scale=pow2", "mxfp8", "mxfp8-e5m2", "coat-act", "deepseek-w",
+                           "e5m2:g128", "e4m3:g128:scale=pow2", "mxfp8", "mxfp8-e5m2", "e4m3:g16:scale=bf16:eps=1e-10",
+                           "e4m3:b128x128",
                            "e4m3:g32:round=stochastic:seed=3", "bf16", "fp16", "fp16:tensor:scale=pow2"}) {
     const QuantizedTensor q1 = q_of(x, shape, spec);
     const std::vector<float> y1 = dequantize(q1);

@@ -498,7 +498,7 @@ TEST(SpeedReport, ModelledFromACalibrationFile) {
                   ms[2].at("tokens_per_s_per_gpu").as_number() / ms[0].at("tokens_per_s_per_gpu").as_number(), 1e-12);
     }
   EXPECT_EQ(with_ratio, 5);
-  EXPECT_NEAR(t7[2].at("paper_coat_vs_bf16").as_number(), 11257.0 / 7730.0, 1e-12);  // REFERENCE.md Table 7
+  EXPECT_NEAR(t7[2].at("paper_coat_vs_bf16").as_number(), 11257.0 / 7730.0, 1e-12);  // COAT Table 7
   EXPECT_NEAR(t7[2].at("paper_te_vs_bf16").as_number(), 9577.0 / 7730.0, 1e-12);
   // Figure 4(b): four sizes, group scaling = stage-1 extra + stage 2.
   const auto& f = doc.at("fig4b").as_array();

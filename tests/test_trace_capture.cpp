@@ -1,6 +1,6 @@
 // scripts/capture_trace.py end to end: a few steps of real PyTorch training in both modes, read
 // back by the C++ reader. Needs a Python with torch and h5py: FP8SIM_TORCH_PYTHON, else
-// /opt/torchenv/bin/python, else python3. CI has no PyTorch: there the tests skip and say why.
+// $FP8SIM_TORCH_PYTHON, else python3. CI has no PyTorch: there the tests skip and say why.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -27,7 +27,6 @@ std::string quote(const std::string& s) {
 std::string torch_python(std::string& why) {
   std::vector<std::string> cands;
   if (const char* e = std::getenv("FP8SIM_TORCH_PYTHON")) cands.push_back(e);
-  cands.push_back("/opt/torchenv/bin/python");
   cands.push_back("python3");
   for (const auto& c : cands) {
     const auto r = test::run_shell(quote(c) + " -c 'import torch, h5py, numpy'");

@@ -1,4 +1,4 @@
-// The only file that talks to HDF5 (DESIGN.md principle 8). Everything HDF5 reports is turned
+// The only file that talks to HDF5 (one vendor API per file). Everything HDF5 reports is turned
 // into a one-line fp8sim::Error here; HDF5's own error-stack printing is switched off.
 #include "traces/trace.hpp"
 

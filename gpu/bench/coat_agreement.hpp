@@ -4,7 +4,7 @@
 // state; this runs fp8sim's kernel on the same inputs (step 1 from the initial state, step 2 from
 // COAT's step-1 state) and counts equal codes, scales, k, c and parameters. Groups whose new
 // moment holds an exact zero or a single magnitude are "degenerate" (COAT's kernel mishandles
-// them, REFERENCE.md section 2) and are reported apart.
+// them, docs/numerics.md, "Dynamic Range Expansion") and are reported apart.
 #include <string>
 
 #include "sim/common/json.hpp"

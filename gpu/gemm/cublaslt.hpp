@@ -14,9 +14,12 @@
 //   Row:    x_scale -> M floats (one per row of X), w_scale -> N floats (one per row of W).
 //   Block:  x_scale -> 1x128 groups of X in cuBLAS's VEC128_32F layout, w_scale -> 128x128
 //           blocks of W in BLK128x128_32F layout; build both from row-major tables with
-//           vec128_scales_for_cublas / blk128_scales_for_cublas below.
+//           vec128_scales_for_cublas / blk128_scales_for_cublas below. Both tables start 16-byte
+//           aligned and M and N are multiples of 4 ("cuBLAS Library", section "Scaling factors
+//           layouts" of the 128-element 1D and 128x128 2D block scaling): plan() checks both.
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -60,13 +63,73 @@ struct GemmArgs {
   const float* w_scale = nullptr;
 };
 
-// What the heuristic offered and what timing chose.
+// One cuBLASLt configuration: what the heuristic offered, what the search enumerated, what
+// timing chose.
 struct GemmAlgoInfo {
   int algo_id = -1, tile_id = -1, splitk = -1, stages_id = -1, cluster_id = -1, swizzle = -1;
-  bool from_search = false;  // a configuration the search found beat the heuristic's candidates
+  // The plan's chosen algorithm: a configuration the search found beat the heuristic's candidates.
+  // A candidate (CublasLt::enumerate, GemmPlan::rejected): it comes from the search, not the
+  // heuristic.
+  bool from_search = false;
   size_t workspace = 0;
   float median_ms = 0;  // from the candidate timing (no L2 flush; selection only)
+  // cublasLtMatmulTile_t as "rows x columns" of the output tile in cuBLAS's terms (rows run along
+  // W's N, columns along X's M: D is N x M), e.g. "32x64"; "undefined" or "id N" when unknown.
+  std::string tile() const;
+  // algo_id ... cta_swizzling, from_search, workspace_bytes, selection_median_ms, tile.
+  Json to_json() const;
 };
+
+// A configuration the plan's validation refused: its output on the plan's shape disagreed with the
+// reference algorithm's (CublasLt::plan), and why.
+struct GemmRejection {
+  GemmAlgoInfo algo;
+  std::string reason;
+};
+
+// One configuration CublasLt::enumerate lists, runnable through CublasLt::plan_for.
+struct GemmCandidate {
+  GemmAlgoInfo info;
+  int heuristic_rank = -1;  // 0 = the heuristic's first (the validation's reference); -1 = from the search
+  // Non-empty for a search configuration cublasLtMatmulAlgoCheck accepts but the search leaves
+  // out: why (search_exclusion in cublaslt.cpp gives the rule and its grounds). Never set for the
+  // heuristic's candidates.
+  std::string excluded;
+  std::array<uint64_t, 8> algo{};  // the opaque cublasLtMatmulAlgo_t
+};
+
+// How closely two cuBLASLt algorithms' results of the same GEMM (same shape, config and operands)
+// must agree: the criterion of CublasLt::plan's validation. Derivation in cublaslt.cpp.
+// Elementwise: |test - ref| <= rel_elem * (P_ij + |ref_ij|) + rel_out * |ref_ij| + abs_floor, where
+// P_ij = rms(ref row i) * rms(ref column j) / rms(ref) is the output's scale at (i, j) (what
+// |ref_ij| would be without cancellation). Whole: ||test - ref||_F <= rel_fro * ||ref||_F.
+// Non-finite values must match place by place.
+struct GemmAgreementTolerance {
+  double rel_fro = 0;
+  double rel_elem = 0;
+  double rel_out = 0;  // the output rounding of the two results
+  double abs_floor = 0;
+  std::string derivation;  // one line, the numbers plugged in
+  Json to_json() const;
+};
+GemmAgreementTolerance gemm_agreement_tolerance(int64_t k, const GemmConfig& config);
+
+struct GemmAgreement {
+  int64_t elements = 0;
+  int64_t over_tolerance = 0;      // elements over the elementwise bound
+  int64_t nonfinite_mismatch = 0;  // NaN/Inf in one result and not the same in the other
+  double rel_fro = 0;              // ||test - ref||_F / ||ref||_F (0 when both are 0)
+  double rel_fro_bound = 0;        // the tolerance's rel_fro
+  double max_err_over_bound = 0;   // worst |test - ref| / elementwise bound
+  int64_t worst_row = -1, worst_col = -1;
+  float worst_test = 0, worst_ref = 0;
+  bool fro_ok = true;
+  bool agrees() const { return fro_ok && over_tolerance == 0 && nonfinite_mismatch == 0; }
+  std::string describe() const;  // one line: the numbers a rejection reports
+};
+// test, ref: (m, n) row-major.
+GemmAgreement check_gemm_agreement(const float* test, const float* ref, int64_t m, int64_t n,
+                                   const GemmAgreementTolerance& tol);
 
 // A planned GEMM: descriptors + the chosen algorithm. Obtain from CublasLt::plan.
 class GemmPlan {
@@ -86,10 +149,17 @@ class GemmPlan {
   int candidates() const { return candidates_; }
   // Configurations beyond the heuristic's that the search (CublasLt::plan's `search`) timed.
   int searched() const { return searched_; }
-  // Configurations cublasLtMatmulAlgoCheck accepted, up to the `search` limit of CublasLt::plan
-  // (searched() of them were timed within the time budget).
+  // Configurations cublasLtMatmulAlgoCheck accepted and the search did not exclude, up to the
+  // `search` limit of CublasLt::plan (searched() of them were validated and timed within the time
+  // budget).
   int search_accepted() const { return search_found_; }
-  // JSON summary (config, status, chosen algorithm, candidate count).
+  // Configurations cublasLtMatmulAlgoCheck accepted that the search leaves out (GemmCandidate::excluded).
+  int search_excluded() const { return search_excluded_; }
+  // Candidates whose output was compared with the reference algorithm's before timing (the
+  // reference itself not counted), and those the comparison refused, each with its reason.
+  int validated() const { return validated_; }
+  const std::vector<GemmRejection>& rejected() const { return rejected_; }
+  // JSON summary (config, status, chosen algorithm, candidate count, validation).
   Json to_json() const;
 
   struct Impl;
@@ -105,6 +175,12 @@ class GemmPlan {
   int candidates_ = 0;
   int searched_ = 0;
   int search_found_ = 0;
+  int search_excluded_ = 0;
+  int validated_ = 0;
+  std::vector<GemmRejection> rejected_;
+  bool validation_ = false;             // the candidates were validated (see CublasLt::plan)
+  GemmAlgoInfo validation_reference_;   // the algorithm whose output the others had to match
+  GemmAgreementTolerance validation_tolerance_;
 };
 
 class CublasLt {
@@ -123,12 +199,38 @@ class CublasLt {
   // (warm-up + timing_reps timed launches, CUDA events) and keeps the fastest. With search > 0
   // (and timing), also enumerates the configurations cuBLASLt accepts for these descriptors
   // (every algorithm id x tile x stages x cluster shape x CTA swizzle that cublasLtMatmulAlgoCheck
-  // passes, no split-K), times up to `search` of them once each, and re-times the fastest few
-  // against the heuristic's best: the heuristic's choice is only a prediction. Never throws
-  // for a configuration the library refuses: returns a plan with supported() == false.
-  // Throws fp8sim::Error for invalid arguments (shapes, formats) and CUDA failures.
+  // passes, no split-K, less those GemmCandidate::excluded names), times up to `search` of them
+  // once each, and re-times the fastest few against the heuristic's best: the heuristic's choice
+  // is only a prediction.
+  // Validation: when there is a choice (timing_reps > 0, and the heuristic returned more than one
+  // candidate or search > 0), every candidate other than the reference (the heuristic's first that
+  // runs) is run once on this shape before it is timed, on X and W of `args` with scale tables of
+  // the plan's own (different per row and block, so that a kernel applying the wrong scale shows),
+  // and its output is compared with the reference's on the same operands (check_gemm_agreement);
+  // one that disagrees is never timed or chosen and is listed in rejected(). The cuBLAS
+  // documentation says cublasLtMatmulAlgoCheck's success "doesn't fully guarantee that the algo
+  // will run" ("cuBLAS Library", cublasLtMatmulAlgoCheck()); a configuration it accepts can also
+  // compute a wrong result.
+  // Writes args.y. Never throws for a configuration the library refuses: returns a plan with
+  // supported() == false. Throws fp8sim::Error for invalid arguments (shapes, formats, the scale
+  // layout requirements of block scaling) and CUDA failures.
   GemmPlan plan(const GemmShape& shape, const GemmConfig& config, const GemmArgs& args, cudaStream_t stream,
                 int max_candidates = 8, int timing_reps = 5, int search = 0);
+
+  // Every configuration plan() may consider for these arguments, without running any: the
+  // heuristic's up to `max_candidates` (in its order; those whose state is not success or whose
+  // workspace exceeds ours left out), then every configuration the search enumerates, in the
+  // search's order, including those it excludes (GemmCandidate::excluded says why) and with no
+  // time budget or `search` limit: plan()'s search considers a subset of the non-excluded ones
+  // (those its limit and time budget reach), in the same order. Empty when the heuristic refuses
+  // the configuration. Same argument checks as plan().
+  std::vector<GemmCandidate> enumerate(const GemmShape& shape, const GemmConfig& config, const GemmArgs& args,
+                                       int max_candidates = 8);
+  // A plan that runs exactly this candidate (from enumerate with the same shape, config and
+  // operand alignments): no heuristic, timing or validation. supported() == false when
+  // cublasLtMatmulAlgoCheck refuses it.
+  GemmPlan plan_for(const GemmShape& shape, const GemmConfig& config, const GemmArgs& args,
+                    const GemmCandidate& candidate);
 
   // Enqueues the planned GEMM on `stream` with these operands (same shape and config).
   void run(const GemmPlan& plan, const GemmArgs& args, cudaStream_t stream);

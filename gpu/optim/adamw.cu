@@ -142,10 +142,11 @@ __device__ __noinline__ uint32_t encode4_ref(float v0, float v1, float v2, float
   return w;
 }
 
-// Codes of 4 encoder inputs (the first `valid`), packed little-endian.
-__device__ __forceinline__ uint32_t encode4_fast(const float (&v)[4], int valid, const optim::GroupMomentConsts& mc,
-                                                 bool hw, uint64_t idx) {
-  if (hw && valid == 4) {
+// Codes of 4 encoder inputs (the first `valid`), packed little-endian. `full` is valid == 4,
+// computed by the caller from the unclamped count (see the kernel's full_lane).
+__device__ __forceinline__ uint32_t encode4_fast(const float (&v)[4], int valid, bool full,
+                                                 const optim::GroupMomentConsts& mc, bool hw, uint64_t idx) {
+  if (hw && full) {
     const uint32_t lim = mc.saturate ? 0x7F800000u : (mc.format == 0 ? 0x43E00000u : 0x47600000u);
     uint32_t m = 0;
 #pragma unroll
@@ -214,6 +215,7 @@ __device__ __forceinline__ optim::GroupParams group_params_fast(const GroupStatB
                                                                 const optim::GroupMomentConsts& mc, float log2_bound) {
   if (!mc.expand) return optim::group_params_from_stats(st, mc);
   float amax = group_absmax_value(st), amin = group_absmin_value(st);
+  if (!(amax > 0.0f)) return optim::GroupParams{};  // coat_group_expand_params: k = c = s = 1
   double eps = mc.scale.eps;
   if (mc.scale.eps_add != EpsAdd::Fp64) {  // eps added in fp32 (group_params_from_stats)
     const float e32 = static_cast<float>(mc.scale.eps);
@@ -285,10 +287,12 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
       valid = valid < 0 ? 0 : (valid > EPL ? EPL : valid);
     }
     const int64_t idx = i0 + start;
-    // Whole 16-byte / 4-byte words for this lane. (Written as `vec && valid == EPL` inline, nvcc
-    // 13.0 sent 30 of 32 lanes down the element-wise path in the bench's launch, ncu showed: both
-    // paths ran every iteration. FULL launches need no element-wise path at all.)
-    const bool vec_lane = FULL ? active : (vec && len - start >= EPL);
+    // Whole 16-byte / 4-byte words for this lane. Tested on len - start, not as valid == EPL: ptxas
+    // 13.0 folds the clamp above and that comparison into one VIMNMX.RELU whose predicate is not
+    // valid == EPL (QuantizeGpu.ToolchainClampGuardProbe measures it). FULL launches need no
+    // element-wise path at all.
+    const bool full_lane = FULL ? active : len - start >= EPL;  // valid == EPL
+    const bool vec_lane = FULL ? active : (vec && full_lane);
 
     float pv[EPL], gv[EPL];
     uint8_t qm[EPL], qv[EPL];
@@ -358,7 +362,7 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
       special_m |= (f32_bits(q_m[j]) & 0x7FFFFFFFu) >= 0x7F800000u ? 1u : 0u;  // Inf, NaN
       special_v |= (f32_bits(q_v[j]) & 0x7FFFFFFFu) >= 0x7F800000u ? 1u : 0u;
     }
-    if (kTable && dt_m && valid == EPL && special_m == 0u) {
+    if (kTable && dt_m && full_lane && special_m == 0u) {
 #pragma unroll
       for (int j = 0; j < EPL; ++j)
         mv[j] = decode_table_finite(q_m[j], mant_tab[kTable ? team_in_block : 0][mant_index(q_m[j])], gm_old);
@@ -372,7 +376,7 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
         }
       }
     }
-    if (kTable && dt_v && valid == EPL && special_v == 0u) {
+    if (kTable && dt_v && full_lane && special_v == 0u) {
 #pragma unroll
       for (int j = 0; j < EPL; ++j)
         vvv[j] = decode_table_finite(q_v[j], mant_tab[kTable ? team_in_block : 0][8 + mant_index(q_v[j])], gv_old);
@@ -448,7 +452,7 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
         const int vw_valid = valid - 4 * w < 0 ? 0 : (valid - 4 * w > 4 ? 4 : valid - 4 * w);
 #pragma unroll
         for (int j = 0; j < 4; ++j) tm[j] = j < vw_valid ? transform_fast(mv[4 * w + j], gm_new, cm) : 0.0f;
-        mw[w] = vw_valid > 0 ? encode4_fast(tm, vw_valid, cm, hw_m, static_cast<uint64_t>(idx + 4 * w)) : 0u;
+        mw[w] = vw_valid > 0 ? encode4_fast(tm, vw_valid, valid - 4 * w >= 4, cm, hw_m, static_cast<uint64_t>(idx + 4 * w)) : 0u;
       }
     }
     if (fe_v) {
@@ -468,7 +472,7 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
         const int vw_valid = valid - 4 * w < 0 ? 0 : (valid - 4 * w > 4 ? 4 : valid - 4 * w);
 #pragma unroll
         for (int j = 0; j < 4; ++j) tv[j] = j < vw_valid ? transform_fast(vvv[4 * w + j], gv_new, cv) : 0.0f;
-        vw[w] = vw_valid > 0 ? encode4_fast(tv, vw_valid, cv, hw_v, static_cast<uint64_t>(idx + 4 * w)) : 0u;
+        vw[w] = vw_valid > 0 ? encode4_fast(tv, vw_valid, valid - 4 * w >= 4, cv, hw_v, static_cast<uint64_t>(idx + 4 * w)) : 0u;
       }
     }
     if (counts != nullptr) {  // test hook

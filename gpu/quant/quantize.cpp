@@ -104,7 +104,16 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
   } else {
     FP8SIM_REQUIRE(out.scales, "GPU quantize: null scales pointer");
     if (spec.has_expand()) FP8SIM_REQUIRE(out.expand_k && out.expand_c, "GPU quantize: DE needs k and c outputs");
-    if (spec.delayed.enabled()) {
+    if (spec.de_min != DeMin::Nonzero)
+      throw UsageError(fmt::format("GPU quantize: {} (de_min=kernel, COAT's lane-by-lane group minimum) is emulated "
+                                   "on the CPU only", spec.to_string()));
+    const bool team_fits = g.group_rows == 1 && g.group_cols <= kTeamMaxGroup;
+    if (spec.apply != Apply::Div) {
+      // x * RN(1/s), x * m (TE) or div.full(x, s): the team and block kernels apply any form
+      // (per tensor that is one block for the whole tensor: exact, not tuned for speed).
+      L.mode = 0;
+      L.kind = team_fits ? detail::QuantLaunch::Kind::Team : detail::QuantLaunch::Kind::Block;
+    } else if (spec.delayed.enabled()) {
       L.kind = detail::QuantLaunch::Kind::Tensor;
       L.mode = 1;
       L.params.delayed_scale = opts.delayed_scale;

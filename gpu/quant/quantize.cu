@@ -16,7 +16,9 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
+#include "gpu/common/buffer.hpp"
 #include "gpu/common/cuda_check.hpp"
 #include "gpu/quant/dmath_gpu.cuh"
 #include "gpu/quant/guarded_encode.cuh"
@@ -45,12 +47,7 @@ __device__ __forceinline__ GroupQ group_params(const QuantKernelParams& P, int m
   const float absmax = f32_from_bits(st.amax);
   const float absmin = st.amin == 0x7F800000u ? 0.0f : f32_from_bits(st.amin);
   if (mode == kCoat) {
-    if (P.eps_add_fp64) {
-      g.ep = coat_expand_params(absmax, absmin, P.fmax, P.fmax_target, P.eps);
-    } else {  // eps added in fp32, then the same formulas (as quantize.cpp)
-      const float e32 = static_cast<float>(P.eps);
-      g.ep = coat_expand_params(add_rn(absmax, e32), add_rn(absmin, e32), P.fmax, P.fmax_target, 0.0);
-    }
+    g.ep = coat_group_expand_params(absmax, absmin, P.fmax, P.fmax_target, P.eps, P.eps_add_fp64);
     g.s_stored = g.ep.s;
   } else if (mode == kDelayed) {
     g.sq = P.delayed_scale;
@@ -68,8 +65,8 @@ __device__ __forceinline__ uint8_t encode_value(const QuantKernelParams& P, floa
 }
 
 template <int MODE>
-__device__ __forceinline__ float transform(float x, const GroupQ& g) {
-  if constexpr (MODE == kPlain) return div_rn(x, g.sq);
+__device__ __forceinline__ float transform(const QuantKernelParams& P, float x, const GroupQ& g) {
+  if constexpr (MODE == kPlain) return apply_scale(x, g.sq, P.scale);
   else if constexpr (MODE == kDelayed) return mul_rn(x, g.sq);
   else return expand_value(x, g.ep);
 }
@@ -126,11 +123,22 @@ __device__ __forceinline__ void coat_encode16(const QuantKernelParams& P, const 
   }
 }
 
+// One team of `team` lanes per 1xG group, 16 elements per lane. A lane loads and stores only its
+// own `valid` elements (0..16), one element at a time, so the last group of a row (shorter than
+// the team) and the teams past the last group touch no element outside their own group; every
+// lane, with elements or not, runs every shuffle (the loop over `base` is block-uniform and the
+// shuffles sit outside any per-lane branch). There is deliberately no 16-byte path: it needs a
+// per-lane "all 16 elements present" branch, and ptxas 13.0 (sm_90a) compiles the natural form
+// of that test, clamp(n - start, 0, 16) == 16, into the predicate output of a VIMNMX.RELU which
+// on the H200 sends lanes with no elements down the 16-byte path, past the end of their group
+// (clamp_guard_mismatches reports whether a build still does this). The aligned whole-group
+// shapes, where 16-byte accesses pay, go to quant_1xg_fast_kernel / quant_coat_1xg_kernel, whose
+// lanes are all full and need no such test.
 template <class T, InDt D, int MODE>
 __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
                                                          float* __restrict__ scales, float* __restrict__ ks,
                                                          float* __restrict__ cs, QuantKernelParams P, int team,
-                                                         bool vec, bool hw) {
+                                                         bool hw) {
   __shared__ float lut[256];
   if constexpr (MODE == kRobust) fill_decode_table(lut, P.format);
   const int64_t groups = P.grid_rows * P.grid_cols;
@@ -150,12 +158,8 @@ __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict_
     int valid = n - start;
     valid = valid < 0 ? 0 : (valid > 16 ? 16 : valid);
     float v[16];
-    if (vec && valid == 16) {
-      load16<D>(x, flat0, v);
-    } else {
 #pragma unroll
-      for (int j = 0; j < 16; ++j) v[j] = j < valid ? load_elem<D>(x, flat0 + j) : 0.0f;
-    }
+    for (int j = 0; j < 16; ++j) v[j] = j < valid ? load_elem<D>(x, flat0 + j) : 0.0f;
     Stats st = stats_init();
 #pragma unroll
     for (int j = 0; j < 16; ++j)
@@ -204,25 +208,11 @@ __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict_
     } else {
       g = group_params(P, MODE, st);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) q[j] = encode_value<T>(P, transform<MODE>(v[j], g), static_cast<uint64_t>(flat0 + j));
+      for (int j = 0; j < 16; ++j) q[j] = encode_value<T>(P, transform<MODE>(P, v[j], g), static_cast<uint64_t>(flat0 + j));
     }
-    if (vec && valid == 16) {
-      uint4 packed;
-      uint32_t w[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k)
-        w[k] = static_cast<uint32_t>(q[4 * k]) | (static_cast<uint32_t>(q[4 * k + 1]) << 8) |
-               (static_cast<uint32_t>(q[4 * k + 2]) << 16) | (static_cast<uint32_t>(q[4 * k + 3]) << 24);
-      packed.x = w[0];
-      packed.y = w[1];
-      packed.z = w[2];
-      packed.w = w[3];
-      *reinterpret_cast<uint4*>(codes + flat0) = packed;
-    } else {
-#pragma unroll
-      for (int j = 0; j < 16; ++j)
-        if (j < valid) codes[flat0 + j] = q[j];
-    }
+    for (int j = 0; j < 16; ++j)
+      if (j < valid) codes[flat0 + j] = q[j];
     if (active && team_lane == 0) {
       scales[grp] = g.s_stored;
       if constexpr (MODE == kCoat || MODE == kRobust) {
@@ -395,7 +385,7 @@ __global__ void __launch_bounds__(256) quant_block_kernel(const void* __restrict
             continue;
           }
         }
-        codes[flat] = encode_value<T>(P, transform<MODE>(xv, g), static_cast<uint64_t>(flat));
+        codes[flat] = encode_value<T>(P, transform<MODE>(P, xv, g), static_cast<uint64_t>(flat));
       }
     }
     if (threadIdx.x == 0) {
@@ -678,7 +668,7 @@ __global__ void __launch_bounds__(256) encode_tensor_kernel(const void* __restri
   for (int64_t i = E * units + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = load_elem<D>(x, i);
     if constexpr (kEmit) stats_add(st, v);
-    codes[i] = encode_value<T>(P, transform<MODE>(v, g), static_cast<uint64_t>(i));
+    codes[i] = encode_value<T>(P, transform<MODE>(P, v, g), static_cast<uint64_t>(i));
   }
   if constexpr (kEmit) {
     st = stats_reduce_block(st);
@@ -800,6 +790,19 @@ bool tensor_hw_ok(const QuantLaunch& L) {
   if (!rne_hw_ok(P)) return false;
   if (P.saturate) return true;
   return L.mode == kPlain && !L.producer_maxima && P.scale.eps >= 0.0;
+}
+
+// The clamp test the team kernel does without (see quant_team_kernel), in the form ptxas turns
+// into a VIMNMX.RELU predicate: out[i] = 0x110 where the branch for "vec && clamp(raw[i], 0,
+// 16) == 16" is taken (ptxas folds the clamped value to 16 there), else the clamped value.
+__global__ void __launch_bounds__(256) clamp_guard_probe_kernel(const int* __restrict__ raw, int n, bool vec,
+                                                                unsigned* __restrict__ out) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  int valid = raw[i];
+  valid = valid < 0 ? 0 : (valid > 16 ? 16 : valid);
+  if (vec && valid == 16) out[i] = 0x100u | static_cast<unsigned>(valid);
+  else out[i] = static_cast<unsigned>(valid);
 }
 
 }  // namespace
@@ -935,7 +938,8 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
 
   const int64_t groups = P.grid_rows * P.grid_cols;
   const int64_t G = P.group_cols;
-  if (L.mode == kPlain && launch_quant_fast(L, s)) {
+  // The fast plain kernels divide (x / s): other apply= forms take the team and block kernels.
+  if (L.mode == kPlain && P.scale.apply == Apply::Div && launch_quant_fast(L, s)) {
     // done: 1xG or staged groups (quantize_fast.cu)
   } else if (L.mode == kCoat && P.format <= 1 && whole_1xg_groups(P) && (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 &&
              (reinterpret_cast<uintptr_t>(codes) % 16) == 0) {
@@ -951,26 +955,17 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     FP8SIM_CUDA_CHECK_LAUNCH();
   } else if (L.kind == QuantLaunch::Kind::Team) {
     const int team = L.team;
-    // Element-wise loads and stores only. Device run 2 (14:06) found wrong codes on the trace's
-    // shapes whenever this kernel used its 16-byte path, placed where lanes without elements
-    // would write (tensor index 0 when the last block has empty teams; the next row's first
-    // elements when a row is shorter than its team). A per-lane guard (16-byte path only for a
-    // lane whose 16 elements are all in its group) did NOT cure it: session 2's first device run
-    // still lost group 0's scale and miscoded row starts on 64x64 (g128), 64x176 (row, g32) with
-    // the guard in place, every such case a team that mixes 16-byte lanes with element-wise
-    // (empty) lanes before the shuffles. Root cause not found. The aligned whole-group cases go
-    // to quant_1xg_fast_kernel (quantize_fast.cu; DE coat: quant_coat_1xg_kernel), whose teams
-    // never mix the two paths; the partial-team shapes (group wider than the row, rows not a
-    // multiple of G) stay here.
-    const bool vec = false;
+    // 1xG groups of at most 512 elements that the kernels above do not take (a group wider than
+    // the row, rows not a whole number of groups, G not a power of two, unaligned pointers,
+    // robust DE): element-wise loads and stores (see quant_team_kernel).
     const int teams_per_block = 256 / team;
     const int grid = grid_cap((groups + teams_per_block - 1) / teams_per_block, 8);
     const bool hw = rne_hw_ok(P);
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       switch (L.mode) {
-        case kPlain: quant_team_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec, hw); break;
-        case kCoat: quant_team_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec, hw); break;
-        default: quant_team_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, vec, hw); break;
+        case kPlain: quant_team_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw); break;
+        case kCoat: quant_team_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw); break;
+        default: quant_team_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw); break;
       }
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
@@ -993,6 +988,29 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
                                            nullptr);
     FP8SIM_CUDA_CHECK_LAUNCH();
   }
+}
+
+uint64_t clamp_guard_mismatches(int lo, int hi, int* first_bad) {
+  const int n = hi - lo + 1;
+  if (first_bad) *first_bad = 0;
+  if (n <= 0) return 0;
+  std::vector<int> raw(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) raw[static_cast<size_t>(i)] = lo + i;
+  const DeviceBuffer<int> d_raw = to_device(raw);
+  DeviceBuffer<unsigned> d_out(static_cast<size_t>(n));
+  clamp_guard_probe_kernel<<<(n + 255) / 256, 256>>>(d_raw.get(), n, true, d_out.get());
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  const std::vector<unsigned> out = d_out.download();
+  uint64_t bad = 0;
+  for (int i = 0; i < n; ++i) {
+    const int r = lo + i;
+    const unsigned want = r >= 16 ? 0x110u : static_cast<unsigned>(r < 0 ? 0 : r);
+    if (out[static_cast<size_t>(i)] != want) {
+      if (bad == 0 && first_bad) *first_bad = r;
+      ++bad;
+    }
+  }
+  return bad;
 }
 
 void launch_dequantize(const QuantKernelParams& P, bool sixteen_bit, bool expand, const void* codes,

@@ -186,7 +186,7 @@ struct PlainGroup {
 };
 __device__ __forceinline__ PlainGroup plain_group(const QuantKernelParams& P, uint32_t amax_bits, bool finite) {
   PlainGroup g;
-  plain_scales(amax_with_eps(f32_from_bits(amax_bits), P.scale), P.scale, g.sq, g.stored);
+  plain_scales_common(amax_with_eps(f32_from_bits(amax_bits), P.scale), P.scale, g.sq, g.stored);
   g.fast = finite && fast_recip_ok(g.sq);
   // fast_recip_ok keeps sq in [2^-80, 2^81): a normal power of two there has an exact reciprocal,
   // 2^-k, written directly (the division RN(1 / sq) would give the same bits).
@@ -606,7 +606,8 @@ uint64_t pow_y_mismatches(uint64_t n, uint64_t seed) {
 
 bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
   const QuantKernelParams& P = L.params;
-  if (L.mode != 0 || P.format > 1 || !aligned16(L.x) || !aligned16(L.codes)) return false;
+  if (L.mode != 0 || P.format > 1 || !aligned16(L.x) || !aligned16(L.codes) || !plain_scales_common_ok(P.scale))
+    return false;
   const InDt dt = static_cast<InDt>(L.dtype);
   const int W = dt == InDt::F32 ? 4 : 8;
   const int64_t n = P.rows * P.cols;

@@ -39,35 +39,6 @@ __device__ __forceinline__ float load_elem(const void* x, int64_t i) {
   else return fp16_to_f32(static_cast<const uint16_t*>(x)[i]);
 }
 
-// 16 consecutive elements starting at i (16-element aligned; the pointer 32/64-byte aligned).
-template <InDt D>
-__device__ __forceinline__ void load16(const void* x, int64_t i, float (&v)[16]) {
-  if constexpr (D == InDt::F32) {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(x) + i);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const float4 f = p[q];
-      v[4 * q] = f.x;
-      v[4 * q + 1] = f.y;
-      v[4 * q + 2] = f.z;
-      v[4 * q + 3] = f.w;
-    }
-  } else {
-    const uint4* p = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i);
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const uint4 u = p[q];
-      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const uint16_t lo = static_cast<uint16_t>(w[j]), hi = static_cast<uint16_t>(w[j] >> 16);
-        v[8 * q + 2 * j] = D == InDt::BF16 ? bf16_to_f32(lo) : fp16_to_f32(lo);
-        v[8 * q + 2 * j + 1] = D == InDt::BF16 ? bf16_to_f32(hi) : fp16_to_f32(hi);
-      }
-    }
-  }
-}
-
 // Group statistics over finite elements as fp32 bits (order-free): max |x|, min nonzero |x|
 // (0x7F800000 when none), and whether an Inf was seen.
 struct Stats {

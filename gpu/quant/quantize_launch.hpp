@@ -79,6 +79,10 @@ uint64_t hw_cvt_mismatches(bool e4m3);
 uint64_t div_by_mismatches(uint64_t n, uint64_t seed);
 // x (random, every class) and y (DE exponents, special values) where pow_det_y != pow_det.
 uint64_t pow_y_mismatches(uint64_t n, uint64_t seed);
+// The per-lane test "vec && clamp(raw, 0, 16) == 16" as this build runs it on the device, for every
+// raw in [lo, hi]: how many raw values take the other branch than raw >= 16 does (the smallest
+// such raw in *first_bad). Information about the toolchain: no kernel branches on this form.
+uint64_t clamp_guard_mismatches(int lo, int hi, int* first_bad);
 // Positive finite fp32 values (all of them) where log2_parts_fast != dmath::log2_parts.
 uint64_t log2_fast_mismatches();
 // For divisor s over every finite fp32 x with |x/s| <= 2^17: FP8 codes (RNE, SAT) of div_by + the

@@ -5,7 +5,7 @@
 #   $OUT/optim/torch_cpu_adamw.json torch's CPU AdamW, for-loop and foreach, same sizes and threads
 #   $OUT/optim/summary.txt         one line per benchmark: name, threads, M params/s
 # The development machine is shared (2 cores, load ~12), so its multi-threaded timings are not
-# worth quoting; this script gives the numbers readme-optim.md asks for. Needs bench_optim in the
+# worth quoting; this script gives the numbers docs/optimizer.md quotes. Needs bench_optim in the
 # bundle (.bundle/tests/bench_optim or .bundle/bench_optim: add it to scripts/package_gpu.sh's list,
 # it links the same libraries as fp8sim). Takes about 2 minutes.
 #   usage: OUT=/some/dir bash scripts/device/optim.sh

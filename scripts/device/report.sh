@@ -5,7 +5,7 @@
 # Runs from the repository root with the bundle made by scripts/package_gpu.sh in .bundle/
 # (fp8sim + its shared libraries in .bundle/lib), as scripts/device/run_all.sh calls it. The GPU
 # machine's python3 has matplotlib, so the plots are drawn there; it has no chromium, so the
-# first-page screenshot is taken back here (see .notes/readme-report.md).
+# first-page screenshot is taken back here (docs/report.md).
 #   usage: OUT=/some/dir bash scripts/device/report.sh [extra fp8sim report options]
 set -euo pipefail
 : "${OUT:?OUT must be set (the device tool sets it)}"

@@ -1,3 +1,4 @@
+#include "sim/common/paths.hpp"
 #include "sim/analyze/analyze.hpp"
 
 #include <fmt/format.h>
@@ -127,7 +128,7 @@ Json analyze_trace(const trace::TraceReader& r, const Recipe& recipe, const Anal
   FP8SIM_REQUIRE(!si->tensors.empty(), "step {} of '{}' holds no tensors", step, r.path().string());
 
   Json out = Json::object();
-  out["trace"] = r.path().string();
+  out["trace"] = source_relative(r.path());
   out["step"] = step;
   out["recipe"] = recipe.to_json();
   out["model"] = r.header().model_config;

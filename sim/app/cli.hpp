@@ -42,7 +42,7 @@ bool parse(const std::string& cmd, const std::vector<std::string>& args, po::opt
 bool quiet();
 // A line for stderr that is not an error or a warning ("wrote FILE"); dropped under --quiet.
 void note(const std::string& line);
-// An unsigned option given as text: digits only (no sign, so "-1" never wraps to 2^64-1).
+// An unsigned count given as text: digits only (no sign, so "-1" never wraps to 2^64-1).
 uint64_t parse_u64(const std::string& option, const std::string& text);
 
 // Prints a human table: header row, separator, rows. Columns right-aligned except the first.

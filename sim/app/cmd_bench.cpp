@@ -38,9 +38,6 @@ int run_bench_cmd(const std::vector<std::string>& args) {
       ("smoke", "tiny sizes and few repeats: checks that every kernel runs, in well under a minute")
       ("warmup", po::value(&warmup), "untimed launches before timing (default 5; smoke 2)")
       ("reps", po::value(&reps), "timed launches per kernel, each after an L2 flush (default 20; smoke 5)")
-      ("flush", po::value(&flush), "how the L2 is flushed before each timed launch: read (default: a 256 MiB "
-                                   "read, leaving clean lines) or write (a 256 MiB write, whose dirty lines are "
-                                   "written back during the timed launch; the flush before 2026-11-30 20:00)")
       ("gemm-search", po::value(&gemm_search),
        "GEMM algorithm selection: besides timing cuBLASLt's 8 heuristic candidates, time up to N more "
        "configurations that cuBLASLt accepts (algorithm x tile x stages x cluster x swizzle; the "
@@ -49,11 +46,6 @@ int run_bench_cmd(const std::vector<std::string>& args) {
       ("gemm-cooldown", po::value(&gemm_cooldown),
        "idle seconds before timing each GEMM, here and in bench_peers.py (through the plan): a GEMM's "
        "clock depends on the heat left by what ran before it (default 2; smoke 0)")
-      ("launch-lead", po::value(&launch_lead),
-       "microseconds of GPU work before each timed launch, here and in bench_peers.py (through the plan): "
-       "the L2 flush is repeated until it lasts this long, and the host enqueues the launch meanwhile, so "
-       "host-side launch work (Python, torch.compile's guards) is never timed (default 500; 0: one flush "
-       "only, as runs before 2026-12-01 01:07 UTC)")
       ("peers", po::value(&peers), "JSON written by scripts/bench_peers.py: merged as each kernel's peers")
       ("coat-states", po::value(&coat_states), "COAT's optimizer states written by bench_peers.py --coat-dump: "
                                                "report the fraction of codes equal to COAT's kernel")
@@ -64,6 +56,18 @@ int run_bench_cmd(const std::vector<std::string>& args) {
                                  "needs no GPU")
       ("json", po::value(&json_out), "write the bench document (reports/h200/bench.json) here (- : stdout)")
       ("md", po::value(&md_out), "write the Markdown report (reports/h200/bench.md) here (- : stdout)");
+  // Settings that reproduce how a document was measured, for comparing with it; the defaults are
+  // the method docs/benchmarks.md describes.
+  po::options_description expert("expert options (to compare with a document measured another way)");
+  expert.add_options()
+      ("flush", po::value(&flush), "how the L2 is flushed before each timed launch: read (default: a 256 MiB "
+                                   "read, leaving clean lines) or write (a 256 MiB write, whose dirty lines are "
+                                   "written back during the timed launch)")
+      ("launch-lead", po::value(&launch_lead),
+       "microseconds of GPU work before each timed launch, here and in bench_peers.py (through the plan): "
+       "the L2 flush is repeated until it lasts this long, and the host enqueues the launch meanwhile, so "
+       "host-side launch work (Python, torch.compile's guards) is never timed (default 500; 0: one flush only)");
+  opts.add(expert);
   po::positional_options_description pos;
   po::variables_map vm;
   if (!cli::parse("bench", args, opts, pos, vm, "[--ops OP,...] [--smoke] [--peers PEERS.json] [--json OUT] [--md OUT]",
@@ -74,7 +78,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
                   "output byte written once) or TFLOP/s, the fraction of the device-to-device copy bandwidth\n"
                   "measured in the same run, and the speedup over the best peer (PyTorch eager / torch.compile,\n"
                   "torch.optim.AdamW(fused=True), torch._scaled_mm, COAT's kernel) timed by\n"
-                  "scripts/bench_peers.py on the same plan. Issue 6's targets are evaluated per kernel.\n"
+                  "scripts/bench_peers.py on the same plan. The kernel targets (docs/benchmarks.md) are evaluated.\n"
                   "Needs a CUDA build and a GPU (except --write-plan).\n"
                   "Examples:\n"
                   "  fp8sim bench --write-plan plan.json && python3 scripts/bench_peers.py --plan plan.json --json peers.json\n"

@@ -19,6 +19,7 @@
 #include "sim/common/io.hpp"
 #include "sim/formats/cast.hpp"
 #include "sim/formats/fp8.hpp"
+#include "sim/quant/spec.hpp"
 
 namespace fp8sim {
 namespace {
@@ -185,7 +186,7 @@ int run_cast(const std::vector<std::string>& raw_args) {
   if (!is_fp8(co.format)) throw UsageError(fmt::format("--format must be e4m3 or e5m2, not '{}'", format));
   co.saturation = vm.count("no-saturate") ? Saturation::None : Saturation::Finite;
   co.rounding = parse_rounding(rounding);
-  co.seed = cli::parse_u64("--seed", seed_text);
+  co.seed = parse_seed(seed_text, "--seed");
   const bool decode = vm.count("decode") > 0;
   if (in_dtype != "f32" && in_dtype != "bf16" && in_dtype != "fp16")
     throw UsageError(fmt::format("unknown --input-dtype '{}' (valid: f32, bf16, fp16)", in_dtype));

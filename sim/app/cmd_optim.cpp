@@ -11,6 +11,7 @@
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 #include "sim/optim/replay.hpp"
+#include "sim/quant/spec.hpp"
 
 namespace fp8sim {
 namespace {
@@ -136,7 +137,6 @@ int run_optim(const std::vector<std::string>& args) {
   if (trace.empty()) throw UsageError("no TRACE given (see 'fp8sim optim --help')");
   if (steps < 0) throw UsageError(fmt::format("--steps must be >= 0, got {}", steps));
   if (threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", threads));
-  const uint64_t seed = cli::parse_u64("--seed", seed_text);
   RunFiles files;
   files.input("TRACE", trace);
   const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
@@ -146,7 +146,7 @@ int run_optim(const std::vector<std::string>& args) {
   o.steps = steps;
   o.rule = optim::parse_update_rule(update);
   o.rounding = parse_rounding(rounding);
-  o.seed = seed;
+  o.seed = parse_seed(seed_text, "--seed");
   o.table1 = vm.count("no-table1") == 0;
   o.drift = vm.count("no-drift") == 0;
   o.threads = threads;

@@ -128,7 +128,7 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
     });
   if (!codes_prefix.empty()) {
     const QuantizedTensor& q = r.q;
-    stage_npy(codes_prefix + ".codes.npy", q.spec.is_passthrough() ? NpyDtype::U16 : NpyDtype::U8, in.shape,
+    stage_npy(codes_prefix + ".codes.npy", q.spec.is_16bit() ? NpyDtype::U16 : NpyDtype::U8, in.shape,
               q.codes.data(), q.codes.size());
     if (!q.spec.is_passthrough()) {
       const std::vector<int64_t> grid{q.geometry.grid_rows, q.geometry.grid_cols};

@@ -65,7 +65,7 @@ const Api* load(std::string* why_not) {
   if (!api && why_not) *why_not = reason;
   return api;
 #else
-  if (why_not) *why_not = "this build of fp8sim has no CUDA support (configure with nvcc present)";
+  if (why_not) *why_not = "this fp8sim was built without CUDA (no nvcc at build time)";
   return nullptr;
 #endif
 }

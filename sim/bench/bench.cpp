@@ -459,13 +459,13 @@ std::string render_markdown(const Json& doc) {
                         "work (argument set-up, Python, torch.compile's guards and launchers) is not timed, and "
                         "the GPU is busy up to the launch as in training\n",
                         lf->dump(-1), ll->dump(-1), peer);
-    else  // 2026-12-01 01:07: an idle wait (it slowed the staged and DE quantizers by 1-2%)
+    else  // a document measured with an idle GPU-side wait instead of repeated flushes
       md += fmt::format("- launch lead: a {} us GPU-side wait after the flush, before each timed launch (the peers' "
                         "file: {}): the host enqueues the launch meanwhile, so host-side launch work is not timed\n",
                         ll->dump(-1), peer);
   } else if (doc.find("l2_flush")) {
-    md += "- launch lead: none (runs before 2026-12-01 01:07 UTC): host-side launch work that outlasted the L2 flush was "
-          "timed with the kernel (it inflated some torch.compile peers at 8192x4096)\n";
+    md += "- launch lead: none (a document measured without one): host-side launch work that outlasted the L2 flush "
+          "was timed with the kernel\n";
   }
   if (const Json* gc = doc.find("gemm_cooldown_s")) {
     const std::string peer = peers_value("peers_gemm_cooldown_s");

@@ -1,6 +1,6 @@
 #pragma once
 // `fp8sim bench`: the plan (which kernels at which sizes), the peers' results merged in, the
-// targets of issue 6 evaluated, and the Markdown rendering. The timing itself runs on the GPU
+// kernel targets (docs/benchmarks.md) evaluated, and the Markdown rendering. The timing itself runs on the GPU
 // (gpu/bench/bench_gpu.hpp: Json run_bench(const BenchOptions&)); this part is plain C++ so the
 // plan can be written and a result rendered on any machine.
 //
@@ -56,7 +56,7 @@ struct BenchOptions {
   // (argument set-up, Python, torch.compile's guards and launchers) never falls inside the timed
   // interval.
   double launch_lead_us = kLaunchLeadUs;
-  bool flush_write = false;      // L2 flush by a 256 MiB write (before session 13) instead of a read
+  bool flush_write = false;      // L2 flush by a 256 MiB write instead of a read (expert option)
   std::string peers_path;        // JSON written by scripts/bench_peers.py (optional) ...
   Json peers;                    // ... as parsed and checked by the caller (null without peers_path)
   std::string coat_states_dir;   // COAT's states from bench_peers.py --coat-dump (optional): code agreement
@@ -75,7 +75,7 @@ Json plan_json(const BenchOptions& opts);
 // names the fastest successful one `peer` with `peer_median_ms` and `speedup_vs_peer`
 // (peer time / our time: > 1 means fp8sim is faster). Returns how many kernels got a peer.
 int merge_peers(Json& bench_doc, const Json& peers_doc);
-// Fills each kernel's `targets` (issue 6's thresholds) and the document's `targets_summary`.
+// Fills each kernel's `targets` (the thresholds docs/benchmarks.md lists) and the document's `targets_summary`.
 void evaluate_targets(Json& bench_doc);
 
 std::string render_markdown(const Json& bench_doc);

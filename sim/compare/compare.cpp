@@ -1,3 +1,4 @@
+#include "sim/common/paths.hpp"
 #include "sim/compare/compare.hpp"
 
 #include <fmt/format.h>
@@ -174,10 +175,11 @@ std::vector<std::string> specs_for(Role r) {
   switch (r) {
     case Role::Weight:
       return {"e4m3:tensor:eps=1e-10", "e4m3:tensor:scale=pow2", "e4m3:b128x128", "e4m3:b128x128:scale=pow2",
-              "e4m3:col", "e4m3:row:sat=none", "bf16:tensor"};
+              "e4m3:col", "e4m3:row:sat=none", "bf16:tensor", "deepseek-w", "te-current", "coat-w"};
     case Role::Activation:
       return {"e4m3:g16:scale=bf16:eps=1e-10", "e4m3:g128", "mxfp8", "e4m3:tensor", "e4m3:row",
-              "e4m3:g16:round=stochastic:seed=7", "e4m3:g100", "e4m3:b16x48", "e4m3:tensor:sat=none"};
+              "e4m3:g16:round=stochastic:seed=7", "e4m3:g100", "e4m3:b16x48", "e4m3:tensor:sat=none",
+              "coat-act", "deepseek-act", "deepseek-act-ue8m0", "torchao-mxfp8"};
     case Role::Grad:
     case Role::ActivationGrad:
       return {"e5m2:tensor", "e5m2:g128", "e5m2:g32:scale=e8m0", "e5m2:tensor:round=stochastic:seed=3",
@@ -513,7 +515,7 @@ Json compare_trace(const CompareOptions& opts, GpuOps* gpu) {
   doc["command"] = opts.command_line;
   doc["date"] = now_text();
   doc["machine"] = gpu->machine();
-  doc["trace"] = opts.trace_path;
+  doc["trace"] = source_relative(opts.trace_path);
   doc["step"] = step;
   Json ops = Json::array();
   std::map<std::string, Counter> per_op;

@@ -2,7 +2,7 @@
 // Scalar conversions between fp32 and the small formats, shared by the CPU reference and the
 // CUDA kernels (FP8SIM_HD). Integer bit manipulation plus correctly rounded fp32 add/mul only.
 //
-// Conventions (REFERENCE.md section 1; cuda_fp8.h's host path is the oracle in tests):
+// Conventions (OCP 8-bit Floating Point Specification v1.0; docs/numerics.md; cuda_fp8.h's host path is the oracle in tests):
 // * fp32 -> fp8 rounds to nearest, ties to even, then applies the overflow rule:
 //   Saturation::Finite clamps to +-max (and +-Inf to +-max), Saturation::None gives NaN (E4M3,
 //   0x7F|sign) or Inf (E5M2, 0x7C|sign).

@@ -1,11 +1,11 @@
 #pragma once
-// The COAT paper's memory numbers (Xi et al., ICLR 2025: Table 2, Figure 1(c), Table 7; copied
-// in /work/shared/REFERENCE.md section 4) and fp8sim's predictions beside them. The paper's "GB"
+// The COAT paper's memory numbers (Xi et al., ICLR 2025: Table 2, Figure 1(c), Table 7, typed
+// from the paper) and fp8sim's predictions beside them. The paper's "GB"
 // are GiB (6.74e9 params x 4 B / 4 GPUs = 6.28 GiB = Fig. 1(c)'s 6.3).
 //
-// memory_paper_comparison() is what `fp8sim memory --paper` prints and what the README table and
+// memory_paper_comparison() is what `fp8sim memory --paper` prints and what docs/memory-model.md and
 // the fidelity tests use. Every row carries fp8sim's value, the paper's, the relative difference
-// and whether it is within the tolerance (optimizer 5%, activations 10%, peak 10%,
+// and whether it is within the tolerance (optimizer 5%, activations 10%, peak 10%,
 // Fig. 1(c) components 3%, max batch equal, OOM where the paper says OOM).
 #include <cstdint>
 #include <limits>

@@ -21,9 +21,9 @@
 //   Each step was confirmed bit-exact against torch 2.15 on an AVX2 CPU, except sqrt: ATen's
 //   CPU sqrt calls MKL's vsSqrt in VML_HA mode, which is NOT correctly rounded (about a third
 //   of random inputs come back 1 ulp off). We use the correctly rounded sqrt; that 1-ulp
-//   difference in d is the only source of mismatch (bound in sim/optim/README via the tests).
+//   difference in d is the only source of mismatch (bounded by tests/test_optim_adamw.cpp).
 //
-// * Coat: the formula of COAT's FP8 AdamW kernel (REFERENCE.md section 2), as written, with no
+// * Coat: the formula of COAT's FP8 AdamW kernel (its fp8_adamw_expand kernel; docs/numerics.md), as written, with no
 //   contraction (COAT's kernel is compiled with nvcc's default --fmad=true, so its own bits
 //   depend on which products nvcc fused; the formula as written is the reproducible contract):
 //     m = b1*m + (1-b1)*g
@@ -33,7 +33,7 @@
 //
 // The low-precision-state optimizers dequantize m and v, call adamw_element with the SAME rule,
 // and requantize the new (unquantized) m and v: the quantization error of this step only
-// reaches the parameters from the next step on (REFERENCE.md section 2).
+// reaches the parameters from the next step on (docs/numerics.md).
 #include "sim/common/hd.hpp"
 
 #if defined(__CUDACC__)

@@ -1,5 +1,5 @@
 #pragma once
-// AdamW with low-precision moments (REFERENCE.md section 2): every step
+// AdamW with low-precision moments (COAT, Xi et al., ICLR 2025, section 4; docs/optimizer.md): every step
 //   1. dequantize m and v (the stored codes and their scales / DE k, c),
 //   2. update p, m, v in fp32 with adamw_element (adamw_math.hpp); the parameter update uses
 //      the NEW, UNQUANTIZED m and v, so this step's quantization error reaches p next step,

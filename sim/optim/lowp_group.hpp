@@ -67,16 +67,11 @@ FP8SIM_OPTIM_HD GroupParams group_params_from_stats(const GroupStatBits& s, cons
   GroupParams gp;
   const float absmax = group_absmax_value(s);
   if (mc.expand) {
-    const float absmin = group_absmin_value(s);
-    if (mc.scale.eps_add == EpsAdd::Fp64) {
-      gp.e = coat_expand_params(absmax, absmin, mc.scale.fmax, mc.fmax_target, mc.scale.eps);
-    } else {  // eps added in fp32, as quantize() does for eps_add=fp32
-      const float e32 = static_cast<float>(mc.scale.eps);
-      gp.e = coat_expand_params(add_rn(absmax, e32), add_rn(absmin, e32), mc.scale.fmax, mc.fmax_target, 0.0);
-    }
+    gp.e = coat_group_expand_params(absmax, group_absmin_value(s), mc.scale.fmax, mc.fmax_target, mc.scale.eps,
+                                    mc.scale.eps_add == EpsAdd::Fp64);
   } else {
     float s_quant, s_stored;
-    plain_scales(amax_with_eps(absmax, mc.scale), mc.scale, s_quant, s_stored);
+    plain_scales_common(amax_with_eps(absmax, mc.scale), mc.scale, s_quant, s_stored);
     gp.e = ExpandParams{1.0f, 1.0f, s_stored};
     gp.s_quant = s_quant;
   }

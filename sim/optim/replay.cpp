@@ -1,3 +1,4 @@
+#include "sim/common/paths.hpp"
 #include "sim/optim/replay.hpp"
 
 #include <omp.h>
@@ -416,7 +417,7 @@ Json OptimReplay::finish() const {
   const Impl& I = *impl_;
   FP8SIM_REQUIRE(I.elements > 0 || I.t1_elements > 0, "no parameters were given (neither moments nor a grad window)");
   Json doc = Json::object();
-  doc["source"] = I.meta.source;
+  doc["source"] = source_relative(I.meta.source);
   Json win = Json::object();
   const bool have_window = I.elements > 0;
   win["step0"] = I.meta.step0;

@@ -1,7 +1,7 @@
 #pragma once
 // Optimizer-state replay over a captured window of grads (`fp8sim optim`):
 //
-// * Table 1 (COAT, REFERENCE.md section 4): a snapshot of captured fp32 moments (every
+// * Table 1 (COAT, Xi et al., ICLR 2025): a snapshot of captured fp32 moments (every
 //   parameter of the model at one step; add_state), quantized under {E4M3, E4M3+Expand, E5M2, E5M2+Expand} for each moment (1x128 groups of the
 //   flattened parameter; +Expand = Dynamic Range Expansion in COAT's mode, ratio bound from the
 //   storage format), and the MSE of the AdamW update direction
@@ -78,7 +78,7 @@ struct Table1Format {
   const char* spec;   // "e4m3:g128", "e4m3:g128:de=coat", ...
 };
 const std::vector<Table1Format>& table1_formats();
-// COAT's published Table 1 (REFERENCE.md section 4), keyed like our `table1`.
+// COAT's published Table 1 (Xi et al., ICLR 2025), keyed like our `table1`.
 Json paper_table1();
 
 class OptimReplay {

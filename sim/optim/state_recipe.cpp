@@ -4,6 +4,7 @@
 
 #include "sim/common/check.hpp"
 #include "sim/quant/quantize.hpp"
+#include "sim/quant/scale.hpp"
 
 namespace fp8sim::optim {
 
@@ -30,6 +31,13 @@ MomentSpec MomentSpec::parse(std::string_view text) {
   if (text == "fp32") return s;
   if (text.empty()) throw UsageError("empty moment spec (give fp32 or a quantization spec such as e4m3:g128:de=coat)");
   s.spec = QuantSpec::parse(text);
+  // The fused state kernels (CPU and GPU) divide by the group scale (plain_scales_common) and
+  // reduce the group minimum exactly; the other peer forms are for quantize / analyze.
+  const ScaleConsts sc = scale_consts(*s.spec);
+  if (!plain_scales_common_ok(sc) || s.spec->de_min != DeMin::Nonzero)
+    throw UsageError(fmt::format("moment spec '{}': optimizer states take scale_div=ieee|rcp, apply=div, mx=rceil "
+                                 "and de_min=nonzero (e.g. e4m3:g128:de=coat)",
+                                 text));
   return s;
 }
 

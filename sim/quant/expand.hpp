@@ -1,5 +1,5 @@
 #pragma once
-// Dynamic Range Expansion (COAT, Xi et al. ICLR 2025; REFERENCE.md section 2), as FP8SIM_HD
+// Dynamic Range Expansion (COAT: Xi et al., "COAT: Compressing Optimizer states and Activation for Memory-efficient FP8 Training", ICLR 2025), as FP8SIM_HD
 // building blocks that the CPU reference (quantize.cpp) and the CUDA kernels (gpu/quant) call
 // alike, so both produce the same bits. All arithmetic is correctly rounded fp32 (plus one fp64
 // add for COAT's epsilon, exactly as COAT's kernel does), and pow/log2 come from dmath.hpp.
@@ -15,12 +15,19 @@
 //   s = pow(max / c, k) / fmax
 //   quantize:   q = fp8( sign(x) * pow(|x| / c, k) / s )
 //   dequantize: y = sign(q*s) * pow(|q*s|, 1/k) * c        (1/k is an fp32 division)
-// Degenerate groups are reproduced, not fixed: an all-zero group gets r = 1 and k = +Inf (and
-// then whatever C99 pow gives: see tests), as the official kernel does.
-// Known difference from COAT's kernel: its warp/block min-reduction starts each lane from its
-// own |x| and skips only zeros arriving from OTHER lanes, so a zero in a lane that leads a
-// reduction step can make its "min" 0 (REFERENCE.md: "zeros in some lanes can corrupt the
-// minimum"). fp8sim uses the intended min over nonzero magnitudes; groups without zeros agree.
+// A group without a finite nonzero element (all zeros, NaN or +-Inf: absmax 0) has nothing to
+// expand and gets k = c = s = 1, plain scaling with scale 1: zeros stay exact zeros, NaN gives
+// the NaN code and NaN back, +-Inf saturates to +-fmax, as under a plain spec. COAT's kernel
+// gets r = 1 and k = +Inf there and dequantizes zeros to pow(0, 1/k) * c = c = 1e-30 (its
+// epsilon, through C99's pow(0, 0) = 1), and NaN codes to 1e-30 too; the codes agree, only that
+// group's stored k, c, s and dequantized values differ. Other degenerate groups are reproduced,
+// not fixed: a group of one nonzero magnitude (r = 1: constant, a single element, one value among
+// zeros) gets k = +Inf and whatever C99 pow gives (see tests), as the kernel does.
+// The group minimum: de_min=nonzero (the default) takes the minimum nonzero magnitude, what the
+// formulas intend. de_min=kernel (the coat-opt preset) reproduces COAT's kernel instead
+// (coat_kernel_group_min below): its reduction skips only zeros ARRIVING from other lanes, so a
+// lane whose own value is 0 hides every value merged into it (a group whose first element is 0
+// gets min 0), and its block-level step starts idle lanes at 1e9, which caps the minimum at 1e9.
 //
 // robust mode (fp8sim): the same expansion, made safe and never worse than plain scaling:
 //   all-zero group          -> k = 1, c = 1, s = 1 (codes 0, exact)
@@ -69,6 +76,56 @@ FP8SIM_HD ExpandParams coat_expand_params(float absmax, float absmin, float fmax
   p.k = expand_exponent(ratio, expand_ratio_bound(fmax_target));
   p.s = div_rn(dmath::pow_det(div_rn(maxv, p.c), p.k), fmax_store);
   return p;
+}
+
+// COAT's FP8 AdamW kernel reduces a group of 128 elements with 128 threads (4 warps): each lane
+// starts from its own |x| (an idle lane, past the end of the tensor, from FLT_MAX); five
+// shfl_down steps (16, 8, 4, 2, 1; a lane whose partner is past lane 31 reads itself) combine
+// min = other > 0 ? fmin(min, other) : min; lane 0 of each warp publishes its result; warp 0 then
+// repeats the five steps over the 4 warp results, its lanes 4..31 starting from 1e9. This is
+// that reduction, lane by lane. Non-finite elements act as idle lanes (fp8sim keeps NaN and Inf
+// out of every group statistic).
+constexpr int kCoatKernelLanes = 128;
+constexpr float kCoatKernelMinSentinel = 1e9f;
+
+FP8SIM_HD void coat_kernel_warp_min(float (&mn)[32]) {
+  for (int off = 16; off >= 1; off /= 2) {
+    float next[32];
+    for (int l = 0; l < 32; ++l) {
+      const float other = l + off < 32 ? mn[l + off] : mn[l];
+      next[l] = other > 0.0f ? (other < mn[l] ? other : mn[l]) : mn[l];
+    }
+    for (int l = 0; l < 32; ++l) mn[l] = next[l];
+  }
+}
+
+// x: the group's n <= 128 elements in order.
+FP8SIM_HD float coat_kernel_group_min(const float* x, int n) {
+  float warp_min[4];
+  for (int w = 0; w < 4; ++w) {
+    float mn[32];
+    for (int l = 0; l < 32; ++l) {
+      const int i = 32 * w + l;
+      const uint32_t a = i < n ? (f32_bits(x[i]) & 0x7FFFFFFFu) : 0x7F800000u;
+      mn[l] = a < 0x7F800000u ? f32_from_bits(a) : f32_from_bits(0x7F7FFFFFu);
+    }
+    coat_kernel_warp_min(mn);
+    warp_min[w] = mn[0];
+  }
+  float mn[32];
+  for (int l = 0; l < 32; ++l) mn[l] = l < 4 ? warp_min[l] : kCoatKernelMinSentinel;
+  coat_kernel_warp_min(mn);
+  return mn[0];
+}
+
+// coat mode's parameters of a group from its statistics, with the spec's epsilon added in fp64
+// (COAT's CUDA kernel) or in fp32: the one entry point every backend calls.
+FP8SIM_HD ExpandParams coat_group_expand_params(float absmax, float absmin, float fmax_store, float fmax_target,
+                                                double eps, bool eps_fp64) {
+  if (!(absmax > 0.0f)) return ExpandParams{};  // no finite nonzero element: k = c = s = 1
+  if (eps_fp64) return coat_expand_params(absmax, absmin, fmax_store, fmax_target, eps);
+  const float e32 = static_cast<float>(eps);
+  return coat_expand_params(add_rn(absmax, e32), add_rn(absmin, e32), fmax_store, fmax_target, 0.0);
 }
 
 // The plain-scaling fallback of robust mode, expressed as expansion parameters (k = c = 1).

@@ -99,7 +99,7 @@ std::vector<uint8_t> QuantizedTensor::stored_scale_bytes() const {
       out.push_back(static_cast<uint8_t>(b));
       out.push_back(static_cast<uint8_t>(b >> 8));
     } else if (spec.scale == ScaleMode::E8M0) {
-      out.push_back(e8m0_from_exponent(floor_log2_f32(s)));
+      out.push_back(std::isnan(s) ? uint8_t{0xFF} : e8m0_from_exponent(floor_log2_f32(s)));
     } else {
       const uint32_t u = f32_bits(s);
       for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(u >> (8 * i)));
@@ -124,6 +124,10 @@ ScaleConsts scale_consts(const QuantSpec& spec) {
   c.mode = spec.scale;
   c.eps = spec.eps;
   c.eps_add = spec.eps_add;
+  c.amax_floor = spec.amax_floor;
+  c.scale_div = spec.scale_div;
+  c.apply = spec.apply;
+  c.mx = spec.mx;
   return c;
 }
 
@@ -304,7 +308,13 @@ Stats compute_stats(const Load& ld, const GroupGeometry& g, int threads) {
   return st;
 }
 
-enum class Xform { Div, Mul, Expand };
+enum class Xform { Div, Mul, Fdiv, Expand };
+
+// The element transform of a plain (non-DE, non-delayed) spec: apply=div / rcp / mul / fdiv.
+Xform plain_xform(Apply a) {
+  if (a == Apply::Div) return Xform::Div;
+  return a == Apply::Fdiv ? Xform::Fdiv : Xform::Mul;
+}
 
 // Encodes one contiguous segment. Counts saturated (|v| > fmax) and underflowed (nonzero x, zero
 // code) finite elements.
@@ -317,6 +327,7 @@ __attribute__((always_inline)) inline void encode_range(const Load& ld, int64_t 
     float v;
     if constexpr (X == Xform::Div) v = div_rn(x, sq);
     else if constexpr (X == Xform::Mul) v = mul_rn(x, sq);
+    else if constexpr (X == Xform::Fdiv) v = div_full(x, sq);
     else v = expand_value(x, p);
     uint8_t c;
     if constexpr (SR) c = encode_fp8_sr<T>(v, sat, philox_word(seed, idx0 + static_cast<uint64_t>(i)));
@@ -347,7 +358,7 @@ void encode_dispatch(const Load& ld, int64_t base, int64_t n, float sq, const Ex
                      uint8_t* out, uint64_t seed, uint64_t idx0, int64_t& nsat, int64_t& nunder, bool simd,
                      bool narrow) {
   int64_t done = 0;
-  if constexpr (VecLoad<Load>::ok && !SR && X != Xform::Mul) {
+  if constexpr (VecLoad<Load>::ok && !SR && (X == Xform::Div || X == Xform::Expand)) {
     if (simd && !narrow) {
       done = n - n % 8;
       avx2::encode_segment<T, decltype(VecLoad<Load>::make(ld)), X == Xform::Expand>(
@@ -397,6 +408,7 @@ void encode_all(const Load& ld, QuantizedTensor& q, const GroupParams& gp, const
         switch (gp.xform) {
           case Xform::Div: sr ? FP8SIM_ENC(Xform::Div, true) : FP8SIM_ENC(Xform::Div, false); break;
           case Xform::Mul: sr ? FP8SIM_ENC(Xform::Mul, true) : FP8SIM_ENC(Xform::Mul, false); break;
+          case Xform::Fdiv: sr ? FP8SIM_ENC(Xform::Fdiv, true) : FP8SIM_ENC(Xform::Fdiv, false); break;
           case Xform::Expand: sr ? FP8SIM_ENC(Xform::Expand, true) : FP8SIM_ENC(Xform::Expand, false); break;
         }
 #undef FP8SIM_ENC
@@ -567,9 +579,7 @@ void encode_16bit(const Load& ld, QuantizedTensor& q, const std::vector<float>& 
 // coat DE parameters of one group from its statistics (the spec's epsilon added in fp64 as COAT's
 // kernel does, or in fp32).
 ExpandParams coat_group_params(const QuantSpec& spec, float absmax, float absmin, float fmax_target) {
-  if (spec.eps_add == EpsAdd::Fp64) return coat_expand_params(absmax, absmin, spec.fmax(), fmax_target, spec.eps);
-  const float e32 = static_cast<float>(spec.eps);
-  return coat_expand_params(add_rn(absmax, e32), add_rn(absmin, e32), spec.fmax(), fmax_target, 0.0);
+  return coat_group_expand_params(absmax, absmin, spec.fmax(), fmax_target, spec.eps, spec.eps_add == EpsAdd::Fp64);
 }
 
 // One pass for one-row groups (per-row, 1xG): each group's statistics, its scale (or DE
@@ -669,7 +679,8 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
   if constexpr (VecLoad<Load>::ok) {
     const bool fused = quant_simd() && !spec.is_16bit() && g.group_rows == 1 && g.group_cols >= kNarrow &&
                        (spec.granularity == Granularity::Row || spec.granularity == Granularity::Group) &&
-                       !spec.delayed.enabled() && spec.rounding == Rounding::Nearest &&
+                       !spec.delayed.enabled() && spec.rounding == Rounding::Nearest && spec.apply == Apply::Div &&
+                       spec.de_min == DeMin::Nonzero &&
                        (spec.expand == ExpandMode::None || spec.expand == ExpandMode::Coat);
     if (fused) {
       q.scales.resize(ng);
@@ -718,7 +729,14 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
     const float fmax_target = static_cast<float>(format_info(spec.expand_target).max);
     for (int64_t i = 0; i < ng; ++i) {
       const float absmax = f32_from_bits(st.amax[i]);
-      const float absmin = st.amin[i] == 0x7F800000u ? 0.0f : f32_from_bits(st.amin[i]);
+      float absmin = st.amin[i] == 0x7F800000u ? 0.0f : f32_from_bits(st.amin[i]);
+      if (spec.de_min == DeMin::Kernel) {
+        int64_t base, n;
+        g.row_group_span(i, base, n);  // validate() holds de_min=kernel to 1x128 groups
+        float mags[kCoatKernelLanes];
+        for (int64_t j = 0; j < n; ++j) mags[j] = ld(base + j);
+        absmin = coat_kernel_group_min(mags, static_cast<int>(n));
+      }
       const ExpandParams p = coat_group_params(spec, absmax, absmin, fmax_target);
       q.scales[i] = p.s;
       q.expand_k[i] = p.k;
@@ -730,7 +748,7 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
     q.delayed_scale = opts.delayed->scale();
     q.scales.assign(ng, opts.delayed->scale_inv());
   } else {
-    gp.xform = Xform::Div;
+    gp.xform = plain_xform(spec.apply);
     gp.s_quant.resize(ng);
     for (int64_t i = 0; i < ng; ++i) {
       const float amax = (ng == 1 && opts.tensor_amax) ? *opts.tensor_amax : f32_from_bits(st.amax[i]);
@@ -932,6 +950,7 @@ void scaled_magnitudes(const float* x, const QuantizedTensor& q, float* out, boo
     }
   }
   const TaskSplit sp = make_split(g, threads);
+  const ScaleConsts sc_apply = scale_consts(spec);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (sp.tasks > 1)
   for (int64_t t = 0; t < sp.tasks; ++t) {
     int64_t r0, r1;
@@ -949,7 +968,7 @@ void scaled_magnitudes(const float* x, const QuantizedTensor& q, float* out, boo
           if (!is_finite_bits(f32_bits(xi))) v = std::numeric_limits<float>::quiet_NaN();
           else if (use_expand) v = expand_value(xi, p);
           else if (mul) v = mul_rn(xi, sq[grp]);
-          else v = div_rn(xi, sq[grp]);
+          else v = apply_scale(xi, sq[grp], sc_apply);
           out[i] = dmath::abs_bits(v);
         }
       }
@@ -989,8 +1008,11 @@ void DelayedScaler::update(float amax) {
     }
   }
   if (!(amax_h > 0.0f) || !std::isfinite(amax_h)) return;  // keep the previous scale
-  const float sf = div_rn(div_rn(fmax_, amax_h), pow2_exact(params_.margin));
-  scale_ = sf;
+  // TE divides the margin-reduced maximum (exact: a power-of-two factor of fmax) by the amax, and
+  // replaces a scale that overflows fp32 (amax below about fmax / FLT_MAX) by FLT_MAX.
+  const float scaled_max = mul_rn(fmax_, pow2_exact(-params_.margin));
+  const float sf = div_rn(scaled_max, amax_h);
+  scale_ = is_finite_bits(f32_bits(sf)) ? sf : std::numeric_limits<float>::max();
 }
 
 std::vector<float> DelayedScaler::history() const {

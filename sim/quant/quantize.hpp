@@ -147,7 +147,8 @@ void scaled_magnitudes(const float* x, const QuantizedTensor& q, float* out, boo
 // The amax history holds the amaxes of the last H steps. At each step the tensor is quantized
 // with the current scale (initially 1), its amax is recorded, and the scale for the next step is
 //   amax_h = max(history) (algo max) or the amax just recorded (algo most_recent)
-//   scale  = (fmax / amax_h) / 2^margin          in fp32
+//   scale  = (fmax * 2^-margin) / amax_h         in fp32
+//   FLT_MAX when that overflows (amax_h below about fmax / FLT_MAX, e.g. 1.3e-36 for E4M3)
 //   kept unchanged when amax_h is 0, Inf or NaN
 // Quantization multiplies: q = fp8(x * scale); the stored dequantizing scale is s = 1/scale.
 class DelayedScaler {

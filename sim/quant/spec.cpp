@@ -45,6 +45,37 @@ std::string_view expand_mode_name(ExpandMode m) {
   return "?";
 }
 
+std::string_view scale_div_name(ScaleDiv d) {
+  switch (d) {
+    case ScaleDiv::Ieee: return "ieee";
+    case ScaleDiv::Rcp: return "rcp";
+    case ScaleDiv::Fdiv: return "fdiv";
+  }
+  return "?";
+}
+
+std::string_view apply_name(Apply a) {
+  switch (a) {
+    case Apply::Div: return "div";
+    case Apply::Rcp: return "rcp";
+    case Apply::Fdiv: return "fdiv";
+    case Apply::Mul: return "mul";
+  }
+  return "?";
+}
+
+std::string_view mx_round_name(MxRound m) {
+  switch (m) {
+    case MxRound::Rceil: return "rceil";
+    case MxRound::Floor: return "floor";
+    case MxRound::Ceil: return "ceil";
+    case MxRound::Even: return "even";
+  }
+  return "?";
+}
+
+std::string_view de_min_name(DeMin m) { return m == DeMin::Kernel ? "kernel" : "nonzero"; }
+
 namespace {
 
 struct Alias {
@@ -53,20 +84,35 @@ struct Alias {
 };
 // Whole specs under a recipe's name. Keys given after an alias override or extend it.
 constexpr Alias kAliases[] = {
-    {"mxfp8", "e4m3:g32:scale=e8m0"},
-    {"mxfp8-e5m2", "e5m2:g32:scale=e8m0"},
-    {"coat-opt", "e4m3:g128:de=coat"},
+    // OCP MXFP8 with TE's MXFP8 rounding (= torchao RCEIL): E8M0 = amax * RN(1/fmax) rounded up.
+    {"mxfp8", "e4m3:g32:scale=e8m0:scale_div=rcp"},
+    {"mxfp8-e5m2", "e5m2:g32:scale=e8m0:scale_div=rcp"},
+    {"te-mxfp8", "e4m3:g32:scale=e8m0:scale_div=rcp"},
+    {"torchao-mxfp8", "e4m3:g32:scale=e8m0:mx=floor"},  // torchao to_mx's default (FLOOR)
+    {"torchao-mxfp8-rceil", "e4m3:g32:scale=e8m0:scale_div=rcp"},
+    // COAT's kernels: the optimizer's DE with its kernel's group minimum; the Triton quantizers'
+    // approximate divisions (activations 1x16 with bf16 scales; fp32 weights per tensor).
+    {"coat-opt", "e4m3:g128:de=coat:de_min=kernel"},
     {"coat-opt-noexpand", "e4m3:g128:eps=1e-20:eps_add=fp64"},
-    {"coat-act", "e4m3:g16:scale=bf16:eps=1e-10"},
-    {"coat-w", "e4m3:tensor:eps=1e-10"},
-    {"deepseek-act", "e4m3:g128"},
-    {"deepseek-w", "e4m3:b128x128"},
+    {"coat-act", "e4m3:g16:scale=bf16:eps=1e-10:scale_div=fdiv:apply=fdiv"},
+    {"coat-w", "e4m3:tensor:eps=1e-10:scale_div=rcp:apply=fdiv"},
+    // DeepSeek-V3 / DeepGEMM reference casts: amax >= 1e-4, s = amax * RN(1/448), x * RN(1/s).
+    {"deepseek-act", "e4m3:g128:amax_floor=1e-4:scale_div=rcp:apply=rcp"},
+    {"deepseek-act-ue8m0", "e4m3:g128:scale=e8m0:amax_floor=1e-4:scale_div=rcp:apply=rcp"},
+    {"deepseek-w", "e4m3:b128x128:amax_floor=1e-4:scale_div=rcp:apply=rcp"},
+    {"deepseek-w-ue8m0", "e4m3:b128x128:scale=e8m0:amax_floor=1e-4:scale_div=rcp:apply=rcp"},
+    // TransformerEngine: current scaling (x * fmax/amax), its power-of-two variant, delayed scaling.
+    {"te-current", "e4m3:tensor:apply=mul"},
+    {"te-current-pow2", "e4m3:tensor:scale=pow2:apply=mul"},
     {"te-delayed", "e4m3:tensor:delayed=1024,max"},
 };
 
-constexpr const char* kValidFormats = "e4m3, e5m2, bf16, fp16 (or an alias: mxfp8, mxfp8-e5m2, coat-opt, "
-                                      "coat-opt-noexpand, coat-act, coat-w, deepseek-act, deepseek-w, te-delayed)";
-constexpr const char* kValidKeys = "scale, eps, eps_add, de, de_target, delayed, round, seed, sat";
+constexpr const char* kValidFormats =
+    "e4m3, e5m2, bf16, fp16 (or an alias: mxfp8, mxfp8-e5m2, te-mxfp8, torchao-mxfp8, torchao-mxfp8-rceil, "
+    "coat-opt, coat-opt-noexpand, coat-act, coat-w, deepseek-act, deepseek-act-ue8m0, deepseek-w, "
+    "deepseek-w-ue8m0, te-current, te-current-pow2, te-delayed)";
+constexpr const char* kValidKeys =
+    "scale, eps, eps_add, de, de_target, delayed, round, seed, sat, amax_floor, scale_div, apply, mx, de_min";
 
 [[noreturn]] void bad(std::string_view text, const std::string& what) {
   throw UsageError(fmt::format("bad quant spec '{}': {}", text, what));
@@ -188,6 +234,13 @@ std::string lower(std::string_view s) {
 
 }  // namespace
 
+uint64_t parse_seed(std::string_view text, std::string_view what) {
+  uint64_t v = 0;
+  if (!parse_uint64(text, v))
+    throw UsageError(fmt::format("bad {} '{}' (a non-negative integer below 2^64, decimal or 0x hex)", what, text));
+  return v;
+}
+
 QuantSpec QuantSpec::parse(std::string_view raw) {
   std::string text = lower(raw);
   // Strip surrounding whitespace; inner whitespace is an error.
@@ -241,8 +294,8 @@ QuantSpec QuantSpec::parse(std::string_view raw) {
       scale_set = true;
     } else if (key == "eps") {
       double e = 0;
-      if (!parse_double(value, e) || !std::isfinite(e) || e < 0)
-        bad(raw, fmt::format("bad eps '{}' (a finite number >= 0, e.g. 1e-10)", value));
+      if (!parse_double(value, e) || !std::isfinite(e) || e < 0 || e > kMaxEps)
+        bad(raw, fmt::format("bad eps '{}' (a number in [0, {:g}], e.g. 1e-10)", value, kMaxEps));
       s.eps = e;
       eps_set = true;
     } else if (key == "eps_add") {
@@ -268,7 +321,37 @@ QuantSpec QuantSpec::parse(std::string_view raw) {
       else if (value == "stochastic" || value == "sr") s.rounding = Rounding::Stochastic;
       else bad(raw, fmt::format("unknown round '{}' (valid: nearest, stochastic)", value));
     } else if (key == "seed") {
-      if (!parse_uint64(value, s.seed)) bad(raw, fmt::format("bad seed '{}' (a non-negative integer)", value));
+      try {
+        s.seed = parse_seed(value, "seed");
+      } catch (const UsageError& e) {
+        bad(raw, e.what());
+      }
+    } else if (key == "amax_floor") {
+      double f = 0;
+      if (!parse_double(value, f) || !std::isfinite(f) || f < 0 || f > kMaxEps)
+        bad(raw, fmt::format("bad amax_floor '{}' (a number in [0, {:g}], e.g. 1e-4)", value, kMaxEps));
+      s.amax_floor = static_cast<float>(f);
+    } else if (key == "scale_div") {
+      if (value == "ieee") s.scale_div = ScaleDiv::Ieee;
+      else if (value == "rcp") s.scale_div = ScaleDiv::Rcp;
+      else if (value == "fdiv") s.scale_div = ScaleDiv::Fdiv;
+      else bad(raw, fmt::format("unknown scale_div '{}' (valid: ieee, rcp, fdiv)", value));
+    } else if (key == "apply") {
+      if (value == "div") s.apply = Apply::Div;
+      else if (value == "rcp") s.apply = Apply::Rcp;
+      else if (value == "fdiv") s.apply = Apply::Fdiv;
+      else if (value == "mul") s.apply = Apply::Mul;
+      else bad(raw, fmt::format("unknown apply '{}' (valid: div, rcp, fdiv, mul)", value));
+    } else if (key == "mx") {
+      if (value == "rceil") s.mx = MxRound::Rceil;
+      else if (value == "floor") s.mx = MxRound::Floor;
+      else if (value == "ceil") s.mx = MxRound::Ceil;
+      else if (value == "even") s.mx = MxRound::Even;
+      else bad(raw, fmt::format("unknown mx '{}' (valid: rceil, floor, ceil, even)", value));
+    } else if (key == "de_min") {
+      if (value == "nonzero") s.de_min = DeMin::Nonzero;
+      else if (value == "kernel") s.de_min = DeMin::Kernel;
+      else bad(raw, fmt::format("unknown de_min '{}' (valid: nonzero, kernel)", value));
     } else if (key == "sat") {
       if (value == "finite") s.saturation = Saturation::Finite;
       else if (value == "none") s.saturation = Saturation::None;
@@ -311,6 +394,11 @@ std::string QuantSpec::to_string() const {
   if (rounding != Rounding::Nearest) out += ":round=stochastic";
   if (seed != 0) out += fmt::format(":seed={}", seed);
   if (saturation != Saturation::Finite) out += ":sat=none";
+  if (amax_floor != 0.0f) out += fmt::format(":amax_floor={}", amax_floor);
+  if (scale_div != ScaleDiv::Ieee) out += fmt::format(":scale_div={}", scale_div_name(scale_div));
+  if (apply != Apply::Div) out += fmt::format(":apply={}", apply_name(apply));
+  if (mx != MxRound::Rceil) out += fmt::format(":mx={}", mx_round_name(mx));
+  if (de_min != DeMin::Nonzero) out += fmt::format(":de_min={}", de_min_name(de_min));
   return out;
 }
 
@@ -320,9 +408,31 @@ void QuantSpec::validate() const {
     fail(fmt::format("format must be e4m3, e5m2, bf16 or fp16, not {}", format_name(format)));
   if (granularity == Granularity::Group && group_size < 1) fail("group size must be >= 1");
   if (granularity == Granularity::Block && (block_rows < 1 || block_cols < 1)) fail("block sides must be >= 1");
-  if (!std::isfinite(eps) || eps < 0) fail("eps must be a finite number >= 0");
+  if (!std::isfinite(eps) || eps < 0 || eps > kMaxEps) fail(fmt::format("eps must be a number in [0, {:g}]", kMaxEps));
   if (!is_fp8(expand_target)) fail("de_target must be e4m3 or e5m2");
   if (delayed.enabled() && (delayed.history < 1 || delayed.margin < 0)) fail("delayed: history >= 1, margin >= 0");
+  if (!std::isfinite(amax_floor) || amax_floor < 0 || amax_floor > kMaxEps)
+    fail(fmt::format("amax_floor must be a number in [0, {:g}]", kMaxEps));
+  const bool peer_keys = amax_floor != 0.0f || scale_div != ScaleDiv::Ieee || apply != Apply::Div ||
+                         mx != MxRound::Rceil || de_min != DeMin::Nonzero;
+  if (peer_keys) {
+    if (!is_fp8(format)) fail("amax_floor, scale_div, apply, mx and de_min apply to e4m3 / e5m2 storage");
+    if (delayed.enabled()) fail("delayed scaling has TE's own scale rule: amax_floor, scale_div, apply do not apply");
+    if (expand != ExpandMode::None && (amax_floor != 0.0f || scale_div != ScaleDiv::Ieee || apply != Apply::Div))
+      fail("de scales by its own formulas: amax_floor, scale_div and apply do not apply");
+    if (mx != MxRound::Rceil && scale != ScaleMode::E8M0) fail("mx= rounds E8M0 exponents: it needs scale=e8m0");
+    if (scale_div != ScaleDiv::Ieee &&
+        !(scale == ScaleMode::Fp32 || scale == ScaleMode::Bf16 || (scale == ScaleMode::E8M0 && mx == MxRound::Rceil)))
+      fail(fmt::format("scale_div shapes the quotient amax/fmax of fp32, bf16 and e8m0 (mx=rceil) scales, not "
+                       "scale={}{}", scale_mode_name(scale), scale == ScaleMode::E8M0 ? " with mx=" + std::string(mx_round_name(mx)) : ""));
+    if (apply == Apply::Mul && !(scale == ScaleMode::Fp32 || scale == ScaleMode::Pow2))
+      fail("apply=mul (TE's multiplier fmax/amax) takes scale=fp32 or pow2");
+    if (apply == Apply::Mul && scale_div != ScaleDiv::Ieee)
+      fail("apply=mul computes its multiplier fmax/amax itself: scale_div does not apply");
+    if (de_min != DeMin::Nonzero &&
+        !(expand == ExpandMode::Coat && granularity == Granularity::Group && group_size == 128))
+      fail("de_min=kernel reproduces COAT's 128-thread group reduction: it needs de=coat and granularity g128");
+  }
   if (is_16bit()) {
     const std::string f(format_name(format));
     if (expand != ExpandMode::None || delayed.enabled())

@@ -18,7 +18,8 @@
 //     scale=fp32|pow2|e8m0|bf16|none   how the per-group scale is rounded and stored
 //            (default fp32 for e4m3/e5m2, none for bf16/fp16)
 //            fp32  s = amax_eps / fmax in fp32                                  (4 B per group)
-//            pow2  s = that value rounded UP to a power of two (never saturates) (4 B, fp32)
+//            pow2  s = 1/m, m = fmax/amax_eps rounded DOWN to a power of two: TE's power-of-two
+//                  current scaling (FLT_MAX for an overflowing m)                  (4 B, fp32)
 //            e8m0  as pow2, stored as an OCP E8M0 byte, clamped to [2^-127, 2^127] (1 B)
 //            bf16  the fp32 s is used to quantize, the stored (and dequantizing) scale is
 //                  bf16(s) rounded to nearest even: what COAT's Triton kernels do   (2 B)
@@ -30,7 +31,7 @@
 //     eps_add=fp32|fp64  how eps is added: fp32 (amax + float(eps), COAT's Triton activation
 //                    kernels) or fp64 (float(double(amax) + eps), COAT's CUDA optimizer kernels).
 //                    Default fp32, except de=coat (fp64, as its kernel).
-//     de=none|coat|robust        Dynamic Range Expansion (REFERENCE.md section 2; see expand.hpp)
+//     de=none|coat|robust        Dynamic Range Expansion (COAT; see expand.hpp)
 //     de_target=e4m3|e5m2        format whose range sets the expansion ratio fmax^2/2
 //                                (default: the storage format)
 //     delayed=H[,max|recent][,margin=M]   TransformerEngine delayed scaling with an amax history
@@ -38,14 +39,26 @@
 //     round=nearest|stochastic   (default nearest, ties to even)
 //     seed=N                     Philox key for stochastic rounding (element i draws word i)
 //     sat=finite|none            overflow clamps to +-fmax (default) or becomes NaN/Inf
-//   ALIASES (a whole spec; keys may follow, e.g. "mxfp8:round=stochastic")
-//     mxfp8            = e4m3:g32:scale=e8m0
-//     mxfp8-e5m2       = e5m2:g32:scale=e8m0
-//     coat-opt         = e4m3:g128:de=coat           (COAT optimizer states, eps 1e-30 in fp64)
-//     coat-opt-noexpand= e4m3:g128:eps=1e-20:eps_add=fp64   (COAT's kernel without expansion)
-//     coat-act         = e4m3:g16:scale=bf16:eps=1e-10      (COAT non-linear layer activations)
-//     coat-w           = e4m3:tensor:eps=1e-10              (COAT weights, just-in-time)
-//     deepseek-act     = e4m3:g128        deepseek-w = e4m3:b128x128
+//     amax_floor=F               amax = max(amax, F) first (DeepSeek-V3 / DeepGEMM: 1e-4)
+//     scale_div=ieee|rcp|fdiv    amax/fmax as an IEEE division (default), amax * RN(1/fmax), or
+//                                the GPU's div.full.f32 (fp32 / bf16 / e8m0-rceil scales)
+//     apply=div|rcp|fdiv|mul     element scaling: x / s (default), x * RN(1/s), div.full(x, s), or
+//                                TE's x * m, m = fmax/amax, stored s = RN(1/m) (fp32 / pow2 scales)
+//     mx=rceil|floor|ceil|even   E8M0 exponent rounding (scale=e8m0; default rceil)
+//     de_min=nonzero|kernel      DE group minimum: exact, or COAT's kernel reduction (g128 only)
+//   ALIASES (a whole spec; keys may follow, e.g. "mxfp8:round=stochastic"). A name of a peer
+//   means that peer's kernel, bit for bit on finite inputs (docs/numerics.md lists the sources):
+//     mxfp8, te-mxfp8, torchao-mxfp8-rceil = e4m3:g32:scale=e8m0:scale_div=rcp  (TE MXFP8 / RCEIL)
+//     mxfp8-e5m2       = e5m2:g32:scale=e8m0:scale_div=rcp
+//     torchao-mxfp8    = e4m3:g32:scale=e8m0:mx=floor             (torchao to_mx default, FLOOR)
+//     coat-opt         = e4m3:g128:de=coat:de_min=kernel          (COAT's FP8 AdamW kernel's DE)
+//     coat-opt-noexpand= e4m3:g128:eps=1e-20:eps_add=fp64         (COAT's kernel without expansion)
+//     coat-act         = e4m3:g16:scale=bf16:eps=1e-10:scale_div=fdiv:apply=fdiv   (COAT Triton)
+//     coat-w           = e4m3:tensor:eps=1e-10:scale_div=rcp:apply=fdiv  (COAT fp32 weights)
+//     deepseek-act     = e4m3:g128:amax_floor=1e-4:scale_div=rcp:apply=rcp    (DeepGEMM 1x128)
+//     deepseek-w       = e4m3:b128x128:amax_floor=1e-4:scale_div=rcp:apply=rcp (DeepGEMM 128x128)
+//     deepseek-act-ue8m0 / deepseek-w-ue8m0: the same with scale=e8m0 (power-of-two scales)
+//     te-current       = e4m3:tensor:apply=mul        te-current-pow2 = e4m3:tensor:scale=pow2:apply=mul
 //     te-delayed       = e4m3:tensor:delayed=1024,max
 //     bf16 / fp16      = bf16:tensor / fp16:tensor
 //   Examples: e4m3:g128:de=coat   e4m3:g16:scale=bf16   e4m3:tensor   e5m2:b128x128:scale=pow2
@@ -53,7 +66,7 @@
 // Conventions (all modes unless a mode says otherwise):
 // * Quantize computes q = fp8(x / s) with s = amax_eps / fmax in fp32 (COAT's convention);
 //   dequantize computes q * s. Delayed scaling follows TransformerEngine instead: it multiplies by
-//   TE's scale (fmax/amax)/2^margin and stores s = 1/scale.
+//   TE's scale (fmax * 2^-margin)/amax (FLT_MAX where that overflows) and stores s = 1/scale.
 // * amax is the maximum |x| over the FINITE elements of a group; NaN and +-Inf never enter a
 //   scale. NaN elements give the NaN code; +-Inf saturate to +-fmax (sat=finite) or become the
 //   overflow code (sat=none).
@@ -71,16 +84,35 @@ enum class ScaleMode : uint8_t { Fp32, Pow2, E8M0, Bf16, None };  // None: unsca
 enum class ExpandMode : uint8_t { None, Coat, Robust };
 enum class AmaxAlgo : uint8_t { Max, MostRecent };
 enum class EpsAdd : uint8_t { Fp32, Fp64 };
+// How the scale's quotient amax / fmax is formed: the IEEE division; a product with the fp32
+// reciprocal RN(1/fmax) (what PyTorch's CUDA `tensor / scalar` computes, and TE's MXFP8 kernel);
+// or the GPU's approximate division PTX div.full.f32 (Triton's `/` and tl.fdiv on fp32).
+enum class ScaleDiv : uint8_t { Ieee, Rcp, Fdiv };
+// How an element meets its group's scale s: x / s (IEEE); x * RN(1/s); div.full(x, s); or
+// TransformerEngine's form, x * m with the multiplier m = fmax / amax and the stored s = RN(1/m).
+enum class Apply : uint8_t { Div, Rcp, Fdiv, Mul };
+// E8M0 exponent rounding (OCP MX; torchao's ScaleCalculationMode names): rceil rounds amax/fmax
+// up to a power of two (TE's MXFP8, torchao RCEIL); floor / ceil take amax's own exponent (down
+// / up) minus the element format's largest exponent; even first rounds amax to the element
+// format's mantissa width.
+enum class MxRound : uint8_t { Rceil, Floor, Ceil, Even };
+// DE group minimum: the minimum nonzero magnitude, or COAT's kernel reduction (a lane's own zero
+// hides the lanes merged into it, and a 1e9 sentinel caps the result).
+enum class DeMin : uint8_t { Nonzero, Kernel };
 
 std::string_view granularity_name(Granularity g);
 std::string_view scale_mode_name(ScaleMode m);
 std::string_view expand_mode_name(ExpandMode m);
+std::string_view scale_div_name(ScaleDiv d);
+std::string_view apply_name(Apply a);
+std::string_view mx_round_name(MxRound m);
+std::string_view de_min_name(DeMin m);
 
 // TransformerEngine DelayedScaling parameters. history == 0 means just-in-time (current) scaling.
 struct DelayedSpec {
   int history = 0;                 // amax history length (TE default 1024)
   AmaxAlgo algo = AmaxAlgo::Max;   // max over the history, or the most recent entry
-  int margin = 0;                  // scale = (fmax/amax) / 2^margin
+  int margin = 0;                  // scale = (fmax * 2^-margin) / amax
   bool enabled() const { return history > 0; }
   bool operator==(const DelayedSpec&) const = default;
 };
@@ -99,6 +131,11 @@ struct QuantSpec {
   Rounding rounding = Rounding::Nearest;
   uint64_t seed = 0;
   Saturation saturation = Saturation::Finite;
+  float amax_floor = 0.0f;                    // amax = max(amax, amax_floor) before eps and the scale
+  ScaleDiv scale_div = ScaleDiv::Ieee;
+  Apply apply = Apply::Div;
+  MxRound mx = MxRound::Rceil;                // scale=e8m0 only
+  DeMin de_min = DeMin::Nonzero;              // de=coat only
 
   // Parses the text form above. Throws UsageError naming the offending token and listing the
   // valid choices. The result is validated.
@@ -123,6 +160,15 @@ struct QuantSpec {
 
   bool operator==(const QuantSpec&) const = default;
 };
+
+// The one rule for a Philox seed, in a spec (seed=N) and on the command line (--seed N): a
+// non-negative integer below 2^64, decimal or 0x-prefixed hexadecimal. Throws UsageError naming
+// `what` (e.g. "--seed") otherwise; a leading '-' or '+' is refused, never wrapped.
+uint64_t parse_seed(std::string_view text, std::string_view what);
+
+// The one rule for eps (spec key eps=E): a finite number in [0, kMaxEps]. Larger values would
+// overflow amax + eps in fp32 and turn every scale into Inf.
+constexpr double kMaxEps = 1e30;
 
 // A granularity resolved against a tensor: every group is a (rows x cols) block of the 2-D view
 // (tensor: the whole view; row: 1 x cols; col: rows x 1; gN: 1 x N; bRxC: R x C), so one

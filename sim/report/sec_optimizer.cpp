@@ -24,7 +24,7 @@ double num(const Json& j, const char* key) {
   return v && v->is_number() ? v->as_number() : std::nan("");
 }
 
-// The optimizer-state recipe each training recipe uses (REFERENCE.md sections 2 and 5).
+// The optimizer-state recipe each training recipe uses (docs/optimizer.md).
 const char* state_recipe_of(const std::string& recipe) {
   static const std::map<std::string, const char*> m = {
       {"bf16", "fp32"}, {"te", "te-fp8"}, {"coat", "coat"}, {"fp8lm", "fp8lm"}, {"deepseek", "bf16"}};

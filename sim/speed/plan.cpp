@@ -135,8 +135,8 @@ class Builder {
           fmt::format("COAT FP8 AdamW with dynamic range expansion on {} params per GPU ({} GPUs), timed on {} "
                       "params and scaled linearly",
                       params_per_gpu, o_.gpus, o_.optimizer_probe_params));
-      deviate("the optimizer step is the project's fused FP8 AdamW with DE (gpu/optim), not COAT's own CUDA kernel "
-              "(REFERENCE.md section 7: 23.5 G params/s on an H200)");
+      deviate("the optimizer step is the project's fused FP8 AdamW with DE (gpu/optim), not COAT's own CUDA kernel, "
+              "which fp8sim bench times at less than half its rate (docs/benchmarks.md)");
     } else {
       add(mk("optimizer.step", phase_, Kind::Optimizer, "adamw_fp32", {o_.optimizer_probe_params}), 0,
           o_.optimizer_probe_params * 28.0,
@@ -531,7 +531,7 @@ Fig4bOps fig4b_ops(int64_t rows, int64_t cols) {
 }
 
 const std::vector<Fig4bPaperRow>& fig4b_paper() {
-  // REFERENCE.md section 4, COAT Fig. 4(b), H100.
+  // COAT (Xi et al., ICLR 2025) Fig. 4(b), H100.
   static const std::vector<Fig4bPaperRow> rows{
       {11008, 16384, 1.37, 0.10}, {11008, 8192, 0.89, 0.08}, {4096, 16384, 0.55, 0.07}, {4096, 8192, 0.32, 0.06}};
   return rows;

@@ -8,7 +8,7 @@
 // time under. The GPU replay (gpu/speed) runs each distinct key; the CPU model (speed.hpp) sums
 // count x time. Nothing here depends on CUDA.
 //
-// The recipes (REFERENCE.md sections 3 and 5):
+// The recipes (docs/speed-model.md):
 //  * bf16: every GEMM and non-linear op in BF16 (PyTorch autocast-style Llama layer).
 //  * te:   TransformerEngine-style per-tensor delayed scaling: each distinct Linear input is
 //          cast once to E4M3 plus a transposed E4M3 copy (one fused cast+transpose pass that also

@@ -1,3 +1,4 @@
+#include "sim/common/paths.hpp"
 #include "sim/speed/speed.hpp"
 
 #include <fmt/format.h>
@@ -18,7 +19,7 @@ namespace {
 
 constexpr const char* kTorchSchema = "fp8sim-torch-times/1";
 
-// COAT Table 7 (REFERENCE.md section 4): H100 80 GB, FSDP. Throughput is at each method's
+// COAT Table 7 (Xi et al., ICLR 2025): H100 80 GB, FSDP. Throughput is at each method's
 // largest batch ("max batch" column); 0 = out of memory in the paper.
 struct Table7Row {
   const char* model;
@@ -369,7 +370,7 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
         if (m.kind == Kind::Attention || (m.kind == Kind::Optimizer && m.variant == "adamw_fp32")) cal.add(m);
       cal.torch = old.torch;
       notes.push_back(fmt::format("attention and fp32 AdamW times come from '{}' (no --torch-times given)",
-                                  committed.string()));
+                                  source_relative(committed)));
     } else {
       throw Error(
           "attention is timed by PyTorch, not assumed: run scripts/torch_layer_time.py on this GPU at the same "
@@ -415,7 +416,7 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
                               ? cal.device.at("name").as_string()
                               : std::string("an unnamed GPU");
   timing["device"] = dev;
-  timing["calibration"] = cal.origin;
+  timing["calibration"] = source_relative(cal.origin);
   timing["calibration_created"] = cal.created;
   timing["statement"] =
       mode == "measured"
@@ -424,7 +425,7 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
                         dev)
           : fmt::format("MODELLED, not measured on this machine: kernel times come from the calibration '{}' "
                         "(measured on {} at {}); shapes it did not measure are fitted from the nearest measured one",
-                        cal.origin, dev, cal.created.empty() ? "an unknown date" : cal.created);
+                        source_relative(cal.origin), dev, cal.created.empty() ? "an unknown date" : cal.created);
   timing["fsdp_comm"] = opts.fsdp_comm;
   if (opts.fsdp_comm != "none") {
     timing["link_gbps"] = opts.link_gbps;

@@ -1,7 +1,7 @@
 // Quantize throughput on the CPU: 1x128 groups (fp32 absmax scales) and COAT's DE (coat and
 // robust), on one thread and on all cores, plus dequantize. Elements/s and input GB/s.
 // scripts/bench_quant_numpy.py runs this beside a numpy implementation of the same specs and
-// prints the ratio table (README numbers come from there).
+// prints the ratio table (docs/benchmarks.md quotes it).
 //   ./bench_quant --benchmark_min_time=1
 #include <benchmark/benchmark.h>
 #include <omp.h>
