@@ -10,7 +10,7 @@
 #include "sim/common/io.hpp"
 #include "sim/common/json.hpp"
 #include "tests/support/test_util.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim {
 namespace {

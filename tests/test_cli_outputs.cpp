@@ -27,7 +27,7 @@
 #include "sim/common/npy.hpp"
 #include "tests/support/proc.hpp"
 #include "tests/support/test_util.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim {
 namespace {

@@ -16,7 +16,7 @@
 #include "sim/common/json.hpp"
 #include "tests/support/proc.hpp"
 #include "tests/support/test_util.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim {
 namespace {

@@ -16,7 +16,7 @@
 #include "sim/optim/replay.hpp"
 #include "sim/quant/quantize.hpp"
 #include "tests/support/test_util.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::optim {
 namespace {

@@ -114,7 +114,7 @@ PageCheck check_page(const std::string& chromium, std::string html) {
 }  // namespace
 
 TEST_F(ReportHtml, LoadsWithEveryImageDecodedNoConsoleErrorAndRenders) {
-  // Two recipes are enough for every plot; the full recipe list is test_report's job.
+  // Two recipes are enough for every plot; the full recipe list is test_report_sections's job.
   const fs::path dir = fs::path(fp8sim::test::temp_dir()) / "report";
   const auto run = fp8sim::test::run_fp8sim({"report", "--recipes", "bf16,coat", "--out", dir.string()});
   ASSERT_EQ(run.exit_code, 0) << run.err;

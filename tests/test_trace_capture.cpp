@@ -10,7 +10,7 @@
 
 #include "sim/common/check.hpp"
 #include "tests/support/test_util.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::trace {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "tests/fuzz/trace_reader_fuzz.hpp"
 #include "tests/support/test_util.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim {
 namespace {

@@ -1,4 +1,4 @@
-// traces/trace.hpp: bit-exact round trips of every dtype, a foreign (h5py-written) file, the
+// sim/trace/trace.hpp: bit-exact round trips of every dtype, a foreign (h5py-written) file, the
 // committed sample from real training, and every way a file can fail to be a trace.
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@
 #include "sim/common/check.hpp"
 #include "sim/formats/fp8.hpp"
 #include "tests/support/test_util.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::trace {
 namespace {

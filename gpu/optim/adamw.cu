@@ -4,7 +4,7 @@
 // the same operations (per-group work hoisted), or, for DE moments, one of the two exact
 // shortcuts proven below (mantissa-table log2 for dequantization, guarded approximation for
 // requantization), so the GPU's p, codes and group parameters equal the CPU reference's bit for
-// bit (tests/test_adamw_gpu.cpp, fp8sim compare).
+// bit (tests/test_optim_gpu.cpp, fp8sim compare).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -171,7 +171,7 @@ __device__ __forceinline__ uint32_t encode4_fast(const float (&v)[4], int valid,
 // its e from (bits - 0x3F3504F3) >> 23 (so e shifts by e_q) and its l from the bits minus e << 23
 // (unchanged): log2_parts(|q*s|) = {e_q + e_j, l_j} with {e_j, l_j} = log2_parts(RN(mq_j * s)).
 // The rest of pow_det runs unchanged (pow_det_y_lp). Zero / NaN codes are overridden by
-// pow_det's special values. tests/test_adamw_gpu.cpp checks every code against compress_value
+// pow_det's special values. tests/test_optim_gpu.cpp checks every code against compress_value
 // for many (s, k).
 //
 // (2) Requantize: the guarded encoder of gpu/quant/guarded_encode.cuh (its comment has the proof).

@@ -4,7 +4,7 @@
 // exactly pow_det's operations in pow_det's order on every element, so its result is the same
 // bits; what moves out of the per-element path is the work that depends on y alone (its
 // clamping and hi/lo split for both clamp limits, and the special cases of y), done once per
-// group by pow_y(). tests/test_quantize_gpu.cpp compares the two on the device over random x,
+// group by pow_y(). tests/test_quant_gpu.cpp compares the two on the device over random x,
 // special x and special y; compare and the DE tests pin the end results against the CPU.
 #include "sim/common/hd.hpp"
 #include "sim/quant/dmath.hpp"

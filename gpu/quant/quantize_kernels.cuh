@@ -127,7 +127,7 @@ __device__ __forceinline__ float div_by(float a, const FastRecip& d) {
 // Two fp32 values to two FP8 codes with the hardware converter (cvt.rn.satfinite; F2FP on sm_90):
 // RNE, then saturation to +-max. For every FINITE input this equals encode_fp8_rne<T>(x, true)
 // (checked on the device over all 2^32 inputs by hw_cvt_verified() before any kernel uses it, and
-// by tests/test_quantize_gpu.cpp); NaN and Inf inputs never take this path. Returns lo's code in
+// by tests/test_quant_gpu.cpp); NaN and Inf inputs never take this path. Returns lo's code in
 // bits 0-7 and hi's in bits 8-15.
 template <class T>
 __device__ __forceinline__ uint32_t cvt2_hw(float lo, float hi) {

@@ -80,8 +80,8 @@ if want tests; then
     filter="*"
     if (( smoke )); then
       case "$n" in
-        test_quantize_gpu) filter="*PlainGranularities*:*Delayed*:*Degenerate*" ;;
-        test_adamw_gpu) filter="*CoatFusedKernel*:*Fp32States*" ;;
+        test_quant_gpu) filter="*PlainGranularities*:*Delayed*:*Degenerate*" ;;
+        test_optim_gpu) filter="*CoatFusedKernel*:*Fp32States*" ;;
         test_gemm_gpu) filter="*Awkward*:*WrongScale*" ;;
       esac
     fi

@@ -36,7 +36,7 @@
 
 #include "sim/analyze/recipe.hpp"
 #include "sim/common/json.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::analyze {
 

@@ -23,7 +23,7 @@
 
 #include "sim/common/json.hpp"
 #include "sim/quant/spec.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::analyze {
 

@@ -9,7 +9,7 @@
 #include "sim/common/io.hpp"
 #include "sim/compare/compare.hpp"
 #include "sim/app/gpu_api.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim {
 namespace {

@@ -7,8 +7,8 @@
 #include "sim/app/cli.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
-#include "traces/trace.hpp"
-#include "traces/trace_info.hpp"
+#include "sim/trace/trace.hpp"
+#include "sim/trace/trace_info.hpp"
 
 namespace fp8sim {
 namespace {

@@ -15,7 +15,7 @@
 #include "sim/gemm/gemm_ref.hpp"
 #include "sim/optim/adamw.hpp"
 #include "sim/optim/state_recipe.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::compare {
 

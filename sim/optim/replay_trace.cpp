@@ -1,4 +1,4 @@
-// optim_replay: feeds a trace (traces/trace.hpp, schema in traces/FORMAT.md) to OptimReplay.
+// optim_replay: feeds a trace (sim/trace/trace.hpp, schema in traces/FORMAT.md) to OptimReplay.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -6,7 +6,7 @@
 
 #include "sim/common/check.hpp"
 #include "sim/optim/replay.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::optim {
 

@@ -6,7 +6,7 @@
 // same correctly rounded fp32 operations in the same order, with the same integer bit
 // manipulation. AVX2 without FMA is enabled (never "fma": a fused multiply-add would change
 // bits), and -ffp-contract=off applies to the whole project. So each lane gives the same bits as
-// the scalar function, and therefore as the CUDA kernels; tests/test_quantize_simd.cpp checks it
+// the scalar function, and therefore as the CUDA kernels; tests/test_quant_simd.cpp checks it
 // (pow_det on special and random inputs, the encoder on every fp32 bit pattern, and whole
 // quantize/dequantize calls with the SIMD path on and off).
 //

@@ -6,7 +6,7 @@
 // glibc, CUDA's device library and versions of either.
 //
 // Accuracy (ulp of the exact result, measured against double-precision libm in
-// tests/test_expand.cpp, which asserts the bounds in brackets):
+// tests/test_quant_expand.cpp, which asserts the bounds in brackets):
 // * floor_det, rint_small: exact.
 // * log2_det(x): max 1.73 ulp over 20M random positive floats incl. subnormals [2 ulp]; exact
 //   at powers of two (integers) and 0 at x = 1.
@@ -17,7 +17,7 @@
 //   pow_det(x, 1) == x and pow_det(x, 0) == 1 exactly. CUDA's powf is documented within 4 ulp and
 //   glibc's within 1: where COAT's kernel and fp8sim differ it is in the last bits of x' and s,
 //   which changes an FP8 code only when x'/s lies within that error of a rounding midpoint
-//   (tests/test_expand.cpp bounds where and how often).
+//   (tests/test_quant_expand.cpp bounds where and how often).
 // Special values follow C99 pow for x >= 0: pow(x, +-0) = 1 (even NaN x), pow(1, y) = 1 (even
 // NaN y), pow(+0, y<0) = +Inf, pow(+0, y>0) = +0, pow(+Inf, y<0) = +0, pow(+Inf, y>0) = +Inf,
 // pow(x, +Inf) = +0 (x<1) or +Inf (x>1), pow(x, -Inf) = +Inf (x<1) or +0 (x>1), NaN otherwise

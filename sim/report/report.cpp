@@ -17,7 +17,7 @@
 #include "sim/report/sections.hpp"
 #include "sim/report/util.hpp"
 #include "sim/speed/speed.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::report {
 

@@ -13,7 +13,7 @@
 #include "sim/quant/quantize.hpp"
 #include "sim/quant/quantize_report.hpp"
 #include "sim/report/sections.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::report {
 

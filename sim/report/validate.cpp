@@ -10,7 +10,7 @@
 #include "sim/memory/recipes.hpp"
 #include "sim/model/model.hpp"
 #include "sim/report/sections.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::report {
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "sim/common/check.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::fuzz {
 

@@ -15,7 +15,7 @@
 #include "sim/formats/divfull.hpp"
 #include "sim/formats/fp8.hpp"
 #include "tests/support/test_util.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::analyze {
 namespace {
@@ -287,7 +287,7 @@ TEST_F(SampleAnalysis, EveryBuiltinRecipeRunsOnTheSample) {
 std::string write_trace(const std::string& dir, const std::vector<float>& act, const std::vector<uint16_t>& bf16) {
   const std::string p = dir + "/t.h5";
   trace::TraceHeader h;
-  h.producer = "test_analyze";
+  h.producer = "test_analyze_trace";
   trace::TraceWriter w(p, h);
   trace::TensorInfo t;
   t.step = 1;

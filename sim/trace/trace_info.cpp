@@ -1,4 +1,4 @@
-#include "traces/trace_info.hpp"
+#include "sim/trace/trace_info.hpp"
 
 #include <set>
 

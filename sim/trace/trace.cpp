@@ -1,6 +1,6 @@
 // The only file that talks to HDF5 (one vendor API per file). Everything HDF5 reports is turned
 // into a one-line fp8sim::Error here; HDF5's own error-stack printing is switched off.
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 #include <H5Cpp.h>
 #include <fmt/format.h>

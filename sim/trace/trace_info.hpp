@@ -2,7 +2,7 @@
 // The work behind `fp8sim info TRACE`: the tree of steps, roles and tensors of a trace with its
 // model and optimizer attributes, as the JSON document `fp8sim info --json` writes.
 #include "sim/common/json.hpp"
-#include "traces/trace.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace fp8sim::trace {
 
