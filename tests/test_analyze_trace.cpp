@@ -14,8 +14,8 @@
 #include "sim/common/check.hpp"
 #include "sim/formats/divfull.hpp"
 #include "sim/formats/fp8.hpp"
-#include "tests/support/test_util.hpp"
 #include "sim/trace/trace.hpp"
+#include "tests/support/test_util.hpp"
 
 namespace fp8sim::analyze {
 namespace {
@@ -88,10 +88,10 @@ TEST(Recipes, JsonFilesLayerRulesOverABaseAndRejectNonsense) {
   EXPECT_EQ(spec_of(r, Role::Activation, "norm_input"), canon("e4m3:g32"));
   EXPECT_EQ(spec_of(r, Role::Weight, "linear", "layers.1.mlp.down_proj"), "none");
   EXPECT_EQ(spec_of(r, Role::Weight, "linear", "layers.1.mlp.up_proj"), canon("coat-w"));  // from coat
-  EXPECT_EQ(spec_of(r, Role::Activation, "silu_input"), canon("coat-act"));  // from coat
+  EXPECT_EQ(spec_of(r, Role::Activation, "silu_input"), canon("coat-act"));                // from coat
   // Without a catch-all rule, an unknown op matches nothing.
-  const Recipe bare = parse_recipe(Json::parse(R"({"rules": [{"role": "weight", "op": "linear", "spec": "e4m3:tensor"}]})"),
-                                   "bare.json");
+  const Recipe bare = parse_recipe(
+      Json::parse(R"({"rules": [{"role": "weight", "op": "linear", "spec": "e4m3:tensor"}]})"), "bare.json");
   EXPECT_EQ(bare.match(Role::Activation, "norm_input", {"x"}), nullptr);
   auto expect_bad = [](const char* doc, const char* needle) {
     try {

@@ -16,9 +16,9 @@
 #include "sim/formats/fp8.hpp"
 
 #if defined(FP8SIM_HAVE_CUDA_FP8_ORACLE)
-#include <cuda_fp8.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 namespace fp8sim {
 namespace {
@@ -93,7 +93,8 @@ TEST_P(Exhaustive, AllFp32PatternsMatchCudaFp8HostPath) {
 
 INSTANTIATE_TEST_SUITE_P(Fp8, Exhaustive,
                          ::testing::Values(Case{Format::E4M3, Saturation::Finite}, Case{Format::E4M3, Saturation::None},
-                                           Case{Format::E5M2, Saturation::Finite}, Case{Format::E5M2, Saturation::None}),
+                                           Case{Format::E5M2, Saturation::Finite},
+                                           Case{Format::E5M2, Saturation::None}),
                          [](const auto& info) {
                            return std::string(format_name(info.param.format)) +
                                   (info.param.sat == Saturation::Finite ? "_satfinite" : "_nosat");

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -16,9 +16,7 @@
 namespace fp8sim {
 namespace {
 
-bool is_nan_code(uint8_t c, Format f) {
-  return f == Format::E4M3 ? (c & 0x7F) == 0x7F : (c & 0x7F) > 0x7C;
-}
+bool is_nan_code(uint8_t c, Format f) { return f == Format::E4M3 ? (c & 0x7F) == 0x7F : (c & 0x7F) > 0x7C; }
 
 // Column order in the golden files.
 struct Col {

@@ -50,8 +50,8 @@ void expect_same_codes(const std::vector<In>& in, const std::vector<uint8_t>& gp
       if (bad < 5) {
         uint32_t bits = 0;
         std::memcpy(&bits, &in[i], sizeof(In));
-        ADD_FAILURE() << what << ": element " << i << " input bits 0x" << std::hex << bits << " gpu 0x"
-                      << int(gpu[i]) << " cpu 0x" << int(cpu[i]) << std::dec;
+        ADD_FAILURE() << what << ": element " << i << " input bits 0x" << std::hex << bits << " gpu 0x" << int(gpu[i])
+                      << " cpu 0x" << int(cpu[i]) << std::dec;
       }
       ++bad;
     }
@@ -70,8 +70,8 @@ std::vector<float> fp32_sweep() {
     std::memcpy(&f, &b, 4);
     v.push_back(f);
   }
-  for (float f : {448.0f, 464.0f, 465.0f, 480.0f, 61439.0f, 61440.0f, 57344.0f, 0x1p-10f, 0x1.8p-10f, -0.0f,
-                  -0x1p-11f, 1.1865234375f, 0x1p-9f, 0x1p-16f, 0x1p-17f, 0x1.8p-17f})
+  for (float f : {448.0f, 464.0f, 465.0f, 480.0f, 61439.0f, 61440.0f, 57344.0f, 0x1p-10f, 0x1.8p-10f, -0.0f, -0x1p-11f,
+                  1.1865234375f, 0x1p-9f, 0x1p-16f, 0x1p-17f, 0x1.8p-17f})
     v.push_back(f);
   return v;
 }
@@ -103,8 +103,8 @@ TEST(CastGpu, Fp32StochasticSameStreamAsCpu) {
   for (uint64_t offset : {uint64_t{0}, uint64_t{3}, uint64_t{8}}) {
     for (bool e4m3 : {true, false}) {
       d_out.fill_bytes(0xAB);
-      gpu::cast_f32_to_fp8_cuda(d_in.get(), d_out.get(), x.size(), gpu_params(e4m3, true, true, 0x1234567890ull, offset),
-                                nullptr);
+      gpu::cast_f32_to_fp8_cuda(d_in.get(), d_out.get(), x.size(),
+                                gpu_params(e4m3, true, true, 0x1234567890ull, offset), nullptr);
       cast_f32_to_fp8(x.data(), ref.data(), x.size(), cpu_opts(e4m3, true, true, 0x1234567890ull, offset));
       expect_same_codes(x, d_out.download(), ref, "stochastic");
     }
@@ -120,7 +120,8 @@ TEST(CastGpu, MisalignedPointersAndAwkwardLengths) {
     for (size_t shift : {size_t{0}, size_t{1}}) {
       if (shift + n > x.size()) continue;
       d_out.fill_bytes(0xAB);
-      gpu::cast_f32_to_fp8_cuda(d_in.get() + shift, d_out.get() + shift, n, gpu_params(true, true, true, 9, 1), nullptr);
+      gpu::cast_f32_to_fp8_cuda(d_in.get() + shift, d_out.get() + shift, n, gpu_params(true, true, true, 9, 1),
+                                nullptr);
       std::vector<uint8_t> got(x.size() + 16);
       d_out.download(got.data(), got.size());
       std::vector<uint8_t> ref(n);

@@ -64,7 +64,8 @@ TEST(CliCast, BulkStreamsInChunksAndMatchesLibrary) {
   const std::string dir = test::temp_dir();
   const size_t n = 100003;
   std::vector<float> x(n);
-  for (size_t i = 0; i < n; ++i) x[i] = std::sin(0.01f * static_cast<float>(i)) * std::exp(0.0002f * static_cast<float>(i));
+  for (size_t i = 0; i < n; ++i)
+    x[i] = std::sin(0.01f * static_cast<float>(i)) * std::exp(0.0002f * static_cast<float>(i));
   write_bytes(dir + "/x.f32", x.data(), n * 4);
   // Small chunks force many iterations; stochastic rounding must still follow the global index.
   auto r = run_fp8sim({"cast", "--format", "e5m2", "--rounding", "stochastic", "--seed", "5", "--in", dir + "/x.f32",

@@ -184,8 +184,8 @@ void check(const Case& c) {
 
 // ---- the tables ---------------------------------------------------------------------------------
 
-const std::vector<std::string> kCommands = {"info", "analyze", "optim", "memory", "speed", "quantize",
-                                            "cast", "compare", "bench", "report"};
+const std::vector<std::string> kCommands = {"info",     "analyze", "optim",   "memory", "speed",
+                                            "quantize", "cast",    "compare", "bench",  "report"};
 
 // Missing and unknown options, missing values and required arguments.
 std::vector<Case> option_cases() {

@@ -106,7 +106,8 @@ TEST(CliBench, WritePlanNeedsNoGpu) {
   std::vector<double> cast_bf16;
   for (const auto& k : plan3.at("kernels").as_array()) {
     if (k.at("dtype").as_string() != "bf16") continue;
-    if (k.at("op").as_string() == "quantize" && (smallest_quant == 0 || elems(k) < smallest_quant)) smallest_quant = elems(k);
+    if (k.at("op").as_string() == "quantize" && (smallest_quant == 0 || elems(k) < smallest_quant))
+      smallest_quant = elems(k);
     if (k.at("op").as_string() == "cast") cast_bf16.push_back(elems(k));
   }
   ASSERT_GT(smallest_quant, 0);
@@ -198,12 +199,13 @@ TEST(CliBench, FromReevaluatesTheTargetsOfASavedRunWithoutAGpu) {
   ks.push_back(k);
   doc["kernels"] = ks;
   write_file_atomic(dir + "/in.json", doc.dump(2));
-  auto r = test::run_fp8sim({"bench", "--from", dir + "/in.json", "--json", dir + "/out.json", "--md", dir + "/out.md"});
+  auto r =
+      test::run_fp8sim({"bench", "--from", dir + "/in.json", "--json", dir + "/out.json", "--md", dir + "/out.md"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json out = Json::parse(read_text_file(dir + "/out.json"));
   const Json& t = out.at("kernels").as_array()[0].at("targets");
-  EXPECT_TRUE(t.at("copy_bandwidth").at("met").as_bool());      // 93% >= 90%
-  EXPECT_FALSE(t.at("vs_torch_compile").at("met").as_bool());   // 1.14x < 1.25x
+  EXPECT_TRUE(t.at("copy_bandwidth").at("met").as_bool());     // 93% >= 90%
+  EXPECT_FALSE(t.at("vs_torch_compile").at("met").as_bool());  // 1.14x < 1.25x
   EXPECT_FALSE(t.at("vs_torch_compile").at("reachable").as_bool());
   EXPECT_EQ(out.at("targets_summary").at("met").as_int(), 1);
   const std::string md = read_text_file(dir + "/out.md");
@@ -224,12 +226,12 @@ TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
   Json ks = Json::array();
   Json q = kernel("quantize|a", "quantize", 0.10);
   q["fraction_of_ceiling"] = 0.93;
-  q["bytes"] = 3.0e8;         // 3e8 bytes in 0.15 / 1.25 ms is 2500 GB/s ...
-  q["ceiling_gbps"] = 4000.0; // ... 62.5% of this ceiling: reachable
+  q["bytes"] = 3.0e8;          // 3e8 bytes in 0.15 / 1.25 ms is 2500 GB/s ...
+  q["ceiling_gbps"] = 4000.0;  // ... 62.5% of this ceiling: reachable
   ks.push_back(q);
   Json q2 = kernel("quantize|b", "quantize", 0.30);
   q2["fraction_of_ceiling"] = 0.80;
-  q2["bytes"] = 4.0e8;        // 4e8 bytes in 0.12 / 1.25 ms is 4167 GB/s: 104% of 4000
+  q2["bytes"] = 4.0e8;  // 4e8 bytes in 0.12 / 1.25 ms is 4167 GB/s: 104% of 4000
   q2["ceiling_gbps"] = 4000.0;
   ks.push_back(q2);
   Json a = kernel("adamw|coat|1", "adamw", 1.0, "adamw|fp32|1");
@@ -262,14 +264,14 @@ TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
   const auto& tb = doc.at("kernels").as_array()[1].at("targets");
   EXPECT_FALSE(tb.at("copy_bandwidth").at("met").as_bool());    // 0.80 < 0.90
   EXPECT_FALSE(tb.at("vs_torch_compile").at("met").as_bool());  // 0.4 < 1.25
-  EXPECT_NEAR(tb.at("vs_torch_compile").at("needs_fraction_of_ceiling").as_number(), 4.0e8 / (0.12 / 1.25 * 1e-3) / 1e9 / 4000.0,
-              1e-12);
+  EXPECT_NEAR(tb.at("vs_torch_compile").at("needs_fraction_of_ceiling").as_number(),
+              4.0e8 / (0.12 / 1.25 * 1e-3) / 1e9 / 4000.0, 1e-12);
   EXPECT_FALSE(tb.at("vs_torch_compile").at("reachable").as_bool());
   const auto& t1 = doc.at("kernels").as_array()[2].at("targets");
-  EXPECT_FALSE(t1.at("vs_torch_fused").at("met").as_bool());   // 1.5 < 1.8
-  EXPECT_TRUE(t1.at("vs_coat_kernel").at("met").as_bool());    // 2.5 >= 2
+  EXPECT_FALSE(t1.at("vs_torch_fused").at("met").as_bool());  // 1.5 < 1.8
+  EXPECT_TRUE(t1.at("vs_coat_kernel").at("met").as_bool());   // 2.5 >= 2
   const auto& t2 = doc.at("kernels").as_array()[3].at("targets");
-  EXPECT_TRUE(t2.at("vs_scaled_mm").at("met").is_null());      // no peer: unmeasured, not met
+  EXPECT_TRUE(t2.at("vs_scaled_mm").at("met").is_null());  // no peer: unmeasured, not met
   const auto& s = doc.at("targets_summary");
   EXPECT_EQ(s.at("met").as_int(), 3);
   EXPECT_EQ(s.at("missed").as_int(), 3);
@@ -329,16 +331,19 @@ TEST(BenchLib, LaunchLeadIsReportedForNewRunsAndNamedAbsentInOldOnes) {
   doc["kernels"] = ks;
   bench::evaluate_targets(doc);
   std::string md = bench::render_markdown(doc);
-  EXPECT_NE(md.find("- launch lead: a 500 us GPU-side wait"), std::string::npos) << md;  // a document measured with an idle wait
+  EXPECT_NE(md.find("- launch lead: a 500 us GPU-side wait"), std::string::npos)
+      << md;  // a document measured with an idle wait
   EXPECT_NE(md.find("(the peers' file: \"not recorded\")"), std::string::npos) << md;
   doc["launch_lead_flushes"] = 8;
   md = bench::render_markdown(doc);
   EXPECT_NE(md.find("- launch lead: the L2 flush runs 8 times before each timed launch, at least 500 us"),
-            std::string::npos) << md;
+            std::string::npos)
+      << md;
   auto& obj = doc.as_object();  // a document measured without a lead: no launch_lead_us
-  obj.erase(std::remove_if(obj.begin(), obj.end(),
-                           [](const auto& kv) { return kv.first == "launch_lead_us" || kv.first == "launch_lead_flushes"; }),
-            obj.end());
+  obj.erase(
+      std::remove_if(obj.begin(), obj.end(),
+                     [](const auto& kv) { return kv.first == "launch_lead_us" || kv.first == "launch_lead_flushes"; }),
+      obj.end());
   md = bench::render_markdown(doc);
   EXPECT_NE(md.find("- launch lead: none"), std::string::npos) << md;
   EXPECT_EQ(md.find("GPU-side wait"), std::string::npos) << md;
@@ -407,7 +412,9 @@ class CpuAsGpu final : public compare::GpuOps {
  public:
   bool corrupt_quantize = false, corrupt_adamw = false, corrupt_gemm = false;
   Json machine() override { return Json::object(); }
-  void cast_f32(const float* x, size_t n, const CastOptions& o, uint8_t* out) override { cast_f32_to_fp8(x, out, n, o); }
+  void cast_f32(const float* x, size_t n, const CastOptions& o, uint8_t* out) override {
+    cast_f32_to_fp8(x, out, n, o);
+  }
   void cast_bf16(const uint16_t* x, size_t n, const CastOptions& o, uint8_t* out) override {
     cast_bf16_to_fp8(x, out, n, o);
   }
@@ -446,8 +453,8 @@ class CpuAsGpu final : public compare::GpuOps {
     auto wv = [&](int64_t j, int64_t k) -> double {
       if (r.scaling == 0) return bf16_to_f32(r.w_bf16[j * r.k + k]);
       const double d = decode_fp8(r.w_codes[j * r.k + k], r.w_format == Format::E4M3 ? 0 : 1);
-      const double s = r.scaling == 1 ? r.w_scales[0]
-                                      : (r.scaling == 2 ? r.w_scales[j] : r.w_scales[(j / 128) * kb + k / 128]);
+      const double s =
+          r.scaling == 1 ? r.w_scales[0] : (r.scaling == 2 ? r.w_scales[j] : r.w_scales[(j / 128) * kb + k / 128]);
       return d * (corrupt_gemm ? 2.0 * s : s);
     };
     for (int64_t i = 0; i < r.m; ++i)

@@ -9,8 +9,8 @@
 
 #include "sim/common/io.hpp"
 #include "sim/common/json.hpp"
-#include "tests/support/test_util.hpp"
 #include "sim/trace/trace.hpp"
+#include "tests/support/test_util.hpp"
 
 namespace fp8sim {
 namespace {
@@ -60,9 +60,7 @@ TEST(CliInfo, JsonCountsWhatTheReaderSees) {
 
 TEST(CliInfoAnalyze, BadInputsGiveOneLineAndNonZeroExit) {
   const std::string dir = test::temp_dir();
-  {
-    std::ofstream(dir + "/text.h5") << "not hdf5\n";
-  }
+  { std::ofstream(dir + "/text.h5") << "not hdf5\n"; }
   const auto bytes = test::read_file_bytes(kSample);
   {
     std::ofstream o(dir + "/cut.h5", std::ios::binary);
@@ -82,9 +80,7 @@ TEST(CliInfoAnalyze, BadInputsGiveOneLineAndNonZeroExit) {
   expect_one_line_error(run_fp8sim({"info", kSample, "--role", "weights"}), "unknown --role 'weights'", 2);
   expect_one_line_error(run_fp8sim({"analyze", kSample, "--recipe", "fp4"}), "unknown recipe 'fp4'", 2);
   expect_one_line_error(run_fp8sim({"analyze", kSample, "--step", "7"}), "no step 7", 1);
-  {
-    std::ofstream(dir + "/bad-recipe.json") << "{\"rules\": [{\"role\": \"weight\", \"spec\": \"e4m3:g0\"}]}";
-  }
+  { std::ofstream(dir + "/bad-recipe.json") << "{\"rules\": [{\"role\": \"weight\", \"spec\": \"e4m3:g0\"}]}"; }
   expect_one_line_error(run_fp8sim({"analyze", kSample, "--recipe", dir + "/bad-recipe.json"}), "bad-recipe.json", 1);
   // A failed run writes no output file.
   const auto r = run_fp8sim({"analyze", dir + "/missing.h5", "--json", dir + "/never.json"});
@@ -101,7 +97,8 @@ TEST(CliAnalyze, ListsRecipes) {
 
 TEST(CliAnalyze, WritesJsonWithTensorsAndLayersAndMarkdown) {
   const std::string dir = test::temp_dir();
-  const auto r = run_fp8sim({"analyze", kSample, "--recipe", "mxfp8", "--json", dir + "/a.json", "--md", dir + "/a.md"});
+  const auto r =
+      run_fp8sim({"analyze", kSample, "--recipe", "mxfp8", "--json", dir + "/a.json", "--md", dir + "/a.md"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("activation:norm_input"), std::string::npos);
   EXPECT_NE(r.out.find("forward GEMM output error per layer"), std::string::npos);

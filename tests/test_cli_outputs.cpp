@@ -25,9 +25,9 @@
 
 #include "sim/common/json.hpp"
 #include "sim/common/npy.hpp"
+#include "sim/trace/trace.hpp"
 #include "tests/support/proc.hpp"
 #include "tests/support/test_util.hpp"
-#include "sim/trace/trace.hpp"
 
 namespace fp8sim {
 namespace {
@@ -190,8 +190,7 @@ TEST(CliOutputs, DashIsStandardOutputAndStandardInput) {
     EXPECT_EQ(r.exit_code, 0) << joined(args) << r.err;
     if (args.back() == "-" && args[args.size() - 2] != "--markdown")
       EXPECT_NO_THROW(Json::parse(r.out)) << joined(args) << "\n" << r.out.substr(0, 200);
-    else
-      EXPECT_EQ(r.out.rfind("#", 0), 0u) << r.out.substr(0, 200);
+    else EXPECT_EQ(r.out.rfind("#", 0), 0u) << r.out.substr(0, 200);
   }
   // quantize: .npy from stdin to stdout.
   RunOptions o;
@@ -271,8 +270,8 @@ TEST(CliOutputs, AFailedRunLeavesNoneOfItsOutputs) {
   }
   // A folder made for an output of a run that then fails is removed again.
   std::ofstream(f.dir + "/bad.npy") << "not a npy file";
-  const RunResult r = run({"quantize", "--spec", "e4m3:g128", "--in", f.dir + "/bad.npy", "--out",
-                           f.dir + "/new/deeper/y.npy"});
+  const RunResult r =
+      run({"quantize", "--spec", "e4m3:g128", "--in", f.dir + "/bad.npy", "--out", f.dir + "/new/deeper/y.npy"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_FALSE(fs::exists(f.dir + "/new"));
   // ... and kept when the run succeeds.
@@ -372,8 +371,8 @@ TEST(CliOutputs, ReportFailsNamingAFailedSectionUnlessKeepGoing) {
   expect_error(r, 1, "section", "report with a failing section");
   EXPECT_NE(r.err.find("--keep-going"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(out));
-  const RunResult k = run({"report", f.trace, "--model", model, "--no-plots", "--recipes", "bf16", "--out", out,
-                           "--keep-going"});
+  const RunResult k =
+      run({"report", f.trace, "--model", model, "--no-plots", "--recipes", "bf16", "--out", out, "--keep-going"});
   EXPECT_EQ(k.exit_code, 0) << k.err;
   const Json doc = Json::parse(test::file_content(out + "/report.json"));
   bool saw_error = false;
@@ -407,8 +406,8 @@ TEST(CliOutputs, ASignalMidWriteRemovesTheTemporaryAndEndsTheConventionalWay) {
     ::kill(bg.pid(), sig);
     const RunResult r = bg.wait(20);
     ASSERT_FALSE(r.timed_out) << strsignal(sig);
-    EXPECT_TRUE(r.signal == sig || r.exit_code == 128 + sig) << strsignal(sig) << ": exit " << r.exit_code
-                                                              << ", signal " << r.signal;
+    EXPECT_TRUE(r.signal == sig || r.exit_code == 128 + sig)
+        << strsignal(sig) << ": exit " << r.exit_code << ", signal " << r.signal;
     EXPECT_TRUE(test::temporaries_in(dir).empty()) << strsignal(sig) << " left " << test::temporaries_in(dir)[0];
     EXPECT_FALSE(fs::exists(dir + "/out.u8"));
   }
@@ -439,8 +438,8 @@ TEST(CliOutputs, AKilledReportEndsItsPlotsChildAndLeavesNothing) {
     o.env["FP8SIM_PYTHON"] = sleeping_python(work);
     const std::string out = f.dir + "/rep";
     Background bg({"report", f.trace, "--recipes", "bf16", "--out", out}, o);
-    ASSERT_TRUE(wait_until([&] { return fs::exists(work + "/child.pid") && fs::file_size(work + "/child.pid") > 0; },
-                           60))
+    ASSERT_TRUE(
+        wait_until([&] { return fs::exists(work + "/child.pid") && fs::file_size(work + "/child.pid") > 0; }, 60))
         << "the plots child never started";
     const pid_t child = std::stoi(test::file_content(work + "/child.pid"));
     ::kill(bg.pid(), sig);
@@ -492,7 +491,13 @@ TEST(CliOutputs, TheTraceProbeChildDiesWithItsParent) {
       // The probe sends its stderr to /dev/null after it has set itself up (PR_SET_PDEATHSIG
       // included); stopping it earlier would freeze it before that and test nothing.
       const std::string fd2 = "/proc/" + std::to_string(child) + "/fd/2";
-      if (!wait_until([&] { std::error_code ec; return fs::read_symlink(fd2, ec) == "/dev/null"; }, 5)) continue;
+      if (!wait_until(
+              [&] {
+                std::error_code ec;
+                return fs::read_symlink(fd2, ec) == "/dev/null";
+              },
+              5))
+        continue;
       ::kill(child, SIGSTOP);  // it stays until something ends it
       caught = true;
       ::kill(bg.pid(), sig);

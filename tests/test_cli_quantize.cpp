@@ -4,13 +4,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
-#include <limits>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -79,8 +79,8 @@ TEST_F(CliQuantize, OutputEqualsTheLibrary) {
   const std::vector<float> x = data(5 * 300);
   write_npy(p("x.npy"), NpyDtype::F32, {5, 300}, x.data(), x.size() * 4);
   for (const char* spec : {"e4m3:g128", "coat-opt", "mxfp8", "e5m2:tensor", "e4m3:g128:de=robust"}) {
-    const CmdResult r = run(std::string("--spec ") + spec + " --in " + p("x.npy") + " --out " + p("y.npy") + " --json " +
-                      p("s.json"));
+    const CmdResult r =
+        run(std::string("--spec ") + spec + " --in " + p("x.npy") + " --out " + p("y.npy") + " --json " + p("s.json"));
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_NE(r.output.find("nmse"), std::string::npos);
     const NpyArray y = read_npy(p("y.npy"));
@@ -124,8 +124,8 @@ TEST_F(CliQuantize, CodesFilesOfScaledSixteenBitSpecs) {
   write_npy(p("x.npy"), NpyDtype::F32, {128, 128}, x.data(), x.size() * 4);
   for (const char* spec : {"fp16:tensor:scale=fp32", "bf16:g128:scale=pow2", "fp16:tensor"}) {
     fs::remove(p("c.codes.npy"));
-    const CmdResult r = run(std::string("--spec ") + spec + " --in " + p("x.npy") + " --out " + p("y.npy") +
-                            " --codes " + p("c"));
+    const CmdResult r =
+        run(std::string("--spec ") + spec + " --in " + p("x.npy") + " --out " + p("y.npy") + " --codes " + p("c"));
     ASSERT_EQ(r.status, 0) << spec << ": " << r.output;
     const NpyArray codes = read_npy(p("c.codes.npy"));
     EXPECT_EQ(codes.dtype, NpyDtype::U16) << spec;

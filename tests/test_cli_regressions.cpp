@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "sim/common/json.hpp"
+#include "sim/trace/trace.hpp"
 #include "tests/support/proc.hpp"
 #include "tests/support/test_util.hpp"
-#include "sim/trace/trace.hpp"
 
 namespace fp8sim {
 namespace {
@@ -77,7 +77,7 @@ TEST(CliRegressions, JsonInputsMustBeRegularFilesOfBoundedSize) {
   fs::resize_file(huge, uint64_t{65} << 20);
   const std::string T = test::sample_trace();
   RunOptions o;
-  o.timeout_s = 20;       // a FIFO read would block forever
+  o.timeout_s = 20;        // a FIFO read would block forever
   o.rlimit_as_mib = 2048;  // /dev/zero read to the end would take every byte of memory
   struct Case {
     std::vector<std::string> args;
@@ -105,10 +105,14 @@ TEST(CliRegressions, JsonInputsMustBeRegularFilesOfBoundedSize) {
 }
 
 TEST(CliRegressions, SizesAreValidatedInOnePlaceForEveryCommand) {
-  const std::vector<std::pair<std::string, std::string>> sizes = {
-      {"--batch", "9223372036854775807"}, {"--batch", "1099511627776"}, {"--seq", "4611686018427387904"},
-      {"--gpus", "9223372036854775807"},  {"--batch", "18446744073709551616"}, {"--seq", "-1"},
-      {"--batch", "0"},                    {"--seq", "nan"}};
+  const std::vector<std::pair<std::string, std::string>> sizes = {{"--batch", "9223372036854775807"},
+                                                                  {"--batch", "1099511627776"},
+                                                                  {"--seq", "4611686018427387904"},
+                                                                  {"--gpus", "9223372036854775807"},
+                                                                  {"--batch", "18446744073709551616"},
+                                                                  {"--seq", "-1"},
+                                                                  {"--batch", "0"},
+                                                                  {"--seq", "nan"}};
   for (const std::string cmd : {"memory", "speed", "report"}) {
     for (const auto& [opt, value] : sizes) {
       std::vector<std::string> args = {cmd};

@@ -76,12 +76,13 @@ TEST_F(NpyTest, RoundTripsEveryDtypeAndRank) {
 TEST_F(NpyTest, ReadsNumpyStyleHeaders) {
   // Exactly what numpy 2.x writes for np.zeros((2, 3), np.float32) (header padded to 64).
   const std::string data(24, '\0');
-  const NpyArray a = read_npy(raw("np.npy", npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", data)));
+  const NpyArray a =
+      read_npy(raw("np.npy", npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", data)));
   EXPECT_EQ(a.shape, (std::vector<int64_t>{2, 3}));
   EXPECT_EQ(a.dtype, NpyDtype::F32);
   // 1-tuple, reordered keys, double quotes, no trailing comma; ml_dtypes' bfloat16 ('<V2').
-  const NpyArray b = read_npy(raw("b.npy", npy_v1("{\"shape\": (4,), \"fortran_order\": False, \"descr\": \"<V2\"}",
-                                                   std::string(8, '\x01'))));
+  const NpyArray b = read_npy(
+      raw("b.npy", npy_v1("{\"shape\": (4,), \"fortran_order\": False, \"descr\": \"<V2\"}", std::string(8, '\x01'))));
   EXPECT_EQ(b.shape, std::vector<int64_t>{4});
   EXPECT_EQ(b.dtype, NpyDtype::V2);
   // Version 2.0 (4-byte header length).
@@ -103,16 +104,16 @@ TEST_F(NpyTest, BadFilesGiveOneLineErrors) {
   EXPECT_NE(error_of(raw("magic.npy", "PK\x03\x04 this is a zip")).find("wrong magic"), std::string::npos);
   EXPECT_NE(error_of(raw("short.npy", std::string("\x93NUM", 4))).find("wrong magic"), std::string::npos);
   EXPECT_NE(error_of(raw("pre.npy", std::string("\x93NUMPY\x01", 7))).find("truncated"), std::string::npos);
-  EXPECT_NE(error_of(raw("f8.npy", npy_v1("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }",
-                                          std::string(16, '\0'))))
+  EXPECT_NE(error_of(raw("f8.npy",
+                         npy_v1("{'descr': '<f8', 'fortran_order': False, 'shape': (2,), }", std::string(16, '\0'))))
                 .find("unsupported dtype '<f8'"),
             std::string::npos);
-  EXPECT_NE(error_of(raw("be.npy", npy_v1("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }",
-                                          std::string(8, '\0'))))
-                .find("unsupported dtype '>f4'"),
-            std::string::npos);
-  EXPECT_NE(error_of(raw("fortran.npy", npy_v1("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }",
-                                               std::string(16, '\0'))))
+  EXPECT_NE(
+      error_of(raw("be.npy", npy_v1("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", std::string(8, '\0'))))
+          .find("unsupported dtype '>f4'"),
+      std::string::npos);
+  EXPECT_NE(error_of(raw("fortran.npy",
+                         npy_v1("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", std::string(16, '\0'))))
                 .find("Fortran"),
             std::string::npos);
   const std::string trunc = error_of(raw("trunc.npy", npy_v1(good_dict, std::string(7, '\0'))));
@@ -120,9 +121,9 @@ TEST_F(NpyTest, BadFilesGiveOneLineErrors) {
   EXPECT_NE(trunc.find("needs 8 bytes"), std::string::npos) << trunc;
   EXPECT_NE(error_of(raw("extra.npy", npy_v1(good_dict, std::string(9, '\0')))).find("unexpected bytes"),
             std::string::npos);
-  EXPECT_NE(error_of(raw("hdr.npy", npy_v1("{'descr': '<f4', 'shape': (2,), }", std::string(8, '\0'))))
-                .find("bad header"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(raw("hdr.npy", npy_v1("{'descr': '<f4', 'shape': (2,), }", std::string(8, '\0')))).find("bad header"),
+      std::string::npos);
   EXPECT_NE(error_of(raw("shape.npy", npy_v1("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }", "")))
                 .find("bad header"),
             std::string::npos);

@@ -26,8 +26,19 @@ namespace fs = std::filesystem;
 
 // A path is in a list when it equals an entry or lies under an entry that ends in '/'.
 const std::vector<std::string> kCheckedNow = {
-    "README.md", "ARCHITECTURE.md", "docs/", "reports/", "sim/", "gpu/", "tests/", "scripts/", "traces/",
-    "models/", ".ci/", "CMakeLists.txt", "CMakePresets.json",
+    "README.md",
+    "ARCHITECTURE.md",
+    "docs/",
+    "reports/",
+    "sim/",
+    "gpu/",
+    "tests/",
+    "scripts/",
+    "traces/",
+    "models/",
+    ".ci/",
+    "CMakeLists.txt",
+    "CMakePresets.json",
 };
 // Run narratives are history, and docs/dev-notes/ is where history lives.
 const std::vector<std::string> kRunTimesAllowed = {"docs/dev-notes/"};
@@ -55,7 +66,8 @@ bool has_binary_extension(const std::string& path) {
 std::vector<std::string> repository_files() {
   const std::string src = FP8SIM_SOURCE_DIR;
   std::vector<std::string> files;
-  const auto r = fp8sim::test::run_shell("cd '" + src + "' && git ls-files --cached --others --exclude-standard 2>/dev/null");
+  const auto r =
+      fp8sim::test::run_shell("cd '" + src + "' && git ls-files --cached --others --exclude-standard 2>/dev/null");
   if (r.exit_code == 0 && !r.out.empty()) {
     std::istringstream in(r.out);
     for (std::string line; std::getline(in, line);)
@@ -225,10 +237,8 @@ TEST(DocsReferences, TheRepositoryPointsOnlyInsideItself) {
   const auto files = repository_files();
   ASSERT_FALSE(files.empty()) << "no files found under " << FP8SIM_SOURCE_DIR;
   ASSERT_TRUE(std::find(files.begin(), files.end(), "README.md") != files.end());
-  const auto hits = scan_repository(
-      [](const std::string& f) { return in_list(f, kCheckedNow); });
+  const auto hits = scan_repository([](const std::string& f) { return in_list(f, kCheckedNow); });
   EXPECT_TRUE(hits.empty()) << hits.size() << " dangling reference(s):\n" << describe(hits);
 }
-
 
 }  // namespace

@@ -56,16 +56,16 @@ TEST(Formats, ParseNamesAndErrors) {
 
 // The format edge vectors (docs/numerics.md, "Formats"), one by one.
 TEST(Formats, ReferenceEdgeVectors) {
-  EXPECT_EQ(e4m3(464.0f), 0x7E);          // tie between 448 and (480): even -> 448
-  EXPECT_EQ(e4m3(465.0f, true), 0x7E);    // SATFINITE
-  EXPECT_EQ(e4m3(465.0f, false), 0x7F);   // NOSAT -> NaN
+  EXPECT_EQ(e4m3(464.0f), 0x7E);         // tie between 448 and (480): even -> 448
+  EXPECT_EQ(e4m3(465.0f, true), 0x7E);   // SATFINITE
+  EXPECT_EQ(e4m3(465.0f, false), 0x7F);  // NOSAT -> NaN
   EXPECT_EQ(e5m2(61439.0f), 0x7B);
   EXPECT_EQ(e5m2(61440.0f, false), 0x7C);  // overflow -> Inf
   EXPECT_EQ(e5m2(61440.0f, true), 0x7B);
-  EXPECT_EQ(e4m3(std::ldexp(1.0f, -10)), 0x00);         // tie to even (zero)
+  EXPECT_EQ(e4m3(std::ldexp(1.0f, -10)), 0x00);  // tie to even (zero)
   EXPECT_EQ(e4m3(1.5f * std::ldexp(1.0f, -10)), 0x01);
   EXPECT_EQ(e4m3(-0.0f), 0x80);
-  EXPECT_EQ(e4m3(-std::ldexp(1.0f, -11)), 0x80);        // tiny negatives keep the sign
+  EXPECT_EQ(e4m3(-std::ldexp(1.0f, -11)), 0x80);  // tiny negatives keep the sign
   EXPECT_EQ(e4m3(INFINITY, true), 0x7E);
   EXPECT_EQ(e4m3(-INFINITY, true), 0xFE);
   EXPECT_EQ(e4m3(-INFINITY, false), 0xFF);
@@ -118,8 +118,9 @@ TEST(Stochastic, OnlyNeighboursWithTheRightFrequency) {
     float x;
   };
   const std::vector<Case> cases = {
-      {0, 1.1f},   {0, 1.0625f}, {0, -3.3f},  {0, 0.0013f},        {0, std::ldexp(1.3f, -8)}, {0, 300.0f},
-      {1, 1.1f},   {1, 5000.0f}, {1, -0.7f},  {1, std::ldexp(0.3f, -16)}, {0, 1e-4f},      {1, 1e-6f},
+      {0, 1.1f},   {0, 1.0625f}, {0, -3.3f},   {0, 0.0013f}, {0, std::ldexp(1.3f, -8)},
+      {0, 300.0f}, {1, 1.1f},    {1, 5000.0f}, {1, -0.7f},   {1, std::ldexp(0.3f, -16)},
+      {0, 1e-4f},  {1, 1e-6f},
   };
   const int kN = 200000;
   for (const auto& c : cases) {

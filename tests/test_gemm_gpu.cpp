@@ -109,9 +109,10 @@ void check_shapes(const std::vector<std::array<int64_t, 3>>& shapes, int search 
     const auto x = data(static_cast<size_t>(M * K), 1 + M), w = data(static_cast<size_t>(N * K), 2 + N);
     for (const auto& md : kModes) {
       const Result r = run_mode(*gpu, md, x, w, M, N, K, 1.0f, search);
-      std::string ctx = std::string(md.name) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
-                        " K=" + std::to_string(K);
-      if (search > 0 && r.supported) ctx += " algo=" + r.plan.at("algo").dump(-1) + " searched=" + r.plan.at("searched").dump(-1);
+      std::string ctx =
+          std::string(md.name) + " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+      if (search > 0 && r.supported)
+        ctx += " algo=" + r.plan.at("algo").dump(-1) + " searched=" + r.plan.at("searched").dump(-1);
       if (!r.supported) {
         // Refusals are allowed only for the modes cuBLAS documents as optional on sm_90, and must
         // carry cuBLASLt's own status text.
@@ -167,7 +168,8 @@ TEST(GemmGpu, ToleranceCatchesAWrongScale) {
     ASSERT_TRUE(ok.supported) << md.name << ": " << ok.status;
     EXPECT_TRUE(ok.check.passed()) << md.name;
     const Result bad = run_mode(*gpu, md, x, w, M, N, K, 2.0f);
-    EXPECT_FALSE(bad.check.passed()) << md.name << ": a factor-2 scale error went unnoticed: " << bad.check.to_json().dump(-1);
+    EXPECT_FALSE(bad.check.passed()) << md.name
+                                     << ": a factor-2 scale error went unnoticed: " << bad.check.to_json().dump(-1);
   }
 }
 
@@ -277,8 +279,8 @@ TEST(GemmGpu, EveryEnumeratedCandidateMatchesTheCpuReference) {
   for (const auto& [M, N, K] : shapes) {
     const auto x = data(static_cast<size_t>(M * K), 1 + M), w = data(static_cast<size_t>(N * K), 2 + N);
     for (const auto& md : modes) {
-      const std::string ctx = std::string(md.name) + " M=" + std::to_string(M) + " N=" + std::to_string(N) +
-                              " K=" + std::to_string(K);
+      const std::string ctx =
+          std::string(md.name) + " M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
       Problem p;
       make_problem(p, md, x, w, M, N, K);
       const gpu::GemmShape shape{M, N, K};
@@ -303,14 +305,14 @@ TEST(GemmGpu, EveryEnumeratedCandidateMatchesTheCpuReference) {
         const gemm::GemmCheck chk = gemm::check_gemm(y.data(), p.yref.data(), p.sabs.data(), M, N, p.tol);
         if (ref.empty()) {
           ASSERT_GE(c.heuristic_rank, 0) << ctx << ": no heuristic candidate ran";
-          EXPECT_TRUE(chk.passed()) << ctx << ": the heuristic's first (the validation's reference) "
-                                    << describe(c) << " is wrong: " << chk.to_json().dump(-1);
+          EXPECT_TRUE(chk.passed()) << ctx << ": the heuristic's first (the validation's reference) " << describe(c)
+                                    << " is wrong: " << chk.to_json().dump(-1);
           ref = y;
           continue;
         }
         const gpu::GemmAgreement g = gpu::check_gemm_agreement(y.data(), ref.data(), M, N, agree_tol);
-        const std::string line = describe(c) + " cpu=" + chk.to_json().dump(-1) + " validation: " +
-                                 (g.agrees() ? "accepts" : "rejects") + " (" + g.describe() + ")";
+        const std::string line = describe(c) + " cpu=" + chk.to_json().dump(-1) +
+                                 " validation: " + (g.agrees() ? "accepts" : "rejects") + " (" + g.describe() + ")";
         if (!c.excluded.empty()) {
           ++excluded;
           // Each excluded configuration, right or wrong here: the record that the exclusion rule
@@ -345,9 +347,9 @@ TEST(GemmGpu, EveryEnumeratedCandidateMatchesTheCpuReference) {
                                  << " candidates the search may time are wrong:" << listing(wrong);
       EXPECT_TRUE(wrongly_accepted.empty()) << ctx << ": the validation accepts " << wrongly_accepted.size()
                                             << " wrong candidates:" << listing(wrongly_accepted);
-      EXPECT_TRUE(wrongly_rejected.empty()) << ctx << ": the validation rejects " << wrongly_rejected.size()
-                                            << " candidates the CPU check passes (" << agree_tol.derivation
-                                            << "):" << listing(wrongly_rejected);
+      EXPECT_TRUE(wrongly_rejected.empty())
+          << ctx << ": the validation rejects " << wrongly_rejected.size() << " candidates the CPU check passes ("
+          << agree_tol.derivation << "):" << listing(wrongly_rejected);
     }
   }
 }

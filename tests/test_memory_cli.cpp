@@ -31,8 +31,8 @@ void expect_one_line_error(const test::CommandResult& r, const std::string& need
 TEST(CliMemory, BreakdownTableAndJsonAgreeWithTheLibrary) {
   const fs::path out = tmp("coat.json");
   fs::remove(out);
-  const auto r = run_fp8sim({"memory", "--model", "llama2-7b", "--recipe", "coat", "--gpus", "4", "--batch", "2",
-                             "--json", out.string()});
+  const auto r = run_fp8sim(
+      {"memory", "--model", "llama2-7b", "--recipe", "coat", "--gpus", "4", "--batch", "2", "--json", out.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"master_weights", "optimizer_metadata", "layers.SiLU&Mul", "backward_layers", "peak phase"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
@@ -132,7 +132,8 @@ TEST(CliMemory, BadInputGivesOneLineErrors) {
   expect_one_line_error(run_fp8sim({"memory", "--model", "nope"}), "unknown model 'nope' (valid:", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "/no/such.json"}), "no such file", 1);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--gpus", "0"}), "--gpus must be >= 1", 2);
-  expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--zero", "4"}), "--zero must be 0, 1, 2 or 3", 2);
+  expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--zero", "4"}), "--zero must be 0, 1, 2 or 3",
+                        2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--recipe", "fp4"}),
                         "unknown recipe 'fp4' (valid: bf16, te, coat, fp8lm, deepseek)", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--batch", "x"}), "batch", 2);

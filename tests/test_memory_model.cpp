@@ -50,8 +50,8 @@ MemoryOptions opts(const std::string& recipe, int64_t gpus, int64_t batch, int64
 double gib(int64_t b) { return static_cast<double>(b) / kGiB; }
 
 void expect_rel(double ours, double paper, double tol, const std::string& what) {
-  EXPECT_LE(std::fabs(ours / paper - 1.0), tol) << what << ": fp8sim " << ours << " vs paper " << paper << " ("
-                                                 << 100 * (ours / paper - 1.0) << "%)";
+  EXPECT_LE(std::fabs(ours / paper - 1.0), tol)
+      << what << ": fp8sim " << ours << " vs paper " << paper << " (" << 100 * (ours / paper - 1.0) << "%)";
 }
 
 // ---- Table 2: per-layer activation units, exactly ------------------------------------------------
@@ -94,7 +94,7 @@ TEST(MemoryTable2, ScaleMetadataIsCountedBesideTheUnits) {
       norm_meta += s.bytes.meta;
       norm_data += s.bytes.data;
     }
-  EXPECT_EQ(norm_data, 2 * 1000 * 1536);          // two norms, 1 B per element
+  EXPECT_EQ(norm_data, 2 * 1000 * 1536);             // two norms, 1 B per element
   EXPECT_EQ(norm_meta, 2 * (1000 * 1536 / 16) * 2);  // bf16 scale per 16 elements
 }
 
@@ -121,8 +121,9 @@ TEST(MemoryTerms, WeightsGradientsOptimizerFollowTheZeroStage) {
   const Footprint z2 = compute_footprint(m, opts("bf16", 4, 1, 2048, 2));
   EXPECT_DOUBLE_EQ(static_cast<double>(z2.gradients), 4 * P / 4);
   // DDP keeps a second copy of the gradients in its buckets; one GPU has none.
-  EXPECT_DOUBLE_EQ(static_cast<double>(z0.other_persistent - compute_footprint(m, opts("bf16", 1, 1, 2048, 0)).other_persistent),
-                   4 * P);
+  EXPECT_DOUBLE_EQ(
+      static_cast<double>(z0.other_persistent - compute_footprint(m, opts("bf16", 1, 1, 2048, 0)).other_persistent),
+      4 * P);
 }
 
 TEST(MemoryTerms, CoatOptimizerMetadataIsExact) {
@@ -259,22 +260,14 @@ struct T7 {
   int64_t max_batch;                    // paper's column
 };
 const T7 kTable7[] = {
-    {"llama2-7b", 1, 1, 2048, "coat", 13.1, 8.1, 79.3, 1},
-    {"llama2-7b", 2, 2, 2048, "coat", 6.5, 16.9, 52.8, 4},
-    {"llama2-7b", 4, 2, 2048, "bf16", 13.1, 25.8, 55.1, 2},
-    {"llama2-7b", 4, 2, 2048, "te", 13.1, 21.9, 51.1, 2},
-    {"llama2-7b", 4, 2, 2048, "coat", 3.2, 16.9, 35.6, 4},
-    {"llama2-7b", 8, 2, 2048, "bf16", 6.5, 25.8, 41.2, 4},
-    {"llama2-7b", 8, 2, 2048, "te", 6.5, 21.9, 37.2, 4},
-    {"llama2-7b", 8, 2, 2048, "coat", 1.6, 16.9, 27.0, 8},
-    {"llama2-13b", 2, 1, 1024, "coat", 12.6, 10.1, 73.2, 1},
-    {"llama2-13b", 4, 1, 2048, "bf16", 25.1, 20.1, 76.1, 1},
-    {"llama2-13b", 4, 1, 2048, "te", 25.1, 17.2, 73.0, 1},
-    {"llama2-13b", 4, 1, 2048, "coat", 6.3, 13.2, 49.1, 2},
-    {"llama2-13b", 8, 1, 2048, "bf16", 12.6, 20.1, 49.4, 2},
-    {"llama2-13b", 8, 1, 2048, "te", 12.6, 17.2, 46.5, 2},
-    {"llama2-13b", 8, 1, 2048, "coat", 3.1, 13.2, 32.5, 4},
-    {"llama-30b", 8, 1, 2048, "coat", 7.8, 24.2, 70.5, 1},
+    {"llama2-7b", 1, 1, 2048, "coat", 13.1, 8.1, 79.3, 1},   {"llama2-7b", 2, 2, 2048, "coat", 6.5, 16.9, 52.8, 4},
+    {"llama2-7b", 4, 2, 2048, "bf16", 13.1, 25.8, 55.1, 2},  {"llama2-7b", 4, 2, 2048, "te", 13.1, 21.9, 51.1, 2},
+    {"llama2-7b", 4, 2, 2048, "coat", 3.2, 16.9, 35.6, 4},   {"llama2-7b", 8, 2, 2048, "bf16", 6.5, 25.8, 41.2, 4},
+    {"llama2-7b", 8, 2, 2048, "te", 6.5, 21.9, 37.2, 4},     {"llama2-7b", 8, 2, 2048, "coat", 1.6, 16.9, 27.0, 8},
+    {"llama2-13b", 2, 1, 1024, "coat", 12.6, 10.1, 73.2, 1}, {"llama2-13b", 4, 1, 2048, "bf16", 25.1, 20.1, 76.1, 1},
+    {"llama2-13b", 4, 1, 2048, "te", 25.1, 17.2, 73.0, 1},   {"llama2-13b", 4, 1, 2048, "coat", 6.3, 13.2, 49.1, 2},
+    {"llama2-13b", 8, 1, 2048, "bf16", 12.6, 20.1, 49.4, 2}, {"llama2-13b", 8, 1, 2048, "te", 12.6, 17.2, 46.5, 2},
+    {"llama2-13b", 8, 1, 2048, "coat", 3.1, 13.2, 32.5, 4},  {"llama-30b", 8, 1, 2048, "coat", 7.8, 24.2, 70.5, 1},
 };
 
 std::string label(const T7& r) {

@@ -22,7 +22,7 @@ TEST(ErrorStats, HandComputed) {
   const ErrorStats s = compute_error_stats(x.data(), y.data(), 4);
   EXPECT_EQ(s.count, 4);
   EXPECT_DOUBLE_EQ(s.mse(), 0.25);
-  EXPECT_DOUBLE_EQ(s.nmse(), std::sqrt(1.0 / 30.0));           // sum x^2 = 30
+  EXPECT_DOUBLE_EQ(s.nmse(), std::sqrt(1.0 / 30.0));  // sum x^2 = 30
   EXPECT_DOUBLE_EQ(s.snr_db(), 10.0 * std::log10(30.0));
   EXPECT_DOUBLE_EQ(s.max_abs_err, 1.0);
   EXPECT_DOUBLE_EQ(s.max_rel_err, 0.25);
@@ -112,8 +112,8 @@ TEST(Log2Histogram, BinsAreExact) {
   const std::vector<float> v = {0.125f, 0.2499999f, 0.25f, 1.0f, 7.999f, 8.0f, 0.0f, -2.0f, 0.1f, kInf, kNaN, 1e-45f};
   h.add(v.data(), v.size());
   EXPECT_EQ(h.counts(), (std::vector<int64_t>{2, 1, 0, 1, 1, 1}));  // -2 counts by magnitude
-  EXPECT_EQ(h.below(), 2);  // 0.1 and the subnormal
-  EXPECT_EQ(h.above(), 2);  // 8 and Inf
+  EXPECT_EQ(h.below(), 2);                                          // 0.1 and the subnormal
+  EXPECT_EQ(h.above(), 2);                                          // 8 and Inf
   EXPECT_EQ(h.zeros(), 1);
   EXPECT_EQ(h.nan(), 1);
   EXPECT_EQ(h.total(), static_cast<int64_t>(v.size()));

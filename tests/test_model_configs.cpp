@@ -54,8 +54,8 @@ void expect_error(const Json& j, const std::string& needle) {
 
 TEST(ModelConfig, EveryCommittedModelLoadsWithASourceForEachField) {
   const auto names = model::list_models();
-  for (const char* need : {"llama2-7b", "llama2-13b", "llama-30b", "llama2-70b", "llama3-8b", "olmo-1b", "olmo-7b",
-                           "tiny-llama"})
+  for (const char* need :
+       {"llama2-7b", "llama2-13b", "llama-30b", "llama2-70b", "llama3-8b", "olmo-1b", "olmo-7b", "tiny-llama"})
     EXPECT_NE(std::find(names.begin(), names.end(), need), names.end()) << need;
   for (const auto& n : names) {
     const ModelConfig m = model::load_model(n);
@@ -173,12 +173,14 @@ TEST(ModelExpansion, Llama2LayerOpsShapesAndSavedTensors) {
   const auto ops = model::layer_ops(m, 2, 2048);
   std::vector<std::string> names;
   for (const auto& op : ops) names.push_back(op.name);
-  const std::vector<std::string> expect = {"attn_norm", "q_proj", "k_proj", "v_proj", "rope", "attention", "o_proj",
-                                           "attn_residual", "mlp_norm", "gate_proj", "up_proj", "act", "mul",
-                                           "down_proj", "mlp_residual"};
+  const std::vector<std::string> expect = {"attn_norm", "q_proj", "k_proj",        "v_proj",    "rope",
+                                           "attention", "o_proj", "attn_residual", "mlp_norm",  "gate_proj",
+                                           "up_proj",   "act",    "mul",           "down_proj", "mlp_residual"};
   EXPECT_EQ(names, expect);
   const int64_t T = 4096;
-  auto find = [&](const std::string& n) { return *std::find_if(ops.begin(), ops.end(), [&](auto& o) { return o.name == n; }); };
+  auto find = [&](const std::string& n) {
+    return *std::find_if(ops.begin(), ops.end(), [&](auto& o) { return o.name == n; });
+  };
   EXPECT_EQ(find("q_proj").weight_shape, (std::vector<int64_t>{4096, 4096}));
   EXPECT_EQ(find("down_proj").weight_shape, (std::vector<int64_t>{4096, 11008}));
   EXPECT_EQ(find("down_proj").in_shape, (std::vector<int64_t>{T, 11008}));

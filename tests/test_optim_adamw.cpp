@@ -54,11 +54,11 @@ double ulp_of(float x) {
 }
 
 struct ReplayResult {
-  double max_rel_err = 0;     // max |p - p_torch| / |p_torch| over p_torch != 0
-  double max_ulps_final = 0;  // final weights, in ulps of the torch value
-  double max_bound_ratio = 0; // max |p - p_torch| / derived bound (must be <= 1)
+  double max_rel_err = 0;      // max |p - p_torch| / |p_torch| over p_torch != 0
+  double max_ulps_final = 0;   // final weights, in ulps of the torch value
+  double max_bound_ratio = 0;  // max |p - p_torch| / derived bound (must be <= 1)
   size_t p_mismatch = 0, elements = 0;
-  size_t mv_mismatch = 0;     // m, v are bit-exact if no sqrt is involved
+  size_t mv_mismatch = 0;  // m, v are bit-exact if no sqrt is involved
 };
 
 ReplayResult replay(const std::string& scenario) {

@@ -8,8 +8,8 @@
 
 #include "sim/common/io.hpp"
 #include "sim/common/json.hpp"
-#include "tests/support/test_util.hpp"
 #include "sim/trace/trace.hpp"
+#include "tests/support/test_util.hpp"
 
 namespace fp8sim {
 namespace {

@@ -15,11 +15,11 @@
 #include "gpu/optim/adamw.hpp"
 #include "gpu/optim/adamw_launch.hpp"
 #include "sim/formats/fp8.hpp"
-#include "sim/quant/expand.hpp"
-#include "sim/quant/spec.hpp"
 #include "sim/optim/adamw.hpp"
 #include "sim/optim/lowp_adamw.hpp"
 #include "sim/optim/state_recipe.hpp"
+#include "sim/quant/expand.hpp"
+#include "sim/quant/spec.hpp"
 #include "tests/support/gpu_test.hpp"
 
 namespace fp8sim {
@@ -56,8 +56,9 @@ struct Case {
 };
 
 void run_case(const Case& cs, int64_t n, int steps) {
-  const optim::StateRecipe r = cs.recipe == "coat+sr" ? optim::StateRecipe::parse("coat").with_rounding(Rounding::Stochastic, 77)
-                                                      : optim::StateRecipe::parse(cs.recipe);
+  const optim::StateRecipe r = cs.recipe == "coat+sr"
+                                   ? optim::StateRecipe::parse("coat").with_rounding(Rounding::Stochastic, 77)
+                                   : optim::StateRecipe::parse(cs.recipe);
   if (cs.fused && !optim::grouped_step_supported(r)) GTEST_SKIP() << cs.recipe << " has no fused path";
   std::vector<float> p = test::lognormal_data(static_cast<size_t>(n), 1, 3.0);
   for (auto& x : p) x *= 0.02f;
@@ -91,8 +92,8 @@ void run_case(const Case& cs, int64_t n, int steps) {
       optim::lowp_adamw_step(pc.data(), g.data(), sc, c, param_index, step, scratch);
       gpu::lowp_adamw_step_on_gpu(pg.data(), g.data(), sg, c, param_index, step, cs.fused);
     }
-    const std::string ctx = cs.recipe + (cs.fused ? " fused" : " three-phase") + " n=" + std::to_string(n) +
-                            " step " + std::to_string(s);
+    const std::string ctx =
+        cs.recipe + (cs.fused ? " fused" : " three-phase") + " n=" + std::to_string(n) + " step " + std::to_string(s);
     EXPECT_EQ(count_diff(pc, pg), 0) << ctx << " parameters";
     expect_same_state(sc, sg, ctx);
     if (::testing::Test::HasFailure()) return;  // later steps would only repeat the first divergence
@@ -126,7 +127,8 @@ TEST(AdamwGpu, CoatNoExpandFused) {
 
 TEST(AdamwGpu, EveryRecipeThreePhase) {
   FP8SIM_SKIP_WITHOUT_GPU();
-  for (const char* rcp : {"coat", "coat-noexpand", "te-fp8", "fp8lm", "bf16", "m=e5m2:g128:de=coat,v=e4m3:g64:de=robust"})
+  for (const char* rcp :
+       {"coat", "coat-noexpand", "te-fp8", "fp8lm", "bf16", "m=e5m2:g128:de=coat,v=e4m3:g64:de=robust"})
     for (auto n : kSizes) run_case({rcp, optim::UpdateRule::Coat, false}, n, 2);
 }
 
@@ -159,8 +161,8 @@ TEST(AdamwGpu, MantissaTableDequantizeEqualsReferenceForEveryCode) {
   std::mt19937_64 rng(123);
   std::uniform_real_distribution<double> u01(0.0, 1.0);
   std::vector<ExpandParams> prm;
-  const float edge_s[] = {0x1p-100f, 0x1p100f, 1.0f, 1.0f / 448.0f, 1.0f / 57344.0f, 0.70710677f, 0x1.fffffep-1f,
-                          0x1p-101f, 0x1p101f, 0.0f, INFINITY, NAN};
+  const float edge_s[] = {0x1p-100f,      0x1p100f,  1.0f,     1.0f / 448.0f, 1.0f / 57344.0f, 0.70710677f,
+                          0x1.fffffep-1f, 0x1p-101f, 0x1p101f, 0.0f,          INFINITY,        NAN};
   const float edge_k[] = {0.0625f, 1.0f, 2.0f, 16.0f, 1.5f, 0.3f, INFINITY, 100.0f, 4096.0f, -1.0f};
   for (float s : edge_s)
     for (float k : edge_k) prm.push_back(ExpandParams{k, 1.0f, s});
@@ -236,8 +238,12 @@ TEST(AdamwGpu, GuardedRequantizeEqualsReference) {
           v = static_cast<float>(std::pow(10.0, lmax - lratio * u01(rng)));
           if (rng() & 1) v = -v;
         } else {
-          const float special[] = {amax, -amax, amin, 0.0f, -0.0f, f32_from_bits(5u), 1e-39f, INFINITY, NAN,
-                                   std::nextafter(amax, INFINITY), amax * 1.01f, 3.0e38f};
+          const float special[] = {amax,         -amax,
+                                   amin,         0.0f,
+                                   -0.0f,        f32_from_bits(5u),
+                                   1e-39f,       INFINITY,
+                                   NAN,          std::nextafter(amax, INFINITY),
+                                   amax * 1.01f, 3.0e38f};
           v = special[rng() % (sizeof(special) / sizeof(special[0]))];
         }
         xs[i] = v;
@@ -299,7 +305,8 @@ void shortcut_paths_case(int64_t tail) {
     if (len > 1) gg[1] = -amin;
     for (int i = 2; i < len; ++i) {
       float v = midpoint_value(e, mc.format, rng);
-      if (!(std::fabs(v) <= amax && std::fabs(v) >= amin)) v = static_cast<float>(std::pow(10.0, lmax - lratio * u01(rng)));
+      if (!(std::fabs(v) <= amax && std::fabs(v) >= amin))
+        v = static_cast<float>(std::pow(10.0, lmax - lratio * u01(rng)));
       if (i % 17 == 0) v = 0.0f;
       if (kind == 2 && i % 13 == 0) v = f32_from_bits(7u + static_cast<uint32_t>(i));
       gg[i] = v;
@@ -338,8 +345,8 @@ void shortcut_paths_case(int64_t tail) {
     if (::testing::Test::HasFailure()) break;
   }
   gpu::detail::adamw_path_counting(false);
-  std::printf("paths: decode table %llu, decode reference %llu, encode guarded %llu, encode reference %llu\n",
-              total[0], total[1], total[2], total[3]);
+  std::printf("paths: decode table %llu, decode reference %llu, encode guarded %llu, encode reference %llu\n", total[0],
+              total[1], total[2], total[3]);
   EXPECT_GT(total[0], 0u);
   EXPECT_GT(total[1], 0u);
   EXPECT_GT(total[2], 0u);
@@ -364,10 +371,17 @@ TEST(AdamwGpu, CoatFusedShortcutsOffGiveTheSameBits) {
   };
   // 128 * 40: every group whole, so the default launch takes the kernel without element-wise
   // paths (full); {3, 2, true, false} runs the same data through the general kernel.
-  for (const Variant& vr : std::vector<Variant>{{0, 3, false, true}, {1, 3, false, true}, {2, 3, false, true},
-                                                {3, 3, false, true}, {0, 2, true, true}, {1, 2, true, true},
-                                                {2, 2, true, true}, {3, 3, true, true}, {3, 2, true, true},
-                                                {3, 2, true, false}, {3, 3, false, false}}) {
+  for (const Variant& vr : std::vector<Variant>{{0, 3, false, true},
+                                                {1, 3, false, true},
+                                                {2, 3, false, true},
+                                                {3, 3, false, true},
+                                                {0, 2, true, true},
+                                                {1, 2, true, true},
+                                                {2, 2, true, true},
+                                                {3, 3, true, true},
+                                                {3, 2, true, true},
+                                                {3, 2, true, false},
+                                                {3, 3, false, false}}) {
     gpu::detail::adamw_fast_paths(vr.mask, vr.min_blocks, vr.wide, vr.full);
     for (auto nn : {int64_t{217}, int64_t{128 * 3 + 7}, int64_t{4096 + 100}, int64_t{128 * 40}}) {
       run_case({"coat", optim::UpdateRule::Coat, true}, nn, 2);

@@ -123,14 +123,15 @@ TEST_P(RecipeVsReference, ThreeStepsBitExact) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllRecipes, RecipeVsReference,
-                         ::testing::Values("fp32", "bf16", "coat", "coat-noexpand", "te-fp8", "fp8lm",
-                                           "m=e4m3:g128:de=coat,v=e5m2:g128", "m=e5m2:g128:de=coat,v=fp32",
-                                           "m=e4m3:g32:round=stochastic:seed=9,v=e4m3:g128:de=coat:round=stochastic:seed=9"),
-                         [](const auto& info) {
-                           std::string s = "r" + std::to_string(info.index);
-                           return s;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllRecipes, RecipeVsReference,
+    ::testing::Values("fp32", "bf16", "coat", "coat-noexpand", "te-fp8", "fp8lm", "m=e4m3:g128:de=coat,v=e5m2:g128",
+                      "m=e5m2:g128:de=coat,v=fp32",
+                      "m=e4m3:g32:round=stochastic:seed=9,v=e4m3:g128:de=coat:round=stochastic:seed=9"),
+    [](const auto& info) {
+      std::string s = "r" + std::to_string(info.index);
+      return s;
+    });
 
 // The parameter update of a step uses the NEW UNQUANTIZED moments: p after a low-precision step
 // equals an fp32 step started from the dequantized stored moments, bit for bit.
@@ -155,9 +156,9 @@ TEST(OptimLowp, UpdateUsesUnquantizedNewMoments) {
 // The fused per-group loop (the GPU kernel's structure) equals the three-phase step bit for bit:
 // weights, codes and every group parameter, over several steps and awkward lengths.
 TEST(OptimLowp, GroupedStepEqualsThreePhase) {
-  for (const char* recipe : {"coat", "coat-noexpand", "m=e5m2:g128:de=coat,v=e4m3:g128",
-                             "m=e4m3:g128:scale=pow2,v=e5m2:g128:scale=bf16",
-                             "m=e4m3:g64:de=coat:round=stochastic:seed=3,v=e4m3:g64:round=stochastic:seed=4"}) {
+  for (const char* recipe :
+       {"coat", "coat-noexpand", "m=e5m2:g128:de=coat,v=e4m3:g128", "m=e4m3:g128:scale=pow2,v=e5m2:g128:scale=bf16",
+        "m=e4m3:g64:de=coat:round=stochastic:seed=3,v=e4m3:g64:round=stochastic:seed=4"}) {
     const StateRecipe r = StateRecipe::parse(recipe);
     ASSERT_TRUE(grouped_step_supported(r)) << recipe;
     for (int64_t n : {1, 2, 127, 128, 129, 4097, 20000}) {
@@ -227,7 +228,8 @@ TEST(OptimLowp, StochasticRoundingIsUnbiased) {
   const int kSeeds = 400;
   std::vector<double> mean(static_cast<size_t>(n), 0.0);
   for (int s = 0; s < kSeeds; ++s) {
-    const StateRecipe r = StateRecipe::parse("m=e4m3:g128,v=fp32").with_rounding(Rounding::Stochastic, static_cast<uint64_t>(s));
+    const StateRecipe r =
+        StateRecipe::parse("m=e4m3:g128,v=fp32").with_rounding(Rounding::Stochastic, static_cast<uint64_t>(s));
     ParamOptimState st = make_param_state(r, t.m.data(), t.v.data(), n, 0, 1);
     const auto m = deq(st.m);
     for (size_t i = 0; i < m.size(); ++i) mean[i] += m[i] / kSeeds;
@@ -241,7 +243,8 @@ TEST(OptimLowp, StochasticRoundingIsUnbiased) {
   const auto m_rn = deq(st.m);
   for (size_t i = 0; i < mean.size(); ++i) {
     const double x = t.m[i];
-    const double step = std::max(std::fabs(x) * 0.125, static_cast<double>(st.m.q.scales[i / 128]) * std::ldexp(1.0, -9));
+    const double step =
+        std::max(std::fabs(x) * 0.125, static_cast<double>(st.m.q.scales[i / 128]) * std::ldexp(1.0, -9));
     EXPECT_LE(std::fabs(mean[i] - x), step / 10 + 1e-30) << "element " << i;
     err_sr += std::fabs(mean[i] - x);
     err_rn += std::fabs(m_rn[i] - x);
@@ -303,7 +306,8 @@ TEST(OptimLowp, RecipeParsing) {
   // A QuantSpec with commas of its own (delayed scaling) is not split.
   const StateRecipe c = StateRecipe::parse("m=e4m3:tensor:delayed=16,max,v=fp32");
   EXPECT_EQ(c.m.spec->delayed.history, 16);
-  EXPECT_EQ(StateRecipe::parse(StateRecipe::parse("coat").to_string()).to_string(), StateRecipe::parse("coat").to_string());
+  EXPECT_EQ(StateRecipe::parse(StateRecipe::parse("coat").to_string()).to_string(),
+            StateRecipe::parse("coat").to_string());
   for (const char* bad : {"", "nonsense", "m=e4m3:g128", "m=e4m3:g128,v=e9m9:g128", "m=fp32,v=fp32,m=fp32",
                           "x=fp32,v=fp32", "m=,v=fp32"}) {
     EXPECT_THROW(StateRecipe::parse(bad), UsageError) << "'" << bad << "'";

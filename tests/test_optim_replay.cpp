@@ -15,8 +15,8 @@
 #include "sim/common/json.hpp"
 #include "sim/optim/replay.hpp"
 #include "sim/quant/quantize.hpp"
-#include "tests/support/test_util.hpp"
 #include "sim/trace/trace.hpp"
+#include "tests/support/test_util.hpp"
 
 namespace fp8sim::optim {
 namespace {
@@ -209,7 +209,8 @@ double write_fixture_trace(const std::string& path, const FixtureTraceOptions& f
     for (int64_t k = 0; k < K; ++k) {
       hy.lr = sc.at("lr").as_array()[static_cast<size_t>(k)].as_number();
       const auto g = get(pj.at("grads").as_array()[static_cast<size_t>(k)]);
-      adamw_step_fp32(p.data(), g.data(), m.data(), v.data(), p.size(), make_step_consts(hy, step0 + k + 1, UpdateRule::Torch));
+      adamw_step_fp32(p.data(), g.data(), m.data(), v.data(), p.size(),
+                      make_step_consts(hy, step0 + k + 1, UpdateRule::Torch));
     }
     const auto want = get(pj.at("p_after").as_array().back());
     for (size_t i = 0; i < p.size(); ++i) max_err = std::max(max_err, std::fabs(static_cast<double>(p[i]) - want[i]));

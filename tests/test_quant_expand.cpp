@@ -44,8 +44,8 @@ double ulp_err(float a, double r) {
 
 TEST(Dmath, FloorIsExact) {
   std::mt19937 g(3);
-  std::vector<float> xs = {0.0f, -0.0f, 0.5f, -0.5f, 1.0f, -1.0f, 2.9999998f, -2.9999998f, 8388607.5f, -8388607.5f,
-                           8388608.0f, 1e30f, -1e30f, kInf, -kInf, 1e-40f, -1e-40f};
+  std::vector<float> xs = {0.0f,        -0.0f,      0.5f,  -0.5f,  1.0f, -1.0f, 2.9999998f, -2.9999998f, 8388607.5f,
+                           -8388607.5f, 8388608.0f, 1e30f, -1e30f, kInf, -kInf, 1e-40f,     -1e-40f};
   std::uniform_real_distribution<float> u(-1e7f, 1e7f);
   for (int i = 0; i < 100000; ++i) xs.push_back(u(g));
   for (int i = 0; i < 100000; ++i) xs.push_back(u(g) * 1e-6f);
@@ -181,7 +181,9 @@ RefGroup coat_reference(const std::vector<float>& x, double fmax_store, double f
   const double bound = fmax_target * fmax_target / 2;
   const double k16 = std::log2(bound) / std::log2(static_cast<double>(r)) * 16;
   const float k = static_cast<float>(std::floor(k16) / 16);
-  auto powf_ref = [](float b, float e) { return static_cast<float>(std::pow(static_cast<double>(b), static_cast<double>(e))); };
+  auto powf_ref = [](float b, float e) {
+    return static_cast<float>(std::pow(static_cast<double>(b), static_cast<double>(e)));
+  };
   const float s = powf_ref(maxv / c, k) / static_cast<float>(fmax_store);
   RefGroup g{k, c, s, k16, {}, {}};
   for (float v : x) {
@@ -301,16 +303,16 @@ TEST(ExpandCoat, HandComputedExponent) {
 TEST(ExpandCoat, DegenerateGroupsReproduceTheKernel) {
   // Exact agreement with the reference: the degenerate cases hit pow's exact special values.
   const std::vector<std::vector<float>> groups = {
-      std::vector<float>(128, 0.75f),             // constant
-      std::vector<float>(128, -3e-5f),            // constant negative
-      {2.5f},                                      // single element
-      {0.0f, 0.0f, 1.0f, 0.0f},                    // one nonzero among zeros
+      std::vector<float>(128, 0.75f),   // constant
+      std::vector<float>(128, -3e-5f),  // constant negative
+      {2.5f},                           // single element
+      {0.0f, 0.0f, 1.0f, 0.0f},         // one nonzero among zeros
   };
   for (size_t t = 0; t < groups.size(); ++t) {
     const auto& xs = groups[t];
     const RefGroup ref = coat_reference(xs, 448, 448);
-    const QuantizedTensor q = quantize(xs.data(), Shape{static_cast<int64_t>(xs.size())},
-                                       QuantSpec::parse("e4m3:g128:de=coat"));
+    const QuantizedTensor q =
+        quantize(xs.data(), Shape{static_cast<int64_t>(xs.size())}, QuantSpec::parse("e4m3:g128:de=coat"));
     EXPECT_EQ(bits(q.expand_k[0]), bits(ref.k)) << "case " << t;
     EXPECT_EQ(bits(q.expand_c[0]), bits(ref.c)) << "case " << t;
     EXPECT_EQ(bits(q.scales[0]), bits(ref.s)) << "case " << t;
@@ -386,16 +388,36 @@ std::vector<float> hostile_groups(int64_t groups, uint64_t seed) {
     for (int j = 0; j < 128; ++j) {
       double v = 0;
       switch (kind) {
-        case 0: v = std::exp(nd(g) * 4 - 6) * (g() & 1 ? 1 : -1); break;            // log-normal, wide
-        case 1: v = nd(g); break;                                                 // normal
-        case 2: v = u(g) * 3 + 1; break;                                          // narrow positive
-        case 3: v = 0; break;                                                     // all zero
-        case 4: v = 1.25; break;                                                  // constant
-        case 5: v = j == 17 ? -7.0 : 0.0; break;                                  // single nonzero
-        case 6: v = (j % 2 ? 1 : -1) * std::exp(nd(g) * 8); break;                // sign-mixed, huge range
-        case 7: v = std::exp(nd(g)) * 1e-41; break;                               // fp32 subnormals
-        case 8: v = (u(g) < 0.7 ? 0.0 : std::exp(nd(g) * 3)); break;              // mostly zeros
-        case 9: v = std::exp(nd(g) * 0.5) * 1e37 * (g() & 1 ? 1 : -1); break;    // near FLT_MAX
+        case 0:
+          v = std::exp(nd(g) * 4 - 6) * (g() & 1 ? 1 : -1);
+          break;  // log-normal, wide
+        case 1:
+          v = nd(g);
+          break;  // normal
+        case 2:
+          v = u(g) * 3 + 1;
+          break;  // narrow positive
+        case 3:
+          v = 0;
+          break;  // all zero
+        case 4:
+          v = 1.25;
+          break;  // constant
+        case 5:
+          v = j == 17 ? -7.0 : 0.0;
+          break;  // single nonzero
+        case 6:
+          v = (j % 2 ? 1 : -1) * std::exp(nd(g) * 8);
+          break;  // sign-mixed, huge range
+        case 7:
+          v = std::exp(nd(g)) * 1e-41;
+          break;  // fp32 subnormals
+        case 8:
+          v = (u(g) < 0.7 ? 0.0 : std::exp(nd(g) * 3));
+          break;  // mostly zeros
+        case 9:
+          v = std::exp(nd(g) * 0.5) * 1e37 * (g() & 1 ? 1 : -1);
+          break;  // near FLT_MAX
       }
       p[j] = static_cast<float>(v);
     }

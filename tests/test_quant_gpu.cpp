@@ -4,12 +4,12 @@
 // rows; lengths not a multiple of 16 or 128; short last groups) and on Llama-2-7B shapes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
-#include <algorithm>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -17,8 +17,8 @@
 #include "gpu/common/buffer.hpp"
 #include "gpu/quant/quantize.hpp"
 #include "gpu/quant/quantize_launch.hpp"
-#include "sim/formats/fp8.hpp"
 #include "sim/common/check.hpp"
+#include "sim/formats/fp8.hpp"
 #include "sim/quant/quantize.hpp"
 #include "tests/support/gpu_test.hpp"
 
@@ -28,7 +28,8 @@ namespace {
 // First mismatch of two same-typed vectors, as text; empty when equal.
 template <class T>
 std::string first_mismatch(const std::vector<T>& a, const std::vector<T>& b, const char* what) {
-  if (a.size() != b.size()) return std::string(what) + ": sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
+  if (a.size() != b.size())
+    return std::string(what) + ": sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     // NaN payloads are not part of the contract: x86 arithmetic propagates the input NaN
     // (0x7FC00000), NVIDIA's returns the canonical 0x7FFFFFFF; both are NaN.
@@ -53,8 +54,9 @@ struct ProducerResult {
   std::vector<uint8_t> codes;
   std::vector<float> scale;
 };
-ProducerResult quantize_with_producer_maxima(const gpu::DeviceBuffer<float>& dx, const Shape& shape, const QuantSpec& spec,
-                                             const gpu::DeviceBuffer<float>& maxima, size_t count) {
+ProducerResult quantize_with_producer_maxima(const gpu::DeviceBuffer<float>& dx, const Shape& shape,
+                                             const QuantSpec& spec, const gpu::DeviceBuffer<float>& maxima,
+                                             size_t count) {
   gpu::DeviceBuffer<uint8_t> codes(static_cast<size_t>(shape_numel(shape)));
   gpu::DeviceBuffer<float> scale(1);
   gpu::DeviceBuffer<unsigned char> ws(gpu::quantize_workspace_bytes(spec, shape));
@@ -117,16 +119,29 @@ void check_spec(const std::string& text, const std::vector<int64_t>& shape, Inpu
   expect_same(c, g, ctx);
 }
 
-const std::vector<std::vector<int64_t>> kAwkward = {{1, 1}, {1, 5}, {5, 217}, {217, 100}, {3, 16 * 40 + 3}, {2, 3, 130}, {1000}};
+const std::vector<std::vector<int64_t>> kAwkward = {{1, 1},           {1, 5},      {5, 217}, {217, 100},
+                                                    {3, 16 * 40 + 3}, {2, 3, 130}, {1000}};
 
 TEST(QuantizeGpu, PlainGranularitiesAndScaleModesAwkwardShapes) {
   FP8SIM_SKIP_WITHOUT_GPU();
-  const char* specs[] = {"e4m3:tensor",          "e4m3:tensor:eps=1e-10",   "e5m2:tensor:scale=pow2",
-                         "e4m3:row",             "e4m3:col",                "e4m3:g16:scale=bf16:eps=1e-10",
-                         "e4m3:g32:scale=e8m0",  "e5m2:g32:scale=e8m0",     "e4m3:g128",
-                         "e4m3:g100",            "e4m3:g7",                 "e4m3:g512",
-                         "e4m3:g600",            "e4m3:b128x128",           "e5m2:b16x48:scale=pow2",
-                         "e4m3:row:sat=none",    "e5m2:tensor:sat=none",    "e4m3:g128:eps=1e-20:eps_add=fp64"};
+  const char* specs[] = {"e4m3:tensor",
+                         "e4m3:tensor:eps=1e-10",
+                         "e5m2:tensor:scale=pow2",
+                         "e4m3:row",
+                         "e4m3:col",
+                         "e4m3:g16:scale=bf16:eps=1e-10",
+                         "e4m3:g32:scale=e8m0",
+                         "e5m2:g32:scale=e8m0",
+                         "e4m3:g128",
+                         "e4m3:g100",
+                         "e4m3:g7",
+                         "e4m3:g512",
+                         "e4m3:g600",
+                         "e4m3:b128x128",
+                         "e5m2:b16x48:scale=pow2",
+                         "e4m3:row:sat=none",
+                         "e5m2:tensor:sat=none",
+                         "e4m3:g128:eps=1e-20:eps_add=fp64"};
   for (const char* s : specs)
     for (const auto& shape : kAwkward) check_spec(s, shape, InputDtype::F32, true);
 }
@@ -136,19 +151,33 @@ TEST(QuantizeGpu, PlainGranularitiesAndScaleModesAwkwardShapes) {
 // GPU's own div.full.f32 and rcp.approx.f32 for fdiv): the CPU emulation's bits on the device.
 TEST(QuantizeGpu, PeerPresetsAndTheirKeys) {
   FP8SIM_SKIP_WITHOUT_GPU();
-  const char* specs[] = {"deepseek-act", "deepseek-w", "deepseek-act-ue8m0", "deepseek-w-ue8m0", "te-current",
-                         "te-current-pow2", "e4m3:g128:apply=mul", "mxfp8", "torchao-mxfp8", "e4m3:g32:scale=e8m0:mx=ceil",
-                         "e4m3:g32:scale=e8m0:mx=even", "e5m2:g32:scale=e8m0:mx=floor", "coat-act", "coat-w",
-                         "e4m3:g128:scale_div=fdiv:apply=fdiv", "e4m3:row:amax_floor=0.5:apply=rcp",
-                         "e4m3:b16x48:scale=pow2:apply=fdiv", "e4m3:g64:apply=fdiv:round=stochastic:seed=4"};
+  const char* specs[] = {"deepseek-act",
+                         "deepseek-w",
+                         "deepseek-act-ue8m0",
+                         "deepseek-w-ue8m0",
+                         "te-current",
+                         "te-current-pow2",
+                         "e4m3:g128:apply=mul",
+                         "mxfp8",
+                         "torchao-mxfp8",
+                         "e4m3:g32:scale=e8m0:mx=ceil",
+                         "e4m3:g32:scale=e8m0:mx=even",
+                         "e5m2:g32:scale=e8m0:mx=floor",
+                         "coat-act",
+                         "coat-w",
+                         "e4m3:g128:scale_div=fdiv:apply=fdiv",
+                         "e4m3:row:amax_floor=0.5:apply=rcp",
+                         "e4m3:b16x48:scale=pow2:apply=fdiv",
+                         "e4m3:g64:apply=fdiv:round=stochastic:seed=4"};
   for (const char* s : specs) {
     for (const auto& shape : kAwkward) check_spec(s, shape, InputDtype::F32, true);
     check_spec(s, {64, 4096}, InputDtype::BF16, true);
   }
   // COAT's lane-by-lane group minimum is a CPU emulation: the GPU refuses it with a clear error.
   const std::vector<float> x(256, 1.0f);
-  EXPECT_THROW(gpu::quantize_on_gpu(x.data(), InputDtype::F32, std::vector<int64_t>{256}, QuantSpec::parse("coat-opt"), {}),
-               UsageError);
+  EXPECT_THROW(
+      gpu::quantize_on_gpu(x.data(), InputDtype::F32, std::vector<int64_t>{256}, QuantSpec::parse("coat-opt"), {}),
+      UsageError);
 }
 
 TEST(QuantizeGpu, Bf16AndFp16InputsAreWidenedExactly) {
@@ -171,9 +200,10 @@ TEST(QuantizeGpu, StochasticRoundingSameStream) {
 
 TEST(QuantizeGpu, DynamicRangeExpansionCoatAndRobust) {
   FP8SIM_SKIP_WITHOUT_GPU();
-  for (const char* s : {"e4m3:g128:de=coat", "e4m3:g128:de=robust", "e5m2:g128:de=coat", "e4m3:g128:de=coat:de_target=e5m2",
-                        "e4m3:g64:de=robust", "e4m3:g100:de=coat", "e4m3:row:de=coat", "e4m3:g1000:de=robust",
-                        "e4m3:b16x48:de=robust", "e4m3:tensor:de=coat", "e4m3:tensor:de=robust", "e4m3:col:de=robust"}) {
+  for (const char* s :
+       {"e4m3:g128:de=coat", "e4m3:g128:de=robust", "e5m2:g128:de=coat", "e4m3:g128:de=coat:de_target=e5m2",
+        "e4m3:g64:de=robust", "e4m3:g100:de=coat", "e4m3:row:de=coat", "e4m3:g1000:de=robust", "e4m3:b16x48:de=robust",
+        "e4m3:tensor:de=coat", "e4m3:tensor:de=robust", "e4m3:col:de=robust"}) {
     for (const auto& shape : kAwkward) check_spec(s, shape, InputDtype::F32, true);
   }
 }
@@ -239,9 +269,9 @@ TEST(QuantizeGpu, CoatEncoderAtFp8Midpoints) {
 // values of test_data (NaN, Inf, zeros, a subnormal) in the first group.
 TEST(QuantizeGpu, CoatAlignedGroupsEveryDtypeGroupSizeAndRounding) {
   FP8SIM_SKIP_WITHOUT_GPU();
-  for (const char* s : {"e4m3:g16:de=coat", "e4m3:g32:de=coat", "e4m3:g128:de=coat", "e4m3:g512:de=coat",
-                        "e5m2:g128:de=coat", "e4m3:g128:de=coat:sat=none", "e4m3:g64:de=coat:de_target=e5m2",
-                        "e4m3:g128:de=coat:round=stochastic:seed=3"}) {
+  for (const char* s :
+       {"e4m3:g16:de=coat", "e4m3:g32:de=coat", "e4m3:g128:de=coat", "e4m3:g512:de=coat", "e5m2:g128:de=coat",
+        "e4m3:g128:de=coat:sat=none", "e4m3:g64:de=coat:de_target=e5m2", "e4m3:g128:de=coat:round=stochastic:seed=3"}) {
     for (InputDtype dt : {InputDtype::F32, InputDtype::BF16, InputDtype::FP16}) {
       check_spec(s, {37, 1024}, dt, true);
       check_spec(s, {3, 512}, dt, false);
@@ -253,12 +283,13 @@ TEST(QuantizeGpu, DegenerateGroups) {
   FP8SIM_SKIP_WITHOUT_GPU();
   // All-zero, constant, single-element and sign-mixed groups, for every mode.
   std::vector<float> x(4 * 128 + 1, 0.0f);
-  for (int i = 128; i < 256; ++i) x[static_cast<size_t>(i)] = 0.375f;                         // constant
+  for (int i = 128; i < 256; ++i) x[static_cast<size_t>(i)] = 0.375f;                          // constant
   for (int i = 256; i < 384; ++i) x[static_cast<size_t>(i)] = (i % 2 ? -1.0f : 1.0f) * 1e-6f;  // sign-mixed
   x[400] = 3.0f;                                                                               // one nonzero
   x[4 * 128] = -2.0f;                                                                          // single-element group
   const std::vector<int64_t> shape = {static_cast<int64_t>(x.size())};
-  for (const char* s : {"e4m3:g128", "e4m3:g128:de=coat", "e4m3:g128:de=robust", "e4m3:g128:scale=e8m0", "e4m3:tensor"}) {
+  for (const char* s :
+       {"e4m3:g128", "e4m3:g128:de=coat", "e4m3:g128:de=robust", "e4m3:g128:scale=e8m0", "e4m3:tensor"}) {
     const QuantSpec spec = QuantSpec::parse(s);
     expect_same(quantize(x.data(), shape, spec), gpu::quantize_on_gpu(x.data(), InputDtype::F32, shape, spec), s);
   }
@@ -316,12 +347,11 @@ TEST(QuantizeGpu, Llama2ShapesVectorizedPaths) {
   FP8SIM_SKIP_WITHOUT_GPU();
   // 4096 x 11008 (the MLP weight): every group full and 16-element aligned, so the vectorized
   // loads and stores run; bf16 input as the activations are stored.
-  for (const char* s : {"e4m3:g128", "e4m3:tensor", "e4m3:b128x128", "e4m3:g16:scale=bf16", "e4m3:g32:scale=e8m0",
-                        "e4m3:row"})
+  for (const char* s :
+       {"e4m3:g128", "e4m3:tensor", "e4m3:b128x128", "e4m3:g16:scale=bf16", "e4m3:g32:scale=e8m0", "e4m3:row"})
     check_spec(s, {4096, 11008}, InputDtype::BF16, false);
   check_spec("e4m3:g128:de=coat", {4096 * 11008}, InputDtype::F32, false);
 }
-
 
 // Data like a training trace's tensors: layer-norm weights near 1 (all positive, narrow range),
 // weights and gradients normal with a small spread, activations log-normal. On such data a code
@@ -361,10 +391,20 @@ TEST(QuantizeGpu, TraceShapesWithPartialTeamsAndColumnsMultipleOf16) {
   // The sample trace's shapes: rows a multiple of 16, groups shorter than a team (64 columns with
   // G = 128), rows of 176 = 11 x 16 (a 16-lane team with 5 empty lanes), blocks whose last teams
   // have no group: the shapes where lanes without elements exist.
-  const std::vector<std::vector<int64_t>> shapes = {{64}, {176, 64}, {64, 176}, {64, 64}, {1, 64, 176}, {11264}, {256, 64}};
-  const char* specs[] = {"e4m3:row:sat=none", "e5m2:g128", "e5m2:g32:scale=e8m0", "e5m2:row:scale=pow2", "e4m3:g128",
-                         "e4m3:g32:scale=e8m0", "e4m3:row", "e4m3:g16:scale=bf16:eps=1e-10", "e4m3:g128:eps=1e-20:eps_add=fp64",
-                         "e4m3:g128:de=coat", "e4m3:b128x128", "e4m3:g16:round=stochastic:seed=7"};
+  const std::vector<std::vector<int64_t>> shapes = {{64},         {176, 64}, {64, 176}, {64, 64},
+                                                    {1, 64, 176}, {11264},   {256, 64}};
+  const char* specs[] = {"e4m3:row:sat=none",
+                         "e5m2:g128",
+                         "e5m2:g32:scale=e8m0",
+                         "e5m2:row:scale=pow2",
+                         "e4m3:g128",
+                         "e4m3:g32:scale=e8m0",
+                         "e4m3:row",
+                         "e4m3:g16:scale=bf16:eps=1e-10",
+                         "e4m3:g128:eps=1e-20:eps_add=fp64",
+                         "e4m3:g128:de=coat",
+                         "e4m3:b128x128",
+                         "e4m3:g16:round=stochastic:seed=7"};
   uint64_t seed = 1;
   for (const auto& shape : shapes) {
     const size_t n = static_cast<size_t>(shape_numel(shape));
@@ -387,7 +427,8 @@ struct GuardedRun {
   std::string guard_error;  // empty when every guard byte is intact
 };
 
-GuardedRun quantize_guarded(const void* host_x, InputDtype dt, const std::vector<int64_t>& shape, const QuantSpec& spec) {
+GuardedRun quantize_guarded(const void* host_x, InputDtype dt, const std::vector<int64_t>& shape,
+                            const QuantSpec& spec) {
   constexpr size_t kGuard = 256;  // bytes: keeps every output 16-byte aligned
   constexpr uint8_t kPoison = 0xA5;
   const size_t n = static_cast<size_t>(shape_numel(shape));
@@ -420,8 +461,10 @@ GuardedRun quantize_guarded(const void* host_x, InputDtype dt, const std::vector
     const std::vector<unsigned char> h = o.buf.download();
     for (size_t i = 0; i < h.size(); ++i) {
       if ((i < kGuard || i >= kGuard + o.bytes) && h[i] != kPoison && r.guard_error.empty()) {
-        const long long off = i < kGuard ? -static_cast<long long>(kGuard - i) : static_cast<long long>(i - kGuard - o.bytes);
-        r.guard_error = std::string(what) + ": guard byte at " + std::to_string(off) + (i < kGuard ? " (before)" : " past the end") + " written";
+        const long long off =
+            i < kGuard ? -static_cast<long long>(kGuard - i) : static_cast<long long>(i - kGuard - o.bytes);
+        r.guard_error = std::string(what) + ": guard byte at " + std::to_string(off) +
+                        (i < kGuard ? " (before)" : " past the end") + " written";
       }
     }
     using V = typename std::remove_reference_t<decltype(dst)>::value_type;
@@ -447,13 +490,23 @@ TEST(QuantizeGpu, PartialTeamShapesWriteOnlyTheirOwnGroups) {
   // and G = 48 (not a power of two). An empty lane's 16 elements would be the next row's first
   // ones, and past the end of the tensor for the last row: codes, scales, k and c must equal the
   // CPU's bit for bit, and no byte around those outputs may change.
-  const std::vector<std::vector<int64_t>> shapes = {{64, 64},  {64, 176}, {63, 64}, {65, 176}, {64, 48},
-                                                    {64, 80},  {64, 112}, {64, 160}, {64, 192}, {1, 176},
-                                                    {1, 64},   {2, 3, 176}, {176, 64}};
-  const char* specs[] = {"e4m3:g128",          "e5m2:g128",         "e4m3:row",          "e5m2:row",
-                         "e4m3:g32",           "e5m2:g32",          "e4m3:g32:scale=e8m0", "e5m2:g64:scale=pow2",
-                         "e4m3:g48",           "e4m3:row:sat=none", "e4m3:g128:de=coat", "e5m2:row:de=coat",
-                         "e4m3:g32:de=robust", "e4m3:g128:de=robust"};
+  const std::vector<std::vector<int64_t>> shapes = {{64, 64}, {64, 176},   {63, 64},  {65, 176}, {64, 48},
+                                                    {64, 80}, {64, 112},   {64, 160}, {64, 192}, {1, 176},
+                                                    {1, 64},  {2, 3, 176}, {176, 64}};
+  const char* specs[] = {"e4m3:g128",
+                         "e5m2:g128",
+                         "e4m3:row",
+                         "e5m2:row",
+                         "e4m3:g32",
+                         "e5m2:g32",
+                         "e4m3:g32:scale=e8m0",
+                         "e5m2:g64:scale=pow2",
+                         "e4m3:g48",
+                         "e4m3:row:sat=none",
+                         "e4m3:g128:de=coat",
+                         "e5m2:row:de=coat",
+                         "e4m3:g32:de=robust",
+                         "e4m3:g128:de=robust"};
   uint64_t seed = 501;
   for (const auto& shape : shapes) {
     const size_t n = static_cast<size_t>(shape_numel(shape));
@@ -462,7 +515,8 @@ TEST(QuantizeGpu, PartialTeamShapesWriteOnlyTheirOwnGroups) {
       std::vector<uint16_t> xb(n);
       for (size_t i = 0; i < n; ++i) xb[i] = f32_to_bf16_rne(x[i]);
       for (InputDtype dt : {InputDtype::F32, InputDtype::BF16}) {
-        const void* data = dt == InputDtype::F32 ? static_cast<const void*>(x.data()) : static_cast<const void*>(xb.data());
+        const void* data =
+            dt == InputDtype::F32 ? static_cast<const void*>(x.data()) : static_cast<const void*>(xb.data());
         for (const char* s : specs) {
           const QuantSpec spec = QuantSpec::parse(s);
           const QuantizedTensor cpu = quantize_any(data, dt, shape, spec, QuantizeOptions{});
@@ -495,8 +549,11 @@ TEST(QuantizeGpu, ToolchainClampGuardProbe) {
   int first = 0;
   const uint64_t bad = gpu::detail::clamp_guard_mismatches(-64, 80, &first);
   RecordProperty("clamp_guard_mismatches", std::to_string(bad));
-  if (bad) std::printf("[ probe    ] clamp guard: %llu of 145 raw values in [-64, 80] take the other branch than raw >= 16 (first: raw = %d)\n",
-                       static_cast<unsigned long long>(bad), first);
+  if (bad)
+    std::printf(
+        "[ probe    ] clamp guard: %llu of 145 raw values in [-64, 80] take the other branch than raw >= 16 (first: "
+        "raw = %d)\n",
+        static_cast<unsigned long long>(bad), first);
   else std::printf("[ probe    ] clamp guard: the branch agrees with raw >= 16 for every raw in [-64, 80]\n");
 }
 
@@ -505,7 +562,8 @@ TEST(QuantizeGpu, ToolchainClampGuardProbe) {
 std::vector<float> scattered_specials(size_t n, uint64_t seed) {
   std::vector<float> x = test::lognormal_data(n, seed, 7.0);
   const float inf = std::numeric_limits<float>::infinity();
-  for (size_t i = 97; i < n; i += 9973) x[i] = (i / 9973) % 3 == 0 ? std::numeric_limits<float>::quiet_NaN() : ((i / 9973) % 3 == 1 ? inf : -inf);
+  for (size_t i = 97; i < n; i += 9973)
+    x[i] = (i / 9973) % 3 == 0 ? std::numeric_limits<float>::quiet_NaN() : ((i / 9973) % 3 == 1 ? inf : -inf);
   for (size_t i = 13; i < n; i += 1031) x[i] = -0.0f;
   for (size_t i = 29; i < n; i += 2053) x[i] = 1e-41f;
   for (size_t i = n / 2; i < n / 2 + 300 && i < n; ++i) x[i] = 0.0f;
@@ -520,10 +578,24 @@ TEST(QuantizeGpu, FastKernelsEveryDtypeScaleModeAndFallback) {
   const size_t n = 256 * 4096;
   const std::vector<float> plain = test::lognormal_data(n, 41, 6.0);
   const std::vector<float> special = scattered_specials(n, 43);
-  const char* specs[] = {"e4m3:g16:scale=bf16", "e4m3:g32:scale=e8m0", "e5m2:g64", "e4m3:g128", "e4m3:g128:sat=none",
-                         "e5m2:g256:scale=pow2", "e4m3:g512", "e4m3:g1024", "e4m3:row", "e5m2:row:sat=none",
-                         "e4m3:b128x128", "e4m3:b128x128:scale=pow2", "e4m3:b16x48", "e4m3:tensor", "e5m2:tensor:sat=none",
-                         "e4m3:g128:round=stochastic:seed=11", "e4m3:row:round=stochastic:seed=3", "e4m3:g128:eps=1e-12"};
+  const char* specs[] = {"e4m3:g16:scale=bf16",
+                         "e4m3:g32:scale=e8m0",
+                         "e5m2:g64",
+                         "e4m3:g128",
+                         "e4m3:g128:sat=none",
+                         "e5m2:g256:scale=pow2",
+                         "e4m3:g512",
+                         "e4m3:g1024",
+                         "e4m3:row",
+                         "e5m2:row:sat=none",
+                         "e4m3:b128x128",
+                         "e4m3:b128x128:scale=pow2",
+                         "e4m3:b16x48",
+                         "e4m3:tensor",
+                         "e5m2:tensor:sat=none",
+                         "e4m3:g128:round=stochastic:seed=11",
+                         "e4m3:row:round=stochastic:seed=3",
+                         "e4m3:g128:eps=1e-12"};
   for (const char* s : specs) {
     for (InputDtype dt : {InputDtype::F32, InputDtype::BF16, InputDtype::FP16}) {
       check_on(s, shape, dt, plain);
@@ -593,9 +665,17 @@ TEST(QuantizeGpu, ReciprocalDivisionGivesTheReferenceCodesForEveryFloat) {
   // path's nearest-rounded codes equal the reference's for every finite x with |x/s| <= 2^17 (the
   // quantizers never exceed fmax (1 + 2^-22)), and the quotient itself is bit-exact wherever
   // 2^-20 <= |x/s| <= 2^17. (Scales outside the range never take div_by.)
-  const float scales[] = {std::ldexp(1.0f, -80), std::ldexp(1.9999999f, -80), std::ldexp(1.0f, 80),
-                          std::ldexp(1.9999999f, 80), 1.0f, 1.9999999f, 1.0000001f, 1.0f / 448.0f,
-                          1.0f / 57344.0f, 3.1415927e-5f, 2.7182817e+7f};
+  const float scales[] = {std::ldexp(1.0f, -80),
+                          std::ldexp(1.9999999f, -80),
+                          std::ldexp(1.0f, 80),
+                          std::ldexp(1.9999999f, 80),
+                          1.0f,
+                          1.9999999f,
+                          1.0000001f,
+                          1.0f / 448.0f,
+                          1.0f / 57344.0f,
+                          3.1415927e-5f,
+                          2.7182817e+7f};
   for (float sc : scales) {
     for (bool e4m3 : {true, false}) {
       uint64_t codes = 1, quotients = 1;
@@ -646,7 +726,8 @@ TEST(QuantizeGpu, DelayedScalingOverflowNonSaturating) {
   FP8SIM_SKIP_WITHOUT_GPU();
   // A history scale far too large for this step: many |x * scale| overflow; with sat=none they
   // must become NaN codes exactly as on the CPU (the hardware converter only saturates).
-  for (const char* s : {"e4m3:tensor:delayed=2,max:sat=none", "e5m2:tensor:delayed=2,max", "e4m3:tensor:delayed=2,recent"}) {
+  for (const char* s :
+       {"e4m3:tensor:delayed=2,max:sat=none", "e5m2:tensor:delayed=2,max", "e4m3:tensor:delayed=2,recent"}) {
     const QuantSpec spec = QuantSpec::parse(s);
     DelayedScaler cpu(spec), gs(spec);
     for (int step = 0; step < 3; ++step) {

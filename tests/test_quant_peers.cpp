@@ -194,27 +194,26 @@ std::vector<Input> inputs() {
     in.push_back(std::move(t));
   };
   make("normal", 67, 300, [&](size_t) { return static_cast<float>(nd(gen)); });
-  make("lognormal sigma 5", 131, 257, [&](size_t) {
-    return static_cast<float>((nd(gen) < 0 ? -1 : 1) * std::exp(5.0 * nd(gen)));
-  });
+  make("lognormal sigma 5", 131, 257,
+       [&](size_t) { return static_cast<float>((nd(gen) < 0 ? -1 : 1) * std::exp(5.0 * nd(gen))); });
   make("heavy tails", 64, 384, [&](size_t) { return static_cast<float>(cd(gen)); });
   make("bf16 values", 40, 512, [&](size_t) { return bf16_to_f32(f32_to_bf16_rne(static_cast<float>(3 * nd(gen)))); });
   make("zeros and outliers", 130, 260, [&](size_t i) {
     const size_t r = i / 260;
-    if (r % 3 == 0) return 0.0f;                                          // all-zero rows
-    if (i % 97 == 5) return static_cast<float>(1e4 * (1 + nd(gen)));     // single outliers
+    if (r % 3 == 0) return 0.0f;                                      // all-zero rows
+    if (i % 97 == 5) return static_cast<float>(1e4 * (1 + nd(gen)));  // single outliers
     return static_cast<float>(1e-3 * nd(gen));
   });
-  make("subnormal range", 33, 200, [&](size_t i) {
-    return static_cast<float>(std::ldexp(nd(gen), -140 + static_cast<int>(i % 30)));
-  });
+  make("subnormal range", 33, 200,
+       [&](size_t i) { return static_cast<float>(std::ldexp(nd(gen), -140 + static_cast<int>(i % 30))); });
   make("tiny amax", 16, 160, [&](size_t i) { return static_cast<float>(1e-38 * nd(gen) * (i % 5)); });
   // Quotients at FP8 midpoints: each 32-group's amax is 448 * 2^j, so x / s = x * 2^-j exactly.
   make("fp8 midpoints", 48, 256, [&](size_t i) {
     const int j = static_cast<int>((i / 32) % 7) - 3;
     if (i % 32 == 0) return std::ldexp(448.0f, j);
     const float mid = (decode_fp8<E4M3Traits>(static_cast<uint8_t>(gen() % 0x7E)) +
-                       decode_fp8<E4M3Traits>(static_cast<uint8_t>(gen() % 0x7E + 1))) / 2;
+                       decode_fp8<E4M3Traits>(static_cast<uint8_t>(gen() % 0x7E + 1))) /
+                      2;
     return std::ldexp((i % 2 ? -1.0f : 1.0f) * mid, j);
   });
   return in;

@@ -274,13 +274,16 @@ NaiveResult naive_quantize(const std::vector<float>& x, int64_t rows, int64_t co
     for (int64_t gj = 0; gj < gc; ++gj) {
       float amax = 0;
       for (int64_t r = gi * R; r < std::min(rows, (gi + 1) * R); ++r)
-        for (int64_t c = gj * C; c < std::min(cols, (gj + 1) * C); ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+        for (int64_t c = gj * C; c < std::min(cols, (gj + 1) * C); ++c)
+          amax = std::max(amax, std::fabs(x[r * cols + c]));
       float sq = 1, ss = 1;
       if (amax > 0) {
         const float t = amax / fmax;
         if (scale == "fp32") sq = ss = t;
-        else if (scale == "bf16") { sq = t; ss = bf16_round(t); }
-        else if (scale == "pow2") sq = ss = te_pow2_scale(amax, fmax);
+        else if (scale == "bf16") {
+          sq = t;
+          ss = bf16_round(t);
+        } else if (scale == "pow2") sq = ss = te_pow2_scale(amax, fmax);
         else if (scale == "e8m0") sq = ss = std::max(pow2_up(t), std::ldexp(1.0f, -127));
       }
       squant[gi * gc + gj] = sq;
@@ -308,8 +311,8 @@ TEST(QuantizeReference, AwkwardShapesEveryGranularityAndScale) {
     std::string text;
     int64_t R, C;  // 0 = rows / cols
   };
-  const std::vector<Gran> grans = {{"tensor", 0, 0}, {"row", 1, 0},     {"col", 0, 1},     {"g1", 1, 1},
-                                   {"g7", 1, 7},     {"g16", 1, 16},    {"g32", 1, 32},    {"g128", 1, 128},
+  const std::vector<Gran> grans = {{"tensor", 0, 0}, {"row", 1, 0},        {"col", 0, 1},         {"g1", 1, 1},
+                                   {"g7", 1, 7},     {"g16", 1, 16},       {"g32", 1, 32},        {"g128", 1, 128},
                                    {"b2x3", 2, 3},   {"b16x128", 16, 128}, {"b128x128", 128, 128}};
   const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {1, 7}, {5, 300}, {217, 129}, {217, 300}};
   int64_t cases = 0;
@@ -320,8 +323,8 @@ TEST(QuantizeReference, AwkwardShapesEveryGranularityAndScale) {
           const std::vector<float> x = wide_data(static_cast<size_t>(rows * cols), rows * 1000 + cols);
           const std::string spec = std::string(fmt) + ":" + gr.text + ":scale=" + scale;
           const QuantizedTensor q = q_of(x, {rows, cols}, spec);
-          const NaiveResult ref = naive_quantize(x, rows, cols, gr.R ? gr.R : rows, gr.C ? gr.C : cols, scale,
-                                                 std::string(fmt) == "e4m3");
+          const NaiveResult ref =
+              naive_quantize(x, rows, cols, gr.R ? gr.R : rows, gr.C ? gr.C : cols, scale, std::string(fmt) == "e4m3");
           ASSERT_EQ(q.scales.size(), ref.scales.size()) << spec << " " << rows << "x" << cols;
           for (size_t i = 0; i < ref.scales.size(); ++i)
             ASSERT_EQ(bits(q.scales[i]), bits(ref.scales[i])) << spec << " " << rows << "x" << cols << " group " << i;
@@ -525,8 +528,8 @@ TEST(QuantizeDelayed, TinyAmaxGivesFltMaxScale) {
 
 TEST(QuantizeDelayed, ReproducesTransformerEngineRule) {
   const std::vector<float> amaxes = {2, 8, 0, 1, kInf, 3, 1e-37f, 0x1p-149f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 7};
-  for (const char* spec : {"e4m3:tensor:delayed=4,max,margin=1", "e4m3:tensor:delayed=4,recent",
-                           "e5m2:tensor:delayed=1024,max"}) {
+  for (const char* spec :
+       {"e4m3:tensor:delayed=4,max,margin=1", "e4m3:tensor:delayed=4,recent", "e5m2:tensor:delayed=1024,max"}) {
     const QuantSpec s = QuantSpec::parse(spec);
     DelayedScaler scaler(s);
     TeRule ref{s.delayed.history, s.delayed.algo == AmaxAlgo::Max, s.delayed.margin, s.fmax(), {}};
@@ -591,10 +594,10 @@ TEST(QuantizeHand, DequantizeDecodesEveryCode) {
 TEST(QuantizeProperty, DequantizeQuantizeIsIdempotent) {
   const std::vector<float> x = wide_data(217 * 300, 29);
   const Shape shape{217, 300};
-  for (const char* spec : {"e4m3:tensor", "e4m3:row", "e4m3:col", "e4m3:g128", "e4m3:g16", "e4m3:b128x128",
-                           "e5m2:g128", "e4m3:g128:scale=pow2", "mxfp8", "mxfp8-e5m2", "e4m3:g16:scale=bf16:eps=1e-10",
-                           "e4m3:b128x128",
-                           "e4m3:g32:round=stochastic:seed=3", "bf16", "fp16", "fp16:tensor:scale=pow2"}) {
+  for (const char* spec :
+       {"e4m3:tensor", "e4m3:row", "e4m3:col", "e4m3:g128", "e4m3:g16", "e4m3:b128x128", "e5m2:g128",
+        "e4m3:g128:scale=pow2", "mxfp8", "mxfp8-e5m2", "e4m3:g16:scale=bf16:eps=1e-10", "e4m3:b128x128",
+        "e4m3:g32:round=stochastic:seed=3", "bf16", "fp16", "fp16:tensor:scale=pow2"}) {
     const QuantizedTensor q1 = q_of(x, shape, spec);
     const std::vector<float> y1 = dequantize(q1);
     const QuantizedTensor q2 = q_of(y1, shape, spec);
@@ -625,9 +628,9 @@ TEST(QuantizeProperty, DequantizeQuantizeIsIdempotent) {
 
 TEST(QuantizeMemory, AccountingIsExactAndDataFree) {
   const std::vector<float> x = wide_data(217 * 300, 31);
-  for (const char* spec : {"e4m3:tensor", "e4m3:row", "e4m3:col", "e4m3:g128", "e4m3:g7", "e4m3:b128x128",
-                           "mxfp8", "coat-act", "e4m3:g128:de=coat", "e5m2:g128:de=robust", "bf16", "fp16",
-                           "fp16:tensor:scale=pow2", "bf16:g128:scale=fp32"}) {
+  for (const char* spec :
+       {"e4m3:tensor", "e4m3:row", "e4m3:col", "e4m3:g128", "e4m3:g7", "e4m3:b128x128", "mxfp8", "coat-act",
+        "e4m3:g128:de=coat", "e5m2:g128:de=robust", "bf16", "fp16", "fp16:tensor:scale=pow2", "bf16:g128:scale=fp32"}) {
     const QuantSpec s = QuantSpec::parse(spec);
     const QuantizedTensor q = q_of(x, {217, 300}, spec);
     const QuantizedSize z = quantized_size(s, Shape{217, 300});

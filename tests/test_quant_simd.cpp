@@ -58,10 +58,12 @@ uint32_t bits_of(float f) { return f32_bits(f); }
 TEST(QuantSimd, PowDetSpecialGridMatchesScalar) {
   SKIP_WITHOUT_AVX2();
   const float inf = INFINITY, nan = NAN;
-  std::vector<float> xs = {0.0f, -0.0f, 1.0f, -1.0f, 2.0f, 0.5f, inf, -inf, nan, -nan, 1e-45f, 1e-40f, 1.1754942e-38f,
-                           3.4028235e38f, 0.999999f, 1.000001f, 448.0f, 1e-30f, 7.0f, -3.0f, 65504.0f};
-  std::vector<float> ys = {0.0f, -0.0f, 1.0f, -1.0f, 0.5f, -0.5f, 2.0f, 0.0625f, 1.0625f, 16.0f, -16.0f, inf, -inf, nan,
-                           16384.0f, 16385.0f, 1099511627776.0f, -1099511627776.0f, 3.0e38f, 1e-20f, 0.7f, 9.9375f};
+  std::vector<float> xs = {0.0f,      -0.0f,     1.0f,   -1.0f,  2.0f,   0.5f,           inf,
+                           -inf,      nan,       -nan,   1e-45f, 1e-40f, 1.1754942e-38f, 3.4028235e38f,
+                           0.999999f, 1.000001f, 448.0f, 1e-30f, 7.0f,   -3.0f,          65504.0f};
+  std::vector<float> ys = {0.0f,    -0.0f,  1.0f, -1.0f,  0.5f, -0.5f,    2.0f,     0.0625f,          1.0625f,
+                           16.0f,   -16.0f, inf,  -inf,   nan,  16384.0f, 16385.0f, 1099511627776.0f, -1099511627776.0f,
+                           3.0e38f, 1e-20f, 0.7f, 9.9375f};
   std::vector<float> x, y;
   for (float a : xs)
     for (float b : ys) {
@@ -100,8 +102,8 @@ TEST(QuantSimd, PowDetRandomMatchesScalar) {
   EXPECT_EQ(bad, 0u);
 }
 
-__attribute__((target("avx2"))) void params_lanes(const avx2::CoatConsts& cc, const float* mx, const float* mn, float* k,
-                                                  float* c, float* s, size_t n) {
+__attribute__((target("avx2"))) void params_lanes(const avx2::CoatConsts& cc, const float* mx, const float* mn,
+                                                  float* k, float* c, float* s, size_t n) {
   for (size_t i = 0; i < n; i += 8) {
     __m256 vk, vc, vs;
     avx2::coat_params8(cc, _mm256_loadu_ps(mx + i), _mm256_loadu_ps(mn + i), vk, vc, vs);
@@ -121,8 +123,8 @@ __attribute__((target("avx2"))) void log2_floor_lanes(const float* x, float* l, 
 TEST(QuantSimd, Log2AndFloorMatchScalar) {
   SKIP_WITHOUT_AVX2();
   std::mt19937_64 g(11);
-  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN, 1e-45f, 8388608.0f, -8388607.5f,
-                          2.5f, -2.5f, 0.999999f, 16777216.0f, -0.5f, 3.4e38f};
+  std::vector<float> x = {0.0f,       -0.0f,       1.0f, -1.0f, INFINITY,  -INFINITY,   NAN,   1e-45f,
+                          8388608.0f, -8388607.5f, 2.5f, -2.5f, 0.999999f, 16777216.0f, -0.5f, 3.4e38f};
   while (x.size() < (size_t{1} << 20)) x.push_back(f32_from_bits(static_cast<uint32_t>(g())));
   std::vector<float> l(x.size()), f(x.size());
   log2_floor_lanes(x.data(), l.data(), f.data(), x.size());
@@ -167,10 +169,10 @@ TEST(QuantSimd, CoatParamsMatchScalar) {
       params_lanes(cc, mx.data(), mn.data(), k.data(), c.data(), s.data(), mx.size());
       size_t bad = 0;
       for (size_t i = 0; i < mx.size(); ++i) {
-        const ExpandParams p =
-            fp64 ? coat_expand_params(mx[i], mn[i], 448.0f, target, cc.eps)
-                 : coat_expand_params(add_rn(mx[i], static_cast<float>(cc.eps)), add_rn(mn[i], static_cast<float>(cc.eps)),
-                                      448.0f, target, 0.0);
+        const ExpandParams p = fp64
+                                   ? coat_expand_params(mx[i], mn[i], 448.0f, target, cc.eps)
+                                   : coat_expand_params(add_rn(mx[i], static_cast<float>(cc.eps)),
+                                                        add_rn(mn[i], static_cast<float>(cc.eps)), 448.0f, target, 0.0);
         bad += bits_of(k[i]) != bits_of(p.k) || bits_of(c[i]) != bits_of(p.c) || bits_of(s[i]) != bits_of(p.s);
       }
       EXPECT_EQ(bad, 0u) << "fp64 eps " << fp64 << " target " << target;
@@ -240,9 +242,11 @@ TEST(QuantSimd, DecoderAllCodes) {
   SKIP_WITHOUT_AVX2();
   float out[256];
   decode_all<E4M3Traits>(out);
-  for (int c = 0; c < 256; ++c) EXPECT_EQ(bits_of(out[c]), bits_of(decode_fp8<E4M3Traits>(static_cast<uint8_t>(c)))) << c;
+  for (int c = 0; c < 256; ++c)
+    EXPECT_EQ(bits_of(out[c]), bits_of(decode_fp8<E4M3Traits>(static_cast<uint8_t>(c)))) << c;
   decode_all<E5M2Traits>(out);
-  for (int c = 0; c < 256; ++c) EXPECT_EQ(bits_of(out[c]), bits_of(decode_fp8<E5M2Traits>(static_cast<uint8_t>(c)))) << c;
+  for (int c = 0; c < 256; ++c)
+    EXPECT_EQ(bits_of(out[c]), bits_of(decode_fp8<E5M2Traits>(static_cast<uint8_t>(c)))) << c;
 }
 
 // ---- whole calls, SIMD on vs off -------------------------------------------------------------------
@@ -255,7 +259,8 @@ std::vector<float> make_data(int64_t n, int64_t cols, Data kind, uint64_t seed) 
   std::vector<float> v(static_cast<size_t>(n));
   for (auto& e : v) e = static_cast<float>(std::exp(nd(g)) * ((g() & 1) ? 1.0 : -1.0));
   switch (kind) {
-    case Data::LogNormal: break;
+    case Data::LogNormal:
+      break;
     case Data::WithZeros:
       for (size_t i = 0; i < v.size(); ++i)
         if (g() % 5 == 0) v[i] = (g() & 1) ? 0.0f : -0.0f;
@@ -299,7 +304,8 @@ void expect_same(const QuantizedTensor& a, const QuantizedTensor& b, const std::
   EXPECT_EQ(bad, 0u) << what << ": first differing code at " << first;
   auto same_bits = [&](const std::vector<float>& x, const std::vector<float>& y, const char* name) {
     ASSERT_EQ(x.size(), y.size()) << what << " " << name;
-    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(bits_of(x[i]), bits_of(y[i])) << what << " " << name << "[" << i << "]";
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(bits_of(x[i]), bits_of(y[i])) << what << " " << name << "[" << i << "]";
   };
   same_bits(a.scales, b.scales, "scales");
   same_bits(a.expand_k, b.expand_k, "k");
@@ -317,15 +323,31 @@ struct SimdOff {
 
 TEST(QuantSimd, QuantizeAndDequantizeMatchScalarPath) {
   SKIP_WITHOUT_AVX2();
-  const char* specs[] = {"e4m3:g128",          "e5m2:g128",           "e4m3:g32:scale=e8m0", "e4m3:g16:scale=bf16",
-                         "e4m3:g128:scale=pow2", "e4m3:g100",         "e4m3:row",            "e5m2:row",
-                         "e4m3:tensor",        "e4m3:col",            "e4m3:b128x128",       "e4m3:g128:de=coat",
-                         "e5m2:g128:de=coat",  "e4m3:g128:de=robust", "e4m3:g40:de=coat",    "e4m3:g128:sat=none",
-                         "e4m3:g128:eps=1e-12", "e4m3:g8",            "e4m3:g128:round=stochastic:seed=3",
-                         "e4m3:g128:de=robust:sat=none", "e5m2:g64:de=robust"};
-  const std::vector<std::vector<int64_t>> shapes = {{1, 5}, {5, 217}, {217, 300}, {3, 1000}, {64, 128}, {1, 4096}, {37}};
-  const Data kinds[] = {Data::LogNormal, Data::WithZeros, Data::NonFinite, Data::Tiny, Data::Degenerate, Data::Huge,
-                       Data::KOne};
+  const char* specs[] = {"e4m3:g128",
+                         "e5m2:g128",
+                         "e4m3:g32:scale=e8m0",
+                         "e4m3:g16:scale=bf16",
+                         "e4m3:g128:scale=pow2",
+                         "e4m3:g100",
+                         "e4m3:row",
+                         "e5m2:row",
+                         "e4m3:tensor",
+                         "e4m3:col",
+                         "e4m3:b128x128",
+                         "e4m3:g128:de=coat",
+                         "e5m2:g128:de=coat",
+                         "e4m3:g128:de=robust",
+                         "e4m3:g40:de=coat",
+                         "e4m3:g128:sat=none",
+                         "e4m3:g128:eps=1e-12",
+                         "e4m3:g8",
+                         "e4m3:g128:round=stochastic:seed=3",
+                         "e4m3:g128:de=robust:sat=none",
+                         "e5m2:g64:de=robust"};
+  const std::vector<std::vector<int64_t>> shapes = {{1, 5},    {5, 217},  {217, 300}, {3, 1000},
+                                                    {64, 128}, {1, 4096}, {37}};
+  const Data kinds[] = {Data::LogNormal,  Data::WithZeros, Data::NonFinite, Data::Tiny,
+                        Data::Degenerate, Data::Huge,      Data::KOne};
   uint64_t seed = 1;
   for (const char* st : specs) {
     const QuantSpec spec = QuantSpec::parse(st);

@@ -102,8 +102,10 @@ PageCheck check_page(const std::string& chromium, std::string html) {
     return pc;
   }
   std::string text = m[1].str();
-  for (auto [from, to] : {std::pair<std::string, std::string>{"&quot;", "\""}, {"&lt;", "<"}, {"&gt;", ">"}, {"&amp;", "&"}})
-    for (size_t p = text.find(from); p != std::string::npos; p = text.find(from, p + to.size())) text.replace(p, from.size(), to);
+  for (auto [from, to] :
+       {std::pair<std::string, std::string>{"&quot;", "\""}, {"&lt;", "<"}, {"&gt;", ">"}, {"&amp;", "&"}})
+    for (size_t p = text.find(from); p != std::string::npos; p = text.find(from, p + to.size()))
+      text.replace(p, from.size(), to);
   pc.result = Json::parse(text);
   std::istringstream log(r.err);
   for (std::string line; std::getline(log, line);)
@@ -139,9 +141,10 @@ TEST_F(ReportHtml, LoadsWithEveryImageDecodedNoConsoleErrorAndRenders) {
   // The first page as a screenshot (what reports/cpu/first-page.png is).
   const fs::path work = fp8sim::test::temp_dir();
   const fs::path shot = work / "first-page.png";
-  const auto r = fp8sim::test::run_shell(quote(chromium_) + " " + chromium_flags(work / "profile") +
-                                         " --window-size=1280,1600 --hide-scrollbars --screenshot=" + quote(shot.string()) +
-                                         " " + quote("file://" + (dir / "report.html").string()));
+  const auto r =
+      fp8sim::test::run_shell(quote(chromium_) + " " + chromium_flags(work / "profile") +
+                              " --window-size=1280,1600 --hide-scrollbars --screenshot=" + quote(shot.string()) + " " +
+                              quote("file://" + (dir / "report.html").string()));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ASSERT_TRUE(fs::exists(shot)) << r.err;
   // A blank page compresses to a few KB; a rendered report with tables and text does not.

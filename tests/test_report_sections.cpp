@@ -268,8 +268,8 @@ TEST(ReportCli, SampleTraceProducesEverySectionAndTheWholeJson) {
     const std::string status = s.at("status").as_string();
     ids.insert(id);
     // On the sample every section either ran or says it needs a GPU; none failed.
-    EXPECT_TRUE(status == "ok" || status == "unavailable") << id << ": " << status << " "
-                                                            << (s.contains("reason") ? s.at("reason").as_string() : "");
+    EXPECT_TRUE(status == "ok" || status == "unavailable")
+        << id << ": " << status << " " << (s.contains("reason") ? s.at("reason").as_string() : "");
     if (status == "unavailable") {
       EXPECT_FALSE(s.at("reason").as_string().empty()) << id;
       EXPECT_FALSE(s.at("how_to_get").as_string().empty()) << id;
@@ -288,7 +288,7 @@ TEST(ReportCli, SampleTraceProducesEverySectionAndTheWholeJson) {
   const Json& data = r.doc.at("data");
   // Each piece's document is kept whenever its section ran (and only then).
   const std::pair<const char*, const char*> piece_of_section[] = {
-      {"tensors", "analyze"}, {"gemm", "analyze"}, {"optimizer", "optim"}, {"memory", "memory"},
+      {"tensors", "analyze"}, {"gemm", "analyze"},    {"optimizer", "optim"}, {"memory", "memory"},
       {"speed", "speed"},     {"compare", "compare"}, {"bench", "bench"}};
   for (const auto& s : r.doc.at("sections").as_array()) {
     for (const auto& [section, piece] : piece_of_section) {
@@ -352,9 +352,14 @@ TEST(ReportCli, OutThatIsNotAReportIsRefused) {
 
 TEST(ReportCli, BadOptionsAreUsageErrors) {
   const fs::path out = fs::path(fp8sim::test::temp_dir()) / "r";
-  const std::vector<std::vector<std::string>> cases = {
-      {"--gpus", "0"}, {"--batch", "-1"}, {"--seq", "0"}, {"--recipes", "bf16,bf16"},
-      {"--recipes", "nonsense-recipe"}, {"--model", "no-such-model"}, {"--gpus", "four"}, {"--frobnicate"}};
+  const std::vector<std::vector<std::string>> cases = {{"--gpus", "0"},
+                                                       {"--batch", "-1"},
+                                                       {"--seq", "0"},
+                                                       {"--recipes", "bf16,bf16"},
+                                                       {"--recipes", "nonsense-recipe"},
+                                                       {"--model", "no-such-model"},
+                                                       {"--gpus", "four"},
+                                                       {"--frobnicate"}};
   for (const auto& c : cases) {
     std::vector<std::string> args = {"report", "--no-plots", "--out", out.string()};
     args.insert(args.end(), c.begin(), c.end());
@@ -437,7 +442,8 @@ TEST(ReportCli, SpeedSectionIsModelledFromACalibrationWithoutAGpu) {
   for (const auto& s : doc.at("sections").as_array())
     if (s.at("id").as_string() == "speed") speed = &s;
   ASSERT_NE(speed, nullptr);
-  ASSERT_EQ(speed->at("status").as_string(), "ok") << (speed->contains("reason") ? speed->at("reason").as_string() : "");
+  ASSERT_EQ(speed->at("status").as_string(), "ok")
+      << (speed->contains("reason") ? speed->at("reason").as_string() : "");
   const std::string md = slurp(out / "report.md");
   EXPECT_NE(md.find("MODELLED, not measured on this machine"), std::string::npos);
   // fp8lm has no speed model: the section says so instead of dropping it silently.

@@ -31,10 +31,10 @@ std::string calibration_file() {
     m.dims = op.dims;
     m.flops = op.flops;
     m.bytes = op.bytes;
-    m.median_ms = m.min_ms = m.max_ms =
-        op.kind == Kind::Gemm ? op.flops / ((op.variant.rfind("bf16", 0) == 0 ? 700.0 : 1300.0) * 1e9)
-        : op.kind == Kind::Attention ? op.flops / 400e9
-                                     : 0.004 + op.bytes / 3e9;
+    m.median_ms = m.min_ms = m.max_ms = op.kind == Kind::Gemm
+                                            ? op.flops / ((op.variant.rfind("bf16", 0) == 0 ? 700.0 : 1300.0) * 1e9)
+                                        : op.kind == Kind::Attention ? op.flops / 400e9
+                                                                     : 0.004 + op.bytes / 3e9;
     m.reps = 1;
     c.add(m);
   };
@@ -104,8 +104,9 @@ TEST(SpeedCli, PerRecipeBatchAndSubsetOfRecipes) {
 }
 
 TEST(SpeedCli, NoCalibrationIsAClearError) {
-  const auto r = run_shell("FP8SIM_CALIBRATION=/nonexistent/cal.json CUDA_VISIBLE_DEVICES= " +
-                           std::string(FP8SIM_BINARY) + " speed --model llama2-7b");
+  const auto r =
+      run_shell("FP8SIM_CALIBRATION=/nonexistent/cal.json CUDA_VISIBLE_DEVICES= " + std::string(FP8SIM_BINARY) +
+                " speed --model llama2-7b");
   expect_one_line_error(r, 1, "no calibration exists");
 }
 

@@ -25,9 +25,9 @@ namespace ref = fp8sim::speed::ref;
 using ref::bf16f;
 using ref::to_bf16;
 
-#define SKIP_WITHOUT_GPU()                                                        \
-  do {                                                                            \
-    if (!device_info().available) GTEST_SKIP() << device_info().why_not;          \
+#define SKIP_WITHOUT_GPU()                                               \
+  do {                                                                   \
+    if (!device_info().available) GTEST_SKIP() << device_info().why_not; \
   } while (0)
 
 std::mt19937_64& rng() {
@@ -119,10 +119,9 @@ TEST(SpeedKernels, RmsNormForwardBf16AndG16) {
       auto rstd = poisoned<float>(static_cast<size_t>(c.rows));
       auto rowmax = poisoned<float>(static_cast<size_t>(c.rows));
       if (g16)
-        ASSERT_TRUE(rmsnorm_fwd_g16(xq.get(), xs.get(), dw.get(), y.get(), rstd.get(), rowmax.get(), c.rows, c.cols, 1e-5f,
-                                    nullptr));
-      else
-        ASSERT_TRUE(rmsnorm_fwd_bf16(x.get(), dw.get(), y.get(), rstd.get(), c.rows, c.cols, 1e-5f, nullptr));
+        ASSERT_TRUE(rmsnorm_fwd_g16(xq.get(), xs.get(), dw.get(), y.get(), rstd.get(), rowmax.get(), c.rows, c.cols,
+                                    1e-5f, nullptr));
+      else ASSERT_TRUE(rmsnorm_fwd_bf16(x.get(), dw.get(), y.get(), rstd.get(), c.rows, c.cols, 1e-5f, nullptr));
       sync();
       ref::Bf16 yr;
       std::vector<float> rr, mr;
@@ -259,7 +258,8 @@ TEST(SpeedKernels, SiluMulForwardAndBackward) {
                                      dum.get(), static_cast<int64_t>(n), nullptr));
       } else {
         ASSERT_TRUE(silu_mul_fwd_bf16(gb.get(), ub.get(), m.get(), static_cast<int64_t>(n), nullptr));
-        ASSERT_TRUE(silu_mul_bwd_bf16(gb.get(), ub.get(), ddm.get(), dg.get(), du.get(), static_cast<int64_t>(n), nullptr));
+        ASSERT_TRUE(
+            silu_mul_bwd_bf16(gb.get(), ub.get(), ddm.get(), dg.get(), du.get(), static_cast<int64_t>(n), nullptr));
       }
       sync();
       ref::Bf16 mr, dgr, dur;
@@ -319,7 +319,8 @@ TEST(SpeedKernels, AddVariantsAreExact) {
       auto ds = poisoned<uint16_t>(n / 16);
       bool launched = false;
       if (mode == 0) launched = add_bf16(da.get(), db.get(), dc.get(), static_cast<int64_t>(n), nullptr);
-      if (mode == 1) launched = add_bf16_g16(da.get(), db.get(), dc.get(), dq.get(), ds.get(), static_cast<int64_t>(n), nullptr);
+      if (mode == 1)
+        launched = add_bf16_g16(da.get(), db.get(), dc.get(), dq.get(), ds.get(), static_cast<int64_t>(n), nullptr);
       if (mode == 2) launched = add_bf16_gmax(da.get(), db.get(), dc.get(), ds.get(), static_cast<int64_t>(n), nullptr);
       ASSERT_TRUE(launched);
       sync();
@@ -390,7 +391,8 @@ TEST(SpeedKernels, CastTransposeEveryVariantIsExact) {
         auto scal = to_device(std::vector<float>{given_amax, 0.0f});
         auto o = poisoned<uint8_t>(n), ot = poisoned<uint8_t>(n);
         ASSERT_TRUE(cast_transpose(dx.get(), rows, cols, scal.get(), e5m2, variant == 1 ? nullptr : o.get(),
-                                   variant == 2 ? nullptr : ot.get(), variant == 0 ? scal.get() + 1 : nullptr, nullptr));
+                                   variant == 2 ? nullptr : ot.get(), variant == 0 ? scal.get() + 1 : nullptr,
+                                   nullptr));
         sync();
         if (variant != 1) expect_equal(o.download(), out, "cast");
         if (variant != 2) expect_equal(ot.download(), out_t, "cast transposed");
@@ -420,7 +422,8 @@ TEST(SpeedKernels, RopeForwardBackwardMatchTheReference) {
   EXPECT_NEAR(cs[2 * (5 * d / 2 + 0)], std::cos(5.0), 1e-6);  // position 5, frequency 1
   EXPECT_NEAR(cs[2 * (5 * d / 2 + 0) + 1], std::sin(5.0), 1e-6);
   for (bool backward : {false, true}) {
-    auto q = random_bf16(static_cast<size_t>(tokens * heads * d)), k = random_bf16(static_cast<size_t>(tokens * kv * d));
+    auto q = random_bf16(static_cast<size_t>(tokens * heads * d)),
+         k = random_bf16(static_cast<size_t>(tokens * kv * d));
     auto dq = to_device(q), dk = to_device(k);
     ASSERT_TRUE(rope(dq.get(), dk.get(), table.get(), tokens, heads, kv, d, seq, backward, nullptr));
     sync();

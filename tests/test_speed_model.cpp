@@ -358,16 +358,22 @@ TEST(SpeedCalibration, BadFilesGiveOneLineErrorsNamingTheProblem) {
   const std::string head = "{\"schema\": \"fp8sim-speed-calibration/1\", \"measurements\": [";
   expect_error(head + "{\"kind\": \"gemm\", \"variant\": \"x\", \"dims\": [1,2,3], \"median_ms\": -1, \"flops\": 1}]}",
                "median_ms");
-  expect_error(head + "{\"kind\": \"warp\", \"variant\": \"x\", \"dims\": [1], \"median_ms\": 1, \"bytes\": 1}]}", "warp");
-  expect_error(head + "{\"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [1, 0], \"median_ms\": 1, \"bytes\": 1}]}",
-               "dims");
-  expect_error(head + "{\"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [16, 16], \"median_ms\": 1, "
-                      "\"min_ms\": 2, \"bytes\": 1}]}",
+  expect_error(head + "{\"kind\": \"warp\", \"variant\": \"x\", \"dims\": [1], \"median_ms\": 1, \"bytes\": 1}]}",
+               "warp");
+  expect_error(
+      head + "{\"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [1, 0], \"median_ms\": 1, \"bytes\": 1}]}",
+      "dims");
+  expect_error(head +
+                   "{\"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [16, 16], \"median_ms\": 1, "
+                   "\"min_ms\": 2, \"bytes\": 1}]}",
                "min_ms");
-  expect_error(head + "{\"key\": \"add:bf16>bf16:1x1\", \"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [16, 16], "
-                      "\"median_ms\": 1, \"bytes\": 1}]}",
-               "key");
-  expect_error(head + "{\"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [16, 16], \"median_ms\": 1}]}", "bytes");
+  expect_error(
+      head +
+          "{\"key\": \"add:bf16>bf16:1x1\", \"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [16, 16], "
+          "\"median_ms\": 1, \"bytes\": 1}]}",
+      "key");
+  expect_error(head + "{\"kind\": \"add\", \"variant\": \"bf16>bf16\", \"dims\": [16, 16], \"median_ms\": 1}]}",
+               "bytes");
   try {
     Calibration::load(test::temp_dir() + "/missing.json");
     ADD_FAILURE() << "no error for a missing file";
@@ -433,8 +439,9 @@ std::string full_calibration_file(bool with_torch) {
   const struct {
     const char* model;
     int64_t gpus, seq, b[3];
-  } rows[] = {{"llama2-7b", 1, 2048, {0, 0, 1}},  {"llama2-7b", 2, 2048, {1, 1, 4}},  {"llama2-7b", 4, 2048, {2, 2, 4}},
-              {"llama2-7b", 8, 2048, {4, 4, 8}},  {"llama2-13b", 2, 1024, {0, 0, 1}}, {"llama2-13b", 4, 2048, {1, 1, 2}},
+  } rows[] = {{"llama2-7b", 1, 2048, {0, 0, 1}},  {"llama2-7b", 2, 2048, {1, 1, 4}},
+              {"llama2-7b", 4, 2048, {2, 2, 4}},  {"llama2-7b", 8, 2048, {4, 4, 8}},
+              {"llama2-13b", 2, 1024, {0, 0, 1}}, {"llama2-13b", 4, 2048, {1, 1, 2}},
               {"llama2-13b", 8, 2048, {2, 2, 4}}, {"llama-30b", 8, 2048, {0, 0, 1}}};
   for (const auto& r : rows) {
     const ModelShape m = load_model_shape(r.model);
@@ -481,7 +488,8 @@ TEST(SpeedReport, ModelledFromACalibrationFile) {
   ASSERT_EQ(recipes.size(), 3u);
   const double bf16_tps = recipes[0].at("tokens_per_s_per_gpu").as_number();
   for (const Json& r : recipes) {
-    for (const char* k : {"recipe", "step_ms", "tokens_per_s_per_gpu", "speedup_vs_bf16"}) EXPECT_TRUE(r.contains(k)) << k;
+    for (const char* k : {"recipe", "step_ms", "tokens_per_s_per_gpu", "speedup_vs_bf16"})
+      EXPECT_TRUE(r.contains(k)) << k;
     EXPECT_NEAR(r.at("speedup_vs_bf16").as_number(), r.at("tokens_per_s_per_gpu").as_number() / bf16_tps, 1e-12);
     EXPECT_DOUBLE_EQ(r.at("measured_fraction").as_number(), 1.0);
   }

@@ -9,8 +9,8 @@
 #include <set>
 
 #include "sim/common/check.hpp"
-#include "tests/support/test_util.hpp"
 #include "sim/trace/trace.hpp"
+#include "tests/support/test_util.hpp"
 
 namespace fp8sim::trace {
 namespace {
@@ -52,7 +52,8 @@ TEST(TraceCapture, LlamaModeWritesEveryRoleAndACompleteWindow) {
   const auto r = test::run_shell(quote(py) + " " + quote(kScript) + " llama --model " + quote(dir + "/m.json") +
                                  " --steps 6 --batch 4 --seq 32 --warmup 2 --capture-steps 4 --window 3:3"
                                  " --eval-every 3 --eval-batches 1 --corpus-bytes 200000 --threads 1 --device cpu"
-                                 " --out " + quote(out));
+                                 " --out " +
+                                 quote(out));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   TraceReader t(out);
   EXPECT_EQ(t.header().model_kind, "llama");
@@ -101,8 +102,9 @@ def make():
 )";
   }
   const std::string out = dir + "/g.h5";
-  const auto r = test::run_shell(quote(py) + " " + quote(kScript) + " generic --factory " + quote(dir + "/factory.py:make") +
-                                 " --steps 5 --capture-steps 3 --window 2:3 --out " + quote(out));
+  const auto r =
+      test::run_shell(quote(py) + " " + quote(kScript) + " generic --factory " + quote(dir + "/factory.py:make") +
+                      " --steps 5 --capture-steps 3 --window 2:3 --out " + quote(out));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   TraceReader t(out);
   EXPECT_EQ(t.header().model_kind, "generic");
@@ -124,9 +126,9 @@ TEST(TraceCapture, RefusesABadWindowWithoutLeavingAFile) {
   const std::string py = torch_python(why);
   if (py.empty()) GTEST_SKIP() << why;
   const std::string dir = test::temp_dir();
-  const auto r = test::run_shell(quote(py) + " " + quote(kScript) +
-                                 " generic --factory " + quote(kScript + ":demo_mlp") +
-                                 " --steps 3 --window 1:2 --out " + quote(dir + "/x.h5"));
+  const auto r =
+      test::run_shell(quote(py) + " " + quote(kScript) + " generic --factory " + quote(kScript + ":demo_mlp") +
+                      " --steps 3 --window 1:2 --out " + quote(dir + "/x.h5"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("must start after step 1"), std::string::npos) << r.err;
   for (const auto& e : fs::directory_iterator(dir)) ADD_FAILURE() << "left behind: " << e.path();

@@ -9,9 +9,9 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "sim/trace/trace.hpp"
 #include "tests/fuzz/trace_reader_fuzz.hpp"
 #include "tests/support/test_util.hpp"
-#include "sim/trace/trace.hpp"
 
 namespace fp8sim {
 namespace {
@@ -73,7 +73,8 @@ TEST(TraceFuzz, MutatedTracesOnlyEverThrowFp8simError) {
   std::vector<Seed> seeds;
   seeds.push_back({"writer", small_writer_trace(dir), 0.4});
   seeds.push_back({"h5py", test::read_file_bytes(std::string(FP8SIM_TEST_DATA) + "/trace_h5py_dtypes.h5"), 0.4});
-  seeds.push_back({"sample", test::read_file_bytes(std::string(FP8SIM_SOURCE_DIR) + "/traces/tiny-llama-s300.h5"), 0.2});
+  seeds.push_back(
+      {"sample", test::read_file_bytes(std::string(FP8SIM_SOURCE_DIR) + "/traces/tiny-llama-s300.h5"), 0.2});
   const std::string path = dir + "/fuzz.h5";
   const double budget = budget_seconds();
   uint64_t seed_no = 0;

@@ -12,8 +12,8 @@
 
 #include "sim/common/check.hpp"
 #include "sim/formats/fp8.hpp"
-#include "tests/support/test_util.hpp"
 #include "sim/trace/trace.hpp"
+#include "tests/support/test_util.hpp"
 
 namespace fp8sim::trace {
 namespace {
@@ -279,13 +279,9 @@ TEST(TraceIo, RejectsFilesThatAreNotTracesWithOneLine) {
   const std::string dir = test::temp_dir();
   expect_open_error(dir + "/does-not-exist.h5", "no such file");
   expect_open_error(dir, "not a regular file");
-  {
-    std::ofstream(dir + "/empty.h5");
-  }
+  { std::ofstream(dir + "/empty.h5"); }
   expect_open_error(dir + "/empty.h5", "empty");
-  {
-    std::ofstream(dir + "/text.h5") << "this is a text file, not HDF5\n";
-  }
+  { std::ofstream(dir + "/text.h5") << "this is a text file, not HDF5\n"; }
   expect_open_error(dir + "/text.h5", "not an HDF5 file");
   expect_open_error(kData + "/trace_bad_no_attrs.h5", "missing root attribute 'format'");
   expect_open_error(kData + "/trace_bad_format_name.h5", "'some-other-format'");
@@ -322,8 +318,8 @@ TEST(TraceIo, TruncatedCopiesOfTheSampleFailWithOneLine) {
   const auto bytes = test::read_file_bytes(kSample);
   ASSERT_GT(bytes.size(), 100000u);
   const std::string dir = test::temp_dir();
-  const size_t cuts[] = {0, 7, 8, 512, 4096, bytes.size() / 10, bytes.size() / 2, bytes.size() - 4096,
-                         bytes.size() - 1};
+  const size_t cuts[] = {
+      0, 7, 8, 512, 4096, bytes.size() / 10, bytes.size() / 2, bytes.size() - 4096, bytes.size() - 1};
   for (size_t cut : cuts) {
     SCOPED_TRACE(cut);
     const std::string p = dir + "/cut" + std::to_string(cut) + ".h5";
@@ -363,7 +359,8 @@ TEST(TraceSample, HasTheSchemaTheToolsRelyOn) {
   EXPECT_EQ(full->contents, "full");
   std::map<Role, int> per_role;
   for (size_t i : full->tensors) per_role[r.tensors()[i].role]++;
-  const int params = 1 + 9 * static_cast<int>(layers) + 1;  // embedding (tied head), 7 linears + 2 norms per block, final norm
+  const int params =
+      1 + 9 * static_cast<int>(layers) + 1;  // embedding (tied head), 7 linears + 2 norms per block, final norm
   for (Role role : {Role::Weight, Role::Grad, Role::ExpAvg, Role::ExpAvgSq}) EXPECT_EQ(per_role[role], params);
   EXPECT_GT(per_role[Role::Activation], 0);
   EXPECT_GT(per_role[Role::ActivationGrad], 0);

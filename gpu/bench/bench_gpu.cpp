@@ -250,9 +250,9 @@ void run_amax(Ctx& c, const bench::BenchItem& it, Json& e) {
     return;
   }
   DeviceBuffer<unsigned char> ws(amax_workspace_bytes(n));
-  const Timing t = c.timer.time(
-      [&](cudaStream_t st) { tensor_amax_cuda(x.get(), InputDtype::BF16, n, amax.get(), ws.get(), st); },
-      c.opts.warmup, c.opts.reps);
+  const Timing t =
+      c.timer.time([&](cudaStream_t st) { tensor_amax_cuda(x.get(), InputDtype::BF16, n, amax.get(), ws.get(), st); },
+                   c.opts.warmup, c.opts.reps);
   put_timing(c, e, t, 2.0 * static_cast<double>(n));
   e["note"] = "just-in-time: one full read of the tensor";
 }
@@ -306,8 +306,11 @@ void run_adamw(Ctx& c, const bench::BenchItem& it, Json& e) {
   const double bytes = 12.0 * static_cast<double>(n) + 2.0 * state_bytes;
   Timing t;
   if (r.is_fp32()) {
-    t = c.timer.time([&](cudaStream_t st) { adamw_fp32_cuda(p.get(), g.get(), dm.fp32, dv.fp32, static_cast<size_t>(n), consts, st); },
-                     c.opts.warmup, c.opts.reps);
+    t = c.timer.time(
+        [&](cudaStream_t st) {
+          adamw_fp32_cuda(p.get(), g.get(), dm.fp32, dv.fp32, static_cast<size_t>(n), consts, st);
+        },
+        c.opts.warmup, c.opts.reps);
     e["kernel_path"] = "fp32 elementwise";
   } else if (optim::grouped_step_supported(r) && r.m.spec->group_size <= kFusedMaxGroup) {
     const auto cm = group_moment_consts(*r.m.spec, optim::state_rounding_key(r.m.spec->seed, 0, 100, 0));
@@ -316,8 +319,8 @@ void run_adamw(Ctx& c, const bench::BenchItem& it, Json& e) {
     const Fp8MomentDev v8{static_cast<uint8_t*>(dv.codes), dv.scales, dv.k, dv.c};
     t = c.timer.time(
         [&](cudaStream_t st) {
-          adamw_fp8_grouped_cuda(p.get(), g.get(), m8, v8, static_cast<size_t>(n), static_cast<int>(r.m.spec->group_size),
-                                 consts, cm, cv, st);
+          adamw_fp8_grouped_cuda(p.get(), g.get(), m8, v8, static_cast<size_t>(n),
+                                 static_cast<int>(r.m.spec->group_size), consts, cm, cv, st);
         },
         c.opts.warmup, c.opts.reps);
     e["kernel_path"] = "fused one-pass (warp per group)";
@@ -386,8 +389,7 @@ void run_gemm(Ctx& c, const bench::BenchItem& it, Json& e) {
   // Idle first (bench_peers.py does the same before each GEMM peer): the tensor cores' clock
   // depends on the heat left by what ran just before.
   FP8SIM_CUDA_CHECK(cudaStreamSynchronize(s));
-  if (c.opts.gemm_cooldown_s > 0)
-    std::this_thread::sleep_for(std::chrono::duration<double>(c.opts.gemm_cooldown_s));
+  if (c.opts.gemm_cooldown_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(c.opts.gemm_cooldown_s));
   const Timing t = c.timer.time([&](cudaStream_t st) { c.lt.run(plan, a, st); }, c.opts.warmup, c.opts.reps);
   put_timing(c, e, t, 0);
   const double flops = 2.0 * static_cast<double>(it.m) * static_cast<double>(it.gn) * static_cast<double>(it.k);

@@ -25,7 +25,8 @@ namespace fs = std::filesystem;
 template <class T>
 std::vector<T> load(const fs::path& dir, const std::string& name, size_t expect) {
   const NpyArray a = read_npy(dir / (name + ".npy"));
-  FP8SIM_REQUIRE(static_cast<size_t>(a.numel()) == expect, "{}.npy holds {} values, expected {}", name, a.numel(), expect);
+  FP8SIM_REQUIRE(static_cast<size_t>(a.numel()) == expect, "{}.npy holds {} values, expected {}", name, a.numel(),
+                 expect);
   FP8SIM_REQUIRE(a.data.size() == expect * sizeof(T), "{}.npy has {}-byte elements, expected {}", name,
                  a.data.size() / std::max<size_t>(expect, 1), sizeof(T));
   std::vector<T> v(expect);
@@ -63,7 +64,8 @@ void our_step(std::vector<float>& p, const std::vector<float>& g, Moment& m, Mom
 // Degenerate groups of the NEW moments fp8sim computes from (p, g, old state): an exact zero or a
 // single magnitude in the group (the min-nonzero of COAT's reduction is wrong there).
 std::vector<uint8_t> degenerate_groups(const std::vector<float>& p, const std::vector<float>& g, const Moment& m,
-                                       const Moment& v, int64_t step, const optim::AdamwHyper& h, const QuantSpec& spec) {
+                                       const Moment& v, int64_t step, const optim::AdamwHyper& h,
+                                       const QuantSpec& spec) {
   const size_t n = p.size(), groups = (n + 127) / 128;
   const auto consts = optim::make_step_consts(h, step, optim::UpdateRule::Coat);
   const auto cm = group_moment_consts(spec, 0);

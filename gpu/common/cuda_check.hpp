@@ -8,10 +8,10 @@ namespace fp8sim::gpu {
 [[noreturn]] void throw_cuda_error(const char* call, const char* file, int line, int err);
 }
 
-#define FP8SIM_CUDA_CHECK(call)                                                          \
-  do {                                                                                   \
-    const cudaError_t fp8sim_err_ = (call);                                              \
-    if (fp8sim_err_ != cudaSuccess)                                                      \
+#define FP8SIM_CUDA_CHECK(call)                                                                  \
+  do {                                                                                           \
+    const cudaError_t fp8sim_err_ = (call);                                                      \
+    if (fp8sim_err_ != cudaSuccess)                                                              \
       ::fp8sim::gpu::throw_cuda_error(#call, __FILE__, __LINE__, static_cast<int>(fp8sim_err_)); \
   } while (0)
 

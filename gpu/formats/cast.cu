@@ -73,10 +73,9 @@ __device__ __forceinline__ uint32_t encode4_fast(const float (&xs)[4], bool sat,
 }
 
 template <class T>
-__global__ void __launch_bounds__(256) cast_f32_to_fp8_kernel(const float* __restrict__ in, uint8_t* __restrict__ out,
-                                                              size_t n, bool vec, bool sat, bool stochastic,
-                                                              uint64_t seed, uint64_t offset, bool hw,
-                                                              uint32_t hw_limit) {
+__global__ void __launch_bounds__(256)
+    cast_f32_to_fp8_kernel(const float* __restrict__ in, uint8_t* __restrict__ out, size_t n, bool vec, bool sat,
+                           bool stochastic, uint64_t seed, uint64_t offset, bool hw, uint32_t hw_limit) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   size_t done = 0;
@@ -106,10 +105,9 @@ __device__ __forceinline__ float widen16(uint16_t h) {
 }
 
 template <class T, bool BF16>
-__global__ void __launch_bounds__(256) cast_16_to_fp8_kernel(const uint16_t* __restrict__ in, uint8_t* __restrict__ out,
-                                                             size_t n, bool vec, bool sat, bool stochastic,
-                                                             uint64_t seed, uint64_t offset, bool hw,
-                                                             uint32_t hw_limit) {
+__global__ void __launch_bounds__(256)
+    cast_16_to_fp8_kernel(const uint16_t* __restrict__ in, uint8_t* __restrict__ out, size_t n, bool vec, bool sat,
+                          bool stochastic, uint64_t seed, uint64_t offset, bool hw, uint32_t hw_limit) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t tid = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   size_t done = 0;
@@ -125,10 +123,12 @@ __global__ void __launch_bounds__(256) cast_16_to_fp8_kernel(const uint16_t* __r
         const size_t i = i0 + k * stride;
         if (i >= n8) break;
         const uint32_t w[4] = {v[k].x, v[k].y, v[k].z, v[k].w};
-        const float lo[4] = {widen16<BF16>(static_cast<uint16_t>(w[0])), widen16<BF16>(static_cast<uint16_t>(w[0] >> 16)),
-                             widen16<BF16>(static_cast<uint16_t>(w[1])), widen16<BF16>(static_cast<uint16_t>(w[1] >> 16))};
-        const float hi[4] = {widen16<BF16>(static_cast<uint16_t>(w[2])), widen16<BF16>(static_cast<uint16_t>(w[2] >> 16)),
-                             widen16<BF16>(static_cast<uint16_t>(w[3])), widen16<BF16>(static_cast<uint16_t>(w[3] >> 16))};
+        const float lo[4] = {
+            widen16<BF16>(static_cast<uint16_t>(w[0])), widen16<BF16>(static_cast<uint16_t>(w[0] >> 16)),
+            widen16<BF16>(static_cast<uint16_t>(w[1])), widen16<BF16>(static_cast<uint16_t>(w[1] >> 16))};
+        const float hi[4] = {
+            widen16<BF16>(static_cast<uint16_t>(w[2])), widen16<BF16>(static_cast<uint16_t>(w[2] >> 16)),
+            widen16<BF16>(static_cast<uint16_t>(w[3])), widen16<BF16>(static_cast<uint16_t>(w[3] >> 16))};
         uint2 packed;
         packed.x = encode4_fast<T>(lo, sat, stochastic, seed, offset + 8 * i, hw, hw_limit);
         packed.y = encode4_fast<T>(hi, sat, stochastic, seed, offset + 8 * i + 4, hw, hw_limit);
@@ -187,9 +187,11 @@ void cast_f32_to_fp8_cuda(const float* d_in, uint8_t* d_out, size_t n, const Cas
   const bool hw = cast_hw(p);
   const uint32_t lim = cast_hw_limit(p);
   if (p.e4m3)
-    cast_f32_to_fp8_kernel<E4M3Traits><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
+    cast_f32_to_fp8_kernel<E4M3Traits>
+        <<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
   else
-    cast_f32_to_fp8_kernel<E5M2Traits><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
+    cast_f32_to_fp8_kernel<E5M2Traits>
+        <<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 
@@ -202,11 +204,19 @@ void cast_16_to_fp8_cuda(const uint16_t* d_in, bool bf16, uint8_t* d_out, size_t
   const bool hw = cast_hw(p);
   const uint32_t lim = cast_hw_limit(p);
   if (p.e4m3) {
-    if (bf16) cast_16_to_fp8_kernel<E4M3Traits, true><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
-    else cast_16_to_fp8_kernel<E4M3Traits, false><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
+    if (bf16)
+      cast_16_to_fp8_kernel<E4M3Traits, true>
+          <<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
+    else
+      cast_16_to_fp8_kernel<E4M3Traits, false>
+          <<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
   } else {
-    if (bf16) cast_16_to_fp8_kernel<E5M2Traits, true><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
-    else cast_16_to_fp8_kernel<E5M2Traits, false><<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
+    if (bf16)
+      cast_16_to_fp8_kernel<E5M2Traits, true>
+          <<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
+    else
+      cast_16_to_fp8_kernel<E5M2Traits, false>
+          <<<grid, block, 0, stream>>>(d_in, d_out, n, vec, p.saturate, p.stochastic, p.seed, p.offset, hw, lim);
   }
   FP8SIM_CUDA_CHECK_LAUNCH();
 }

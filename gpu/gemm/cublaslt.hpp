@@ -178,8 +178,8 @@ class GemmPlan {
   int search_excluded_ = 0;
   int validated_ = 0;
   std::vector<GemmRejection> rejected_;
-  bool validation_ = false;             // the candidates were validated (see CublasLt::plan)
-  GemmAlgoInfo validation_reference_;   // the algorithm whose output the others had to match
+  bool validation_ = false;            // the candidates were validated (see CublasLt::plan)
+  GemmAlgoInfo validation_reference_;  // the algorithm whose output the others had to match
   GemmAgreementTolerance validation_tolerance_;
 };
 

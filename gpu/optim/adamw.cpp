@@ -29,7 +29,8 @@ void adamw_fp8_grouped_cuda(float* p, const float* g, const Fp8MomentDev& m, con
                      (m.k == nullptr) == (m.c == nullptr) && (v.k == nullptr) == (v.c == nullptr),
                  "fused FP8 AdamW: k and c pointers must be given exactly for DE moments");
   detail::launch_adamw_fp8_grouped(p, g, detail::Fp8MomentPtrs{m.codes, m.scales, m.k, m.c},
-                                   detail::Fp8MomentPtrs{v.codes, v.scales, v.k, v.c}, n, group_size, c, cm, cv, stream);
+                                   detail::Fp8MomentPtrs{v.codes, v.scales, v.k, v.c}, n, group_size, c, cm, cv,
+                                   stream);
 }
 
 optim::GroupMomentConsts group_moment_consts(const QuantSpec& s, uint64_t key) {
@@ -64,7 +65,8 @@ void adamw_lowp_cuda(float* p, const float* g, LowpMomentDev& m, LowpMomentDev& 
   if (n == 0) return;
   for (const LowpMomentDev* ms : {&m, &v})
     if (!ms->spec.is_fp32())
-      FP8SIM_REQUIRE(!ms->spec.spec->delayed.enabled(), "GPU AdamW: delayed scaling of optimizer states ({}) is not supported",
+      FP8SIM_REQUIRE(!ms->spec.spec->delayed.enabled(),
+                     "GPU AdamW: delayed scaling of optimizer states ({}) is not supported",
                      ms->spec.spec->to_string());
   auto* base = static_cast<unsigned char*>(d_scratch);
   float* sm = reinterpret_cast<float*>(base);
@@ -141,10 +143,9 @@ void lowp_adamw_step_on_gpu(float* p, const float* g, optim::ParamOptimState& st
     const QuantSpec& sv = *st.v.spec.spec;
     const auto cm = group_moment_consts(sm, optim::state_rounding_key(sm.seed, param_index, step, 0));
     const auto cv = group_moment_consts(sv, optim::state_rounding_key(sv.seed, param_index, step, 1));
-    adamw_fp8_grouped_cuda(d_p.get(), d_g.get(),
-                           Fp8MomentDev{static_cast<uint8_t*>(dm.codes), dm.scales, dm.k, dm.c},
-                           Fp8MomentDev{static_cast<uint8_t*>(dv.codes), dv.scales, dv.k, dv.c},
-                           static_cast<size_t>(n), static_cast<int>(sm.group_size), c, cm, cv, stream);
+    adamw_fp8_grouped_cuda(d_p.get(), d_g.get(), Fp8MomentDev{static_cast<uint8_t*>(dm.codes), dm.scales, dm.k, dm.c},
+                           Fp8MomentDev{static_cast<uint8_t*>(dv.codes), dv.scales, dv.k, dv.c}, static_cast<size_t>(n),
+                           static_cast<int>(sm.group_size), c, cm, cv, stream);
   } else {
     DeviceBuffer<unsigned char> scratch(lowp_scratch_bytes(r, n));
     adamw_lowp_cuda(d_p.get(), d_g.get(), dm, dv, n, c, param_index, step, scratch.get(), stream);

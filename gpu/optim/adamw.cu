@@ -23,9 +23,9 @@ namespace {
 
 constexpr unsigned kFull = 0xFFFFFFFFu;
 
-__global__ void __launch_bounds__(256) adamw_fp32_kernel(float* __restrict__ p, const float* __restrict__ g,
-                                                         float* __restrict__ m, float* __restrict__ v, int64_t n,
-                                                         bool vec, optim::AdamwStepConsts c) {
+__global__ void __launch_bounds__(256)
+    adamw_fp32_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m, float* __restrict__ v,
+                      int64_t n, bool vec, optim::AdamwStepConsts c) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t n4 = vec ? n / 4 : 0;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += stride) {
@@ -248,12 +248,11 @@ __device__ __noinline__ uint32_t encode_expand_ref(float x, ExpandParams e, int 
 // with EPL == 8 lanes 0-7 and 8-15 of each 16-lane team. `counts` (optional, tests) receives how
 // many elements took each path: {decode table, decode reference, encode guarded, encode reference}.
 template <int TEAM, int EPL, int MINB, bool FULL>
-__global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __restrict__ p, const float* __restrict__ g,
-                                                                Fp8MomentPtrs m, Fp8MomentPtrs v, int64_t n, int G,
-                                                                bool vec, optim::AdamwStepConsts c,
-                                                                optim::GroupMomentConsts cm,
-                                                                optim::GroupMomentConsts cv, bool hw, int fast,
-                                                                float log2b_m, float log2b_v, unsigned long long* counts) {
+__global__ void __launch_bounds__(256, MINB)
+    adamw_fp8_grouped_kernel(float* __restrict__ p, const float* __restrict__ g, Fp8MomentPtrs m, Fp8MomentPtrs v,
+                             int64_t n, int G, bool vec, optim::AdamwStepConsts c, optim::GroupMomentConsts cm,
+                             optim::GroupMomentConsts cv, bool hw, int fast, float log2b_m, float log2b_v,
+                             unsigned long long* counts) {
   static_assert(EPL == 4 || EPL == 8, "4 or 8 elements per lane");
   constexpr int kTeamsPerBlock = 256 / TEAM;
   constexpr bool kTable = TEAM >= 16;
@@ -310,8 +309,14 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
         const float4 g4 = *reinterpret_cast<const float4*>(g + idx + 4 * w);
         const uint32_t m4 = *reinterpret_cast<const uint32_t*>(m.codes + idx + 4 * w);
         const uint32_t v4 = *reinterpret_cast<const uint32_t*>(v.codes + idx + 4 * w);
-        pv[4 * w + 0] = p4.x; pv[4 * w + 1] = p4.y; pv[4 * w + 2] = p4.z; pv[4 * w + 3] = p4.w;
-        gv[4 * w + 0] = g4.x; gv[4 * w + 1] = g4.y; gv[4 * w + 2] = g4.z; gv[4 * w + 3] = g4.w;
+        pv[4 * w + 0] = p4.x;
+        pv[4 * w + 1] = p4.y;
+        pv[4 * w + 2] = p4.z;
+        pv[4 * w + 3] = p4.w;
+        gv[4 * w + 0] = g4.x;
+        gv[4 * w + 1] = g4.y;
+        gv[4 * w + 2] = g4.z;
+        gv[4 * w + 3] = g4.w;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           qm[4 * w + j] = static_cast<uint8_t>(m4 >> (8 * j));
@@ -371,7 +376,8 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
       for (int j = 0; j < EPL; ++j) {
         mv[j] = 0.f;
         if (j < valid) {
-          if (kTable && dt_m) mv[j] = decode_table(q_m[j], mant_tab[kTable ? team_in_block : 0][mant_index(q_m[j])], gm_old);
+          if (kTable && dt_m)
+            mv[j] = decode_table(q_m[j], mant_tab[kTable ? team_in_block : 0][mant_index(q_m[j])], gm_old);
           else mv[j] = decode_fast(qm[j], lut_m, gm_old, cm);
         }
       }
@@ -385,7 +391,8 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
       for (int j = 0; j < EPL; ++j) {
         vvv[j] = 0.f;
         if (j < valid) {
-          if (kTable && dt_v) vvv[j] = decode_table(q_v[j], mant_tab[kTable ? team_in_block : 0][8 + mant_index(q_v[j])], gv_old);
+          if (kTable && dt_v)
+            vvv[j] = decode_table(q_v[j], mant_tab[kTable ? team_in_block : 0][8 + mant_index(q_v[j])], gv_old);
           else vvv[j] = decode_fast(qv[j], lut_v, gv_old, cv);
         }
       }
@@ -452,7 +459,9 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
         const int vw_valid = valid - 4 * w < 0 ? 0 : (valid - 4 * w > 4 ? 4 : valid - 4 * w);
 #pragma unroll
         for (int j = 0; j < 4; ++j) tm[j] = j < vw_valid ? transform_fast(mv[4 * w + j], gm_new, cm) : 0.0f;
-        mw[w] = vw_valid > 0 ? encode4_fast(tm, vw_valid, valid - 4 * w >= 4, cm, hw_m, static_cast<uint64_t>(idx + 4 * w)) : 0u;
+        mw[w] = vw_valid > 0
+                    ? encode4_fast(tm, vw_valid, valid - 4 * w >= 4, cm, hw_m, static_cast<uint64_t>(idx + 4 * w))
+                    : 0u;
       }
     }
     if (fe_v) {
@@ -472,7 +481,9 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
         const int vw_valid = valid - 4 * w < 0 ? 0 : (valid - 4 * w > 4 ? 4 : valid - 4 * w);
 #pragma unroll
         for (int j = 0; j < 4; ++j) tv[j] = j < vw_valid ? transform_fast(vvv[4 * w + j], gv_new, cv) : 0.0f;
-        vw[w] = vw_valid > 0 ? encode4_fast(tv, vw_valid, valid - 4 * w >= 4, cv, hw_v, static_cast<uint64_t>(idx + 4 * w)) : 0u;
+        vw[w] = vw_valid > 0
+                    ? encode4_fast(tv, vw_valid, valid - 4 * w >= 4, cv, hw_v, static_cast<uint64_t>(idx + 4 * w))
+                    : 0u;
       }
     }
     if (counts != nullptr) {  // test hook
@@ -481,8 +492,14 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
       if (cv.expand) (kTable && dt_v ? dt : dr) += valid;
       const uint32_t lowmask = (1u << EPL) - 1u;
       const int pm_cnt = __popc(pend & lowmask), pv_cnt = __popc(pend >> EPL);
-      if (fe_m) { ef += valid - pm_cnt; er += pm_cnt; }
-      if (fe_v) { ef += valid - pv_cnt; er += pv_cnt; }
+      if (fe_m) {
+        ef += valid - pm_cnt;
+        er += pm_cnt;
+      }
+      if (fe_v) {
+        ef += valid - pv_cnt;
+        er += pv_cnt;
+      }
       if (dt) atomicAdd(&counts[0], dt);
       if (dr) atomicAdd(&counts[1], dr);
       if (ef) atomicAdd(&counts[2], ef);
@@ -519,7 +536,8 @@ __global__ void __launch_bounds__(256, MINB) adamw_fp8_grouped_kernel(float* __r
     if (vec_lane) {
 #pragma unroll
       for (int w = 0; w < W; ++w) {
-        *reinterpret_cast<float4*>(p + idx + 4 * w) = make_float4(pv[4 * w], pv[4 * w + 1], pv[4 * w + 2], pv[4 * w + 3]);
+        *reinterpret_cast<float4*>(p + idx + 4 * w) =
+            make_float4(pv[4 * w], pv[4 * w + 1], pv[4 * w + 2], pv[4 * w + 3]);
         *reinterpret_cast<uint32_t*>(m.codes + idx + 4 * w) = mw[w];
         *reinterpret_cast<uint32_t*>(v.codes + idx + 4 * w) = vw[w];
       }
@@ -619,7 +637,6 @@ __global__ void mufu_error_kernel(unsigned long long* out) {
   atomicMax(&out[0], static_cast<unsigned long long>(__double_as_longlong(worst_lg2)));
   atomicMax(&out[1], static_cast<unsigned long long>(__double_as_longlong(worst_ex2)));
 }
-
 
 bool aligned(const void* q, unsigned b) { return reinterpret_cast<uintptr_t>(q) % b == 0; }
 
@@ -731,7 +748,8 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
   const bool full = vec && G == team * epl && N % G == 0 && g_full && (!wide || g_min_blocks == 2);
   g_last_full = full;
 #define FP8SIM_ADAMW_LAUNCH(T, E, B, F) \
-  adamw_fp8_grouped_kernel<T, E, B, F><<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw, fast, lb_m, lb_v, cnt)
+  adamw_fp8_grouped_kernel<T, E, B, F>  \
+      <<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw, fast, lb_m, lb_v, cnt)
   if (wide) {
     if (g_min_blocks == 2) {
       if (full) FP8SIM_ADAMW_LAUNCH(16, 8, 2, true);
@@ -741,11 +759,21 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
     }
   } else {
     switch (team) {
-      case 1: FP8SIM_ADAMW_LAUNCH(1, 4, 3, false); break;
-      case 2: FP8SIM_ADAMW_LAUNCH(2, 4, 3, false); break;
-      case 4: FP8SIM_ADAMW_LAUNCH(4, 4, 3, false); break;
-      case 8: FP8SIM_ADAMW_LAUNCH(8, 4, 3, false); break;
-      case 16: FP8SIM_ADAMW_LAUNCH(16, 4, 3, false); break;
+      case 1:
+        FP8SIM_ADAMW_LAUNCH(1, 4, 3, false);
+        break;
+      case 2:
+        FP8SIM_ADAMW_LAUNCH(2, 4, 3, false);
+        break;
+      case 4:
+        FP8SIM_ADAMW_LAUNCH(4, 4, 3, false);
+        break;
+      case 8:
+        FP8SIM_ADAMW_LAUNCH(8, 4, 3, false);
+        break;
+      case 16:
+        FP8SIM_ADAMW_LAUNCH(16, 4, 3, false);
+        break;
       default:
         if (full) FP8SIM_ADAMW_LAUNCH(32, 4, 3, true);
         else FP8SIM_ADAMW_LAUNCH(32, 4, 3, false);

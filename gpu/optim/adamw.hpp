@@ -54,8 +54,8 @@ optim::GroupMomentConsts group_moment_consts(const QuantSpec& spec, uint64_t rou
 // A moment of a parameter on the device under any MomentSpec.
 struct LowpMomentDev {
   optim::MomentSpec spec;
-  float* fp32 = nullptr;      // fp32 moments
-  void* codes = nullptr;      // quantized moments (1 or 2 bytes per element)
+  float* fp32 = nullptr;  // fp32 moments
+  void* codes = nullptr;  // quantized moments (1 or 2 bytes per element)
   float* scales = nullptr;
   float* k = nullptr;
   float* c = nullptr;

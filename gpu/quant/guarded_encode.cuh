@@ -58,10 +58,10 @@ __device__ __forceinline__ void guarded_log_consts(const ExpandParams& e, float&
   const uint32_t uc = f32_bits(e.c), us = f32_bits(e.s);
   const float ec = static_cast<float>(static_cast<int>((uc >> 23) & 0xFFu) - 127);
   const float es = static_cast<float>(static_cast<int>((us >> 23) & 0xFFu) - 127);
-  const float ci = __fadd_rn(-__fmul_rn(e.k, ec), -es);              // exact
-  const float cf = __fmaf_rn(-e.k, lg2_mant(uc), -lg2_mant(us));    // |cf| <= 17, one rounding
+  const float ci = __fadd_rn(-__fmul_rn(e.k, ec), -es);           // exact
+  const float cf = __fmaf_rn(-e.k, lg2_mant(uc), -lg2_mant(us));  // |cf| <= 17, one rounding
   const float r = rintf(cf);
-  I = __fadd_rn(ci, r);  // exact
+  I = __fadd_rn(ci, r);   // exact
   F = __fadd_rn(cf, -r);  // exact
 }
 
@@ -83,8 +83,8 @@ __device__ __forceinline__ GuardedEnc guarded_prep(const ExpandParams& e, float 
   const int ec = static_cast<int>((uc >> 23) & 0xFFu) - 127;
   const int lo = ec - 124 < -126 ? -126 : ec - 124;
   const int hi = ec + 125 > 127 ? 127 : ec + 125;
-  f.ok = k >= 0.0625f && k <= 16.0f && mul_rn(k, 16.0f) == dmath::floor_det(mul_rn(k, 16.0f)) &&
-         uc >= 0x00800000u && uc < 0x7F800000u && s >= 0x1p-100f && s <= 0x1p100f && hi >= lo;
+  f.ok = k >= 0.0625f && k <= 16.0f && mul_rn(k, 16.0f) == dmath::floor_det(mul_rn(k, 16.0f)) && uc >= 0x00800000u &&
+         uc < 0x7F800000u && s >= 0x1p-100f && s <= 0x1p100f && hi >= lo;
   f.k = k;
   f.I = I;
   f.F = F;
@@ -117,6 +117,5 @@ __device__ __forceinline__ uint32_t encode_guarded(float x, const GuardedEnc& f)
 __device__ __forceinline__ uint32_t encode_guarded(float x, const GuardedEnc& f, int fmt) {
   return fmt == 0 ? encode_guarded<0>(x, f) : encode_guarded<1>(x, f);
 }
-
 
 }  // namespace fp8sim::gpu::detail

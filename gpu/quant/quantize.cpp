@@ -22,11 +22,16 @@ size_t dtype_bytes(InputDtype d) { return d == InputDtype::F32 ? 4 : 2; }
 
 int format_code(Format f) {
   switch (f) {
-    case Format::E4M3: return 0;
-    case Format::E5M2: return 1;
-    case Format::BF16: return 2;
-    case Format::FP16: return 3;
-    default: break;
+    case Format::E4M3:
+      return 0;
+    case Format::E5M2:
+      return 1;
+    case Format::BF16:
+      return 2;
+    case Format::FP16:
+      return 3;
+    default:
+      break;
   }
   throw UsageError(fmt::format("GPU quantize: unsupported storage format {}", format_name(f)));
 }
@@ -105,8 +110,10 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
     FP8SIM_REQUIRE(out.scales, "GPU quantize: null scales pointer");
     if (spec.has_expand()) FP8SIM_REQUIRE(out.expand_k && out.expand_c, "GPU quantize: DE needs k and c outputs");
     if (spec.de_min != DeMin::Nonzero)
-      throw UsageError(fmt::format("GPU quantize: {} (de_min=kernel, COAT's lane-by-lane group minimum) is emulated "
-                                   "on the CPU only", spec.to_string()));
+      throw UsageError(
+          fmt::format("GPU quantize: {} (de_min=kernel, COAT's lane-by-lane group minimum) is emulated "
+                      "on the CPU only",
+                      spec.to_string()));
     const bool team_fits = g.group_rows == 1 && g.group_cols <= kTeamMaxGroup;
     if (spec.apply != Apply::Div) {
       // x * RN(1/s), x * m (TE) or div.full(x, s): the team and block kernels apply any form
@@ -138,7 +145,8 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
     }
     if (L.producer_maxima)
       FP8SIM_REQUIRE(L.kind == detail::QuantLaunch::Kind::Tensor && L.mode == 0,
-                     "producer maxima (group scaling) apply to per-tensor plain scaling only, not {}", spec.to_string());
+                     "producer maxima (group scaling) apply to per-tensor plain scaling only, not {}",
+                     spec.to_string());
   }
   // The Inf flag and stage 2's accumulator, block counter and barrier flag (slot[2..4]) are used
   // only by the per-tensor paths: clear them there alone, in one memset (one launch less for the
@@ -180,7 +188,8 @@ void reduce_maxima_cuda(const float* d_maxima, size_t m, float* d_amax, cudaStre
   detail::launch_reduce_maxima(reinterpret_cast<const uint32_t*>(d_maxima), static_cast<int64_t>(m), d_amax, stream);
 }
 
-void chunk_maxima_cuda(const void* d_x, InputDtype dtype, size_t n, size_t chunk, float* d_maxima, cudaStream_t stream) {
+void chunk_maxima_cuda(const void* d_x, InputDtype dtype, size_t n, size_t chunk, float* d_maxima,
+                       cudaStream_t stream) {
   FP8SIM_REQUIRE(chunk > 0, "chunk must be positive");
   detail::launch_chunk_maxima(dtype_code(dtype), d_x, static_cast<int64_t>(n), static_cast<int64_t>(chunk),
                               reinterpret_cast<uint32_t*>(d_maxima), stream);
@@ -199,7 +208,8 @@ QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<
     FP8SIM_REQUIRE(opts.delayed != nullptr, "spec {} uses delayed scaling: pass a DelayedScaler in QuantizeOptions",
                    spec.to_string());
   if (opts.tensor_amax)
-    FP8SIM_REQUIRE(spec.granularity == Granularity::Tensor, "QuantizeOptions::tensor_amax needs per-tensor granularity");
+    FP8SIM_REQUIRE(spec.granularity == Granularity::Tensor,
+                   "QuantizeOptions::tensor_amax needs per-tensor granularity");
   if (numel == 0) return q;
   const int64_t ng = q.geometry.num_groups();
 

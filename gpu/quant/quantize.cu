@@ -33,7 +33,7 @@ namespace fp8sim::gpu::detail {
 namespace {
 
 constexpr int kPlain = 0, kDelayed = 1, kCoat = 2, kRobust = 3;
-constexpr int64_t kChunk = 16384;  // elements per stage-1 chunk of the tensor kernels
+constexpr int64_t kChunk = 16384;           // elements per stage-1 chunk of the tensor kernels
 constexpr int64_t kOneBlockMaxima = 16384;  // longer maxima lists take the multi-block reduction
 
 struct GroupQ {
@@ -135,10 +135,9 @@ __device__ __forceinline__ void coat_encode16(const QuantKernelParams& P, const 
 // shapes, where 16-byte accesses pay, go to quant_1xg_fast_kernel / quant_coat_1xg_kernel, whose
 // lanes are all full and need no such test.
 template <class T, InDt D, int MODE>
-__global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
-                                                         float* __restrict__ scales, float* __restrict__ ks,
-                                                         float* __restrict__ cs, QuantKernelParams P, int team,
-                                                         bool hw) {
+__global__ void __launch_bounds__(256)
+    quant_team_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
+                      float* __restrict__ ks, float* __restrict__ cs, QuantKernelParams P, int team, bool hw) {
   __shared__ float lut[256];
   if constexpr (MODE == kRobust) fill_decode_table(lut, P.format);
   const int64_t groups = P.grid_rows * P.grid_cols;
@@ -208,7 +207,8 @@ __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict_
     } else {
       g = group_params(P, MODE, st);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) q[j] = encode_value<T>(P, transform<MODE>(P, v[j], g), static_cast<uint64_t>(flat0 + j));
+      for (int j = 0; j < 16; ++j)
+        q[j] = encode_value<T>(P, transform<MODE>(P, v[j], g), static_cast<uint64_t>(flat0 + j));
     }
 #pragma unroll
     for (int j = 0; j < 16; ++j)
@@ -232,10 +232,10 @@ __global__ void __launch_bounds__(256) quant_team_kernel(const void* __restrict_
 // segs is a multiple of team, so whole teams are in or out of range and every shuffle runs on all
 // 32 lanes.
 template <class T, InDt D>
-__global__ void __launch_bounds__(256) quant_coat_1xg_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes,
-                                                             float* __restrict__ scales, float* __restrict__ ks,
-                                                             float* __restrict__ cs, QuantKernelParams P, int team,
-                                                             int64_t segs, bool hw) {
+__global__ void __launch_bounds__(256)
+    quant_coat_1xg_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
+                          float* __restrict__ ks, float* __restrict__ cs, QuantKernelParams P, int team, int64_t segs,
+                          bool hw) {
   constexpr int W = kWordElems<D>;
   constexpr int NW = 16 / W;  // 16-byte words per segment
   const int lane = threadIdx.x & 31;
@@ -341,9 +341,9 @@ __device__ double robust_sse_block(const void* x, const QuantKernelParams& P, co
 }
 
 template <class T, InDt D, int MODE>
-__global__ void __launch_bounds__(256) quant_block_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
-                                                          float* __restrict__ scales, float* __restrict__ ks,
-                                                          float* __restrict__ cs, QuantKernelParams P, bool hw_ok) {
+__global__ void __launch_bounds__(256)
+    quant_block_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
+                       float* __restrict__ ks, float* __restrict__ cs, QuantKernelParams P, bool hw_ok) {
   __shared__ float lut[256];
   if constexpr (MODE == kRobust) fill_decode_table(lut, P.format);
   const int64_t groups = P.grid_rows * P.grid_cols;
@@ -407,9 +407,9 @@ __global__ void __launch_bounds__(256) quant_block_kernel(const void* __restrict
 // reading it from the head (H200, bf16 8192x4096 JIT: 0.0521 -> 0.0506 ms; the bits are the same
 // in any order).
 template <InDt D>
-__global__ void __launch_bounds__(256) chunk_stats_kernel(const void* __restrict__ x, int64_t n, int64_t chunk,
-                                                          bool vec, uint32_t* __restrict__ chunk_amax,
-                                                          uint32_t* __restrict__ inf_flag) {
+__global__ void __launch_bounds__(256)
+    chunk_stats_kernel(const void* __restrict__ x, int64_t n, int64_t chunk, bool vec,
+                       uint32_t* __restrict__ chunk_amax, uint32_t* __restrict__ inf_flag) {
   constexpr int W = kWordElems<D>;
   const int64_t chunks = (n + chunk - 1) / chunk;
   for (int64_t c = blockIdx.x; c < chunks; c += gridDim.x) {
@@ -502,11 +502,10 @@ __device__ __forceinline__ bool last_block_done(unsigned* done) {
 }
 
 // With `done`, the last block also runs finish_scale on the result, so stage 2 is one launch.
-__global__ void __launch_bounds__(256) max_maxima_kernel(const uint32_t* __restrict__ maxima, int64_t m,
-                                                         uint32_t* __restrict__ out, unsigned* done = nullptr,
-                                                         QuantKernelParams P = {}, int mode = -1,
-                                                         uint32_t* slot = nullptr, float* tensor_amax = nullptr,
-                                                         float* scales = nullptr) {
+__global__ void __launch_bounds__(256)
+    max_maxima_kernel(const uint32_t* __restrict__ maxima, int64_t m, uint32_t* __restrict__ out,
+                      unsigned* done = nullptr, QuantKernelParams P = {}, int mode = -1, uint32_t* slot = nullptr,
+                      float* tensor_amax = nullptr, float* scales = nullptr) {
   raise_max_of_slice(maxima, m, out);
   if (done == nullptr) return;
   if (last_block_done(done) && threadIdx.x == 0) finish_scale(P, mode, atomicMax(out, 0u), slot, tensor_amax, scales);
@@ -514,9 +513,9 @@ __global__ void __launch_bounds__(256) max_maxima_kernel(const uint32_t* __restr
 
 // Stage 2: the tensor amax from m chunk maxima (bits or floats: the same ordering for non-negative
 // values), then the scale (finish_scale). One block.
-__global__ void __launch_bounds__(1024) reduce_scale_kernel(const uint32_t* __restrict__ maxima, int64_t m,
-                                                            QuantKernelParams P, int mode, uint32_t* slot,
-                                                            float* tensor_amax, float* scales) {
+__global__ void __launch_bounds__(1024)
+    reduce_scale_kernel(const uint32_t* __restrict__ maxima, int64_t m, QuantKernelParams P, int mode, uint32_t* slot,
+                        float* tensor_amax, float* scales) {
   Stats st = stats_init();
   for (int64_t i = threadIdx.x; i < m; i += blockDim.x) {
     const uint32_t a = maxima[i] & 0x7FFFFFFFu;
@@ -558,7 +557,8 @@ __device__ __noinline__ WordCodes encode_tensor_word_ref(const QuantKernelParams
       const float xv = v[4 * j + e];
       const bool fin = is_finite_bits(f32_bits(xv));  // div_by is exact for finite dividends only
       // div_by for round-to-nearest only (see encode_word_ref in quantize_fast.cu).
-      const float q = MODE == kPlain ? (fast && fin && !P.stochastic ? div_by(xv, rc) : div_rn(xv, sq)) : mul_rn(xv, sq);
+      const float q =
+          MODE == kPlain ? (fast && fin && !P.stochastic ? div_by(xv, rc) : div_rn(xv, sq)) : mul_rn(xv, sq);
       w |= static_cast<uint32_t>(encode_value<T>(P, q, flat0 + 4 * j + e)) << (8 * e);
     }
     out.w[j] = w;
@@ -579,10 +579,10 @@ struct FusedStage2 {
 };
 
 template <class T, InDt D, int MODE, int E = kTensorUnit<D>, int U = kTensorUnits>
-__global__ void __launch_bounds__(256) encode_tensor_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes,
-                                                            int64_t n, bool vec, bool hw, QuantKernelParams P,
-                                                            uint32_t* slot, uint32_t* __restrict__ block_amax,
-                                                            uint32_t* __restrict__ inf_flag, FusedStage2 fused) {
+__global__ void __launch_bounds__(256)
+    encode_tensor_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes, int64_t n, bool vec, bool hw,
+                         QuantKernelParams P, uint32_t* slot, uint32_t* __restrict__ block_amax,
+                         uint32_t* __restrict__ inf_flag, FusedStage2 fused) {
   constexpr bool kEmit = MODE == kDelayed;
   constexpr int W = kWordElems<D>;
   constexpr int NW = E / W;
@@ -681,8 +681,8 @@ __global__ void __launch_bounds__(256) encode_tensor_kernel(const void* __restri
 
 // Pass-through formats (bf16 / fp16 storage, no scale).
 template <InDt D, bool BF16>
-__global__ void __launch_bounds__(256) passthrough_kernel(const void* __restrict__ x, uint16_t* __restrict__ out,
-                                                          int64_t n, bool saturate) {
+__global__ void __launch_bounds__(256)
+    passthrough_kernel(const void* __restrict__ x, uint16_t* __restrict__ out, int64_t n, bool saturate) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float v = load_elem<D>(x, i);
@@ -704,9 +704,9 @@ __global__ void __launch_bounds__(256) scaled16_kernel(const void* __restrict__ 
 
 // ---- dequantize -------------------------------------------------------------------------------------
 template <bool EXPAND>
-__global__ void __launch_bounds__(256) dequant_kernel(const uint8_t* __restrict__ codes, const float* __restrict__ scales,
-                                                      const float* __restrict__ ks, const float* __restrict__ cs,
-                                                      float* __restrict__ out, QuantKernelParams P, bool vec4) {
+__global__ void __launch_bounds__(256)
+    dequant_kernel(const uint8_t* __restrict__ codes, const float* __restrict__ scales, const float* __restrict__ ks,
+                   const float* __restrict__ cs, float* __restrict__ out, QuantKernelParams P, bool vec4) {
   __shared__ float lut[256];
   fill_decode_table(lut, P.format);
   const int64_t n = P.rows * P.cols;
@@ -738,16 +738,15 @@ __global__ void __launch_bounds__(256) dequant_kernel(const uint8_t* __restrict_
 }
 
 template <bool BF16>
-__global__ void __launch_bounds__(256) dequant_passthrough_kernel(const uint16_t* __restrict__ codes,
-                                                                  const float* __restrict__ scale,
-                                                                  float* __restrict__ out, int64_t n) {
+__global__ void __launch_bounds__(256)
+    dequant_passthrough_kernel(const uint16_t* __restrict__ codes, const float* __restrict__ scale,
+                               float* __restrict__ out, int64_t n) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float w = BF16 ? bf16_to_f32(codes[i]) : fp16_to_f32(codes[i]);
     out[i] = scale ? mul_rn(w, scale[0]) : w;
   }
 }
-
 
 template <InDt D>
 void launch_chunk_stats(const void* x, int64_t n, int64_t chunk, uint32_t* chunk_amax, uint32_t* inf_flag,
@@ -757,8 +756,8 @@ void launch_chunk_stats(const void* x, int64_t n, int64_t chunk, uint32_t* chunk
   chunk_stats_kernel<D><<<grid_cap(chunks, 8), 256, 0, s>>>(x, n, chunk, vec, chunk_amax, inf_flag);
 }
 
-void launch_chunk_stats_dt(InDt dt, const void* x, int64_t n, int64_t chunk, uint32_t* chunk_amax,
-                           uint32_t* inf_flag, cudaStream_t s) {
+void launch_chunk_stats_dt(InDt dt, const void* x, int64_t n, int64_t chunk, uint32_t* chunk_amax, uint32_t* inf_flag,
+                           cudaStream_t s) {
   if (dt == InDt::F32) launch_chunk_stats<InDt::F32>(x, n, chunk, chunk_amax, inf_flag, s);
   else if (dt == InDt::BF16) launch_chunk_stats<InDt::BF16>(x, n, chunk, chunk_amax, inf_flag, s);
   else launch_chunk_stats<InDt::FP16>(x, n, chunk, chunk_amax, inf_flag, s);
@@ -795,8 +794,8 @@ bool tensor_hw_ok(const QuantLaunch& L) {
 // The clamp test the team kernel does without (see quant_team_kernel), in the form ptxas turns
 // into a VIMNMX.RELU predicate: out[i] = 0x110 where the branch for "vec && clamp(raw[i], 0,
 // 16) == 16" is taken (ptxas folds the clamped value to 16 there), else the clamped value.
-__global__ void __launch_bounds__(256) clamp_guard_probe_kernel(const int* __restrict__ raw, int n, bool vec,
-                                                                unsigned* __restrict__ out) {
+__global__ void __launch_bounds__(256)
+    clamp_guard_probe_kernel(const int* __restrict__ raw, int n, bool vec, unsigned* __restrict__ out) {
   const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
   if (i >= n) return;
   int valid = raw[i];
@@ -833,8 +832,8 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     if (L.tensor_amax) {
       launch_chunk_stats_dt(dt, L.x, n, kChunk, L.chunk_maxima, nullptr, s);
       FP8SIM_CUDA_CHECK_LAUNCH();
-      reduce_scale_kernel<<<1, 1024, 0, s>>>(L.chunk_maxima, (n + kChunk - 1) / kChunk, P, -1, nullptr,
-                                             L.tensor_amax, nullptr);
+      reduce_scale_kernel<<<1, 1024, 0, s>>>(L.chunk_maxima, (n + kChunk - 1) / kChunk, P, -1, nullptr, L.tensor_amax,
+                                             nullptr);
       FP8SIM_CUDA_CHECK_LAUNCH();
     }
     return;
@@ -854,11 +853,13 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     auto* out = static_cast<uint16_t*>(L.codes);
     if (P.format == 2) {
       if (dt == InDt::F32) scaled16_kernel<InDt::F32, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
-      else if (dt == InDt::BF16) scaled16_kernel<InDt::BF16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+      else if (dt == InDt::BF16)
+        scaled16_kernel<InDt::BF16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
       else scaled16_kernel<InDt::FP16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
     } else {
       if (dt == InDt::F32) scaled16_kernel<InDt::F32, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
-      else if (dt == InDt::BF16) scaled16_kernel<InDt::BF16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+      else if (dt == InDt::BF16)
+        scaled16_kernel<InDt::BF16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
       else scaled16_kernel<InDt::FP16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
     }
     FP8SIM_CUDA_CHECK_LAUNCH();
@@ -884,8 +885,8 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
       dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
         static const int b = resident_of(encode_tensor_kernel<T, D, kDelayed>);
         grid = grid_cap(want, b);
-        encode_tensor_kernel<T, D, kDelayed><<<grid, 256, 0, s>>>(L.x, codes, n, vec, hw, P, nullptr, L.chunk_maxima,
-                                                                   L.inf_flag, FusedStage2{});
+        encode_tensor_kernel<T, D, kDelayed>
+            <<<grid, 256, 0, s>>>(L.x, codes, n, vec, hw, P, nullptr, L.chunk_maxima, L.inf_flag, FusedStage2{});
       });
       FP8SIM_CUDA_CHECK_LAUNCH();
       launch_stage2(L.chunk_maxima, grid, P, kDelayed, L.slot, L.tensor_amax, L.scales, acc, s);
@@ -926,8 +927,8 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
         uint32_t* ba = nullptr;
         uint32_t* fl = nullptr;
         void* args[] = {&xp, &cp, &nn, &vv, &hh, &pp, &sl, &ba, &fl, &fused};
-        FP8SIM_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), args,
-                                                      0, s));
+        FP8SIM_CUDA_CHECK(
+            cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), args, 0, s));
       } else {
         kernel<<<grid, 256, 0, s>>>(L.x, codes, n, vec, hw, P, L.slot, nullptr, nullptr, FusedStage2{});
       }
@@ -949,8 +950,8 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       static const int b = resident_blocks(quant_coat_1xg_kernel<T, D>);
       const int grid = grid_cap((segs + 255) / 256, b);
-      quant_coat_1xg_kernel<T, D><<<grid, 256, 0, s>>>(static_cast<const uint4*>(L.x), codes, L.scales, L.k, L.c, P,
-                                                       team, segs, hw);
+      quant_coat_1xg_kernel<T, D>
+          <<<grid, 256, 0, s>>>(static_cast<const uint4*>(L.x), codes, L.scales, L.k, L.c, P, team, segs, hw);
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
   } else if (L.kind == QuantLaunch::Kind::Team) {
@@ -963,9 +964,15 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     const bool hw = rne_hw_ok(P);
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       switch (L.mode) {
-        case kPlain: quant_team_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw); break;
-        case kCoat: quant_team_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw); break;
-        default: quant_team_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw); break;
+        case kPlain:
+          quant_team_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw);
+          break;
+        case kCoat:
+          quant_team_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw);
+          break;
+        default:
+          quant_team_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw);
+          break;
       }
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
@@ -974,9 +981,15 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     const bool hw = rne_hw_ok(P);
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       switch (L.mode) {
-        case kPlain: quant_block_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, hw); break;
-        case kCoat: quant_block_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, hw); break;
-        default: quant_block_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, hw); break;
+        case kPlain:
+          quant_block_kernel<T, D, kPlain><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, hw);
+          break;
+        case kCoat:
+          quant_block_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, hw);
+          break;
+        default:
+          quant_block_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, hw);
+          break;
       }
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
@@ -1019,7 +1032,8 @@ void launch_dequantize(const QuantKernelParams& P, bool sixteen_bit, bool expand
   if (n == 0) return;
   if (sixteen_bit) {
     const int grid = grid_cap((n + 255) / 256, 16);
-    if (P.format == 2) dequant_passthrough_kernel<true><<<grid, 256, 0, s>>>(static_cast<const uint16_t*>(codes), scales, out, n);
+    if (P.format == 2)
+      dequant_passthrough_kernel<true><<<grid, 256, 0, s>>>(static_cast<const uint16_t*>(codes), scales, out, n);
     else dequant_passthrough_kernel<false><<<grid, 256, 0, s>>>(static_cast<const uint16_t*>(codes), scales, out, n);
     FP8SIM_CUDA_CHECK_LAUNCH();
     return;

@@ -26,11 +26,11 @@
 namespace fp8sim::gpu {
 
 struct QuantGpuOut {
-  void* codes = nullptr;          // numel bytes (FP8) or 2 * numel (bf16/fp16 pass-through)
-  float* scales = nullptr;        // num_groups (not for pass-through)
-  float* expand_k = nullptr;      // num_groups, DE only
-  float* expand_c = nullptr;      // num_groups, DE only
-  float* tensor_amax = nullptr;   // optional: 1 float, max |x| over finite elements
+  void* codes = nullptr;         // numel bytes (FP8) or 2 * numel (bf16/fp16 pass-through)
+  float* scales = nullptr;       // num_groups (not for pass-through)
+  float* expand_k = nullptr;     // num_groups, DE only
+  float* expand_c = nullptr;     // num_groups, DE only
+  float* tensor_amax = nullptr;  // optional: 1 float, max |x| over finite elements
 };
 
 struct QuantGpuOptions {
@@ -54,8 +54,8 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
                    const QuantGpuOut& out, void* d_workspace, const QuantGpuOptions& opts, cudaStream_t stream);
 
 // Dequantizes into d_out (numel floats). Pass-through specs read 16-bit codes.
-void dequantize_cuda(const QuantSpec& spec, std::span<const int64_t> shape, const void* d_codes,
-                     const float* d_scales, const float* d_k, const float* d_c, float* d_out, cudaStream_t stream);
+void dequantize_cuda(const QuantSpec& spec, std::span<const int64_t> shape, const void* d_codes, const float* d_scales,
+                     const float* d_k, const float* d_c, float* d_out, cudaStream_t stream);
 
 // The max |x| over the finite elements of a tensor in one pass (COAT Fig. 4(b) "just-in-time"):
 // per-chunk maxima into d_workspace (amax_workspace_bytes(n)), then one tiny reduction into d_amax.
@@ -66,16 +66,14 @@ void tensor_amax_cuda(const void* d_x, InputDtype dtype, size_t n, float* d_amax
 void reduce_maxima_cuda(const float* d_maxima, size_t m, float* d_amax, cudaStream_t stream);
 // Stage 1 alone (what a producing kernel emits as a by-product): max |x| of every `chunk`
 // consecutive elements into d_maxima (ceil(n / chunk) floats).
-void chunk_maxima_cuda(const void* d_x, InputDtype dtype, size_t n, size_t chunk, float* d_maxima,
-                       cudaStream_t stream);
+void chunk_maxima_cuda(const void* d_x, InputDtype dtype, size_t n, size_t chunk, float* d_maxima, cudaStream_t stream);
 
 // ---- host conveniences (compare, tests): upload, run, download ------------------------------
 // Mirrors fp8sim::quantize(): for delayed specs opts.delayed supplies the scale and is updated
 // with the tensor amax afterwards, as the CPU does. The counts (saturated, underflow,
 // nonfinite) are not produced on the device and are left 0.
 QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
-                                const QuantSpec& spec, const QuantizeOptions& opts = {},
-                                cudaStream_t stream = nullptr);
+                                const QuantSpec& spec, const QuantizeOptions& opts = {}, cudaStream_t stream = nullptr);
 std::vector<float> dequantize_on_gpu(const QuantizedTensor& q, cudaStream_t stream = nullptr);
 
 }  // namespace fp8sim::gpu

@@ -38,7 +38,6 @@ namespace {
 
 constexpr uint32_t kInfBits = 0x7F800000u;
 
-
 // ---- the hardware converter's proof --------------------------------------------------------------
 // Every fp32 bit pattern (as pairs 2i, 2i+1): count the finite inputs whose hardware code differs
 // from encode_fp8_rne<T>(x, true).
@@ -46,7 +45,8 @@ template <class T>
 __global__ void __launch_bounds__(256) hw_cvt_check_kernel(unsigned long long* mismatches) {
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   unsigned long long bad = 0;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t{1} << 31); i += stride) {
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t{1} << 31);
+       i += stride) {
     const uint32_t u0 = static_cast<uint32_t>(2 * i), u1 = u0 + 1u;
     const bool f0 = (u0 & kInfBits) != kInfBits, f1 = (u1 & kInfBits) != kInfBits;
     const float x0 = f0 ? f32_from_bits(u0) : 0.0f, x1 = f1 ? f32_from_bits(u1) : 0.0f;
@@ -73,7 +73,8 @@ __global__ void __launch_bounds__(256) div_by_check_kernel(uint64_t n, uint64_t 
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   unsigned long long bad = 0;
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const uint32_t rb = mix32(seed * 0x9E3779B97F4A7C15ull + 2 * i), ra = mix32(seed * 0x9E3779B97F4A7C15ull + 2 * i + 1);
+    const uint32_t rb = mix32(seed * 0x9E3779B97F4A7C15ull + 2 * i),
+                   ra = mix32(seed * 0x9E3779B97F4A7C15ull + 2 * i + 1);
     // b: any significand, exponent in [2^-80, 2^80]
     const uint32_t eb = 47u + (rb >> 23) % 161u;
     const float b = f32_from_bits((eb << 23) | (rb & 0x7FFFFFu));
@@ -100,11 +101,38 @@ __global__ void __launch_bounds__(256) pow_y_check_kernel(uint64_t n, uint64_t s
     float y;
     if (i < 160) y = i < 80 ? static_cast<float>(i + 1) / 16.0f : div_rn(1.0f, static_cast<float>(i - 79) / 16.0f);
     else {
-      const float sp[32] = {0.0f, -0.0f, 1.0f, -1.0f, f32_from_bits(0x7F800000u), f32_from_bits(0xFF800000u),
-                            f32_from_bits(0x7FC00000u), 16384.0f, 16385.5f, -16390.25f, 1099511627776.0f, 3e12f,
-                            -0.5f, -2.0f, 0.3333f, 1e-7f, -1e-7f, 2.5f, 127.0f, -127.0f, 300.0f, 1e-30f,
-                            0.0625f, 7.9375f, 12.3125f, -0.0625f, 2048.0f, 1.0000001f, 0.99999994f, 65504.0f,
-                            -65504.0f, 8.0f};
+      const float sp[32] = {0.0f,
+                            -0.0f,
+                            1.0f,
+                            -1.0f,
+                            f32_from_bits(0x7F800000u),
+                            f32_from_bits(0xFF800000u),
+                            f32_from_bits(0x7FC00000u),
+                            16384.0f,
+                            16385.5f,
+                            -16390.25f,
+                            1099511627776.0f,
+                            3e12f,
+                            -0.5f,
+                            -2.0f,
+                            0.3333f,
+                            1e-7f,
+                            -1e-7f,
+                            2.5f,
+                            127.0f,
+                            -127.0f,
+                            300.0f,
+                            1e-30f,
+                            0.0625f,
+                            7.9375f,
+                            12.3125f,
+                            -0.0625f,
+                            2048.0f,
+                            1.0000001f,
+                            0.99999994f,
+                            65504.0f,
+                            -65504.0f,
+                            8.0f};
       y = sp[i - 160];
     }
     ys[i] = y;
@@ -143,12 +171,13 @@ __global__ void __launch_bounds__(256) log2_fast_check_kernel(unsigned long long
 // converter) against the reference (div_rn + encode_fp8_rne, saturating), wherever |x / s| <= 2^17;
 // also counts quotients that differ in any bit where 2^-20 <= |x / s| <= 2^17.
 template <class T>
-__global__ void __launch_bounds__(256) div_code_check_kernel(float s, unsigned long long* code_bad,
-                                                             unsigned long long* quot_bad) {
+__global__ void __launch_bounds__(256)
+    div_code_check_kernel(float s, unsigned long long* code_bad, unsigned long long* quot_bad) {
   const FastRecip rc = fast_recip(s);
   const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
   unsigned long long cb = 0, qb = 0;
-  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t{1} << 31); i += stride) {
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t{1} << 31);
+       i += stride) {
     const uint32_t u0 = static_cast<uint32_t>(2 * i), u1 = u0 + 1u;
     const bool f0 = (u0 & kInfBits) != kInfBits, f1 = (u1 & kInfBits) != kInfBits;
     const float x0 = f0 ? f32_from_bits(u0) : 0.0f, x1 = f1 ? f32_from_bits(u1) : 0.0f;
@@ -277,9 +306,15 @@ __device__ __forceinline__ EncPath enc_path(const PlainGroup& g, bool hw) {
 template <class F>
 __device__ __forceinline__ void with_enc_path(EncPath p, F&& f) {
   switch (p) {
-    case EncPath::Pow2: f.template operator()<EncPath::Pow2>(); break;
-    case EncPath::DivBy: f.template operator()<EncPath::DivBy>(); break;
-    default: f.template operator()<EncPath::Reference>(); break;
+    case EncPath::Pow2:
+      f.template operator()<EncPath::Pow2>();
+      break;
+    case EncPath::DivBy:
+      f.template operator()<EncPath::DivBy>();
+      break;
+    default:
+      f.template operator()<EncPath::Reference>();
+      break;
   }
 }
 template <class T, InDt D, int NW>
@@ -313,12 +348,12 @@ __device__ __forceinline__ void encode_store_word(const QuantKernelParams& P, co
 // elements) only paid off once enough bytes were in flight per thread.
 template <InDt D>
 constexpr int kUnit1xg = D == InDt::F32 ? 16 : 32;  // E for G >= 64 (G = 32 takes E = 16: see the launcher)
-constexpr int kUnits1xg = 3;                         // U
+constexpr int kUnits1xg = 3;                        // U
 
 template <class T, InDt D, int E, int U>
-__global__ void __launch_bounds__(256) quant_1xg_fast_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes,
-                                                             float* __restrict__ scales, QuantKernelParams P, int team,
-                                                             int team_log2, int64_t units, bool hw) {
+__global__ void __launch_bounds__(256)
+    quant_1xg_fast_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
+                          QuantKernelParams P, int team, int team_log2, int64_t units, bool hw) {
   constexpr int W = kWordElems<D>;
   constexpr int NW = E / W;  // 16-byte words per unit
   const int lane = threadIdx.x & 31;
@@ -366,10 +401,10 @@ __global__ void __launch_bounds__(256) quant_1xg_fast_kernel(const uint4* __rest
 // first word, words per group row, words in the group (the last row / column of groups may be
 // partial), and the index of the group's i-th word in the tensor (row-major within the group).
 struct GroupWords {
-  int64_t base;   // first word of the group
-  int wpr;        // words per group row
-  int nwords;     // words in the group
-  int wpr_log2;   // log2(wpr) when wpr is a power of two, else -1
+  int64_t base;  // first word of the group
+  int wpr;       // words per group row
+  int nwords;    // words in the group
+  int wpr_log2;  // log2(wpr) when wpr is a power of two, else -1
   // wcols: words per tensor row (P.cols / W), kept by the kernel outside the per-group state
   __device__ __forceinline__ int64_t index(int i, int64_t wcols) const {
     if (nwords == wpr) return base + i;  // one row (row groups, long 1xG groups)
@@ -412,9 +447,9 @@ __device__ __forceinline__ uint32_t block_max_u32(uint32_t v, uint32_t* red) {
 // of each group and later reads back only those, so cp.async.wait_group orders its accesses; the
 // block barriers are the max reduction's. Word addresses are recomputed rather than kept.
 template <class T, InDt D, int S>
-__global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes,
-                                                          float* __restrict__ scales, QuantKernelParams P,
-                                                          int stage_words, bool hw) {
+__global__ void __launch_bounds__(256)
+    quant_staged_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
+                        QuantKernelParams P, int stage_words, bool hw) {
   constexpr int W = kWordElems<D>;
   extern __shared__ uint4 stage_buf[];  // [S][stage_words]
   __shared__ uint32_t red[32];
@@ -495,8 +530,9 @@ __global__ void __launch_bounds__(256) quant_staged_kernel(const uint4* __restri
 // 64-256 threads per group (the same loading, the max through shared memory) were slower than the
 // staged kernel on 16384x11008 rows (0.166 vs 0.151 ms) and 128x128 blocks (0.215 vs 0.152 ms).
 template <class T, InDt D, int NW>
-__global__ void __launch_bounds__(256) quant_warp_group_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes,
-                                                               float* __restrict__ scales, QuantKernelParams P, bool hw) {
+__global__ void __launch_bounds__(256)
+    quant_warp_group_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
+                            QuantKernelParams P, bool hw) {
   constexpr int W = kWordElems<D>;
   const int lane = threadIdx.x & 31;
   const int64_t groups = P.grid_rows * P.grid_cols;
@@ -540,9 +576,7 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 // The hardware converter may replace the reference encoder for this launch: proven on this device,
 // round-to-nearest, and no |x/s| can reach the overflow threshold (plain group scaling keeps
 // |x/s| <= fmax * (1 + 2^-22) when eps >= 0, so saturating and non-saturating encodes agree).
-bool hw_allowed(const QuantKernelParams& P) {
-  return rne_hw_ok(P) && (P.saturate || P.scale.eps >= 0.0);
-}
+bool hw_allowed(const QuantKernelParams& P) { return rne_hw_ok(P) && (P.saturate || P.scale.eps >= 0.0); }
 
 }  // namespace
 
@@ -679,7 +713,7 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
       return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_cap)) ==
              cudaSuccess;
     }();
-    (void)opted_in;  // a failure surfaces as the launch error below
+    (void)opted_in;                 // a failure surfaces as the launch error below
     static size_t cached_smem = 0;  // the occupancy query, redone only when the stage size changes
     static int cached_blocks = 1;
     if (cached_smem != smem) {

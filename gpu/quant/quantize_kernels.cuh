@@ -97,7 +97,6 @@ __device__ __forceinline__ Stats stats_reduce_block(Stats s) {
   return r;
 }
 
-
 // ---- fast exact pieces for memory-bound kernels -------------------------------------------------
 // RN(a / b) for a divisor b shared by many elements, from r = RN(1/b) computed once: q0 = a*r is
 // within 2 ulp, one Markstein correction makes it faithful, the second makes it the correctly
@@ -191,8 +190,7 @@ __device__ __forceinline__ uint32_t absmax_bits_words(const uint4 (&u)[NW]) {
   } else {
     uint32_t m = pair_absmax16(u[0]);
 #pragma unroll
-    for (int w = 1; w < NW; ++w)
-      m = __vmaxu2(m, pair_absmax16(u[w]));
+    for (int w = 1; w < NW; ++w) m = __vmaxu2(m, pair_absmax16(u[w]));
     const uint4 one = make_uint4(m, 0u, 0u, 0u);  // the pair max, widened by the one-word form
     return absmax_bits_word<D>(one);
   }
@@ -226,7 +224,9 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 
 // Set by hw_cvt_verified() (gpu/quant/quantize_fast.cu): whether cvt2_hw equals the reference
 // encoder on every finite fp32 input for both formats on this device (host side).

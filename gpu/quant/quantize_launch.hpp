@@ -20,13 +20,13 @@ struct QuantKernelParams {
   bool stochastic = false;
   uint64_t seed = 0;
   uint64_t index_offset = 0;
-  ScaleConsts scale{};                     // plain scaling (sim/quant/scale.hpp)
-  float fmax = 0;                          // storage format's largest finite value
-  float fmax_target = 0;                   // DE: the ratio bound's format
-  double eps = 0;                          // DE coat: epsilon
-  bool eps_add_fp64 = true;                // DE coat: how the epsilon is added
-  float delayed_scale = 1.0f;              // delayed: TE's multiplier
-  float delayed_scale_inv = 1.0f;          // delayed: the stored scale
+  ScaleConsts scale{};             // plain scaling (sim/quant/scale.hpp)
+  float fmax = 0;                  // storage format's largest finite value
+  float fmax_target = 0;           // DE: the ratio bound's format
+  double eps = 0;                  // DE coat: epsilon
+  bool eps_add_fp64 = true;        // DE coat: how the epsilon is added
+  float delayed_scale = 1.0f;      // delayed: TE's multiplier
+  float delayed_scale_inv = 1.0f;  // delayed: the stored scale
 };
 
 bool hw_cvt_verified();  // gpu/quant/quantize_fast.cu (declared with its contract in quantize_kernels.cuh)
@@ -56,11 +56,11 @@ struct QuantLaunch {
   float* scales = nullptr;
   float* k = nullptr;
   float* c = nullptr;
-  float* tensor_amax = nullptr;              // optional output
-  uint32_t* chunk_maxima = nullptr;          // workspace: chunk / block maxima (bits)
-  uint32_t* inf_flag = nullptr;              // workspace: 1 word, zeroed by the caller
-  uint32_t* slot = nullptr;                  // workspace: kSlotWords (s_quant, s_stored, stage-2 max, counter, flag)
-  const uint32_t* producer_maxima = nullptr; // per-tensor group scaling (float bits, >= 0)
+  float* tensor_amax = nullptr;               // optional output
+  uint32_t* chunk_maxima = nullptr;           // workspace: chunk / block maxima (bits)
+  uint32_t* inf_flag = nullptr;               // workspace: 1 word, zeroed by the caller
+  uint32_t* slot = nullptr;                   // workspace: kSlotWords (s_quant, s_stored, stage-2 max, counter, flag)
+  const uint32_t* producer_maxima = nullptr;  // per-tensor group scaling (float bits, >= 0)
   size_t producer_maxima_count = 0;
 };
 

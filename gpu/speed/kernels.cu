@@ -81,8 +81,8 @@ __device__ __forceinline__ void decode16(const uint4& v, float scale, float* f) 
   for (int k = 0; k < 4; ++k) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>((w[k] >> (16 * h)) & 0xFFFFu),
-                                                         E5M2 ? __NV_E5M2 : __NV_E4M3);
+      const __half2_raw raw = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>((w[k] >> (16 * h)) & 0xFFFFu), E5M2 ? __NV_E5M2 : __NV_E4M3);
       const float2 x = __half22float2(__half2(raw));
       f[4 * k + 2 * h] = __fmul_rn(x.x, scale);
       f[4 * k + 2 * h + 1] = __fmul_rn(x.y, scale);
@@ -169,11 +169,10 @@ int grid_for_rows(int64_t rows, int per_sm) {
 // ---------------------------------------------------------------------------- RMSNorm
 // One row per block iteration (persistent grid), a thread owns 1x16 chunks c = tid + j*256.
 template <bool G16, bool ROWMAX, int MAXC>
-__global__ void __launch_bounds__(kThreads) rmsnorm_fwd_kernel(const uint16_t* __restrict__ x, const uint8_t* __restrict__ xq,
-                                                               const uint16_t* __restrict__ xs, const uint16_t* __restrict__ w,
-                                                               uint16_t* __restrict__ y, float* __restrict__ rstd_out,
-                                                               float* __restrict__ row_amax, int64_t rows, int chunks,
-                                                               float inv_cols, float eps) {
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_fwd_kernel(const uint16_t* __restrict__ x, const uint8_t* __restrict__ xq, const uint16_t* __restrict__ xs,
+                       const uint16_t* __restrict__ w, uint16_t* __restrict__ y, float* __restrict__ rstd_out,
+                       float* __restrict__ row_amax, int64_t rows, int chunks, float inv_cols, float eps) {
   __shared__ float red[kWarps];
   const int64_t cols = static_cast<int64_t>(chunks) * 16;
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
@@ -229,11 +228,11 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_fwd_kernel(const uint16_t* _
 // dx = (w*dy - xhat * mean(xhat*w*dy)) * rstd; this block's rows' sum of dy*xhat into one row of
 // dw_partial.
 template <bool G16, int MAXC>
-__global__ void __launch_bounds__(kThreads) rmsnorm_bwd_kernel(const uint16_t* __restrict__ x, const uint8_t* __restrict__ xq,
-                                                               const uint16_t* __restrict__ xs, const uint16_t* __restrict__ w,
-                                                               const float* __restrict__ rstd, const uint16_t* __restrict__ dy,
-                                                               uint16_t* __restrict__ dx, float* __restrict__ dw_partial,
-                                                               int64_t rows, int chunks, float inv_cols) {
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_bwd_kernel(const uint16_t* __restrict__ x, const uint8_t* __restrict__ xq, const uint16_t* __restrict__ xs,
+                       const uint16_t* __restrict__ w, const float* __restrict__ rstd, const uint16_t* __restrict__ dy,
+                       uint16_t* __restrict__ dx, float* __restrict__ dw_partial, int64_t rows, int chunks,
+                       float inv_cols) {
   __shared__ float red[kWarps];
   const int64_t cols = static_cast<int64_t>(chunks) * 16;
   float acc[MAXC][16];
@@ -301,13 +300,14 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_bwd_kernel(const uint16_t* _
     if (c < chunks) {
       float4* out = reinterpret_cast<float4*>(dw_partial + static_cast<int64_t>(blockIdx.x) * cols + c * 16);
 #pragma unroll
-      for (int q = 0; q < 4; ++q) out[q] = make_float4(acc[j][4 * q], acc[j][4 * q + 1], acc[j][4 * q + 2], acc[j][4 * q + 3]);
+      for (int q = 0; q < 4; ++q)
+        out[q] = make_float4(acc[j][4 * q], acc[j][4 * q + 1], acc[j][4 * q + 2], acc[j][4 * q + 3]);
     }
   }
 }
 
-__global__ void __launch_bounds__(kThreads) column_sum_kernel(const float* __restrict__ partial, float* __restrict__ out,
-                                                              int64_t parts, int64_t cols) {
+__global__ void __launch_bounds__(kThreads)
+    column_sum_kernel(const float* __restrict__ partial, float* __restrict__ out, int64_t parts, int64_t cols) {
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; c < cols;
        c += static_cast<int64_t>(gridDim.x) * kThreads) {
     float s = 0.f;
@@ -317,12 +317,13 @@ __global__ void __launch_bounds__(kThreads) column_sum_kernel(const float* __res
 }
 
 // ---------------------------------------------------------------------------- elementwise
-#define FP8SIM_GROUP_LOOP(groups)                                                                        \
+#define FP8SIM_GROUP_LOOP(groups)                                                           \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < (groups); \
        i += static_cast<int64_t>(gridDim.x) * kThreads)
 
-__global__ void __launch_bounds__(kThreads) silu_mul_fwd_bf16_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ u,
-                                                                     uint16_t* __restrict__ m, int64_t groups) {
+__global__ void __launch_bounds__(kThreads)
+    silu_mul_fwd_bf16_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ u, uint16_t* __restrict__ m,
+                             int64_t groups) {
   FP8SIM_GROUP_LOOP(groups) {
     float gf[16], uf[16], mf[16];
     load16_bf16(g + i * 16, gf);
@@ -333,11 +334,11 @@ __global__ void __launch_bounds__(kThreads) silu_mul_fwd_bf16_kernel(const uint1
   }
 }
 
-__global__ void __launch_bounds__(kThreads) silu_mul_fwd_g16_kernel(const uint8_t* __restrict__ gq, const uint16_t* __restrict__ gs,
-                                                                    const uint8_t* __restrict__ uq, const uint16_t* __restrict__ us,
-                                                                    uint8_t* __restrict__ silu_q, uint16_t* __restrict__ silu_s,
-                                                                    uint16_t* __restrict__ m, uint16_t* __restrict__ m_gmax,
-                                                                    int64_t groups) {
+__global__ void __launch_bounds__(kThreads)
+    silu_mul_fwd_g16_kernel(const uint8_t* __restrict__ gq, const uint16_t* __restrict__ gs,
+                            const uint8_t* __restrict__ uq, const uint16_t* __restrict__ us,
+                            uint8_t* __restrict__ silu_q, uint16_t* __restrict__ silu_s, uint16_t* __restrict__ m,
+                            uint16_t* __restrict__ m_gmax, int64_t groups) {
   FP8SIM_GROUP_LOOP(groups) {
     float gf[16], uf[16], sf[16], mf[16];
     decode16<false>(ld16(gq + i * 16), fp8sim::bf16_to_f32(gs[i]), gf);
@@ -352,7 +353,8 @@ __global__ void __launch_bounds__(kThreads) silu_mul_fwd_g16_kernel(const uint8_
   }
 }
 
-__device__ __forceinline__ void silu_mul_grads(const float* gf, const float* uf, const float* dmf, float* dg, float* du) {
+__device__ __forceinline__ void silu_mul_grads(const float* gf, const float* uf, const float* dmf, float* dg,
+                                               float* du) {
 #pragma unroll
   for (int e = 0; e < 16; ++e) {
     const float s = sigmoid(gf[e]);
@@ -363,9 +365,10 @@ __device__ __forceinline__ void silu_mul_grads(const float* gf, const float* uf,
   }
 }
 
-__global__ void __launch_bounds__(kThreads) silu_mul_bwd_bf16_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ u,
-                                                                     const uint16_t* __restrict__ dm, uint16_t* __restrict__ dg,
-                                                                     uint16_t* __restrict__ du, int64_t groups) {
+__global__ void __launch_bounds__(kThreads)
+    silu_mul_bwd_bf16_kernel(const uint16_t* __restrict__ g, const uint16_t* __restrict__ u,
+                             const uint16_t* __restrict__ dm, uint16_t* __restrict__ dg, uint16_t* __restrict__ du,
+                             int64_t groups) {
   FP8SIM_GROUP_LOOP(groups) {
     float gf[16], uf[16], dmf[16], dgf[16], duf[16];
     load16_bf16(g + i * 16, gf);
@@ -377,11 +380,11 @@ __global__ void __launch_bounds__(kThreads) silu_mul_bwd_bf16_kernel(const uint1
   }
 }
 
-__global__ void __launch_bounds__(kThreads) silu_mul_bwd_g16_kernel(const uint8_t* __restrict__ gq, const uint16_t* __restrict__ gs,
-                                                                    const uint8_t* __restrict__ uq, const uint16_t* __restrict__ us,
-                                                                    const uint16_t* __restrict__ dm, uint16_t* __restrict__ dg,
-                                                                    uint16_t* __restrict__ dg_gmax, uint16_t* __restrict__ du,
-                                                                    uint16_t* __restrict__ du_gmax, int64_t groups) {
+__global__ void __launch_bounds__(kThreads)
+    silu_mul_bwd_g16_kernel(const uint8_t* __restrict__ gq, const uint16_t* __restrict__ gs,
+                            const uint8_t* __restrict__ uq, const uint16_t* __restrict__ us,
+                            const uint16_t* __restrict__ dm, uint16_t* __restrict__ dg, uint16_t* __restrict__ dg_gmax,
+                            uint16_t* __restrict__ du, uint16_t* __restrict__ du_gmax, int64_t groups) {
   FP8SIM_GROUP_LOOP(groups) {
     float gf[16], uf[16], dmf[16], dgf[16], duf[16];
     decode16<false>(ld16(gq + i * 16), fp8sim::bf16_to_f32(gs[i]), gf);
@@ -395,9 +398,9 @@ __global__ void __launch_bounds__(kThreads) silu_mul_bwd_g16_kernel(const uint8_
 
 // MODE 0: c only; 1: c and c as E4M3 1x16; 2: c and its group maxima.
 template <int MODE>
-__global__ void __launch_bounds__(kThreads) add_kernel(const uint16_t* __restrict__ a, const uint16_t* __restrict__ b,
-                                                       uint16_t* __restrict__ c, uint8_t* __restrict__ cq,
-                                                       uint16_t* __restrict__ cs, int64_t groups) {
+__global__ void __launch_bounds__(kThreads)
+    add_kernel(const uint16_t* __restrict__ a, const uint16_t* __restrict__ b, uint16_t* __restrict__ c,
+               uint8_t* __restrict__ cq, uint16_t* __restrict__ cs, int64_t groups) {
   FP8SIM_GROUP_LOOP(groups) {
     float af[16], bf[16], cf[16];
     load16_bf16(a + i * 16, af);
@@ -427,8 +430,8 @@ __global__ void __launch_bounds__(kThreads) quantize_g16_kernel(const uint16_t* 
   }
 }
 
-__global__ void __launch_bounds__(kThreads) group_max_kernel(const uint16_t* __restrict__ x, uint16_t* __restrict__ gmax,
-                                                             int64_t groups) {
+__global__ void __launch_bounds__(kThreads)
+    group_max_kernel(const uint16_t* __restrict__ x, uint16_t* __restrict__ gmax, int64_t groups) {
   FP8SIM_GROUP_LOOP(groups) {
     float f[16];
     load16_bf16(x + i * 16, f);
@@ -441,7 +444,8 @@ __global__ void __launch_bounds__(kThreads) group_max_kernel(const uint16_t* __r
 
 // MODE 0: bf16 values; 1: fp32 values. max |v| of n values into *out (zeroed by the launcher).
 template <int MODE>
-__global__ void __launch_bounds__(kThreads) reduce_max_kernel(const void* __restrict__ v, int64_t n, float* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads)
+    reduce_max_kernel(const void* __restrict__ v, int64_t n, float* __restrict__ out) {
   __shared__ float red[kWarps];
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads;
@@ -456,12 +460,14 @@ __global__ void __launch_bounds__(kThreads) reduce_max_kernel(const void* __rest
 #pragma unroll
       for (int e = 0; e < 8; ++e) m = fmaxf(m, fabsf(f[e]));
     } else {
-      m = fmaxf(fmaxf(fmaxf(m, fabsf(__uint_as_float(q.x))), fmaxf(fabsf(__uint_as_float(q.y)), fabsf(__uint_as_float(q.z)))),
-                fabsf(__uint_as_float(q.w)));
+      m = fmaxf(
+          fmaxf(fmaxf(m, fabsf(__uint_as_float(q.x))), fmaxf(fabsf(__uint_as_float(q.y)), fabsf(__uint_as_float(q.z)))),
+          fabsf(__uint_as_float(q.w)));
     }
   }
   for (int64_t i = nv * per_vec + tid; i < n; i += stride) {
-    const float x = MODE == 0 ? fp8sim::bf16_to_f32(static_cast<const uint16_t*>(v)[i]) : static_cast<const float*>(v)[i];
+    const float x =
+        MODE == 0 ? fp8sim::bf16_to_f32(static_cast<const uint16_t*>(v)[i]) : static_cast<const float*>(v)[i];
     m = fmaxf(m, fabsf(x));
   }
   m = block_max(m, red);
@@ -473,9 +479,9 @@ constexpr int kTile = 128;        // tile rows and columns
 constexpr int kTileStride = 136;  // bytes per shared-memory tile row: 8-byte aligned stores, conflict-free word reads
 
 template <bool FP8IN, bool PLAIN, bool TRANS, bool AMAX, bool E5M2>
-__global__ void __launch_bounds__(kThreads) cast_transpose_kernel(const void* __restrict__ in, int64_t rows, int64_t cols,
-                                                                  const float* __restrict__ amax_in, uint8_t* __restrict__ out,
-                                                                  uint8_t* __restrict__ out_t, float* __restrict__ amax_out) {
+__global__ void __launch_bounds__(kThreads)
+    cast_transpose_kernel(const void* __restrict__ in, int64_t rows, int64_t cols, const float* __restrict__ amax_in,
+                          uint8_t* __restrict__ out, uint8_t* __restrict__ out_t, float* __restrict__ amax_out) {
   __shared__ __align__(16) uint8_t tile[kTile * kTileStride];
   __shared__ float red[kWarps];
   float inv = 1.f;
@@ -552,9 +558,9 @@ __global__ void __launch_bounds__(kThreads) cast_transpose_kernel(const void* __
 }
 
 // ---------------------------------------------------------------------------- RoPE
-__global__ void __launch_bounds__(kThreads) rope_kernel(uint16_t* __restrict__ q, uint16_t* __restrict__ k,
-                                                        const float2* __restrict__ cs, int64_t tokens, int heads, int kv_heads,
-                                                        int d, int64_t seq, float sin_sign) {
+__global__ void __launch_bounds__(kThreads)
+    rope_kernel(uint16_t* __restrict__ q, uint16_t* __restrict__ k, const float2* __restrict__ cs, int64_t tokens,
+                int heads, int kv_heads, int d, int64_t seq, float sin_sign) {
   const int half = d / 2, pcs = half / 8;  // chunks of 8 rotation pairs per head
   const int64_t per_token = static_cast<int64_t>(heads + kv_heads) * pcs;
   const int64_t total = tokens * per_token;
@@ -607,9 +613,9 @@ __device__ __forceinline__ void combine_max_sum(float& m, float& s, float m2, fl
   m = mm;
 }
 
-__global__ void __launch_bounds__(kThreads) cross_entropy_kernel(const uint16_t* __restrict__ logits, const int32_t* __restrict__ labels,
-                                                                 float* __restrict__ loss, uint16_t* __restrict__ dlogits,
-                                                                 int64_t tokens, int64_t vocab) {
+__global__ void __launch_bounds__(kThreads)
+    cross_entropy_kernel(const uint16_t* __restrict__ logits, const int32_t* __restrict__ labels,
+                         float* __restrict__ loss, uint16_t* __restrict__ dlogits, int64_t tokens, int64_t vocab) {
   __shared__ float red_m[kWarps], red_s[kWarps];
   const int64_t nv = vocab / 8;
   const float inv_tokens = 1.0f / static_cast<float>(tokens);
@@ -654,8 +660,9 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_kernel(const uint16_t*
   }
 }
 
-__global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const int32_t* __restrict__ ids, const uint16_t* __restrict__ table,
-                                                                 uint16_t* __restrict__ out, int64_t tokens, int64_t hidden) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_fwd_kernel(const int32_t* __restrict__ ids, const uint16_t* __restrict__ table,
+                         uint16_t* __restrict__ out, int64_t tokens, int64_t hidden) {
   const int64_t nv = hidden / 8, total = tokens * nv;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
@@ -664,8 +671,9 @@ __global__ void __launch_bounds__(kThreads) embedding_fwd_kernel(const int32_t* 
   }
 }
 
-__global__ void __launch_bounds__(kThreads) embedding_bwd_kernel(const int32_t* __restrict__ ids, const uint16_t* __restrict__ dy,
-                                                                 float* __restrict__ dtable, int64_t tokens, int64_t hidden) {
+__global__ void __launch_bounds__(kThreads)
+    embedding_bwd_kernel(const int32_t* __restrict__ ids, const uint16_t* __restrict__ dy, float* __restrict__ dtable,
+                         int64_t tokens, int64_t hidden) {
   const int64_t nv = hidden / 8, total = tokens * nv;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * kThreads) {
@@ -688,7 +696,7 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
 __device__ __forceinline__ uint64_t hash_index(uint64_t seed, int64_t i) {
   return mix64(seed * 0x100000001B3ull ^ static_cast<uint64_t>(i));
 }
-#define FP8SIM_FILL_LOOP(n)                                                                              \
+#define FP8SIM_FILL_LOOP(n)                                                              \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
 
@@ -715,7 +723,7 @@ __global__ void fill_fp8_codes_kernel(uint8_t* x, int64_t n, uint64_t seed, bool
 __global__ void fill_bf16_scales_kernel(uint16_t* x, int64_t n, uint64_t seed) {
   FP8SIM_FILL_LOOP(n) {
     const uint64_t h = hash_index(seed, i);
-    const int e = -12 + static_cast<int>((h >> 60) % 9u);                       // 2^-12 .. 2^-4
+    const int e = -12 + static_cast<int>((h >> 60) % 9u);                          // 2^-12 .. 2^-4
     const float mant = 1.0f + static_cast<float>((h >> 32) & 0xFFFFu) / 65536.0f;  // [1, 2)
     x[i] = fp8sim::f32_to_bf16_rne(ldexpf(mant, e));
   }
@@ -756,31 +764,38 @@ bool rmsnorm_fwd_dispatch(const uint16_t* x, const uint8_t* xq, const uint16_t* 
   const int grid = grid_for_rows(rows, 8);
   const float inv_cols = 1.0f / static_cast<float>(cols);
   if (chunks <= kThreads)
-    rmsnorm_fwd_kernel<G16, ROWMAX, 1><<<grid, kThreads, 0, stream>>>(x, xq, xs, w, y, rstd, row_amax, rows, chunks, inv_cols, eps);
+    rmsnorm_fwd_kernel<G16, ROWMAX, 1>
+        <<<grid, kThreads, 0, stream>>>(x, xq, xs, w, y, rstd, row_amax, rows, chunks, inv_cols, eps);
   else if (chunks <= 2 * kThreads)
-    rmsnorm_fwd_kernel<G16, ROWMAX, 2><<<grid, kThreads, 0, stream>>>(x, xq, xs, w, y, rstd, row_amax, rows, chunks, inv_cols, eps);
+    rmsnorm_fwd_kernel<G16, ROWMAX, 2>
+        <<<grid, kThreads, 0, stream>>>(x, xq, xs, w, y, rstd, row_amax, rows, chunks, inv_cols, eps);
   else
-    rmsnorm_fwd_kernel<G16, ROWMAX, 4><<<grid, kThreads, 0, stream>>>(x, xq, xs, w, y, rstd, row_amax, rows, chunks, inv_cols, eps);
+    rmsnorm_fwd_kernel<G16, ROWMAX, 4>
+        <<<grid, kThreads, 0, stream>>>(x, xq, xs, w, y, rstd, row_amax, rows, chunks, inv_cols, eps);
   FP8SIM_CUDA_CHECK_LAUNCH();
   return true;
 }
 template <bool G16>
-bool rmsnorm_bwd_dispatch(const uint16_t* x, const uint8_t* xq, const uint16_t* xs, const uint16_t* w, const float* rstd,
-                          const uint16_t* dy, uint16_t* dx, float* dw_partial, float* dw, int64_t rows, int64_t cols,
-                          cudaStream_t stream) {
+bool rmsnorm_bwd_dispatch(const uint16_t* x, const uint8_t* xq, const uint16_t* xs, const uint16_t* w,
+                          const float* rstd, const uint16_t* dy, uint16_t* dx, float* dw_partial, float* dw,
+                          int64_t rows, int64_t cols, cudaStream_t stream) {
   if (!rmsnorm_supported(cols) || rows <= 0) return false;
   const int chunks = static_cast<int>(cols / 16);
   const int64_t parts = rmsnorm_bwd_partial_rows(rows);
   const int grid = static_cast<int>(parts);
   const float inv_cols = 1.0f / static_cast<float>(cols);
   if (chunks <= kThreads)
-    rmsnorm_bwd_kernel<G16, 1><<<grid, kThreads, 0, stream>>>(x, xq, xs, w, rstd, dy, dx, dw_partial, rows, chunks, inv_cols);
+    rmsnorm_bwd_kernel<G16, 1>
+        <<<grid, kThreads, 0, stream>>>(x, xq, xs, w, rstd, dy, dx, dw_partial, rows, chunks, inv_cols);
   else if (chunks <= 2 * kThreads)
-    rmsnorm_bwd_kernel<G16, 2><<<grid, kThreads, 0, stream>>>(x, xq, xs, w, rstd, dy, dx, dw_partial, rows, chunks, inv_cols);
+    rmsnorm_bwd_kernel<G16, 2>
+        <<<grid, kThreads, 0, stream>>>(x, xq, xs, w, rstd, dy, dx, dw_partial, rows, chunks, inv_cols);
   else
-    rmsnorm_bwd_kernel<G16, 4><<<grid, kThreads, 0, stream>>>(x, xq, xs, w, rstd, dy, dx, dw_partial, rows, chunks, inv_cols);
+    rmsnorm_bwd_kernel<G16, 4>
+        <<<grid, kThreads, 0, stream>>>(x, xq, xs, w, rstd, dy, dx, dw_partial, rows, chunks, inv_cols);
   FP8SIM_CUDA_CHECK_LAUNCH();
-  column_sum_kernel<<<static_cast<int>((cols + kThreads - 1) / kThreads), kThreads, 0, stream>>>(dw_partial, dw, parts, cols);
+  column_sum_kernel<<<static_cast<int>((cols + kThreads - 1) / kThreads), kThreads, 0, stream>>>(dw_partial, dw, parts,
+                                                                                                 cols);
   FP8SIM_CUDA_CHECK_LAUNCH();
   return true;
 }
@@ -807,7 +822,7 @@ bool rmsnorm_bwd_g16(const uint8_t* xq, const uint16_t* xs, const uint16_t* w, c
   return rmsnorm_bwd_dispatch<true>(nullptr, xq, xs, w, rstd, dy, dx, dw_partial, dw, rows, cols, stream);
 }
 
-#define FP8SIM_GROUPS_OR_FAIL(n)              \
+#define FP8SIM_GROUPS_OR_FAIL(n)               \
   if ((n) <= 0 || (n) % 16 != 0) return false; \
   const int64_t groups = (n) / 16;             \
   const int grid = grid_for(groups, 16)
@@ -833,7 +848,8 @@ bool silu_mul_bwd_bf16(const uint16_t* g, const uint16_t* u, const uint16_t* dm,
   return true;
 }
 bool silu_mul_bwd_g16(const uint8_t* gq, const uint16_t* gs, const uint8_t* uq, const uint16_t* us, const uint16_t* dm,
-                      uint16_t* dg, uint16_t* dg_gmax, uint16_t* du, uint16_t* du_gmax, int64_t n, cudaStream_t stream) {
+                      uint16_t* dg, uint16_t* dg_gmax, uint16_t* du, uint16_t* du_gmax, int64_t n,
+                      cudaStream_t stream) {
   FP8SIM_GROUPS_OR_FAIL(n);
   silu_mul_bwd_g16_kernel<<<grid, kThreads, 0, stream>>>(gq, gs, uq, us, dm, dg, dg_gmax, du, du_gmax, groups);
   FP8SIM_CUDA_CHECK_LAUNCH();
@@ -940,7 +956,8 @@ bool transpose_fp8(const uint8_t* x, int64_t rows, int64_t cols, uint8_t* xt, cu
   const int64_t tiles = ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
   const int64_t cap = static_cast<int64_t>(sm_count()) * 8;
   cast_transpose_kernel<true, false, true, false, false>
-      <<<static_cast<int>(tiles < cap ? tiles : cap), kThreads, 0, stream>>>(x, rows, cols, nullptr, nullptr, xt, nullptr);
+      <<<static_cast<int>(tiles < cap ? tiles : cap), kThreads, 0, stream>>>(x, rows, cols, nullptr, nullptr, xt,
+                                                                             nullptr);
   FP8SIM_CUDA_CHECK_LAUNCH();
   return true;
 }
@@ -950,15 +967,15 @@ bool rope(uint16_t* q, uint16_t* k, const float2* cos_sin, int64_t tokens, int64
   if (tokens <= 0 || heads <= 0 || kv_heads <= 0 || head_dim <= 0 || head_dim % 16 != 0 || seq <= 0) return false;
   const int64_t total = tokens * (heads + kv_heads) * (head_dim / 16);
   rope_kernel<<<grid_for(total, 16), kThreads, 0, stream>>>(q, k, cos_sin, tokens, static_cast<int>(heads),
-                                                             static_cast<int>(kv_heads), static_cast<int>(head_dim), seq,
-                                                             backward ? -1.0f : 1.0f);
+                                                            static_cast<int>(kv_heads), static_cast<int>(head_dim), seq,
+                                                            backward ? -1.0f : 1.0f);
   FP8SIM_CUDA_CHECK_LAUNCH();
   return true;
 }
 
 void rope_table(float2* cos_sin, int64_t seq, int64_t head_dim, float theta, cudaStream_t stream) {
-  rope_table_kernel<<<grid_for(seq * (head_dim / 2), 8), kThreads, 0, stream>>>(cos_sin, seq, static_cast<int>(head_dim),
-                                                                                 theta);
+  rope_table_kernel<<<grid_for(seq * (head_dim / 2), 8), kThreads, 0, stream>>>(cos_sin, seq,
+                                                                                static_cast<int>(head_dim), theta);
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 

@@ -52,8 +52,7 @@ bool add_bf16(const uint16_t* a, const uint16_t* b, uint16_t* c, int64_t n, cuda
 bool add_bf16_g16(const uint16_t* a, const uint16_t* b, uint16_t* c, uint8_t* cq, uint16_t* cs, int64_t n,
                   cudaStream_t stream);
 // c = a + b in bf16 with per-group maxima (COAT's backward residual, before the E5M2 cast).
-bool add_bf16_gmax(const uint16_t* a, const uint16_t* b, uint16_t* c, uint16_t* c_gmax, int64_t n,
-                   cudaStream_t stream);
+bool add_bf16_gmax(const uint16_t* a, const uint16_t* b, uint16_t* c, uint16_t* c_gmax, int64_t n, cudaStream_t stream);
 
 // ---- quantization helpers ---------------------------------------------------------------------------
 // x (bf16, n % 16 == 0) -> codes + 1x16 bf16 scales.

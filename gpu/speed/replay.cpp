@@ -25,8 +25,8 @@
 namespace fp8sim::gpu::speed {
 
 using fp8sim::speed::Calibration;
-using fp8sim::speed::Kind;
 using fp8sim::speed::KernelOp;
+using fp8sim::speed::Kind;
 using fp8sim::speed::Measurement;
 
 namespace {
@@ -108,9 +108,11 @@ class Replayer {
     Prepared p;
     p.impl = kSpeedKernel;
     switch (op.kind) {
-      case Kind::Gemm: return prepare_gemm(op, one);
+      case Kind::Gemm:
+        return prepare_gemm(op, one);
       case Kind::Attention:
-        throw Error(fmt::format("speed replay: attention '{}' is timed by PyTorch (scripts/torch_layer_time.py)", op.key()));
+        throw Error(
+            fmt::format("speed replay: attention '{}' is timed by PyTorch (scripts/torch_layer_time.py)", op.key()));
       case Kind::RmsNormFwd: {
         const int64_t rows = dim(0), cols = dim(1);
         FP8SIM_REQUIRE(rmsnorm_supported(cols), "speed replay: RMSNorm width {} unsupported", cols);
@@ -233,7 +235,8 @@ class Replayer {
           e5m2 = f == "e5m2";
           (tr ? trans : plain) = true;
         }
-        FP8SIM_REQUIRE(cast_transpose_supported(rows, cols, trans), "speed replay: cast of {}x{} unsupported", rows, cols);
+        FP8SIM_REQUIRE(cast_transpose_supported(rows, cols, trans), "speed replay: cast of {}x{} unsupported", rows,
+                       cols);
         uint16_t* x = bf16(0, rows * cols);
         uint8_t* out = plain ? pool_.get<uint8_t>(1, rows * cols) : nullptr;
         uint8_t* out_t = trans ? pool_.get<uint8_t>(2, rows * cols) : nullptr;
@@ -252,8 +255,8 @@ class Replayer {
       }
       case Kind::QuantizeG16: {
         const int64_t n = dim(0) * dim(1);
-        FP8SIM_REQUIRE(op.variant == "bf16>e4m3g16" || op.variant == "bf16>e5m2g16", "speed replay: unknown quantize '{}'",
-                       op.variant);
+        FP8SIM_REQUIRE(op.variant == "bf16>e4m3g16" || op.variant == "bf16>e5m2g16",
+                       "speed replay: unknown quantize '{}'", op.variant);
         const bool e5m2 = op.variant == "bf16>e5m2g16";
         uint16_t* x = bf16(0, n);
         uint8_t* q = pool_.get<uint8_t>(1, n);
@@ -324,7 +327,8 @@ class Replayer {
         const optim::StateRecipe recipe = optim::StateRecipe::parse("coat");
         const QuantSpec& sm = *recipe.m.spec;
         const QuantSpec& sv = *recipe.v.spec;
-        FP8SIM_REQUIRE(sm.group_size == sv.group_size && sm.group_size > 0, "speed replay: coat moments need one group size");
+        FP8SIM_REQUIRE(sm.group_size == sv.group_size && sm.group_size > 0,
+                       "speed replay: coat moments need one group size");
         const int64_t groups = (n + sm.group_size - 1) / sm.group_size;
         float* pp = uniform(0, n, -0.05f, 0.05f);
         float* g = uniform(1, n, -1e-3f, 1e-3f);
@@ -343,9 +347,10 @@ class Replayer {
         const auto cm = group_moment_consts(sm, optim::state_rounding_key(sm.seed, 0, 2, 0));
         const auto cv = group_moment_consts(sv, optim::state_rounding_key(sv.seed, 0, 2, 1));
         const int gs = static_cast<int>(sm.group_size);
-        p.impl = fmt::format("gpu/optim adamw_fp8_grouped_cuda: fused FP8 AdamW, E4M3 m/v in 1x{} groups with COAT "
-                             "dynamic range expansion ({}), fp32 params and grads",
-                             gs, recipe.m.to_string());
+        p.impl = fmt::format(
+            "gpu/optim adamw_fp8_grouped_cuda: fused FP8 AdamW, E4M3 m/v in 1x{} groups with COAT "
+            "dynamic range expansion ({}), fp32 params and grads",
+            gs, recipe.m.to_string());
         p.launch = [=, this] { adamw_fp8_grouped_cuda(pp, g, m, v, static_cast<size_t>(n), gs, consts, cm, cv, s_); };
         return p;
       }
@@ -394,7 +399,8 @@ class Replayer {
     const auto star = parts[0].find('*'), gt = parts[0].find('>');
     FP8SIM_REQUIRE(parts.size() >= 2 && star != std::string::npos && gt != std::string::npos,
                    "speed replay: malformed GEMM variant '{}'", op.variant);
-    const Format a = parse_operand(parts[0].substr(0, star)), b = parse_operand(parts[0].substr(star + 1, gt - star - 1));
+    const Format a = parse_operand(parts[0].substr(0, star)),
+                 b = parse_operand(parts[0].substr(star + 1, gt - star - 1));
     const bool fp8 = a != Format::BF16;
     const std::string layout = parts[1];
     const bool fast = parts.size() > 2 && parts[2] == "fast";

@@ -19,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                       \
-  do {                                                                              \
-    cudaError_t e_ = (x);                                                           \
-    if (e_ != cudaSuccess) {                                                        \
+#define CK(x)                                                                          \
+  do {                                                                                 \
+    cudaError_t e_ = (x);                                                              \
+    if (e_ != cudaSuccess) {                                                           \
       std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                 \
-    }                                                                               \
+      std::exit(1);                                                                    \
+    }                                                                                  \
   } while (0)
 
 __device__ __forceinline__ float hw_rcp(float b) {
@@ -70,10 +70,10 @@ __device__ uint32_t mix(uint64_t x) {
 __device__ float model_rcp(const uint32_t* T, float b) {
   const uint32_t u = __float_as_uint(b);
   const uint32_t a = u & 0x7FFFFFFFu, s = u & 0x80000000u;
-  if (a > 0x7F800000u) return b;                             // NaN
-  if (a == 0x7F800000u) return __uint_as_float(s);           // 1/Inf = 0
-  if (a == 0) return __uint_as_float(s | 0x7F800000u);       // 1/0 = Inf
-  const uint32_t e = a >> 23;                                // normal here (the caller scales)
+  if (a > 0x7F800000u) return b;                        // NaN
+  if (a == 0x7F800000u) return __uint_as_float(s);      // 1/Inf = 0
+  if (a == 0) return __uint_as_float(s | 0x7F800000u);  // 1/0 = Inf
+  const uint32_t e = a >> 23;                           // normal here (the caller scales)
   return __uint_as_float(s | (T[a & 0x7FFFFFu] - ((e - 127u) << 23)));
 }
 __device__ float model_divfull(const uint32_t* T, float a, float b) {
@@ -99,8 +99,14 @@ __global__ void divcheck_kernel(const uint32_t* T, int kind, uint64_t seed, uint
   const uint32_t r1 = mix(seed * 0x9E3779B97F4A7C15ULL + 2 * i), r2 = mix(seed * 0x9E3779B97F4A7C15ULL + 2 * i + 1);
   float a, b;
   switch (kind) {
-    case 0: a = __uint_as_float(r1); b = __uint_as_float(r2); break;
-    case 1: a = __uint_as_float(r1 & 0xFFFF0000u); b = __uint_as_float((r2 & 0x807FFFFFu) | ((100u + (r2 >> 24) % 50u) << 23)); break;
+    case 0:
+      a = __uint_as_float(r1);
+      b = __uint_as_float(r2);
+      break;
+    case 1:
+      a = __uint_as_float(r1 & 0xFFFF0000u);
+      b = __uint_as_float((r2 & 0x807FFFFFu) | ((100u + (r2 >> 24) % 50u) << 23));
+      break;
     case 2: {
       b = __uint_as_float((r2 & 0x007FFFFFu) | (120u << 23));
       const float k = static_cast<float>(1 + (r1 % 1024)) * 0.0625f;  // quotient k is an fp8 midpoint often
@@ -108,11 +114,19 @@ __global__ void divcheck_kernel(const uint32_t* T, int kind, uint64_t seed, uint
       a = __uint_as_float(__float_as_uint(a) + (static_cast<int>(r1 >> 28) - 8));
       break;
     }
-    case 3: b = __uint_as_float(__float_as_uint(448.0f) + (static_cast<int>(r2 % 2001) - 1000));
-            a = __uint_as_float((r1 & 0x807FFFFFu) | ((107u + (r1 >> 23) % 40u) << 23)); break;
-    case 4: b = (r2 & 1) ? __uint_as_float(r2 & 0x807FFFFFu) : __uint_as_float((r2 & 0x807FFFFFu) | (0xFDu << 23) | ((r2 >> 1) & (1u << 23)));
-            a = __uint_as_float(r1); break;
-    default: a = __uint_as_float(r1 & 0x807FFFFFu); b = __uint_as_float(r2); break;
+    case 3:
+      b = __uint_as_float(__float_as_uint(448.0f) + (static_cast<int>(r2 % 2001) - 1000));
+      a = __uint_as_float((r1 & 0x807FFFFFu) | ((107u + (r1 >> 23) % 40u) << 23));
+      break;
+    case 4:
+      b = (r2 & 1) ? __uint_as_float(r2 & 0x807FFFFFu)
+                   : __uint_as_float((r2 & 0x807FFFFFu) | (0xFDu << 23) | ((r2 >> 1) & (1u << 23)));
+      a = __uint_as_float(r1);
+      break;
+    default:
+      a = __uint_as_float(r1 & 0x807FFFFFu);
+      b = __uint_as_float(r2);
+      break;
   }
   const float got = hw_divfull(a, b), want = model_divfull(T, a, b);
   const uint32_t g = __float_as_uint(got), w = __float_as_uint(want);
@@ -160,8 +174,8 @@ int main(int argc, char** argv) {
   std::fwrite(delta.data(), 1, N, f);
   std::fclose(f);
   FILE* rep = std::fopen((dir + "/rcp_probe.txt").c_str(), "w");
-  std::fprintf(rep, "rcp(1.m) - RN(1/1.m) in ulps: -2:%ld -1:%ld 0:%ld +1:%ld +2:%ld, beyond: %ld\n", hist[0],
-               hist[1], hist[2], hist[3], hist[4], out_of_range);
+  std::fprintf(rep, "rcp(1.m) - RN(1/1.m) in ulps: -2:%ld -1:%ld 0:%ld +1:%ld +2:%ld, beyond: %ld\n", hist[0], hist[1],
+               hist[2], hist[3], hist[4], out_of_range);
   unsigned long long* dbad;
   uint32_t* dfirst;
   CK(cudaMalloc(&dbad, 8));
@@ -175,14 +189,15 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(&b, dbad, 8, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(&fm, dfirst, 4, cudaMemcpyDeviceToHost));
     if (b) {
-      std::fprintf(rep, "rcp at biased exponent %u: %llu mantissas differ from the scaled table (first m=0x%06x)\n", e, b, fm);
+      std::fprintf(rep, "rcp at biased exponent %u: %llu mantissas differ from the scaled table (first m=0x%06x)\n", e,
+                   b, fm);
       ++exp_bad;
     }
   }
   std::fprintf(rep, "rcp scaled-table check over biased exponents 1..253: %ld exponents with a difference\n", exp_bad);
   const uint64_t n = 1ull << 28;
-  const char* names[] = {"random bits", "bf16 a, normal b", "near fp8 midpoints", "b near 448", "b subnormal or huge",
-                         "a subnormal"};
+  const char* names[] = {"random bits", "bf16 a, normal b",    "near fp8 midpoints",
+                         "b near 448",  "b subnormal or huge", "a subnormal"};
   for (int kind = 0; kind < 6; ++kind) {
     CK(cudaMemset(dbad, 0, 8));
     divcheck_kernel<<<static_cast<unsigned>((n + 255) / 256), 256>>>(dT, kind, 1234 + kind, n, dbad, dfirst);
@@ -191,9 +206,11 @@ int main(int argc, char** argv) {
     uint32_t fs[32];
     CK(cudaMemcpy(&b, dbad, 8, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(fs, dfirst, sizeof fs, cudaMemcpyDeviceToHost));
-    std::fprintf(rep, "div.full vs model, %s: %llu of %llu differ\n", names[kind], b, static_cast<unsigned long long>(n));
+    std::fprintf(rep, "div.full vs model, %s: %llu of %llu differ\n", names[kind], b,
+                 static_cast<unsigned long long>(n));
     for (unsigned long long k = 0; k < b && k < 8; ++k)
-      std::fprintf(rep, "  a=0x%08x b=0x%08x hw=0x%08x model=0x%08x\n", fs[4 * k], fs[4 * k + 1], fs[4 * k + 2], fs[4 * k + 3]);
+      std::fprintf(rep, "  a=0x%08x b=0x%08x hw=0x%08x model=0x%08x\n", fs[4 * k], fs[4 * k + 1], fs[4 * k + 2],
+                   fs[4 * k + 3]);
   }
   std::fclose(rep);
   std::printf("rcp_probe: wrote %s/rcp_table.bin and rcp_probe.txt\n", dir.c_str());

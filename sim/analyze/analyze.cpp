@@ -1,5 +1,5 @@
-#include "sim/common/paths.hpp"
 #include "sim/analyze/analyze.hpp"
+#include "sim/common/paths.hpp"
 
 #include <fmt/format.h>
 
@@ -24,15 +24,19 @@ using trace::TensorInfo;
 
 InputDtype input_dtype(trace::DType d) {
   switch (d) {
-    case trace::DType::F32: return InputDtype::F32;
-    case trace::DType::BF16: return InputDtype::BF16;
-    case trace::DType::F16: return InputDtype::FP16;
+    case trace::DType::F32:
+      return InputDtype::F32;
+    case trace::DType::BF16:
+      return InputDtype::BF16;
+    case trace::DType::F16:
+      return InputDtype::FP16;
   }
   return InputDtype::F32;
 }
 
 const void* raw(const TensorData& d) {
-  return d.dtype == trace::DType::F32 ? static_cast<const void*>(d.f32.data()) : static_cast<const void*>(d.bits.data());
+  return d.dtype == trace::DType::F32 ? static_cast<const void*>(d.f32.data())
+                                      : static_cast<const void*>(d.bits.data());
 }
 
 // The module paths a tensor answers to: its module, its consumers and, for a tied parameter,
@@ -300,7 +304,7 @@ Json analyze_trace(const trace::TraceReader& r, const Recipe& recipe, const Anal
         using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
         const Eigen::Map<const RowMat> Xr(x_ref.data(), m, k), Xq(x_q.data(), m, k);  // (M, K)
         const Eigen::Map<const RowMat> Wr(w_ref.data(), n, k), Wq(w_q.data(), n, k);  // (N, K)
-        const RowMat Yr = Xr * Wr.transpose();                                          // (M, N)
+        const RowMat Yr = Xr * Wr.transpose();                                        // (M, N)
         const RowMat Yq = Xq * Wq.transpose();
         const ErrorStats ys = compute_error_stats(Yr.data(), Yq.data(), static_cast<size_t>(m * n), opts.threads);
         Json g = Json::object();

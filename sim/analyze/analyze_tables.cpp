@@ -92,7 +92,8 @@ Table layer_gemm_table(const Json& a) {
 }
 
 Table tensor_table(const Json& a) {
-  Table t{{"tensor", "role", "op", "layer", "dtype", "spec", "nmse", "snr_db", "underflow", "saturated", "NaN/Inf"}, {}};
+  Table t{{"tensor", "role", "op", "layer", "dtype", "spec", "nmse", "snr_db", "underflow", "saturated", "NaN/Inf"},
+          {}};
   for (const Json& e : a.at("tensors").as_array()) {
     const int64_t bad = e.at("nan_count").as_int() + e.at("inf_count").as_int();
     t.rows.push_back({e.at("name").as_string(), e.at("role").as_string(), e.at("op").as_string(),
@@ -120,12 +121,14 @@ std::string analysis_markdown(const Json& a) {
   out += fmt::format("\n{} tensors ({} quantized), {} elements; {:.1f} KiB as stored, {:.1f} KiB under the recipe.\n",
                      tot.at("tensors").as_int(), tot.at("quantized_tensors").as_int(), tot.at("elements").as_int(),
                      tot.at("stored_bytes").as_number() / 1024, tot.at("recipe_bytes").as_number() / 1024);
-  out += "\n## Error per role and op\n\nnmse = ||x - deq(q(x))|| / ||x||; snr_db = 10 log10(sum x^2 / sum err^2); "
-         "underflow = nonzeros flushed to zero; saturated = |x/s| above the format's max.\n\n";
+  out +=
+      "\n## Error per role and op\n\nnmse = ||x - deq(q(x))|| / ||x||; snr_db = 10 log10(sum x^2 / sum err^2); "
+      "underflow = nonzeros flushed to zero; saturated = |x/s| above the format's max.\n\n";
   md_table(out, op_table(a));
   if (!a.at("layers").as_array().empty()) {
-    out += "\n## Forward GEMM output error per layer (COAT Figure 4(a))\n\nY = X W^T in fp32 with both operands "
-           "quantized by the recipe, against the unquantized product.\n\n";
+    out +=
+        "\n## Forward GEMM output error per layer (COAT Figure 4(a))\n\nY = X W^T in fp32 with both operands "
+        "quantized by the recipe, against the unquantized product.\n\n";
     md_table(out, layer_gemm_table(a));
   }
   out += "\n## Tensors\n\n";

@@ -77,8 +77,10 @@ void add_lm_head(std::vector<RecipeRule>& rs) {
 }
 
 Recipe make_bf16() {
-  Recipe r{"bf16", "BF16 mixed precision baseline: BF16 compute copies of weights, activations and activation "
-                   "gradients; fp32 master weights, gradients and AdamW moments", {}};
+  Recipe r{"bf16",
+           "BF16 mixed precision baseline: BF16 compute copies of weights, activations and activation "
+           "gradients; fp32 master weights, gradients and AdamW moments",
+           {}};
   r.rules.push_back(rule("weight", "*", "bf16", "BF16 compute copy of the fp32 master weight"));
   r.rules.push_back(rule("activation", "*", "bf16", "activations in BF16"));
   r.rules.push_back(rule("activation_grad", "*", "bf16", "activation gradients in BF16"));
@@ -110,7 +112,8 @@ Recipe make_coat() {
            {}};
   add_lm_head(r.rules);
   r.rules.push_back(rule("weight", "linear", "coat-w", "E4M3 per tensor, just-in-time scale (absmax + 1e-10)/448"));
-  r.rules.push_back(rule("activation", "linear_input", "e4m3:tensor:eps=1e-10", "per-tensor FP8 GEMM input (Group Scaling)"));
+  r.rules.push_back(
+      rule("activation", "linear_input", "e4m3:tensor:eps=1e-10", "per-tensor FP8 GEMM input (Group Scaling)"));
   r.rules.push_back(rule("activation", "attn_output", "e4m3:tensor:eps=1e-10", "o_proj input, per-tensor FP8"));
   r.rules.push_back(rule("activation", "norm_input", "coat-act", "non-linear input: 1x16 E4M3, bf16 scales"));
   r.rules.push_back(rule("activation", "silu_input", "coat-act", "non-linear input: 1x16 E4M3, bf16 scales"));
@@ -202,8 +205,8 @@ Recipe builtin_recipe(std::string_view name) {
   if (name == "fp8lm") return make_fp8lm();
   if (name == "deepseek") return make_deepseek();
   if (name == "mxfp8") return make_mxfp8();
-  throw UsageError(fmt::format("unknown recipe '{}' (built-in: bf16, te, coat, fp8lm, deepseek, mxfp8; or a .json file)",
-                               name));
+  throw UsageError(
+      fmt::format("unknown recipe '{}' (built-in: bf16, te, coat, fp8lm, deepseek, mxfp8; or a .json file)", name));
 }
 
 Recipe parse_recipe(const Json& doc, const std::string& origin) {

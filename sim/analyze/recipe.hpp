@@ -28,11 +28,11 @@
 namespace fp8sim::analyze {
 
 struct RecipeRule {
-  std::string role = "*";  // role name or "*"
-  std::string op = "*";    // op name or "*"
-  std::string module;      // regex text; empty matches every module
+  std::string role = "*";         // role name or "*"
+  std::string op = "*";           // op name or "*"
+  std::string module;             // regex text; empty matches every module
   std::optional<QuantSpec> spec;  // nullopt: keep unquantized ("none")
-  std::string note;        // why (shown by --list-recipes)
+  std::string note;               // why (shown by --list-recipes)
 
   std::optional<std::regex> module_re;  // compiled from `module`
   bool matches(std::string_view role_name, std::string_view op_name, const std::vector<std::string>& modules) const;

@@ -34,19 +34,17 @@ int run_analyze(const std::vector<std::string>& args) {
   std::string trace_path, recipe = "coat", json_out, md_out;
   int64_t step = -1;
   int threads = 0;
-  opts.add_options()
-      ("trace", po::value(&trace_path), "the trace (.h5), positional")
-      ("recipe", po::value(&recipe)->default_value("coat"),
-       "built-in recipe (bf16, te, coat, fp8lm, deepseek, mxfp8) or a JSON rule file")
-      ("step", po::value(&step), "captured step to analyze (default: the one with the most tensors)")
-      ("json", po::value(&json_out), "write the full analysis (every tensor, every GEMM) as JSON (- : stdout)")
-      ("md", po::value(&md_out), "write a Markdown report (- : stdout)")
-      ("tensors", "also print the per-tensor table")
-      ("no-gemm", "skip the per-layer GEMM output error")
-      ("histograms", "keep the per-tensor scaled-magnitude histograms in the JSON")
-      ("strict", "exit 1 when any tensor holds NaN or Inf (they are always counted and reported)")
-      ("threads", po::value(&threads)->default_value(0), "OpenMP threads (0: default)")
-      ("list-recipes", "show the built-in recipes and their rules, then exit");
+  opts.add_options()("trace", po::value(&trace_path), "the trace (.h5), positional")(
+      "recipe", po::value(&recipe)->default_value("coat"),
+      "built-in recipe (bf16, te, coat, fp8lm, deepseek, mxfp8) or a JSON rule file")(
+      "step", po::value(&step), "captured step to analyze (default: the one with the most tensors)")(
+      "json", po::value(&json_out), "write the full analysis (every tensor, every GEMM) as JSON (- : stdout)")(
+      "md", po::value(&md_out), "write a Markdown report (- : stdout)")("tensors", "also print the per-tensor table")(
+      "no-gemm", "skip the per-layer GEMM output error")("histograms",
+                                                         "keep the per-tensor scaled-magnitude histograms in the JSON")(
+      "strict", "exit 1 when any tensor holds NaN or Inf (they are always counted and reported)")(
+      "threads", po::value(&threads)->default_value(0), "OpenMP threads (0: default)")(
+      "list-recipes", "show the built-in recipes and their rules, then exit");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
@@ -88,10 +86,10 @@ int run_analyze(const std::vector<std::string>& args) {
   if (md_id >= 0) files.write(md_id, analyze::analysis_markdown(a));
 
   const Json& tot = a.at("totals");
-  fmt::print("trace {}  step {}  recipe {}: {} tensors ({} quantized), {:.1f} KiB stored -> {:.1f} KiB under the recipe\n\n",
-             trace_path, a.at("step").as_int(), rec.name, tot.at("tensors").as_int(),
-             tot.at("quantized_tensors").as_int(), tot.at("stored_bytes").as_number() / 1024,
-             tot.at("recipe_bytes").as_number() / 1024);
+  fmt::print(
+      "trace {}  step {}  recipe {}: {} tensors ({} quantized), {:.1f} KiB stored -> {:.1f} KiB under the recipe\n\n",
+      trace_path, a.at("step").as_int(), rec.name, tot.at("tensors").as_int(), tot.at("quantized_tensors").as_int(),
+      tot.at("stored_bytes").as_number() / 1024, tot.at("recipe_bytes").as_number() / 1024);
   const analyze::Table ops = analyze::op_table(a);
   cli::print_table(ops.header, ops.rows);
   if (!a.at("layers").as_array().empty()) {
@@ -108,8 +106,9 @@ int run_analyze(const std::vector<std::string>& args) {
   if (!bad.empty()) {
     std::string names;
     for (size_t i = 0; i < bad.size() && i < 4; ++i) names += (i ? ", " : "") + bad[i].as_string();
-    fmt::print(stderr, "fp8sim analyze: warning: {} tensor(s) hold NaN/Inf values ({}{}); their counts are in the "
-                       "per-tensor nan_count / inf_count fields\n",
+    fmt::print(stderr,
+               "fp8sim analyze: warning: {} tensor(s) hold NaN/Inf values ({}{}); their counts are in the "
+               "per-tensor nan_count / inf_count fields\n",
                bad.size(), names, bad.size() > 4 ? ", ..." : "");
   }
   if (const auto& un = a.at("unmatched_tensors").as_array(); !un.empty())
@@ -130,5 +129,7 @@ int run_analyze(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace fp8sim
 
-FP8SIM_COMMAND("analyze", "quantize a trace through a recipe (bf16, te, coat, fp8lm, deepseek, mxfp8, JSON): per-tensor and per-layer GEMM error",
+FP8SIM_COMMAND("analyze",
+               "quantize a trace through a recipe (bf16, te, coat, fp8lm, deepseek, mxfp8, JSON): per-tensor and "
+               "per-layer GEMM error",
                fp8sim::run_analyze);

@@ -5,10 +5,10 @@
 #include <sstream>
 
 #include "sim/app/cli.hpp"
+#include "sim/app/gpu_api.hpp"
 #include "sim/bench/bench.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
-#include "sim/app/gpu_api.hpp"
 
 namespace fp8sim {
 namespace {
@@ -32,59 +32,63 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   std::string json_out, md_out, peers, plan_out, coat_states, flush = "read", from;
   int warmup = -1, reps = -1, gemm_search = -1;
   double gemm_cooldown = -1, launch_lead = -1;
-  opts.add_options()
-      ("ops", po::value(&ops)->multitoken(),
-       "ops to time (comma or space separated): copy, cast, quantize, dequantize, amax, adamw, gemm (default: all)")
-      ("smoke", "tiny sizes and few repeats: checks that every kernel runs, in well under a minute")
-      ("warmup", po::value(&warmup), "untimed launches before timing (default 5; smoke 2)")
-      ("reps", po::value(&reps), "timed launches per kernel, each after an L2 flush (default 20; smoke 5)")
-      ("gemm-search", po::value(&gemm_search),
-       "GEMM algorithm selection: besides timing cuBLASLt's 8 heuristic candidates, time up to N more "
-       "configurations that cuBLASLt accepts (algorithm x tile x stages x cluster x swizzle; the "
-       "enumeration and quick timings stop after ~6 s per GEMM) and keep the fastest (default 0: the heuristic's candidates only; on the H200 "
-       "the search found nothing faster, and its minutes of GEMMs heat the GPU and slow what follows)")
-      ("gemm-cooldown", po::value(&gemm_cooldown),
-       "idle seconds before timing each GEMM, here and in bench_peers.py (through the plan): a GEMM's "
-       "clock depends on the heat left by what ran before it (default 2; smoke 0)")
-      ("peers", po::value(&peers), "JSON written by scripts/bench_peers.py: merged as each kernel's peers")
-      ("coat-states", po::value(&coat_states), "COAT's optimizer states written by bench_peers.py --coat-dump: "
-                                               "report the fraction of codes equal to COAT's kernel")
-      ("write-plan", po::value(&plan_out), "write the plan (kernels, shapes, keys) for bench_peers.py and exit; "
-                                             "needs no GPU")
-      ("from", po::value(&from), "no timing: re-evaluate the targets of a bench document written by an "
-                                 "earlier run (its --json output) and write it again with --json / --md; "
-                                 "needs no GPU")
-      ("json", po::value(&json_out), "write the bench document (reports/h200/bench.json) here (- : stdout)")
-      ("md", po::value(&md_out), "write the Markdown report (reports/h200/bench.md) here (- : stdout)");
+  opts.add_options()(
+      "ops", po::value(&ops)->multitoken(),
+      "ops to time (comma or space separated): copy, cast, quantize, dequantize, amax, adamw, gemm (default: all)")(
+      "smoke", "tiny sizes and few repeats: checks that every kernel runs, in well under a minute")(
+      "warmup", po::value(&warmup), "untimed launches before timing (default 5; smoke 2)")(
+      "reps", po::value(&reps), "timed launches per kernel, each after an L2 flush (default 20; smoke 5)")(
+      "gemm-search", po::value(&gemm_search),
+      "GEMM algorithm selection: besides timing cuBLASLt's 8 heuristic candidates, time up to N more "
+      "configurations that cuBLASLt accepts (algorithm x tile x stages x cluster x swizzle; the "
+      "enumeration and quick timings stop after ~6 s per GEMM) and keep the fastest (default 0: the heuristic's "
+      "candidates only; on the H200 "
+      "the search found nothing faster, and its minutes of GEMMs heat the GPU and slow what follows)")(
+      "gemm-cooldown", po::value(&gemm_cooldown),
+      "idle seconds before timing each GEMM, here and in bench_peers.py (through the plan): a GEMM's "
+      "clock depends on the heat left by what ran before it (default 2; smoke 0)")(
+      "peers", po::value(&peers), "JSON written by scripts/bench_peers.py: merged as each kernel's peers")(
+      "coat-states", po::value(&coat_states),
+      "COAT's optimizer states written by bench_peers.py --coat-dump: "
+      "report the fraction of codes equal to COAT's kernel")(
+      "write-plan", po::value(&plan_out),
+      "write the plan (kernels, shapes, keys) for bench_peers.py and exit; "
+      "needs no GPU")("from", po::value(&from),
+                      "no timing: re-evaluate the targets of a bench document written by an "
+                      "earlier run (its --json output) and write it again with --json / --md; "
+                      "needs no GPU")("json", po::value(&json_out),
+                                      "write the bench document (reports/h200/bench.json) here (- : stdout)")(
+      "md", po::value(&md_out), "write the Markdown report (reports/h200/bench.md) here (- : stdout)");
   // Settings that reproduce how a document was measured, for comparing with it; the defaults are
   // the method docs/benchmarks.md describes.
   po::options_description expert("expert options (to compare with a document measured another way)");
-  expert.add_options()
-      ("flush", po::value(&flush), "how the L2 is flushed before each timed launch: read (default: a 256 MiB "
-                                   "read, leaving clean lines) or write (a 256 MiB write, whose dirty lines are "
-                                   "written back during the timed launch)")
-      ("launch-lead", po::value(&launch_lead),
-       "microseconds of GPU work before each timed launch, here and in bench_peers.py (through the plan): "
-       "the L2 flush is repeated until it lasts this long, and the host enqueues the launch meanwhile, so "
-       "host-side launch work (Python, torch.compile's guards) is never timed (default 500; 0: one flush only)");
+  expert.add_options()("flush", po::value(&flush),
+                       "how the L2 is flushed before each timed launch: read (default: a 256 MiB "
+                       "read, leaving clean lines) or write (a 256 MiB write, whose dirty lines are "
+                       "written back during the timed launch)")(
+      "launch-lead", po::value(&launch_lead),
+      "microseconds of GPU work before each timed launch, here and in bench_peers.py (through the plan): "
+      "the L2 flush is repeated until it lasts this long, and the host enqueues the launch meanwhile, so "
+      "host-side launch work (Python, torch.compile's guards) is never timed (default 500; 0: one flush only)");
   opts.add(expert);
   po::positional_options_description pos;
   po::variables_map vm;
-  if (!cli::parse("bench", args, opts, pos, vm, "[--ops OP,...] [--smoke] [--peers PEERS.json] [--json OUT] [--md OUT]",
-                  "Times every fp8sim GPU kernel (casts, quantizers for every granularity and scale mode, the\n"
-                  "per-tensor amax of COAT Fig. 4(b), the AdamW steps with fp32 / FP8 / BF16 states, and the\n"
-                  "cuBLASLt GEMMs) on sizes of several hundred MB and on Llama-2-7B shapes: median / min / max\n"
-                  "over warm, L2-flushed repeats timed with CUDA events, GB/s (each input byte read once, each\n"
-                  "output byte written once) or TFLOP/s, the fraction of the device-to-device copy bandwidth\n"
-                  "measured in the same run, and the speedup over the best peer (PyTorch eager / torch.compile,\n"
-                  "torch.optim.AdamW(fused=True), torch._scaled_mm, COAT's kernel) timed by\n"
-                  "scripts/bench_peers.py on the same plan. The kernel targets (docs/benchmarks.md) are evaluated.\n"
-                  "Needs a CUDA build and a GPU (except --write-plan).\n"
-                  "Examples:\n"
-                  "  fp8sim bench --write-plan plan.json && python3 scripts/bench_peers.py --plan plan.json --json peers.json\n"
-                  "  fp8sim bench --peers peers.json --json bench.json --md bench.md\n"
-                  "  fp8sim bench --ops quantize,gemm --smoke\n"
-                  "  fp8sim bench --from reports/h200/bench.json --md bench.md   # re-evaluate targets, no GPU"))
+  if (!cli::parse(
+          "bench", args, opts, pos, vm, "[--ops OP,...] [--smoke] [--peers PEERS.json] [--json OUT] [--md OUT]",
+          "Times every fp8sim GPU kernel (casts, quantizers for every granularity and scale mode, the\n"
+          "per-tensor amax of COAT Fig. 4(b), the AdamW steps with fp32 / FP8 / BF16 states, and the\n"
+          "cuBLASLt GEMMs) on sizes of several hundred MB and on Llama-2-7B shapes: median / min / max\n"
+          "over warm, L2-flushed repeats timed with CUDA events, GB/s (each input byte read once, each\n"
+          "output byte written once) or TFLOP/s, the fraction of the device-to-device copy bandwidth\n"
+          "measured in the same run, and the speedup over the best peer (PyTorch eager / torch.compile,\n"
+          "torch.optim.AdamW(fused=True), torch._scaled_mm, COAT's kernel) timed by\n"
+          "scripts/bench_peers.py on the same plan. The kernel targets (docs/benchmarks.md) are evaluated.\n"
+          "Needs a CUDA build and a GPU (except --write-plan).\n"
+          "Examples:\n"
+          "  fp8sim bench --write-plan plan.json && python3 scripts/bench_peers.py --plan plan.json --json peers.json\n"
+          "  fp8sim bench --peers peers.json --json bench.json --md bench.md\n"
+          "  fp8sim bench --ops quantize,gemm --smoke\n"
+          "  fp8sim bench --from reports/h200/bench.json --md bench.md   # re-evaluate targets, no GPU"))
     return 0;
   bench::BenchOptions o;
   o.ops = split_list(ops);

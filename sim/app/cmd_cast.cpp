@@ -53,10 +53,12 @@ std::string show_float(float v) {
 // Boost treats "-0.5" as an option. Every token that is neither an option nor an option's
 // value is a VALUE: put them all, in order, behind "--".
 std::vector<std::string> protect_negative_values(const std::vector<std::string>& args) {
-  static const char* kTakesValue[] = {"--format", "-f", "--rounding", "-r", "--seed", "--in", "--out", "--input-dtype", "--chunk-elements"};
+  static const char* kTakesValue[] = {
+      "--format", "-f", "--rounding", "-r", "--seed", "--in", "--out", "--input-dtype", "--chunk-elements"};
   auto looks_negative_number = [](const std::string& a) {
     return a.size() > 1 && a[0] == '-' &&
-           (std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.' || a == "-inf" || a == "-nan" || a == "-infinity");
+           (std::isdigit(static_cast<unsigned char>(a[1])) || a[1] == '.' || a == "-inf" || a == "-nan" ||
+            a == "-infinity");
   };
   std::vector<std::string> opts, values;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -151,19 +153,19 @@ int run_cast(const std::vector<std::string>& raw_args) {
   std::string format = "e4m3", rounding = "nearest", in_path, out_path, in_dtype = "f32";
   std::string seed_text = "0", chunk_text = std::to_string(size_t{1} << 24);
   std::vector<std::string> values;
-  opts.add_options()
-      ("format,f", po::value(&format)->default_value("e4m3"), "target format: e4m3 (OCP E4M3FN) or e5m2")
-      ("no-saturate", "overflow to NaN (e4m3) / Inf (e5m2) instead of clamping to +-max (SATFINITE, the default)")
-      ("rounding,r", po::value(&rounding)->default_value("nearest"), "nearest (ties to even) or stochastic")
-      ("seed", po::value(&seed_text)->default_value("0"), "Philox seed for stochastic rounding (element i draws word i)")
-      ("decode", "inputs are fp8 codes (0..255 or 0x..): print / write their fp32 values")
-      ("in", po::value(&in_path), "bulk mode: raw little-endian input file (float32, or --input-dtype); - : stdin")
-      ("out", po::value(&out_path), "bulk mode: output file (uint8 codes, or float32 with --decode); - : stdout")
-      ("input-dtype", po::value(&in_dtype)->default_value("f32"),
-       "bulk input element type: f32, bf16 or fp16 (16-bit inputs are widened exactly: one rounding)")
-      ("chunk-elements", po::value(&chunk_text)->default_value(std::to_string(size_t{1} << 24)),
-       "bulk mode: elements per streamed chunk (memory is about 5 bytes x this; results do not depend on it)")
-      ("value", po::value(&values), "values to convert (positional)");
+  opts.add_options()("format,f", po::value(&format)->default_value("e4m3"), "target format: e4m3 (OCP E4M3FN) or e5m2")(
+      "no-saturate", "overflow to NaN (e4m3) / Inf (e5m2) instead of clamping to +-max (SATFINITE, the default)")(
+      "rounding,r", po::value(&rounding)->default_value("nearest"), "nearest (ties to even) or stochastic")(
+      "seed", po::value(&seed_text)->default_value("0"),
+      "Philox seed for stochastic rounding (element i draws word i)")(
+      "decode", "inputs are fp8 codes (0..255 or 0x..): print / write their fp32 values")(
+      "in", po::value(&in_path), "bulk mode: raw little-endian input file (float32, or --input-dtype); - : stdin")(
+      "out", po::value(&out_path), "bulk mode: output file (uint8 codes, or float32 with --decode); - : stdout")(
+      "input-dtype", po::value(&in_dtype)->default_value("f32"),
+      "bulk input element type: f32, bf16 or fp16 (16-bit inputs are widened exactly: one rounding)")(
+      "chunk-elements", po::value(&chunk_text)->default_value(std::to_string(size_t{1} << 24)),
+      "bulk mode: elements per streamed chunk (memory is about 5 bytes x this; results do not depend on it)")(
+      "value", po::value(&values), "values to convert (positional)");
   po::positional_options_description pos;
   pos.add("value", -1);
   po::variables_map vm;

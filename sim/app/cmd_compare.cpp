@@ -5,10 +5,10 @@
 #include <sstream>
 
 #include "sim/app/cli.hpp"
+#include "sim/app/gpu_api.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 #include "sim/compare/compare.hpp"
-#include "sim/app/gpu_api.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace fp8sim {
@@ -22,29 +22,29 @@ int run_compare_cmd(const std::vector<std::string>& args) {
   std::vector<std::string> ops_raw;
   int64_t step = -1;
   int max_tensors = 0;
-  opts.add_options()
-      ("trace", po::value(&trace), "the trace (HDF5; positional)")
-      ("ops", po::value(&ops_raw)->multitoken(), "cast, quantize, adamw, gemm (comma or space separated; default all)")
-      ("step", po::value(&step), "trace step to use (default: the step with the most tensors)")
-      ("max-tensors", po::value(&max_tensors), "at most this many tensors per role / parameters / layers (default all)")
-      ("json", po::value(&json_out), "write the comparison document (reports/h200/compare.json) here (- : stdout)")
-      ("md", po::value(&md_out), "write the Markdown report (reports/h200/compare.md) here (- : stdout)");
+  opts.add_options()("trace", po::value(&trace), "the trace (HDF5; positional)")(
+      "ops", po::value(&ops_raw)->multitoken(), "cast, quantize, adamw, gemm (comma or space separated; default all)")(
+      "step", po::value(&step), "trace step to use (default: the step with the most tensors)")(
+      "max-tensors", po::value(&max_tensors), "at most this many tensors per role / parameters / layers (default all)")(
+      "json", po::value(&json_out), "write the comparison document (reports/h200/compare.json) here (- : stdout)")(
+      "md", po::value(&md_out), "write the Markdown report (reports/h200/compare.md) here (- : stdout)");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
-  if (!cli::parse("compare", args, opts, pos, vm, "TRACE [--ops OP,...] [--json OUT] [--md OUT]",
-                  "Runs every op on the CPU reference and on the GPU over the real tensors of a trace and compares\n"
-                  "them element by element: casts (RNE SAT/NOSAT, stochastic, bf16 input), quantizers for every\n"
-                  "granularity and scale mode (per-tensor, row, column, 1xG, RxC blocks; fp32/pow2/E8M0/bf16\n"
-                  "scales; DE coat and robust; delayed scaling; stochastic rounding) with their dequantization, one\n"
-                  "AdamW step per parameter for every state recipe, and each linear layer's GEMM through cuBLASLt\n"
-                  "(BF16; FP8 per-tensor fast/split, row-wise, 1x128 x 128x128 blocks; E5M2 x E4M3 dgrad).\n"
-                  "Casts, quantizers, DE and the optimizer step must agree bit for bit (0 differing codes, scales,\n"
-                  "k, c, parameter bits); GEMMs must lie within the tolerance derived from K and the formats.\n"
-                  "Exit status 0 when everything agrees, 1 otherwise or without a GPU.\n"
-                  "Examples:\n"
-                  "  fp8sim compare traces/tiny-llama-s300.h5\n"
-                  "  fp8sim compare traces/tiny-llama-s300.h5 --ops quantize,adamw --json compare.json --md compare.md"))
+  if (!cli::parse(
+          "compare", args, opts, pos, vm, "TRACE [--ops OP,...] [--json OUT] [--md OUT]",
+          "Runs every op on the CPU reference and on the GPU over the real tensors of a trace and compares\n"
+          "them element by element: casts (RNE SAT/NOSAT, stochastic, bf16 input), quantizers for every\n"
+          "granularity and scale mode (per-tensor, row, column, 1xG, RxC blocks; fp32/pow2/E8M0/bf16\n"
+          "scales; DE coat and robust; delayed scaling; stochastic rounding) with their dequantization, one\n"
+          "AdamW step per parameter for every state recipe, and each linear layer's GEMM through cuBLASLt\n"
+          "(BF16; FP8 per-tensor fast/split, row-wise, 1x128 x 128x128 blocks; E5M2 x E4M3 dgrad).\n"
+          "Casts, quantizers, DE and the optimizer step must agree bit for bit (0 differing codes, scales,\n"
+          "k, c, parameter bits); GEMMs must lie within the tolerance derived from K and the formats.\n"
+          "Exit status 0 when everything agrees, 1 otherwise or without a GPU.\n"
+          "Examples:\n"
+          "  fp8sim compare traces/tiny-llama-s300.h5\n"
+          "  fp8sim compare traces/tiny-llama-s300.h5 --ops quantize,adamw --json compare.json --md compare.md"))
     return 0;
   if (trace.empty()) throw UsageError("no TRACE given (see 'fp8sim compare --help')");
   RunFiles files;
@@ -72,12 +72,14 @@ int run_compare_cmd(const std::vector<std::string>& args) {
   std::unique_ptr<compare::GpuOps> gpu;
   std::string why_not;
   if (const gpu_api::Api* api = gpu_api::load(&why_not)) gpu = api->make_gpu_ops();  // throws without a device
-  else throw Error(fmt::format("no usable CUDA device: {} (compare runs the CUDA kernels against the CPU reference)",
-                               why_not));
+  else
+    throw Error(
+        fmt::format("no usable CUDA device: {} (compare runs the CUDA kernels against the CPU reference)", why_not));
   const Json doc = compare::compare_trace(o, gpu.get());
   cli::print_table(compare::summary_header(), compare::summary_rows(doc));
   const Json& s = doc.at("summary");
-  fmt::print("{} of {} comparisons passed\n", s.at("entries").as_int() - s.at("failed").as_int(), s.at("entries").as_int());
+  fmt::print("{} of {} comparisons passed\n", s.at("entries").as_int() - s.at("failed").as_int(),
+             s.at("entries").as_int());
   if (json_id >= 0) files.write(json_id, doc.dump(2) + "\n");
   if (md_id >= 0) files.write(md_id, compare::render_markdown(doc));
   std::fflush(stdout);

@@ -33,10 +33,10 @@ std::string model_line(const Json& m) {
     return "?";
   };
   if (!m.contains("hidden_size")) return get("name");
-  std::string s = fmt::format("{}: hidden {}, ffn {}, {} layers, {}/{} heads (q/kv), vocab {}, {}, {}", get("name"),
-                              get("hidden_size"), get("intermediate_size"), get("num_hidden_layers"),
-                              get("num_attention_heads"), get("num_key_value_heads"), get("vocab_size"), get("norm"),
-                              get("activation"));
+  std::string s =
+      fmt::format("{}: hidden {}, ffn {}, {} layers, {}/{} heads (q/kv), vocab {}, {}, {}", get("name"),
+                  get("hidden_size"), get("intermediate_size"), get("num_hidden_layers"), get("num_attention_heads"),
+                  get("num_key_value_heads"), get("vocab_size"), get("norm"), get("activation"));
   if (const Json* t = m.find("tie_word_embeddings"); t && t->is_bool() && t->as_bool()) s += ", tied embeddings";
   return s;
 }
@@ -52,7 +52,8 @@ std::string training_line(const Json& t) {
     const Json* v = t.find(k);
     return v && v->is_string() ? v->as_string() : "";
   };
-  if (auto b = num("batch_size"), s = num("seq_len"); b && s) parts.push_back(fmt::format("batch {} x {} tokens", *b, *s));
+  if (auto b = num("batch_size"), s = num("seq_len"); b && s)
+    parts.push_back(fmt::format("batch {} x {} tokens", *b, *s));
   if (auto s = num("steps")) parts.push_back(fmt::format("{} steps", *s));
   if (auto p = num("params")) parts.push_back(fmt::format("{} parameters", *p));
   if (auto s = num("seed")) parts.push_back(fmt::format("seed {}", *s));
@@ -102,7 +103,7 @@ void check_filter_matches(const trace::TraceReader& r, const trace::Filter& f) {
   }
   if (f.role && none(trace::Filter{.role = f.role}))
     throw Error(fmt::format("--role {} matches no tensor: the trace holds roles {}", trace::role_name(*f.role),
-                                 some_of(values([](const auto& t) { return std::string(trace::role_name(t.role)); }))));
+                            some_of(values([](const auto& t) { return std::string(trace::role_name(t.role)); }))));
   if (f.layer && none(trace::Filter{.layer = f.layer})) {
     auto layers = values([](const auto& t) { return std::to_string(t.layer); });
     std::sort(layers.begin(), layers.end(), [](const auto& a, const auto& b) { return std::stoi(a) < std::stoi(b); });
@@ -116,8 +117,9 @@ void check_filter_matches(const trace::TraceReader& r, const trace::Filter& f) {
   if (!f.name_contains.empty() && none(trace::Filter{.name_contains = f.name_contains}))
     throw Error(fmt::format("--name {} matches no tensor name", f.name_contains));
   if (none(f))
-    throw Error("no tensor matches all the filters together (each one alone matches some; see "
-                     "'fp8sim info TRACE --summary')");
+    throw Error(
+        "no tensor matches all the filters together (each one alone matches some; see "
+        "'fp8sim info TRACE --summary')");
 }
 
 int run_info(const std::vector<std::string>& args) {
@@ -125,20 +127,20 @@ int run_info(const std::vector<std::string>& args) {
   std::string trace_path, json_out, role_s, op, name;
   int64_t step = -1;
   int layer = -2;
-  opts.add_options()
-      ("trace", po::value(&trace_path), "the trace (.h5), positional")
-      ("summary", "per-role totals only, no tensor lines")
-      ("step", po::value(&step), "only this step")
-      ("role", po::value(&role_s), "only this role: weight, grad, exp_avg, exp_avg_sq, activation, activation_grad")
-      ("layer", po::value(&layer), "only this block index (-1: outside the blocks)")
-      ("op", po::value(&op), "only this op (linear, norm, linear_input, norm_input, silu_input, ...)")
-      ("name", po::value(&name), "only tensors whose name contains this text")
-      ("json", po::value(&json_out), "also write the tree as JSON to this file (- : standard output, instead of "
-       "the text)");
+  opts.add_options()("trace", po::value(&trace_path), "the trace (.h5), positional")(
+      "summary", "per-role totals only, no tensor lines")("step", po::value(&step), "only this step")(
+      "role", po::value(&role_s), "only this role: weight, grad, exp_avg, exp_avg_sq, activation, activation_grad")(
+      "layer", po::value(&layer), "only this block index (-1: outside the blocks)")(
+      "op", po::value(&op), "only this op (linear, norm, linear_input, norm_input, silu_input, ...)")(
+      "name", po::value(&name), "only tensors whose name contains this text")(
+      "json", po::value(&json_out),
+      "also write the tree as JSON to this file (- : standard output, instead of "
+      "the text)");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
-  if (!cli::parse("info", args, opts, pos, vm, "TRACE [--summary] [--step S] [--role R] [--layer L] [--op OP] [--json OUT]",
+  if (!cli::parse("info", args, opts, pos, vm,
+                  "TRACE [--summary] [--step S] [--role R] [--layer L] [--op OP] [--json OUT]",
                   "Shows what a trace holds: the model and optimizer attributes, the grad window, and per\n"
                   "captured step the tensors by role with op, layer, dtype, shape, size and stored (compressed)\n"
                   "size. Like `h5ls -r`, but in the trace's own terms (schema: traces/FORMAT.md). A file that is\n"
@@ -207,9 +209,9 @@ int run_info(const std::vector<std::string>& args) {
   for (const Json& s : j.at("steps").as_array()) {
     fmt::print("\nstep {}{}  lr {}  loss {}  adamw_step {}  {} tensors, {} ({} stored)\n", s.at("step").as_int(),
                s.at("contents").as_string().empty() ? "" : " [" + s.at("contents").as_string() + "]",
-               num_or_dash(&s.at("lr"), "{:.4g}"), num_or_dash(&s.at("loss"), "{:.4f}"), num_or_dash(&s.at("adamw_step"), "{:g}"),
-               s.at("tensor_count").as_int(), human_bytes(s.at("bytes").as_number()),
-               human_bytes(s.at("stored_bytes").as_number()));
+               num_or_dash(&s.at("lr"), "{:.4g}"), num_or_dash(&s.at("loss"), "{:.4f}"),
+               num_or_dash(&s.at("adamw_step"), "{:g}"), s.at("tensor_count").as_int(),
+               human_bytes(s.at("bytes").as_number()), human_bytes(s.at("stored_bytes").as_number()));
     if (summary) {
       std::vector<std::vector<std::string>> rows;
       for (const Json& rj : s.at("roles").as_array()) {

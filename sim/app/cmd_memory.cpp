@@ -97,8 +97,8 @@ void print_compare(const Json& c) {
   std::vector<std::string> header = {"GiB per GPU"};
   for (const auto& d : recipes.as_array()) header.push_back(d.at("recipe").as_string());
   std::vector<std::vector<std::string>> rows;
-  const char* keys[] = {"weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "temporaries_gib",
-                        "other_gib", "peak_gib"};
+  const char* keys[] = {"weights_gib",     "gradients_gib", "optimizer_gib", "activations_gib",
+                        "temporaries_gib", "other_gib",     "peak_gib"};
   for (const char* k : keys) {
     std::vector<std::string> r = {std::string(k).substr(0, std::string(k).size() - 4)};
     for (const auto& d : recipes.as_array()) r.push_back(g2(d.at(k).as_number()));
@@ -141,8 +141,7 @@ void print_paper(const Json& p) {
     row.push_back(r.at("match").as_bool() ? "exact" : "MISS");
     rows.push_back(row);
   }
-  cli::print_table({"recipe", "RMSNorm", "SiLU&Mul", "RoPE", "FlashAttn", "Linear", "total", "+meta U", "match"},
-                   rows);
+  cli::print_table({"recipe", "RMSNorm", "SiLU&Mul", "RoPE", "FlashAttn", "Linear", "total", "+meta U", "match"}, rows);
   fmt::print("\nsame accounting with Llama-2-7B's real shapes (ffn 11008 = 2.6875 hidden):\n");
   rows.clear();
   for (const auto& r : p.at("table2").at("llama2_7b_rows").as_array()) {
@@ -157,17 +156,17 @@ void print_paper(const Json& p) {
   rows.clear();
   for (const auto& r : p.at("fig1c").as_array()) {
     const Json& pp = r.at("paper");
-    rows.push_back({r.at("recipe").as_string(),
-                    fmt::format("{:.2f} ({:.1f}) {}", r.at("weights_gib").as_number(), pp.at("weights_gib").as_number(),
-                                mark(r.at("weights_match"))),
-                    fmt::format("{:.2f} ({:.1f}) {}", r.at("gradients_gib").as_number(),
-                                pp.at("gradients_gib").as_number(), mark(r.at("gradients_match"))),
-                    fmt::format("{:.2f} ({:.1f}) {}", r.at("optimizer_gib").as_number(),
-                                pp.at("optimizer_gib").as_number(), mark(r.at("optimizer_match"))),
-                    fmt::format("{:.2f} {}", r.at("optimizer_states_gib").as_number(),
-                                mark(r.at("optimizer_states_match"))),
-                    fmt::format("{:.2f} ({:.1f})", r.at("activations_gib_batch2").as_number(),
-                                pp.at("activations_gib").as_number())});
+    rows.push_back(
+        {r.at("recipe").as_string(),
+         fmt::format("{:.2f} ({:.1f}) {}", r.at("weights_gib").as_number(), pp.at("weights_gib").as_number(),
+                     mark(r.at("weights_match"))),
+         fmt::format("{:.2f} ({:.1f}) {}", r.at("gradients_gib").as_number(), pp.at("gradients_gib").as_number(),
+                     mark(r.at("gradients_match"))),
+         fmt::format("{:.2f} ({:.1f}) {}", r.at("optimizer_gib").as_number(), pp.at("optimizer_gib").as_number(),
+                     mark(r.at("optimizer_match"))),
+         fmt::format("{:.2f} {}", r.at("optimizer_states_gib").as_number(), mark(r.at("optimizer_states_match"))),
+         fmt::format("{:.2f} ({:.1f})", r.at("activations_gib_batch2").as_number(),
+                     pp.at("activations_gib").as_number())});
   }
   cli::print_table({"recipe", "weights", "weight grads", "optimizer (all)", "optimizer codes only",
                     "activations @batch 2 (paper: batch not stated)"},
@@ -189,9 +188,9 @@ void print_paper(const Json& p) {
                               ? ""
                               : fmt::format(" (codes {:.2f} {} {})", r.at("optimizer_states_gib").as_number(),
                                             pct(r.at("optimizer_states_rel")), mark(r.at("optimizer_states_match")))),
-        oom ? "-" : fmt::format("{:.2f} / {} {} {}", r.at("activations_gib").as_number(),
-                                opt_num(pp.at("activations_gib")), pct(r.at("activations_rel")),
-                                mark(r.at("activations_match"))),
+        oom ? "-"
+            : fmt::format("{:.2f} / {} {} {}", r.at("activations_gib").as_number(), opt_num(pp.at("activations_gib")),
+                          pct(r.at("activations_rel")), mark(r.at("activations_match"))),
         fmt::format("{:.2f} / {} {} {}", r.at("peak_gib").as_number(), oom ? "OOM" : opt_num(pp.at("peak_gib")),
                     oom ? (r.at("fits").as_bool() ? "fits" : "OOM") : pct(r.at("peak_rel")),
                     oom ? mark(r.at("oom_match")) : mark(r.at("peak_match"))),
@@ -199,16 +198,17 @@ void print_paper(const Json& p) {
                     pp.at("max_batch").as_int(), mark(r.at("max_batch_pow2_match"))),
     });
   }
-  cli::print_table({"model GPUs x ctx, batch", "recipe", "optimizer GiB fp8sim / paper", "activations",
-                    "peak", "max batch pow2 (any) / paper"},
+  cli::print_table({"model GPUs x ctx, batch", "recipe", "optimizer GiB fp8sim / paper", "activations", "peak",
+                    "max batch pow2 (any) / paper"},
                    rows);
 }
 
 void print_validate(const Json& v) {
   const Json& c = v.at("config");
-  fmt::print("measured vs fp8sim: {} recipe {}, {} GPU(s), ZeRO-{}, micro-batch {} x {}{}\n\n", c.at("model").as_string(),
-             c.at("recipe").as_string(), c.at("gpus").as_int(), c.at("zero").as_int(), c.at("batch").as_int(),
-             c.at("seq").as_int(), v.contains("device") ? ", " + v.at("device").as_string() : "");
+  fmt::print("measured vs fp8sim: {} recipe {}, {} GPU(s), ZeRO-{}, micro-batch {} x {}{}\n\n",
+             c.at("model").as_string(), c.at("recipe").as_string(), c.at("gpus").as_int(), c.at("zero").as_int(),
+             c.at("batch").as_int(), c.at("seq").as_int(),
+             v.contains("device") ? ", " + v.at("device").as_string() : "");
   std::vector<std::vector<std::string>> rows;
   for (const auto& r : v.at("rows").as_array())
     rows.push_back({r.at("component").as_string(), fmt::format("{:.3f}", r.at("measured_gib").as_number()),
@@ -223,24 +223,26 @@ int run_memory(const std::vector<std::string>& args) {
   int64_t gpus = 1, batch = 1, seq = 2048;
   int zero = 3;
   double gpu_mem = memory::kH100GiB;
-  opts.add_options()
-      ("model,m", po::value(&model_name), "model: a name from models/ (see --list-models) or a JSON config file")
-      ("recipe,r", po::value(&recipe)->default_value("bf16"), "bf16 | te | coat | fp8lm | deepseek")
-      ("gpus,g", po::value(&gpus)->default_value(1), "data-parallel GPUs N (sharding degree)")
-      ("batch,b", po::value(&batch)->default_value(1), "micro-batch per GPU")
-      ("seq,s", po::value(&seq)->default_value(2048), "sequence length (tokens)")
-      ("zero,z", po::value(&zero)->default_value(3),
-       "sharding: 0 = DDP, 1 = ZeRO-1 (optimizer + master), 2 = ZeRO-2 (+ grads), 3 = ZeRO-3 / FSDP (+ params)")
-      ("checkpointing", "full activation checkpointing of every decoder layer")
-      ("free-grads", "gradients are freed between steps (zero_grad(set_to_none=True)): not resident in forward/backward")
-      ("gpu-mem-gib", po::value(&gpu_mem)->default_value(memory::kH100GiB, "79.65"),
-       "GPU memory budget in GiB for 'fits' and the max batch (default: H100 80GB, 81559 MiB)")
-      ("compare", "all recipes side by side with BF16/recipe ratios")
-      ("detail", "also print one layer's saved tensors and their Table 2 units")
-      ("paper", "COAT's Table 2, Figure 1(c) and Table 7 beside fp8sim's numbers")
-      ("validate", po::value(&validate_path), "compare fp8sim against a measurement JSON from scripts/measure_memory.py")
-      ("list-models", "list the model configs in models/")
-      ("json", po::value(&json_out), "also write the JSON document to this file (atomically; - : stdout)");
+  opts.add_options()("model,m", po::value(&model_name),
+                     "model: a name from models/ (see --list-models) or a JSON config file")(
+      "recipe,r", po::value(&recipe)->default_value("bf16"), "bf16 | te | coat | fp8lm | deepseek")(
+      "gpus,g", po::value(&gpus)->default_value(1), "data-parallel GPUs N (sharding degree)")(
+      "batch,b", po::value(&batch)->default_value(1), "micro-batch per GPU")(
+      "seq,s", po::value(&seq)->default_value(2048), "sequence length (tokens)")(
+      "zero,z", po::value(&zero)->default_value(3),
+      "sharding: 0 = DDP, 1 = ZeRO-1 (optimizer + master), 2 = ZeRO-2 (+ grads), 3 = ZeRO-3 / FSDP (+ params)")(
+      "checkpointing", "full activation checkpointing of every decoder layer")(
+      "free-grads",
+      "gradients are freed between steps (zero_grad(set_to_none=True)): not resident in forward/backward")(
+      "gpu-mem-gib", po::value(&gpu_mem)->default_value(memory::kH100GiB, "79.65"),
+      "GPU memory budget in GiB for 'fits' and the max batch (default: H100 80GB, 81559 MiB)")(
+      "compare", "all recipes side by side with BF16/recipe ratios")(
+      "detail", "also print one layer's saved tensors and their Table 2 units")(
+      "paper", "COAT's Table 2, Figure 1(c) and Table 7 beside fp8sim's numbers")(
+      "validate", po::value(&validate_path),
+      "compare fp8sim against a measurement JSON from scripts/measure_memory.py")("list-models",
+                                                                                  "list the model configs in models/")(
+      "json", po::value(&json_out), "also write the JSON document to this file (atomically; - : stdout)");
   po::variables_map vm;
   if (!cli::parse(
           "memory", args, opts, {}, vm,
@@ -274,9 +276,9 @@ int run_memory(const std::vector<std::string>& args) {
     Json arr = Json::array();
     for (const auto& n : model::list_models()) {
       const model::ModelConfig m = model::load_model(n);
-      rows.push_back({n, m.display_name, fmt::format("{:.3f} B", m.param_count() / 1e9),
-                      fmt::format("{}", m.hidden), fmt::format("{}", m.ffn), fmt::format("{}", m.layers),
-                      fmt::format("{}/{}", m.heads, m.kv_heads), fmt::format("{}", m.vocab)});
+      rows.push_back({n, m.display_name, fmt::format("{:.3f} B", m.param_count() / 1e9), fmt::format("{}", m.hidden),
+                      fmt::format("{}", m.ffn), fmt::format("{}", m.layers), fmt::format("{}/{}", m.heads, m.kv_heads),
+                      fmt::format("{}", m.vocab)});
       arr.push_back(model::model_to_json(m));
     }
     cli::print_table({"name", "model", "params", "hidden", "ffn", "layers", "heads/kv", "vocab"}, rows);

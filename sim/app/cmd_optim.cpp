@@ -44,9 +44,10 @@ void print_table1(const Json& doc) {
     return rows;
   };
   const Json& snap = doc.at("moments");
-  fmt::print("\nTable 1: MSE of the AdamW direction r = m_hat/(sqrt(v_hat)+eps) on this trace's moments ({} parameters, "
-             "{} elements, AdamW step {})\n",
-             snap.at("params").as_int(), snap.at("elements").as_int(), num(snap.at("adamw_step"), "{:.0f}"));
+  fmt::print(
+      "\nTable 1: MSE of the AdamW direction r = m_hat/(sqrt(v_hat)+eps) on this trace's moments ({} parameters, "
+      "{} elements, AdamW step {})\n",
+      snap.at("params").as_int(), snap.at("elements").as_int(), num(snap.at("adamw_step"), "{:.0f}"));
   cli::print_table(header, block(ours, "{:.4g}"));
   fmt::print("\nThe same over the elements whose nonzero v did not flush to 0 (see 'v flushed' below)\n");
   cli::print_table(header, block(doc.at("table1_details").at("mse_without_flushed_v"), "{:.4g}"));
@@ -89,23 +90,23 @@ int run_optim(const std::vector<std::string>& args) {
   int steps = 0, threads = 0;
   int64_t table1_step = -1;
   std::string seed_text = "0";
-  opts.add_options()
-      ("recipe,r", po::value(&recipes)->composing(),
-       "state recipe for the drift and memory tables (repeatable): fp32, bf16, coat, coat-noexpand, te-fp8, fp8lm, "
-       "or m=SPEC,v=SPEC with SPEC fp32 or a quantization spec. Default: coat coat-noexpand te-fp8 fp8lm bf16")
-      ("steps,n", po::value(&steps)->default_value(0), "drift steps from the window start (0 = the whole window)")
-      ("json", po::value(&json_out), "write the full result as JSON (atomically; - : stdout)")
-      ("update", po::value(&update)->default_value("coat"),
-       "AdamW update rule of the drift runs: coat (COAT's kernel formula) or torch (torch.optim.AdamW's order)")
-      ("rounding", po::value(&rounding)->default_value("nearest"), "FP8 moments: nearest or stochastic")
-      ("seed", po::value(&seed_text)->default_value("0"), "Philox seed for --rounding stochastic")
-      ("no-table1", "skip COAT's Table 1")
-      ("table1-step", po::value(&table1_step), "trace step whose moments feed Table 1 and the memory table "
-       "(default: the step with the most captured moments)")
-      ("no-drift", "skip the multi-step drift runs")
-      ("threads", po::value(&threads)->default_value(0), "OpenMP threads (0 = all)")
-      ("list-recipes", "list the state recipe presets and exit")
-      ("trace", po::value(&trace), "HDF5 trace with a grad window (positional)");
+  opts.add_options()(
+      "recipe,r", po::value(&recipes)->composing(),
+      "state recipe for the drift and memory tables (repeatable): fp32, bf16, coat, coat-noexpand, te-fp8, fp8lm, "
+      "or m=SPEC,v=SPEC with SPEC fp32 or a quantization spec. Default: coat coat-noexpand te-fp8 fp8lm bf16")(
+      "steps,n", po::value(&steps)->default_value(0), "drift steps from the window start (0 = the whole window)")(
+      "json", po::value(&json_out), "write the full result as JSON (atomically; - : stdout)")(
+      "update", po::value(&update)->default_value("coat"),
+      "AdamW update rule of the drift runs: coat (COAT's kernel formula) or torch (torch.optim.AdamW's order)")(
+      "rounding", po::value(&rounding)->default_value("nearest"), "FP8 moments: nearest or stochastic")(
+      "seed", po::value(&seed_text)->default_value("0"), "Philox seed for --rounding stochastic")(
+      "no-table1", "skip COAT's Table 1")("table1-step", po::value(&table1_step),
+                                          "trace step whose moments feed Table 1 and the memory table "
+                                          "(default: the step with the most captured moments)")(
+      "no-drift", "skip the multi-step drift runs")("threads", po::value(&threads)->default_value(0),
+                                                    "OpenMP threads (0 = all)")(
+      "list-recipes", "list the state recipe presets and exit")("trace", po::value(&trace),
+                                                                "HDF5 trace with a grad window (positional)");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
@@ -177,12 +178,12 @@ int run_optim(const std::vector<std::string>& args) {
 
   const Json& rp = doc.at("fp32_replay");
   if (rp.contains("max_rel_err"))
-    fmt::print("\nfp32 replay (torch's rule) vs the captured end-of-window weights: max rel err {}, max abs err {} "
-               "({} of the largest weight change), {} of elements differ (torch's CPU sqrt is not correctly rounded)\n",
-               num(rp.at("max_rel_err")), num(rp.at("max_abs_err")), num(rp.at("max_abs_err_over_max_move")),
-               num(rp.at("mismatch_frac")));
-  else
-    fmt::print("\nfp32 replay skipped: {}\n", rp.at("skipped").as_string());
+    fmt::print(
+        "\nfp32 replay (torch's rule) vs the captured end-of-window weights: max rel err {}, max abs err {} "
+        "({} of the largest weight change), {} of elements differ (torch's CPU sqrt is not correctly rounded)\n",
+        num(rp.at("max_rel_err")), num(rp.at("max_abs_err")), num(rp.at("max_abs_err_over_max_move")),
+        num(rp.at("mismatch_frac")));
+  else fmt::print("\nfp32 replay skipped: {}\n", rp.at("skipped").as_string());
 
   std::vector<std::vector<std::string>> mrows;
   for (const Json& e : doc.at("memory").as_array())

@@ -55,43 +55,45 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::string spec_text, in_path, out_path, json_path, codes_prefix, dtype = "auto";
   int threads = 0;
-  opts.add_options()
-      ("spec,s", po::value(&spec_text), "quantization spec FORMAT:GRANULARITY[:KEY=VALUE...] or an alias (required)")
-      ("in,i", po::value(&in_path), "input .npy (float32; float16; bfloat16 as ml_dtypes '<V2' or raw uint16 + --dtype); "
-       "- : standard input")
-      ("out,o", po::value(&out_path), "output .npy: the dequantized tensor, float32, same shape (- : stdout); "
-       "without --out only the metrics are printed")
-      ("json", po::value(&json_path), "write the metrics (and DE histogram / per-group k) as JSON (- : stdout)")
-      ("codes", po::value(&codes_prefix),
-       "also write PREFIX.codes.npy (uint8 codes, or uint16 for bf16/fp16), PREFIX.scales.npy (float32 value of each "
-       "stored scale, shape = group grid) and with DE PREFIX.k.npy, PREFIX.c.npy")
-      ("dtype", po::value(&dtype)->default_value("auto"), "how to read the input: auto, f32, bf16 or fp16")
-      ("threads", po::value(&threads)->default_value(0), "worker threads (0: all cores)");
+  opts.add_options()("spec,s", po::value(&spec_text),
+                     "quantization spec FORMAT:GRANULARITY[:KEY=VALUE...] or an alias (required)")(
+      "in,i", po::value(&in_path),
+      "input .npy (float32; float16; bfloat16 as ml_dtypes '<V2' or raw uint16 + --dtype); "
+      "- : standard input")("out,o", po::value(&out_path),
+                            "output .npy: the dequantized tensor, float32, same shape (- : stdout); "
+                            "without --out only the metrics are printed")(
+      "json", po::value(&json_path), "write the metrics (and DE histogram / per-group k) as JSON (- : stdout)")(
+      "codes", po::value(&codes_prefix),
+      "also write PREFIX.codes.npy (uint8 codes, or uint16 for bf16/fp16), PREFIX.scales.npy (float32 value of each "
+      "stored scale, shape = group grid) and with DE PREFIX.k.npy, PREFIX.c.npy")(
+      "dtype", po::value(&dtype)->default_value("auto"), "how to read the input: auto, f32, bf16 or fp16")(
+      "threads", po::value(&threads)->default_value(0), "worker threads (0: all cores)");
   po::positional_options_description pos;
   po::variables_map vm;
-  if (!cli::parse("quantize", args, opts, pos, vm, "--spec SPEC --in X.npy [--out Y.npy] [--json STATS.json] [--codes PREFIX]",
-                  "Quantizes a tensor through a spec (format, granularity, scale mode, dynamic range expansion,\n"
-                  "delayed scaling, rounding, saturation), writes the dequantized tensor (--out) and prints the error:\n"
-                  "mse, nmse (relative L2), snr_db, max_abs_err, max_rel_err, cosine, underflow_frac (nonzeros\n"
-                  "flushed to zero), saturated_frac (|x/s| above the format's max).\n"
-                  "Spec: FORMAT:GRANULARITY[:KEY=VALUE...]  FORMAT e4m3|e5m2|bf16|fp16, GRANULARITY tensor|row|col|\n"
-                  "gN (1xN groups along the last dim)|bRxC (blocks); keys scale=fp32|pow2|e8m0|bf16|none, eps=E,\n"
-                  "eps_add=fp32|fp64, de=coat|robust, de_target=e4m3|e5m2, delayed=H[,max|recent][,margin=M]\n"
-                  "(a single tensor sees one step of it), round=nearest|stochastic, seed=N, sat=finite|none;\n"
-                  "how a peer computes: amax_floor=F, scale_div=ieee|rcp|fdiv (amax/fmax as an IEEE division,\n"
-                  "times RN(1/fmax), or the GPU's div.full), apply=div|rcp|fdiv|mul (x/s, x*RN(1/s), div.full,\n"
-                  "TE's x*fmax/amax), mx=rceil|floor|ceil|even (E8M0 rounding), de_min=nonzero|kernel.\n"
-                  "Aliases named after a peer reproduce its kernel bit for bit on finite inputs (docs/numerics.md):\n"
-                  "deepseek-act, deepseek-w (+ -ue8m0), te-current, te-current-pow2, te-delayed, te-mxfp8,\n"
-                  "torchao-mxfp8 (FLOOR), torchao-mxfp8-rceil, coat-act, coat-w, coat-opt, coat-opt-noexpand;\n"
-                  "mxfp8 and mxfp8-e5m2 are OCP MXFP8 as TE rounds it. bf16/fp16 store 16-bit values, unscaled\n"
-                  "unless scale=fp32|pow2.\n"
-                  "NaN inputs give NaN codes, +-Inf saturate; scales use the finite elements only.\n"
-                  "Examples:\n"
-                  "  fp8sim quantize --spec e4m3:g128 --in x.npy --out xq.npy\n"
-                  "  fp8sim quantize --spec e4m3:g128:de=coat --in m.npy --out mq.npy --json m.json\n"
-                  "  fp8sim quantize --spec mxfp8 --in w.npy --out wq.npy --codes w_mx\n"
-                  "  fp8sim quantize --spec e4m3:g16:scale=bf16 --in act_bf16.npy --dtype bf16 --out a.npy"))
+  if (!cli::parse(
+          "quantize", args, opts, pos, vm, "--spec SPEC --in X.npy [--out Y.npy] [--json STATS.json] [--codes PREFIX]",
+          "Quantizes a tensor through a spec (format, granularity, scale mode, dynamic range expansion,\n"
+          "delayed scaling, rounding, saturation), writes the dequantized tensor (--out) and prints the error:\n"
+          "mse, nmse (relative L2), snr_db, max_abs_err, max_rel_err, cosine, underflow_frac (nonzeros\n"
+          "flushed to zero), saturated_frac (|x/s| above the format's max).\n"
+          "Spec: FORMAT:GRANULARITY[:KEY=VALUE...]  FORMAT e4m3|e5m2|bf16|fp16, GRANULARITY tensor|row|col|\n"
+          "gN (1xN groups along the last dim)|bRxC (blocks); keys scale=fp32|pow2|e8m0|bf16|none, eps=E,\n"
+          "eps_add=fp32|fp64, de=coat|robust, de_target=e4m3|e5m2, delayed=H[,max|recent][,margin=M]\n"
+          "(a single tensor sees one step of it), round=nearest|stochastic, seed=N, sat=finite|none;\n"
+          "how a peer computes: amax_floor=F, scale_div=ieee|rcp|fdiv (amax/fmax as an IEEE division,\n"
+          "times RN(1/fmax), or the GPU's div.full), apply=div|rcp|fdiv|mul (x/s, x*RN(1/s), div.full,\n"
+          "TE's x*fmax/amax), mx=rceil|floor|ceil|even (E8M0 rounding), de_min=nonzero|kernel.\n"
+          "Aliases named after a peer reproduce its kernel bit for bit on finite inputs (docs/numerics.md):\n"
+          "deepseek-act, deepseek-w (+ -ue8m0), te-current, te-current-pow2, te-delayed, te-mxfp8,\n"
+          "torchao-mxfp8 (FLOOR), torchao-mxfp8-rceil, coat-act, coat-w, coat-opt, coat-opt-noexpand;\n"
+          "mxfp8 and mxfp8-e5m2 are OCP MXFP8 as TE rounds it. bf16/fp16 store 16-bit values, unscaled\n"
+          "unless scale=fp32|pow2.\n"
+          "NaN inputs give NaN codes, +-Inf saturate; scales use the finite elements only.\n"
+          "Examples:\n"
+          "  fp8sim quantize --spec e4m3:g128 --in x.npy --out xq.npy\n"
+          "  fp8sim quantize --spec e4m3:g128:de=coat --in m.npy --out mq.npy --json m.json\n"
+          "  fp8sim quantize --spec mxfp8 --in w.npy --out wq.npy --codes w_mx\n"
+          "  fp8sim quantize --spec e4m3:g16:scale=bf16 --in act_bf16.npy --dtype bf16 --out a.npy"))
     return 0;
   if (spec_text.empty()) throw UsageError("--spec is required (see 'fp8sim quantize --help')");
   if (in_path.empty()) throw UsageError("--in is required (a .npy file, or - for standard input)");
@@ -105,8 +107,7 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
   const int json_id = vm.count("json") ? files.output("--json", json_path) : -1;
   auto stage_npy = [&](const std::string& path, NpyDtype dt, std::vector<int64_t> shape, const void* data,
                        size_t bytes) {
-    files.write(files.output("--codes", path),
-                [=](AtomicFile& f) { write_npy_to(f, dt, shape, data, bytes); });
+    files.write(files.output("--codes", path), [=](AtomicFile& f) { write_npy_to(f, dt, shape, data, bytes); });
   };
 
   const QuantSpec spec = QuantSpec::parse(spec_text);
@@ -134,8 +135,8 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
     });
   if (!codes_prefix.empty()) {
     const QuantizedTensor& q = r.q;
-    stage_npy(codes_prefix + ".codes.npy", q.spec.is_16bit() ? NpyDtype::U16 : NpyDtype::U8, in.shape,
-              q.codes.data(), q.codes.size());
+    stage_npy(codes_prefix + ".codes.npy", q.spec.is_16bit() ? NpyDtype::U16 : NpyDtype::U8, in.shape, q.codes.data(),
+              q.codes.size());
     if (!q.spec.is_passthrough()) {
       const std::vector<int64_t> grid{q.geometry.grid_rows, q.geometry.grid_cols};
       stage_npy(codes_prefix + ".scales.npy", NpyDtype::F32, grid, q.scales.data(), q.scales.size() * 4);
@@ -165,9 +166,10 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
   };
   if (s.nonfinite) rows.push_back({"nonfinite inputs", fmt::format("{}", s.nonfinite)});
   if (const Json* ex = r.json.find("expand")) {
-    rows.push_back({"k min/mean/max", fmt::format("{} / {} / {}", num(ex->at("k_min").is_null() ? NAN : ex->at("k_min").as_number()),
-                                                  num(ex->at("k_mean").is_null() ? NAN : ex->at("k_mean").as_number()),
-                                                  num(ex->at("k_max").is_null() ? NAN : ex->at("k_max").as_number()))});
+    rows.push_back({"k min/mean/max",
+                    fmt::format("{} / {} / {}", num(ex->at("k_min").is_null() ? NAN : ex->at("k_min").as_number()),
+                                num(ex->at("k_mean").is_null() ? NAN : ex->at("k_mean").as_number()),
+                                num(ex->at("k_max").is_null() ? NAN : ex->at("k_max").as_number()))});
     if (spec.expand == ExpandMode::Robust)
       rows.push_back({"fallback groups", fmt::format("{}", ex->at("fallback_groups").as_int())});
   }

@@ -78,25 +78,27 @@ int run_report_cmd(const std::vector<std::string>& args) {
   std::vector<std::string> recipes;
   int gpus = 4, batch = 2, seq = 2048;
   const report::ReportOptions defaults;
-  opts.add_options()
-      ("trace", po::value(&trace), "HDF5 trace (positional; default: the committed sample under traces/)")
-      ("model", po::value(&model)->default_value(defaults.model),
-       "model for the memory and speed sections: a models/NAME.json name or a JSON file")
-      ("recipes", po::value(&recipes)->multitoken(),
-       "recipes to compare, comma- or space-separated (default: bf16,te,coat,fp8lm,deepseek)")
-      ("gpus", po::value(&gpus)->default_value(defaults.gpus), "data-parallel GPUs (FSDP) for memory and speed")
-      ("batch", po::value(&batch)->default_value(defaults.batch), "micro-batch per GPU for memory and speed")
-      ("seq", po::value(&seq)->default_value(defaults.seq), "sequence length for memory and speed")
-      ("out", po::value(&out)->default_value(defaults.out_dir.string()),
-       "report folder (created; an earlier report there is replaced only when the new one is complete)")
-      ("no-plots", "skip the plots (tables only; the report says so)")
-      ("keep-going", "write the report even when a section fails with an error (the section shows the error; "
-                     "exit status 0). Without it such a failure ends the run with status 1 naming the section, "
-                     "and no report is written. A section that is unavailable (no GPU) is never a failure");
+  opts.add_options()("trace", po::value(&trace),
+                     "HDF5 trace (positional; default: the committed sample under traces/)")(
+      "model", po::value(&model)->default_value(defaults.model),
+      "model for the memory and speed sections: a models/NAME.json name or a JSON file")(
+      "recipes", po::value(&recipes)->multitoken(),
+      "recipes to compare, comma- or space-separated (default: bf16,te,coat,fp8lm,deepseek)")(
+      "gpus", po::value(&gpus)->default_value(defaults.gpus), "data-parallel GPUs (FSDP) for memory and speed")(
+      "batch", po::value(&batch)->default_value(defaults.batch), "micro-batch per GPU for memory and speed")(
+      "seq", po::value(&seq)->default_value(defaults.seq), "sequence length for memory and speed")(
+      "out", po::value(&out)->default_value(defaults.out_dir.string()),
+      "report folder (created; an earlier report there is replaced only when the new one is complete)")(
+      "no-plots", "skip the plots (tables only; the report says so)")(
+      "keep-going",
+      "write the report even when a section fails with an error (the section shows the error; "
+      "exit status 0). Without it such a failure ends the run with status 1 naming the section, "
+      "and no report is written. A section that is unavailable (no GPU) is never a failure");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
-  if (!cli::parse("report", args, opts, pos, vm, "[TRACE] [--model NAME] [--recipes R,...] [--gpus N] [--out DIR] [--no-plots] [--keep-going]",
+  if (!cli::parse("report", args, opts, pos, vm,
+                  "[TRACE] [--model NAME] [--recipes R,...] [--gpus N] [--out DIR] [--no-plots] [--keep-going]",
                   "Runs every analysis fp8sim has on one trace and one model and writes a report folder:\n"
                   "  report.json   everything, machine-readable (each subcommand's full document under `data`)\n"
                   "  report.md     the report as Markdown, linking the PNG plots beside it\n"

@@ -55,20 +55,21 @@ std::string f(double v, int digits = 2) { return fmt::format("{:.{}f}", v, digit
 void print_report(const Json& doc, bool show_ops) {
   const Json& model = doc.at("model");
   fmt::print("{}\n\n", doc.at("timing").at("statement").as_string());
-  fmt::print("model {} ({} layers, {:.2f} B params), seq {}, {} GPU(s), grad-accum {}\n",
-             model.at("name").as_string(), model.at("layers").as_int(), model.at("params").as_number() / 1e9,
-             doc.at("seq").as_int(), doc.at("gpus").as_int(), doc.at("grad_accum").as_int());
+  fmt::print("model {} ({} layers, {:.2f} B params), seq {}, {} GPU(s), grad-accum {}\n", model.at("name").as_string(),
+             model.at("layers").as_int(), model.at("params").as_number() / 1e9, doc.at("seq").as_int(),
+             doc.at("gpus").as_int(), doc.at("grad_accum").as_int());
   if (const Json* cm = doc.at("timing").find("comm_model")) fmt::print("{}\n", cm->as_string());
   fmt::print("\n");
   std::vector<std::vector<std::string>> rows;
   for (const Json& r : doc.at("recipes").as_array()) {
     const Json& b = r.at("breakdown_ms");
-    rows.push_back({r.at("recipe").as_string(), std::to_string(r.at("batch").as_int()), f(r.at("layer_fwd_ms").as_number(), 3),
-                    f(r.at("layer_bwd_ms").as_number(), 3), f(b.at("gemm").as_number(), 1), f(b.at("attention").as_number(), 1),
+    rows.push_back({r.at("recipe").as_string(), std::to_string(r.at("batch").as_int()),
+                    f(r.at("layer_fwd_ms").as_number(), 3), f(r.at("layer_bwd_ms").as_number(), 3),
+                    f(b.at("gemm").as_number(), 1), f(b.at("attention").as_number(), 1),
                     f(b.at("quantize").as_number(), 1), f(b.at("nonlinear").as_number(), 1),
-                    f(r.at("optimizer_ms").as_number() + r.at("weight_cast_ms").as_number(), 1), f(r.at("comm_ms").as_number(), 1),
-                    f(r.at("step_ms").as_number(), 1), f(r.at("tokens_per_s_per_gpu").as_number(), 0),
-                    f(r.at("speedup_vs_bf16").as_number(), 3) + "x"});
+                    f(r.at("optimizer_ms").as_number() + r.at("weight_cast_ms").as_number(), 1),
+                    f(r.at("comm_ms").as_number(), 1), f(r.at("step_ms").as_number(), 1),
+                    f(r.at("tokens_per_s_per_gpu").as_number(), 0), f(r.at("speedup_vs_bf16").as_number(), 3) + "x"});
   }
   cli::print_table({"recipe", "batch", "layer fwd ms", "layer bwd ms", "gemm", "attn", "quant", "nonlin", "opt+cast",
                     "comm", "step ms", "tok/s/GPU", "vs BF16"},
@@ -86,8 +87,9 @@ void print_report(const Json& doc, bool show_ops) {
           dims += std::to_string(d.as_int());
         }
         const Json* tf = op.find("tflops");
-        kr.push_back({op.at("name").as_string(), op.at("phase").as_string(), op.at("kind").as_string() + " " + op.at("variant").as_string(),
-                      dims, f(op.at("ms").as_number(), 4), fmt::format("{:g}", op.at("count").as_number()),
+        kr.push_back({op.at("name").as_string(), op.at("phase").as_string(),
+                      op.at("kind").as_string() + " " + op.at("variant").as_string(), dims,
+                      f(op.at("ms").as_number(), 4), fmt::format("{:g}", op.at("count").as_number()),
                       tf ? f(tf->as_number(), 0) + " TFLOP/s" : f(op.at("gbps").as_number(), 0) + " GB/s",
                       op.at("source").as_string() == "measured" ? "measured" : "fitted"});
       }
@@ -98,14 +100,15 @@ void print_report(const Json& doc, bool show_ops) {
     fmt::print("\nFigure 4(b): per-tensor max of a BF16 tensor, just-in-time pass vs Group Scaling\n");
     std::vector<std::vector<std::string>> fr;
     for (const Json& r : fb->as_array())
-      fr.push_back({fmt::format("{}x{}", r.at("rows").as_int(), r.at("cols").as_int()), f(r.at("jit_amax_ms").as_number(), 3),
-                    f(r.at("group_stage1_overhead_ms").as_number(), 3), f(r.at("group_stage2_ms").as_number(), 3),
-                    f(r.at("group_scaling_ms").as_number(), 3), f(r.at("speedup").as_number(), 1) + "x",
-                    num_or_dash(r.find("torch_eager_amax_ms"), "{:.3f}"),
-                    fmt::format("{:.2f} -> {:.2f}", r.at("paper_h100_jit_ms").as_number(), r.at("paper_h100_group_ms").as_number())});
-    cli::print_table({"tensor", "JIT ms", "stage1 extra", "stage2 ms", "group ms", "JIT/group", "torch amax ms",
-                      "paper H100 ms"},
-                     fr);
+      fr.push_back({fmt::format("{}x{}", r.at("rows").as_int(), r.at("cols").as_int()),
+                    f(r.at("jit_amax_ms").as_number(), 3), f(r.at("group_stage1_overhead_ms").as_number(), 3),
+                    f(r.at("group_stage2_ms").as_number(), 3), f(r.at("group_scaling_ms").as_number(), 3),
+                    f(r.at("speedup").as_number(), 1) + "x", num_or_dash(r.find("torch_eager_amax_ms"), "{:.3f}"),
+                    fmt::format("{:.2f} -> {:.2f}", r.at("paper_h100_jit_ms").as_number(),
+                                r.at("paper_h100_group_ms").as_number())});
+    cli::print_table(
+        {"tensor", "JIT ms", "stage1 extra", "stage2 ms", "group ms", "JIT/group", "torch amax ms", "paper H100 ms"},
+        fr);
   }
   if (const Json* t = doc.find("table7")) {
     fmt::print("\nCOAT Table 7 rows (paper: H100, FSDP; predicted: this calibration's GPU, kernels only{})\n",
@@ -116,8 +119,9 @@ void print_report(const Json& doc, bool show_ops) {
                      tr);
   }
   if (const Json* v = doc.find("validation")) {
-    fmt::print("\nValidation: BF16 layer forward+backward, fp8sim vs PyTorch ({})\n",
-               v->at("torch_version").is_string() ? "torch " + v->at("torch_version").as_string() : std::string("torch"));
+    fmt::print(
+        "\nValidation: BF16 layer forward+backward, fp8sim vs PyTorch ({})\n",
+        v->at("torch_version").is_string() ? "torch " + v->at("torch_version").as_string() : std::string("torch"));
     std::vector<std::vector<std::string>> vr;
     for (const Json& r : v->at("rows").as_array())
       vr.push_back({fmt::format("{} b{} s{}", r.at("model").as_string(), r.at("batch").as_int(), r.at("seq").as_int()),
@@ -139,43 +143,45 @@ int run_speed(const std::vector<std::string>& args) {
   int64_t seq = 2048, gpus = 1, accum = 1;
   double link = 360;
   int reps = 10, warmup = 3;
-  opts.add_options()
-      ("model,m", po::value(&model)->default_value("llama2-7b"), "model name (models/NAME.json) or a model JSON path")
-      ("batch,b", po::value(&batch)->default_value("1"),
-       "micro-batch per GPU: one number, or per recipe as bf16=2,te=2,coat=4")
-      ("seq,s", po::value(&seq)->default_value(2048), "sequence length")
-      ("recipes,r", po::value(&recipes)->default_value("bf16,te,coat"), "comma-separated recipes: bf16, te, coat")
-      ("gpus,g", po::value(&gpus)->default_value(1), "FSDP data-parallel GPUs (shards the optimizer step)")
-      ("grad-accum", po::value(&accum)->default_value(1), "micro-batches per optimizer step")
-      ("calibration", po::value(&calib), "model from this calibration file even when a GPU is present "
-       "(default without a GPU: reports/h200/calibration.json)")
-      ("torch-times", po::value(&torch_times), "measuring run: PyTorch SDPA/AdamW/layer times from "
-       "scripts/torch_layer_time.py")
-      ("write-calibration", po::value(&write_cal), "measuring run: merge this run's kernel times into FILE")
-      ("table7", "add COAT Table 7's rows (Llama-2-7B/13B, LLaMA-30B) beside the paper's throughput")
-      ("no-fig4b", "leave out the Figure 4(b) table")
-      ("fsdp-comm", po::value(&fsdp)->default_value("none"), "FSDP communication model: none, serial or overlap")
-      ("link-gbps", po::value(&link)->default_value(360), "bus bandwidth the FSDP model assumes, GB/s")
-      ("reps", po::value(&reps)->default_value(10), "measuring run: timed repetitions per kernel")
-      ("warmup", po::value(&warmup)->default_value(3), "measuring run: untimed warm-up launches per kernel")
-      ("ops", "print every kernel of every recipe")
-      ("json", po::value(&json_out), "write the whole result as JSON to FILE (- : stdout)")
-      ("markdown", po::value(&md_out), "write the result as Markdown to FILE (- : stdout)");
+  opts.add_options()("model,m", po::value(&model)->default_value("llama2-7b"),
+                     "model name (models/NAME.json) or a model JSON path")(
+      "batch,b", po::value(&batch)->default_value("1"),
+      "micro-batch per GPU: one number, or per recipe as bf16=2,te=2,coat=4")(
+      "seq,s", po::value(&seq)->default_value(2048), "sequence length")(
+      "recipes,r", po::value(&recipes)->default_value("bf16,te,coat"), "comma-separated recipes: bf16, te, coat")(
+      "gpus,g", po::value(&gpus)->default_value(1), "FSDP data-parallel GPUs (shards the optimizer step)")(
+      "grad-accum", po::value(&accum)->default_value(1), "micro-batches per optimizer step")(
+      "calibration", po::value(&calib),
+      "model from this calibration file even when a GPU is present "
+      "(default without a GPU: reports/h200/calibration.json)")("torch-times", po::value(&torch_times),
+                                                                "measuring run: PyTorch SDPA/AdamW/layer times from "
+                                                                "scripts/torch_layer_time.py")(
+      "write-calibration", po::value(&write_cal), "measuring run: merge this run's kernel times into FILE")(
+      "table7", "add COAT Table 7's rows (Llama-2-7B/13B, LLaMA-30B) beside the paper's throughput")(
+      "no-fig4b", "leave out the Figure 4(b) table")("fsdp-comm", po::value(&fsdp)->default_value("none"),
+                                                     "FSDP communication model: none, serial or overlap")(
+      "link-gbps", po::value(&link)->default_value(360), "bus bandwidth the FSDP model assumes, GB/s")(
+      "reps", po::value(&reps)->default_value(10), "measuring run: timed repetitions per kernel")(
+      "warmup", po::value(&warmup)->default_value(3), "measuring run: untimed warm-up launches per kernel")(
+      "ops", "print every kernel of every recipe")("json", po::value(&json_out),
+                                                   "write the whole result as JSON to FILE (- : stdout)")(
+      "markdown", po::value(&md_out), "write the result as Markdown to FILE (- : stdout)");
   po::variables_map vm;
-  if (!cli::parse("speed", args, opts, {}, vm,
-                  "--model NAME --batch B --seq S [--recipes bf16,te,coat] [--gpus N] [--calibration FILE] [--json OUT]",
-                  "Predicts one training step's time per GPU for BF16, TransformerEngine-style per-tensor FP8 (te) and\n"
-                  "COAT, by replaying every kernel of a transformer layer (three GEMMs per Linear, the recipe's\n"
-                  "quantize/transpose/group-scaling kernels, RMSNorm, SiLU*Mul, residual adds, RoPE, attention) plus\n"
-                  "embedding, LM head, loss and the optimizer step, and reports tokens/s/GPU and the speedup vs BF16.\n"
-                  "On a GPU (CUDA build) each kernel is timed now with CUDA events; attention comes from PyTorch SDPA\n"
-                  "(--torch-times). Without a GPU the times come from a calibration file measured on one, and the\n"
-                  "output says the figures are MODELLED.\n"
-                  "Examples:\n"
-                  "  fp8sim speed --model llama2-7b --batch 2 --seq 2048 --gpus 4\n"
-                  "  fp8sim speed --model llama2-7b --batch bf16=2,te=2,coat=4 --gpus 4 --table7 --json speed.json\n"
-                  "  fp8sim speed --model llama2-13b --batch 1 --gpus 4 --fsdp-comm serial --ops\n"
-                  "  fp8sim speed --model llama2-7b --batch 2 --torch-times torch.json --write-calibration cal.json  (GPU)"))
+  if (!cli::parse(
+          "speed", args, opts, {}, vm,
+          "--model NAME --batch B --seq S [--recipes bf16,te,coat] [--gpus N] [--calibration FILE] [--json OUT]",
+          "Predicts one training step's time per GPU for BF16, TransformerEngine-style per-tensor FP8 (te) and\n"
+          "COAT, by replaying every kernel of a transformer layer (three GEMMs per Linear, the recipe's\n"
+          "quantize/transpose/group-scaling kernels, RMSNorm, SiLU*Mul, residual adds, RoPE, attention) plus\n"
+          "embedding, LM head, loss and the optimizer step, and reports tokens/s/GPU and the speedup vs BF16.\n"
+          "On a GPU (CUDA build) each kernel is timed now with CUDA events; attention comes from PyTorch SDPA\n"
+          "(--torch-times). Without a GPU the times come from a calibration file measured on one, and the\n"
+          "output says the figures are MODELLED.\n"
+          "Examples:\n"
+          "  fp8sim speed --model llama2-7b --batch 2 --seq 2048 --gpus 4\n"
+          "  fp8sim speed --model llama2-7b --batch bf16=2,te=2,coat=4 --gpus 4 --table7 --json speed.json\n"
+          "  fp8sim speed --model llama2-13b --batch 1 --gpus 4 --fsdp-comm serial --ops\n"
+          "  fp8sim speed --model llama2-7b --batch 2 --torch-times torch.json --write-calibration cal.json  (GPU)"))
     return 0;
 
   SpeedOptions o;
@@ -211,8 +217,7 @@ int run_speed(const std::vector<std::string>& args) {
   if (!calib.empty() && (!torch_times.empty() || !write_cal.empty()))
     throw UsageError("--torch-times and --write-calibration belong to a measuring run; drop --calibration");
   for (const char* opt : {"calibration", "torch-times", "model", "recipes"})
-    if (vm.count(opt) && vm[opt].as<std::string>().empty())
-      throw UsageError(fmt::format("--{} is empty", opt));
+    if (vm.count(opt) && vm[opt].as<std::string>().empty()) throw UsageError(fmt::format("--{} is empty", opt));
   RunFiles files;
   files.input("--calibration", calib);
   files.input("--torch-times", torch_times);
@@ -228,7 +233,8 @@ int run_speed(const std::vector<std::string>& args) {
   // A GPU measures now; without one (or without the GPU module) the calibration models it.
   const gpu_api::Api* api = calib.empty() ? gpu_api::load(nullptr) : nullptr;
   if (api && api->device().at("available").as_bool()) {
-    measure = [api, reps, warmup](const std::vector<KernelOp>& ops, const std::function<void(double, double)>& progress) {
+    measure = [api, reps, warmup](const std::vector<KernelOp>& ops,
+                                  const std::function<void(double, double)>& progress) {
       return api->measure_ops(ops, warmup, reps, progress);
     };
     o.progress = [&bar](double done, double total) {

@@ -47,9 +47,10 @@ const Api* open_module(std::string& why_not) {
     }
     return api;
   }
-  why_not = fmt::format("the GPU module {} is missing (looked beside the binary and in its lib/; "
-                        "FP8SIM_GPU_MODULE names another)",
-                        FP8SIM_GPU_MODULE);
+  why_not = fmt::format(
+      "the GPU module {} is missing (looked beside the binary and in its lib/; "
+      "FP8SIM_GPU_MODULE names another)",
+      FP8SIM_GPU_MODULE);
   return nullptr;
 }
 #endif

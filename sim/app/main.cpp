@@ -17,15 +17,15 @@ void print_usage(std::FILE* out) {
   auto cmds = fp8sim::cli::registry();
   std::sort(cmds.begin(), cmds.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   fmt::print(out,
-      "fp8sim {} - a memory and numerics simulator for FP8 training with real-kernel validation\n\n"
-      "usage: fp8sim <command> [options]    (fp8sim <command> --help for each command's options)\n\n"
-      "commands:\n",
-      FP8SIM_VERSION);
+             "fp8sim {} - a memory and numerics simulator for FP8 training with real-kernel validation\n\n"
+             "usage: fp8sim <command> [options]    (fp8sim <command> --help for each command's options)\n\n"
+             "commands:\n",
+             FP8SIM_VERSION);
   for (const auto& c : cmds) fmt::print(out, "  {:<10} {}\n", c.name, c.summary);
   fmt::print(out,
-      "\nErrors are one line on stderr; the exit status is 0 on success, 1 for bad data or a failed run,\n"
-      "2 for bad usage. Outputs appear only when the whole run succeeds (files are written atomically,\n"
-      "'-' is standard output); an interrupted run removes its temporaries. See docs/cli-contract.md.\n");
+             "\nErrors are one line on stderr; the exit status is 0 on success, 1 for bad data or a failed run,\n"
+             "2 for bad usage. Outputs appear only when the whole run succeeds (files are written atomically,\n"
+             "'-' is standard output); an interrupted run removes its temporaries. See docs/cli-contract.md.\n");
 }
 
 // An error message as one line: embedded line breaks (from a library's message) become spaces.

@@ -27,7 +27,8 @@ BenchItem quant_item(const std::string& op, const std::string& spec, const std::
   it.shape = shape;
   it.variant = variant;
   it.key = fmt::format("{}|{}|{}|{}{}", op, spec, dtype, shape_text(shape), variant.empty() ? "" : "|" + variant);
-  it.label = fmt::format("{} {} {} {}{}", op, spec, dtype, shape_text(shape), variant.empty() ? "" : " (" + variant + ")");
+  it.label =
+      fmt::format("{} {} {} {}{}", op, spec, dtype, shape_text(shape), variant.empty() ? "" : " (" + variant + ")");
   return it;
 }
 
@@ -158,8 +159,7 @@ std::vector<BenchItem> make_plan(const BenchOptions& o) {
                                  {"e4m3:b128x128", ""},
                                  {"e5m2:tensor", "jit"}});
     }
-    for (const auto& shape : s ? std::vector<std::vector<int64_t>>{big}
-                               : std::vector<std::vector<int64_t>>{big, act}) {
+    for (const auto& shape : s ? std::vector<std::vector<int64_t>>{big} : std::vector<std::vector<int64_t>>{big, act}) {
       for (const auto& [spec, variant] : specs) {
         auto it = quant_item("quantize", spec, "bf16", shape, variant);
         // torch.compile costs seconds per variant on the device: compile the peers of the large
@@ -169,8 +169,8 @@ std::vector<BenchItem> make_plan(const BenchOptions& o) {
         // spec's JIT peers.
         if (variant == "group-scaling" || variant == "delayed") {
           it.peers = false;
-          it.extra_peer_keys.push_back(fmt::format("quantize|{}|bf16|{}|jit",
-                                                   spec.substr(0, spec.find(":delayed")), shape_text(shape)));
+          it.extra_peer_keys.push_back(
+              fmt::format("quantize|{}|bf16|{}|jit", spec.substr(0, spec.find(":delayed")), shape_text(shape)));
         }
         plan.push_back(it);
       }
@@ -230,7 +230,7 @@ Json plan_json(const BenchOptions& o) {
   j["warmup"] = o.warmup;
   j["reps"] = o.reps;
   j["smoke"] = o.smoke;
-  j["no_compile"] = o.smoke;  // torch.compile takes seconds per variant: not in the smoke run
+  j["no_compile"] = o.smoke;                 // torch.compile takes seconds per variant: not in the smoke run
   j["gemm_cooldown_s"] = o.gemm_cooldown_s;  // bench_peers.py idles as long before each GEMM peer
   j["launch_lead_us"] = o.launch_lead_us;    // and keeps the GPU as long busy before each timed launch
   Json ks = Json::array();
@@ -333,10 +333,10 @@ void evaluate_targets(Json& doc) {
       Json ts = Json::object();
       if (op == "quantize") {
         const Json* f = k.find("fraction_of_ceiling");
-        ts["copy_bandwidth"] = target(f && f->is_number() ? f->as_number() : NAN, 0.90,
-                                      same_bytes_ceiling(k)
-                                          ? "bytes moved / time >= 90% of a same-run device copy of as many bytes"
-                                          : "bytes moved / time >= 90% of the same-run device copy bandwidth");
+        ts["copy_bandwidth"] =
+            target(f && f->is_number() ? f->as_number() : NAN, 0.90,
+                   same_bytes_ceiling(k) ? "bytes moved / time >= 90% of a same-run device copy of as many bytes"
+                                         : "bytes moved / time >= 90% of the same-run device copy bandwidth");
         const double pm = peer_ms(k, "torch.compile");
         ts["vs_torch_compile"] = target(pm / ours, 1.25, "speedup over torch.compile >= 1.25x");
         // How fast the peer's time says we would have to be, as a fraction of the same-run copy
@@ -354,7 +354,8 @@ void evaluate_targets(Json& doc) {
       } else if (op == "adamw" && (k.at("spec").as_string() == "coat")) {
         ts["vs_torch_fused"] = target(peer_ms(k, "torch.optim.AdamW") / ours, 1.8,
                                       "params/s >= 1.8x torch.optim.AdamW(fused=True) with fp32 states");
-        ts["vs_coat_kernel"] = target(peer_ms(k, "coat-kernel") / ours, 2.0, "params/s >= 2x COAT's fp8_adamw_expand_step");
+        ts["vs_coat_kernel"] =
+            target(peer_ms(k, "coat-kernel") / ours, 2.0, "params/s >= 2x COAT's fp8_adamw_expand_step");
       } else if (op == "gemm" && k.at("x_format").as_string() != "bf16") {
         ts["vs_scaled_mm"] = target(peer_ms(k, "torch._scaled_mm") / ours, 0.98, "TFLOP/s >= 0.98x torch._scaled_mm");
       }
@@ -403,7 +404,9 @@ std::vector<std::string> row_of(const Json& k) {
           ok ? num(k.find("median_ms")) : "-",
           ok ? num(k.find("min_ms")) : "-",
           ok ? num(k.find("max_ms")) : "-",
-          ok ? rate : k.find("status") ? k.at("status").as_string() : "?",
+          ok                 ? rate
+          : k.find("status") ? k.at("status").as_string()
+                             : "?",
           same ? pct("fraction_of_ceiling") : "-",
           same ? pct("fraction_of_large_copy") : pct("fraction_of_ceiling"),
           k.find("peer") ? k.at("peer").as_string() : "-",
@@ -412,8 +415,9 @@ std::vector<std::string> row_of(const Json& k) {
           targets.empty() ? "-" : targets};
 }
 
-const std::vector<std::string> kHeader = {"kernel",   "median ms", "min ms",    "max ms",  "rate",   "of same-bytes copy",
-                                          "of large copy", "best peer", "peer ms", "speedup", "targets"};
+const std::vector<std::string> kHeader = {
+    "kernel",        "median ms", "min ms",  "max ms",  "rate",   "of same-bytes copy",
+    "of large copy", "best peer", "peer ms", "speedup", "targets"};
 
 }  // namespace
 
@@ -428,7 +432,9 @@ std::vector<std::vector<std::string>> table_rows(const Json& doc) {
 
 std::string render_markdown(const Json& doc) {
   std::string md = "# fp8sim bench\n\n";
-  auto field = [&](const char* key) { return doc.find(key) && doc.at(key).is_string() ? doc.at(key).as_string() : std::string("-"); };
+  auto field = [&](const char* key) {
+    return doc.find(key) && doc.at(key).is_string() ? doc.at(key).as_string() : std::string("-");
+  };
   md += fmt::format("- command: `{}`\n- date: {}\n", field("command"), field("date"));
   if (doc.find("rerendered"))
     md += fmt::format("- targets re-evaluated from this run's JSON by: `{}`\n", field("rerendered"));
@@ -439,9 +445,10 @@ std::string render_markdown(const Json& doc) {
   if (const Json* c = doc.find("ceiling"))
     md += fmt::format("- large copy (same run): device-to-device copy {} GB/s (bytes read + written)\n",
                       num(c->find("gbps"), "{:.0f}"));
-  md += "- ceiling of each memory-bound kernel: a device-to-device copy moving the same number of bytes, timed in "
-        "the same run the same way (older runs, whose JSON has no ceiling_kind, held every kernel to the large "
-        "copy: their fractions appear under \"of large copy\")\n";
+  md +=
+      "- ceiling of each memory-bound kernel: a device-to-device copy moving the same number of bytes, timed in "
+      "the same run the same way (older runs, whose JSON has no ceiling_kind, held every kernel to the large "
+      "copy: their fractions appear under \"of large copy\")\n";
   if (const Json* t = doc.find("targets_summary"))
     md += fmt::format("- targets: {} met, {} missed, {} unmeasured (peer absent)\n", t->at("met").dump(-1),
                       t->at("missed").dump(-1), t->at("unmeasured").dump(-1));
@@ -454,38 +461,43 @@ std::string render_markdown(const Json& doc) {
   if (const Json* ll = doc.find("launch_lead_us")) {
     const std::string peer = peers_value("peers_launch_lead_us");
     if (const Json* lf = doc.find("launch_lead_flushes"))
-      md += fmt::format("- launch lead: the L2 flush runs {} times before each timed launch, at least {} us of GPU "
-                        "work (the peers' file: {}): the host enqueues the launch meanwhile, so host-side launch "
-                        "work (argument set-up, Python, torch.compile's guards and launchers) is not timed, and "
-                        "the GPU is busy up to the launch as in training\n",
-                        lf->dump(-1), ll->dump(-1), peer);
+      md += fmt::format(
+          "- launch lead: the L2 flush runs {} times before each timed launch, at least {} us of GPU "
+          "work (the peers' file: {}): the host enqueues the launch meanwhile, so host-side launch "
+          "work (argument set-up, Python, torch.compile's guards and launchers) is not timed, and "
+          "the GPU is busy up to the launch as in training\n",
+          lf->dump(-1), ll->dump(-1), peer);
     else  // a document measured with an idle GPU-side wait instead of repeated flushes
-      md += fmt::format("- launch lead: a {} us GPU-side wait after the flush, before each timed launch (the peers' "
-                        "file: {}): the host enqueues the launch meanwhile, so host-side launch work is not timed\n",
-                        ll->dump(-1), peer);
+      md += fmt::format(
+          "- launch lead: a {} us GPU-side wait after the flush, before each timed launch (the peers' "
+          "file: {}): the host enqueues the launch meanwhile, so host-side launch work is not timed\n",
+          ll->dump(-1), peer);
   } else if (doc.find("l2_flush")) {
-    md += "- launch lead: none (a document measured without one): host-side launch work that outlasted the L2 flush "
-          "was timed with the kernel\n";
+    md +=
+        "- launch lead: none (a document measured without one): host-side launch work that outlasted the L2 flush "
+        "was timed with the kernel\n";
   }
   if (const Json* gc = doc.find("gemm_cooldown_s")) {
     const std::string peer = peers_value("peers_gemm_cooldown_s");
     if (gc->is_number() && gc->as_number() > 0)
-      md += fmt::format("- GEMM timing: each GEMM starts after {} s idle (the peers' file: {}), so that every one "
-                        "starts from a similar thermal state instead of after whatever ran before it\n",
-                        gc->dump(-1), peer);
-    else
-      md += fmt::format("- GEMM timing: no idle before each GEMM (the peers' file: {})\n", peer);
+      md += fmt::format(
+          "- GEMM timing: each GEMM starts after {} s idle (the peers' file: {}), so that every one "
+          "starts from a similar thermal state instead of after whatever ran before it\n",
+          gc->dump(-1), peer);
+    else md += fmt::format("- GEMM timing: no idle before each GEMM (the peers' file: {})\n", peer);
   }
   if (const Json* gs = doc.find("gemm_search")) {
     if (gs->is_number() && gs->as_number() == 0)
       md += "- GEMM algorithm: the fastest of cuBLASLt's 8 heuristic candidates, each timed unflushed\n";
     else
-      md += fmt::format("- GEMM algorithm: the fastest of cuBLASLt's 8 heuristic candidates and of up to {} more "
-                        "configurations it accepts (bench --gemm-search), each timed unflushed\n",
-                        gs->dump(-1));
+      md += fmt::format(
+          "- GEMM algorithm: the fastest of cuBLASLt's 8 heuristic candidates and of up to {} more "
+          "configurations it accepts (bench --gemm-search), each timed unflushed\n",
+          gs->dump(-1));
   }
-  md += "\nTimes are CUDA-event medians over warm, L2-flushed repeats. Rates count each input byte once "
-        "and each output byte once. speedup = peer time / fp8sim time (> 1: fp8sim is faster).\n\n";
+  md +=
+      "\nTimes are CUDA-event medians over warm, L2-flushed repeats. Rates count each input byte once "
+      "and each output byte once. speedup = peer time / fp8sim time (> 1: fp8sim is faster).\n\n";
   md += "|";
   for (const auto& h : kHeader) md += " " + h + " |";
   md += "\n|";
@@ -498,7 +510,8 @@ std::string render_markdown(const Json& doc) {
       md += "\n";
     }
   }
-  if (const Json* a = doc.find("coat_agreement")) md += "\n## Agreement with COAT's kernel\n\n```\n" + a->dump(2) + "\n```\n";
+  if (const Json* a = doc.find("coat_agreement"))
+    md += "\n## Agreement with COAT's kernel\n\n```\n" + a->dump(2) + "\n```\n";
   return md;
 }
 

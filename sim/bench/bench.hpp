@@ -24,18 +24,18 @@ namespace fp8sim::bench {
 inline constexpr const char* kSameBytesCeiling = "same-bytes copy";
 
 struct BenchItem {
-  std::string key;    // unique within a plan; bench_peers.py files its timings under it
-  std::string op;     // copy | cast | quantize | dequantize | amax | adamw | gemm
-  std::string label;  // the human name (the `kernel` column)
-  std::string spec;   // quantize/dequantize: QuantSpec text; cast: e4m3|e5m2; adamw: state recipe
+  std::string key;               // unique within a plan; bench_peers.py files its timings under it
+  std::string op;                // copy | cast | quantize | dequantize | amax | adamw | gemm
+  std::string label;             // the human name (the `kernel` column)
+  std::string spec;              // quantize/dequantize: QuantSpec text; cast: e4m3|e5m2; adamw: state recipe
   std::string dtype = "bf16";    // element type of the input (f32 | bf16)
   std::string variant;           // quantize per-tensor: "jit" | "group-scaling" | "delayed"; amax: "jit" | "stage2"
   std::vector<int64_t> shape;    // tensor shape (quantize, cast, amax)
   int64_t n = 0;                 // adamw: parameters; copy: bytes
   int64_t m = 0, gn = 0, k = 0;  // gemm: Y (m, gn) = X (m, k) W (gn, k)^T
   std::string x_format, w_format, scaling, accum;  // gemm
-  bool peers = true;             // whether bench_peers.py should time a peer under `key`
-  bool compile = true;           // whether the peer includes torch.compile (seconds of compile per item)
+  bool peers = true;                               // whether bench_peers.py should time a peer under `key`
+  bool compile = true;                       // whether the peer includes torch.compile (seconds of compile per item)
   std::vector<std::string> extra_peer_keys;  // other keys whose peers also compare with this kernel
   Json to_json() const;
 };
@@ -56,11 +56,11 @@ struct BenchOptions {
   // (argument set-up, Python, torch.compile's guards and launchers) never falls inside the timed
   // interval.
   double launch_lead_us = kLaunchLeadUs;
-  bool flush_write = false;      // L2 flush by a 256 MiB write instead of a read (expert option)
-  std::string peers_path;        // JSON written by scripts/bench_peers.py (optional) ...
-  Json peers;                    // ... as parsed and checked by the caller (null without peers_path)
-  std::string coat_states_dir;   // COAT's states from bench_peers.py --coat-dump (optional): code agreement
-  std::string command_line;      // recorded in the report
+  bool flush_write = false;     // L2 flush by a 256 MiB write instead of a read (expert option)
+  std::string peers_path;       // JSON written by scripts/bench_peers.py (optional) ...
+  Json peers;                   // ... as parsed and checked by the caller (null without peers_path)
+  std::string coat_states_dir;  // COAT's states from bench_peers.py --coat-dump (optional): code agreement
+  std::string command_line;     // recorded in the report
 };
 
 const std::vector<std::string>& known_ops();

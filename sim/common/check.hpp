@@ -25,13 +25,13 @@ class UsageError : public Error {
 }  // namespace fp8sim
 
 // FP8SIM_REQUIRE(cond, fmt, args...): user-facing validation; the message alone is shown.
-#define FP8SIM_REQUIRE(cond, ...)                                          \
-  do {                                                                     \
-    if (!(cond)) throw ::fp8sim::Error(::fmt::format(__VA_ARGS__));        \
+#define FP8SIM_REQUIRE(cond, ...)                                   \
+  do {                                                              \
+    if (!(cond)) throw ::fp8sim::Error(::fmt::format(__VA_ARGS__)); \
   } while (0)
 
 // FP8SIM_CHECK(cond, fmt, args...): internal invariant; the message names expression and place.
-#define FP8SIM_CHECK(cond, ...)                                                                    \
-  do {                                                                                             \
+#define FP8SIM_CHECK(cond, ...)                                                                        \
+  do {                                                                                                 \
     if (!(cond)) ::fp8sim::throw_check_failure(#cond, __FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -88,11 +88,21 @@ void escape(std::string& out, const std::string& s) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20) out += fmt::format("\\u{:04x}", c);
         else out += static_cast<char>(c);
@@ -121,7 +131,10 @@ void Json::dump_to(std::string& out, int indent, int depth) const {
     escape(out, std::get<std::string>(v_));
   } else if (is_array()) {
     const auto& a = std::get<Array>(v_);
-    if (a.empty()) { out += "[]"; return; }
+    if (a.empty()) {
+      out += "[]";
+      return;
+    }
     // Arrays of scalars stay on one line: histograms and shapes read better that way.
     bool flat = true;
     for (const auto& e : a) flat = flat && !e.is_array() && !e.is_object();
@@ -135,7 +148,10 @@ void Json::dump_to(std::string& out, int indent, int depth) const {
     out += ']';
   } else {
     const auto& o = std::get<Object>(v_);
-    if (o.empty()) { out += "{}"; return; }
+    if (o.empty()) {
+      out += "{}";
+      return;
+    }
     out += '{';
     for (size_t i = 0; i < o.size(); ++i) {
       if (i) out += ',';
@@ -174,7 +190,12 @@ class Parser {
   [[noreturn]] void fail(const char* what) const {
     size_t line = 1, col = 1;
     for (size_t i = 0; i < p_ && i < t_.size(); ++i) {
-      if (t_[i] == '\n') { ++line; col = 1; } else { ++col; }
+      if (t_[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
     }
     throw Error(fmt::format("json: {} at line {} column {}", what, line, col));
   }
@@ -182,7 +203,10 @@ class Parser {
     while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\n' || t_[p_] == '\t' || t_[p_] == '\r')) ++p_;
   }
   bool lit(std::string_view s) {
-    if (t_.substr(p_, s.size()) == s) { p_ += s.size(); return true; }
+    if (t_.substr(p_, s.size()) == s) {
+      p_ += s.size();
+      return true;
+    }
     return false;
   }
   Json value(int depth) {
@@ -202,9 +226,16 @@ class Parser {
   Json number() {
     const size_t b = p_;
     if (t_[p_] == '-') ++p_;
-    auto digits = [&] { size_t s = p_; while (p_ < t_.size() && t_[p_] >= '0' && t_[p_] <= '9') ++p_; return p_ > s; };
+    auto digits = [&] {
+      size_t s = p_;
+      while (p_ < t_.size() && t_[p_] >= '0' && t_[p_] <= '9') ++p_;
+      return p_ > s;
+    };
     if (!digits()) fail("bad number");
-    if (p_ < t_.size() && t_[p_] == '.') { ++p_; if (!digits()) fail("bad number"); }
+    if (p_ < t_.size() && t_[p_] == '.') {
+      ++p_;
+      if (!digits()) fail("bad number");
+    }
     if (p_ < t_.size() && (t_[p_] == 'e' || t_[p_] == 'E')) {
       ++p_;
       if (p_ < t_.size() && (t_[p_] == '+' || t_[p_] == '-')) ++p_;
@@ -220,28 +251,54 @@ class Parser {
       const char c = t_[p_++];
       if (c == '"') return s;
       if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') { s += c; continue; }
+      if (c != '\\') {
+        s += c;
+        continue;
+      }
       if (p_ >= t_.size()) fail("unterminated string");
       const char e = t_[p_++];
       switch (e) {
-        case '"': s += '"'; break;
-        case '\\': s += '\\'; break;
-        case '/': s += '/'; break;
-        case 'b': s += '\b'; break;
-        case 'f': s += '\f'; break;
-        case 'n': s += '\n'; break;
-        case 'r': s += '\r'; break;
-        case 't': s += '\t'; break;
+        case '"':
+          s += '"';
+          break;
+        case '\\':
+          s += '\\';
+          break;
+        case '/':
+          s += '/';
+          break;
+        case 'b':
+          s += '\b';
+          break;
+        case 'f':
+          s += '\f';
+          break;
+        case 'n':
+          s += '\n';
+          break;
+        case 'r':
+          s += '\r';
+          break;
+        case 't':
+          s += '\t';
+          break;
         case 'u': {
           if (p_ + 4 > t_.size()) fail("bad \\u escape");
           const unsigned cp = static_cast<unsigned>(std::strtoul(std::string(t_.substr(p_, 4)).c_str(), nullptr, 16));
           p_ += 4;
           if (cp < 0x80) s += static_cast<char>(cp);
-          else if (cp < 0x800) { s += static_cast<char>(0xC0 | (cp >> 6)); s += static_cast<char>(0x80 | (cp & 0x3F)); }
-          else { s += static_cast<char>(0xE0 | (cp >> 12)); s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F)); s += static_cast<char>(0x80 | (cp & 0x3F)); }
+          else if (cp < 0x800) {
+            s += static_cast<char>(0xC0 | (cp >> 6));
+            s += static_cast<char>(0x80 | (cp & 0x3F));
+          } else {
+            s += static_cast<char>(0xE0 | (cp >> 12));
+            s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
+            s += static_cast<char>(0x80 | (cp & 0x3F));
+          }
           break;
         }
-        default: fail("bad escape");
+        default:
+          fail("bad escape");
       }
     }
   }
@@ -249,12 +306,21 @@ class Parser {
     ++p_;
     Json a = Json::array();
     ws();
-    if (p_ < t_.size() && t_[p_] == ']') { ++p_; return a; }
+    if (p_ < t_.size() && t_[p_] == ']') {
+      ++p_;
+      return a;
+    }
     while (true) {
       a.push_back(value(depth + 1));
       ws();
-      if (p_ < t_.size() && t_[p_] == ',') { ++p_; continue; }
-      if (p_ < t_.size() && t_[p_] == ']') { ++p_; return a; }
+      if (p_ < t_.size() && t_[p_] == ',') {
+        ++p_;
+        continue;
+      }
+      if (p_ < t_.size() && t_[p_] == ']') {
+        ++p_;
+        return a;
+      }
       fail("expected ',' or ']'");
     }
   }
@@ -262,7 +328,10 @@ class Parser {
     ++p_;
     Json o = Json::object();
     ws();
-    if (p_ < t_.size() && t_[p_] == '}') { ++p_; return o; }
+    if (p_ < t_.size() && t_[p_] == '}') {
+      ++p_;
+      return o;
+    }
     while (true) {
       ws();
       if (p_ >= t_.size() || t_[p_] != '"') fail("expected a key string");
@@ -272,8 +341,14 @@ class Parser {
       ++p_;
       o[k] = value(depth + 1);
       ws();
-      if (p_ < t_.size() && t_[p_] == ',') { ++p_; continue; }
-      if (p_ < t_.size() && t_[p_] == '}') { ++p_; return o; }
+      if (p_ < t_.size() && t_[p_] == ',') {
+        ++p_;
+        continue;
+      }
+      if (p_ < t_.size() && t_[p_] == '}') {
+        ++p_;
+        return o;
+      }
       fail("expected ',' or '}'");
     }
   }

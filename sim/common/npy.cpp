@@ -113,7 +113,8 @@ class HeaderParser {
       int64_t v = 0;
       bool any = false;
       while (std::isdigit(static_cast<unsigned char>(peek()))) {
-        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, peek() - '0', &v)) fail("dimension too large");
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, peek() - '0', &v))
+          fail("dimension too large");
         ++i_;
         any = true;
       }
@@ -177,7 +178,8 @@ NpyArray read_npy(const std::filesystem::path& path) {
     hlen = pre[8] | (uint64_t{pre[9]} << 8);
     hstart = 10;
   } else {
-    FP8SIM_REQUIRE(std::fread(pre + 10, 1, 2, f.get()) == 2, "'{}' is truncated (the .npy preamble is incomplete)", file);
+    FP8SIM_REQUIRE(std::fread(pre + 10, 1, 2, f.get()) == 2, "'{}' is truncated (the .npy preamble is incomplete)",
+                   file);
     hlen = pre[8] | (uint64_t{pre[9]} << 8) | (uint64_t{pre[10]} << 16) | (uint64_t{pre[11]} << 24);
     hstart = 12;
   }
@@ -195,8 +197,10 @@ NpyArray read_npy(const std::filesystem::path& path) {
   bool fortran = false;
   NpyArray a;
   HeaderParser(header, file).parse(descr, fortran, a.shape);
-  FP8SIM_REQUIRE(!fortran, "'{}' is stored in Fortran (column-major) order; save it with C order "
-                 "(numpy.ascontiguousarray) first", file);
+  FP8SIM_REQUIRE(!fortran,
+                 "'{}' is stored in Fortran (column-major) order; save it with C order "
+                 "(numpy.ascontiguousarray) first",
+                 file);
   // '<' little-endian, '|' not applicable, '=' native (little-endian on every supported host).
   std::string norm = descr;
   if (!norm.empty() && (norm[0] == '=' || (norm[0] == '<' && (norm == "<u1" || norm == "<V2")))) norm[0] = '|';
@@ -209,12 +213,13 @@ NpyArray read_npy(const std::filesystem::path& path) {
       found = true;
     }
   }
-  FP8SIM_REQUIRE(found, "'{}' has unsupported dtype '{}' (supported: float32 '<f4', float16 '<f2', uint16 '<u2', "
-                 "bfloat16 as '<V2' or raw '<u2', uint8 '|u1'; big-endian data is not supported)", file, descr);
+  FP8SIM_REQUIRE(found,
+                 "'{}' has unsupported dtype '{}' (supported: float32 '<f4', float16 '<f2', uint16 '<u2', "
+                 "bfloat16 as '<V2' or raw '<u2', uint8 '|u1'; big-endian data is not supported)",
+                 file, descr);
 
   int64_t numel = 1;
-  for (int64_t d : a.shape)
-    FP8SIM_REQUIRE(!__builtin_mul_overflow(numel, d, &numel), "'{}': shape is too large", file);
+  for (int64_t d : a.shape) FP8SIM_REQUIRE(!__builtin_mul_overflow(numel, d, &numel), "'{}': shape is too large", file);
   int64_t bytes = 0;
   FP8SIM_REQUIRE(!__builtin_mul_overflow(numel, int64_t{npy_dtype_size(a.dtype)}, &bytes), "'{}': shape is too large",
                  file);
@@ -232,8 +237,7 @@ NpyArray read_npy(const std::filesystem::path& path) {
       FP8SIM_REQUIRE(n == want, "'{}' is truncated: shape {} needs {} bytes of data, found {}", file, shape_text, bytes,
                      have);
     }
-    FP8SIM_REQUIRE(std::fgetc(f.get()) == EOF, "'{}' has unexpected bytes after the data (shape {})", file,
-                   shape_text);
+    FP8SIM_REQUIRE(std::fgetc(f.get()) == EOF, "'{}' has unexpected bytes after the data (shape {})", file, shape_text);
     return a;
   }
   const uint64_t avail = size - hstart - hlen;
@@ -246,8 +250,7 @@ NpyArray read_npy(const std::filesystem::path& path) {
   return a;
 }
 
-void write_npy_to(AtomicFile& out, NpyDtype dtype, const std::vector<int64_t>& shape, const void* data,
-                  size_t bytes) {
+void write_npy_to(AtomicFile& out, NpyDtype dtype, const std::vector<int64_t>& shape, const void* data, size_t bytes) {
   int64_t numel = 1;
   for (int64_t d : shape) {
     FP8SIM_CHECK(d >= 0, "negative dimension");

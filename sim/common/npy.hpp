@@ -34,10 +34,9 @@ NpyArray read_npy(const std::filesystem::path& path);
 
 // Writes `bytes` (numel(shape) * size(dtype) bytes) as a version 1.0 .npy (2.0 when the header
 // needs it), atomically.
-void write_npy(const std::filesystem::path& path, NpyDtype dtype, const std::vector<int64_t>& shape,
-               const void* data, size_t bytes);
+void write_npy(const std::filesystem::path& path, NpyDtype dtype, const std::vector<int64_t>& shape, const void* data,
+               size_t bytes);
 // The same bytes into an output being written (a RunFiles output; the caller commits).
-void write_npy_to(AtomicFile& out, NpyDtype dtype, const std::vector<int64_t>& shape, const void* data,
-                  size_t bytes);
+void write_npy_to(AtomicFile& out, NpyDtype dtype, const std::vector<int64_t>& shape, const void* data, size_t bytes);
 
 }  // namespace fp8sim

@@ -90,12 +90,12 @@ OutputTarget resolve_output(const std::string& option, const std::string& path) 
       t.path = path;
       return t;
     }
-    if (S_ISDIR(st.st_mode))
-      throw Error(fmt::format("cannot write {}: it is a folder (give a file name)", t.what));
+    if (S_ISDIR(st.st_mode)) throw Error(fmt::format("cannot write {}: it is a folder (give a file name)", t.what));
     if (S_ISBLK(st.st_mode))
-      throw Error(fmt::format("cannot write {}: it is a block device (fp8sim writes regular files, character "
-                              "devices, FIFOs and sockets)",
-                              t.what));
+      throw Error(
+          fmt::format("cannot write {}: it is a block device (fp8sim writes regular files, character "
+                      "devices, FIFOs and sockets)",
+                      t.what));
     if (!S_ISREG(st.st_mode)) {
       t.kind = OutputTarget::Kind::Stream;
       t.char_device = S_ISCHR(st.st_mode);
@@ -224,8 +224,8 @@ void AtomicFile::commit() {
   }
   if (::rename(tmp_.c_str(), t_.path.c_str()) != 0) {
     const int err = errno;
-    throw Error(fmt::format("cannot move {} into place: {}",
-                            t_.what, err == EISDIR ? "a folder of that name appeared" : std::strerror(err)));
+    throw Error(fmt::format("cannot move {} into place: {}", t_.what,
+                            err == EISDIR ? "a folder of that name appeared" : std::strerror(err)));
   }
   committed_ = true;
 }
@@ -270,8 +270,8 @@ void RunFiles::create_parents(const OutputTarget& t) {
     if (::mkdir(it->c_str(), 0777) != 0 && errno != EEXIST) {
       const int err = errno;
       cleanup::forget_path(slot);
-      throw Error(fmt::format("cannot write {}: cannot create the folder '{}': {}", t.what, it->string(),
-                              std::strerror(err)));
+      throw Error(
+          fmt::format("cannot write {}: cannot create the folder '{}': {}", t.what, it->string(), std::strerror(err)));
     }
     created_.insert(created_.begin(), {*it, slot});  // deepest first
   }
@@ -297,8 +297,8 @@ void RunFiles::input(const std::string& option, const std::string& path) {
     if (!in.char_device && in.norm != "-" &&
         ((in.exists && o.target.exists && in.dev == o.target.dev && in.ino == o.target.ino) ||
          (o.target.kind == OutputTarget::Kind::File && in.norm == o.target.path)))
-      throw UsageError(fmt::format("{} is also the input {}: fp8sim never writes over its inputs", o.target.what,
-                                   in.what));
+      throw UsageError(
+          fmt::format("{} is also the input {}: fp8sim never writes over its inputs", o.target.what, in.what));
   ins_.push_back(std::move(in));
 }
 
@@ -315,12 +315,12 @@ int RunFiles::output(const std::string& option, const std::string& path) {
   }
   for (const Out& o : outs_) {
     if (t.kind == OutputTarget::Kind::Stdout && o.target.kind == OutputTarget::Kind::Stdout)
-      throw UsageError(fmt::format("{} and {} both go to standard output: give one of them a file name", o.target.what,
-                                   t.what));
+      throw UsageError(
+          fmt::format("{} and {} both go to standard output: give one of them a file name", o.target.what, t.what));
     if (t.char_device && o.target.char_device) continue;  // /dev/null twice is fine
-    const bool same = (t.exists && o.target.exists && t.dev == o.target.dev && t.ino == o.target.ino) ||
-                      (t.kind == OutputTarget::Kind::File && o.target.kind == OutputTarget::Kind::File &&
-                       t.path == o.target.path);
+    const bool same =
+        (t.exists && o.target.exists && t.dev == o.target.dev && t.ino == o.target.ino) ||
+        (t.kind == OutputTarget::Kind::File && o.target.kind == OutputTarget::Kind::File && t.path == o.target.path);
     if (same) throw UsageError(fmt::format("{} and {} name the same file", o.target.what, t.what));
   }
   if (t.kind == OutputTarget::Kind::Stdout) silence_stdout();

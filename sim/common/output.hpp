@@ -28,11 +28,11 @@ namespace fp8sim {
 struct OutputTarget {
   enum class Kind { File, Stream, Stdout };
   Kind kind = Kind::File;
-  std::string what;           // how messages name it: "--json 'out.json'"
-  std::filesystem::path path;  // File: the path that is replaced (links followed); Stream: as given
-  bool exists = false;        // File: the target exists already (its mode is kept)
+  std::string what;             // how messages name it: "--json 'out.json'"
+  std::filesystem::path path;   // File: the path that is replaced (links followed); Stream: as given
+  bool exists = false;          // File: the target exists already (its mode is kept)
   bool missing_parent = false;  // File: its folder does not exist yet (the writer creates it)
-  bool char_device = false;   // Stream: a character device (may be named by several outputs)
+  bool char_device = false;     // Stream: a character device (may be named by several outputs)
   dev_t dev = 0;
   ino_t ino = 0;
 };

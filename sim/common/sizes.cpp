@@ -10,7 +10,8 @@ namespace {
 void check(const std::string& option, const std::optional<int64_t>& v, int64_t max, const char* what) {
   if (!v) return;
   if (*v < 1) throw UsageError(fmt::format("{} must be >= 1, not {}", option, *v));
-  if (*v > max) throw UsageError(fmt::format("{} {} is more {} than fp8sim models (at most {})", option, *v, what, max));
+  if (*v > max)
+    throw UsageError(fmt::format("{} {} is more {} than fp8sim models (at most {})", option, *v, what, max));
 }
 }  // namespace
 

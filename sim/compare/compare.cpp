@@ -1,5 +1,5 @@
-#include "sim/common/paths.hpp"
 #include "sim/compare/compare.hpp"
+#include "sim/common/paths.hpp"
 
 #include <fmt/format.h>
 
@@ -68,7 +68,8 @@ Json compare_quantized(GpuOps& gpu, const QuantizedTensor& cq, const QuantizedTe
   int64_t first = -1;
   const int64_t dc = count_diff(cq.codes, gq.codes, &first);
   const int64_t bytes_per = cq.spec.code_bytes_per_element();
-  e["differing_codes"] = bytes_per == 1 ? dc : dc;  // code bytes; for 16-bit formats a differing element may count twice
+  e["differing_codes"] =
+      bytes_per == 1 ? dc : dc;  // code bytes; for 16-bit formats a differing element may count twice
   if (first >= 0) {
     Json f = Json::object();
     f["index"] = first / bytes_per;
@@ -174,21 +175,45 @@ void run_casts(GpuOps& gpu, const TensorRef& t, Json& ops, std::map<std::string,
 std::vector<std::string> specs_for(Role r) {
   switch (r) {
     case Role::Weight:
-      return {"e4m3:tensor:eps=1e-10", "e4m3:tensor:scale=pow2", "e4m3:b128x128", "e4m3:b128x128:scale=pow2",
-              "e4m3:col", "e4m3:row:sat=none", "bf16:tensor", "deepseek-w", "te-current", "coat-w"};
+      return {"e4m3:tensor:eps=1e-10",
+              "e4m3:tensor:scale=pow2",
+              "e4m3:b128x128",
+              "e4m3:b128x128:scale=pow2",
+              "e4m3:col",
+              "e4m3:row:sat=none",
+              "bf16:tensor",
+              "deepseek-w",
+              "te-current",
+              "coat-w"};
     case Role::Activation:
-      return {"e4m3:g16:scale=bf16:eps=1e-10", "e4m3:g128", "mxfp8", "e4m3:tensor", "e4m3:row",
-              "e4m3:g16:round=stochastic:seed=7", "e4m3:g100", "e4m3:b16x48", "e4m3:tensor:sat=none",
-              "coat-act", "deepseek-act", "deepseek-act-ue8m0", "torchao-mxfp8"};
+      return {"e4m3:g16:scale=bf16:eps=1e-10",
+              "e4m3:g128",
+              "mxfp8",
+              "e4m3:tensor",
+              "e4m3:row",
+              "e4m3:g16:round=stochastic:seed=7",
+              "e4m3:g100",
+              "e4m3:b16x48",
+              "e4m3:tensor:sat=none",
+              "coat-act",
+              "deepseek-act",
+              "deepseek-act-ue8m0",
+              "torchao-mxfp8"};
     case Role::Grad:
     case Role::ActivationGrad:
       return {"e5m2:tensor", "e5m2:g128", "e5m2:g32:scale=e8m0", "e5m2:tensor:round=stochastic:seed=3",
               "e5m2:row:scale=pow2"};
     case Role::ExpAvg:
     case Role::ExpAvgSq:
-      return {"e4m3:g128:de=coat",  "e4m3:g128:de=robust", "e5m2:g128:de=coat", "e4m3:g128:eps=1e-20:eps_add=fp64",
-              "e4m3:g128:de=coat:round=stochastic:seed=5", "e4m3:g100:de=robust", "e4m3:row:de=coat",
-              "e4m3:tensor:de=robust", "fp16:tensor"};
+      return {"e4m3:g128:de=coat",
+              "e4m3:g128:de=robust",
+              "e5m2:g128:de=coat",
+              "e4m3:g128:eps=1e-20:eps_add=fp64",
+              "e4m3:g128:de=coat:round=stochastic:seed=5",
+              "e4m3:g100:de=robust",
+              "e4m3:row:de=coat",
+              "e4m3:tensor:de=robust",
+              "fp16:tensor"};
   }
   return {};
 }
@@ -259,8 +284,8 @@ void compare_moment(const optim::MomentState& a, const optim::MomentState& b, co
   ok = ok && dc == 0 && ds == 0 && dk == 0 && dcc == 0;
 }
 
-void run_adamw(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops, std::map<std::string, Counter>& per_op,
-               int max_tensors) {
+void run_adamw(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops,
+               std::map<std::string, Counter>& per_op, int max_tensors) {
   const trace::StepInfo* si = r.find_step(step);
   const auto& hdr = r.header();
   optim::AdamwHyper h;
@@ -275,15 +300,12 @@ void run_adamw(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops
     optim::UpdateRule rule;
     bool fused;
   };
-  std::vector<RecipeCase> cases = {{"fp32", optim::UpdateRule::Torch, false},
-                                   {"bf16", optim::UpdateRule::Coat, false},
-                                   {"coat", optim::UpdateRule::Coat, true},
-                                   {"coat", optim::UpdateRule::Coat, false},
-                                   {"coat", optim::UpdateRule::Torch, true},
-                                   {"coat-noexpand", optim::UpdateRule::Coat, false},
-                                   {"te-fp8", optim::UpdateRule::Coat, false},
-                                   {"fp8lm", optim::UpdateRule::Coat, false},
-                                   {"coat+stochastic", optim::UpdateRule::Coat, true}};
+  std::vector<RecipeCase> cases = {
+      {"fp32", optim::UpdateRule::Torch, false},         {"bf16", optim::UpdateRule::Coat, false},
+      {"coat", optim::UpdateRule::Coat, true},           {"coat", optim::UpdateRule::Coat, false},
+      {"coat", optim::UpdateRule::Torch, true},          {"coat-noexpand", optim::UpdateRule::Coat, false},
+      {"te-fp8", optim::UpdateRule::Coat, false},        {"fp8lm", optim::UpdateRule::Coat, false},
+      {"coat+stochastic", optim::UpdateRule::Coat, true}};
   int done = 0;
   uint64_t param_index = 0;
   for (const TensorInfo* w : r.select(trace::Filter{.step = step, .role = Role::Weight})) {
@@ -320,8 +342,8 @@ void run_adamw(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops
         ok = dm == 0 && dv == 0;
       } else {
         if (rc.fused && !optim::grouped_step_supported(recipe)) continue;
-        optim::ParamOptimState sc = optim::make_param_state(recipe, m0.data(), v0.data(), n, param_index,
-                                                            static_cast<uint64_t>(t_after - 1));
+        optim::ParamOptimState sc =
+            optim::make_param_state(recipe, m0.data(), v0.data(), n, param_index, static_cast<uint64_t>(t_after - 1));
         optim::ParamOptimState sg = sc;
         optim::LowpScratch scratch;
         optim::lowp_adamw_step(pc.data(), g0.data(), sc, consts, param_index, static_cast<uint64_t>(t_after), scratch);
@@ -332,8 +354,9 @@ void run_adamw(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops
       const int64_t dp = count_diff(pc, pg);
       e["differing_params"] = dp;
       e["max_ulp_params"] = max_ulp(pc, pg);
-      e["differing_codes"] = e.find("m_differing_codes") ? e.at("m_differing_codes").as_int() + e.at("v_differing_codes").as_int()
-                                                         : int64_t{0};
+      e["differing_codes"] = e.find("m_differing_codes")
+                                 ? e.at("m_differing_codes").as_int() + e.at("v_differing_codes").as_int()
+                                 : int64_t{0};
       e["passed"] = ok && dp == 0;
       add_entry(ops, std::move(e), per_op);
     }
@@ -439,8 +462,8 @@ void run_gemm_case(GpuOps& gpu, const std::string& layer, const std::string& con
   add_entry(ops, std::move(e), per_op);
 }
 
-void run_gemms(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops, std::map<std::string, Counter>& per_op,
-               int max_tensors) {
+void run_gemms(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops,
+               std::map<std::string, Counter>& per_op, int max_tensors) {
   int done = 0;
   for (const TensorInfo* a : r.select(trace::Filter{.step = step, .role = Role::Activation, .op = "linear_input"})) {
     const std::vector<float> x = r.read_f32(*a);
@@ -456,7 +479,8 @@ void run_gemms(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops
       run_gemm_case(gpu, mod, "e4m3 tensor split", x, wv, M, N, K, Format::E4M3, Format::E4M3, 1, false, ops, per_op);
       run_gemm_case(gpu, mod, "e4m3 tensor fast", x, wv, M, N, K, Format::E4M3, Format::E4M3, 1, true, ops, per_op);
       run_gemm_case(gpu, mod, "e4m3 row split", x, wv, M, N, K, Format::E4M3, Format::E4M3, 2, false, ops, per_op);
-      run_gemm_case(gpu, mod, "e4m3 block1x128x128x128", x, wv, M, N, K, Format::E4M3, Format::E4M3, 3, false, ops, per_op);
+      run_gemm_case(gpu, mod, "e4m3 block1x128x128x128", x, wv, M, N, K, Format::E4M3, Format::E4M3, 3, false, ops,
+                    per_op);
       // dgrad: dX (M, K) = dY (M, N) * W (N, K) = dY * (W^T stored (K, N))^T, E5M2 x E4M3.
       if (const TensorInfo* dy = r.find(step, Role::ActivationGrad, mod + ".output_grad");
           dy && dy->cols() == N && dy->rows() == M) {
@@ -497,8 +521,9 @@ void validate_ops(const std::vector<std::string>& ops) {
 Json compare_trace(const CompareOptions& opts, GpuOps* gpu) {
   validate_ops(opts.ops);
   if (!gpu)
-    throw Error("this build of fp8sim has no CUDA support (no GPU backend): compare runs the CUDA kernels against "
-                "the CPU reference and needs a CUDA build and a GPU");
+    throw Error(
+        "this build of fp8sim has no CUDA support (no GPU backend): compare runs the CUDA kernels against "
+        "the CPU reference and needs a CUDA build and a GPU");
   trace::TraceReader r(opts.trace_path);  // validates before any work
   int64_t step = opts.step;
   if (step < 0) {
@@ -561,8 +586,8 @@ Json compare_trace(const CompareOptions& opts, GpuOps* gpu) {
 }
 
 const std::vector<std::string>& summary_header() {
-  static const std::vector<std::string> h = {"op",          "spec / recipe / config", "entries", "elements",
-                                             "diff codes",  "diff scales/k/c",        "max ulp", "worst err/tol",
+  static const std::vector<std::string> h = {"op",         "spec / recipe / config", "entries", "elements",
+                                             "diff codes", "diff scales/k/c",        "max ulp", "worst err/tol",
                                              "result"};
   return h;
 }
@@ -592,7 +617,8 @@ std::vector<std::vector<std::string>> summary_rows(const Json& doc) {
                           "m_differing_values", "v_differing_values"})
       if (const Json* v = e.find(k)) a.meta += v->as_int();
     for (const char* k : {"max_ulp_dequantized", "max_ulp_dequantize_kernel", "max_ulp_params"})
-      if (const Json* v = e.find(k); v && v->is_number()) a.ulp = std::max<uint64_t>(a.ulp, static_cast<uint64_t>(v->as_number()));
+      if (const Json* v = e.find(k); v && v->is_number())
+        a.ulp = std::max<uint64_t>(a.ulp, static_cast<uint64_t>(v->as_number()));
     if (const Json* w = e.find("max_err_over_tol"); w && w->is_number()) {
       a.worst = std::max(a.worst, w->as_number());
       a.has_worst = true;
@@ -615,19 +641,23 @@ std::vector<std::vector<std::string>> summary_rows(const Json& doc) {
 
 std::string render_markdown(const Json& doc) {
   std::string md = "# fp8sim compare: GPU kernels vs. the CPU reference\n\n";
-  auto str = [&](const char* k) { return doc.find(k) && doc.at(k).is_string() ? doc.at(k).as_string() : std::string("-"); };
+  auto str = [&](const char* k) {
+    return doc.find(k) && doc.at(k).is_string() ? doc.at(k).as_string() : std::string("-");
+  };
   md += fmt::format("- command: `{}`\n- date: {}\n- trace: `{}`, step {}\n", str("command"), str("date"), str("trace"),
                     cell_num(doc.find("step")));
   if (const Json* m = doc.find("machine"))
-    for (const auto& [k, v] : m->as_object()) md += fmt::format("- {}: {}\n", k, v.is_string() ? v.as_string() : v.dump(-1));
+    for (const auto& [k, v] : m->as_object())
+      md += fmt::format("- {}: {}\n", k, v.is_string() ? v.as_string() : v.dump(-1));
   const Json& s = doc.at("summary");
   md += fmt::format("- result: {} of {} comparisons passed{}\n\n", s.at("entries").as_int() - s.at("failed").as_int(),
                     s.at("entries").as_int(), s.at("passed").as_bool() ? " (all)" : "");
-  md += "Casts, quantizers (incl. DE), dequantization and the optimizer step must be bit-identical: 0 differing\n"
-        "codes, scales, k, c and parameter bits, 0 ulp between dequantized values. GEMMs are compared with the\n"
-        "Eigen fp32 reference of the dequantized operands within the tolerance derived in sim/gemm/gemm_ref.cpp\n"
-        "(worst err/tol <= 1 passes). `unsupported` means cuBLASLt refused the mode on this device (reported, not\n"
-        "emulated).\n\n|";
+  md +=
+      "Casts, quantizers (incl. DE), dequantization and the optimizer step must be bit-identical: 0 differing\n"
+      "codes, scales, k, c and parameter bits, 0 ulp between dequantized values. GEMMs are compared with the\n"
+      "Eigen fp32 reference of the dequantized operands within the tolerance derived in sim/gemm/gemm_ref.cpp\n"
+      "(worst err/tol <= 1 passes). `unsupported` means cuBLASLt refused the mode on this device (reported, not\n"
+      "emulated).\n\n|";
   for (const auto& h : summary_header()) md += " " + h + " |";
   md += "\n|";
   for (size_t i = 0; i < summary_header().size(); ++i) md += i < 2 ? "---|" : "---:|";

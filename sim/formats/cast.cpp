@@ -23,7 +23,7 @@ __attribute__((target_clones("avx2", "default"))) void rne_loop(const float* in,
 
 template <class T>
 __attribute__((target_clones("avx2", "default"))) void rne_loop_bf16(const uint16_t* in, uint8_t* out, size_t n,
-                                                                      bool sat) {
+                                                                     bool sat) {
   for (size_t i = 0; i < n; ++i) out[i] = encode_fp8_rne<T>(bf16_to_f32(in[i]), sat);
 }
 

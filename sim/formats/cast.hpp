@@ -12,9 +12,9 @@ struct CastOptions {
   Format format = Format::E4M3;  // E4M3 or E5M2
   Saturation saturation = Saturation::Finite;
   Rounding rounding = Rounding::Nearest;
-  uint64_t seed = 0;           // stochastic rounding: Philox key
-  uint64_t index_offset = 0;   // global index of element 0 (for chunked streams)
-  int threads = 0;             // 0 = OpenMP default
+  uint64_t seed = 0;          // stochastic rounding: Philox key
+  uint64_t index_offset = 0;  // global index of element 0 (for chunked streams)
+  int threads = 0;            // 0 = OpenMP default
 };
 
 // Throws UsageError if opts.format is not an FP8 format.

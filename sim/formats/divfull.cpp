@@ -47,10 +47,11 @@ const std::vector<int8_t>& rcp_deltas() {
 float rcp_sm90_host(float b) {
   const uint32_t u = f32_bits(b);
   const uint32_t a = u & 0x7FFFFFFFu, sign = u & 0x80000000u;
-  if (a > 0x7F800000u) return b;                            // NaN
-  if (a == 0x7F800000u) return f32_from_bits(sign);         // 1/Inf = 0
-  if (a == 0u) return f32_from_bits(sign | 0x7F800000u);    // 1/0 = Inf
-  FP8SIM_CHECK(a >= 0x00800000u && a <= 0x7E800000u, "rcp_sm90_host: |b| = {} outside [2^-126, 2^126]", f32_from_bits(a));
+  if (a > 0x7F800000u) return b;                          // NaN
+  if (a == 0x7F800000u) return f32_from_bits(sign);       // 1/Inf = 0
+  if (a == 0u) return f32_from_bits(sign | 0x7F800000u);  // 1/0 = Inf
+  FP8SIM_CHECK(a >= 0x00800000u && a <= 0x7E800000u, "rcp_sm90_host: |b| = {} outside [2^-126, 2^126]",
+               f32_from_bits(a));
   const uint32_t m = a & 0x7FFFFFu;
   const int32_t e = static_cast<int32_t>(a >> 23) - 127;
   const uint32_t rn = f32_bits(div_rn(1.0f, f32_from_bits(0x3F800000u | m)));

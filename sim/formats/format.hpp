@@ -24,9 +24,9 @@ struct FormatInfo {
   int exponent_bits;
   int mantissa_bits;  // explicit (stored) mantissa bits
   int bias;
-  int emax;           // exponent of the largest finite value
-  int emin;           // exponent of the smallest normal value
-  double max;         // largest finite value
+  int emax;    // exponent of the largest finite value
+  int emin;    // exponent of the smallest normal value
+  double max;  // largest finite value
   double min_normal;
   double min_subnormal;  // 0 when the format has no subnormals (E8M0)
   bool has_inf;

@@ -2,7 +2,8 @@
 // Scalar conversions between fp32 and the small formats, shared by the CPU reference and the
 // CUDA kernels (FP8SIM_HD). Integer bit manipulation plus correctly rounded fp32 add/mul only.
 //
-// Conventions (OCP 8-bit Floating Point Specification v1.0; docs/numerics.md; cuda_fp8.h's host path is the oracle in tests):
+// Conventions (OCP 8-bit Floating Point Specification v1.0; docs/numerics.md; cuda_fp8.h's host path is the oracle in
+// tests):
 // * fp32 -> fp8 rounds to nearest, ties to even, then applies the overflow rule:
 //   Saturation::Finite clamps to +-max (and +-Inf to +-max), Saturation::None gives NaN (E4M3,
 //   0x7F|sign) or Inf (E5M2, 0x7C|sign).
@@ -22,12 +23,12 @@ template <int MBITS, int BIAS, uint8_t MAX_CODE, uint8_t NOSAT_CODE, int SUB_SHI
 struct Fp8Traits {
   static constexpr int kMantissaBits = MBITS;
   static constexpr int kBias = BIAS;
-  static constexpr uint8_t kMaxCode = MAX_CODE;      // largest finite magnitude code
+  static constexpr uint8_t kMaxCode = MAX_CODE;         // largest finite magnitude code
   static constexpr uint8_t kOverflowCode = NOSAT_CODE;  // NaN (E4M3) or Inf (E5M2)
   static constexpr uint8_t kNanCode = 0x7F;
-  static constexpr int kDropBits = 23 - MBITS;       // fp32 mantissa bits dropped in the normal range
+  static constexpr int kDropBits = 23 - MBITS;  // fp32 mantissa bits dropped in the normal range
   static constexpr uint32_t kMinNormalBits = static_cast<uint32_t>(127 + 1 - BIAS) << 23;
-  static constexpr int kSubShift = SUB_SHIFT;        // min subnormal = 2^-SUB_SHIFT
+  static constexpr int kSubShift = SUB_SHIFT;  // min subnormal = 2^-SUB_SHIFT
 };
 using E4M3Traits = Fp8Traits<3, 7, 0x7E, 0x7F, 9>;
 using E5M2Traits = Fp8Traits<2, 15, 0x7B, 0x7C, 16>;

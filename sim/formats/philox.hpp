@@ -28,7 +28,10 @@ FP8SIM_HD Philox4 philox4x32_10(uint32_t c0, uint32_t c1, uint32_t c2, uint32_t 
     const uint32_t n1 = lo1;
     const uint32_t n2 = hi0 ^ c3 ^ k1;
     const uint32_t n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += kW0;
     k1 += kW1;
   }

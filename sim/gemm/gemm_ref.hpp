@@ -29,24 +29,24 @@ struct GemmNumerics {
 
 // |Y_gpu - Y_ref| <= rel_sum_abs * S_ij + rel_y * |Y_ref_ij| + abs_floor, element by element.
 struct GemmTolerance {
-  double rel_sum_abs = 0;  // times S_ij = sum_k |x_ik w_jk|
-  double rel_y = 0;        // times |Y_ref_ij| (output rounding)
-  double abs_floor = 0;    // absolute slack for results that underflow fp32 (min subnormal scale)
+  double rel_sum_abs = 0;        // times S_ij = sum_k |x_ik w_jk|
+  double rel_y = 0;              // times |Y_ref_ij| (output rounding)
+  double abs_floor = 0;          // absolute slack for results that underflow fp32 (min subnormal scale)
   int64_t promote_interval = 0;  // L: elements of K accumulated in the tensor core between fp32 promotions
-  std::string derivation;  // one line: the formula with the numbers plugged in
+  std::string derivation;        // one line: the formula with the numbers plugged in
   Json to_json() const;
 };
 GemmTolerance gemm_tolerance(int64_t k, const GemmNumerics& num);
 
 struct GemmCheck {
   int64_t elements = 0;
-  int64_t over_tolerance = 0;     // elements outside the tolerance (0 to pass)
-  int64_t nonfinite_mismatch = 0; // NaN/Inf in one result and not in the other at the same place
+  int64_t over_tolerance = 0;      // elements outside the tolerance (0 to pass)
+  int64_t nonfinite_mismatch = 0;  // NaN/Inf in one result and not in the other at the same place
   double max_abs_err = 0;
-  double max_err_over_tol = 0;    // max |err| / tol: <= 1 passes; how much margin is left
+  double max_err_over_tol = 0;  // max |err| / tol: <= 1 passes; how much margin is left
   int64_t worst_row = -1, worst_col = -1;
   float worst_gpu = 0, worst_ref = 0;
-  double rel_fro_err = 0;         // ||Y_gpu - Y_ref||_F / ||Y_ref||_F
+  double rel_fro_err = 0;  // ||Y_gpu - Y_ref||_F / ||Y_ref||_F
   bool passed() const { return over_tolerance == 0 && nonfinite_mismatch == 0; }
   Json to_json() const;
 };

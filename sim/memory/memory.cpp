@@ -95,13 +95,17 @@ int64_t sum_total(const std::vector<SavedBytes>& v) {
 }
 
 std::string sharding_name(int zero, int64_t gpus) {
-  if (gpus == 1) return zero == 3 ? "FSDP FULL_SHARD on 1 GPU (nothing to shard; per-layer gathering still happens)"
-                                  : "single GPU";
+  if (gpus == 1)
+    return zero == 3 ? "FSDP FULL_SHARD on 1 GPU (nothing to shard; per-layer gathering still happens)" : "single GPU";
   switch (zero) {
-    case 0: return fmt::format("DDP over {} GPUs (everything replicated)", gpus);
-    case 1: return fmt::format("ZeRO-1 over {} GPUs (optimizer states and master weights sharded)", gpus);
-    case 2: return fmt::format("ZeRO-2 over {} GPUs (+ gradients sharded)", gpus);
-    default: return fmt::format("ZeRO-3 / FSDP FULL_SHARD over {} GPUs (+ parameters sharded)", gpus);
+    case 0:
+      return fmt::format("DDP over {} GPUs (everything replicated)", gpus);
+    case 1:
+      return fmt::format("ZeRO-1 over {} GPUs (optimizer states and master weights sharded)", gpus);
+    case 2:
+      return fmt::format("ZeRO-2 over {} GPUs (+ gradients sharded)", gpus);
+    default:
+      return fmt::format("ZeRO-3 / FSDP FULL_SHARD over {} GPUs (+ parameters sharded)", gpus);
   }
 }
 
@@ -170,17 +174,18 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
                           fmt::format("{} gradient of every parameter{}", r.grad.label,
                                       grad_shards > 1 ? fmt::format(", sharded over {} GPUs", N) : "")});
   if (o.zero == 0 && N > 1)
-    f.persistent.push_back({"ddp_buckets", "other", grads.total(),
-                            "DDP all-reduce bucket buffers: a second copy of the gradients (gradient_as_bucket_view=False)"});
+    f.persistent.push_back(
+        {"ddp_buckets", "other", grads.total(),
+         "DDP all-reduce bucket buffers: a second copy of the gradients (gradient_as_bucket_view=False)"});
   if ((o.zero == 1 || o.zero == 2) && N > 1)
     f.persistent.push_back({"reduce_buckets", "other", std::min(kZeroReduceBucket, f.params) * 4,
                             "DeepSpeed reduce bucket: reduce_bucket_size 5e8 elements of fp32 (default)"});
   const StorageBytes m1 = param_storage(ps, r.exp_avg, opt_shards, true);
   const StorageBytes m2 = param_storage(ps, r.exp_avg_sq, opt_shards, true);
-  f.persistent.push_back({"optimizer_states", "optimizer", m1.data + m2.data,
-                          fmt::format("AdamW exp_avg ({}) + exp_avg_sq ({}) element codes{}", r.exp_avg.label,
-                                      r.exp_avg_sq.label,
-                                      opt_shards > 1 ? fmt::format(", sharded over {} GPUs", N) : "")});
+  f.persistent.push_back(
+      {"optimizer_states", "optimizer", m1.data + m2.data,
+       fmt::format("AdamW exp_avg ({}) + exp_avg_sq ({}) element codes{}", r.exp_avg.label, r.exp_avg_sq.label,
+                   opt_shards > 1 ? fmt::format(", sharded over {} GPUs", N) : "")});
   f.persistent.push_back({"optimizer_metadata", "optimizer", m1.meta + m2.meta,
                           m1.meta + m2.meta == 0 ? "none: plain-format moments carry no scales"
                                                  : "per-group / per-tensor scales (and DE exponent k and centre c) "
@@ -217,8 +222,8 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     int64_t aux = 0;
     for (const auto& s : f.layer_saved)
       if (s.column == Table2Column::None) aux += s.bytes.total();
-    f.activations.push_back({"layers.stats", "activations", aux * m.layers,
-                             "norm rstd/mean and FlashAttention log-sum-exp, fp32"});
+    f.activations.push_back(
+        {"layers.stats", "activations", aux * m.layers, "norm rstd/mean and FlashAttention log-sum-exp, fp32"});
   } else {
     // Each checkpointed layer keeps its input (the bf16 residual stream; COAT's layers also pass
     // their FP8 1x16 copy of it); backward recomputes one layer at a time.
@@ -260,8 +265,10 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     fwd.temporaries.push_back({"fsdp_root_params", "temporaries", outside_params * 2,
                                "FSDP root unit (embedding, final norm, LM head) gathered in bf16, kept from "
                                "forward to backward"});
-  Phase loss{"backward_loss", "cross-entropy and LM-head backward: all activations still alive",
-             persistent_fwd_bwd + f.activations_total, {}};
+  Phase loss{"backward_loss",
+             "cross-entropy and LM-head backward: all activations still alive",
+             persistent_fwd_bwd + f.activations_total,
+             {}};
   loss.temporaries.push_back({"loss_grads", "temporaries", TV * 8,
                               "nll_loss's dense fp32 gradient + log_softmax's fp32 input gradient (tokens x vocab)"});
   if (fsdp) {
@@ -269,8 +276,10 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     loss.temporaries.push_back({"fsdp_prefetch_layer", "temporaries", layer_params * 2,
                                 "the last decoder layer prefetched (all-gathered in bf16) for its backward"});
   }
-  Phase bwd{"backward_layers", "backward of the last decoder layer: logits and loss buffers freed",
-            persistent_fwd_bwd + f.activations_total - outside_freed_after_head, {}};
+  Phase bwd{"backward_layers",
+            "backward of the last decoder layer: logits and loss buffers freed",
+            persistent_fwd_bwd + f.activations_total - outside_freed_after_head,
+            {}};
   if (fsdp) {
     bwd.temporaries.push_back(fwd.temporaries.front());
     bwd.temporaries.push_back({"fsdp_root_grads", "temporaries",
@@ -284,15 +293,16 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   } else if (!o.grads_persist) {
     // Without persistent buffers the LM head's (and final norm's) gradients exist by now.
     const StorageBytes head = storage_bytes(r.grad, std::vector<int64_t>{outside_params});
-    bwd.temporaries.push_back({"grads_so_far", "temporaries", head.total(),
-                               "gradients allocated so far (LM head, final norm)"});
+    bwd.temporaries.push_back(
+        {"grads_so_far", "temporaries", head.total(), "gradients allocated so far (LM head, final norm)"});
   }
   if (r.fp8_gemm)
     bwd.temporaries.push_back({"fp8_weight_cast", "temporaries", layer_params * 2,
                                "one layer's weights cast to FP8 just in time: codes + transposed codes for dgrad"});
   const int64_t ffn_branches = m.act == model::ActKind::SwiGLU ? 3 : 2;
-  bwd.temporaries.push_back({"backward_working_set", "temporaries", (ffn_branches * m.ffn + 2 * m.hidden) * T * 2,
-                             "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, bf16"});
+  bwd.temporaries.push_back(
+      {"backward_working_set", "temporaries", (ffn_branches * m.ffn + 2 * m.hidden) * T * 2,
+       "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, bf16"});
 
   Phase opt{"optimizer_step", "optimizer step: activations freed, gradients complete", persistent_all, {}};
   if (r.foreach_adamw_temporary)

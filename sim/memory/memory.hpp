@@ -59,11 +59,11 @@ inline constexpr double kH100GiB = 81559.0 / 1024.0;
 struct MemoryOptions {
   std::string recipe = "bf16";
   int64_t gpus = 1;
-  int64_t batch = 1;          // micro-batch per GPU
+  int64_t batch = 1;  // micro-batch per GPU
   int64_t seq = 2048;
-  int zero = 3;               // 0 = DDP, 1/2 = ZeRO-1/2, 3 = ZeRO-3 / FSDP FULL_SHARD
-  bool checkpointing = false; // full activation checkpointing of every decoder layer
-  bool grads_persist = true;  // gradient buffers stay allocated between steps (see memory.cpp)
+  int zero = 3;                // 0 = DDP, 1/2 = ZeRO-1/2, 3 = ZeRO-3 / FSDP FULL_SHARD
+  bool checkpointing = false;  // full activation checkpointing of every decoder layer
+  bool grads_persist = true;   // gradient buffers stay allocated between steps (see memory.cpp)
   double gpu_mem_gib = kH100GiB;
 };
 // Throws UsageError naming the bad option (gpus/batch/seq < 1, zero outside 0..3, gpu memory
@@ -74,11 +74,11 @@ struct Component {
   std::string name;   // "master_weights", "optimizer_metadata", "layers.SiLU&Mul", ...
   std::string group;  // weights | gradients | optimizer | activations | temporaries | other
   int64_t bytes = 0;
-  std::string what;   // one line: what it is and how it is sized
+  std::string what;  // one line: what it is and how it is sized
 };
 
 struct Phase {
-  std::string name;                    // forward_end, backward_loss, backward_layers, optimizer_step
+  std::string name;  // forward_end, backward_loss, backward_layers, optimizer_step
   std::string what;
   int64_t resident = 0;                // persistent terms + live activations in this phase
   std::vector<Component> temporaries;  // terms that exist only in this phase

@@ -116,8 +116,7 @@ Json table2_rows(const model::ModelConfig& m, bool with_paper) {
     r["total"] = f.table2_total_units();
     // Scales, norm statistics and the log-sum-exp are outside Table 2's element count.
     int64_t meta = 0;
-    for (const auto& s : f.layer_saved)
-      meta += s.column == model::Table2Column::None ? s.bytes.total() : s.bytes.meta;
+    for (const auto& s : f.layer_saved) meta += s.column == model::Table2Column::None ? s.bytes.total() : s.bytes.meta;
     r["metadata_units"] = static_cast<double>(meta) / static_cast<double>(f.unit_u_bytes);
     if (with_paper) {
       Json p = Json::object();
@@ -220,8 +219,7 @@ Json memory_paper_comparison() {
     r["peak_rel"] = rel(gib(f.peak), e.peak_gib);
     r["optimizer_match"] = e.oom ? Json(nullptr) : Json(within(gib(f.optimizer()), e.optimizer_gib, 0.05));
     // The paper's COAT optimizer column is a quarter of BF16's: FP8 codes without DE's metadata.
-    r["optimizer_states_match"] =
-        e.oom ? Json(nullptr) : Json(within(gib(f.optimizer_states), e.optimizer_gib, 0.05));
+    r["optimizer_states_match"] = e.oom ? Json(nullptr) : Json(within(gib(f.optimizer_states), e.optimizer_gib, 0.05));
     r["activations_match"] = e.oom ? Json(nullptr) : Json(within(gib(f.activations_total), e.activations_gib, 0.10));
     r["peak_match"] = e.oom ? Json(nullptr) : Json(within(gib(f.peak), e.peak_gib, 0.10));
     r["oom_match"] = e.oom == !f.fits();

@@ -20,12 +20,12 @@ inline constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();
 
 // Table 7: end-to-end per-GPU memory on H100 80 GB, FSDP (ZeRO-3) over `gpus`.
 struct PaperTable7Entry {
-  const char* model;    // models/ name
+  const char* model;  // models/ name
   int64_t gpus, batch, seq;
-  const char* recipe;   // bf16 | te | coat
+  const char* recipe;                               // bf16 | te | coat
   double optimizer_gib, activations_gib, peak_gib;  // NaN where the paper reports OOM / "-"
-  bool oom;             // the paper reports OOM at this batch
-  int64_t max_batch;    // the paper's max-batch column (0 = OOM even at batch 1)
+  bool oom;                                         // the paper reports OOM at this batch
+  int64_t max_batch;                                // the paper's max-batch column (0 = OOM even at batch 1)
 };
 const std::vector<PaperTable7Entry>& paper_table7();
 

@@ -126,7 +126,7 @@ std::vector<Recipe> make_recipes() {
     r.description = "COAT: Linear inputs E4M3 per-tensor, norm/SiLU/Mul E4M3 1x16 (bf16 scales); AdamW E4M3 g128 + DE";
     r.master = fp32;
     r.grad = fp32;
-    r.exp_avg = Storage::quant("coat-opt");     // e4m3:g128:de=coat: fp32 scale + k + centre per group
+    r.exp_avg = Storage::quant("coat-opt");  // e4m3:g128:de=coat: fp32 scale + k + centre per group
     r.exp_avg_sq = Storage::quant("coat-opt");
     r.fp8_gemm = true;
     auto& a = r.activations;
@@ -141,7 +141,8 @@ std::vector<Recipe> make_recipes() {
   {
     Recipe r;
     r.name = "fp8lm";
-    r.description = "FP8-LM (MS-AMP O2): fp16 master (scaled), AdamW m E4M3 per-tensor + v fp16 (scaled); activations as te";
+    r.description =
+        "FP8-LM (MS-AMP O2): fp16 master (scaled), AdamW m E4M3 per-tensor + v fp16 (scaled); activations as te";
     r.master = Storage::quant("fp16:tensor:scale=fp32");  // fp16 codes + one fp32 scale per tensor
     r.grad = fp32;
     r.exp_avg = Storage::quant("e4m3:tensor");

@@ -30,10 +30,10 @@ namespace fp8sim::memory {
 // How one tensor is stored.
 struct Storage {
   bool quantized = false;
-  int plain_bytes = 0;             // !quantized: bytes per element (fp32 4, bf16/fp16 2, int64 8)
-  QuantSpec spec;                  // quantized: the quantizer's spec (codes + per-group metadata)
-  int64_t per_tensor_extra = 0;    // extra bytes per tensor (a plain fp16 tensor's fp32 loss scale)
-  std::string label;               // "fp32", "bf16", "e4m3:g16:scale=bf16", ...
+  int plain_bytes = 0;           // !quantized: bytes per element (fp32 4, bf16/fp16 2, int64 8)
+  QuantSpec spec;                // quantized: the quantizer's spec (codes + per-group metadata)
+  int64_t per_tensor_extra = 0;  // extra bytes per tensor (a plain fp16 tensor's fp32 loss scale)
+  std::string label;             // "fp32", "bf16", "e4m3:g16:scale=bf16", ...
 
   static Storage plain(int bytes, std::string label, int64_t per_tensor_extra = 0);
   static Storage quant(std::string_view spec_text);
@@ -55,10 +55,10 @@ StorageBytes storage_bytes(const Storage& s, std::span<const int64_t> shape);
 struct Recipe {
   std::string name;
   std::string description;
-  Storage master;           // master weights (what the optimizer updates)
-  Storage grad;             // the gradient buffer the optimizer reads
-  Storage exp_avg;          // AdamW first moment, applied to each parameter flattened to 1-D
-  Storage exp_avg_sq;       // AdamW second moment
+  Storage master;      // master weights (what the optimizer updates)
+  Storage grad;        // the gradient buffer the optimizer reads
+  Storage exp_avg;     // AdamW first moment, applied to each parameter flattened to 1-D
+  Storage exp_avg_sq;  // AdamW second moment
   // torch.optim.AdamW's default (foreach) path allocates sqrt(v) for every parameter of the
   // shard during the step; fused FP8 kernels update in place.
   bool foreach_adamw_temporary = false;

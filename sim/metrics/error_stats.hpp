@@ -25,17 +25,17 @@
 namespace fp8sim {
 
 struct ErrorStats {
-  int64_t count = 0;           // finite reference elements compared
-  int64_t nonzero = 0;         // of which x != 0
-  int64_t nonfinite = 0;       // reference elements that are NaN / Inf (skipped)
-  int64_t nonfinite_out = 0;   // finite x whose approximation is NaN / Inf
-  int64_t underflow = 0;       // x != 0, y == 0
-  int64_t saturated = 0;       // |x/s| > saturation bound
-  int64_t scaled_count = 0;    // elements whose scaled magnitude was seen
-  double sum_sq_ref = 0;       // sum x^2
-  double sum_sq_approx = 0;    // sum y^2
-  double sum_sq_err = 0;       // sum (x - y)^2
-  double sum_dot = 0;          // sum x y
+  int64_t count = 0;          // finite reference elements compared
+  int64_t nonzero = 0;        // of which x != 0
+  int64_t nonfinite = 0;      // reference elements that are NaN / Inf (skipped)
+  int64_t nonfinite_out = 0;  // finite x whose approximation is NaN / Inf
+  int64_t underflow = 0;      // x != 0, y == 0
+  int64_t saturated = 0;      // |x/s| > saturation bound
+  int64_t scaled_count = 0;   // elements whose scaled magnitude was seen
+  double sum_sq_ref = 0;      // sum x^2
+  double sum_sq_approx = 0;   // sum y^2
+  double sum_sq_err = 0;      // sum (x - y)^2
+  double sum_dot = 0;         // sum x y
   double max_abs_err = 0;
   double max_rel_err = 0;
 

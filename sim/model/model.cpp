@@ -14,9 +14,12 @@ namespace fp8sim::model {
 
 std::string_view norm_kind_name(NormKind k) {
   switch (k) {
-    case NormKind::RMSNorm: return "rmsnorm";
-    case NormKind::LayerNorm: return "layernorm";
-    case NormKind::LayerNormNonParam: return "layernorm_nonparam";
+    case NormKind::RMSNorm:
+      return "rmsnorm";
+    case NormKind::LayerNorm:
+      return "layernorm";
+    case NormKind::LayerNormNonParam:
+      return "layernorm_nonparam";
   }
   return "?";
 }
@@ -25,9 +28,12 @@ std::string_view act_kind_name(ActKind k) { return k == ActKind::SwiGLU ? "swigl
 
 int64_t ModelConfig::norm_params() const {
   switch (norm) {
-    case NormKind::RMSNorm: return hidden;         // weight
-    case NormKind::LayerNorm: return 2 * hidden;   // weight + bias
-    case NormKind::LayerNormNonParam: return 0;    // OLMo: no affine parameters
+    case NormKind::RMSNorm:
+      return hidden;  // weight
+    case NormKind::LayerNorm:
+      return 2 * hidden;  // weight + bias
+    case NormKind::LayerNormNonParam:
+      return 0;  // OLMo: no affine parameters
   }
   return 0;
 }
@@ -105,9 +111,8 @@ ModelConfig parse_model(const Json& j, const std::string& origin) {
   m.heads = positive_int(j, origin, "num_attention_heads");
   m.kv_heads = positive_int(j, origin, "num_key_value_heads");
   m.vocab = positive_int(j, origin, "vocab_size");
-  FP8SIM_REQUIRE(m.hidden % m.heads == 0,
-                 "model config {}: num_attention_heads ({}) does not divide hidden_size ({})", origin, m.heads,
-                 m.hidden);
+  FP8SIM_REQUIRE(m.hidden % m.heads == 0, "model config {}: num_attention_heads ({}) does not divide hidden_size ({})",
+                 origin, m.heads, m.hidden);
   FP8SIM_REQUIRE(m.heads % m.kv_heads == 0,
                  "model config {}: num_key_value_heads ({}) does not divide num_attention_heads ({})", origin,
                  m.kv_heads, m.heads);
@@ -160,8 +165,8 @@ std::vector<std::string> list_models() {
 ModelConfig load_model(const std::string& name_or_path) {
   // A name that is not a model is bad usage (exit 2); a file that cannot be read is bad data.
   if (name_or_path.empty()) throw UsageError("no model given (a name such as llama2-7b, or a JSON file)");
-  const bool is_path = name_or_path.find('/') != std::string::npos ||
-                       (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
+  const bool is_path =
+      name_or_path.find('/') != std::string::npos || (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
   std::filesystem::path p = is_path ? std::filesystem::path(name_or_path) : models_dir() / (name_or_path + ".json");
   std::error_code ec;
   if (!is_path && !std::filesystem::is_regular_file(p, ec)) {
@@ -170,7 +175,8 @@ ModelConfig load_model(const std::string& name_or_path) {
     throw UsageError(fmt::format("unknown model '{}' (valid: {}; or give a JSON file)", name_or_path,
                                  valid.empty() ? "none found in " + models_dir().string() : valid));
   }
-  if (is_path && !std::filesystem::exists(p, ec)) throw Error(fmt::format("model config '{}': no such file", name_or_path));
+  if (is_path && !std::filesystem::exists(p, ec))
+    throw Error(fmt::format("model config '{}': no such file", name_or_path));
   Json j;
   try {
     j = Json::parse(read_text_file(p));
@@ -184,48 +190,78 @@ ModelConfig load_model(const std::string& name_or_path) {
 
 std::string_view op_kind_name(OpKind k) {
   switch (k) {
-    case OpKind::Embedding: return "embedding";
-    case OpKind::Norm: return "norm";
-    case OpKind::Linear: return "linear";
-    case OpKind::Rope: return "rope";
-    case OpKind::Attention: return "attention";
-    case OpKind::Activation: return "activation";
-    case OpKind::Mul: return "mul";
-    case OpKind::ResidualAdd: return "residual_add";
-    case OpKind::LmHead: return "lm_head";
-    case OpKind::Loss: return "loss";
+    case OpKind::Embedding:
+      return "embedding";
+    case OpKind::Norm:
+      return "norm";
+    case OpKind::Linear:
+      return "linear";
+    case OpKind::Rope:
+      return "rope";
+    case OpKind::Attention:
+      return "attention";
+    case OpKind::Activation:
+      return "activation";
+    case OpKind::Mul:
+      return "mul";
+    case OpKind::ResidualAdd:
+      return "residual_add";
+    case OpKind::LmHead:
+      return "lm_head";
+    case OpKind::Loss:
+      return "loss";
   }
   return "?";
 }
 
 std::string_view saved_role_name(SavedRole r) {
   switch (r) {
-    case SavedRole::NormInput: return "norm_input";
-    case SavedRole::NormStats: return "norm_stats";
-    case SavedRole::LinearInput: return "linear_input";
-    case SavedRole::AttnOutput: return "attn_output";
-    case SavedRole::RopeInput: return "rope_input";
-    case SavedRole::AttnInput: return "attn_input";
-    case SavedRole::AttnStats: return "attn_stats";
-    case SavedRole::ActInput: return "act_input";
-    case SavedRole::MulInput: return "mul_input";
-    case SavedRole::TokenIds: return "token_ids";
-    case SavedRole::FinalNormInput: return "final_norm_input";
-    case SavedRole::HeadInput: return "head_input";
-    case SavedRole::Logits: return "logits";
-    case SavedRole::LossBuffer: return "loss_buffer";
+    case SavedRole::NormInput:
+      return "norm_input";
+    case SavedRole::NormStats:
+      return "norm_stats";
+    case SavedRole::LinearInput:
+      return "linear_input";
+    case SavedRole::AttnOutput:
+      return "attn_output";
+    case SavedRole::RopeInput:
+      return "rope_input";
+    case SavedRole::AttnInput:
+      return "attn_input";
+    case SavedRole::AttnStats:
+      return "attn_stats";
+    case SavedRole::ActInput:
+      return "act_input";
+    case SavedRole::MulInput:
+      return "mul_input";
+    case SavedRole::TokenIds:
+      return "token_ids";
+    case SavedRole::FinalNormInput:
+      return "final_norm_input";
+    case SavedRole::HeadInput:
+      return "head_input";
+    case SavedRole::Logits:
+      return "logits";
+    case SavedRole::LossBuffer:
+      return "loss_buffer";
   }
   return "?";
 }
 
 std::string_view table2_column_name(Table2Column c) {
   switch (c) {
-    case Table2Column::RMSNorm: return "RMSNorm";
-    case Table2Column::SiLUMul: return "SiLU&Mul";
-    case Table2Column::RoPE: return "RoPE";
-    case Table2Column::FlashAttn: return "FlashAttn";
-    case Table2Column::Linear: return "Linear";
-    case Table2Column::None: return "-";
+    case Table2Column::RMSNorm:
+      return "RMSNorm";
+    case Table2Column::SiLUMul:
+      return "SiLU&Mul";
+    case Table2Column::RoPE:
+      return "RoPE";
+    case Table2Column::FlashAttn:
+      return "FlashAttn";
+    case Table2Column::Linear:
+      return "Linear";
+    case Table2Column::None:
+      return "-";
   }
   return "?";
 }

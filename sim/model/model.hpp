@@ -48,13 +48,13 @@ struct ModelConfig {
   bool attention_bias = false;
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
-  int64_t max_seq = 0;       // max_position_embeddings (0 = unknown)
-  Json source;               // field -> where the value comes from
+  int64_t max_seq = 0;  // max_position_embeddings (0 = unknown)
+  Json source;          // field -> where the value comes from
 
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
-  int64_t norm_params() const;         // one norm's parameters (H, 2H or 0)
-  int64_t layer_param_count() const;   // one decoder layer
+  int64_t norm_params() const;        // one norm's parameters (H, 2H or 0)
+  int64_t layer_param_count() const;  // one decoder layer
   int64_t embedding_param_count() const { return vocab * hidden; }
   int64_t head_param_count() const { return tied_embeddings ? 0 : vocab * hidden; }  // LM head
   // Parameters outside the decoder layers: embedding, LM head (unless tied), final norm.
@@ -107,24 +107,24 @@ inline constexpr Table2Column kTable2Columns[] = {Table2Column::RMSNorm, Table2C
                                                   Table2Column::FlashAttn, Table2Column::Linear};
 
 struct SavedTensor {
-  std::string name;             // "attn_norm.input"
+  std::string name;  // "attn_norm.input"
   SavedRole role;
-  std::vector<int64_t> shape;   // row-major; last dimension is the feature dimension
+  std::vector<int64_t> shape;  // row-major; last dimension is the feature dimension
   Table2Column column;
   int64_t numel() const;
 };
 
 struct OpDesc {
-  std::string name;      // "q_proj", "attn_norm", ... (unique within the layer)
+  std::string name;  // "q_proj", "attn_norm", ... (unique within the layer)
   OpKind kind;
-  std::string block;     // "attn" | "mlp" (decoder layer), "embed" | "head" (outside)
+  std::string block;                         // "attn" | "mlp" (decoder layer), "embed" | "head" (outside)
   std::vector<int64_t> in_shape, out_shape;  // (T, K) -> (T, N) for a Linear
   // Linear / LmHead: the weight as nn.Linear stores it, (N, K); fprop is Y(T,N) = X(T,K) W^T.
   std::vector<int64_t> weight_shape;
   // FP8 recipes run this GEMM in FP8 (decoder-layer Linears; never the LM head).
   bool fp8_gemm_candidate = false;
-  std::vector<SavedTensor> saved;        // tensors this op keeps that no earlier op already keeps
-  std::vector<std::string> also_reads;   // names of earlier saved tensors this op reuses
+  std::vector<SavedTensor> saved;       // tensors this op keeps that no earlier op already keeps
+  std::vector<std::string> also_reads;  // names of earlier saved tensors this op reuses
   int64_t gemm_m() const { return kind == OpKind::Linear || kind == OpKind::LmHead ? in_shape[0] : 0; }
   int64_t gemm_n() const { return weight_shape.empty() ? 0 : weight_shape[0]; }
   int64_t gemm_k() const { return weight_shape.empty() ? 0 : weight_shape[1]; }

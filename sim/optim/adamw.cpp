@@ -11,8 +11,10 @@ namespace fp8sim::optim {
 
 void validate_hyper(const AdamwHyper& h) {
   FP8SIM_REQUIRE(std::isfinite(h.lr) && h.lr >= 0, "AdamW lr must be finite and >= 0, got {}", h.lr);
-  FP8SIM_REQUIRE(std::isfinite(h.beta1) && h.beta1 >= 0 && h.beta1 < 1, "AdamW beta1 must be in [0, 1), got {}", h.beta1);
-  FP8SIM_REQUIRE(std::isfinite(h.beta2) && h.beta2 >= 0 && h.beta2 < 1, "AdamW beta2 must be in [0, 1), got {}", h.beta2);
+  FP8SIM_REQUIRE(std::isfinite(h.beta1) && h.beta1 >= 0 && h.beta1 < 1, "AdamW beta1 must be in [0, 1), got {}",
+                 h.beta1);
+  FP8SIM_REQUIRE(std::isfinite(h.beta2) && h.beta2 >= 0 && h.beta2 < 1, "AdamW beta2 must be in [0, 1), got {}",
+                 h.beta2);
   FP8SIM_REQUIRE(std::isfinite(h.eps) && h.eps >= 0, "AdamW eps must be finite and >= 0, got {}", h.eps);
   FP8SIM_REQUIRE(std::isfinite(h.weight_decay) && h.weight_decay >= 0,
                  "AdamW weight_decay must be finite and >= 0, got {}", h.weight_decay);
@@ -47,8 +49,8 @@ AdamwStepConsts make_step_consts(const AdamwHyper& h, int64_t step, UpdateRule r
     c.one_minus_beta2 = 1.0f - c.beta2;
     c.bc1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(c.beta1), t));
     c.bc2_sqrt = std::sqrt(1.0f - static_cast<float>(std::pow(static_cast<double>(c.beta2), t)));
-    c.decay = 1.0f;        // unused under this rule
-    c.neg_step_size = 0;   // unused under this rule
+    c.decay = 1.0f;       // unused under this rule
+    c.neg_step_size = 0;  // unused under this rule
   }
   return c;
 }
@@ -68,8 +70,8 @@ namespace {
 // baseline one; both give the same bits.
 template <UpdateRule R>
 __attribute__((target_clones("arch=haswell", "default"))) void step_range(float* p, const float* g, float* m, float* v,
-                                                                           int64_t i0, int64_t i1,
-                                                                           const AdamwStepConsts& c) {
+                                                                          int64_t i0, int64_t i1,
+                                                                          const AdamwStepConsts& c) {
   for (int64_t i = i0; i < i1; ++i) {
     if constexpr (R == UpdateRule::Torch) adamw_element_torch(p[i], g[i], m[i], v[i], c);
     else adamw_element_coat(p[i], g[i], m[i], v[i], c);
@@ -94,7 +96,8 @@ void adamw_step_fp32(float* p, const float* g, float* m, float* v, size_t n, con
   constexpr int64_t kChunk = 1 << 14;
   const int64_t chunks = (count + kChunk - 1) / kChunk;
 #pragma omp parallel for schedule(static) num_threads(nt)
-  for (int64_t ch = 0; ch < chunks; ++ch) step_range_rule(p, g, m, v, ch * kChunk, std::min(count, (ch + 1) * kChunk), c);
+  for (int64_t ch = 0; ch < chunks; ++ch)
+    step_range_rule(p, g, m, v, ch * kChunk, std::min(count, (ch + 1) * kChunk), c);
 }
 
 }  // namespace fp8sim::optim

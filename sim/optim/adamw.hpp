@@ -33,7 +33,6 @@ std::string_view update_rule_name(UpdateRule r);
 
 // One AdamW step with fp32 states over n elements, in place. OpenMP over chunks of elements
 // (the result does not depend on the thread count: every element is independent).
-void adamw_step_fp32(float* p, const float* g, float* m, float* v, size_t n, const AdamwStepConsts& c,
-                     int threads = 0);
+void adamw_step_fp32(float* p, const float* g, float* m, float* v, size_t n, const AdamwStepConsts& c, int threads = 0);
 
 }  // namespace fp8sim::optim

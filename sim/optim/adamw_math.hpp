@@ -54,14 +54,14 @@ struct AdamwStepConsts {
   float decay;          // fp32(1 - lr*wd)
   float neg_step_size;  // fp32(-(lr / (1 - b1^t))), t the step count after this step
   // Both rules
-  float beta1;           // fp32(b1)
-  float one_minus_beta1; // Torch: fp32(1 - b1) from doubles; Coat: 1.0f - fp32(b1)
-  float beta2;           // fp32(b2)
-  float one_minus_beta2; // Torch: fp32(1 - b2) from doubles; Coat: 1.0f - fp32(b2)
-  float bc2_sqrt;        // Torch: fp32(sqrt(1 - b2^t)) from doubles; Coat: sqrt_rn(1.0f - fp32(b2)^t)
+  float beta1;            // fp32(b1)
+  float one_minus_beta1;  // Torch: fp32(1 - b1) from doubles; Coat: 1.0f - fp32(b1)
+  float beta2;            // fp32(b2)
+  float one_minus_beta2;  // Torch: fp32(1 - b2) from doubles; Coat: 1.0f - fp32(b2)
+  float bc2_sqrt;         // Torch: fp32(sqrt(1 - b2^t)) from doubles; Coat: sqrt_rn(1.0f - fp32(b2)^t)
   float eps;
   // Coat rule
-  float bc1;             // 1.0f - fp32(b1)^t
+  float bc1;  // 1.0f - fp32(b1)^t
   float lr;
   float wd;
 };

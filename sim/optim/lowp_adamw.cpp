@@ -128,11 +128,11 @@ struct GroupRangeTotals {
 // Groups [g0, g1) of the fused step. target_clones: an AVX2 copy of the element loops beside
 // the baseline one, chosen at load time (same bits: no contraction, IEEE operations only).
 __attribute__((target_clones("avx2", "default"))) void run_groups(int64_t g0, int64_t g1, int64_t G, int64_t n,
-                                                                   float* p, const float* g, QuantizedTensor& qm,
-                                                                   QuantizedTensor& qv, const AdamwStepConsts& c,
-                                                                   const GroupMomentConsts& cm,
-                                                                   const GroupMomentConsts& cv, float* m_buf,
-                                                                   float* v_buf, GroupRangeTotals& t) {
+                                                                  float* p, const float* g, QuantizedTensor& qm,
+                                                                  QuantizedTensor& qv, const AdamwStepConsts& c,
+                                                                  const GroupMomentConsts& cm,
+                                                                  const GroupMomentConsts& cv, float* m_buf,
+                                                                  float* v_buf, GroupRangeTotals& t) {
   for (int64_t grp = g0; grp < g1; ++grp) {
     const int64_t i0 = grp * G;
     const int len = static_cast<int>(std::min(G, n - i0));
@@ -207,8 +207,8 @@ void lowp_adamw_step_grouped(float* p, const float* g, ParamOptimState& st, cons
     tot.merge(mine);
   }
   const uint32_t amax_m = tot.amax_m, amax_v = tot.amax_v;
-  const int64_t sat_m = tot.sat_m, sat_v = tot.sat_v, under_m = tot.under_m, under_v = tot.under_v,
-                nonf_m = tot.nonf_m, nonf_v = tot.nonf_v;
+  const int64_t sat_m = tot.sat_m, sat_v = tot.sat_v, under_m = tot.under_m, under_v = tot.under_v, nonf_m = tot.nonf_m,
+                nonf_v = tot.nonf_v;
   qm.tensor_amax = f32_from_bits(amax_m);
   qv.tensor_amax = f32_from_bits(amax_v);
   qm.saturated_count = sat_m;

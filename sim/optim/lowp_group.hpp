@@ -38,16 +38,16 @@ namespace fp8sim::optim {
 
 // Per-moment constants of a launch (host: group_moment_consts() in lowp_adamw.hpp).
 struct GroupMomentConsts {
-  int format;            // 0 = E4M3, 1 = E5M2 (storage)
-  bool expand;           // de=coat
-  ScaleConsts scale;     // plain scaling: fmax, mode, eps, eps_add
-  float fmax_target;     // de: the ratio bound's format max
-  bool saturate;         // SATFINITE
-  float sat_bound;       // scaled magnitudes above this are counted as saturated: sim/quant's
-                         // saturation_bound(format), where rounding to nearest leaves the format's
-                         // range (464 for E4M3); bookkeeping only
-  bool stochastic;       // stochastic rounding
-  uint64_t key;          // Philox key of this step's rounding stream (state_rounding_key)
+  int format;         // 0 = E4M3, 1 = E5M2 (storage)
+  bool expand;        // de=coat
+  ScaleConsts scale;  // plain scaling: fmax, mode, eps, eps_add
+  float fmax_target;  // de: the ratio bound's format max
+  bool saturate;      // SATFINITE
+  float sat_bound;    // scaled magnitudes above this are counted as saturated: sim/quant's
+                      // saturation_bound(format), where rounding to nearest leaves the format's
+                      // range (464 for E4M3); bookkeeping only
+  bool stochastic;    // stochastic rounding
+  uint64_t key;       // Philox key of this step's rounding stream (state_rounding_key)
 };
 
 // A group's parameters. de: e = {k, c, s}; plain: e.s = stored (dequantizing) scale and
@@ -82,7 +82,7 @@ FP8SIM_OPTIM_HD GroupParams group_params_from_stats(const GroupStatBits& s, cons
 // parameter (the Philox counter, independent of the launch shape). `saturated` is set when a
 // finite x's scaled magnitude exceeds mc.sat_bound (clamping or overflow changed the code).
 FP8SIM_OPTIM_HD uint8_t group_encode(float x, const GroupParams& gp, const GroupMomentConsts& mc, uint64_t index,
-                               bool& saturated) {
+                                     bool& saturated) {
   const float v = mc.expand ? expand_value(x, gp.e) : div_rn(x, gp.s_quant);
   saturated = is_finite_bits(f32_bits(x)) && dmath::abs_bits(v) > mc.sat_bound;
   if (mc.stochastic) return encode_fp8_stochastic(v, mc.format, mc.saturate, philox_word(mc.key, index));

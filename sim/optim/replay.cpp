@@ -1,5 +1,5 @@
-#include "sim/common/paths.hpp"
 #include "sim/optim/replay.hpp"
+#include "sim/common/paths.hpp"
 
 #include <omp.h>
 
@@ -81,20 +81,20 @@ void require_finite(const std::vector<float>& x, const std::string& what, const 
 
 // Per-step drift sums of one recipe (indices into DriftSums::v).
 enum DriftSum : size_t {
-  kDiff2,   // sum (p_r - p_fp32)^2
-  kBase2,   // sum p_fp32^2
-  kDisp2,   // sum (p_fp32 - p0)^2
-  kDot,     // sum du_r * du_fp32 (this step's updates)
-  kUr2,     // sum du_r^2
-  kUb2,     // sum du_fp32^2
-  kEm2,     // sum (m_r_stored - m_fp32)^2
-  kMb2,     // sum m_fp32^2
-  kEv2,     // sum (v_r_stored - v_fp32)^2
-  kVb2,     // sum v_fp32^2
-  kMq2,     // sum (m_r_stored - m_r_new)^2  (this step's quantization error of m)
-  kMn2,     // sum m_r_new^2
-  kVq2,     // sum (v_r_stored - v_r_new)^2
-  kVn2,     // sum v_r_new^2
+  kDiff2,  // sum (p_r - p_fp32)^2
+  kBase2,  // sum p_fp32^2
+  kDisp2,  // sum (p_fp32 - p0)^2
+  kDot,    // sum du_r * du_fp32 (this step's updates)
+  kUr2,    // sum du_r^2
+  kUb2,    // sum du_fp32^2
+  kEm2,    // sum (m_r_stored - m_fp32)^2
+  kMb2,    // sum m_fp32^2
+  kEv2,    // sum (v_r_stored - v_fp32)^2
+  kVb2,    // sum v_fp32^2
+  kMq2,    // sum (m_r_stored - m_r_new)^2  (this step's quantization error of m)
+  kMn2,    // sum m_r_new^2
+  kVq2,    // sum (v_r_stored - v_r_new)^2
+  kVn2,    // sum v_r_new^2
   kDriftSums
 };
 using DriftSums = std::array<double, kDriftSums>;
@@ -193,8 +193,9 @@ void OptimReplay::add_param(const ParamWindow& w) {
   FP8SIM_REQUIRE(w.lr.size() == w.grads.size(), "parameter '{}': {} learning rates for {} steps", w.name, w.lr.size(),
                  w.grads.size());
   for (size_t k = 0; k < w.grads.size(); ++k) {
-    FP8SIM_REQUIRE(static_cast<int64_t>(w.grads[k].size()) == n, "parameter '{}': grad of window step {} has {} elements, expected {}",
-                   w.name, k, w.grads[k].size(), n);
+    FP8SIM_REQUIRE(static_cast<int64_t>(w.grads[k].size()) == n,
+                   "parameter '{}': grad of window step {} has {} elements, expected {}", w.name, k, w.grads[k].size(),
+                   n);
     require_finite(w.grads[k], fmt::format("the grad of window step {}", k), w.name);
     AdamwHyper h = w.hyper;
     h.lr = w.lr[k];
@@ -226,10 +227,10 @@ void OptimReplay::add_state(const std::string& name, const std::vector<float>& m
   Impl& I = *impl_;
   const int64_t n = static_cast<int64_t>(m.size());
   FP8SIM_REQUIRE(n > 0, "parameter '{}' has no elements", name);
-  FP8SIM_REQUIRE(static_cast<int64_t>(v.size()) == n, "parameter '{}': exp_avg has {} elements, exp_avg_sq {}", name,
-                 n, v.size());
-  FP8SIM_REQUIRE(adamw_step >= 1, "parameter '{}': moments after {} AdamW steps carry no information (need >= 1)",
-                 name, adamw_step);
+  FP8SIM_REQUIRE(static_cast<int64_t>(v.size()) == n, "parameter '{}': exp_avg has {} elements, exp_avg_sq {}", name, n,
+                 v.size());
+  FP8SIM_REQUIRE(adamw_step >= 1, "parameter '{}': moments after {} AdamW steps carry no information (need >= 1)", name,
+                 adamw_step);
   AdamwHyper h = hyper;
   h.lr = 0;
   validate_hyper(h);
@@ -361,8 +362,8 @@ void OptimReplay::Impl::add_drift(const ParamWindow& w) {
   std::vector<Run> runs(recipes.size());
   for (size_t r = 0; r < recipes.size(); ++r) {
     Run& run = runs[r];
-    run.st = make_param_state(recipes[r], w.m0.data(), w.v0.data(), n, param_index, static_cast<uint64_t>(meta.step0),
-                              nt);
+    run.st =
+        make_param_state(recipes[r], w.m0.data(), w.v0.data(), n, param_index, static_cast<uint64_t>(meta.step0), nt);
     run.p = w.p0;
     run.p_prev.resize(un);
     run.m_new.resize(un);
@@ -439,8 +440,10 @@ Json OptimReplay::finish() const {
   Json defs = Json::object();
   defs["table1"] =
       "MSE over all elements of all parameters of r = (m/bc1)/(sqrt(v/bc2)+eps), bc1 = 1-b1^t, bc2 = 1-b2^t with t the "
-      "moments' AdamW step count, between the captured fp32 moments and the same moments quantized (1x128 groups of the "
-      "flattened parameter; +Expand = DE coat mode), computed in double; eps = the trace's AdamW eps, so v = 0 needs no "
+      "moments' AdamW step count, between the captured fp32 moments and the same moments quantized (1x128 groups of "
+      "the "
+      "flattened parameter; +Expand = DE coat mode), computed in double; eps = the trace's AdamW eps, so v = 0 needs "
+      "no "
       "special case (a v flushed to 0 under a nonzero m gives m/(bc1*eps), what AdamW would apply)";
   defs["param_rel_l2"] = "||p_recipe - p_fp32|| / ||p_fp32|| over all parameters after the step";
   defs["displacement_rel_err"] = "||p_recipe - p_fp32|| / ||p_fp32 - p_window_start||";
@@ -509,15 +512,16 @@ Json OptimReplay::finish() const {
     for (size_t a = 0; a < 4; ++a) {
       Json row = Json::object();
       for (size_t b = 0; b < 4; ++b)
-        row[f[b].label] = ratio(ratio(I.t1_sse_nf[a][b], I.t1_cnt_nf[a][b]), ratio(I.t1_sse_nf[0][0], I.t1_cnt_nf[0][0]));
+        row[f[b].label] =
+            ratio(ratio(I.t1_sse_nf[a][b], I.t1_cnt_nf[a][b]), ratio(I.t1_sse_nf[0][0], I.t1_cnt_nf[0][0]));
       nfr[f[a].label] = row;
     }
     det["mse_without_flushed_v_ratio_to_e4m3"] = nfr;
     doc["table1_details"] = det;
   } else {
     doc["table1"] = nullptr;
-    doc["table1_skipped"] = I.opts.table1 ? "the trace holds no AdamW moments (exp_avg / exp_avg_sq)"
-                                          : "disabled (--no-table1)";
+    doc["table1_skipped"] =
+        I.opts.table1 ? "the trace holds no AdamW moments (exp_avg / exp_avg_sq)" : "disabled (--no-table1)";
   }
 
   // ---- fp32 replay
@@ -539,8 +543,8 @@ Json OptimReplay::finish() const {
   } else {
     doc["fp32_replay_max_rel_err"] = nullptr;
     doc["fp32_replay"] = Json::object();
-    doc["fp32_replay"]["skipped"] = have_window ? "the trace does not store the end-of-window weights"
-                                                : "the trace has no grad window";
+    doc["fp32_replay"]["skipped"] =
+        have_window ? "the trace does not store the end-of-window weights" : "the trace has no grad window";
   }
 
   // ---- memory

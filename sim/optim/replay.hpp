@@ -2,9 +2,9 @@
 // Optimizer-state replay over a captured window of grads (`fp8sim optim`):
 //
 // * Table 1 (COAT, Xi et al., ICLR 2025): a snapshot of captured fp32 moments (every
-//   parameter of the model at one step; add_state), quantized under {E4M3, E4M3+Expand, E5M2, E5M2+Expand} for each moment (1x128 groups of the
-//   flattened parameter; +Expand = Dynamic Range Expansion in COAT's mode, ratio bound from the
-//   storage format), and the MSE of the AdamW update direction
+//   parameter of the model at one step; add_state), quantized under {E4M3, E4M3+Expand, E5M2, E5M2+Expand} for each
+//   moment (1x128 groups of the flattened parameter; +Expand = Dynamic Range Expansion in COAT's mode, ratio bound from
+//   the storage format), and the MSE of the AdamW update direction
 //       r = (m / bc1) / (sqrt(v / bc2) + eps)          bc1 = 1 - b1^t, bc2 = 1 - b2^t
 //   between the quantized and the fp32 moments, over every element of every parameter (each
 //   element counts once; computed in double from the fp32 / dequantized values). eps is the
@@ -56,9 +56,9 @@ struct WindowMeta {
 };
 
 struct OptimOptions {
-  std::vector<StateRecipe> recipes;  // drift + memory; empty: default_state_recipes()
-  int steps = 0;                     // drift steps; 0 = the whole window
-  UpdateRule rule = UpdateRule::Coat;  // update rule of the drift runs (fp32 baseline included)
+  std::vector<StateRecipe> recipes;       // drift + memory; empty: default_state_recipes()
+  int steps = 0;                          // drift steps; 0 = the whole window
+  UpdateRule rule = UpdateRule::Coat;     // update rule of the drift runs (fp32 baseline included)
   Rounding rounding = Rounding::Nearest;  // FP8 moments of every recipe
   uint64_t seed = 0;                      // stochastic rounding seed
   bool table1 = true;

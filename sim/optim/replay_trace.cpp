@@ -68,7 +68,8 @@ Json optim_replay(const std::string& path, const OptimOptions& opts) {
     meta.step0 = *s0->adamw_step;
     meta.steps = last - first + 1;
   } else {
-    FP8SIM_REQUIRE(!opts.drift, "'{}' has no grad window (root attribute grad_window): capture one with "
+    FP8SIM_REQUIRE(!opts.drift,
+                   "'{}' has no grad window (root attribute grad_window): capture one with "
                    "scripts/capture_trace.py --window FIRST:COUNT, or pass --no-drift for Table 1 and memory only",
                    path);
   }

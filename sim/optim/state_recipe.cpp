@@ -35,9 +35,10 @@ MomentSpec MomentSpec::parse(std::string_view text) {
   // reduce the group minimum exactly; the other peer forms are for quantize / analyze.
   const ScaleConsts sc = scale_consts(*s.spec);
   if (!plain_scales_common_ok(sc) || s.spec->de_min != DeMin::Nonzero)
-    throw UsageError(fmt::format("moment spec '{}': optimizer states take scale_div=ieee|rcp, apply=div, mx=rceil "
-                                 "and de_min=nonzero (e.g. e4m3:g128:de=coat)",
-                                 text));
+    throw UsageError(
+        fmt::format("moment spec '{}': optimizer states take scale_div=ieee|rcp, apply=div, mx=rceil "
+                    "and de_min=nonzero (e.g. e4m3:g128:de=coat)",
+                    text));
   return s;
 }
 
@@ -59,9 +60,10 @@ void split_moments(std::string_view text, std::string& m_text, std::string& v_te
   const std::string_view other = first_key == "m=" ? ",v=" : ",m=";
   const size_t cut = text.find(other);
   if (cut == std::string_view::npos)
-    throw UsageError(fmt::format("state recipe '{}': missing '{}SPEC' (give both moments, e.g. "
-                                 "m=e4m3:g128:de=coat,v=e5m2:g128; fp32 keeps a moment in fp32)",
-                                 text, other.substr(1)));
+    throw UsageError(
+        fmt::format("state recipe '{}': missing '{}SPEC' (give both moments, e.g. "
+                    "m=e4m3:g128:de=coat,v=e5m2:g128; fp32 keeps a moment in fp32)",
+                    text, other.substr(1)));
   const std::string a(text.substr(2, cut - 2)), b(text.substr(cut + 3));
   if (b.find(",m=") != std::string::npos || b.find(",v=") != std::string::npos)
     throw UsageError(fmt::format("state recipe '{}': a moment is given twice", text));
@@ -102,10 +104,11 @@ void StateRecipe::check_supported() const {
   // history of earlier steps to scale them by.
   for (const MomentSpec* ms : {&m, &v})
     if (ms->spec && ms->spec->delayed.enabled())
-      throw UsageError(fmt::format("state recipe '{}': spec '{}' uses delayed scaling, which optimizer states do not "
-                                   "support (they are rescaled from their new values every step): drop the "
-                                   "delayed=... key",
-                                   name, ms->spec->to_string()));
+      throw UsageError(
+          fmt::format("state recipe '{}': spec '{}' uses delayed scaling, which optimizer states do not "
+                      "support (they are rescaled from their new values every step): drop the "
+                      "delayed=... key",
+                      name, ms->spec->to_string()));
 }
 
 std::string StateRecipe::to_string() const { return "m=" + m.to_string() + ",v=" + v.to_string(); }

@@ -33,7 +33,7 @@ namespace fp8sim::optim {
 struct MomentSpec {
   std::optional<QuantSpec> spec;  // nullopt: fp32
   bool is_fp32() const { return !spec.has_value(); }
-  std::string to_string() const;  // "fp32" or the canonical QuantSpec text
+  std::string to_string() const;                   // "fp32" or the canonical QuantSpec text
   static MomentSpec parse(std::string_view text);  // "fp32" or a QuantSpec (UsageError otherwise)
   bool operator==(const MomentSpec&) const = default;
 };

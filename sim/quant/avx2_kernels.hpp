@@ -196,9 +196,9 @@ inline VI encode_rne(V v, bool saturate) {
   const VI sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), ci(0x80u));
   const VI a = _mm256_and_si256(u, ci(0x7FFFFFFFu));
   constexpr int D = T::kDropBits;
-  const VI rounded = _mm256_srli_epi32(
-      _mm256_add_epi32(_mm256_add_epi32(a, ci((1u << (D - 1)) - 1u)), _mm256_and_si256(_mm256_srli_epi32(a, D), ci(1u))),
-      D);
+  const VI rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, ci((1u << (D - 1)) - 1u)),
+                                                        _mm256_and_si256(_mm256_srli_epi32(a, D), ci(1u))),
+                                       D);
   const VI normal = _mm256_sub_epi32(rounded, ci(static_cast<uint32_t>(127 - T::kBias) << T::kMantissaBits));
   const V scaled = add(mul(fb(a), cf(pow2f(T::kSubShift))), cf(8388608.0f));
   const VI sub = _mm256_sub_epi32(ib(scaled), ci(0x4B000000u));
@@ -360,9 +360,9 @@ inline VI encode_rne_finite(V v) {
   const VI a = _mm256_and_si256(u, ci(0x7FFFFFFFu));
   const VI sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), ci(0x80u));
   constexpr int D = T::kDropBits;
-  const VI rounded = _mm256_srli_epi32(
-      _mm256_add_epi32(_mm256_add_epi32(a, ci((1u << (D - 1)) - 1u)), _mm256_and_si256(_mm256_srli_epi32(a, D), ci(1u))),
-      D);
+  const VI rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, ci((1u << (D - 1)) - 1u)),
+                                                        _mm256_and_si256(_mm256_srli_epi32(a, D), ci(1u))),
+                                       D);
   const VI normal = _mm256_sub_epi32(rounded, ci(static_cast<uint32_t>(127 - T::kBias) << T::kMantissaBits));
   const VI sub = _mm256_cvtps_epi32(mul(fb(a), cf(pow2f(T::kSubShift))));
   const VI subnormal = lt(a, ci(T::kMinNormalBits));
@@ -385,8 +385,9 @@ template <bool kStream = true>
 inline int64_t store_codes32(uint8_t* out, VI c0, VI c1, VI c2, VI c3) {
   // packus works within 128-bit lanes: the dwords come out as c0lo c1lo c2lo c3lo c0hi c1hi c2hi
   // c3hi (4 codes each) and the permutation restores element order.
-  const VI b = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3)),
-                                           _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  const VI b =
+      _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3)),
+                                  _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
   if constexpr (kStream) store32(out, b);
   else _mm256_storeu_si256(reinterpret_cast<VI*>(out), b);
   const uint32_t zm = static_cast<uint32_t>(
@@ -403,7 +404,8 @@ inline int64_t store_codes8(uint8_t* out, VI c) {
 
 // Codes of x / sq for the first n8 elements (a multiple of 8); returns how many codes are +-0.
 template <class T, class VL>
-__attribute__((always_inline)) inline int64_t encode_plain_fast(const VL& ld, int64_t base, int64_t n8, float sq, uint8_t* out) {
+__attribute__((always_inline)) inline int64_t encode_plain_fast(const VL& ld, int64_t base, int64_t n8, float sq,
+                                                                uint8_t* out) {
   const V vs = cf(sq);
   int64_t zero_codes = 0;
   int64_t i = 0;
@@ -455,11 +457,11 @@ void plain_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0
 
 // ---- coat DE fast path ---------------------------------------------------------------------------
 // pow_det(x, y) for lanes x that are +0 or positive finite, and a y shared by all lanes that is
-// finite with 0 < y <= 16384 and y != 1 (callers handle y == 1: pow_det(x, 1) == x). Under those conditions pow_det's special-value
-// selections reduce to "x == 0 gives +0" (x == 1 needs none: the core computes exactly 1 there),
-// and its clamps of y (to +-16384 or +-2^40) and of t (to +-2^21, while |t| <= 1/2 + |y| / 2)
-// are inactive, so y's split y_hi + y_lo is the same for every lane and is hoisted. The clamp of
-// n to +-400 stays (as min/max: n is never NaN). Every remaining operation is pow_det's.
+// finite with 0 < y <= 16384 and y != 1 (callers handle y == 1: pow_det(x, 1) == x). Under those conditions pow_det's
+// special-value selections reduce to "x == 0 gives +0" (x == 1 needs none: the core computes exactly 1 there), and its
+// clamps of y (to +-16384 or +-2^40) and of t (to +-2^21, while |t| <= 1/2 + |y| / 2) are inactive, so y's split y_hi +
+// y_lo is the same for every lane and is hoisted. The clamp of n to +-400 stays (as min/max: n is never NaN). Every
+// remaining operation is pow_det's.
 struct PowConstY {
   V y, y_hi, y_lo;
   explicit PowConstY(float k) {
@@ -531,7 +533,7 @@ inline V decode8(const uint8_t* codes);
 // the fast path's conditions); adds the saturated lanes to satc.
 template <class T, int N>
 __attribute__((always_inline)) inline void expand_encode_n(const V* x, V c, V s, const PowConstY& k, bool k_unit,
-                                                         bool sat, V vbound, VI& satc, VI* codes) {
+                                                           bool sat, V vbound, VI& satc, VI* codes) {
   V a[N], mag[N];
   FP8SIM_EACH a[j] = div(vabs(x[j]), c);
   pow_const_n<N>(a, mag, k, k_unit);
@@ -545,7 +547,7 @@ __attribute__((always_inline)) inline void expand_encode_n(const V* x, V c, V s,
 // decode + compress_value on 8N codes (none NaN / Inf, every |q * s| finite; exponent 1/k usable).
 template <class T, int N>
 __attribute__((always_inline)) inline void decode_compress_n(const uint8_t* codes, V c, V s, const PowConstY& kinv,
-                                                           bool kinv_unit, V* y) {
+                                                             bool kinv_unit, V* y) {
   V qs[N], a[N], mag[N];
   FP8SIM_EACH qs[j] = mul(decode8<T>(codes + 8 * j), s);
   FP8SIM_EACH a[j] = vabs(qs[j]);
@@ -661,58 +663,58 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
       _mm256_store_ps(bc, c);
       _mm256_store_ps(bs, s);
     }
-  for (int64_t jb = 0; jb < nb; ++jb) {
-    const int64_t grp = gb + jb;
-    int64_t base, n;
-    g.row_group_span(grp, base, n);
-    const int64_t n8 = n - n % 8;
-    if (!finite[jb]) {
-      general(grp);
-      continue;
+    for (int64_t jb = 0; jb < nb; ++jb) {
+      const int64_t grp = gb + jb;
+      int64_t base, n;
+      g.row_group_span(grp, base, n);
+      const int64_t n8 = n - n % 8;
+      if (!finite[jb]) {
+        general(grp);
+        continue;
+      }
+      const ExpandParams p{bk[jb], bc[jb], bs[jb]};
+      const bool ok = PowConstY::usable(p.k) && p.c > 0.0f && is_finite_bits(f32_bits(p.c)) && p.s > 0.0f &&
+                      is_finite_bits(f32_bits(p.s));
+      if (!ok) {
+        general(grp);
+        continue;
+      }
+      scales[grp] = p.s;
+      ks[grp] = p.k;
+      cs[grp] = p.c;
+      tmax = bmax_bits[jb] > tmax ? bmax_bits[jb] : tmax;
+      const PowConstY k(p.k);
+      const V vc = cf(p.c), vs = cf(p.s);
+      // pow_det(a, 1) is a exactly (its y == 1 selection), so k == 1 groups skip the core.
+      const bool k_is_one = p.k == 1.0f;
+      VI satc = _mm256_setzero_si256();
+      int64_t zero_codes = 0;
+      int64_t i = 0;
+      for (; i + 64 <= n8; i += 64) {
+        V xs[8];
+        VI cv[8];
+        FP8SIM_EACH_8 xs[j] = vl.load8(base + i + 8 * j);
+        expand_encode_n<T, 8>(xs, vc, vs, k, k_is_one, sat, vbound, satc, cv);
+        for (int h = 0; h < 2; ++h)
+          zero_codes += store_codes32(out + base + i + 32 * h, cv[4 * h], cv[4 * h + 1], cv[4 * h + 2], cv[4 * h + 3]);
+      }
+      for (; i < n8; i += 8) {
+        const V x = vl.load8(base + i);
+        VI cv;
+        expand_encode_n<T, 1>(&x, vc, vs, k, k_is_one, sat, vbound, satc, &cv);
+        zero_codes += store_codes8(out + base + i, cv);
+      }
+      nsat += hsum(satc);
+      for (int64_t j = base + n8; j < base + n; ++j) {
+        const float x = sl(j);
+        const float v = expand_value(x, p);
+        const uint8_t c = encode_fp8_rne<T>(v, sat);
+        out[j] = c;
+        nsat += dmath::abs_bits(v) > bound ? 1 : 0;
+        zero_codes += (c & 0x7Fu) == 0u ? 1 : 0;
+      }
+      nunder += underflowed(vl, sl, base, n8, n, zero_codes);
     }
-    const ExpandParams p{bk[jb], bc[jb], bs[jb]};
-    const bool ok = PowConstY::usable(p.k) && p.c > 0.0f && is_finite_bits(f32_bits(p.c)) && p.s > 0.0f &&
-                    is_finite_bits(f32_bits(p.s));
-    if (!ok) {
-      general(grp);
-      continue;
-    }
-    scales[grp] = p.s;
-    ks[grp] = p.k;
-    cs[grp] = p.c;
-    tmax = bmax_bits[jb] > tmax ? bmax_bits[jb] : tmax;
-    const PowConstY k(p.k);
-    const V vc = cf(p.c), vs = cf(p.s);
-    // pow_det(a, 1) is a exactly (its y == 1 selection), so k == 1 groups skip the core.
-    const bool k_is_one = p.k == 1.0f;
-    VI satc = _mm256_setzero_si256();
-    int64_t zero_codes = 0;
-    int64_t i = 0;
-    for (; i + 64 <= n8; i += 64) {
-      V xs[8];
-      VI cv[8];
-      FP8SIM_EACH_8 xs[j] = vl.load8(base + i + 8 * j);
-      expand_encode_n<T, 8>(xs, vc, vs, k, k_is_one, sat, vbound, satc, cv);
-      for (int h = 0; h < 2; ++h)
-        zero_codes += store_codes32(out + base + i + 32 * h, cv[4 * h], cv[4 * h + 1], cv[4 * h + 2], cv[4 * h + 3]);
-    }
-    for (; i < n8; i += 8) {
-      const V x = vl.load8(base + i);
-      VI cv;
-      expand_encode_n<T, 1>(&x, vc, vs, k, k_is_one, sat, vbound, satc, &cv);
-      zero_codes += store_codes8(out + base + i, cv);
-    }
-    nsat += hsum(satc);
-    for (int64_t j = base + n8; j < base + n; ++j) {
-      const float x = sl(j);
-      const float v = expand_value(x, p);
-      const uint8_t c = encode_fp8_rne<T>(v, sat);
-      out[j] = c;
-      nsat += dmath::abs_bits(v) > bound ? 1 : 0;
-      zero_codes += (c & 0x7Fu) == 0u ? 1 : 0;
-    }
-    nunder += underflowed(vl, sl, base, n8, n, zero_codes);
-  }
   }
   _mm_sfence();
 }
@@ -725,9 +727,9 @@ inline V decode8(const uint8_t* codes) {
   const VI mag = _mm256_and_si256(c, ci(0x7Fu));
   const VI e = _mm256_srli_epi32(mag, T::kMantissaBits);
   const VI m = _mm256_and_si256(mag, ci((1u << T::kMantissaBits) - 1u));
-  const V normal = fb(_mm256_or_si256(
-      _mm256_or_si256(sign, _mm256_slli_epi32(_mm256_add_epi32(e, ci(127u - T::kBias)), 23)),
-      _mm256_slli_epi32(m, 23 - T::kMantissaBits)));
+  const V normal =
+      fb(_mm256_or_si256(_mm256_or_si256(sign, _mm256_slli_epi32(_mm256_add_epi32(e, ci(127u - T::kBias)), 23)),
+                         _mm256_slli_epi32(m, 23 - T::kMantissaBits)));
   const V sub = fb(_mm256_or_si256(ib(mul(_mm256_cvtepi32_ps(m), cf(pow2f(-T::kSubShift)))), sign));
   V r = sel(eq(e, _mm256_setzero_si256()), sub, normal);
   if constexpr (T::kOverflowCode == 0x7F) {
@@ -761,7 +763,8 @@ inline bool has_special_codes(const uint8_t* c, int64_t n) {
 // The squared errors of 8 elements (x, y) into err[0..8): fp64, 0 where x is not finite.
 inline void store_sq_err8(V x, V y, double* err) {
   const VI fin = lt(_mm256_and_si256(ib(x), ci(0x7FFFFFFFu)), ci(0x7F800000u));
-  const __m256d d_lo = _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), _mm256_cvtps_pd(_mm256_castps256_ps128(y)));
+  const __m256d d_lo =
+      _mm256_sub_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(x)), _mm256_cvtps_pd(_mm256_castps256_ps128(y)));
   const __m256d d_hi =
       _mm256_sub_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1)), _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1)));
   const __m256d m_lo = _mm256_castsi256_pd(_mm256_cvtepi32_epi64(_mm256_castsi256_si128(fin)));
@@ -844,8 +847,7 @@ int64_t robust_errors(const float* xs, int64_t n, const ExpandParams& p, bool sa
 
 // decode_range (quantize.cpp) for the first n8 elements.
 template <class T, bool EXPAND>
-inline void decode_segment(const uint8_t* codes, int64_t base, int64_t n8, float s, const ExpandParams& p,
-                           float* out) {
+inline void decode_segment(const uint8_t* codes, int64_t base, int64_t n8, float s, const ExpandParams& p, float* out) {
   const V vs = cf(s), ps = cf(p.s), pc = cf(p.c);
   float kinv_s = 1.0f;  // (unused without expansion)
   if constexpr (EXPAND) kinv_s = div_rn(1.0f, p.k);

@@ -61,7 +61,7 @@ FP8SIM_HD_INLINE float scale_pow2(float r, int n) {
 FP8SIM_HD float floor_det(float x) {
   const uint32_t u = f32_bits(x);
   const uint32_t a = u & 0x7FFFFFFFu;
-  if (a >= 0x4B000000u) return x;  // |x| >= 2^23: already an integer; also Inf and NaN
+  if (a >= 0x4B000000u) return x;                         // |x| >= 2^23: already an integer; also Inf and NaN
   float t = static_cast<float>(static_cast<int32_t>(x));  // truncation toward zero, exact
   t = t > x ? add_rn(t, -1.0f) : t;
   return a == 0 ? x : t;
@@ -117,7 +117,7 @@ FP8SIM_HD float log2_det(float x) {
 // 2^g for |g| <= 1/2: Taylor series of e^(g ln2) to degree 7 (the omitted term is < 2^-27
 // relative), Horner with coefficients ln2^n/n!.
 FP8SIM_HD_INLINE float exp2_reduced(float g) {
-  float p = 1.5252734e-05f;           // ln2^7/7!
+  float p = 1.5252734e-05f;                  // ln2^7/7!
   p = add_rn(mul_rn(p, g), 1.5403530e-04f);  // ln2^6/6!
   p = add_rn(mul_rn(p, g), 1.3333558e-03f);  // ln2^5/5!
   p = add_rn(mul_rn(p, g), 9.6181291e-03f);  // ln2^4/4!
@@ -175,12 +175,12 @@ FP8SIM_HD_INLINE float pow_det(float x, float y) {
 
   // Special values, lowest priority first.
   r = sel(ay == 0x7F800000u, sel((x < 1.0f) != yneg, 0.0f, inf), r);  // y = +-Inf
-  r = sel(ux == 0x7F800000u, yneg ? 0.0f : inf, r);                    // x = +Inf
-  r = sel(ux == 0u, yneg ? inf : 0.0f, r);                             // x = +-0
-  r = sel(uy == 0x3F800000u, sel(ux == 0u, 0.0f, x), r);               // y = 1: x exactly
-  r = sel((sx >> 31) != 0u && ux != 0u, nan, r);                       // x < 0
+  r = sel(ux == 0x7F800000u, yneg ? 0.0f : inf, r);                   // x = +Inf
+  r = sel(ux == 0u, yneg ? inf : 0.0f, r);                            // x = +-0
+  r = sel(uy == 0x3F800000u, sel(ux == 0u, 0.0f, x), r);              // y = 1: x exactly
+  r = sel((sx >> 31) != 0u && ux != 0u, nan, r);                      // x < 0
   r = sel(is_nan_bits(uy) || is_nan_bits(ux), nan, r);
-  r = sel(ay == 0u || sx == 0x3F800000u, 1.0f, r);                     // y = +-0 or x = 1
+  r = sel(ay == 0u || sx == 0x3F800000u, 1.0f, r);  // y = +-0 or x = 1
   return r;
 }
 

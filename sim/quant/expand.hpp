@@ -1,8 +1,8 @@
 #pragma once
-// Dynamic Range Expansion (COAT: Xi et al., "COAT: Compressing Optimizer states and Activation for Memory-efficient FP8 Training", ICLR 2025), as FP8SIM_HD
-// building blocks that the CPU reference (quantize.cpp) and the CUDA kernels (gpu/quant) call
-// alike, so both produce the same bits. All arithmetic is correctly rounded fp32 (plus one fp64
-// add for COAT's epsilon, exactly as COAT's kernel does), and pow/log2 come from dmath.hpp.
+// Dynamic Range Expansion (COAT: Xi et al., "COAT: Compressing Optimizer states and Activation for Memory-efficient FP8
+// Training", ICLR 2025), as FP8SIM_HD building blocks that the CPU reference (quantize.cpp) and the CUDA kernels
+// (gpu/quant) call alike, so both produce the same bits. All arithmetic is correctly rounded fp32 (plus one fp64 add
+// for COAT's epsilon, exactly as COAT's kernel does), and pow/log2 come from dmath.hpp.
 //
 // Per group, from its maximum magnitude `absmax` and its minimum NONZERO magnitude `absmin`
 // (both over finite elements; absmin = 0 when the group has no nonzero element):

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -56,11 +56,26 @@ GroupGeometry group_geometry(const QuantSpec& spec, std::span<const int64_t> sha
     return g;  // no groups
   }
   switch (spec.granularity) {
-    case Granularity::Tensor: g.group_rows = g.rows; g.group_cols = g.cols; break;
-    case Granularity::Row: g.group_rows = 1; g.group_cols = g.cols; break;
-    case Granularity::Col: g.group_rows = g.rows; g.group_cols = 1; break;
-    case Granularity::Group: g.group_rows = 1; g.group_cols = spec.group_size; break;
-    case Granularity::Block: g.group_rows = spec.block_rows; g.group_cols = spec.block_cols; break;
+    case Granularity::Tensor:
+      g.group_rows = g.rows;
+      g.group_cols = g.cols;
+      break;
+    case Granularity::Row:
+      g.group_rows = 1;
+      g.group_cols = g.cols;
+      break;
+    case Granularity::Col:
+      g.group_rows = g.rows;
+      g.group_cols = 1;
+      break;
+    case Granularity::Group:
+      g.group_rows = 1;
+      g.group_cols = spec.group_size;
+      break;
+    case Granularity::Block:
+      g.group_rows = spec.block_rows;
+      g.group_cols = spec.block_cols;
+      break;
   }
   FP8SIM_REQUIRE(g.group_rows >= 1 && g.group_cols >= 1, "invalid group extent for spec {}", spec.to_string());
   g.grid_rows = (g.rows + g.group_rows - 1) / g.group_rows;
@@ -110,11 +125,16 @@ std::vector<uint8_t> QuantizedTensor::stored_scale_bytes() const {
 
 float saturation_bound(Format f) {
   switch (f) {
-    case Format::E4M3: return 464.0f;                      // 464 ties to 448 (even); above it overflows
-    case Format::E5M2: return f32_from_bits(0x476FFFFFu);  // just below 61440, which ties up to 2^16
-    case Format::FP16: return f32_from_bits(0x477FEFFFu);  // just below 65520, which ties up to 2^16
-    case Format::BF16: return f32_from_bits(0x7F7F7FFFu);  // just below the tie with 2^128
-    default: return static_cast<float>(format_info(f).max);
+    case Format::E4M3:
+      return 464.0f;  // 464 ties to 448 (even); above it overflows
+    case Format::E5M2:
+      return f32_from_bits(0x476FFFFFu);  // just below 61440, which ties up to 2^16
+    case Format::FP16:
+      return f32_from_bits(0x477FEFFFu);  // just below 65520, which ties up to 2^16
+    case Format::BF16:
+      return f32_from_bits(0x7F7F7FFFu);  // just below the tie with 2^128
+    default:
+      return static_cast<float>(format_info(f).max);
   }
 }
 
@@ -217,8 +237,8 @@ struct Stats {
 
 template <class Load>
 __attribute__((target_clones("avx2", "default"))) void segment_stats(const Load ld, int64_t base, int64_t n,
-                                                                      uint32_t& amax, uint32_t& amin,
-                                                                      int64_t& nonfinite, uint8_t& inf) {
+                                                                     uint32_t& amax, uint32_t& amin, int64_t& nonfinite,
+                                                                     uint8_t& inf) {
   uint32_t m = amax, mn = amin;
   int64_t nf = 0;
   uint32_t anyinf = 0;
@@ -319,8 +339,9 @@ Xform plain_xform(Apply a) {
 // Encodes one contiguous segment. Counts saturated (|v| > fmax) and underflowed (nonzero x, zero
 // code) finite elements.
 template <class T, class Load, Xform X, bool SR>
-__attribute__((always_inline)) inline void encode_range(const Load& ld, int64_t base, int64_t n, float sq, const ExpandParams& p, bool sat,
-                         float fmax, uint8_t* out, uint64_t seed, uint64_t idx0, int64_t& nsat, int64_t& nunder) {
+__attribute__((always_inline)) inline void encode_range(const Load& ld, int64_t base, int64_t n, float sq,
+                                                        const ExpandParams& p, bool sat, float fmax, uint8_t* out,
+                                                        uint64_t seed, uint64_t idx0, int64_t& nsat, int64_t& nunder) {
   int64_t sc = 0, uc = 0;
   for (int64_t i = 0; i < n; ++i) {
     const float x = ld(base + i);
@@ -343,11 +364,10 @@ __attribute__((always_inline)) inline void encode_range(const Load& ld, int64_t 
 }
 
 template <class T, class Load, Xform X, bool SR>
-__attribute__((target_clones("avx2", "default"))) void encode_segment(const Load ld, int64_t base, int64_t n,
-                                                                       float sq, ExpandParams p, bool sat,
-                                                                       float fmax, uint8_t* out, uint64_t seed,
-                                                                       uint64_t idx0, int64_t& nsat,
-                                                                       int64_t& nunder) {
+__attribute__((target_clones("avx2", "default"))) void encode_segment(const Load ld, int64_t base, int64_t n, float sq,
+                                                                      ExpandParams p, bool sat, float fmax,
+                                                                      uint8_t* out, uint64_t seed, uint64_t idx0,
+                                                                      int64_t& nsat, int64_t& nunder) {
   encode_range<T, Load, X, SR>(ld, base, n, sq, p, sat, fmax, out, seed, idx0, nsat, nunder);
 }
 
@@ -406,10 +426,18 @@ void encode_all(const Load& ld, QuantizedTensor& q, const GroupParams& gp, const
 #define FP8SIM_ENC(X, S) \
   encode_dispatch<T, Load, X, S>(ld, base, n, sq, p, sat, fmax, out, spec.seed, idx0, nsat, nunder, simd, narrow)
         switch (gp.xform) {
-          case Xform::Div: sr ? FP8SIM_ENC(Xform::Div, true) : FP8SIM_ENC(Xform::Div, false); break;
-          case Xform::Mul: sr ? FP8SIM_ENC(Xform::Mul, true) : FP8SIM_ENC(Xform::Mul, false); break;
-          case Xform::Fdiv: sr ? FP8SIM_ENC(Xform::Fdiv, true) : FP8SIM_ENC(Xform::Fdiv, false); break;
-          case Xform::Expand: sr ? FP8SIM_ENC(Xform::Expand, true) : FP8SIM_ENC(Xform::Expand, false); break;
+          case Xform::Div:
+            sr ? FP8SIM_ENC(Xform::Div, true) : FP8SIM_ENC(Xform::Div, false);
+            break;
+          case Xform::Mul:
+            sr ? FP8SIM_ENC(Xform::Mul, true) : FP8SIM_ENC(Xform::Mul, false);
+            break;
+          case Xform::Fdiv:
+            sr ? FP8SIM_ENC(Xform::Fdiv, true) : FP8SIM_ENC(Xform::Fdiv, false);
+            break;
+          case Xform::Expand:
+            sr ? FP8SIM_ENC(Xform::Expand, true) : FP8SIM_ENC(Xform::Expand, false);
+            break;
         }
 #undef FP8SIM_ENC
       }
@@ -443,8 +471,8 @@ __attribute__((always_inline)) inline float decode_fp8_vec(uint32_t c) {
 // Returns the number of finite elements whose encoder input exceeded `bound` (saturated).
 template <class T, bool ENCODE>
 __attribute__((target_clones("avx2", "default"))) int64_t robust_errors(const float* xs, int64_t n, ExpandParams p,
-                                                                         bool sat, float bound, uint8_t* codes,
-                                                                         double* err) {
+                                                                        bool sat, float bound, uint8_t* codes,
+                                                                        double* err) {
   int64_t nsat = 0;
   for (int64_t j = 0; j < n; ++j) {
     const float x = xs[j];
@@ -498,7 +526,8 @@ void encode_robust(const Load& ld, QuantizedTensor& q, const Stats& st, const Qu
       auto encode_with = [&](const ExpandParams& p, std::vector<uint8_t>& codes, int64_t& gsat) {
         if (sr) {
           for (int64_t j = 0; j < n; ++j)
-            codes[j] = encode_fp8_sr<T>(expand_value(xs[j], p), sat, philox_word(spec.seed, opts.index_offset + idx[j]));
+            codes[j] =
+                encode_fp8_sr<T>(expand_value(xs[j], p), sat, philox_word(spec.seed, opts.index_offset + idx[j]));
           gsat = robust_errors<T, false>(xs.data(), n, p, sat, bound, codes.data(), err.data());
         } else {
           gsat = simd ? avx2::robust_errors<T>(xs.data(), n, p, sat, bound, codes.data(), err.data())
@@ -670,7 +699,8 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
     FP8SIM_REQUIRE(opts.delayed != nullptr, "spec {} uses delayed scaling: pass a DelayedScaler in QuantizeOptions",
                    spec.to_string());
   if (opts.tensor_amax)
-    FP8SIM_REQUIRE(spec.granularity == Granularity::Tensor, "QuantizeOptions::tensor_amax needs per-tensor granularity");
+    FP8SIM_REQUIRE(spec.granularity == Granularity::Tensor,
+                   "QuantizeOptions::tensor_amax needs per-tensor granularity");
   if (numel == 0) return;
 
   const GroupGeometry& g = q.geometry;
@@ -790,12 +820,15 @@ void quantize_into(const float* x, std::span<const int64_t> shape, const QuantSp
                    const QuantizeOptions& opts) {
   quantize_impl(LoadF32{x}, shape, spec, opts, out);
 }
-QuantizedTensor quantize_any(const void* data, InputDtype dtype, std::span<const int64_t> shape,
-                             const QuantSpec& spec, const QuantizeOptions& opts) {
+QuantizedTensor quantize_any(const void* data, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
+                             const QuantizeOptions& opts) {
   switch (dtype) {
-    case InputDtype::F32: return quantize(static_cast<const float*>(data), shape, spec, opts);
-    case InputDtype::BF16: return quantize(static_cast<const uint16_t*>(data), shape, spec, opts);
-    case InputDtype::FP16: return quantize_fp16(static_cast<const uint16_t*>(data), shape, spec, opts);
+    case InputDtype::F32:
+      return quantize(static_cast<const float*>(data), shape, spec, opts);
+    case InputDtype::BF16:
+      return quantize(static_cast<const uint16_t*>(data), shape, spec, opts);
+    case InputDtype::FP16:
+      return quantize_fp16(static_cast<const uint16_t*>(data), shape, spec, opts);
   }
   throw Error("unknown input dtype");
 }
@@ -824,7 +857,7 @@ __attribute__((always_inline)) inline void decode_range(const uint8_t* codes, in
 
 template <class T, bool EXPAND>
 __attribute__((target_clones("avx2", "default"))) void decode_segment(const uint8_t* codes, int64_t base, int64_t n,
-                                                                       float s, ExpandParams p, float* out) {
+                                                                      float s, ExpandParams p, float* out) {
   decode_range<T, EXPAND>(codes, base, n, s, p, out);
 }
 
@@ -869,8 +902,8 @@ void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
     return;
   }
   const GroupGeometry& g = q.geometry;
-  FP8SIM_REQUIRE(static_cast<int64_t>(q.scales.size()) == g.num_groups(), "quantized tensor has {} scales for {} groups",
-                 q.scales.size(), g.num_groups());
+  FP8SIM_REQUIRE(static_cast<int64_t>(q.scales.size()) == g.num_groups(),
+                 "quantized tensor has {} scales for {} groups", q.scales.size(), g.num_groups());
   const bool expand = q.spec.has_expand();
   if (expand)
     FP8SIM_REQUIRE(static_cast<int64_t>(q.expand_k.size()) == g.num_groups() &&
@@ -896,11 +929,14 @@ void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
             out[i] = mul_rn(bf ? bf16_to_f32(c) : fp16_to_f32(c), q.scales[grp]);
           }
         } else {
-          const ExpandParams p = expand ? ExpandParams{q.expand_k[grp], q.expand_c[grp], q.scales[grp]} : ExpandParams{};
+          const ExpandParams p =
+              expand ? ExpandParams{q.expand_k[grp], q.expand_c[grp], q.scales[grp]} : ExpandParams{};
           if (e5)
-            decode_group_segment<E5M2Traits>(q.codes.data(), r * g.cols + c0, c1 - c0, q.scales[grp], p, expand, out, simd);
+            decode_group_segment<E5M2Traits>(q.codes.data(), r * g.cols + c0, c1 - c0, q.scales[grp], p, expand, out,
+                                             simd);
           else
-            decode_group_segment<E4M3Traits>(q.codes.data(), r * g.cols + c0, c1 - c0, q.scales[grp], p, expand, out, simd);
+            decode_group_segment<E4M3Traits>(q.codes.data(), r * g.cols + c0, c1 - c0, q.scales[grp], p, expand, out,
+                                             simd);
         }
       }
     }
@@ -943,7 +979,8 @@ void scaled_magnitudes(const float* x, const QuantizedTensor& q, float* out, boo
         sq[i] = a == 0.0f ? 1.0f : div_rn(a, spec.fmax());
         if (sq[i] == 0.0f) sq[i] = f32_from_bits(1u);
       } else if (!mul) {
-        const float amax = (ng == 1 && spec.granularity == Granularity::Tensor) ? q.tensor_amax : f32_from_bits(st.amax[i]);
+        const float amax =
+            (ng == 1 && spec.granularity == Granularity::Tensor) ? q.tensor_amax : f32_from_bits(st.amax[i]);
         const ScaleConsts sc = scale_consts(spec);
         plain_scales(amax_with_eps(amax, sc), sc, sq[i], stored);
       }
@@ -960,7 +997,8 @@ void scaled_magnitudes(const float* x, const QuantizedTensor& q, float* out, boo
       for (int64_t gj = 0; gj < g.grid_cols; ++gj) {
         const int64_t grp = band * g.grid_cols + gj;
         const int64_t c0 = gj * g.group_cols, c1 = std::min(g.cols, c0 + g.group_cols);
-        const ExpandParams p = use_expand ? ExpandParams{q.expand_k[grp], q.expand_c[grp], q.scales[grp]} : ExpandParams{};
+        const ExpandParams p =
+            use_expand ? ExpandParams{q.expand_k[grp], q.expand_c[grp], q.scales[grp]} : ExpandParams{};
         for (int64_t c = c0; c < c1; ++c) {
           const int64_t i = r * g.cols + c;
           const float xi = x[i];

@@ -35,9 +35,9 @@ GroupGeometry group_geometry(const QuantSpec& spec, std::span<const int64_t> sha
 struct QuantizedSize {
   int64_t numel = 0;
   int64_t num_groups = 0;
-  int64_t code_bytes = 0;      // numel * (1 for FP8, 2 for BF16/FP16)
-  int64_t scale_bytes = 0;     // num_groups * (4 fp32/pow2, 2 bf16, 1 e8m0); 0 for pass-through
-  int64_t expand_bytes = 0;    // num_groups * 8 (fp32 k and c) with DE, else 0
+  int64_t code_bytes = 0;    // numel * (1 for FP8, 2 for BF16/FP16)
+  int64_t scale_bytes = 0;   // num_groups * (4 fp32/pow2, 2 bf16, 1 e8m0); 0 for pass-through
+  int64_t expand_bytes = 0;  // num_groups * 8 (fp32 k and c) with DE, else 0
   int64_t metadata_bytes() const { return scale_bytes + expand_bytes; }
   int64_t total_bytes() const { return code_bytes + metadata_bytes(); }
 };
@@ -69,10 +69,10 @@ struct QuantizedTensor {
   // Delayed scaling only: TransformerEngine's multiplier used for this tensor (scales[0] = 1/it).
   float delayed_scale = 0.0f;
   // Counts gathered while quantizing (finite elements only).
-  int64_t nonfinite_count = 0;   // NaN / +-Inf inputs
-  int64_t saturated_count = 0;   // |x/s| (|x'/s| with DE) beyond saturation_bound(): values that
-                                 // clamping to fmax (or overflow) changed
-  int64_t underflow_count = 0;   // nonzero inputs whose code is +-0
+  int64_t nonfinite_count = 0;  // NaN / +-Inf inputs
+  int64_t saturated_count = 0;  // |x/s| (|x'/s| with DE) beyond saturation_bound(): values that
+                                // clamping to fmax (or overflow) changed
+  int64_t underflow_count = 0;  // nonzero inputs whose code is +-0
 
   int64_t numel() const { return geometry.numel(); }
   int64_t num_groups() const { return geometry.num_groups(); }
@@ -88,10 +88,10 @@ struct QuantizedTensor {
 class DelayedScaler;
 
 struct QuantizeOptions {
-  // Per-tensor granularity, plain (non-DE, non-delayed) scaling only: use this amax (e.g. the max of per-group maxima that a producing
-  // kernel computed, COAT's two-stage Group Scaling) instead of scanning the tensor. It must be
-  // max |x| over the finite elements for the result to equal just-in-time scaling (max is exact,
-  // so the two-stage value is bit-identical).
+  // Per-tensor granularity, plain (non-DE, non-delayed) scaling only: use this amax (e.g. the max of per-group maxima
+  // that a producing kernel computed, COAT's two-stage Group Scaling) instead of scanning the tensor. It must be max
+  // |x| over the finite elements for the result to equal just-in-time scaling (max is exact, so the two-stage value is
+  // bit-identical).
   std::optional<float> tensor_amax;
   // Required when spec.delayed.enabled(): supplies the scale for this step and records this
   // tensor's amax afterwards (TransformerEngine's order).
@@ -121,8 +121,8 @@ QuantizedTensor quantize_fp16(const uint16_t* fp16_bits, std::span<const int64_t
 // this size and spec; internal scratch is O(groups)). For per-step optimizer states.
 void quantize_into(const float* x, std::span<const int64_t> shape, const QuantSpec& spec, QuantizedTensor& out,
                    const QuantizeOptions& opts = {});
-QuantizedTensor quantize_any(const void* data, InputDtype dtype, std::span<const int64_t> shape,
-                             const QuantSpec& spec, const QuantizeOptions& opts = {});
+QuantizedTensor quantize_any(const void* data, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
+                             const QuantizeOptions& opts = {});
 
 // max |x| over the finite elements of every group of `spec` over `shape` (0 for a group without
 // finite elements), row-major over the group grid.
@@ -154,8 +154,8 @@ void scaled_magnitudes(const float* x, const QuantizedTensor& q, float* out, boo
 class DelayedScaler {
  public:
   explicit DelayedScaler(const QuantSpec& spec);  // spec.delayed.enabled() must hold
-  float scale() const { return scale_; }           // TE's multiplier for the next quantization
-  float scale_inv() const;                         // 1/scale in fp32: the stored s
+  float scale() const { return scale_; }          // TE's multiplier for the next quantization
+  float scale_inv() const;                        // 1/scale in fp32: the stored s
   // Records the amax of the tensor just quantized and computes the next scale.
   void update(float amax);
   // The history, most recent first (at most H entries).

@@ -30,7 +30,7 @@ struct QuantizeResult {
   std::vector<float> x;            // the input widened to fp32 (exactly)
   std::vector<float> dequantized;  // dequantize(q)
   ErrorStats stats;
-  Json json;                       // the document `fp8sim quantize --json` writes
+  Json json;  // the document `fp8sim quantize --json` writes
 };
 
 // Runs quantize -> dequantize -> metrics. The JSON holds: "spec" (canonical text), "shape",

@@ -16,60 +16,84 @@ namespace fp8sim {
 
 std::string_view granularity_name(Granularity g) {
   switch (g) {
-    case Granularity::Tensor: return "tensor";
-    case Granularity::Row: return "row";
-    case Granularity::Col: return "col";
-    case Granularity::Group: return "group";
-    case Granularity::Block: return "block";
+    case Granularity::Tensor:
+      return "tensor";
+    case Granularity::Row:
+      return "row";
+    case Granularity::Col:
+      return "col";
+    case Granularity::Group:
+      return "group";
+    case Granularity::Block:
+      return "block";
   }
   return "?";
 }
 
 std::string_view scale_mode_name(ScaleMode m) {
   switch (m) {
-    case ScaleMode::Fp32: return "fp32";
-    case ScaleMode::Pow2: return "pow2";
-    case ScaleMode::E8M0: return "e8m0";
-    case ScaleMode::Bf16: return "bf16";
-    case ScaleMode::None: return "none";
+    case ScaleMode::Fp32:
+      return "fp32";
+    case ScaleMode::Pow2:
+      return "pow2";
+    case ScaleMode::E8M0:
+      return "e8m0";
+    case ScaleMode::Bf16:
+      return "bf16";
+    case ScaleMode::None:
+      return "none";
   }
   return "?";
 }
 
 std::string_view expand_mode_name(ExpandMode m) {
   switch (m) {
-    case ExpandMode::None: return "none";
-    case ExpandMode::Coat: return "coat";
-    case ExpandMode::Robust: return "robust";
+    case ExpandMode::None:
+      return "none";
+    case ExpandMode::Coat:
+      return "coat";
+    case ExpandMode::Robust:
+      return "robust";
   }
   return "?";
 }
 
 std::string_view scale_div_name(ScaleDiv d) {
   switch (d) {
-    case ScaleDiv::Ieee: return "ieee";
-    case ScaleDiv::Rcp: return "rcp";
-    case ScaleDiv::Fdiv: return "fdiv";
+    case ScaleDiv::Ieee:
+      return "ieee";
+    case ScaleDiv::Rcp:
+      return "rcp";
+    case ScaleDiv::Fdiv:
+      return "fdiv";
   }
   return "?";
 }
 
 std::string_view apply_name(Apply a) {
   switch (a) {
-    case Apply::Div: return "div";
-    case Apply::Rcp: return "rcp";
-    case Apply::Fdiv: return "fdiv";
-    case Apply::Mul: return "mul";
+    case Apply::Div:
+      return "div";
+    case Apply::Rcp:
+      return "rcp";
+    case Apply::Fdiv:
+      return "fdiv";
+    case Apply::Mul:
+      return "mul";
   }
   return "?";
 }
 
 std::string_view mx_round_name(MxRound m) {
   switch (m) {
-    case MxRound::Rceil: return "rceil";
-    case MxRound::Floor: return "floor";
-    case MxRound::Ceil: return "ceil";
-    case MxRound::Even: return "even";
+    case MxRound::Rceil:
+      return "rceil";
+    case MxRound::Floor:
+      return "floor";
+    case MxRound::Ceil:
+      return "ceil";
+    case MxRound::Even:
+      return "even";
   }
   return "?";
 }
@@ -205,8 +229,8 @@ void parse_delayed(std::string_view text, std::string_view value, DelayedSpec& d
   const auto parts = split(value, ',');
   int64_t h = 0;
   if (!parse_int64(parts[0], h) || h < 1 || h > (int64_t{1} << 24))
-    bad(text, fmt::format("bad delayed history '{}' (delayed=H[,max|recent][,margin=M] with 1 <= H <= 2^24)",
-                          parts[0]));
+    bad(text,
+        fmt::format("bad delayed history '{}' (delayed=H[,max|recent][,margin=M] with 1 <= H <= 2^24)", parts[0]));
   d.history = static_cast<int>(h);
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& p = parts[i];
@@ -248,7 +272,8 @@ QuantSpec QuantSpec::parse(std::string_view raw) {
   size_t lead = 0;
   while (lead < text.size() && std::isspace(static_cast<unsigned char>(text[lead]))) ++lead;
   text.erase(0, lead);
-  if (text.empty()) bad(raw, fmt::format("empty spec (FORMAT:GRANULARITY[:KEY=VALUE...], FORMAT one of {})", kValidFormats));
+  if (text.empty())
+    bad(raw, fmt::format("empty spec (FORMAT:GRANULARITY[:KEY=VALUE...], FORMAT one of {})", kValidFormats));
 
   std::vector<std::string> tokens = split(text, ':');
   for (const auto& a : kAliases) {
@@ -278,7 +303,8 @@ QuantSpec QuantSpec::parse(std::string_view raw) {
     if (tok.empty()) bad(raw, "empty field (two ':' in a row or a trailing ':')");
     const size_t eq = tok.find('=');
     if (eq == std::string::npos) {
-      bad(raw, fmt::format("'{}' is not KEY=VALUE (valid keys: {}); the granularity must come second", tok, kValidKeys));
+      bad(raw,
+          fmt::format("'{}' is not KEY=VALUE (valid keys: {}); the granularity must come second", tok, kValidKeys));
     }
     const std::string key = tok.substr(0, eq);
     const std::string value = tok.substr(eq + 1);
@@ -375,13 +401,24 @@ QuantSpec QuantSpec::parse(std::string_view raw) {
 std::string QuantSpec::to_string() const {
   std::string out(format_name(format));
   switch (granularity) {
-    case Granularity::Tensor: out += ":tensor"; break;
-    case Granularity::Row: out += ":row"; break;
-    case Granularity::Col: out += ":col"; break;
-    case Granularity::Group: out += fmt::format(":g{}", group_size); break;
-    case Granularity::Block: out += fmt::format(":b{}x{}", block_rows, block_cols); break;
+    case Granularity::Tensor:
+      out += ":tensor";
+      break;
+    case Granularity::Row:
+      out += ":row";
+      break;
+    case Granularity::Col:
+      out += ":col";
+      break;
+    case Granularity::Group:
+      out += fmt::format(":g{}", group_size);
+      break;
+    case Granularity::Block:
+      out += fmt::format(":b{}x{}", block_rows, block_cols);
+      break;
   }
-  if (scale != (is_16bit() ? ScaleMode::None : ScaleMode::Fp32)) out += fmt::format(":scale={}", scale_mode_name(scale));
+  if (scale != (is_16bit() ? ScaleMode::None : ScaleMode::Fp32))
+    out += fmt::format(":scale={}", scale_mode_name(scale));
   if (expand != ExpandMode::None) out += fmt::format(":de={}", expand_mode_name(expand));
   if (expand != ExpandMode::None && expand_target != format)
     out += fmt::format(":de_target={}", format_name(expand_target));
@@ -423,8 +460,10 @@ void QuantSpec::validate() const {
     if (mx != MxRound::Rceil && scale != ScaleMode::E8M0) fail("mx= rounds E8M0 exponents: it needs scale=e8m0");
     if (scale_div != ScaleDiv::Ieee &&
         !(scale == ScaleMode::Fp32 || scale == ScaleMode::Bf16 || (scale == ScaleMode::E8M0 && mx == MxRound::Rceil)))
-      fail(fmt::format("scale_div shapes the quotient amax/fmax of fp32, bf16 and e8m0 (mx=rceil) scales, not "
-                       "scale={}{}", scale_mode_name(scale), scale == ScaleMode::E8M0 ? " with mx=" + std::string(mx_round_name(mx)) : ""));
+      fail(fmt::format(
+          "scale_div shapes the quotient amax/fmax of fp32, bf16 and e8m0 (mx=rceil) scales, not "
+          "scale={}{}",
+          scale_mode_name(scale), scale == ScaleMode::E8M0 ? " with mx=" + std::string(mx_round_name(mx)) : ""));
     if (apply == Apply::Mul && !(scale == ScaleMode::Fp32 || scale == ScaleMode::Pow2))
       fail("apply=mul (TE's multiplier fmax/amax) takes scale=fp32 or pow2");
     if (apply == Apply::Mul && scale_div != ScaleDiv::Ieee)
@@ -453,8 +492,7 @@ void QuantSpec::validate() const {
       fail(fmt::format("de={} keeps fp32 scales (s, k, c): scale={} does not apply", expand_mode_name(expand),
                        scale_mode_name(scale)));
     if (delayed.enabled()) fail("de and delayed scaling cannot be combined");
-    if (expand == ExpandMode::Robust && eps != 0.0)
-      fail("de=robust handles zero groups itself and takes no eps");
+    if (expand == ExpandMode::Robust && eps != 0.0) fail("de=robust handles zero groups itself and takes no eps");
   }
   if (delayed.enabled()) {
     if (granularity != Granularity::Tensor) fail("delayed scaling is per-tensor: the granularity must be 'tensor'");

@@ -110,32 +110,32 @@ std::string_view de_min_name(DeMin m);
 
 // TransformerEngine DelayedScaling parameters. history == 0 means just-in-time (current) scaling.
 struct DelayedSpec {
-  int history = 0;                 // amax history length (TE default 1024)
-  AmaxAlgo algo = AmaxAlgo::Max;   // max over the history, or the most recent entry
-  int margin = 0;                  // scale = (fmax * 2^-margin) / amax
+  int history = 0;                // amax history length (TE default 1024)
+  AmaxAlgo algo = AmaxAlgo::Max;  // max over the history, or the most recent entry
+  int margin = 0;                 // scale = (fmax * 2^-margin) / amax
   bool enabled() const { return history > 0; }
   bool operator==(const DelayedSpec&) const = default;
 };
 
 struct QuantSpec {
-  Format format = Format::E4M3;               // storage format: E4M3, E5M2, or BF16/FP16 pass-through
+  Format format = Format::E4M3;  // storage format: E4M3, E5M2, or BF16/FP16 pass-through
   Granularity granularity = Granularity::Tensor;
-  int64_t group_size = 0;                     // Group: G (elements per 1xG group)
-  int64_t block_rows = 0, block_cols = 0;     // Block: R x C
+  int64_t group_size = 0;                  // Group: G (elements per 1xG group)
+  int64_t block_rows = 0, block_cols = 0;  // Block: R x C
   ScaleMode scale = ScaleMode::Fp32;
-  double eps = 0.0;                           // added to amax (see EpsAdd); coat DE: added to max and min
+  double eps = 0.0;  // added to amax (see EpsAdd); coat DE: added to max and min
   EpsAdd eps_add = EpsAdd::Fp32;
   ExpandMode expand = ExpandMode::None;
-  Format expand_target = Format::E4M3;        // DE ratio bound fmax(target)^2 / 2 (parse sets it = format)
+  Format expand_target = Format::E4M3;  // DE ratio bound fmax(target)^2 / 2 (parse sets it = format)
   DelayedSpec delayed;
   Rounding rounding = Rounding::Nearest;
   uint64_t seed = 0;
   Saturation saturation = Saturation::Finite;
-  float amax_floor = 0.0f;                    // amax = max(amax, amax_floor) before eps and the scale
+  float amax_floor = 0.0f;  // amax = max(amax, amax_floor) before eps and the scale
   ScaleDiv scale_div = ScaleDiv::Ieee;
   Apply apply = Apply::Div;
-  MxRound mx = MxRound::Rceil;                // scale=e8m0 only
-  DeMin de_min = DeMin::Nonzero;              // de=coat only
+  MxRound mx = MxRound::Rceil;    // scale=e8m0 only
+  DeMin de_min = DeMin::Nonzero;  // de=coat only
 
   // Parses the text form above. Throws UsageError naming the offending token and listing the
   // valid choices. The result is validated.

@@ -19,7 +19,8 @@ std::string str_or(const Json& j, std::string_view key, std::string fallback = "
 
 bool looks_numeric(const std::string& cell) {
   // Bold marks do not make a number text.
-  const std::string s = cell.size() > 4 && cell.rfind("**", 0) == 0 && cell.ends_with("**") ? cell.substr(2, cell.size() - 4) : cell;
+  const std::string s =
+      cell.size() > 4 && cell.rfind("**", 0) == 0 && cell.ends_with("**") ? cell.substr(2, cell.size() - 4) : cell;
   if (s.empty()) return false;
   size_t digits = 0;
   for (unsigned char c : s) {
@@ -100,11 +101,20 @@ std::string html_escape(std::string_view s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -234,8 +244,7 @@ std::string render_markdown(const Json& doc) {
       else if (const Json* p = b.find("plot")) {
         if (str_or(*p, "status") == "ok")
           out += fmt::format("![{}]({})\n\n*{}*\n\n", str_or(*p, "caption"), str_or(*p, "file"), str_or(*p, "caption"));
-        else
-          out += "*" + plot_skip_text(*p) + "*\n\n";
+        else out += "*" + plot_skip_text(*p) + "*\n\n";
       }
     }
   }
@@ -252,7 +261,8 @@ std::string render_html(const Json& doc, const std::function<std::string(const s
   // Nothing is fetched: the style is inline, images are data URIs, and there is no script.
   out += "<style>" + std::string(kCss) + "</style>\n</head>\n<body>\n<main>\n";
   out += "<h1>" + html_inline(title) + "</h1>\n";
-  for (const auto& line : doc.at("intro").as_array()) out += "<p class=\"meta\">" + html_inline(line.as_string()) + "</p>\n";
+  for (const auto& line : doc.at("intro").as_array())
+    out += "<p class=\"meta\">" + html_inline(line.as_string()) + "</p>\n";
   const auto& sections = doc.at("sections").as_array();
   out += "<nav class=\"toc\"><strong>Contents</strong><ol>\n";
   for (size_t i = 0; i < sections.size(); ++i) {
@@ -271,8 +281,9 @@ std::string render_html(const Json& doc, const std::function<std::string(const s
                        html_inline(s.at("title").as_string()));
     const std::string st = str_or(s, "status");
     if (st == "unavailable") {
-      out += "<div class=\"callout\"><strong>Not available on this machine:</strong> " + html_inline(str_or(s, "reason")) +
-             "<br><strong>How to get it:</strong> " + html_inline(str_or(s, "how_to_get")) + "</div>\n";
+      out += "<div class=\"callout\"><strong>Not available on this machine:</strong> " +
+             html_inline(str_or(s, "reason")) + "<br><strong>How to get it:</strong> " +
+             html_inline(str_or(s, "how_to_get")) + "</div>\n";
     } else if (st == "error") {
       out += "<div class=\"callout error\"><strong>This section failed:</strong> " + html_inline(str_or(s, "reason")) +
              "</div>\n";

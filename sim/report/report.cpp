@@ -83,7 +83,8 @@ constexpr const char* kSampleTrace = "tiny-llama-s300.h5";
 
 fs::path find_default_trace(std::string* looked) {
   const fs::path dir = find_resource("traces");
-  if (looked) *looked = dir.empty() ? "no traces/ folder beside the fp8sim sources (set FP8SIM_SOURCE_DIR)" : dir.string();
+  if (looked)
+    *looked = dir.empty() ? "no traces/ folder beside the fp8sim sources (set FP8SIM_SOURCE_DIR)" : dir.string();
   if (dir.empty()) return {};
   std::vector<fs::path> h5;
   std::error_code ec;
@@ -119,8 +120,8 @@ std::string trace_summary(const fs::path& p) {
   }
   std::string window;
   if (h.grad_window) window = fmt::format(", grad window steps {}..{}", h.grad_window->first, h.grad_window->second);
-  return fmt::format("{}; {} tensors in {} captured steps{}; written by {}{}", model, r.tensors().size(), r.steps().size(),
-                     window, h.producer.empty() ? std::string("?") : h.producer,
+  return fmt::format("{}; {} tensors in {} captured steps{}; written by {}{}", model, r.tensors().size(),
+                     r.steps().size(), window, h.producer.empty() ? std::string("?") : h.producer,
                      h.created.empty() ? std::string() : " on " + h.created);
 }
 
@@ -144,7 +145,7 @@ Json section_inputs(Context& ctx, const ReportOptions& o) {
       {"CPU", fmt::format("{} ({} hardware threads)", cpu_model(), std::thread::hardware_concurrency())},
       {"GPU", gpu ? (d.find("name") && d.at("name").is_string() ? d.at("name").as_string() : "yes")
                   : "none: " + (d.find("why_not") && d.at("why_not").is_string() ? d.at("why_not").as_string()
-                                                                              : std::string("not available"))},
+                                                                                 : std::string("not available"))},
   };
   s.table("Machine", {"machine", ""}, mrows);
   return s.take();
@@ -152,9 +153,10 @@ Json section_inputs(Context& ctx, const ReportOptions& o) {
 
 Json section_summary(const Context& ctx) {
   Section s("summary", "Summary");
-  s.para("Headline numbers per recipe, gathered from the sections below (each section defines its numbers). "
-         "`n/a` means the section that produces the number did not run on this machine or does "
-         "not apply to the recipe.");
+  s.para(
+      "Headline numbers per recipe, gathered from the sections below (each section defines its numbers). "
+      "`n/a` means the section that produces the number did not run on this machine or does "
+      "not apply to the recipe.");
   std::vector<Row> rows;
   for (const auto& r : ctx.opts.recipes) {
     Row row{r};
@@ -205,9 +207,9 @@ Json build_report(const ReportOptions& opts, const GpuHooks& hooks) {
     Json (*run)(Context&);
   };
   const Phase phases[] = {
-      {"report: tensors", section_tensors}, {"report: gemm error", section_gemm},
+      {"report: tensors", section_tensors},     {"report: gemm error", section_gemm},
       {"report: optimizer", section_optimizer}, {"report: memory", section_memory},
-      {"report: speed", section_speed}, {"report: compare", section_compare},
+      {"report: speed", section_speed},         {"report: compare", section_compare},
       {"report: bench", section_bench},
   };
   std::vector<Json> body;
@@ -219,10 +221,10 @@ Json build_report(const ReportOptions& opts, const GpuHooks& hooks) {
     bar.finish();
     const Json& sec = body.back();
     if (!opts.keep_going && sec.at("status").as_string() == "error")
-      throw Error(fmt::format("section '{}' failed: {} (no report written; --keep-going writes it with the error "
-                              "in that section)",
-                              sec.at("title").as_string(),
-                              sec.find("reason") ? sec.at("reason").as_string() : std::string("error")));
+      throw Error(fmt::format(
+          "section '{}' failed: {} (no report written; --keep-going writes it with the error "
+          "in that section)",
+          sec.at("title").as_string(), sec.find("reason") ? sec.at("reason").as_string() : std::string("error")));
   }
   ctx.progress = [](double, double) {};
 
@@ -322,19 +324,19 @@ PlotRun draw_plots(Json& doc, const fs::path& dir) {
     run.reason = "scripts/plots.py not found (set FP8SIM_SOURCE_DIR to the fp8sim source tree)";
     return run;
   }
-  const fs::path input = dir / ".plot_data.json", manifest = dir / ".plots_manifest.json",
-                 log = dir / ".plots.log", mpl = dir / ".mplconfig";
+  const fs::path input = dir / ".plot_data.json", manifest = dir / ".plots_manifest.json", log = dir / ".plots.log",
+                 mpl = dir / ".mplconfig";
   write_file_atomic(input, plot_data.dump(1));
   const double n_plots = static_cast<double>(plot_data.size());
   Progress bar("report: plots", n_plots);
-  ProcessResult pr = run_process({python.string(), script.string(), input.string(), dir.string(), "--manifest",
-                                  manifest.string()},
-                                 {"MPLBACKEND=Agg", "MPLCONFIGDIR=" + mpl.string(), "PYTHONDONTWRITEBYTECODE=1"},
-                                 log, 600.0, [&](const std::string& out) {
-                                   // "plot I/N" is printed as plot I starts: I - 1 are done.
-                                   const auto started = std::count(out.begin(), out.end(), '\n');
-                                   bar.update(static_cast<double>(std::max<long>(0, started - 1)));
-                                 });
+  ProcessResult pr =
+      run_process({python.string(), script.string(), input.string(), dir.string(), "--manifest", manifest.string()},
+                  {"MPLBACKEND=Agg", "MPLCONFIGDIR=" + mpl.string(), "PYTHONDONTWRITEBYTECODE=1"}, log, 600.0,
+                  [&](const std::string& out) {
+                    // "plot I/N" is printed as plot I starts: I - 1 are done.
+                    const auto started = std::count(out.begin(), out.end(), '\n');
+                    bar.update(static_cast<double>(std::max<long>(0, started - 1)));
+                  });
   bar.finish();
   std::error_code ec;
   Json mf;
@@ -394,14 +396,17 @@ WriteResult write_report(Json& doc, StagingDir& staging, bool plots) {
     outro.push_back(fmt::format("Plots drawn by `scripts/plots.py` with {} (matplotlib {}).",
                                 pj.contains("python") ? pj.at("python").as_string() : std::string("python"),
                                 pj.contains("matplotlib") && pj.at("matplotlib").is_string()
-                                    ? pj.at("matplotlib").as_string() : std::string("?")));
+                                    ? pj.at("matplotlib").as_string()
+                                    : std::string("?")));
   else
-    outro.push_back(fmt::format("**Plots {}:** {}. Every table is still in this report; to draw the plots, "
-                                "install matplotlib for the Python fp8sim finds (`FP8SIM_PYTHON`, the project "
-                                "venv made by `scripts/setup.sh`, or `python3` on PATH) and run the report again.",
-                                pr.status, pr.reason));
-  outro.push_back("Machine-readable: `report.json` (the same sections plus every piece's full document under "
-                  "`data`). Plots: `report.md` links the PNG files; `report.html` embeds them and needs no network.");
+    outro.push_back(
+        fmt::format("**Plots {}:** {}. Every table is still in this report; to draw the plots, "
+                    "install matplotlib for the Python fp8sim finds (`FP8SIM_PYTHON`, the project "
+                    "venv made by `scripts/setup.sh`, or `python3` on PATH) and run the report again.",
+                    pr.status, pr.reason));
+  outro.push_back(
+      "Machine-readable: `report.json` (the same sections plus every piece's full document under "
+      "`data`). Plots: `report.md` links the PNG files; `report.html` embeds them and needs no network.");
 
   WriteResult wr;
   std::vector<std::string> files;
@@ -445,9 +450,10 @@ WriteResult run_report(const ReportOptions& raw, const GpuHooks& hooks) {
       if (p.empty() || !fs::exists(p, ec)) return;
       const fs::path rel = fs::weakly_canonical(fs::absolute(p), ec).lexically_relative(target);
       if (!rel.empty() && *rel.begin() != "..")
-        throw UsageError(fmt::format("--out '{}' holds the {} '{}', which the report would delete; choose another "
-                                     "folder",
-                                     opts.out_dir.string(), what, p.string()));
+        throw UsageError(
+            fmt::format("--out '{}' holds the {} '{}', which the report would delete; choose another "
+                        "folder",
+                        opts.out_dir.string(), what, p.string()));
     };
     inside(opts.trace, "trace");
     if (opts.model.find('/') != std::string::npos || opts.model.ends_with(".json")) inside(opts.model, "model file");

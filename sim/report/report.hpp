@@ -22,20 +22,20 @@ struct SpeedOptions;
 namespace fp8sim::report {
 
 struct ReportOptions {
-  std::filesystem::path trace;          // HDF5 trace; empty: the committed sample (default_trace())
-  std::string model = "llama2-7b";      // models/NAME.json or a path, for memory and speed
-  std::vector<std::string> recipes;     // empty: default_recipes()
-  int gpus = 4;                         // data-parallel GPUs for memory and speed (FSDP)
-  int batch = 2;                        // micro-batch per GPU for memory and speed
-  int seq = 2048;                       // sequence length for memory and speed
+  std::filesystem::path trace;       // HDF5 trace; empty: the committed sample (default_trace())
+  std::string model = "llama2-7b";   // models/NAME.json or a path, for memory and speed
+  std::vector<std::string> recipes;  // empty: default_recipes()
+  int gpus = 4;                      // data-parallel GPUs for memory and speed (FSDP)
+  int batch = 2;                     // micro-batch per GPU for memory and speed
+  int seq = 2048;                    // sequence length for memory and speed
   std::filesystem::path out_dir = "report";
-  bool plots = true;                    // false: --no-plots (tables only; the report says so)
+  bool plots = true;  // false: --no-plots (tables only; the report says so)
   // false: a section that fails with an error (not one that is unavailable, e.g. for want of a
   // GPU) ends the run with an Error naming it, and no report is written; true (--keep-going):
   // the report is written with the error in that section.
   bool keep_going = false;
-  std::string command_line;             // how the report was asked for, recorded in it
-  std::string version = "unknown";      // fp8sim's version, recorded in it
+  std::string command_line;         // how the report was asked for, recorded in it
+  std::string version = "unknown";  // fp8sim's version, recorded in it
 };
 
 // On a GPU the report compares this many tensors per op family (fp8sim compare's --max-tensors)
@@ -46,10 +46,10 @@ inline constexpr int kCompareTensorsPerOp = 3;
 // passes in functions that load it on demand (sim/app/gpu_api.hpp). An empty function means
 // "not available" (library callers such as the tests).
 struct GpuHooks {
-  std::function<Json()> device;                                      // {available, name, why_not, ...}
-  std::function<Json(const ReportOptions&)> compare;                 // fp8sim compare's document
-  std::function<Json(const ReportOptions&)> bench;                   // fp8sim bench's document
-  std::function<Json(const speed::SpeedOptions&)> speed_measured;   // fp8sim speed measured on the GPU
+  std::function<Json()> device;                                    // {available, name, why_not, ...}
+  std::function<Json(const ReportOptions&)> compare;               // fp8sim compare's document
+  std::function<Json(const ReportOptions&)> bench;                 // fp8sim bench's document
+  std::function<Json(const speed::SpeedOptions&)> speed_measured;  // fp8sim speed measured on the GPU
 };
 
 std::vector<std::string> default_recipes();

@@ -69,7 +69,8 @@ Json section_tensors(Context& ctx) {
     const auto& recs = all.as_object();
     const Json& first = recs.front().second;
     s.para(fmt::format(
-        "Every tensor of step {} of the trace (weights, grads, AdamW moments, activations and activation grads captured "
+        "Every tensor of step {} of the trace (weights, grads, AdamW moments, activations and activation grads "
+        "captured "
         "from real training) goes through the QuantSpec its recipe assigns by role and op, and back; the error is "
         "measured against the stored value (bf16 tensors are quantized from their bf16 bits: one rounding). "
         "SNR = 10 log10(sum x^2 / sum (x - q(x))^2) in dB, higher is better; `exact`: nothing lost (the recipe keeps "
@@ -80,7 +81,8 @@ Json section_tensors(Context& ctx) {
     std::vector<std::string> keys;
     for (const auto& [_, doc] : recs)
       for (const auto& a : doc.at("aggregates").at("by_op").as_array())
-        if (std::find(keys.begin(), keys.end(), a.at("key").as_string()) == keys.end()) keys.push_back(a.at("key").as_string());
+        if (std::find(keys.begin(), keys.end(), a.at("key").as_string()) == keys.end())
+          keys.push_back(a.at("key").as_string());
     auto find_agg = [](const Json& doc, const char* table, const std::string& key) -> const Json* {
       for (const auto& a : doc.at("aggregates").at(table).as_array())
         if (a.at("key").as_string() == key) return &a;
@@ -99,8 +101,9 @@ Json section_tensors(Context& ctx) {
       }
       rows.push_back(std::move(row));
     }
-    s.table("SNR (dB) by tensor role and op", header, rows,
-            "`kept`: the recipe leaves these tensors in their stored precision (e.g. BF16 training, fp32 master weights).");
+    s.table(
+        "SNR (dB) by tensor role and op", header, rows,
+        "`kept`: the recipe leaves these tensors in their stored precision (e.g. BF16 training, fp32 master weights).");
 
     // Which spec each recipe applies, per role:op.
     std::vector<Row> srows;
@@ -110,7 +113,8 @@ Json section_tensors(Context& ctx) {
         const Json* a = find_agg(doc, "by_op", k);
         std::string specs;
         if (a && a->contains("specs"))
-          for (const auto& sp : a->at("specs").as_array()) specs += (specs.empty() ? "" : ", ") + ("`" + sp.as_string() + "`");
+          for (const auto& sp : a->at("specs").as_array())
+            specs += (specs.empty() ? "" : ", ") + ("`" + sp.as_string() + "`");
         row.push_back(specs.empty() ? "-" : specs);
       }
       srows.push_back(std::move(row));
@@ -124,22 +128,23 @@ Json section_tensors(Context& ctx) {
     for (const auto& [r, doc] : recs) {
       const Json& t = doc.at("totals");
       const double el = num(t, "elements");
-      brows.push_back({r, fmt::format("{}", t.at("tensors").as_int()), fmt::format("{}", t.at("quantized_tensors").as_int()),
-                       fmt::format("{:.0f}", el), fmt::format("{:.2f}", 8.0 * num(t, "stored_bytes") / el),
+      brows.push_back({r, fmt::format("{}", t.at("tensors").as_int()),
+                       fmt::format("{}", t.at("quantized_tensors").as_int()), fmt::format("{:.0f}", el),
+                       fmt::format("{:.2f}", 8.0 * num(t, "stored_bytes") / el),
                        fmt::format("{:.2f}", 8.0 * num(t, "recipe_bytes") / el)});
       if (const Json* a = find_agg(doc, "by_role", "activation"))
         ctx.add_summary(r, "activation SNR dB", a->at("quantized_tensors").as_int() ? snr_cell(*a) : "kept");
     }
-    s.table("Storage of the trace's tensors", {"recipe", "tensors", "quantized", "elements", "stored bits/element",
-                                               "recipe bits/element"},
-            brows, "Recipe bits include the scales and DE metadata (exact, from the quantizer's accounting).");
+    s.table("Storage of the trace's tensors",
+            {"recipe", "tensors", "quantized", "elements", "stored bits/element", "recipe bits/element"}, brows,
+            "Recipe bits include the scales and DE metadata (exact, from the quantizer's accounting).");
     // Warnings the analyses raised, so nothing is silently dropped.
     for (const auto& [r, doc] : recs) {
       for (const char* k : {"nonfinite_tensors", "unmatched_tensors", "skipped_gemms"}) {
         const Json* w = doc.find(k);
         if (w && w->is_array() && w->size() > 0)
           s.para(fmt::format("{}: {} {} (listed in `data.analyze.{}.{}`).", r, w->size(),
-                             std::string(k) == "nonfinite_tensors" ? "tensors hold NaN/Inf"
+                             std::string(k) == "nonfinite_tensors"   ? "tensors hold NaN/Inf"
                              : std::string(k) == "unmatched_tensors" ? "tensors matched no rule and stay unquantized"
                                                                      : "GEMMs could not be paired and were skipped",
                              r, k));
@@ -161,15 +166,17 @@ Json section_gemm(Context& ctx) {
       return s.take();
     }
     const auto& recs = all.as_object();
-    s.para("For every linear layer with captured input X (T, K) and weight W (N, K): Y = X W^T in fp32 against "
-           "Y_q = deq(q(X)) deq(q(W))^T, both computed the same way (Eigen, fp32), so the difference is the "
-           "quantization alone. Error = ||Y_q - Y|| / ||Y|| (relative L2), per layer over its GEMMs; COAT's Figure 4(a) "
-           "plots the same per-layer forward error against depth.");
+    s.para(
+        "For every linear layer with captured input X (T, K) and weight W (N, K): Y = X W^T in fp32 against "
+        "Y_q = deq(q(X)) deq(q(W))^T, both computed the same way (Eigen, fp32), so the difference is the "
+        "quantization alone. Error = ||Y_q - Y|| / ||Y|| (relative L2), per layer over its GEMMs; COAT's Figure 4(a) "
+        "plots the same per-layer forward error against depth.");
     // Per layer: rows = layer, columns = recipes.
     std::vector<int64_t> layers;
     for (const auto& [_, doc] : recs)
       for (const auto& l : doc.at("layers").as_array())
-        if (std::find(layers.begin(), layers.end(), l.at("layer").as_int()) == layers.end()) layers.push_back(l.at("layer").as_int());
+        if (std::find(layers.begin(), layers.end(), l.at("layer").as_int()) == layers.end())
+          layers.push_back(l.at("layer").as_int());
     std::sort(layers.begin(), layers.end());
     auto layer_of = [](const Json& doc, int64_t layer) -> const Json* {
       for (const auto& l : doc.at("layers").as_array())

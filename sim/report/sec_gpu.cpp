@@ -53,9 +53,10 @@ Json section_compare(Context& ctx) {
   const char* title = "CPU emulator vs GPU kernels (bit comparison)";
   return guarded(id, title, [&] {
     Section s(id, title);
-    s.para("Every op runs on the CPU emulator and on the GPU over the trace's real tensors. Casts, quantizers, "
-           "dynamic range expansion and the optimizer step must produce identical codes (0 differing); GEMMs "
-           "are checked against the CPU reference GEMM within a tolerance derived from K and the formats.");
+    s.para(
+        "Every op runs on the CPU emulator and on the GPU over the trace's real tensors. Casts, quantizers, "
+        "dynamic range expansion and the optimizer step must produce identical codes (0 differing); GEMMs "
+        "are checked against the CPU reference GEMM within a tolerance derived from K and the formats.");
     if (!gpu_available(ctx)) {
       s.unavailable("no GPU: " + why_no_gpu(ctx), kHowToGetGpu);
       return s.take();
@@ -87,9 +88,10 @@ Json section_compare(Context& ctx) {
       rows.push_back(std::move(r));
     }
     Row header(keys.begin(), keys.end());
-    s.para(fmt::format("{} op/tensor pairs compared ({} tensors per op family: the quick run; `fp8sim compare TRACE` "
-                       "compares every tensor); {} failed.",
-                       ops.size(), kCompareTensorsPerOp, bad));
+    s.para(
+        fmt::format("{} op/tensor pairs compared ({} tensors per op family: the quick run; `fp8sim compare TRACE` "
+                    "compares every tensor); {} failed.",
+                    ops.size(), kCompareTensorsPerOp, bad));
     s.table("CPU vs GPU, per op and tensor", header, rows);
     Json pd;
     pd["file"] = "compare.png";
@@ -117,9 +119,10 @@ Json section_bench(Context& ctx) {
   const char* title = "Kernel throughput on the GPU";
   return guarded(id, title, [&] {
     Section s(id, title);
-    s.para("Each kernel's median time over warm, L2-flushed repeats, its bandwidth or FLOP rate, the device-to-device "
-           "copy bandwidth measured in the same run as the ceiling, and the best peer (PyTorch eager, torch.compile, "
-           "torch._scaled_mm, torch's fused AdamW, COAT's kernels) where one ran.");
+    s.para(
+        "Each kernel's median time over warm, L2-flushed repeats, its bandwidth or FLOP rate, the device-to-device "
+        "copy bandwidth measured in the same run as the ceiling, and the best peer (PyTorch eager, torch.compile, "
+        "torch._scaled_mm, torch's fused AdamW, COAT's kernels) where one ran.");
     if (!gpu_available(ctx)) {
       s.unavailable("no GPU: " + why_no_gpu(ctx), kHowToGetGpu);
       return s.take();
@@ -129,13 +132,14 @@ Json section_bench(Context& ctx) {
       return s.take();
     }
     Json doc = ctx.hooks.bench(ctx.opts);
-    s.para("Quick (smoke) sizes and repetitions, so the report stays within minutes: the full measurement on large "
-           "tensors and Llama-2-7B shapes, with PyTorch and COAT peers, is `fp8sim bench` (see `reports/h200/bench.md`).");
+    s.para(
+        "Quick (smoke) sizes and repetitions, so the report stays within minutes: the full measurement on large "
+        "tensors and Llama-2-7B shapes, with PyTorch and COAT peers, is `fp8sim bench` (see `reports/h200/bench.md`).");
     const auto& ks = doc.at("kernels").as_array();
     std::vector<Row> rows;
     for (const auto& k : ks) {
-      Row r{cell(k, "kernel"), cell(k, "median_ms"), cell(k, "gbps"), cell(k, "tflops"), cell(k, "ceiling_gbps"),
-            cell(k, "peer"), cell(k, "peer_median_ms")};
+      Row r{cell(k, "kernel"),       cell(k, "median_ms"), cell(k, "gbps"),          cell(k, "tflops"),
+            cell(k, "ceiling_gbps"), cell(k, "peer"),      cell(k, "peer_median_ms")};
       const Json* pm = k.find("peer_median_ms");
       const Json* m = k.find("median_ms");
       r.push_back(pm && m && pm->is_number() && m->is_number() && m->as_number() > 0
@@ -143,7 +147,8 @@ Json section_bench(Context& ctx) {
                       : "");
       rows.push_back(std::move(r));
     }
-    s.table("Kernels", {"kernel", "median ms", "GB/s", "TFLOP/s", "copy ceiling GB/s", "peer", "peer ms", "speedup vs peer"},
+    s.table("Kernels",
+            {"kernel", "median ms", "GB/s", "TFLOP/s", "copy ceiling GB/s", "peer", "peer ms", "speedup vs peer"},
             rows);
     ctx.data["bench"] = std::move(doc);
     return s.take();

@@ -43,11 +43,12 @@ Json section_memory(Context& ctx) {
     mo.zero = 3;  // FSDP FULL_SHARD, the paper's setting
     const std::vector<std::string> recipes = memory_recipes(o.recipes);
     if (recipes.empty()) {
-      s.unavailable(fmt::format("none of the recipes ({}) has a memory model", [&] {
-                      std::string l;
-                      for (const auto& r : o.recipes) l += (l.empty() ? "" : ", ") + r;
-                      return l;
-                    }()),
+      s.unavailable(fmt::format("none of the recipes ({}) has a memory model",
+                                [&] {
+                                  std::string l;
+                                  for (const auto& r : o.recipes) l += (l.empty() ? "" : ", ") + r;
+                                  return l;
+                                }()),
                     "add one of bf16, te, coat, fp8lm, deepseek to --recipes");
       return s.take();
     }
@@ -67,7 +68,8 @@ Json section_memory(Context& ctx) {
         "(`torch.cuda.max_memory_allocated` semantics: no CUDA context, no fragmentation). Capacity: {:.2f} GiB, "
         "an H100 80GB as the COAT paper's GPU reports it. GiB = 2^30 bytes (the paper's \"GB\").",
         model_name, num(first, "params") / 1e9, o.batch, o.seq,
-        first.contains("sharding") ? first.at("sharding").as_string() : std::string("FSDP"), num(first, "gpu_mem_gib")));
+        first.contains("sharding") ? first.at("sharding").as_string() : std::string("FSDP"),
+        num(first, "gpu_mem_gib")));
 
     const double bf16_peak = docs.contains("bf16") ? num(docs.at("bf16"), "peak_gib") : std::nan("");
     std::vector<Row> rows;
@@ -77,15 +79,15 @@ Json section_memory(Context& ctx) {
       rows.push_back({r, fmt_fixed(num(d, "weights_gib"), 2), fmt_fixed(num(d, "gradients_gib"), 2),
                       fmt_fixed(num(d, "optimizer_gib"), 2), fmt_fixed(num(d, "activations_gib"), 2),
                       fmt_fixed(num(d, "temporaries_gib"), 2), fmt_fixed(num(d, "other_gib"), 2), fmt_fixed(peak, 2),
-                      d.at("fits").as_bool() ? "yes" : "**OOM**",
-                      fmt::format("{}", d.at("max_batch").as_int()),
+                      d.at("fits").as_bool() ? "yes" : "**OOM**", fmt::format("{}", d.at("max_batch").as_int()),
                       std::isfinite(bf16_peak) ? fmt::format("{:.2f}x", bf16_peak / peak) : "n/a"});
       ctx.add_summary(r, "peak GiB/GPU", fmt_fixed(peak, 1));
       ctx.add_summary(r, "optimizer GiB/GPU", fmt_fixed(num(d, "optimizer_gib"), 2));
       ctx.add_summary(r, "max batch", fmt::format("{}", d.at("max_batch").as_int()));
     }
-    s.table("GiB per GPU", {"recipe", "weights", "gradients", "optimizer", "activations", "temporaries at peak", "other",
-                            "peak", "fits", "max batch", "memory saving vs bf16"},
+    s.table("GiB per GPU",
+            {"recipe", "weights", "gradients", "optimizer", "activations", "temporaries at peak", "other", "peak",
+             "fits", "max batch", "memory saving vs bf16"},
             rows,
             "weights: master (+ working) copies; optimizer: AdamW moments with their scale / DE metadata; "
             "temporaries: what exists only in the peak phase (FSDP gathers, loss buffers, FP8 weight casts); "
@@ -100,18 +102,19 @@ Json section_memory(Context& ctx) {
       auto pair = [](double ours, double paper) {
         return std::isfinite(paper) ? fmt::format("{:.1f} / {:.1f}", ours, paper) : fmt::format("{:.1f} / -", ours);
       };
-      paper_rows.push_back({e.recipe, pair(num(d, "optimizer_gib"), e.optimizer_gib),
-                            pair(num(d, "activations_gib"), e.activations_gib),
-                            e.oom ? fmt::format("{:.1f} / OOM", num(d, "peak_gib")) : pair(num(d, "peak_gib"), e.peak_gib),
-                            fmt::format("{} / {}", docs.at(e.recipe).at("max_batch_pow2").as_int(), e.max_batch)});
+      paper_rows.push_back(
+          {e.recipe, pair(num(d, "optimizer_gib"), e.optimizer_gib), pair(num(d, "activations_gib"), e.activations_gib),
+           e.oom ? fmt::format("{:.1f} / OOM", num(d, "peak_gib")) : pair(num(d, "peak_gib"), e.peak_gib),
+           fmt::format("{} / {}", docs.at(e.recipe).at("max_batch_pow2").as_int(), e.max_batch)});
     }
     if (!paper_rows.empty())
       s.table("fp8sim / COAT paper Table 7 (H100 80 GB, same model, GPUs, batch and sequence)",
               {"recipe", "optimizer GiB", "activations GiB", "peak GiB", "max batch (powers of 2)"}, paper_rows,
               "The paper's max batch was searched over powers of two; fp8sim's column here does the same.");
     else
-      s.para("The COAT paper's Table 7 has no row for this model, GPU count, batch and sequence; "
-             "`fp8sim memory --paper` prints every paper row beside fp8sim's prediction.");
+      s.para(
+          "The COAT paper's Table 7 has no row for this model, GPU count, batch and sequence; "
+          "`fp8sim memory --paper` prints every paper row beside fp8sim's prediction.");
 
     // Stacked bars: the groups that add up to the peak.
     Json pd;
@@ -119,10 +122,11 @@ Json section_memory(Context& ctx) {
     pd["title"] = fmt::format("{} per GPU: {} GPU{}, micro-batch {} x {}", model_name, o.gpus, o.gpus == 1 ? "" : "s",
                               o.batch, o.seq);
     pd["unit"] = "GiB";
-    const char* keys[] = {"weights_gib", "gradients_gib", "optimizer_states_gib", "optimizer_metadata_gib",
-                          "activations_gib", "temporaries_gib", "other_gib"};
-    const char* names[] = {"weights", "gradients", "optimizer states", "optimizer metadata", "activations",
-                           "temporaries at peak", "other (workspaces)"};
+    const char* keys[] = {
+        "weights_gib",     "gradients_gib", "optimizer_states_gib", "optimizer_metadata_gib", "activations_gib",
+        "temporaries_gib", "other_gib"};
+    const char* names[] = {"weights",     "gradients",           "optimizer states",  "optimizer metadata",
+                           "activations", "temporaries at peak", "other (workspaces)"};
     Json comps = Json::array();
     for (const char* n : names) comps.push_back(n);
     pd["components"] = std::move(comps);

@@ -87,16 +87,19 @@ Json section_speed(Context& ctx) {
       const std::string name = r.at("recipe").as_string();
       rows.push_back({name, fmt_num(num(r, "step_ms"), 4), fmt_num(num(r, "layer_fwd_ms"), 3),
                       fmt_num(num(r, "layer_bwd_ms"), 3), fmt_num(num(r, "optimizer_ms"), 3),
-                      fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")), fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")),
+                      fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")),
+                      fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")),
                       fmt::format("{:.0f}%", 100 * num(r, "measured_fraction"))});
       ctx.add_summary(name, modelled ? "tokens/s/GPU (modelled)" : "tokens/s/GPU (measured)",
                       fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")));
       ctx.add_summary(name, "speedup vs bf16", fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")));
     }
-    s.table("Per recipe", {"recipe", "step ms", "layer fwd ms", "layer bwd ms", "optimizer ms", "tokens/s/GPU",
-                           "speedup vs bf16", "time from exact-shape measurements"},
-            rows, "The last column is the share of the step whose kernels were measured at exactly this shape (the rest "
-                  "is fitted from the nearest measured shape of the same kernel).");
+    s.table("Per recipe",
+            {"recipe", "step ms", "layer fwd ms", "layer bwd ms", "optimizer ms", "tokens/s/GPU", "speedup vs bf16",
+             "time from exact-shape measurements"},
+            rows,
+            "The last column is the share of the step whose kernels were measured at exactly this shape (the rest "
+            "is fitted from the nearest measured shape of the same kernel).");
 
     // Time per category, then per op (summed over its occurrences in the step).
     std::vector<std::string> cats;

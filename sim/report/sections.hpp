@@ -15,9 +15,9 @@ namespace fp8sim::report {
 struct Context {
   const ReportOptions& opts;
   const GpuHooks& hooks;
-  Json device;      // {available, name, why_not}: from hooks.device, or "not built with CUDA"
-  Json data;        // report.json's `data`: each piece's document, verbatim
-  Json plot_data;   // report.json's `plot_data`: what scripts/plots.py draws
+  Json device;     // {available, name, why_not}: from hooks.device, or "not built with CUDA"
+  Json data;       // report.json's `data`: each piece's document, verbatim
+  Json plot_data;  // report.json's `plot_data`: what scripts/plots.py draws
   // Headline numbers per recipe for the summary, filled by the sections as they run:
   // summary[recipe][column] = formatted cell.
   Json summary;
@@ -32,13 +32,13 @@ void validate_pieces(const ReportOptions& opts);
 // Recipe names some piece of the report knows (analyze, memory, speed).
 std::vector<std::string> known_recipes();
 
-Json section_tensors(Context& ctx);      // analyze: per-tensor quantization error
-Json section_gemm(Context& ctx);         // analyze: per-layer forward GEMM error (Fig. 4(a))
-Json section_optimizer(Context& ctx);    // optim: Table 1, Fig. 3 histograms, drift
-Json section_memory(Context& ctx);       // memory: per-recipe breakdown
-Json section_speed(Context& ctx);        // speed: step time per op (GPU or calibration)
-Json section_compare(Context& ctx);      // compare: CPU vs GPU bits (GPU only)
-Json section_bench(Context& ctx);        // bench: kernel throughput (GPU only)
+Json section_tensors(Context& ctx);    // analyze: per-tensor quantization error
+Json section_gemm(Context& ctx);       // analyze: per-layer forward GEMM error (Fig. 4(a))
+Json section_optimizer(Context& ctx);  // optim: Table 1, Fig. 3 histograms, drift
+Json section_memory(Context& ctx);     // memory: per-recipe breakdown
+Json section_speed(Context& ctx);      // speed: step time per op (GPU or calibration)
+Json section_compare(Context& ctx);    // compare: CPU vs GPU bits (GPU only)
+Json section_bench(Context& ctx);      // bench: kernel throughput (GPU only)
 
 // Runs `body` and turns an exception into an "error" section (same id and title).
 template <class F>

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -31,8 +31,8 @@ std::string base64_encode(std::string_view bytes) {
   out.reserve((bytes.size() + 2) / 3 * 4);
   size_t i = 0;
   for (; i + 3 <= bytes.size(); i += 3) {
-    const uint32_t w = (uint32_t(uint8_t(bytes[i])) << 16) | (uint32_t(uint8_t(bytes[i + 1])) << 8) |
-                       uint32_t(uint8_t(bytes[i + 2]));
+    const uint32_t w =
+        (uint32_t(uint8_t(bytes[i])) << 16) | (uint32_t(uint8_t(bytes[i + 1])) << 8) | uint32_t(uint8_t(bytes[i + 2]));
     out += kAlphabet[(w >> 18) & 63];
     out += kAlphabet[(w >> 12) & 63];
     out += kAlphabet[(w >> 6) & 63];
@@ -78,9 +78,10 @@ fs::path report_target(const fs::path& out) {
   if (!ec) {
     const fs::path rel = cwd.lexically_relative(c);
     if (!rel.empty() && *rel.begin() != "..")
-      throw UsageError(fmt::format("--out '{}' is the current folder or contains it; a report replaces its folder "
-                                   "whole, so choose a folder below it (e.g. --out report)",
-                                   out.string()));
+      throw UsageError(
+          fmt::format("--out '{}' is the current folder or contains it; a report replaces its folder "
+                      "whole, so choose a folder below it (e.g. --out report)",
+                      out.string()));
   }
   return c;
 }
@@ -118,7 +119,8 @@ StagingDir::StagingDir(const fs::path& target_in) {
     created_parents_.insert(created_parents_.begin(), *it);
     parent_slots_.push_back(cleanup::remember_path(*it, cleanup::PathKind::EmptyFolder));
   }
-  FP8SIM_REQUIRE(fs::is_directory(parent, ec), "cannot create the folder '{}' for --out: not a folder", parent.string());
+  FP8SIM_REQUIRE(fs::is_directory(parent, ec), "cannot create the folder '{}' for --out: not a folder",
+                 parent.string());
   cleanup::remove_stale_temporaries(parent, target_.filename().string());
   for (int attempt = 0; attempt < 100; ++attempt) {
     fs::path candidate = parent / cleanup::temporary_name(target_, std::to_string(attempt));
@@ -188,8 +190,8 @@ void StagingDir::commit() {
     cleanup::forget_path(slot);
     return;
   }
-  FP8SIM_REQUIRE(::rename(tmp_.c_str(), target_.c_str()) == 0, "cannot move the report into '{}': {}",
-                 target_.string(), std::strerror(errno));
+  FP8SIM_REQUIRE(::rename(tmp_.c_str(), target_.c_str()) == 0, "cannot move the report into '{}': {}", target_.string(),
+                 std::strerror(errno));
   committed_ = true;
 }
 
@@ -269,7 +271,9 @@ fs::path find_python(std::string* why_not) {
       if (is_executable(p)) return p;
     }
   }
-  if (why_not) *why_not = "no Python found (set FP8SIM_PYTHON, or create the project venv with scripts/setup.sh, or put python3 on PATH)";
+  if (why_not)
+    *why_not =
+        "no Python found (set FP8SIM_PYTHON, or create the project venv with scripts/setup.sh, or put python3 on PATH)";
   return {};
 }
 

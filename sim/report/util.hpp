@@ -66,9 +66,9 @@ std::filesystem::path find_python(std::string* why_not);
 // Children run_process starts die with fp8sim: they get SIGKILL when fp8sim ends (also when it
 // is killed), and fp8sim's signal handler kills them before it removes its temporaries.
 struct ProcessResult {
-  int exit_code = -1;       // -1: killed (timeout or signal)
+  int exit_code = -1;  // -1: killed (timeout or signal)
   bool timed_out = false;
-  std::string output;       // stdout and stderr together (tail kept)
+  std::string output;  // stdout and stderr together (tail kept)
 };
 // Runs argv[0] with argv and `extra_env` (NAME=VALUE) added to the environment; stdout and stderr
 // go to `log_file`. `on_output` is called about every 100 ms with the log so far (for progress).

@@ -24,8 +24,8 @@ double positive_number(const Json& j, const char* key, const std::string& where,
   const Json& f = field(j, key, where);
   FP8SIM_REQUIRE(f.is_number(), "{}: '{}' must be a number", where, key);
   const double v = f.as_number();
-  FP8SIM_REQUIRE(std::isfinite(v) && (allow_zero ? v >= 0 : v > 0), "{}: '{}' = {} must be a finite {} number",
-                 where, key, v, allow_zero ? "non-negative" : "positive");
+  FP8SIM_REQUIRE(std::isfinite(v) && (allow_zero ? v >= 0 : v > 0), "{}: '{}' = {} must be a finite {} number", where,
+                 key, v, allow_zero ? "non-negative" : "positive");
   return v;
 }
 
@@ -98,8 +98,8 @@ Measurement Measurement::from_json(const Json& j, const std::string& where) {
   }
   m.key = fmt::format("{}:{}:{}", kind_name(m.kind), m.variant, dims_string(m.dims));
   if (const Json* k = j.find("key")) {
-    FP8SIM_REQUIRE(k->is_string() && k->as_string() == m.key, "{}: 'key' does not match kind/variant/dims ({})",
-                   where, m.key);
+    FP8SIM_REQUIRE(k->is_string() && k->as_string() == m.key, "{}: 'key' does not match kind/variant/dims ({})", where,
+                   m.key);
   }
   m.median_ms = positive_number(j, "median_ms", where);
   m.min_ms = j.contains("min_ms") ? positive_number(j, "min_ms", where) : m.median_ms;

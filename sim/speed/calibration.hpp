@@ -60,7 +60,7 @@ class Calibration {
   std::string created;
   std::string command;
   double copy_gbps = 0;
-  Json torch;  // PyTorch reference document, or null
+  Json torch;          // PyTorch reference document, or null
   std::string origin;  // file it came from, or "measured in this run"
 
   static Calibration from_json(const Json& doc, const std::string& origin);

@@ -30,8 +30,8 @@ ModelShape load_model_shape(const std::string& name_or_path) {
   // expansion agrees on every Linear's weight shape.
   const int64_t q = m.heads * m.head_dim, kv = m.kv_heads * m.head_dim;
   const std::vector<std::pair<std::string, std::vector<int64_t>>> expected{
-      {"q_proj", {q, m.hidden}},     {"k_proj", {kv, m.hidden}},      {"v_proj", {kv, m.hidden}},
-      {"o_proj", {m.hidden, q}},     {"gate_proj", {m.ffn, m.hidden}}, {"up_proj", {m.ffn, m.hidden}},
+      {"q_proj", {q, m.hidden}},       {"k_proj", {kv, m.hidden}},       {"v_proj", {kv, m.hidden}},
+      {"o_proj", {m.hidden, q}},       {"gate_proj", {m.ffn, m.hidden}}, {"up_proj", {m.ffn, m.hidden}},
       {"down_proj", {m.hidden, m.ffn}}};
   const auto ops = model::layer_ops(cfg, 1, 16);
   for (const auto& [name, shape] : expected) {

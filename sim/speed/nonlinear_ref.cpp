@@ -58,8 +58,8 @@ void rmsnorm_fwd(const std::vector<float>& x, const Bf16& w, int64_t rows, int64
   }
 }
 
-void rmsnorm_bwd(const std::vector<float>& x, const Bf16& w, const std::vector<float>& rstd, const Bf16& dy, int64_t rows,
-                 int64_t cols, Bf16& dx, std::vector<float>& dw) {
+void rmsnorm_bwd(const std::vector<float>& x, const Bf16& w, const std::vector<float>& rstd, const Bf16& dy,
+                 int64_t rows, int64_t cols, Bf16& dx, std::vector<float>& dw) {
   dx.assign(static_cast<size_t>(rows * cols), 0);
   std::vector<double> acc(static_cast<size_t>(cols), 0.0);
   for (int64_t r = 0; r < rows; ++r) {

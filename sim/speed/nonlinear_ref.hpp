@@ -11,8 +11,8 @@ namespace fp8sim::speed::ref {
 
 using Bf16 = std::vector<uint16_t>;
 
-float bf16f(uint16_t h);           // bf16 -> fp32 (exact)
-uint16_t to_bf16(float x);         // fp32 -> bf16, round to nearest even
+float bf16f(uint16_t h);    // bf16 -> fp32 (exact)
+uint16_t to_bf16(float x);  // fp32 -> bf16, round to nearest even
 
 // 1x16 groups of n values (n % 16 == 0) -> codes + bf16 scales (sim/speed/group16.hpp).
 void quantize_g16(const float* x, int64_t n, bool e5m2, uint8_t* codes, uint16_t* scales);
@@ -21,8 +21,8 @@ std::vector<float> dequantize_g16(const uint8_t* codes, const uint16_t* scales, 
 // RMSNorm forward over rows of x (fp32 values of the stored inputs): y bf16, rstd, row max |y|.
 void rmsnorm_fwd(const std::vector<float>& x, const Bf16& w, int64_t rows, int64_t cols, float eps, Bf16& y,
                  std::vector<float>& rstd, std::vector<float>& row_amax);
-void rmsnorm_bwd(const std::vector<float>& x, const Bf16& w, const std::vector<float>& rstd, const Bf16& dy, int64_t rows,
-                 int64_t cols, Bf16& dx, std::vector<float>& dw);
+void rmsnorm_bwd(const std::vector<float>& x, const Bf16& w, const std::vector<float>& rstd, const Bf16& dy,
+                 int64_t rows, int64_t cols, Bf16& dx, std::vector<float>& dw);
 
 // SiLU(g) * u and its gradients on fp32 values; outputs rounded to bf16. gmax: bf16 rounded-up
 // group maxima of the rounded outputs (16 per group).

@@ -72,16 +72,21 @@ class Builder {
     count_ = static_cast<double>(o_.grad_accum);
     add(mk("embedding.fwd", phase_, Kind::EmbeddingFwd, "bf16", {T_, m_.hidden, m_.vocab}), 0,
         static_cast<double>(T_) * m_.hidden * 4 + T_ * 4.0);
-    if (recipe_ == Recipe::COAT)
-      ew(Kind::QuantizeG16, "coat.quantize_begin", "bf16>e4m3g16", T_, m_.hidden, 2 + 1.125);
+    if (recipe_ == Recipe::COAT) ew(Kind::QuantizeG16, "coat.quantize_begin", "bf16>e4m3g16", T_, m_.hidden, 2 + 1.125);
 
     // ---- the layers, forward ----
     layer_ = true;
     count_ = static_cast<double>(o_.grad_accum) * m_.layers;
     switch (recipe_) {
-      case Recipe::BF16: forward_bf16(q, k, v, o, gate, up, down); break;
-      case Recipe::TE: forward_te(q, k, v, o, gate, up, down); break;
-      case Recipe::COAT: forward_coat(q, k, v, o, gate, up, down); break;
+      case Recipe::BF16:
+        forward_bf16(q, k, v, o, gate, up, down);
+        break;
+      case Recipe::TE:
+        forward_te(q, k, v, o, gate, up, down);
+        break;
+      case Recipe::COAT:
+        forward_coat(q, k, v, o, gate, up, down);
+        break;
     }
 
     // ---- outside, forward tail: final norm, LM head (BF16 in every recipe), loss ----
@@ -108,9 +113,15 @@ class Builder {
     layer_ = true;
     count_ = static_cast<double>(o_.grad_accum) * m_.layers;
     switch (recipe_) {
-      case Recipe::BF16: backward_bf16(q, k, v, o, gate, up, down); break;
-      case Recipe::TE: backward_te(q, k, v, o, gate, up, down); break;
-      case Recipe::COAT: backward_coat(q, k, v, o, gate, up, down); break;
+      case Recipe::BF16:
+        backward_bf16(q, k, v, o, gate, up, down);
+        break;
+      case Recipe::TE:
+        backward_te(q, k, v, o, gate, up, down);
+        break;
+      case Recipe::COAT:
+        backward_coat(q, k, v, o, gate, up, down);
+        break;
     }
 
     layer_ = false;
@@ -135,8 +146,9 @@ class Builder {
           fmt::format("COAT FP8 AdamW with dynamic range expansion on {} params per GPU ({} GPUs), timed on {} "
                       "params and scaled linearly",
                       params_per_gpu, o_.gpus, o_.optimizer_probe_params));
-      deviate("the optimizer step is the project's fused FP8 AdamW with DE (gpu/optim), not COAT's own CUDA kernel, "
-              "which fp8sim bench times at less than half its rate (docs/benchmarks.md)");
+      deviate(
+          "the optimizer step is the project's fused FP8 AdamW with DE (gpu/optim), not COAT's own CUDA kernel, "
+          "which fp8sim bench times at less than half its rate (docs/benchmarks.md)");
     } else {
       add(mk("optimizer.step", phase_, Kind::Optimizer, "adamw_fp32", {o_.optimizer_probe_params}), 0,
           o_.optimizer_probe_params * 28.0,
@@ -172,8 +184,8 @@ class Builder {
   // Elementwise / row-wise op over a rows x cols tensor moving `bytes_per_elem` per element.
   void ew(Kind kind, const std::string& name, const std::string& variant, int64_t rows, int64_t cols,
           double bytes_per_elem, double extra_bytes = 0, std::string note = {}) {
-    add(mk(name, phase_, kind, variant, {rows, cols}), 0, static_cast<double>(rows) * cols * bytes_per_elem + extra_bytes,
-        std::move(note));
+    add(mk(name, phase_, kind, variant, {rows, cols}), 0,
+        static_cast<double>(rows) * cols * bytes_per_elem + extra_bytes, std::move(note));
   }
 
   void gemm(const std::string& name, int64_t m, int64_t n, int64_t k, const std::string& a, const std::string& b,
@@ -235,7 +247,7 @@ class Builder {
   void rope(Phase p) {
     const double table = static_cast<double>(o_.seq) * (m_.head_dim / 2) * 8;
     add(mk(p == Phase::Forward ? "rope.fwd" : "rope.bwd", phase_, p == Phase::Forward ? Kind::RopeFwd : Kind::RopeBwd,
-         "bf16", {T_, m_.heads, m_.kv_heads, m_.head_dim, o_.seq}),
+           "bf16", {T_, m_.heads, m_.kv_heads, m_.head_dim, o_.seq}),
         0, static_cast<double>(T_) * (Q_ + KV_) * 4 + table, "in place on q and k, cos/sin table");
   }
   void attention(Phase p) {
@@ -245,7 +257,7 @@ class Builder {
     const double io = static_cast<double>(T_) * (2.0 * Q_ + 2.0 * KV_) * 2 + 4.0 * o_.batch * m_.heads * o_.seq;
     const bool f = p == Phase::Forward;
     add(mk(f ? "attention.fwd" : "attention.bwd", phase_, Kind::Attention, f ? "bf16,causal,fwd" : "bf16,causal,bwd",
-         {o_.batch, m_.heads, m_.kv_heads, o_.seq, m_.head_dim}),
+           {o_.batch, m_.heads, m_.kv_heads, o_.seq, m_.head_dim}),
         f ? fwd : 2.5 * fwd, f ? io : 2.0 * io, "BF16 in every recipe; PyTorch SDPA (flash) timed at this shape");
   }
 
@@ -344,7 +356,8 @@ class Builder {
   void coat_quantize_pertensor(const std::string& name, int64_t rows, int64_t cols, const std::string& cast_variant) {
     ew(Kind::GroupMax, name + ".gmax", "bf16>gmax", rows, cols, 2.125);
     reduce_gmax(name + ".scale", rows, cols);
-    ew(Kind::CastTranspose, name + ".cast", cast_variant, rows, cols, cast_variant.find('+') != std::string::npos ? 4 : 3);
+    ew(Kind::CastTranspose, name + ".cast", cast_variant, rows, cols,
+       cast_variant.find('+') != std::string::npos ? 4 : 3);
   }
   void forward_coat(const Linear& q, const Linear& k, const Linear& v, const Linear& o, const Linear& gate,
                     const Linear& up, const Linear& down) {
@@ -397,13 +410,13 @@ class Builder {
     reduce_gmax("mlp_residual.bwd.scale", T_, m_.hidden);
     ew(Kind::CastTranspose, "mlp_residual.bwd.cast", "bf16>e5m2", T_, m_.hidden, 3);
     ew(Kind::Transpose, "o_proj.grad.transpose", "e5m2>e5m2T", T_, m_.hidden, 2);
-    ew(Kind::CastTranspose, "attention.out.recast", "bf16>e4m3T", T_, Q_, 3,
-       0, "the transposed E4M3 attention output re-made from the saved BF16 tensor (COAT saves memory this way)");
+    ew(Kind::CastTranspose, "attention.out.recast", "bf16>e4m3T", T_, Q_, 3, 0,
+       "the transposed E4M3 attention output re-made from the saved BF16 tensor (COAT saves memory this way)");
     dgrad_wgrad(o, true);
     attention(Phase::Backward);
     rope(Phase::Backward);
-    for (const Linear* l : {&q, &k, &v}) coat_quantize_pertensor(std::string(l->name) + ".grad", T_, l->out,
-                                                                 "bf16>e5m2+e5m2T");
+    for (const Linear* l : {&q, &k, &v})
+      coat_quantize_pertensor(std::string(l->name) + ".grad", T_, l->out, "bf16>e5m2+e5m2T");
     for (const Linear* l : {&q, &k, &v}) dgrad_wgrad(*l, true);
     residual_add("attn_norm.grad_sum_qk", "bf16>bf16");
     residual_add("attn_norm.grad_sum_v", "bf16>bf16");
@@ -419,8 +432,7 @@ class Builder {
     if (recipe_ == Recipe::TE)
       ew(Kind::CastTranspose, name + ".cast", "bf16>e4m3+e4m3T+amax", l.out, l.in, 4, 4,
          "delayed scaling: scale from the amax history, this pass records the new amax");
-    else
-      coat_quantize_pertensor(name, l.out, l.in, "bf16>e4m3+e4m3T");
+    else coat_quantize_pertensor(name, l.out, l.in, "bf16>e4m3+e4m3T");
   }
 };
 
@@ -428,9 +440,12 @@ class Builder {
 
 const char* recipe_name(Recipe r) {
   switch (r) {
-    case Recipe::BF16: return "bf16";
-    case Recipe::TE: return "te";
-    case Recipe::COAT: return "coat";
+    case Recipe::BF16:
+      return "bf16";
+    case Recipe::TE:
+      return "te";
+    case Recipe::COAT:
+      return "coat";
   }
   return "?";
 }
@@ -445,9 +460,12 @@ std::vector<Recipe> all_recipes() { return {Recipe::BF16, Recipe::TE, Recipe::CO
 
 const char* phase_name(Phase p) {
   switch (p) {
-    case Phase::Forward: return "fwd";
-    case Phase::Backward: return "bwd";
-    case Phase::Step: return "step";
+    case Phase::Forward:
+      return "fwd";
+    case Phase::Backward:
+      return "bwd";
+    case Phase::Step:
+      return "step";
   }
   return "?";
 }
@@ -483,18 +501,18 @@ double encoding_bytes(const std::string& enc) {
 }
 
 void check_shape(const ModelShape& m) {
-  FP8SIM_REQUIRE(m.hidden > 0 && m.ffn > 0 && m.layers > 0 && m.heads > 0 && m.kv_heads > 0 && m.head_dim > 0 &&
-                     m.vocab > 0,
-                 "model '{}': every size must be positive", m.name);
+  FP8SIM_REQUIRE(
+      m.hidden > 0 && m.ffn > 0 && m.layers > 0 && m.heads > 0 && m.kv_heads > 0 && m.head_dim > 0 && m.vocab > 0,
+      "model '{}': every size must be positive", m.name);
   FP8SIM_REQUIRE(m.heads % m.kv_heads == 0, "model '{}': {} query heads are not a multiple of {} kv heads", m.name,
                  m.heads, m.kv_heads);
   FP8SIM_REQUIRE(m.activation == "swiglu",
                  "model '{}': the speed replay covers SwiGLU MLPs only (this model uses '{}')", m.name, m.activation);
   // cuBLASLt's FP8 GEMMs want every leading dimension a multiple of 16; the 1x16 group kernels
   // want rows that are whole groups.
-  for (auto [what, v] : {std::pair{"hidden_size", m.hidden}, std::pair{"intermediate_size", m.ffn},
-                         std::pair{"heads x head_dim", m.heads * m.head_dim},
-                         std::pair{"kv_heads x head_dim", m.kv_heads * m.head_dim}})
+  for (auto [what, v] :
+       {std::pair{"hidden_size", m.hidden}, std::pair{"intermediate_size", m.ffn},
+        std::pair{"heads x head_dim", m.heads * m.head_dim}, std::pair{"kv_heads x head_dim", m.kv_heads * m.head_dim}})
     FP8SIM_REQUIRE(v % 16 == 0, "model '{}': {} = {} is not a multiple of 16, which the FP8 GEMMs and 1x16 groups need",
                    m.name, what, v);
   FP8SIM_REQUIRE(m.head_dim % 2 == 0, "model '{}': head_dim {} must be even for RoPE", m.name, m.head_dim);
@@ -507,9 +525,9 @@ std::vector<KernelOp> build_plan(const ModelShape& m, Recipe recipe, const PlanO
                  o.grad_accum);
   // The user's numbers, so bad usage (exit 2) rather than bad data.
   if (o.batch * o.seq % 16 != 0)
-    throw UsageError(fmt::format(
-        "--batch x --seq = {} tokens is not a multiple of 16, which the FP8 wgrad GEMM (K = tokens) needs",
-        o.batch * o.seq));
+    throw UsageError(
+        fmt::format("--batch x --seq = {} tokens is not a multiple of 16, which the FP8 wgrad GEMM (K = tokens) needs",
+                    o.batch * o.seq));
   return Builder(m, recipe, o).build();
 }
 

@@ -33,17 +33,17 @@ std::vector<Recipe> all_recipes();
 // The model dimensions the replay needs (filled from models/NAME.json by speed.cpp).
 struct ModelShape {
   std::string name;
-  int64_t hidden = 0;      // H
-  int64_t ffn = 0;         // F: width of one SwiGLU branch
-  int64_t layers = 0;      // L
-  int64_t heads = 0;       // query heads
-  int64_t kv_heads = 0;    // key/value heads (GQA)
-  int64_t head_dim = 0;    // d
-  int64_t vocab = 0;       // V
-  bool tied = false;       // LM head shares the embedding
+  int64_t hidden = 0;    // H
+  int64_t ffn = 0;       // F: width of one SwiGLU branch
+  int64_t layers = 0;    // L
+  int64_t heads = 0;     // query heads
+  int64_t kv_heads = 0;  // key/value heads (GQA)
+  int64_t head_dim = 0;  // d
+  int64_t vocab = 0;     // V
+  bool tied = false;     // LM head shares the embedding
   std::string norm = "rmsnorm";
   std::string activation = "swiglu";
-  int64_t params = 0;      // total parameters (embedding + layers + norm + head)
+  int64_t params = 0;  // total parameters (embedding + layers + norm + head)
 };
 // Validates sizes (positive, heads dividing, alignment the FP8 GEMMs need); Error on failure.
 void check_shape(const ModelShape& m);
@@ -52,8 +52,8 @@ enum class Phase { Forward, Backward, Step };
 const char* phase_name(Phase p);
 
 enum class Kind {
-  Gemm,            // cuBLASLt matmul
-  Attention,       // fused causal attention (flash), BF16; timed by PyTorch SDPA
+  Gemm,       // cuBLASLt matmul
+  Attention,  // fused causal attention (flash), BF16; timed by PyTorch SDPA
   RmsNormFwd,
   RmsNormBwd,
   SiluMulFwd,
@@ -61,16 +61,16 @@ enum class Kind {
   Add,
   RopeFwd,
   RopeBwd,
-  CastTranspose,   // bf16 -> fp8 (and/or its transpose) with a per-tensor scale
-  Transpose,       // fp8 -> transposed fp8
-  QuantizeG16,     // bf16 -> fp8 with 1x16 group scales
-  GroupMax,        // bf16 -> per-1x16-group max (stage 1 of Group Scaling, standalone)
-  ReduceMax,       // stage 2: max over per-group / per-row maxima -> one fp32
-  Amax,            // just-in-time per-tensor max|x| over a whole bf16 tensor
-  CrossEntropy,    // softmax cross-entropy forward + gradient over (tokens, vocab) logits
+  CastTranspose,  // bf16 -> fp8 (and/or its transpose) with a per-tensor scale
+  Transpose,      // fp8 -> transposed fp8
+  QuantizeG16,    // bf16 -> fp8 with 1x16 group scales
+  GroupMax,       // bf16 -> per-1x16-group max (stage 1 of Group Scaling, standalone)
+  ReduceMax,      // stage 2: max over per-group / per-row maxima -> one fp32
+  Amax,           // just-in-time per-tensor max|x| over a whole bf16 tensor
+  CrossEntropy,   // softmax cross-entropy forward + gradient over (tokens, vocab) logits
   EmbeddingFwd,
   EmbeddingBwd,
-  Optimizer,       // AdamW step over N parameters
+  Optimizer,  // AdamW step over N parameters
 };
 const char* kind_name(Kind k);
 Kind parse_kind(const std::string& s);
@@ -79,28 +79,28 @@ Kind parse_kind(const std::string& s);
 // "mk.nk" = A stored (m,k), B stored (n,k): both K-contiguous (the only FP8 layout on Hopper,
 // cuBLASLt "TN"); a Linear's fprop Y = X W^T. "mk.kn": dgrad dX = dY W. "km.kn": wgrad dW = dY^T X.
 struct KernelOp {
-  std::string name;          // what it is in the model: "q_proj.fprop", "mlp_norm.fwd", ...
+  std::string name;  // what it is in the model: "q_proj.fprop", "mlp_norm.fwd", ...
   Phase phase = Phase::Forward;
   Kind kind = Kind::Gemm;
-  std::string variant;       // encodings / layout, e.g. "e4m3*e4m3>bf16,mk.nk,fast" or "bf16>bf16"
-  std::vector<int64_t> dims; // Gemm {m,n,k}; row/elementwise {rows, cols}; ReduceMax {n};
-                             // Attention {batch, heads, kv_heads, seq, head_dim}; Rope {tokens, heads,
-                             // kv_heads, head_dim, seq}; CrossEntropy {tokens, vocab};
-                             // Embedding {tokens, hidden, vocab}; Optimizer {params}
-  double count = 1;          // launches per optimizer step (layers x grad-accumulation, ...)
-  double flops = 0;          // useful floating-point operations (GEMM, attention)
-  double bytes = 0;          // fewest bytes through device memory (inputs read once, outputs once)
-  bool per_layer = false;    // part of the transformer layer (count includes the layer count)
-  std::string note;          // what the kernel does, where it is not obvious
-  std::string deviation;     // how the replay differs from the recipe's reference implementation
-  std::string key() const;   // kind:variant:dims, the calibration key
+  std::string variant;        // encodings / layout, e.g. "e4m3*e4m3>bf16,mk.nk,fast" or "bf16>bf16"
+  std::vector<int64_t> dims;  // Gemm {m,n,k}; row/elementwise {rows, cols}; ReduceMax {n};
+                              // Attention {batch, heads, kv_heads, seq, head_dim}; Rope {tokens, heads,
+                              // kv_heads, head_dim, seq}; CrossEntropy {tokens, vocab};
+                              // Embedding {tokens, hidden, vocab}; Optimizer {params}
+  double count = 1;           // launches per optimizer step (layers x grad-accumulation, ...)
+  double flops = 0;           // useful floating-point operations (GEMM, attention)
+  double bytes = 0;           // fewest bytes through device memory (inputs read once, outputs once)
+  bool per_layer = false;     // part of the transformer layer (count includes the layer count)
+  std::string note;           // what the kernel does, where it is not obvious
+  std::string deviation;      // how the replay differs from the recipe's reference implementation
+  std::string key() const;    // kind:variant:dims, the calibration key
 };
 
 struct PlanOptions {
-  int64_t batch = 1;         // micro-batch per GPU
+  int64_t batch = 1;  // micro-batch per GPU
   int64_t seq = 2048;
-  int64_t gpus = 1;          // the optimizer state is sharded over this many GPUs (FSDP)
-  int64_t grad_accum = 1;    // micro-batches per optimizer step
+  int64_t gpus = 1;                                   // the optimizer state is sharded over this many GPUs (FSDP)
+  int64_t grad_accum = 1;                             // micro-batches per optimizer step
   int64_t optimizer_probe_params = int64_t{1} << 28;  // size the optimizer kernel is timed at
 };
 
@@ -116,7 +116,10 @@ struct Fig4bOps {
 };
 Fig4bOps fig4b_ops(int64_t rows, int64_t cols);
 // The four sizes of COAT Fig. 4(b) with the paper's H100 times (ms), JIT then Group Scaling.
-struct Fig4bPaperRow { int64_t rows, cols; double jit_ms, group_ms; };
+struct Fig4bPaperRow {
+  int64_t rows, cols;
+  double jit_ms, group_ms;
+};
 const std::vector<Fig4bPaperRow>& fig4b_paper();
 
 // Bytes per element of an encoding name used in variants: bf16 2, e4m3/e5m2 1,

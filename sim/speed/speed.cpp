@@ -1,5 +1,5 @@
-#include "sim/common/paths.hpp"
 #include "sim/speed/speed.hpp"
+#include "sim/common/paths.hpp"
 
 #include <fmt/format.h>
 
@@ -10,8 +10,8 @@
 #include <set>
 
 #include "sim/common/check.hpp"
-#include "sim/common/sizes.hpp"
 #include "sim/common/io.hpp"
+#include "sim/common/sizes.hpp"
 
 namespace fp8sim::speed {
 
@@ -30,14 +30,10 @@ struct Table7Row {
 };
 const std::vector<Table7Row>& table7_rows() {
   static const std::vector<Table7Row> rows{
-      {"llama2-7b", 1, 2048, {0, 0, 1}, {0, 0, 5906}},
-      {"llama2-7b", 2, 2048, {1, 1, 4}, {6130, 6842, 11351}},
-      {"llama2-7b", 4, 2048, {2, 2, 4}, {7730, 9577, 11257}},
-      {"llama2-7b", 8, 2048, {4, 4, 8}, {8238, 11704, 11241}},
-      {"llama2-13b", 2, 1024, {0, 0, 1}, {0, 0, 2137}},
-      {"llama2-13b", 4, 2048, {1, 1, 2}, {2345, 2851, 5295}},
-      {"llama2-13b", 8, 2048, {2, 2, 4}, {3907, 5604, 5650}},
-      {"llama-30b", 8, 2048, {0, 0, 1}, {0, 0, 1363}},
+      {"llama2-7b", 1, 2048, {0, 0, 1}, {0, 0, 5906}},        {"llama2-7b", 2, 2048, {1, 1, 4}, {6130, 6842, 11351}},
+      {"llama2-7b", 4, 2048, {2, 2, 4}, {7730, 9577, 11257}}, {"llama2-7b", 8, 2048, {4, 4, 8}, {8238, 11704, 11241}},
+      {"llama2-13b", 2, 1024, {0, 0, 1}, {0, 0, 2137}},       {"llama2-13b", 4, 2048, {1, 1, 2}, {2345, 2851, 5295}},
+      {"llama2-13b", 8, 2048, {2, 2, 4}, {3907, 5604, 5650}}, {"llama-30b", 8, 2048, {0, 0, 1}, {0, 0, 1363}},
   };
   return rows;
 }
@@ -46,25 +42,31 @@ int recipe_index(Recipe r) { return r == Recipe::BF16 ? 0 : r == Recipe::TE ? 1 
 
 const char* category(Kind k) {
   switch (k) {
-    case Kind::Gemm: return "gemm";
+    case Kind::Gemm:
+      return "gemm";
     case Kind::Attention:
     case Kind::RopeFwd:
-    case Kind::RopeBwd: return "attention";
+    case Kind::RopeBwd:
+      return "attention";
     case Kind::CastTranspose:
     case Kind::Transpose:
     case Kind::QuantizeG16:
     case Kind::GroupMax:
     case Kind::ReduceMax:
-    case Kind::Amax: return "quantize";
+    case Kind::Amax:
+      return "quantize";
     case Kind::RmsNormFwd:
     case Kind::RmsNormBwd:
     case Kind::SiluMulFwd:
     case Kind::SiluMulBwd:
-    case Kind::Add: return "nonlinear";
+    case Kind::Add:
+      return "nonlinear";
     case Kind::CrossEntropy:
     case Kind::EmbeddingFwd:
-    case Kind::EmbeddingBwd: return "embedding_loss";
-    case Kind::Optimizer: return "optimizer";
+    case Kind::EmbeddingBwd:
+      return "embedding_loss";
+    case Kind::Optimizer:
+      return "optimizer";
   }
   return "other";
 }
@@ -141,9 +143,8 @@ std::vector<Measurement> torch_measurements(const Json& doc) {
   const Json* schema = doc.find("schema");
   FP8SIM_REQUIRE(schema && schema->is_string() && schema->as_string() == kTorchSchema,
                  "torch times: 'schema' must be \"{}\" (written by scripts/torch_layer_time.py)", kTorchSchema);
-  const std::string torch_version = doc.contains("torch_version") && doc.at("torch_version").is_string()
-                                        ? doc.at("torch_version").as_string()
-                                        : "?";
+  const std::string torch_version =
+      doc.contains("torch_version") && doc.at("torch_version").is_string() ? doc.at("torch_version").as_string() : "?";
   std::vector<Measurement> out;
   const Json* configs = doc.find("configs");
   FP8SIM_REQUIRE(configs && configs->is_array(), "torch times: 'configs' must be an array");
@@ -173,10 +174,10 @@ std::vector<Measurement> torch_measurements(const Json& doc) {
       mj["max_ms"] = t->contains("max") ? t->at("max").as_number() : t->at("median").as_number();
       mj["reps"] = t->contains("reps") ? t->at("reps").as_number() : 1.0;
       mj["flops"] = attention_flops(batch, heads, seq, head_dim, fwd);
-      mj["impl"] = fmt::format("torch {} F.scaled_dot_product_attention(is_causal=True), {}", torch_version,
-                               c.contains("sdpa_backend") && c.at("sdpa_backend").is_string()
-                                   ? c.at("sdpa_backend").as_string()
-                                   : "default backend");
+      mj["impl"] =
+          fmt::format("torch {} F.scaled_dot_product_attention(is_causal=True), {}", torch_version,
+                      c.contains("sdpa_backend") && c.at("sdpa_backend").is_string() ? c.at("sdpa_backend").as_string()
+                                                                                     : "default backend");
       out.push_back(Measurement::from_json(mj, fmt::format("{}: {}", where, k)));
     }
   }
@@ -325,7 +326,8 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
         if (seen.insert(op.key()).second) wanted.push_back(op);
       }
     };
-    for (Recipe r : opts.recipes) want(build_plan(shape, r, plan_options(opts, batch_for(opts, r), opts.seq, opts.gpus)));
+    for (Recipe r : opts.recipes)
+      want(build_plan(shape, r, plan_options(opts, batch_for(opts, r), opts.seq, opts.gpus)));
     if (std::find(opts.recipes.begin(), opts.recipes.end(), Recipe::BF16) == opts.recipes.end())  // speedup's base
       want(build_plan(shape, Recipe::BF16, plan_options(opts, batch_for(opts, Recipe::BF16), opts.seq, opts.gpus)));
     if (opts.table7)
@@ -378,8 +380,8 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
     }
     if (!opts.write_calibration.empty()) {
       // Keep what an earlier run measured and this one did not; this run's times win.
-      Calibration out = std::filesystem::exists(opts.write_calibration) ? Calibration::load(opts.write_calibration)
-                                                                         : Calibration{};
+      Calibration out =
+          std::filesystem::exists(opts.write_calibration) ? Calibration::load(opts.write_calibration) : Calibration{};
       out.merge(cal);
       out.device = cal.device;
       out.created = cal.created;
@@ -420,12 +422,14 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
   timing["calibration_created"] = cal.created;
   timing["statement"] =
       mode == "measured"
-          ? fmt::format("MEASURED: every kernel below was timed on this machine's {} just now (CUDA events, after "
-                        "warm-up, L2 flushed before each repetition); attention by PyTorch SDPA",
-                        dev)
-          : fmt::format("MODELLED, not measured on this machine: kernel times come from the calibration '{}' "
-                        "(measured on {} at {}); shapes it did not measure are fitted from the nearest measured one",
-                        source_relative(cal.origin), dev, cal.created.empty() ? "an unknown date" : cal.created);
+          ? fmt::format(
+                "MEASURED: every kernel below was timed on this machine's {} just now (CUDA events, after "
+                "warm-up, L2 flushed before each repetition); attention by PyTorch SDPA",
+                dev)
+          : fmt::format(
+                "MODELLED, not measured on this machine: kernel times come from the calibration '{}' "
+                "(measured on {} at {}); shapes it did not measure are fitted from the nearest measured one",
+                source_relative(cal.origin), dev, cal.created.empty() ? "an unknown date" : cal.created);
   timing["fsdp_comm"] = opts.fsdp_comm;
   if (opts.fsdp_comm != "none") {
     timing["link_gbps"] = opts.link_gbps;
@@ -433,7 +437,8 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
         "FSDP: per micro-batch 2 all-gathers of BF16 weights + 1 reduce-scatter of BF16 grads = 6 B x params x "
         "(gpus-1)/gpus per GPU at an assumed {} GB/s bus bandwidth; {}",
         opts.link_gbps,
-        opts.fsdp_comm == "serial" ? "added to the step" : "overlapped with compute except the excess and the first layer's all-gather");
+        opts.fsdp_comm == "serial" ? "added to the step"
+                                   : "overlapped with compute except the excess and the first layer's all-gather");
   }
   doc["timing"] = timing;
 
@@ -447,8 +452,8 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
   }
   if (bf16_tps <= 0 && std::find(opts.recipes.begin(), opts.recipes.end(), Recipe::BF16) == opts.recipes.end()) {
     // Speedups are always against BF16: evaluate it even when not listed.
-    bf16_tps = evaluate_recipe(shape, Recipe::BF16, plan_options(opts, batch_for(opts, Recipe::BF16), opts.seq, opts.gpus),
-                               cal, opts, false)
+    bf16_tps = evaluate_recipe(shape, Recipe::BF16,
+                               plan_options(opts, batch_for(opts, Recipe::BF16), opts.seq, opts.gpus), cal, opts, false)
                    .at("tokens_per_s_per_gpu")
                    .as_number();
   }
@@ -567,7 +572,8 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
       r["measured_fraction"] = ev.at("measured_fraction").as_number();
       if (const Json* g = c.find("gemm_ms_total"); g && g->is_number()) r["torch_gemm_ms"] = g->as_number();
       if (c.contains("sdpa_fwd_ms") && c.contains("sdpa_bwd_ms"))
-        r["torch_sdpa_ms"] = c.at("sdpa_fwd_ms").at("median").as_number() + c.at("sdpa_bwd_ms").at("median").as_number();
+        r["torch_sdpa_ms"] =
+            c.at("sdpa_fwd_ms").at("median").as_number() + c.at("sdpa_bwd_ms").at("median").as_number();
       rows.push_back(r);
     }
     Json v = Json::object();
@@ -588,7 +594,8 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
       for (const char* k : {"deviation", "measurement_note"})
         if (const Json* n = op.find(k); n && n->is_string() && seen_notes.insert(n->as_string()).second)
           jn.push_back(fmt::format("{}: {}", who, n->as_string()));
-      if (const Json* im = op.find("impl"); im && im->is_string() && im->as_string().find("stand-in") != std::string::npos)
+      if (const Json* im = op.find("impl");
+          im && im->is_string() && im->as_string().find("stand-in") != std::string::npos)
         if (seen_notes.insert(im->as_string()).second) jn.push_back(fmt::format("{}: {}", who, im->as_string()));
     }
   doc["notes"] = jn;
@@ -599,7 +606,8 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
 namespace {
 std::string f2(double v) { return fmt::format("{:.2f}", v); }
 std::string f3(double v) { return fmt::format("{:.3f}", v); }
-void md_table(std::string& out, const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+void md_table(std::string& out, const std::vector<std::string>& header,
+              const std::vector<std::vector<std::string>>& rows) {
   out += "|";
   for (const auto& h : header) out += " " + h + " |";
   out += "\n|";
@@ -629,8 +637,9 @@ std::vector<std::vector<std::string>> table7_cells(const Json& table7, const std
       paper += num_or_dash(m.find("paper_tokens_per_s_per_gpu"), "{:.0f}");
     }
     const std::string label =
-        long_labels ? fmt::format("{}, {} GPU, seq {}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int())
-                    : fmt::format("{} {}GPU s{}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int());
+        long_labels
+            ? fmt::format("{}, {} GPU, seq {}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int())
+            : fmt::format("{} {}GPU s{}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int());
     rows.push_back({label, batches, pred, paper, num_or_dash(r.find("te_vs_bf16"), "{:.2f}x"),
                     num_or_dash(r.find("paper_te_vs_bf16"), "{:.2f}x"), num_or_dash(r.find("coat_vs_bf16"), "{:.2f}x"),
                     num_or_dash(r.find("paper_coat_vs_bf16"), "{:.2f}x"),
@@ -650,13 +659,14 @@ std::string speed_markdown(const Json& doc) {
   std::vector<std::vector<std::string>> rows;
   for (const Json& r : doc.at("recipes").as_array()) {
     const Json& b = r.at("breakdown_ms");
-    rows.push_back({r.at("recipe").as_string(), std::to_string(r.at("batch").as_int()), f2(r.at("layer_fwd_ms").as_number()),
-                    f2(r.at("layer_bwd_ms").as_number()), f2(b.at("gemm").as_number()), f2(b.at("attention").as_number()),
-                    f2(b.at("quantize").as_number()), f2(b.at("nonlinear").as_number()),
-                    f2(r.at("optimizer_ms").as_number() + r.at("weight_cast_ms").as_number()), f2(r.at("comm_ms").as_number()),
-                    f2(r.at("step_ms").as_number()), fmt::format("{:.0f}", r.at("tokens_per_s_per_gpu").as_number()),
-                    fmt::format("{:.3f}x", r.at("speedup_vs_bf16").as_number()),
-                    fmt::format("{:.0f}%", 100 * r.at("measured_fraction").as_number())});
+    rows.push_back(
+        {r.at("recipe").as_string(), std::to_string(r.at("batch").as_int()), f2(r.at("layer_fwd_ms").as_number()),
+         f2(r.at("layer_bwd_ms").as_number()), f2(b.at("gemm").as_number()), f2(b.at("attention").as_number()),
+         f2(b.at("quantize").as_number()), f2(b.at("nonlinear").as_number()),
+         f2(r.at("optimizer_ms").as_number() + r.at("weight_cast_ms").as_number()), f2(r.at("comm_ms").as_number()),
+         f2(r.at("step_ms").as_number()), fmt::format("{:.0f}", r.at("tokens_per_s_per_gpu").as_number()),
+         fmt::format("{:.3f}x", r.at("speedup_vs_bf16").as_number()),
+         fmt::format("{:.0f}%", 100 * r.at("measured_fraction").as_number())});
   }
   md_table(out,
            {"recipe", "batch", "layer fwd ms", "layer bwd ms", "GEMM ms/step", "attention ms/step", "quantize ms/step",
@@ -675,10 +685,12 @@ std::string speed_markdown(const Json& doc) {
         dims += std::to_string(d.as_int());
       }
       const Json* tf = op.find("tflops");
-      kr.push_back({op.at("name").as_string(), op.at("phase").as_string(), op.at("kind").as_string(),
-                    op.at("variant").as_string(), dims, f3(op.at("ms").as_number()), fmt::format("{:g}", op.at("count").as_number()),
-                    tf ? fmt::format("{:.0f} TFLOP/s", tf->as_number()) : fmt::format("{:.0f} GB/s", op.at("gbps").as_number()),
-                    op.at("source").as_string()});
+      kr.push_back(
+          {op.at("name").as_string(), op.at("phase").as_string(), op.at("kind").as_string(),
+           op.at("variant").as_string(), dims, f3(op.at("ms").as_number()),
+           fmt::format("{:g}", op.at("count").as_number()),
+           tf ? fmt::format("{:.0f} TFLOP/s", tf->as_number()) : fmt::format("{:.0f} GB/s", op.at("gbps").as_number()),
+           op.at("source").as_string()});
     }
     md_table(out, {"op", "phase", "kernel", "variant", "dims", "ms", "count/step", "achieved", "source"}, kr);
   }
@@ -687,11 +699,13 @@ std::string speed_markdown(const Json& doc) {
     out += "### Figure 4(b): per-tensor max, just-in-time vs Group Scaling\n\n";
     std::vector<std::vector<std::string>> fr;
     for (const Json& r : f->as_array())
-      fr.push_back({fmt::format("{}x{}", r.at("rows").as_int(), r.at("cols").as_int()), f3(r.at("jit_amax_ms").as_number()),
-                    fmt::format("{:.0f}", r.at("jit_amax_gbps").as_number()), f3(r.at("group_stage1_overhead_ms").as_number()),
-                    f3(r.at("group_stage2_ms").as_number()), f3(r.at("group_scaling_ms").as_number()),
-                    fmt::format("{:.1f}x", r.at("speedup").as_number()), num_or_dash(r.find("torch_eager_amax_ms"), "{:.3f}"),
-                    fmt::format("{:.2f} -> {:.2f}", r.at("paper_h100_jit_ms").as_number(), r.at("paper_h100_group_ms").as_number()),
+      fr.push_back({fmt::format("{}x{}", r.at("rows").as_int(), r.at("cols").as_int()),
+                    f3(r.at("jit_amax_ms").as_number()), fmt::format("{:.0f}", r.at("jit_amax_gbps").as_number()),
+                    f3(r.at("group_stage1_overhead_ms").as_number()), f3(r.at("group_stage2_ms").as_number()),
+                    f3(r.at("group_scaling_ms").as_number()), fmt::format("{:.1f}x", r.at("speedup").as_number()),
+                    num_or_dash(r.find("torch_eager_amax_ms"), "{:.3f}"),
+                    fmt::format("{:.2f} -> {:.2f}", r.at("paper_h100_jit_ms").as_number(),
+                                r.at("paper_h100_group_ms").as_number()),
                     r.at("source").as_string()});
     md_table(out,
              {"tensor", "JIT amax ms", "JIT GB/s", "group stage 1 extra ms", "group stage 2 ms", "group total ms",

@@ -22,13 +22,13 @@
 namespace fp8sim::speed {
 
 struct SpeedOptions {
-  std::string model = "llama2-7b";          // models/NAME.json or a path to a model JSON
-  int64_t batch = 1;                        // micro-batch per GPU, every recipe
-  std::map<Recipe, int64_t> recipe_batch;   // per-recipe overrides (Table 7 runs each at its max batch)
+  std::string model = "llama2-7b";         // models/NAME.json or a path to a model JSON
+  int64_t batch = 1;                       // micro-batch per GPU, every recipe
+  std::map<Recipe, int64_t> recipe_batch;  // per-recipe overrides (Table 7 runs each at its max batch)
   int64_t seq = 2048;
   std::vector<Recipe> recipes = all_recipes();
-  int64_t gpus = 1;                         // FSDP data-parallel GPUs: shards the optimizer step
-  int64_t grad_accum = 1;                   // micro-batches per optimizer step
+  int64_t gpus = 1;        // FSDP data-parallel GPUs: shards the optimizer step
+  int64_t grad_accum = 1;  // micro-batches per optimizer step
   // FSDP communication per micro-batch: all-gather the BF16 weights for forward and again for
   // backward, reduce-scatter the BF16 gradients: 6 x params x (gpus-1)/gpus bytes per GPU at
   // link_gbps (an assumed bus bandwidth, default NCCL on H100 NVLink). "none": not modelled;
@@ -42,9 +42,9 @@ struct SpeedOptions {
   // When set, receives the merged calibration's text instead of it being written to
   // write_calibration (the command stages it with its other outputs).
   std::function<void(const std::string&)> calibration_sink;
-  bool table7 = false;                      // add COAT Table 7's rows (measures their shapes too)
-  bool fig4b = true;                        // add the Figure 4(b) table
-  std::string command_line;                 // recorded in the output
+  bool table7 = false;                                      // add COAT Table 7's rows (measures their shapes too)
+  bool fig4b = true;                                        // add the Figure 4(b) table
+  std::string command_line;                                 // recorded in the output
   std::function<void(double done, double total)> progress;  // measuring: kernels timed so far
 };
 

@@ -3,8 +3,8 @@
 #include "sim/trace/trace.hpp"
 
 #include <H5Cpp.h>
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -19,10 +19,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <limits>
 #include <mutex>
 #include <system_error>
+#include <thread>
 #include <tuple>
 
 #include "sim/common/check.hpp"
@@ -37,9 +37,12 @@ namespace fs = std::filesystem;
 
 std::string_view dtype_name(DType d) {
   switch (d) {
-    case DType::F32: return "float32";
-    case DType::BF16: return "bfloat16";
-    case DType::F16: return "float16";
+    case DType::F32:
+      return "float32";
+    case DType::BF16:
+      return "bfloat16";
+    case DType::F16:
+      return "float16";
   }
   return "?";
 }
@@ -53,12 +56,18 @@ std::optional<DType> parse_dtype(std::string_view s) {
 
 std::string_view role_name(Role r) {
   switch (r) {
-    case Role::Weight: return "weight";
-    case Role::Grad: return "grad";
-    case Role::ExpAvg: return "exp_avg";
-    case Role::ExpAvgSq: return "exp_avg_sq";
-    case Role::Activation: return "activation";
-    case Role::ActivationGrad: return "activation_grad";
+    case Role::Weight:
+      return "weight";
+    case Role::Grad:
+      return "grad";
+    case Role::ExpAvg:
+      return "exp_avg";
+    case Role::ExpAvgSq:
+      return "exp_avg_sq";
+    case Role::Activation:
+      return "activation";
+    case Role::ActivationGrad:
+      return "activation_grad";
   }
   return "?";
 }
@@ -83,9 +92,12 @@ std::string TensorInfo::shape_str() const {
 
 float TensorData::value(size_t i) const {
   switch (dtype) {
-    case DType::F32: return f32[i];
-    case DType::BF16: return bf16_to_f32(bits[i]);
-    case DType::F16: return fp16_to_f32(bits[i]);
+    case DType::F32:
+      return f32[i];
+    case DType::BF16:
+      return bf16_to_f32(bits[i]);
+    case DType::F16:
+      return fp16_to_f32(bits[i]);
   }
   return 0.0f;
 }
@@ -254,8 +266,8 @@ class Attrs {
     }
     double d = 0;
     a.read(H5::PredType::NATIVE_DOUBLE, &d);
-    FP8SIM_REQUIRE(std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15, "{}: attribute '{}' = {} is not an integer",
-                   where_, key, d);
+    FP8SIM_REQUIRE(std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15,
+                   "{}: attribute '{}' = {} is not an integer", where_, key, d);
     return static_cast<int64_t>(d);
   }
 
@@ -317,16 +329,26 @@ std::string describe_type(const H5::DataType& t) {
       H5::IntType it(t.getId());
       return fmt::format("{}int{}", it.getSign() == H5T_SGN_NONE ? "u" : "", sz * 8);
     }
-    case H5T_FLOAT: return fmt::format("float{}", sz * 8);
-    case H5T_STRING: return "string";
-    case H5T_COMPOUND: return "compound";
-    case H5T_ENUM: return "enum";
-    case H5T_ARRAY: return "array";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_VLEN: return "vlen";
-    case H5T_REFERENCE: return "reference";
-    case H5T_BITFIELD: return "bitfield";
-    default: return fmt::format("type class {}", static_cast<int>(c));
+    case H5T_FLOAT:
+      return fmt::format("float{}", sz * 8);
+    case H5T_STRING:
+      return "string";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_ARRAY:
+      return "array";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_VLEN:
+      return "vlen";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_BITFIELD:
+      return "bitfield";
+    default:
+      return fmt::format("type class {}", static_cast<int>(c));
   }
 }
 
@@ -361,8 +383,8 @@ std::pair<DType, Storage> classify(const H5::DataSet& ds, const std::optional<st
                      where, dtype_name(*declared));
       return {DType::BF16, Storage::Float16Bits};
     }
-    throw Error(fmt::format("{}: unsupported dtype {} (trace dtypes: float32, bfloat16 as uint16, float16)", where,
-                            what));
+    throw Error(
+        fmt::format("{}: unsupported dtype {} (trace dtypes: float32, bfloat16 as uint16, float16)", where, what));
   }
   if (c == H5T_INTEGER && t.getSize() == 2) {
     FP8SIM_REQUIRE(declared.has_value() && *declared != DType::F32,
@@ -370,7 +392,8 @@ std::pair<DType, Storage> classify(const H5::DataSet& ds, const std::optional<st
     H5::IntType it = ds.getIntType();
     return {*declared, it.getSign() == H5T_SGN_NONE ? Storage::U16 : Storage::I16};
   }
-  throw Error(fmt::format("{}: unsupported dtype {} (trace dtypes: float32, bfloat16 as uint16, float16)", where, what));
+  throw Error(
+      fmt::format("{}: unsupported dtype {} (trace dtypes: float32, bfloat16 as uint16, float16)", where, what));
 }
 
 }  // namespace
@@ -575,7 +598,8 @@ void TraceReader::Impl::scan_role_group(const H5::Group& g, const std::string& g
     FP8SIM_REQUIRE(r.has_value(), "{}: missing attribute 'role'", where);
     FP8SIM_REQUIRE(*r == role_name(role), "{}: role attribute '{}' does not match its group '{}'", where, *r,
                    role_name(role));
-    if (auto s = a.integer("step")) FP8SIM_REQUIRE(*s == step.step, "{}: step attribute {} in step group {}", where, *s, step.step);
+    if (auto s = a.integer("step"))
+      FP8SIM_REQUIRE(*s == step.step, "{}: step attribute {} in step group {}", where, *s, step.step);
     t.op = a.str("op").value_or("");
     t.module = a.str("module").value_or("");
     t.param = a.str("param").value_or(is_param_role(role) ? name : "");
@@ -609,7 +633,8 @@ void TraceReader::Impl::scan_role_group(const H5::Group& g, const std::string& g
     FP8SIM_REQUIRE(t.stored_bytes <= file_bytes, "{}: stores {} bytes in a {}-byte file", where, t.stored_bytes,
                    file_bytes);
     FP8SIM_REQUIRE(t.bytes() <= 2048 * t.stored_bytes + 65536,
-                   "{}: declares {} bytes but stores only {} (corrupt or incomplete)", where, t.bytes(), t.stored_bytes);
+                   "{}: declares {} bytes but stores only {} (corrupt or incomplete)", where, t.bytes(),
+                   t.stored_bytes);
     H5::DSetCreatPropList cp = ds.getCreatePlist();
     const int nf = cp.getNfilters();
     for (int i = 0; i < nf; ++i) {
@@ -707,9 +732,10 @@ void TraceReader::Impl::validate_in_child() {
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > limit) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      throw Error(fmt::format("cannot open '{}' as HDF5: reading its metadata did not finish within {:g} s "
-                              "(corrupt file?)",
-                              path.string(), limit));
+      throw Error(
+          fmt::format("cannot open '{}' as HDF5: reading its metadata did not finish within {:g} s "
+                      "(corrupt file?)",
+                      path.string(), limit));
     }
     std::this_thread::sleep_for(nap);
     nap = std::min(nap * 2, std::chrono::microseconds(20000));
@@ -718,9 +744,10 @@ void TraceReader::Impl::validate_in_child() {
     throw Error(fmt::format("cannot open '{}' as HDF5: the file is corrupt (the HDF5 library crashed reading it: {})",
                             path.string(), strsignal(WTERMSIG(status))));
   if (WIFEXITED(status) && WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != kProbeCaughtError)
-    throw Error(fmt::format("cannot open '{}' as HDF5: the file is corrupt (the HDF5 library failed reading it, "
-                            "exit status {})",
-                            path.string(), WEXITSTATUS(status)));
+    throw Error(
+        fmt::format("cannot open '{}' as HDF5: the file is corrupt (the HDF5 library failed reading it, "
+                    "exit status {})",
+                    path.string(), WEXITSTATUS(status)));
 }
 
 TraceReader::TraceReader(const fs::path& path) : impl_(std::make_unique<Impl>()) {
@@ -766,7 +793,8 @@ const TensorInfo* TraceReader::find(int64_t step, Role role, std::string_view na
   const auto& v = impl_->tensors;
   auto key = [](const TensorInfo& t) { return std::tuple<int64_t, Role, std::string_view>(t.step, t.role, t.name); };
   const auto want = std::tuple<int64_t, Role, std::string_view>(step, role, name);
-  const auto it = std::lower_bound(v.begin(), v.end(), want, [&](const TensorInfo& t, const auto& k) { return key(t) < k; });
+  const auto it =
+      std::lower_bound(v.begin(), v.end(), want, [&](const TensorInfo& t, const auto& k) { return key(t) < k; });
   return it != v.end() && key(*it) == want ? &*it : nullptr;
 }
 
@@ -806,7 +834,8 @@ TensorData TraceReader::read(const TensorInfo& t) const {
         d.bits.resize(n);
         if (rc >= 0) rc = H5Dread(ds.getId(), mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, d.bits.data());
         if (mt >= 0) H5Tclose(mt);
-        if (rc < 0) throw Error(fmt::format("cannot read {} from '{}': {}", t.path, impl_->path.string(), hdf5_detail()));
+        if (rc < 0)
+          throw Error(fmt::format("cannot read {} from '{}': {}", t.path, impl_->path.string(), hdf5_detail()));
         break;
       }
     }
@@ -822,8 +851,7 @@ std::vector<float> TraceReader::read_f32(const TensorInfo& t) const {
   return d.widened();
 }
 
-void TraceReader::for_each(const Filter& f,
-                           const std::function<void(const TensorInfo&, const TensorData&)>& fn) const {
+void TraceReader::for_each(const Filter& f, const std::function<void(const TensorInfo&, const TensorData&)>& fn) const {
   for (const auto& t : impl_->tensors) {
     if (!f.matches(t)) continue;
     const TensorData d = read(t);

@@ -36,8 +36,8 @@ inline size_t dtype_bytes(DType d) { return d == DType::F32 ? 4 : 2; }
 
 // ---- roles ----------------------------------------------------------------------------------------
 enum class Role : uint8_t { Weight, Grad, ExpAvg, ExpAvgSq, Activation, ActivationGrad };
-inline constexpr Role kAllRoles[] = {Role::Weight,     Role::Grad,       Role::ExpAvg,
-                                     Role::ExpAvgSq,   Role::Activation, Role::ActivationGrad};
+inline constexpr Role kAllRoles[] = {Role::Weight,   Role::Grad,       Role::ExpAvg,
+                                     Role::ExpAvgSq, Role::Activation, Role::ActivationGrad};
 std::string_view role_name(Role r);  // "weight", "grad", "exp_avg", "exp_avg_sq", "activation", "activation_grad"
 std::optional<Role> parse_role(std::string_view s);
 // weight, grad, exp_avg, exp_avg_sq belong to a parameter; activation(_grad) to a module's data.
@@ -53,14 +53,14 @@ struct TensorInfo {
   // Activations: the op the tensor feeds ("linear_input", "attn_output", "norm_input",
   // "silu_input", "mul_input", "residual_add"); activation grads: "linear_output_grad".
   std::string op;
-  std::string module;                  // module path, e.g. layers.0.mlp.down_proj
-  std::string param;                   // parameter name (param roles); empty otherwise
-  std::vector<std::string> modules;    // linear modules that consume this tensor (GEMM pairing)
-  std::vector<std::string> aliases;    // other names of a tied parameter (lm_head.weight)
-  int layer = -1;                      // transformer block index; -1 outside the blocks
+  std::string module;                // module path, e.g. layers.0.mlp.down_proj
+  std::string param;                 // parameter name (param roles); empty otherwise
+  std::vector<std::string> modules;  // linear modules that consume this tensor (GEMM pairing)
+  std::vector<std::string> aliases;  // other names of a tied parameter (lm_head.weight)
+  int layer = -1;                    // transformer block index; -1 outside the blocks
   DType dtype = DType::F32;
-  std::vector<int64_t> shape;          // as stored (row-major); every dimension > 0
-  uint64_t stored_bytes = 0;           // on disk, after compression
+  std::vector<int64_t> shape;  // as stored (row-major); every dimension > 0
+  uint64_t stored_bytes = 0;   // on disk, after compression
 
   int64_t numel() const;
   uint64_t bytes() const { return static_cast<uint64_t>(numel()) * dtype_bytes(dtype); }
@@ -83,7 +83,7 @@ struct StepInfo {
 struct OptimizerInfo {
   std::string name;  // e.g. "torch.optim.AdamW"
   std::optional<double> lr, beta1, beta2, eps, weight_decay;
-  Json options;      // optimizer_options attribute (object), null if absent
+  Json options;  // optimizer_options attribute (object), null if absent
 };
 
 struct TraceHeader {
@@ -92,7 +92,7 @@ struct TraceHeader {
   std::string model_kind;  // "llama", "generic", ...
   Json model_config;       // object (models/*.json schema for llama traces); null if absent
   OptimizerInfo optimizer;
-  Json training;           // object; null if absent
+  Json training;                                           // object; null if absent
   std::optional<std::pair<int64_t, int64_t>> grad_window;  // [first, last] steps, inclusive
 };
 
@@ -105,8 +105,8 @@ struct TensorData {
   std::vector<uint16_t> bits;
 
   size_t size() const { return dtype == DType::F32 ? f32.size() : bits.size(); }
-  float value(size_t i) const;        // element i widened to fp32 (exact for every dtype)
-  void widen(float* out) const;       // all elements, exact
+  float value(size_t i) const;   // element i widened to fp32 (exact for every dtype)
+  void widen(float* out) const;  // all elements, exact
   std::vector<float> widened() const;
 };
 
@@ -167,9 +167,9 @@ class TraceReader {
 
 // ---- writer ---------------------------------------------------------------------------------------
 struct WriterOptions {
-  int deflate_level = 6;             // 0 disables deflate
+  int deflate_level = 6;  // 0 disables deflate
   bool shuffle = true;
-  bool fletcher32 = true;            // per-chunk checksums: corruption is detected, not misread
+  bool fletcher32 = true;             // per-chunk checksums: corruption is detected, not misread
   uint64_t chunk_bytes = 256 * 1024;  // upper bound of one chunk
 };
 

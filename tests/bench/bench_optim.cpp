@@ -91,7 +91,7 @@ void args(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(0.5)->Repetitions(3)->ReportAggregatesOnly(true);
 }
 
-#define FP8SIM_BENCH(name, recipe, path, rule) \
+#define FP8SIM_BENCH(name, recipe, path, rule)                   \
   void name(benchmark::State& s) { run(s, recipe, path, rule); } \
   BENCHMARK(name)->Apply(args)
 

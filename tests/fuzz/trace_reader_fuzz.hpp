@@ -60,15 +60,21 @@ class Mutator {
     for (int i = 0; i < ops && !v.empty(); ++i) {
       const size_t at = pick_offset(v.size());
       switch (rng_() % 7) {
-        case 0: v[at] ^= static_cast<uint8_t>(1u << (rng_() % 8)); break;
+        case 0:
+          v[at] ^= static_cast<uint8_t>(1u << (rng_() % 8));
+          break;
         case 1: {
           static const uint8_t kVals[] = {0x00, 0xFF, 0x7F, 0x80, 0x01, 0xFE};
           v[at] = kVals[rng_() % std::size(kVals)];
           break;
         }
-        case 2: v[at] = static_cast<uint8_t>(rng_()); break;
-        case 3: v.resize(at); break;  // truncate
-        case 4: {                     // insert a few random bytes
+        case 2:
+          v[at] = static_cast<uint8_t>(rng_());
+          break;
+        case 3:
+          v.resize(at);
+          break;   // truncate
+        case 4: {  // insert a few random bytes
           const size_t k = 1 + rng_() % 8;
           std::vector<uint8_t> ins(k);
           for (auto& b : ins) b = static_cast<uint8_t>(rng_());

@@ -11,10 +11,10 @@
 
 #include "gpu/common/device.hpp"
 
-#define FP8SIM_SKIP_WITHOUT_GPU()                                                                \
-  do {                                                                                           \
-    const auto& fp8sim_dev_ = ::fp8sim::gpu::device_info();                                      \
-    if (!fp8sim_dev_.available) GTEST_SKIP() << "no CUDA device: " << fp8sim_dev_.why_not;       \
+#define FP8SIM_SKIP_WITHOUT_GPU()                                                          \
+  do {                                                                                     \
+    const auto& fp8sim_dev_ = ::fp8sim::gpu::device_info();                                \
+    if (!fp8sim_dev_.available) GTEST_SKIP() << "no CUDA device: " << fp8sim_dev_.why_not; \
   } while (0)
 
 namespace fp8sim::test {
