@@ -2,8 +2,9 @@
 """Draws the PNG plots of an `fp8sim report`.
 
 fp8sim writes a small JSON file with the numbers to plot (report.json's `plot_data`: one
-object per plot, each naming its output `file`) and runs this script with the project's
-Python. The script knows nothing about how the numbers were computed; it only draws them.
+object per plot, each naming its output `file`, plus `recipe_colours`: recipe name -> colour)
+and runs this script with the project's Python. The script knows nothing about how the numbers
+were computed; it only draws them.
 
 usage: plots.py PLOT_DATA.json OUT_DIR [--manifest MANIFEST.json] [--only NAME ...]
 
@@ -21,11 +22,10 @@ import traceback
 EXIT_NO_MATPLOTLIB = 3
 EXIT_SOME_FAILED = 4
 
-# One palette for recipes everywhere in the report, so a recipe has the same colour in each plot.
-RECIPE_COLOURS = {
-    "bf16": "#4c72b0", "te": "#dd8452", "coat": "#55a868", "fp8lm": "#c44e52",
-    "deepseek": "#8172b3", "mxfp8": "#937860", "fp32": "#4c72b0",
-}
+# Each recipe's colour, the same in every plot: the plot data's "recipe_colours" (fp8sim copies
+# them from the recipe files, recipes/*.json), set by main(). A recipe without one takes the
+# fallback palette by its position in the plot.
+RECIPE_COLOURS = {}
 FALLBACK_COLOURS = ["#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd", "#1f77b4", "#ff7f0e"]
 
 
@@ -246,6 +246,9 @@ def main(argv):
         print(f"matplotlib is not available to {sys.executable}: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_NO_MATPLOTLIB
     plt.rcParams.update({"font.size": 9, "figure.facecolor": "white", "svg.hashsalt": "fp8sim"})
+    colours = data.get("recipe_colours")
+    if isinstance(colours, dict):
+        RECIPE_COLOURS.update({k: v for k, v in colours.items() if isinstance(v, str)})
 
     todo = [(k, v) for k, v in data.items() if k in DRAWERS and (not args.only or k in args.only)]
     manifest = {"matplotlib": matplotlib.__version__, "python": sys.version.split()[0], "plots": {}}

@@ -10,10 +10,10 @@
 #include <set>
 
 #include "sim/analyze/analyze.hpp"
-#include "sim/analyze/recipe.hpp"
 #include "sim/common/check.hpp"
 #include "sim/formats/divfull.hpp"
 #include "sim/formats/fp8.hpp"
+#include "sim/recipe/recipe.hpp"
 #include "sim/trace/trace.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -21,11 +21,12 @@ namespace fp8sim::analyze {
 namespace {
 
 using trace::Role;
+using Recipe = recipe::TrainingRecipe;
 
 const std::string kSample = std::string(FP8SIM_SOURCE_DIR) + "/traces/tiny-llama-s300.h5";
 
 std::string spec_of(const Recipe& r, Role role, const std::string& op, const std::string& module = "layers.0.x") {
-  const RecipeRule* rule = r.match(role, op, {module});
+  const recipe::QuantRule* rule = r.match(role, op, {module});
   if (!rule) return "(no rule)";
   return rule->spec ? rule->spec->to_string() : "none";
 }
@@ -33,11 +34,11 @@ std::string spec_of(const Recipe& r, Role role, const std::string& op, const std
 std::string canon(const char* s) { return QuantSpec::parse(s).to_string(); }
 
 TEST(Recipes, BuiltinsMapRolesAndOpsToThePublishedSpecs) {
-  ASSERT_EQ(builtin_recipe_names(), (std::vector<std::string>{"bf16", "te", "coat", "fp8lm", "deepseek", "mxfp8"}));
+  ASSERT_EQ(recipe::names(), (std::vector<std::string>{"bf16", "te", "coat", "fp8lm", "deepseek", "mxfp8"}));
   // COAT (Xi et al., ICLR 2025, section 5 and its code): per-tensor linear inputs and weights,
   // 1x16 E4M3 with bf16 scales for non-linear inputs (COAT's Triton quantizers: coat-act, coat-w),
   // E5M2 gradients, E4M3 g128 + expansion for both moments (its optimizer kernel: coat-opt).
-  const Recipe coat = builtin_recipe("coat");
+  const Recipe coat = recipe::get("coat");
   EXPECT_EQ(spec_of(coat, Role::Activation, "linear_input"), canon("e4m3:tensor:eps=1e-10"));
   EXPECT_EQ(spec_of(coat, Role::Activation, "attn_output"), canon("e4m3:tensor:eps=1e-10"));
   for (const char* op : {"norm_input", "silu_input", "mul_input", "residual_add"})
@@ -52,50 +53,50 @@ TEST(Recipes, BuiltinsMapRolesAndOpsToThePublishedSpecs) {
   EXPECT_EQ(spec_of(coat, Role::Activation, "linear_input", "lm_head"), canon("bf16"));
   EXPECT_EQ(spec_of(coat, Role::Weight, "linear", "lm_head"), canon("bf16"));
   // TransformerEngine HYBRID: E4M3 forward, E5M2 backward, non-linear layers in BF16.
-  const Recipe te = builtin_recipe("te");
+  const Recipe te = recipe::get("te");
   EXPECT_EQ(spec_of(te, Role::Activation, "linear_input"), canon("e4m3:tensor"));
   EXPECT_EQ(spec_of(te, Role::Activation, "norm_input"), canon("bf16"));
   EXPECT_EQ(spec_of(te, Role::ActivationGrad, "linear_output_grad"), canon("e5m2:tensor"));
   EXPECT_EQ(spec_of(te, Role::ExpAvg, "linear"), "none");
   // DeepSeek-V3: 1x128 activations, 128x128 weights (DeepGEMM's casts), E4M3 gradients, BF16 moments.
-  const Recipe ds = builtin_recipe("deepseek");
+  const Recipe ds = recipe::get("deepseek");
   EXPECT_EQ(spec_of(ds, Role::Activation, "linear_input"), canon("deepseek-act"));
   EXPECT_EQ(spec_of(ds, Role::Weight, "linear"), canon("deepseek-w"));
   EXPECT_EQ(spec_of(ds, Role::ActivationGrad, "linear_output_grad"), canon("deepseek-act"));
   EXPECT_EQ(spec_of(ds, Role::ExpAvgSq, "linear"), canon("bf16"));
   // MXFP8: 1x32 blocks with E8M0 scales.
-  const Recipe mx = builtin_recipe("mxfp8");
+  const Recipe mx = recipe::get("mxfp8");
   EXPECT_EQ(spec_of(mx, Role::Weight, "linear"), canon("e4m3:g32:scale=e8m0:scale_div=rcp"));
   EXPECT_EQ(spec_of(mx, Role::Activation, "attn_output"), canon("e4m3:g32:scale=e8m0:scale_div=rcp"));
   // FP8-LM / MS-AMP O2: FP8 weight gradients and first moment, FP16 second moment.
-  const Recipe lm = builtin_recipe("fp8lm");
+  const Recipe lm = recipe::get("fp8lm");
   EXPECT_EQ(spec_of(lm, Role::Grad, "linear"), canon("e4m3:tensor:scale=pow2"));
   EXPECT_EQ(spec_of(lm, Role::ExpAvg, "linear"), canon("e4m3:tensor:scale=pow2"));
   EXPECT_EQ(QuantSpec::parse(spec_of(lm, Role::ExpAvgSq, "linear")).format, Format::FP16);
   // BF16 baseline: compute copies in BF16, fp32 master state.
-  const Recipe bf = builtin_recipe("bf16");
+  const Recipe bf = recipe::get("bf16");
   EXPECT_EQ(spec_of(bf, Role::Weight, "linear"), canon("bf16"));
   EXPECT_EQ(spec_of(bf, Role::ExpAvg, "linear"), "none");
-  EXPECT_THROW(builtin_recipe("fp4"), UsageError);
+  EXPECT_THROW(recipe::get("fp4"), UsageError);
 }
 
 TEST(Recipes, JsonFilesLayerRulesOverABaseAndRejectNonsense) {
-  const Recipe r = parse_recipe(Json::parse(R"({"name": "mine", "base": "coat", "rules": [
+  const Recipe r = recipe::parse(Json::parse(R"({"name": "mine", "base": "coat", "rules": [
       {"role": "activation", "op": "norm_input", "spec": "e4m3:g32"},
       {"role": "weight", "op": "linear", "module": "down_proj$", "spec": "none", "note": "keep"}]})"),
-                                "mine.json");
+                                 "mine.json");
   EXPECT_EQ(r.name, "mine");
   EXPECT_EQ(spec_of(r, Role::Activation, "norm_input"), canon("e4m3:g32"));
   EXPECT_EQ(spec_of(r, Role::Weight, "linear", "layers.1.mlp.down_proj"), "none");
   EXPECT_EQ(spec_of(r, Role::Weight, "linear", "layers.1.mlp.up_proj"), canon("coat-w"));  // from coat
   EXPECT_EQ(spec_of(r, Role::Activation, "silu_input"), canon("coat-act"));                // from coat
   // Without a catch-all rule, an unknown op matches nothing.
-  const Recipe bare = parse_recipe(
+  const Recipe bare = recipe::parse(
       Json::parse(R"({"rules": [{"role": "weight", "op": "linear", "spec": "e4m3:tensor"}]})"), "bare.json");
   EXPECT_EQ(bare.match(Role::Activation, "norm_input", {"x"}), nullptr);
   auto expect_bad = [](const char* doc, const char* needle) {
     try {
-      parse_recipe(Json::parse(doc), "bad.json");
+      recipe::parse(Json::parse(doc), "bad.json");
       ADD_FAILURE() << doc;
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -124,7 +125,7 @@ class SampleAnalysis : public ::testing::Test {
     reader_ = new trace::TraceReader(kSample);
     AnalyzeOptions o;
     o.progress = false;
-    coat_ = new Json(analyze_trace(*reader_, builtin_recipe("coat"), o));
+    coat_ = new Json(analyze_trace(*reader_, recipe::get("coat"), o));
   }
   static void TearDownTestSuite() {
     delete coat_;
@@ -268,12 +269,12 @@ TEST_F(SampleAnalysis, PerTensorErrorMatchesAnIndependentFakeQuantization) {
 }
 
 TEST_F(SampleAnalysis, EveryBuiltinRecipeRunsOnTheSample) {
-  for (const auto& name : builtin_recipe_names()) {
+  for (const auto& name : recipe::names()) {
     SCOPED_TRACE(name);
     AnalyzeOptions o;
     o.progress = false;
     o.gemm = name == "bf16";  // one recipe with GEMMs is enough here; coat has them above
-    const Json a = analyze_trace(*reader_, builtin_recipe(name), o);
+    const Json a = analyze_trace(*reader_, recipe::get(name), o);
     for (const Json& t : a.at("tensors").as_array()) {
       ASSERT_TRUE(finite_num(t, "mse")) << t.at("name").as_string();
       ASSERT_TRUE(finite_num(t, "nmse")) << t.at("name").as_string();
@@ -318,7 +319,7 @@ TEST(Analyze, CountsNanAndInfAndKeepsMetricsFinite) {
   const trace::TraceReader r(p);
   AnalyzeOptions o;
   o.progress = false;
-  const Json a = analyze_trace(r, builtin_recipe("coat"), o);
+  const Json a = analyze_trace(r, recipe::get("coat"), o);
   ASSERT_EQ(a.at("nonfinite_tensors").size(), 1u);
   EXPECT_EQ(a.at("nonfinite_tensors").as_array()[0].as_string(), "x.f32");
   for (const Json& t : a.at("tensors").as_array()) {
@@ -342,7 +343,7 @@ TEST(Analyze, Bf16DataUnderABf16RuleAreExact) {
   const trace::TraceReader r(p);
   AnalyzeOptions o;
   o.progress = false;
-  const Json a = analyze_trace(r, builtin_recipe("bf16"), o);
+  const Json a = analyze_trace(r, recipe::get("bf16"), o);
   for (const Json& t : a.at("tensors").as_array()) {
     if (t.at("name").as_string() != "x.bf16") continue;
     EXPECT_EQ(t.at("spec").as_string(), canon("bf16"));
@@ -358,7 +359,7 @@ TEST(Analyze, AMissingStepIsAOneLineErrorListingTheSteps) {
   AnalyzeOptions o;
   o.step = 12345;
   try {
-    analyze_trace(r, builtin_recipe("coat"), o);
+    analyze_trace(r, recipe::get("coat"), o);
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no step 12345"), std::string::npos) << e.what();

@@ -135,7 +135,7 @@ TEST(CliMemory, BadInputGivesOneLineErrors) {
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--zero", "4"}), "--zero must be 0, 1, 2 or 3",
                         2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--recipe", "fp4"}),
-                        "unknown recipe 'fp4' (valid: bf16, te, coat, fp8lm, deepseek)", 2);
+                        "unknown recipe 'fp4' (valid: bf16, te, coat, fp8lm, deepseek; or a recipe .json file)", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--batch", "x"}), "batch", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--gpu-mem-gib", "-1"}), "--gpu-mem-gib", 2);
   expect_one_line_error(run_fp8sim({"memory", "--recipe", "coat"}), "--model is required", 2);

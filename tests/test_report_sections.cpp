@@ -395,7 +395,7 @@ fs::path synthetic_calibration(int64_t batch, int64_t seq, int64_t gpus) {
   po.seq = seq;
   po.gpus = gpus;
   std::vector<sp::KernelOp> ops;
-  for (sp::Recipe r : sp::all_recipes()) {
+  for (sp::Plan r : sp::all_plans()) {
     auto plan = sp::build_plan(m, r, po);
     ops.insert(ops.end(), plan.begin(), plan.end());
   }

@@ -42,7 +42,7 @@ std::string calibration_file() {
   PlanOptions o;
   o.batch = 2;
   o.seq = 2048;
-  for (Recipe r : all_recipes())
+  for (Plan r : all_plans())
     for (const KernelOp& op : build_plan(m, r, o)) add(op);
   for (const Fig4bPaperRow& p : fig4b_paper()) {
     const Fig4bOps f = fig4b_ops(p.rows, p.cols);

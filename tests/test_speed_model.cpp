@@ -11,6 +11,7 @@
 
 #include "sim/common/check.hpp"
 #include "sim/common/json.hpp"
+#include "sim/recipe/recipe.hpp"
 #include "sim/speed/calibration.hpp"
 #include "sim/speed/group16.hpp"
 #include "sim/speed/plan.hpp"
@@ -19,6 +20,13 @@
 
 namespace fp8sim::speed {
 namespace {
+
+// Every registry recipe the replay models, as speed sees them.
+std::vector<PlanRecipe> registry_plans() {
+  std::vector<PlanRecipe> out;
+  for (const auto& n : recipe::speed_names()) out.push_back({n, *recipe::get(n).speed_plan});
+  return out;
+}
 
 ModelShape llama7b() {
   ModelShape m;
@@ -95,7 +103,7 @@ TEST(SpeedPlan, GemmFlopsEqualSixTimesTokensTimesLinearParams) {
   const double layer_linear_params =
       static_cast<double>(m.hidden) * m.hidden * 4 + 3.0 * m.hidden * m.ffn;  // q,k,v,o (MHA) + gate, up, down
   const double expected = m.layers * 6.0 * T * layer_linear_params + 6.0 * T * m.hidden * m.vocab;
-  for (Recipe r : all_recipes()) {
+  for (Plan r : all_plans()) {
     double flops = 0;
     int gemms_per_layer = 0;
     for (const KernelOp& op : build_plan(m, r, po(B, S)))
@@ -103,15 +111,15 @@ TEST(SpeedPlan, GemmFlopsEqualSixTimesTokensTimesLinearParams) {
         flops += op.flops * op.count;
         if (op.per_layer) ++gemms_per_layer;
       }
-    EXPECT_NEAR(flops / expected, 1.0, 1e-12) << recipe_name(r);
-    EXPECT_EQ(gemms_per_layer, 21) << recipe_name(r);  // 7 Linears x fprop, dgrad, wgrad
+    EXPECT_NEAR(flops / expected, 1.0, 1e-12) << plan_name(r);
+    EXPECT_EQ(gemms_per_layer, 21) << plan_name(r);  // 7 Linears x fprop, dgrad, wgrad
   }
 }
 
 TEST(SpeedPlan, GqaShapesAndAttentionFlops) {
   const ModelShape m = gqa_model();
   const int64_t B = 3, S = 256, T = B * S, KV = m.kv_heads * m.head_dim;
-  for (const KernelOp& op : build_plan(m, Recipe::BF16, po(B, S))) {
+  for (const KernelOp& op : build_plan(m, Plan::BF16, po(B, S))) {
     if (op.name == "k_proj.fprop") {
       EXPECT_EQ(op.dims, (std::vector<int64_t>{T, KV, m.hidden}));
     }
@@ -129,7 +137,7 @@ TEST(SpeedPlan, GqaShapesAndAttentionFlops) {
 }
 
 TEST(SpeedPlan, Fp8GemmsUseKContiguousOperandsAndTheRecipeFormats) {
-  for (Recipe r : {Recipe::TE, Recipe::COAT}) {
+  for (Plan r : {Plan::TE, Plan::COAT}) {
     for (const KernelOp& op : build_plan(llama7b(), r, po(1, 2048))) {
       if (op.kind != Kind::Gemm) continue;
       if (op.name.rfind("lm_head", 0) == 0) {
@@ -144,7 +152,7 @@ TEST(SpeedPlan, Fp8GemmsUseKContiguousOperandsAndTheRecipeFormats) {
     }
   }
   std::map<std::string, std::string> bf16_layouts;
-  for (const KernelOp& op : build_plan(llama7b(), Recipe::BF16, po(1, 2048)))
+  for (const KernelOp& op : build_plan(llama7b(), Plan::BF16, po(1, 2048)))
     if (op.kind == Kind::Gemm) bf16_layouts[op.name.substr(op.name.find('.') + 1)] = op.variant;
   EXPECT_EQ(bf16_layouts["fprop"], "bf16*bf16>bf16,mk.nk");
   EXPECT_EQ(bf16_layouts["dgrad"], "bf16*bf16>bf16,mk.kn");
@@ -153,9 +161,9 @@ TEST(SpeedPlan, Fp8GemmsUseKContiguousOperandsAndTheRecipeFormats) {
 
 TEST(SpeedPlan, RecipesDifferOnlyWhereTheyShould) {
   const ModelShape m = llama7b();
-  std::map<Recipe, std::map<Kind, int>> per_layer;
-  std::map<Recipe, int> step_casts;
-  for (Recipe r : all_recipes())
+  std::map<Plan, std::map<Kind, int>> per_layer;
+  std::map<Plan, int> step_casts;
+  for (Plan r : all_plans())
     for (const KernelOp& op : build_plan(m, r, po(1, 2048))) {
       if (op.per_layer && op.phase != Phase::Step) per_layer[r][op.kind]++;
       if (op.phase == Phase::Step && op.kind == Kind::CastTranspose) {
@@ -165,17 +173,17 @@ TEST(SpeedPlan, RecipesDifferOnlyWhereTheyShould) {
     }
   // BF16 has no quantization kernels at all.
   for (Kind k : {Kind::CastTranspose, Kind::Transpose, Kind::QuantizeG16, Kind::GroupMax, Kind::ReduceMax})
-    EXPECT_EQ(per_layer[Recipe::BF16][k], 0) << kind_name(k);
+    EXPECT_EQ(per_layer[Plan::BF16][k], 0) << kind_name(k);
   // TE: one cast+transpose per distinct Linear input (4 forward) and per output gradient (7).
-  EXPECT_EQ(per_layer[Recipe::TE][Kind::CastTranspose], 11);
-  EXPECT_EQ(step_casts[Recipe::TE], 7);
-  EXPECT_EQ(step_casts[Recipe::BF16], 0);
+  EXPECT_EQ(per_layer[Plan::TE][Kind::CastTranspose], 11);
+  EXPECT_EQ(step_casts[Plan::TE], 7);
+  EXPECT_EQ(step_casts[Plan::BF16], 0);
   // COAT: gate/up outputs quantized 1x16; SiLU*Mul on FP8 inputs; grads transposed from FP8.
-  EXPECT_EQ(per_layer[Recipe::COAT][Kind::QuantizeG16], 2);
-  EXPECT_EQ(per_layer[Recipe::COAT][Kind::Transpose], 2);
-  EXPECT_EQ(step_casts[Recipe::COAT], 7);
+  EXPECT_EQ(per_layer[Plan::COAT][Kind::QuantizeG16], 2);
+  EXPECT_EQ(per_layer[Plan::COAT][Kind::Transpose], 2);
+  EXPECT_EQ(step_casts[Plan::COAT], 7);
   // Every recipe: 2 norms forward and backward, one SiLU*Mul each way, attention BF16.
-  for (Recipe r : all_recipes()) {
+  for (Plan r : all_plans()) {
     EXPECT_EQ(per_layer[r][Kind::RmsNormFwd], 2);
     EXPECT_EQ(per_layer[r][Kind::RmsNormBwd], 2);
     EXPECT_EQ(per_layer[r][Kind::SiluMulFwd], 1);
@@ -187,14 +195,14 @@ TEST(SpeedPlan, BytesOfElementwiseKernels) {
   const ModelShape m = llama7b();
   const double T = 2048, H = 4096, F = 11008;
   std::map<std::string, const KernelOp*> by_name;
-  const auto coat = build_plan(m, Recipe::COAT, po(1, 2048));
+  const auto coat = build_plan(m, Plan::COAT, po(1, 2048));
   for (const KernelOp& op : coat) by_name[op.name] = &op;
   // read g, u as E4M3+scales (1.125 B each), write SiLU 1x16 (1.125), product bf16 (2), gmax (0.125)
   EXPECT_DOUBLE_EQ(by_name.at("silu_mul.fwd")->bytes, T * F * (1.125 * 3 + 2 + 0.125));
   EXPECT_DOUBLE_EQ(by_name.at("attn_residual.fwd")->bytes, T * H * (2 + 2 + 2 + 1.125));
   EXPECT_DOUBLE_EQ(by_name.at("silu_mul.out.cast")->bytes, T * F * (2 + 1 + 1));
   EXPECT_EQ(by_name.at("silu_mul.out.scale")->dims, (std::vector<int64_t>{2048 * 11008 / 16}));
-  const auto bf16 = build_plan(m, Recipe::BF16, po(1, 2048));
+  const auto bf16 = build_plan(m, Plan::BF16, po(1, 2048));
   for (const KernelOp& op : bf16)
     if (op.name == "mlp_residual.fwd") {
       EXPECT_DOUBLE_EQ(op.bytes, T * H * 6);
@@ -204,17 +212,17 @@ TEST(SpeedPlan, BytesOfElementwiseKernels) {
 TEST(SpeedPlan, OptimizerIsShardedOverGpus) {
   const ModelShape m = llama7b();
   for (int64_t gpus : {1, 4, 8})
-    for (Recipe r : all_recipes())
+    for (Plan r : all_plans())
       for (const KernelOp& op : build_plan(m, r, po(1, 2048, gpus)))
         if (op.kind == Kind::Optimizer) {
           const double per_gpu = std::ceil(static_cast<double>(m.params) / gpus);
           EXPECT_DOUBLE_EQ(op.count * op.dims[0], per_gpu);
-          EXPECT_EQ(op.variant, r == Recipe::COAT ? "adamw_fp8_de" : "adamw_fp32");
+          EXPECT_EQ(op.variant, r == Plan::COAT ? "adamw_fp8_de" : "adamw_fp32");
         }
 }
 
 TEST(SpeedPlan, KeysNameKernelVariantAndShape) {
-  const auto plan = build_plan(llama7b(), Recipe::BF16, po(1, 2048));
+  const auto plan = build_plan(llama7b(), Plan::BF16, po(1, 2048));
   EXPECT_EQ(plan.front().key(), "embedding_fwd:bf16:2048x4096x32000");
   bool found = false;
   for (const KernelOp& op : plan)
@@ -228,11 +236,11 @@ TEST(SpeedPlan, KeysNameKernelVariantAndShape) {
 TEST(SpeedPlan, RejectsBadShapesWithOneLineErrors) {
   ModelShape m = llama7b();
   m.kv_heads = 5;
-  EXPECT_THROW(build_plan(m, Recipe::BF16, po(1, 2048)), Error);
+  EXPECT_THROW(build_plan(m, Plan::BF16, po(1, 2048)), Error);
   m = llama7b();
   m.ffn = 11000;  // not a multiple of 16
   try {
-    build_plan(m, Recipe::COAT, po(1, 2048));
+    build_plan(m, Plan::COAT, po(1, 2048));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("intermediate_size"), std::string::npos) << e.what();
@@ -240,10 +248,11 @@ TEST(SpeedPlan, RejectsBadShapesWithOneLineErrors) {
   }
   m = llama7b();
   m.activation = "gelu";
-  EXPECT_THROW(build_plan(m, Recipe::BF16, po(1, 2048)), Error);
-  EXPECT_THROW(build_plan(llama7b(), Recipe::BF16, po(1, 1000)), Error);  // 1000 tokens: not a multiple of 16
-  EXPECT_THROW(build_plan(llama7b(), Recipe::BF16, po(0, 2048)), Error);
-  EXPECT_THROW(parse_recipe("fp8lm"), UsageError);
+  EXPECT_THROW(build_plan(m, Plan::BF16, po(1, 2048)), Error);
+  EXPECT_THROW(build_plan(llama7b(), Plan::BF16, po(1, 1000)), Error);  // 1000 tokens: not a multiple of 16
+  EXPECT_THROW(build_plan(llama7b(), Plan::BF16, po(0, 2048)), Error);
+  EXPECT_FALSE(find_plan("fp8lm").has_value());
+  EXPECT_EQ(find_plan("coat"), Plan::COAT);
 }
 
 TEST(SpeedPlan, ByteTransposeSelectors) {
@@ -272,7 +281,7 @@ TEST(SpeedPlan, GroupScaleNeverLetsAGroupOverflow) {
 // ------------------------------------------------------------------------------ calibration
 TEST(SpeedCalibration, RoundTripsAndPredictsMeasuredKeys) {
   Calibration c;
-  const auto plan = build_plan(gqa_model(), Recipe::COAT, po(1, 256));
+  const auto plan = build_plan(gqa_model(), Plan::COAT, po(1, 256));
   add_plan(c, plan);
   c.device["name"] = "test GPU";
   const Calibration back = Calibration::from_json(Json::parse(c.to_json().dump()), "roundtrip");
@@ -287,9 +296,9 @@ TEST(SpeedCalibration, RoundTripsAndPredictsMeasuredKeys) {
 
 TEST(SpeedCalibration, FitsUnmeasuredShapesFromTheNearestMeasurement) {
   Calibration c;
-  add_plan(c, build_plan(llama7b(), Recipe::BF16, po(2, 2048)));
+  add_plan(c, build_plan(llama7b(), Plan::BF16, po(2, 2048)));
   // Batch 4: every GEMM is fitted at the same TFLOP/s as its batch-2 twin (flops double).
-  for (const KernelOp& op : build_plan(llama7b(), Recipe::BF16, po(4, 2048))) {
+  for (const KernelOp& op : build_plan(llama7b(), Plan::BF16, po(4, 2048))) {
     const Prediction p = c.predict(op);
     if (op.kind == Kind::Optimizer) {  // timed at a fixed probe size: the same key at any batch
       EXPECT_TRUE(p.measured);
@@ -305,8 +314,8 @@ TEST(SpeedCalibration, FitsUnmeasuredShapesFromTheNearestMeasurement) {
   double t0 = 1e9;
   for (const auto& [k, m] : c.measurements()) t0 = std::min(t0, m.median_ms);
   t0 = std::min(t0, 0.010);
-  KernelOp big = build_plan(llama7b(), Recipe::BF16, po(4, 2048)).front();  // embedding at batch 4
-  const KernelOp small = build_plan(llama7b(), Recipe::BF16, po(2, 2048)).front();
+  KernelOp big = build_plan(llama7b(), Plan::BF16, po(4, 2048)).front();  // embedding at batch 4
+  const KernelOp small = build_plan(llama7b(), Plan::BF16, po(2, 2048)).front();
   const Prediction p = c.predict(big);
   const double net = std::max(synthetic_ms(small) - t0, synthetic_ms(small) * 0.05);
   EXPECT_NEAR(p.ms, t0 + big.bytes * net / small.bytes, 1e-12);
@@ -314,8 +323,8 @@ TEST(SpeedCalibration, FitsUnmeasuredShapesFromTheNearestMeasurement) {
 
 TEST(SpeedCalibration, NothingOfTheKindIsAnError) {
   Calibration c;
-  add_plan(c, build_plan(llama7b(), Recipe::BF16, po(1, 2048)));
-  for (const KernelOp& op : build_plan(llama7b(), Recipe::COAT, po(1, 2048))) {
+  add_plan(c, build_plan(llama7b(), Plan::BF16, po(1, 2048)));
+  for (const KernelOp& op : build_plan(llama7b(), Plan::COAT, po(1, 2048))) {
     if (op.kind != Kind::QuantizeG16) continue;
     try {
       c.predict(op);
@@ -328,7 +337,7 @@ TEST(SpeedCalibration, NothingOfTheKindIsAnError) {
 
 TEST(SpeedCalibration, MergeKeepsOldEntriesAndNewerWins) {
   Calibration a, b;
-  const auto plan = build_plan(gqa_model(), Recipe::BF16, po(1, 256));
+  const auto plan = build_plan(gqa_model(), Plan::BF16, po(1, 256));
   add_plan(a, plan);
   Measurement m = synthetic_measurement(plan[0]);
   m.median_ms = m.min_ms = m.max_ms = 123.0;
@@ -386,7 +395,7 @@ TEST(SpeedCalibration, BadFilesGiveOneLineErrorsNamingTheProblem) {
 TEST(SpeedModel, StepIsTheCountWeightedSumOfKernelTimes) {
   const ModelShape m = llama7b();
   SpeedOptions so;
-  for (Recipe r : all_recipes()) {
+  for (Plan r : all_plans()) {
     for (int64_t accum : {1, 3}) {
       PlanOptions o = po(2, 2048, 4);
       o.grad_accum = accum;
@@ -400,7 +409,7 @@ TEST(SpeedModel, StepIsTheCountWeightedSumOfKernelTimes) {
         if (op.per_layer && op.phase == Phase::Backward) bwd += synthetic_ms(op);
         if (op.kind == Kind::Optimizer) opt += op.count * synthetic_ms(op);
       }
-      const Json j = evaluate_recipe(m, r, o, c, so, false);
+      const Json j = evaluate_recipe(m, {plan_name(r), r}, o, c, so, false);
       EXPECT_NEAR(j.at("step_ms").as_number(), step, 1e-9 * step);
       EXPECT_NEAR(j.at("layer_fwd_ms").as_number(), fwd, 1e-9 * fwd);
       EXPECT_NEAR(j.at("layer_bwd_ms").as_number(), bwd, 1e-9 * bwd);
@@ -418,16 +427,17 @@ TEST(SpeedModel, FsdpCommunicationModel) {
   const ModelShape m = llama7b();
   const PlanOptions o = po(2, 2048, 4);
   Calibration c;
-  add_plan(c, build_plan(m, Recipe::BF16, o));
+  add_plan(c, build_plan(m, Plan::BF16, o));
   SpeedOptions so;
-  const double compute = evaluate_recipe(m, Recipe::BF16, o, c, so, false).at("step_ms").as_number();
+  const double compute = evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).at("step_ms").as_number();
   so.fsdp_comm = "serial";
   so.link_gbps = 200;
   const double comm = 6.0 * m.params * 3.0 / 4.0 / 200e9 * 1e3;  // ms
-  EXPECT_NEAR(evaluate_recipe(m, Recipe::BF16, o, c, so, false).at("step_ms").as_number(), compute + comm, 1e-6);
+  EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).at("step_ms").as_number(), compute + comm,
+              1e-6);
   so.fsdp_comm = "overlap";
   const double first_layer = 2.0 * (static_cast<double>(m.params) / m.layers) * 3.0 / 4.0 / 200e9 * 1e3;
-  EXPECT_NEAR(evaluate_recipe(m, Recipe::BF16, o, c, so, false).at("comm_ms").as_number(),
+  EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).at("comm_ms").as_number(),
               std::max(0.0, comm - compute) + first_layer, 1e-6);
 }
 
@@ -446,8 +456,8 @@ std::string full_calibration_file(bool with_torch) {
   for (const auto& r : rows) {
     const ModelShape m = load_model_shape(r.model);
     for (int i = 0; i < 3; ++i)
-      if (r.b[i]) add_plan(c, build_plan(m, all_recipes()[i], po(r.b[i], r.seq, r.gpus)));
-    if (r.b[0]) add_plan(c, build_plan(m, Recipe::COAT, po(r.b[0], r.seq, r.gpus)));
+      if (r.b[i]) add_plan(c, build_plan(m, all_plans()[i], po(r.b[i], r.seq, r.gpus)));
+    if (r.b[0]) add_plan(c, build_plan(m, Plan::COAT, po(r.b[0], r.seq, r.gpus)));
   }
   for (const Fig4bPaperRow& p : fig4b_paper()) {
     const Fig4bOps f = fig4b_ops(p.rows, p.cols);
@@ -475,7 +485,8 @@ std::string full_calibration_file(bool with_torch) {
 TEST(SpeedReport, ModelledFromACalibrationFile) {
   SpeedOptions o;
   o.model = "llama2-7b";
-  o.recipe_batch = {{Recipe::BF16, 2}, {Recipe::TE, 2}, {Recipe::COAT, 4}};
+  o.recipes = registry_plans();
+  o.recipe_batch = {{"bf16", 2}, {"te", 2}, {"coat", 4}};
   o.gpus = 4;
   o.table7 = true;
   o.calibration = full_calibration_file(true);
@@ -528,10 +539,12 @@ TEST(SpeedReport, ModelledFromACalibrationFile) {
 
 TEST(SpeedReport, NoCalibrationAndNoGpuSaysSo) {
   SpeedOptions o;
+  o.recipes = registry_plans();
   o.calibration = test::temp_dir() + "/none.json";
   EXPECT_THROW(speed_report(o), Error);
   ::setenv("FP8SIM_CALIBRATION", (test::temp_dir() + "/absent.json").c_str(), 1);
   SpeedOptions d;
+  d.recipes = registry_plans();
   try {
     speed_report(d);
     FAIL() << "expected an error";
@@ -565,6 +578,7 @@ TEST(SpeedReport, TorchTimesBecomeAttentionMeasurements) {
 
 TEST(SpeedReport, RejectsNonsenseOptions) {
   SpeedOptions o;
+  o.recipes = registry_plans();
   o.calibration = full_calibration_file(false);
   o.fsdp_comm = "sometimes";
   EXPECT_THROW(speed_report(o), Error);

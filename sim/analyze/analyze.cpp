@@ -121,7 +121,7 @@ int64_t default_step(const trace::TraceReader& r) {
 
 }  // namespace
 
-Json analyze_trace(const trace::TraceReader& r, const Recipe& recipe, const AnalyzeOptions& opts) {
+Json analyze_trace(const trace::TraceReader& r, const recipe::TrainingRecipe& rec, const AnalyzeOptions& opts) {
   const int64_t step = opts.step ? *opts.step : default_step(r);
   const trace::StepInfo* si = r.find_step(step);
   if (!si) {
@@ -134,7 +134,7 @@ Json analyze_trace(const trace::TraceReader& r, const Recipe& recipe, const Anal
   Json out = Json::object();
   out["trace"] = source_relative(r.path());
   out["step"] = step;
-  out["recipe"] = recipe.to_json();
+  out["recipe"] = rec.rules_json();
   out["model"] = r.header().model_config;
 
   std::map<std::string, Agg> by_role, by_op, by_layer;
@@ -149,7 +149,7 @@ Json analyze_trace(const trace::TraceReader& r, const Recipe& recipe, const Anal
     const TensorInfo& t = r.tensors()[ti];
     const TensorData d = r.read(t);
     const trace::NonFinite nf = trace::count_nonfinite(d);
-    const RecipeRule* rule = recipe.match(t.role, t.op, modules_of(t));
+    const recipe::QuantRule* rule = rec.match(t.role, t.op, modules_of(t));
     const std::optional<QuantSpec> spec = rule ? rule->spec : std::nullopt;
 
     Json e = Json::object();
@@ -278,7 +278,7 @@ Json analyze_trace(const trace::TraceReader& r, const Recipe& recipe, const Anal
       if (xt.role != Role::Activation || xt.modules.empty()) continue;
       const TensorData xd = r.read(xt);
       const std::vector<float> x_ref = xd.widened();
-      const RecipeRule* xrule = recipe.match(xt.role, xt.op, modules_of(xt));
+      const recipe::QuantRule* xrule = rec.match(xt.role, xt.op, modules_of(xt));
       const std::optional<QuantSpec> xspec = xrule ? xrule->spec : std::nullopt;
       const std::vector<float> x_q = dequantized_operand(xt, xd, x_ref, xspec, opts.threads);
       const int64_t m = xt.rows(), k = xt.cols();
@@ -297,7 +297,7 @@ Json analyze_trace(const trace::TraceReader& r, const Recipe& recipe, const Anal
         const std::vector<float> w_ref = wd.widened();
         // The weight takes the rule of a linear weight of this module (a tied embedding used as
         // the LM head is quantized as the LM head's weight).
-        const RecipeRule* wrule = recipe.match(Role::Weight, "linear", {mod});
+        const recipe::QuantRule* wrule = rec.match(Role::Weight, "linear", {mod});
         const std::optional<QuantSpec> wspec = wrule ? wrule->spec : std::nullopt;
         const std::vector<float> w_q = dequantized_operand(wt, wd, w_ref, wspec, opts.threads);
         const int64_t n = wt.rows();
@@ -349,8 +349,8 @@ Json analyze_trace(const trace::TraceReader& r, const Recipe& recipe, const Anal
   return out;
 }
 
-Json analyze_trace(const std::string& trace_path, const std::string& recipe, const AnalyzeOptions& opts) {
-  const Recipe rec = load_recipe(recipe);
+Json analyze_trace(const std::string& trace_path, const std::string& recipe_name, const AnalyzeOptions& opts) {
+  const recipe::TrainingRecipe& rec = recipe::get(recipe_name);
   const trace::TraceReader r(trace_path);
   return analyze_trace(r, rec, opts);
 }

@@ -1,6 +1,6 @@
 #pragma once
 // The work behind `fp8sim analyze TRACE --recipe R`: every tensor of one captured step through
-// the QuantSpec its recipe assigns (sim/analyze/recipe.hpp), with the metrics of
+// the QuantSpec its recipe's rules assign (sim/recipe/recipe.hpp), with the metrics of
 // `fp8sim quantize`, aggregates per role, per op and per layer, and for every linear layer the
 // error of its forward GEMM output when both operands are quantized (COAT Figure 4(a)).
 //
@@ -34,8 +34,8 @@
 #include <optional>
 #include <string>
 
-#include "sim/analyze/recipe.hpp"
 #include "sim/common/json.hpp"
+#include "sim/recipe/recipe.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace fp8sim::analyze {
@@ -48,8 +48,9 @@ struct AnalyzeOptions {
   int threads = 0;              // 0: OpenMP default
 };
 
-Json analyze_trace(const trace::TraceReader& reader, const Recipe& recipe, const AnalyzeOptions& opts = {});
-// Opens the trace and loads the recipe (NAME or FILE.json) first.
+Json analyze_trace(const trace::TraceReader& reader, const recipe::TrainingRecipe& recipe,
+                   const AnalyzeOptions& opts = {});
+// Opens the trace and finds the recipe (a registry name or a recipe file, recipe::get) first.
 Json analyze_trace(const std::string& trace_path, const std::string& recipe, const AnalyzeOptions& opts = {});
 
 }  // namespace fp8sim::analyze

@@ -9,6 +9,7 @@
 
 #include "sim/common/check.hpp"
 #include "sim/common/output.hpp"
+#include "sim/recipe/recipe.hpp"
 
 namespace fp8sim::cli {
 
@@ -22,6 +23,14 @@ bool g_quiet = false;
 }  // namespace
 
 bool quiet() { return g_quiet; }
+
+std::string recipe_names_for_help(std::vector<std::string> (*names)()) {
+  try {
+    return recipe::join(names());
+  } catch (const Error&) {
+    return "see `fp8sim recipes`";
+  }
+}
 
 void note(const std::string& line) {
   if (!g_quiet) fmt::print(stderr, "{}\n", line);

@@ -45,6 +45,11 @@ void note(const std::string& line);
 // An unsigned count given as text: digits only (no sign, so "-1" never wraps to 2^64-1).
 uint64_t parse_u64(const std::string& option, const std::string& text);
 
+// Recipe names for a help text, `names` being one of the registry's lists (sim/recipe), joined
+// with ", "; when the registry cannot be read, a pointer to `fp8sim recipes` instead, so that
+// --help works whatever the recipes folder holds.
+std::string recipe_names_for_help(std::vector<std::string> (*names)());
+
 // Prints a human table: header row, separator, rows. Columns right-aligned except the first.
 void print_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows,
                  std::FILE* out = stdout);

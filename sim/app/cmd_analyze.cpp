@@ -2,10 +2,11 @@
 #include <fmt/format.h>
 
 #include "sim/analyze/analyze.hpp"
-#include "sim/analyze/recipe.hpp"
 #include "sim/app/cli.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
+#include "sim/common/paths.hpp"
+#include "sim/recipe/recipe.hpp"
 
 namespace fp8sim {
 namespace {
@@ -13,8 +14,7 @@ namespace {
 namespace po = boost::program_options;
 
 void list_recipes() {
-  for (const auto& name : analyze::builtin_recipe_names()) {
-    const analyze::Recipe r = analyze::builtin_recipe(name);
+  for (const recipe::TrainingRecipe& r : recipe::all()) {
     fmt::print("{}: {}\n", r.name, r.description);
     std::vector<std::vector<std::string>> rows;
     for (const auto& rule : r.rules)
@@ -26,17 +26,19 @@ void list_recipes() {
   fmt::print(
       "A JSON recipe file has the same shape: {{\"name\": ..., \"base\": \"coat\" (optional), \"rules\": [{{\"role\": "
       "\"activation\", \"op\": \"norm_input\", \"module\": \"regex\" (optional), \"spec\": \"e4m3:g32\" | \"none\"}}, "
-      "...]}}; the first matching rule wins, then the base recipe's rules.\n");
+      "...]}}; the first matching rule wins, then the base recipe's rules. The recipes above are the files in {} "
+      "(docs/recipes.md).\n",
+      source_relative(recipe::recipes_dir()));
 }
 
 int run_analyze(const std::vector<std::string>& args) {
   po::options_description opts("options");
-  std::string trace_path, recipe = "coat", json_out, md_out;
+  std::string trace_path, recipe_arg = "coat", json_out, md_out;
   int64_t step = -1;
   int threads = 0;
   opts.add_options()("trace", po::value(&trace_path), "the trace (.h5), positional")(
-      "recipe", po::value(&recipe)->default_value("coat"),
-      "built-in recipe (bf16, te, coat, fp8lm, deepseek, mxfp8) or a JSON rule file")(
+      "recipe", po::value(&recipe_arg)->default_value("coat"),
+      ("a recipe (" + cli::recipe_names_for_help(recipe::names) + ") or a recipe .json file").c_str())(
       "step", po::value(&step), "captured step to analyze (default: the one with the most tensors)")(
       "json", po::value(&json_out), "write the full analysis (every tensor, every GEMM) as JSON (- : stdout)")(
       "md", po::value(&md_out), "write a Markdown report (- : stdout)")("tensors", "also print the per-tensor table")(
@@ -44,7 +46,7 @@ int run_analyze(const std::vector<std::string>& args) {
                                                          "keep the per-tensor scaled-magnitude histograms in the JSON")(
       "strict", "exit 1 when any tensor holds NaN or Inf (they are always counted and reported)")(
       "threads", po::value(&threads)->default_value(0), "OpenMP threads (0: default)")(
-      "list-recipes", "show the built-in recipes and their rules, then exit");
+      "list-recipes", "show the recipes of the registry and their rules, then exit");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
@@ -69,7 +71,7 @@ int run_analyze(const std::vector<std::string>& args) {
   if (threads < 0) throw UsageError("--threads must be >= 0");
   RunFiles files;
   files.input("TRACE", trace_path);
-  if (!analyze::is_builtin_recipe(recipe)) files.input("--recipe", recipe);
+  if (!recipe::is_registered(recipe_arg)) files.input("--recipe", recipe_arg);
   const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
   const int md_id = vm.count("md") ? files.output("--md", md_out) : -1;
 
@@ -78,7 +80,7 @@ int run_analyze(const std::vector<std::string>& args) {
   o.gemm = vm.count("no-gemm") == 0;
   o.histograms = vm.count("histograms") > 0;
   o.threads = threads;
-  const analyze::Recipe rec = analyze::load_recipe(recipe);
+  const recipe::TrainingRecipe& rec = recipe::get(recipe_arg);
   const trace::TraceReader reader(trace_path);
   const Json a = analyze::analyze_trace(reader, rec, o);
   // Every output is staged before the tables are printed; they appear together at the end.
@@ -130,6 +132,5 @@ int run_analyze(const std::vector<std::string>& args) {
 }  // namespace fp8sim
 
 FP8SIM_COMMAND("analyze",
-               "quantize a trace through a recipe (bf16, te, coat, fp8lm, deepseek, mxfp8, JSON): per-tensor and "
-               "per-layer GEMM error",
+               "quantize a trace through a recipe (a name or a JSON file): per-tensor and per-layer GEMM error",
                fp8sim::run_analyze);

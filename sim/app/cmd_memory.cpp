@@ -13,6 +13,7 @@
 #include "sim/memory/paper.hpp"
 #include "sim/memory/validate.hpp"
 #include "sim/model/model.hpp"
+#include "sim/recipe/recipe.hpp"
 
 namespace fp8sim {
 namespace {
@@ -219,14 +220,15 @@ void print_validate(const Json& v) {
 
 int run_memory(const std::vector<std::string>& args) {
   po::options_description opts("options");
-  std::string model_name, recipe = "bf16", json_out, validate_path;
+  std::string model_name, recipe_arg = "bf16", json_out, validate_path;
   int64_t gpus = 1, batch = 1, seq = 2048;
   int zero = 3;
   double gpu_mem = memory::kH100GiB;
   opts.add_options()("model,m", po::value(&model_name),
                      "model: a name from models/ (see --list-models) or a JSON config file")(
-      "recipe,r", po::value(&recipe)->default_value("bf16"), "bf16 | te | coat | fp8lm | deepseek")(
-      "gpus,g", po::value(&gpus)->default_value(1), "data-parallel GPUs N (sharding degree)")(
+      "recipe,r", po::value(&recipe_arg)->default_value("bf16"),
+      ("a recipe with a memory model (" + cli::recipe_names_for_help(memory::recipe_names) + ") or a recipe .json file")
+          .c_str())("gpus,g", po::value(&gpus)->default_value(1), "data-parallel GPUs N (sharding degree)")(
       "batch,b", po::value(&batch)->default_value(1), "micro-batch per GPU")(
       "seq,s", po::value(&seq)->default_value(2048), "sequence length (tokens)")(
       "zero,z", po::value(&zero)->default_value(3),
@@ -242,13 +244,14 @@ int run_memory(const std::vector<std::string>& args) {
       "validate", po::value(&validate_path),
       "compare fp8sim against a measurement JSON from scripts/measure_memory.py")("list-models",
                                                                                   "list the model configs in models/")(
+      "list-recipes", "list the recipes that have a memory model (their storage of weights, grads and moments)")(
       "json", po::value(&json_out), "also write the JSON document to this file (atomically; - : stdout)");
   po::variables_map vm;
   if (!cli::parse(
           "memory", args, opts, {}, vm,
           "--model NAME|FILE [--recipe R] [--gpus N] [--batch B] [--seq S] [--zero 0..3] [--checkpointing]\n"
           "       [--gpu-mem-gib G] [--compare] [--detail] [--json OUT]\n"
-          "       fp8sim memory --paper [--json OUT]  |  --validate MEASURED.json  |  --list-models",
+          "       fp8sim memory --paper [--json OUT]  |  --validate MEASURED.json  |  --list-models  |  --list-recipes",
           "Per-GPU memory of one training step: master weights, working copies, gradients, optimizer states\n"
           "(with their exact scale metadata), activations saved per op per layer under the recipe (COAT Table 2's\n"
           "accounting + embedding, final norm, logits and loss buffers), temporaries by phase (FSDP-gathered\n"
@@ -263,12 +266,14 @@ int run_memory(const std::vector<std::string>& args) {
           "  fp8sim memory --validate reports/h200/memory_measured.json"))
     return 0;
 
-  const int modes = int(vm.count("paper")) + int(vm.count("validate")) + int(vm.count("list-models"));
-  if (modes > 1) throw UsageError("give only one of --paper, --validate, --list-models");
+  const int modes =
+      int(vm.count("paper")) + int(vm.count("validate")) + int(vm.count("list-models")) + int(vm.count("list-recipes"));
+  if (modes > 1) throw UsageError("give only one of --paper, --validate, --list-models, --list-recipes");
   if (vm.count("validate") && validate_path.empty()) throw UsageError("--validate is empty (give a measurement JSON)");
   RunFiles files;
   files.input("--validate", validate_path);
   if (model_name.find('/') != std::string::npos || model_name.ends_with(".json")) files.input("--model", model_name);
+  if (!vm["recipe"].defaulted() && !recipe::is_registered(recipe_arg)) files.input("--recipe", recipe_arg);
   const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
   Json doc;
   if (vm.count("list-models")) {
@@ -284,6 +289,18 @@ int run_memory(const std::vector<std::string>& args) {
     cli::print_table({"name", "model", "params", "hidden", "ffn", "layers", "heads/kv", "vocab"}, rows);
     doc = Json::object();
     doc["models"] = arr;
+  } else if (vm.count("list-recipes")) {
+    std::vector<std::vector<std::string>> rows;
+    Json arr = Json::array();
+    for (const auto& n : memory::recipe_names()) {
+      const recipe::TrainingRecipe& r = recipe::get(n);
+      const recipe::MemoryModel& mm = *r.memory;
+      rows.push_back({n, mm.master.label, mm.grad.label, mm.exp_avg.label, mm.exp_avg_sq.label, mm.description});
+      arr.push_back(r.to_json());
+    }
+    cli::print_table({"recipe", "master", "grad", "exp_avg", "exp_avg_sq", "memory model"}, rows);
+    doc = Json::object();
+    doc["recipes"] = arr;
   } else if (vm.count("paper")) {
     doc = memory::memory_paper_comparison();
     print_paper(doc);
@@ -293,7 +310,7 @@ int run_memory(const std::vector<std::string>& args) {
   } else {
     if (model_name.empty()) throw UsageError("--model is required (e.g. --model llama2-7b; see --list-models)");
     memory::MemoryOptions o;
-    o.recipe = recipe;
+    o.recipe = recipe_arg;
     o.gpus = gpus;
     o.batch = batch;
     o.seq = seq;

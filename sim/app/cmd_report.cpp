@@ -6,6 +6,7 @@
 #include "sim/app/cli.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/json.hpp"
+#include "sim/recipe/recipe.hpp"
 #include "sim/report/report.hpp"
 
 #include "sim/bench/bench.hpp"
@@ -83,8 +84,10 @@ int run_report_cmd(const std::vector<std::string>& args) {
       "model", po::value(&model)->default_value(defaults.model),
       "model for the memory and speed sections: a models/NAME.json name or a JSON file")(
       "recipes", po::value(&recipes)->multitoken(),
-      "recipes to compare, comma- or space-separated (default: bf16,te,coat,fp8lm,deepseek)")(
-      "gpus", po::value(&gpus)->default_value(defaults.gpus), "data-parallel GPUs (FSDP) for memory and speed")(
+      ("recipes to compare (registry names or recipe .json files), comma- or space-separated (default: " +
+       cli::recipe_names_for_help(recipe::report_default_names) + ")")
+          .c_str())("gpus", po::value(&gpus)->default_value(defaults.gpus),
+                    "data-parallel GPUs (FSDP) for memory and speed")(
       "batch", po::value(&batch)->default_value(defaults.batch), "micro-batch per GPU for memory and speed")(
       "seq", po::value(&seq)->default_value(defaults.seq), "sequence length for memory and speed")(
       "out", po::value(&out)->default_value(defaults.out_dir.string()),

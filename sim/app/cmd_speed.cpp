@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -13,6 +14,7 @@
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 #include "sim/common/sizes.hpp"
+#include "sim/recipe/recipe.hpp"
 #include "sim/speed/speed.hpp"
 
 #include "sim/app/gpu_api.hpp"
@@ -32,23 +34,35 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// "2" (every recipe) or "bf16=2,te=2,coat=4" (per recipe; unnamed recipes use the first... no:
-// every listed recipe must be named).
+// A recipe the replay models: a registry name or a recipe file whose recipe names a speed plan.
+PlanRecipe plan_recipe(const std::string& name_or_file) {
+  const recipe::TrainingRecipe& r = recipe::get(name_or_file);
+  if (!r.speed_plan)
+    throw UsageError(
+        fmt::format("recipe '{}' has no speed plan, so the speed replay does not model it (recipes "
+                    "with one: {})",
+                    r.name, recipe::join(recipe::speed_names())));
+  return {r.name, *r.speed_plan};
+}
+
+// "2" (every recipe) or "NAME=2,NAME=4" (per recipe; a recipe not named gets the batch of the
+// named recipe that runs the BF16 plan, else 1).
 void parse_batch(const std::string& s, SpeedOptions& o) {
   if (s.find('=') == std::string::npos) {
     o.batch = parse_size("--batch", s);
     return;
   }
+  std::optional<int64_t> bf16_batch;
   for (const std::string& part : split(s, ',')) {
     const auto eq = part.find('=');
     if (eq == std::string::npos)
       throw UsageError(fmt::format("--batch '{}': write one number, or recipe=number pairs like bf16=2,coat=4", s));
-    const Recipe r = parse_recipe(part.substr(0, eq));
-    if (o.recipe_batch.count(r)) throw UsageError(fmt::format("--batch names recipe '{}' twice", recipe_name(r)));
-    o.recipe_batch[r] = parse_size("--batch", part.substr(eq + 1));
+    const PlanRecipe r = plan_recipe(part.substr(0, eq));
+    if (o.recipe_batch.count(r.name)) throw UsageError(fmt::format("--batch names recipe '{}' twice", r.name));
+    o.recipe_batch[r.name] = parse_size("--batch", part.substr(eq + 1));
+    if (r.plan == Plan::BF16 && !bf16_batch) bf16_batch = o.recipe_batch[r.name];
   }
-  // A recipe not named gets the BF16 batch when given, else 1.
-  o.batch = o.recipe_batch.count(Recipe::BF16) ? o.recipe_batch.at(Recipe::BF16) : 1;
+  o.batch = bf16_batch ? *bf16_batch : 1;
 }
 
 std::string f(double v, int digits = 2) { return fmt::format("{:.{}f}", v, digits); }
@@ -138,8 +152,13 @@ void print_report(const Json& doc, bool show_ops) {
 
 int run_speed(const std::vector<std::string>& args) {
   po::options_description opts("options");
-  std::string model = "llama2-7b", batch = "1", recipes = "bf16,te,coat", fsdp = "none", json_out, md_out, calib,
-              torch_times, write_cal;
+  std::string all_speed;  // every recipe with a speed plan: the default --recipes
+  try {
+    for (const auto& n : recipe::speed_names()) all_speed += (all_speed.empty() ? "" : ",") + n;
+  } catch (const Error&) {
+    // The run reports the registry's error; --help still works.
+  }
+  std::string model = "llama2-7b", batch = "1", recipes, fsdp = "none", json_out, md_out, calib, torch_times, write_cal;
   int64_t seq = 2048, gpus = 1, accum = 1;
   double link = 360;
   int reps = 10, warmup = 3;
@@ -148,8 +167,11 @@ int run_speed(const std::vector<std::string>& args) {
       "batch,b", po::value(&batch)->default_value("1"),
       "micro-batch per GPU: one number, or per recipe as bf16=2,te=2,coat=4")(
       "seq,s", po::value(&seq)->default_value(2048), "sequence length")(
-      "recipes,r", po::value(&recipes)->default_value("bf16,te,coat"), "comma-separated recipes: bf16, te, coat")(
-      "gpus,g", po::value(&gpus)->default_value(1), "FSDP data-parallel GPUs (shards the optimizer step)")(
+      "recipes,r", po::value(&recipes)->default_value(all_speed),
+      ("comma-separated recipes that name a speed plan (" + cli::recipe_names_for_help(recipe::speed_names) +
+       ") or recipe .json files")
+          .c_str())("gpus,g", po::value(&gpus)->default_value(1),
+                    "FSDP data-parallel GPUs (shards the optimizer step)")(
       "grad-accum", po::value(&accum)->default_value(1), "micro-batches per optimizer step")(
       "calibration", po::value(&calib),
       "model from this calibration file even when a GPU is present "
@@ -169,11 +191,12 @@ int run_speed(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!cli::parse(
           "speed", args, opts, {}, vm,
-          "--model NAME --batch B --seq S [--recipes bf16,te,coat] [--gpus N] [--calibration FILE] [--json OUT]",
-          "Predicts one training step's time per GPU for BF16, TransformerEngine-style per-tensor FP8 (te) and\n"
-          "COAT, by replaying every kernel of a transformer layer (three GEMMs per Linear, the recipe's\n"
-          "quantize/transpose/group-scaling kernels, RMSNorm, SiLU*Mul, residual adds, RoPE, attention) plus\n"
-          "embedding, LM head, loss and the optimizer step, and reports tokens/s/GPU and the speedup vs BF16.\n"
+          "--model NAME --batch B --seq S [--recipes R,...] [--gpus N] [--calibration FILE] [--json OUT]",
+          "Predicts one training step's time per GPU for each recipe that names a speed plan (BF16,\n"
+          "TransformerEngine-style per-tensor FP8 or COAT's), by replaying every kernel of a transformer\n"
+          "layer (three GEMMs per Linear, the recipe's quantize/transpose/group-scaling kernels, RMSNorm,\n"
+          "SiLU*Mul, residual adds, RoPE, attention) plus embedding, LM head, loss and the optimizer step,\n"
+          "and reports tokens/s/GPU and the speedup vs BF16.\n"
           "On a GPU (CUDA build) each kernel is timed now with CUDA events; attention comes from PyTorch SDPA\n"
           "(--torch-times). Without a GPU the times come from a calibration file measured on one, and the\n"
           "output says the figures are MODELLED.\n"
@@ -190,13 +213,15 @@ int run_speed(const std::vector<std::string>& args) {
   std::set<std::string> seen;
   for (const std::string& r : split(recipes, ',')) {
     if (!seen.insert(r).second) throw UsageError(fmt::format("--recipes lists '{}' twice", r));
-    o.recipes.push_back(parse_recipe(r));
+    o.recipes.push_back(plan_recipe(r));
+    if (!seen.insert(o.recipes.back().name).second && o.recipes.back().name != r)
+      throw UsageError(fmt::format("--recipes lists recipe '{}' twice ('{}' is named so)", o.recipes.back().name, r));
   }
   if (o.recipes.empty()) throw UsageError("--recipes is empty");
   parse_batch(batch, o);
   validate_run_sizes({.batch = o.batch, .seq = seq, .gpus = gpus, .grad_accum = accum});
   for (const auto& [r, b] : o.recipe_batch)
-    validate_run_sizes({.batch = b, .seq = seq, .batch_option = fmt::format("--batch for {}", recipe_name(r))});
+    validate_run_sizes({.batch = b, .seq = seq, .batch_option = fmt::format("--batch for {}", r)});
   if (!(link > 0) || !std::isfinite(link)) throw UsageError("--link-gbps must be a positive number");
   if (fsdp != "none" && fsdp != "serial" && fsdp != "overlap")
     throw UsageError(fmt::format("--fsdp-comm must be none, serial or overlap, not '{}'", fsdp));
@@ -258,5 +283,4 @@ int run_speed(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace fp8sim
 
-FP8SIM_COMMAND("speed", "step time, tokens/s/GPU and speedup vs BF16 for bf16/te/coat from timed kernels",
-               fp8sim::run_speed);
+FP8SIM_COMMAND("speed", "step time, tokens/s/GPU and speedup vs BF16 per recipe from timed kernels", fp8sim::run_speed);

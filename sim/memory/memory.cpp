@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "sim/common/check.hpp"
 #include "sim/common/sizes.hpp"
@@ -78,7 +79,7 @@ int64_t param_elements(const std::vector<ParamUse>& ps, int64_t shards) {
   return n;
 }
 
-std::vector<SavedBytes> saved_bytes(const std::vector<OpDesc>& ops, const Recipe& r) {
+std::vector<SavedBytes> saved_bytes(const std::vector<OpDesc>& ops, const recipe::MemoryModel& r) {
   std::vector<SavedBytes> out;
   for (const auto& op : ops)
     for (const auto& t : op.saved) {
@@ -110,6 +111,21 @@ std::string sharding_name(int zero, int64_t gpus) {
 }
 
 }  // namespace
+
+const recipe::TrainingRecipe& find_recipe(const std::string& name_or_file) {
+  const bool named = recipe::is_registered(name_or_file);
+  std::error_code ec;
+  if (!named && !std::filesystem::exists(name_or_file, ec))
+    throw UsageError(fmt::format("unknown recipe '{}' (valid: {}; or a recipe .json file)", name_or_file,
+                                 recipe::join(recipe_names())));
+  const recipe::TrainingRecipe& r = recipe::get(name_or_file);
+  if (!r.memory)
+    throw UsageError(
+        fmt::format("recipe '{}' has no memory model (recipes with one: {})", r.name, recipe::join(recipe_names())));
+  return r;
+}
+
+std::vector<std::string> recipe_names() { return recipe::memory_names(); }
 
 void validate(const MemoryOptions& o) {
   find_recipe(o.recipe);
@@ -146,7 +162,7 @@ double Footprint::table2_total_units() const {
 
 Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   validate(o);
-  const Recipe& r = find_recipe(o.recipe);
+  const recipe::MemoryModel& r = *find_recipe(o.recipe).memory;
   Footprint f;
   f.model = m;
   f.opts = o;
@@ -154,7 +170,7 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   const int64_t T = o.batch * o.seq;
   const std::vector<ParamUse> ps = all_params(m);
   f.params = m.param_count();
-  const Storage bf16 = Storage::plain(2, "bf16");
+  const Storage bf16 = Storage::parse("bf16");
 
   // ---- persistent --------------------------------------------------------------------------
   const int64_t master_shards = o.zero >= 1 ? N : 1;
@@ -228,7 +244,8 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     // Each checkpointed layer keeps its input (the bf16 residual stream; COAT's layers also pass
     // their FP8 1x16 copy of it); backward recomputes one layer at a time.
     StorageBytes in = storage_bytes(bf16, std::vector<int64_t>{T, m.hidden});
-    if (r.name == "coat") in += storage_bytes(r.activation(SavedRole::NormInput), std::vector<int64_t>{T, m.hidden});
+    if (r.checkpoint_fp8_input)
+      in += storage_bytes(r.activation(SavedRole::NormInput), std::vector<int64_t>{T, m.hidden});
     f.activations.push_back({"layers.checkpointed_inputs", "activations", in.total() * m.layers,
                              fmt::format("{} layers x the layer input kept by activation checkpointing", m.layers)});
     f.activations.push_back({"layers.recomputed_layer", "activations", f.layer_activation_bytes,
@@ -367,11 +384,11 @@ Json saved_json(const SavedBytes& s) {
 
 Json footprint_to_json(const Footprint& f, bool with_max_batch) {
   const MemoryOptions& o = f.opts;
-  const Recipe& r = find_recipe(o.recipe);
+  const recipe::TrainingRecipe& r = find_recipe(o.recipe);
   Json j = Json::object();
   j["model"] = model::model_to_json(f.model);
-  j["recipe"] = o.recipe;
-  j["recipe_description"] = r.description;
+  j["recipe"] = r.name;
+  j["recipe_description"] = r.memory->description;
   j["gpus"] = o.gpus;
   j["batch"] = o.batch;
   j["seq"] = o.seq;

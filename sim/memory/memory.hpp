@@ -1,7 +1,7 @@
 #pragma once
 // Per-GPU memory footprint of one training step: every term named, explained and computed from
-// the model's parameter and saved-tensor lists (sim/model) and the recipe's storage choices
-// (sim/memory/recipes.hpp). No fitted constants. The JSON documents returned here are exactly
+// the model's parameter and saved-tensor lists (sim/model) and the recipe's storage choices (its
+// memory model, sim/recipe/recipe.hpp). No fitted constants. The JSON documents returned here are exactly
 // what `fp8sim memory --json` writes.
 //
 // What is counted (per GPU, N = gpus, ZeRO stage z):
@@ -47,8 +47,8 @@
 #include <vector>
 
 #include "sim/common/json.hpp"
-#include "sim/memory/recipes.hpp"
 #include "sim/model/model.hpp"
+#include "sim/recipe/recipe.hpp"
 
 namespace fp8sim::memory {
 
@@ -56,8 +56,17 @@ inline constexpr double kGiB = 1073741824.0;
 // An H100 80GB's memory as the COAT paper's GPU reports it: 81559 MiB.
 inline constexpr double kH100GiB = 81559.0 / 1024.0;
 
+using recipe::Storage;
+using recipe::StorageBytes;
+
+// The recipe whose memory model the footprint uses: a registry name or a recipe file. Throws
+// UsageError for an unknown name or a recipe without a memory model, naming those with one.
+const recipe::TrainingRecipe& find_recipe(const std::string& name_or_file);
+// The registry's recipes that have a memory model, in order.
+std::vector<std::string> recipe_names();
+
 struct MemoryOptions {
-  std::string recipe = "bf16";
+  std::string recipe = "bf16";  // a registry name or a recipe file (find_recipe)
   int64_t gpus = 1;
   int64_t batch = 1;  // micro-batch per GPU
   int64_t seq = 2048;

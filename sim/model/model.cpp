@@ -248,6 +248,12 @@ std::string_view saved_role_name(SavedRole r) {
   return "?";
 }
 
+std::optional<SavedRole> parse_saved_role(std::string_view name) {
+  for (SavedRole r : kAllSavedRoles)
+    if (saved_role_name(r) == name) return r;
+  return std::nullopt;
+}
+
 std::string_view table2_column_name(Table2Column c) {
   switch (c) {
     case Table2Column::RMSNorm:

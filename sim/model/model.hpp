@@ -17,6 +17,7 @@
 // A tensor read by several ops (q/k/v read the same normed input) is listed once, on the first op.
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -99,6 +100,13 @@ enum class SavedRole : uint8_t {
   LossBuffer,      // what cross-entropy keeps for backward: fp32 (T, V) log-probabilities
 };
 std::string_view saved_role_name(SavedRole r);
+inline constexpr SavedRole kAllSavedRoles[] = {SavedRole::NormInput,  SavedRole::NormStats,      SavedRole::LinearInput,
+                                               SavedRole::AttnOutput, SavedRole::RopeInput,      SavedRole::AttnInput,
+                                               SavedRole::AttnStats,  SavedRole::ActInput,       SavedRole::MulInput,
+                                               SavedRole::TokenIds,   SavedRole::FinalNormInput, SavedRole::HeadInput,
+                                               SavedRole::Logits,     SavedRole::LossBuffer};
+// The role whose saved_role_name is `name`, or nullopt.
+std::optional<SavedRole> parse_saved_role(std::string_view name);
 
 // The columns of COAT's Table 2 (None: auxiliary tensors and outside-layer tensors).
 enum class Table2Column : uint8_t { RMSNorm, SiLUMul, RoPE, FlashAttn, Linear, None };

@@ -23,7 +23,7 @@ namespace fp8sim::report {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> default_recipes() { return {"bf16", "te", "coat", "fp8lm", "deepseek"}; }
+std::vector<std::string> default_recipes() { return recipe::report_default_names(); }
 
 void Context::add_summary(const std::string& recipe, const std::string& column, std::string cell) {
   if (std::find(summary_columns.begin(), summary_columns.end(), column) == summary_columns.end())
@@ -158,7 +158,8 @@ Json section_summary(const Context& ctx) {
       "`n/a` means the section that produces the number did not run on this machine or does "
       "not apply to the recipe.");
   std::vector<Row> rows;
-  for (const auto& r : ctx.opts.recipes) {
+  for (const auto& entry : ctx.opts.recipes) {
+    const std::string& r = recipe_of(entry).name;
     Row row{r};
     const Json* rec = ctx.summary.find(r);
     for (const auto& c : ctx.summary_columns) {
@@ -195,6 +196,11 @@ ReportOptions resolve_options(ReportOptions o) {
     FP8SIM_REQUIRE(!r.empty(), "--recipes has an empty name");
     if (!seen.insert(r).second) throw UsageError(fmt::format("recipe '{}' is listed twice in --recipes", r));
   }
+  // Different entries (a name and a file, two files) may still name the same recipe.
+  std::set<std::string> names;
+  for (const auto& r : o.recipes)
+    if (const std::string& n = recipe_of(r).name; !names.insert(n).second)
+      throw UsageError(fmt::format("recipe '{}' is listed twice in --recipes ('{}' is named so)", n, r));
   return o;
 }
 
@@ -240,9 +246,15 @@ Json build_report(const ReportOptions& opts, const GpuHooks& hooks) {
   meta["device"] = ctx.device;
   meta["trace"] = display_path(opts.trace);
   meta["model"] = opts.model;
-  Json recipes = Json::array();
-  for (const auto& r : opts.recipes) recipes.push_back(r);
+  Json recipes = Json::array(), colours = Json::object();
+  for (const auto& r : opts.recipes) {
+    const recipe::TrainingRecipe& rec = recipe_of(r);
+    recipes.push_back(rec.name);
+    if (!rec.colour.empty()) colours[rec.name] = rec.colour;
+  }
   meta["recipes"] = std::move(recipes);
+  // Each recipe's colour in the plots (scripts/plots.py reads them with the plot data).
+  meta["recipe_colours"] = std::move(colours);
   meta["gpus"] = opts.gpus;
   meta["batch"] = opts.batch;
   meta["seq"] = opts.seq;
@@ -326,7 +338,10 @@ PlotRun draw_plots(Json& doc, const fs::path& dir) {
   }
   const fs::path input = dir / ".plot_data.json", manifest = dir / ".plots_manifest.json", log = dir / ".plots.log",
                  mpl = dir / ".mplconfig";
-  write_file_atomic(input, plot_data.dump(1));
+  Json input_doc = plot_data;
+  if (const Json* meta = doc.find("meta"))
+    if (const Json* c = meta->find("recipe_colours")) input_doc["recipe_colours"] = *c;
+  write_file_atomic(input, input_doc.dump(1));
   const double n_plots = static_cast<double>(plot_data.size());
   Progress bar("report: plots", n_plots);
   ProcessResult pr =

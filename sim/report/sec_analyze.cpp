@@ -8,7 +8,6 @@
 #include <map>
 
 #include "sim/analyze/analyze.hpp"
-#include "sim/analyze/recipe.hpp"
 #include "sim/report/sections.hpp"
 
 namespace fp8sim::report {
@@ -18,14 +17,6 @@ namespace {
 double num(const Json& j, const char* key) {
   const Json* v = j.find(key);
   return v && v->is_number() ? v->as_number() : std::nan("");
-}
-
-std::vector<std::string> analyze_recipes(const std::vector<std::string>& wanted) {
-  const auto known = analyze::builtin_recipe_names();
-  std::vector<std::string> out;
-  for (const auto& r : wanted)
-    if (std::find(known.begin(), known.end(), r) != known.end()) out.push_back(r);
-  return out;
 }
 
 // SNR in dB as a cell: "exact" when nothing was lost (JSON writes +Inf as null).
@@ -40,13 +31,15 @@ std::string snr_cell(const Json& stats) {
 // Runs (once) fp8sim analyze for every recipe; both accuracy sections read the result.
 const Json& analyses(Context& ctx) {
   if (ctx.data.contains("analyze")) return ctx.data.at("analyze");
-  const auto recipes = analyze_recipes(ctx.opts.recipes);
+  // Every recipe has analyze rules.
+  const auto& recipes = ctx.opts.recipes;
   Json all = Json::object();
   analyze::AnalyzeOptions ao;
   ao.progress = false;  // the report draws one bar for the phase
   const trace::TraceReader reader(ctx.opts.trace);
   for (size_t i = 0; i < recipes.size(); ++i) {
-    all[recipes[i]] = analyze::analyze_trace(reader, analyze::builtin_recipe(recipes[i]), ao);
+    const recipe::TrainingRecipe& rec = recipe_of(recipes[i]);
+    all[rec.name] = analyze::analyze_trace(reader, rec, ao);
     ctx.progress(static_cast<double>(i + 1), static_cast<double>(recipes.size()));
   }
   ctx.data["analyze"] = std::move(all);

@@ -8,7 +8,6 @@
 
 #include "sim/memory/memory.hpp"
 #include "sim/memory/paper.hpp"
-#include "sim/memory/recipes.hpp"
 #include "sim/report/sections.hpp"
 
 namespace fp8sim::report {
@@ -20,11 +19,11 @@ double num(const Json& j, const char* key) {
   return v && v->is_number() ? v->as_number() : std::nan("");
 }
 
+// The --recipes entries whose recipe has a memory model, in order.
 std::vector<std::string> memory_recipes(const std::vector<std::string>& wanted) {
-  const auto known = memory::recipe_names();
   std::vector<std::string> out;
   for (const auto& r : wanted)
-    if (std::find(known.begin(), known.end(), r) != known.end()) out.push_back(r);
+    if (recipe_of(r).memory) out.push_back(r);
   return out;
 }
 
@@ -49,15 +48,17 @@ Json section_memory(Context& ctx) {
                                   for (const auto& r : o.recipes) l += (l.empty() ? "" : ", ") + r;
                                   return l;
                                 }()),
-                    "add one of bf16, te, coat, fp8lm, deepseek to --recipes");
+                    fmt::format("add one of {} to --recipes", recipe::join(memory::recipe_names())));
       return s.take();
     }
     Json docs = Json::object();
+    std::vector<std::string> shown;  // the recipes' names, in order: the keys of `docs`
     for (const auto& r : recipes) {
       mo.recipe = r;
-      docs[r] = memory::memory_breakdown(o.model, mo);
+      shown.push_back(recipe_of(r).name);
+      docs[shown.back()] = memory::memory_breakdown(o.model, mo);
     }
-    const Json& first = docs.at(recipes.front());
+    const Json& first = docs.at(shown.front());
     const std::string model_name = first.at("model").is_object() && first.at("model").contains("display_name")
                                        ? first.at("model").at("display_name").as_string()
                                        : o.model;
@@ -73,7 +74,7 @@ Json section_memory(Context& ctx) {
 
     const double bf16_peak = docs.contains("bf16") ? num(docs.at("bf16"), "peak_gib") : std::nan("");
     std::vector<Row> rows;
-    for (const auto& r : recipes) {
+    for (const auto& r : shown) {
       const Json& d = docs.at(r);
       const double peak = num(d, "peak_gib");
       rows.push_back({r, fmt_fixed(num(d, "weights_gib"), 2), fmt_fixed(num(d, "gradients_gib"), 2),
@@ -131,7 +132,7 @@ Json section_memory(Context& ctx) {
     for (const char* n : names) comps.push_back(n);
     pd["components"] = std::move(comps);
     Json per = Json::object(), peaks = Json::object();
-    for (const auto& r : recipes) {
+    for (const auto& r : shown) {
       Json v = Json::array();
       for (const char* k : keys) v.push_back(num(docs.at(r), k));
       per[r] = std::move(v);
@@ -143,7 +144,8 @@ Json section_memory(Context& ctx) {
     ctx.plot_data["memory"] = std::move(pd);
     s.plot("memory.png", "Per-GPU memory by component for each recipe (the label on each bar is the peak).");
     if (recipes.size() < o.recipes.size())
-      s.para("Recipes without a memory model are not shown: memory covers bf16, te, coat, fp8lm and deepseek.");
+      s.para(fmt::format("Recipes without a memory model are not shown: memory covers {}.",
+                         join_prose(memory::recipe_names(), "and")));
     ctx.data["memory"] = std::move(docs);
     return s.take();
   });

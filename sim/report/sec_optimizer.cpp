@@ -24,14 +24,6 @@ double num(const Json& j, const char* key) {
   return v && v->is_number() ? v->as_number() : std::nan("");
 }
 
-// The optimizer-state recipe each training recipe uses (docs/optimizer.md).
-const char* state_recipe_of(const std::string& recipe) {
-  static const std::map<std::string, const char*> m = {
-      {"bf16", "fp32"}, {"te", "te-fp8"}, {"coat", "coat"}, {"fp8lm", "fp8lm"}, {"deepseek", "bf16"}};
-  const auto it = m.find(recipe);
-  return it == m.end() ? nullptr : it->second;
-}
-
 // The spec of Figure 3: COAT's optimizer-state quantizer.
 constexpr const char* kFig3Spec = "e4m3:g128:de=coat";
 
@@ -150,6 +142,20 @@ void optim_part(Context& ctx, Section& s) {
   const auto& o = ctx.opts;
   optim::OptimOptions oo;
   oo.progress = [&](double done, double total) { ctx.progress(0.5 * done, total); };
+  // The default state recipes, plus any a training recipe uses that they lack (fp32 is the
+  // replay's reference and always runs).
+  std::vector<std::string> extra;
+  for (const auto& r : o.recipes) {
+    const auto& st = recipe_of(r).optimizer_state;
+    if (!st || *st == "fp32") continue;
+    bool have = std::find(extra.begin(), extra.end(), *st) != extra.end();
+    for (const auto& d : optim::default_state_recipes()) have = have || d.name == *st;
+    if (!have) extra.push_back(*st);
+  }
+  if (!extra.empty()) {
+    oo.recipes = optim::default_state_recipes();
+    for (const auto& st : extra) oo.recipes.push_back(optim::StateRecipe::parse(st));
+  }
   Json doc = optim::optim_replay(o.trace.string(), oo);
 
   const Json& defs = doc.at("definitions");
@@ -243,19 +249,20 @@ void optim_part(Context& ctx, Section& s) {
             {"state recipe", "state bytes/param", "steps", "param rel. L2", "displacement err.", "update cosine",
              "m NMSE", "v NMSE"},
             rows, "Per-step values are in `data.optim.drift`.");
-    for (const auto& r : o.recipes) {
-      const char* sr = state_recipe_of(r);
-      if (!sr) continue;
+    for (const auto& entry : o.recipes) {
+      const recipe::TrainingRecipe& rec = recipe_of(entry);
+      if (!rec.optimizer_state) continue;
+      const std::string& r = rec.name;
+      const std::string& sr = *rec.optimizer_state;
       const auto bp = bytes_per_param.find(sr);
       ctx.add_summary(r, "optimizer states",
                       fmt::format("{} ({} B/param)", sr,
-                                  bp == bytes_per_param.end() ? (std::string(sr) == "fp32" ? "8" : "n/a")
-                                                              : fmt_num(bp->second, 3)));
+                                  bp == bytes_per_param.end() ? (sr == "fp32" ? "8" : "n/a") : fmt_num(bp->second, 3)));
       const Json* e = drift->find(sr);
       if (e && !e->at("steps").as_array().empty())
         ctx.add_summary(r, "param drift vs fp32 states",
                         fmt_num(num(e->at("steps").as_array().back(), "param_rel_l2"), 3));
-      else if (std::string(sr) == "fp32") ctx.add_summary(r, "param drift vs fp32 states", "0 (reference)");
+      else if (sr == "fp32") ctx.add_summary(r, "param drift vs fp32 states", "0 (reference)");
     }
   }
   if (const Json* rp = doc.find("fp32_replay_max_rel_err"); rp && rp->is_number())

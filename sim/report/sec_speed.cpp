@@ -44,12 +44,15 @@ Json section_speed(Context& ctx) {
     so.recipes.clear();
     std::vector<std::string> skipped;
     for (const auto& r : o.recipes) {
-      if (r == "bf16" || r == "te" || r == "coat") so.recipes.push_back(speed::parse_recipe(r));
-      else skipped.push_back(r);
+      const recipe::TrainingRecipe& rec = recipe_of(r);
+      if (rec.speed_plan) so.recipes.push_back({rec.name, *rec.speed_plan});
+      else skipped.push_back(rec.name);
     }
+    const std::vector<std::string> replayed = recipe::speed_names();
     if (so.recipes.empty()) {
-      s.unavailable("the speed replay models bf16, te and coat only, and none of them is in --recipes",
-                    "add bf16, te or coat to --recipes");
+      s.unavailable(
+          fmt::format("the speed replay models {} only, and none of them is in --recipes", join_prose(replayed, "and")),
+          fmt::format("add {} to --recipes", join_prose(replayed, "or")));
       return s.take();
     }
     const bool measure = gpu_available(ctx) && ctx.hooks.speed_measured;
@@ -196,7 +199,7 @@ Json section_speed(Context& ctx) {
     if (!skipped.empty()) {
       std::string l;
       for (const auto& r : skipped) l += (l.empty() ? "" : ", ") + r;
-      s.para(fmt::format("Not in the speed replay (it models bf16, te and coat): {}.", l));
+      s.para(fmt::format("Not in the speed replay (it models {}): {}.", join_prose(replayed, "and"), l));
     }
     ctx.data["speed"] = std::move(doc);
     return s.take();

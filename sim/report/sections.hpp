@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/common/json.hpp"
+#include "sim/recipe/recipe.hpp"
 #include "sim/report/report.hpp"
 #include "sim/report/section.hpp"
 
@@ -27,10 +28,13 @@ struct Context {
   void add_summary(const std::string& recipe, const std::string& column, std::string cell);
 };
 
-// Checks the model and recipe names against the pieces that use them (throws UsageError).
+// Checks the trace, the model and the recipes (registry names or recipe files, read here once)
+// before any analysis (throws Error / UsageError).
 void validate_pieces(const ReportOptions& opts);
-// Recipe names some piece of the report knows (analyze, memory, speed).
-std::vector<std::string> known_recipes();
+// The recipe an entry of --recipes names: a registry name or a recipe file (recipe::get).
+const recipe::TrainingRecipe& recipe_of(const std::string& entry);
+// Names for prose: "a", "a and b", "a, b and c" (`last` "and" or "or").
+std::string join_prose(const std::vector<std::string>& names, const char* last);
 
 Json section_tensors(Context& ctx);    // analyze: per-tensor quantization error
 Json section_gemm(Context& ctx);       // analyze: per-layer forward GEMM error (Fig. 4(a))

@@ -5,33 +5,34 @@
 #include <algorithm>
 #include <set>
 
-#include "sim/analyze/recipe.hpp"
 #include "sim/common/check.hpp"
-#include "sim/memory/recipes.hpp"
 #include "sim/model/model.hpp"
+#include "sim/recipe/recipe.hpp"
 #include "sim/report/sections.hpp"
 #include "sim/trace/trace.hpp"
 
 namespace fp8sim::report {
 
-std::vector<std::string> known_recipes() {
-  std::set<std::string> all;
-  for (const auto& r : analyze::builtin_recipe_names()) all.insert(r);
-  for (const auto& r : memory::recipe_names()) all.insert(r);
-  for (const char* r : {"bf16", "te", "coat"}) all.insert(r);  // speed
-  return {all.begin(), all.end()};
+const recipe::TrainingRecipe& recipe_of(const std::string& entry) { return recipe::get(entry); }
+
+std::string join_prose(const std::vector<std::string>& names, const char* last) {
+  std::string out;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? fmt::format(" {} ", last) : std::string(", ");
+    out += names[i];
+  }
+  return out;
 }
 
 void validate_pieces(const ReportOptions& o) {
   trace::TraceReader reader(o.trace);  // validates the schema from metadata alone; one-line Error
   model::load_model(o.model);          // one-line Error naming the valid models
-  const auto known = known_recipes();
   for (const auto& r : o.recipes) {
-    if (std::find(known.begin(), known.end(), r) == known.end()) {
-      std::string valid;
-      for (const auto& k : known) valid += (valid.empty() ? "" : ", ") + k;
-      throw UsageError(fmt::format("unknown recipe '{}' in --recipes (valid: {})", r, valid));
-    }
+    std::error_code ec;
+    if (!recipe::is_registered(r) && !std::filesystem::exists(r, ec))
+      throw UsageError(fmt::format("unknown recipe '{}' in --recipes (valid: {}; or a recipe .json file)", r,
+                                   recipe::join(recipe::names())));
+    recipe_of(r);  // reads and validates a recipe file
   }
 }
 

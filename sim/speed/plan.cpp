@@ -54,11 +54,11 @@ KernelOp mk(std::string name, Phase phase, Kind kind, std::string variant, std::
   return op;
 }
 
-// Builds one recipe's kernel list. `T` is tokens per micro-batch (batch x seq).
+// Builds one plan's kernel list. `T` is tokens per micro-batch (batch x seq).
 class Builder {
  public:
-  Builder(const ModelShape& m, Recipe r, const PlanOptions& o)
-      : m_(m), recipe_(r), o_(o), T_(o.batch * o.seq), Q_(m.heads * m.head_dim), KV_(m.kv_heads * m.head_dim) {}
+  Builder(const ModelShape& m, Plan p, const PlanOptions& o)
+      : m_(m), plan_(p), o_(o), T_(o.batch * o.seq), Q_(m.heads * m.head_dim), KV_(m.kv_heads * m.head_dim) {}
 
   std::vector<KernelOp> build() {
     const Linear q{"q_proj", m_.hidden, Q_}, k{"k_proj", m_.hidden, KV_}, v{"v_proj", m_.hidden, KV_},
@@ -72,19 +72,19 @@ class Builder {
     count_ = static_cast<double>(o_.grad_accum);
     add(mk("embedding.fwd", phase_, Kind::EmbeddingFwd, "bf16", {T_, m_.hidden, m_.vocab}), 0,
         static_cast<double>(T_) * m_.hidden * 4 + T_ * 4.0);
-    if (recipe_ == Recipe::COAT) ew(Kind::QuantizeG16, "coat.quantize_begin", "bf16>e4m3g16", T_, m_.hidden, 2 + 1.125);
+    if (plan_ == Plan::COAT) ew(Kind::QuantizeG16, "coat.quantize_begin", "bf16>e4m3g16", T_, m_.hidden, 2 + 1.125);
 
     // ---- the layers, forward ----
     layer_ = true;
     count_ = static_cast<double>(o_.grad_accum) * m_.layers;
-    switch (recipe_) {
-      case Recipe::BF16:
+    switch (plan_) {
+      case Plan::BF16:
         forward_bf16(q, k, v, o, gate, up, down);
         break;
-      case Recipe::TE:
+      case Plan::TE:
         forward_te(q, k, v, o, gate, up, down);
         break;
-      case Recipe::COAT:
+      case Plan::COAT:
         forward_coat(q, k, v, o, gate, up, down);
         break;
     }
@@ -102,7 +102,7 @@ class Builder {
     gemm("lm_head.dgrad", T_, m_.hidden, m_.vocab, "bf16", "bf16", "mk.kn");
     gemm("lm_head.wgrad", m_.vocab, m_.hidden, T_, "bf16", "bf16", "km.kn");
     rmsnorm_bwd("final_norm.bwd", "x=bf16");
-    if (recipe_ == Recipe::COAT) {
+    if (plan_ == Plan::COAT) {
       // The top layer's incoming gradient as per-tensor E5M2 (COAT's add-backward output format).
       ew(Kind::GroupMax, "coat.grad_begin.gmax", "bf16>gmax", T_, m_.hidden, 2 + 0.125);
       reduce_gmax("coat.grad_begin.scale", T_, m_.hidden);
@@ -112,14 +112,14 @@ class Builder {
     // ---- the layers, backward ----
     layer_ = true;
     count_ = static_cast<double>(o_.grad_accum) * m_.layers;
-    switch (recipe_) {
-      case Recipe::BF16:
+    switch (plan_) {
+      case Plan::BF16:
         backward_bf16(q, k, v, o, gate, up, down);
         break;
-      case Recipe::TE:
+      case Plan::TE:
         backward_te(q, k, v, o, gate, up, down);
         break;
-      case Recipe::COAT:
+      case Plan::COAT:
         backward_coat(q, k, v, o, gate, up, down);
         break;
     }
@@ -132,7 +132,7 @@ class Builder {
 
     // ---- once per optimizer step ----
     phase_ = Phase::Step;
-    if (recipe_ != Recipe::BF16) {
+    if (plan_ != Plan::BF16) {
       layer_ = true;
       count_ = static_cast<double>(m_.layers);  // weights are cast once per step, not per micro-batch
       for (const Linear& l : linears) weight_cast(l);
@@ -140,7 +140,7 @@ class Builder {
     layer_ = false;
     const int64_t params_per_gpu = (m_.params + o_.gpus - 1) / o_.gpus;
     count_ = static_cast<double>(params_per_gpu) / static_cast<double>(o_.optimizer_probe_params);
-    if (recipe_ == Recipe::COAT) {
+    if (plan_ == Plan::COAT) {
       add(mk("optimizer.step", phase_, Kind::Optimizer, "adamw_fp8_de", {o_.optimizer_probe_params}), 0,
           o_.optimizer_probe_params * 16.375,
           fmt::format("COAT FP8 AdamW with dynamic range expansion on {} params per GPU ({} GPUs), timed on {} "
@@ -161,7 +161,7 @@ class Builder {
 
  private:
   const ModelShape& m_;
-  Recipe recipe_;
+  Plan plan_;
   PlanOptions o_;
   int64_t T_, Q_, KV_;
   Phase phase_ = Phase::Forward;
@@ -203,7 +203,7 @@ class Builder {
   // A Linear's GEMMs. FP8: every operand K-contiguous (transposed copies made by the casts).
   // COAT's public code runs its FP8 GEMMs with its own Triton kernel; the replay uses cuBLASLt.
   void coat_gemm_deviation() {
-    if (recipe_ == Recipe::COAT)
+    if (plan_ == Plan::COAT)
       deviate("FP8 GEMMs through cuBLASLt (COAT's public code uses its own Triton FP8 GEMM, 128x256x128 tiles)");
   }
   void fprop(const Linear& l, bool fp8) {
@@ -429,7 +429,7 @@ class Builder {
   // Once per step per weight: the FP8 copy and its transpose (for dgrad).
   void weight_cast(const Linear& l) {
     const std::string name = std::string(l.name) + ".weight";
-    if (recipe_ == Recipe::TE)
+    if (plan_ == Plan::TE)
       ew(Kind::CastTranspose, name + ".cast", "bf16>e4m3+e4m3T+amax", l.out, l.in, 4, 4,
          "delayed scaling: scale from the amax history, this pass records the new amax");
     else coat_quantize_pertensor(name, l.out, l.in, "bf16>e4m3+e4m3T");
@@ -438,25 +438,34 @@ class Builder {
 
 }  // namespace
 
-const char* recipe_name(Recipe r) {
-  switch (r) {
-    case Recipe::BF16:
+const char* plan_name(Plan p) {
+  switch (p) {
+    case Plan::BF16:
       return "bf16";
-    case Recipe::TE:
+    case Plan::TE:
       return "te";
-    case Recipe::COAT:
+    case Plan::COAT:
       return "coat";
   }
   return "?";
 }
 
-Recipe parse_recipe(const std::string& s) {
-  for (Recipe r : all_recipes())
-    if (s == recipe_name(r)) return r;
-  throw UsageError(fmt::format("unknown recipe '{}' for the speed replay (valid: bf16, te, coat)", s));
+std::optional<Plan> find_plan(std::string_view name) {
+  for (Plan p : all_plans())
+    if (name == plan_name(p)) return p;
+  return std::nullopt;
 }
 
-std::vector<Recipe> all_recipes() { return {Recipe::BF16, Recipe::TE, Recipe::COAT}; }
+const std::vector<Plan>& all_plans() {
+  static const std::vector<Plan> plans{Plan::BF16, Plan::TE, Plan::COAT};
+  return plans;
+}
+
+std::string plan_names() {
+  std::string out;
+  for (Plan p : all_plans()) out += (out.empty() ? "" : ", ") + std::string(plan_name(p));
+  return out;
+}
 
 const char* phase_name(Phase p) {
   switch (p) {
@@ -518,7 +527,7 @@ void check_shape(const ModelShape& m) {
   FP8SIM_REQUIRE(m.head_dim % 2 == 0, "model '{}': head_dim {} must be even for RoPE", m.name, m.head_dim);
 }
 
-std::vector<KernelOp> build_plan(const ModelShape& m, Recipe recipe, const PlanOptions& o) {
+std::vector<KernelOp> build_plan(const ModelShape& m, Plan plan, const PlanOptions& o) {
   check_shape(m);
   FP8SIM_REQUIRE(o.batch > 0 && o.seq > 0 && o.gpus > 0 && o.grad_accum > 0 && o.optimizer_probe_params > 0,
                  "batch, seq, gpus and grad-accum must be positive (got {}, {}, {}, {})", o.batch, o.seq, o.gpus,
@@ -528,7 +537,7 @@ std::vector<KernelOp> build_plan(const ModelShape& m, Recipe recipe, const PlanO
     throw UsageError(
         fmt::format("--batch x --seq = {} tokens is not a multiple of 16, which the FP8 wgrad GEMM (K = tokens) needs",
                     o.batch * o.seq));
-  return Builder(m, recipe, o).build();
+  return Builder(m, plan, o).build();
 }
 
 Fig4bOps fig4b_ops(int64_t rows, int64_t cols) {

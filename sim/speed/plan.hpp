@@ -8,7 +8,8 @@
 // time under. The GPU replay (gpu/speed) runs each distinct key; the CPU model (speed.hpp) sums
 // count x time. Nothing here depends on CUDA.
 //
-// The recipes (docs/speed-model.md):
+// The plans (docs/speed-model.md); a training recipe names the one it runs (sim/recipe,
+// "speed_plan"), and a recipe that names none is not modelled:
 //  * bf16: every GEMM and non-linear op in BF16 (PyTorch autocast-style Llama layer).
 //  * te:   TransformerEngine-style per-tensor delayed scaling: each distinct Linear input is
 //          cast once to E4M3 plus a transposed E4M3 copy (one fused cast+transpose pass that also
@@ -20,15 +21,19 @@
 //          a stage-2 max over the maxima, then one cast(+transpose) pass); gate/up outputs are
 //          quantized 1x16; attention (RoPE + flash) stays BF16.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fp8sim::speed {
 
-enum class Recipe { BF16, TE, COAT };
-const char* recipe_name(Recipe r);
-Recipe parse_recipe(const std::string& s);  // UsageError naming the valid ones
-std::vector<Recipe> all_recipes();
+// The kernel sequences the replay implements.
+enum class Plan { BF16, TE, COAT };
+const char* plan_name(Plan p);
+std::optional<Plan> find_plan(std::string_view name);
+const std::vector<Plan>& all_plans();
+std::string plan_names();  // "bf16, te, coat": every plan, for messages
 
 // The model dimensions the replay needs (filled from models/NAME.json by speed.cpp).
 struct ModelShape {
@@ -104,8 +109,8 @@ struct PlanOptions {
   int64_t optimizer_probe_params = int64_t{1} << 28;  // size the optimizer kernel is timed at
 };
 
-// Every kernel of one optimizer step of `recipe` on one GPU, in execution order.
-std::vector<KernelOp> build_plan(const ModelShape& m, Recipe recipe, const PlanOptions& o);
+// Every kernel of one optimizer step of `plan` on one GPU, in execution order.
+std::vector<KernelOp> build_plan(const ModelShape& m, Plan plan, const PlanOptions& o);
 
 // The per-tensor max of a rows x cols BF16 tensor two ways (COAT Fig. 4(b)): the just-in-time
 // full pass, and Group Scaling (stage 1 = extra cost of writing 1x16 group maxima from the

@@ -25,7 +25,7 @@ struct Table7Row {
   const char* model;
   int64_t gpus;
   int64_t seq;
-  int64_t batch[3];     // bf16, te, coat
+  int64_t batch[3];     // by plan_index: the BF16, TE and COAT plans
   double paper_tps[3];  // tokens/s/GPU
 };
 const std::vector<Table7Row>& table7_rows() {
@@ -38,7 +38,7 @@ const std::vector<Table7Row>& table7_rows() {
   return rows;
 }
 
-int recipe_index(Recipe r) { return r == Recipe::BF16 ? 0 : r == Recipe::TE ? 1 : 2; }
+int plan_index(Plan p) { return p == Plan::BF16 ? 0 : p == Plan::TE ? 1 : 2; }
 
 const char* category(Kind k) {
   switch (k) {
@@ -86,9 +86,19 @@ std::string utc_now() {
   return buf;
 }
 
-int64_t batch_for(const SpeedOptions& o, Recipe r) {
-  auto it = o.recipe_batch.find(r);
+int64_t batch_for(const SpeedOptions& o, const std::string& recipe) {
+  auto it = o.recipe_batch.find(recipe);
   return it == o.recipe_batch.end() ? o.batch : it->second;
+}
+
+// The plan under its own name (Table 7's methods, the BF16 baseline, the validation rows).
+PlanRecipe plain(Plan p) { return {plan_name(p), p}; }
+
+// The listed recipe speedups are taken against: the first that runs the BF16 plan, or none.
+const PlanRecipe* listed_baseline(const SpeedOptions& o) {
+  for (const PlanRecipe& r : o.recipes)
+    if (r.plan == Plan::BF16) return &r;
+  return nullptr;
 }
 
 PlanOptions plan_options(const SpeedOptions& o, int64_t batch, int64_t seq, int64_t gpus) {
@@ -201,9 +211,9 @@ std::vector<Measurement> torch_measurements(const Json& doc) {
 }
 
 // ------------------------------------------------------------------------------- evaluation
-Json evaluate_recipe(const ModelShape& m, Recipe r, const PlanOptions& po, const Calibration& cal,
+Json evaluate_recipe(const ModelShape& m, const PlanRecipe& r, const PlanOptions& po, const Calibration& cal,
                      const SpeedOptions& opts, bool with_ops) {
-  const std::vector<KernelOp> plan = build_plan(m, r, po);
+  const std::vector<KernelOp> plan = build_plan(m, r.plan, po);
   double layer_fwd = 0, layer_bwd = 0, outside = 0, weight_cast = 0, optimizer = 0, compute = 0, flops = 0;
   double measured_ms = 0;
   std::map<std::string, double> by_category;
@@ -255,7 +265,7 @@ Json evaluate_recipe(const ModelShape& m, Recipe r, const PlanOptions& po, const
   const double tokens = static_cast<double>(po.batch) * po.seq * po.grad_accum;
 
   Json j = Json::object();
-  j["recipe"] = recipe_name(r);
+  j["recipe"] = r.name;
   j["batch"] = po.batch;
   j["seq"] = po.seq;
   j["gpus"] = po.gpus;
@@ -287,7 +297,7 @@ Json evaluate_recipe(const ModelShape& m, Recipe r, const PlanOptions& po, const
 Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
   validate_run_sizes({.batch = opts.batch, .seq = opts.seq, .gpus = opts.gpus, .grad_accum = opts.grad_accum});
   for (const auto& [r, b] : opts.recipe_batch)
-    validate_run_sizes({.batch = b, .seq = opts.seq, .batch_option = fmt::format("--batch for {}", recipe_name(r))});
+    validate_run_sizes({.batch = b, .seq = opts.seq, .batch_option = fmt::format("--batch for {}", r)});
   FP8SIM_REQUIRE(!opts.recipes.empty(), "no recipes given");
   FP8SIM_REQUIRE(opts.fsdp_comm == "none" || opts.fsdp_comm == "serial" || opts.fsdp_comm == "overlap",
                  "--fsdp-comm must be none, serial or overlap (not '{}')", opts.fsdp_comm);
@@ -326,16 +336,16 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
         if (seen.insert(op.key()).second) wanted.push_back(op);
       }
     };
-    for (Recipe r : opts.recipes)
-      want(build_plan(shape, r, plan_options(opts, batch_for(opts, r), opts.seq, opts.gpus)));
-    if (std::find(opts.recipes.begin(), opts.recipes.end(), Recipe::BF16) == opts.recipes.end())  // speedup's base
-      want(build_plan(shape, Recipe::BF16, plan_options(opts, batch_for(opts, Recipe::BF16), opts.seq, opts.gpus)));
+    for (const PlanRecipe& r : opts.recipes)
+      want(build_plan(shape, r.plan, plan_options(opts, batch_for(opts, r.name), opts.seq, opts.gpus)));
+    if (!listed_baseline(opts))  // speedup's base
+      want(build_plan(shape, Plan::BF16, plan_options(opts, opts.batch, opts.seq, opts.gpus)));
     if (opts.table7)
       for (const Table7Row& row : table7_rows())
-        for (Recipe r : all_recipes()) {
-          const int64_t b = row.batch[recipe_index(r)];  // 0: out of memory in the paper, not evaluated
+        for (Plan r : all_plans()) {
+          const int64_t b = row.batch[plan_index(r)];  // 0: out of memory in the paper, not evaluated
           if (b) want(build_plan(t7_models.at(row.model), r, plan_options(opts, b, row.seq, row.gpus)));
-          if (r == Recipe::COAT && row.batch[0])
+          if (r == Plan::COAT && row.batch[0])
             want(build_plan(t7_models.at(row.model), r, plan_options(opts, row.batch[0], row.seq, row.gpus)));
         }
     if (opts.fig4b)
@@ -351,7 +361,7 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
         if (!c.is_object() || c.contains("error") || !c.contains("model")) continue;
         try {
           const ModelShape ms = load_model_shape(c.at("model").as_string());
-          want(build_plan(ms, Recipe::BF16, plan_options(opts, c.at("batch").as_int(), c.at("seq").as_int(), 1)));
+          want(build_plan(ms, Plan::BF16, plan_options(opts, c.at("batch").as_int(), c.at("seq").as_int(), 1)));
         } catch (const Error& e) {
           notes.push_back(fmt::format("PyTorch config '{}' not replayed: {}", c.at("model").as_string(), e.what()));
         }
@@ -445,17 +455,19 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
   // ---- the requested configuration
   Json recipes = Json::array();
   double bf16_tps = 0;
-  for (Recipe r : opts.recipes) {
-    Json rj = evaluate_recipe(shape, r, plan_options(opts, batch_for(opts, r), opts.seq, opts.gpus), cal, opts, true);
-    if (r == Recipe::BF16) bf16_tps = rj.at("tokens_per_s_per_gpu").as_number();
+  const PlanRecipe* base = listed_baseline(opts);
+  for (const PlanRecipe& r : opts.recipes) {
+    Json rj =
+        evaluate_recipe(shape, r, plan_options(opts, batch_for(opts, r.name), opts.seq, opts.gpus), cal, opts, true);
+    if (&r == base) bf16_tps = rj.at("tokens_per_s_per_gpu").as_number();
     recipes.push_back(std::move(rj));
   }
-  if (bf16_tps <= 0 && std::find(opts.recipes.begin(), opts.recipes.end(), Recipe::BF16) == opts.recipes.end()) {
+  if (!base) {
     // Speedups are always against BF16: evaluate it even when not listed.
-    bf16_tps = evaluate_recipe(shape, Recipe::BF16,
-                               plan_options(opts, batch_for(opts, Recipe::BF16), opts.seq, opts.gpus), cal, opts, false)
-                   .at("tokens_per_s_per_gpu")
-                   .as_number();
+    bf16_tps =
+        evaluate_recipe(shape, plain(Plan::BF16), plan_options(opts, opts.batch, opts.seq, opts.gpus), cal, opts, false)
+            .at("tokens_per_s_per_gpu")
+            .as_number();
   }
   for (Json& rj : recipes.as_array()) rj["speedup_vs_bf16"] = rj.at("tokens_per_s_per_gpu").as_number() / bf16_tps;
   doc["recipes"] = recipes;
@@ -503,14 +515,14 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
       r["seq"] = row.seq;
       double tps[3] = {0, 0, 0};
       Json methods = Json::array();
-      for (Recipe rc : all_recipes()) {
-        const int i = recipe_index(rc);
+      for (Plan rc : all_plans()) {
+        const int i = plan_index(rc);
         Json mj = Json::object();
-        mj["recipe"] = recipe_name(rc);
+        mj["recipe"] = plan_name(rc);
         mj["batch"] = row.batch[i];
         mj["paper_tokens_per_s_per_gpu"] = row.paper_tps[i] > 0 ? Json(row.paper_tps[i]) : Json();
         if (row.batch[i] > 0) {
-          Json ev = evaluate_recipe(ms, rc, plan_options(o, row.batch[i], row.seq, row.gpus), cal, o, false);
+          Json ev = evaluate_recipe(ms, plain(rc), plan_options(o, row.batch[i], row.seq, row.gpus), cal, o, false);
           tps[i] = ev.at("tokens_per_s_per_gpu").as_number();
           mj["tokens_per_s_per_gpu"] = tps[i];
           mj["step_ms"] = ev.at("step_ms").as_number();
@@ -528,7 +540,8 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
         r["paper_te_vs_bf16"] = row.paper_tps[1] / row.paper_tps[0];
         r["paper_coat_vs_bf16"] = row.paper_tps[2] / row.paper_tps[0];
         // COAT at BF16's batch separates the kernel speedup from the larger-batch effect.
-        Json same = evaluate_recipe(ms, Recipe::COAT, plan_options(o, row.batch[0], row.seq, row.gpus), cal, o, false);
+        Json same =
+            evaluate_recipe(ms, plain(Plan::COAT), plan_options(o, row.batch[0], row.seq, row.gpus), cal, o, false);
         r["coat_vs_bf16_same_batch"] = same.at("tokens_per_s_per_gpu").as_number() / tps[0];
       }
       rows.push_back(r);
@@ -549,7 +562,7 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
         continue;
       }
       const int64_t b = c.at("batch").as_int(), s = c.at("seq").as_int();
-      Json ev = evaluate_recipe(ms, Recipe::BF16, plan_options(opts, b, s, 1), cal, opts, true);
+      Json ev = evaluate_recipe(ms, plain(Plan::BF16), plan_options(opts, b, s, 1), cal, opts, true);
       double gemm = 0, attn = 0, other = 0;
       for (const Json& op : ev.at("ops").as_array()) {
         if (!op.at("per_layer").as_bool() || op.at("phase").as_string() == "step") continue;

@@ -1,7 +1,7 @@
 #pragma once
-// `fp8sim speed`: predicted step time, tokens/s per GPU and speedup vs BF16 for the bf16, te and
-// coat recipes of a model, from kernel times measured on a GPU (now, through a MeasureFn the
-// CUDA build passes in, or earlier, through a calibration file).
+// `fp8sim speed`: predicted step time, tokens/s per GPU and speedup vs BF16 for the recipes of a
+// model that name a plan (plan.hpp), from kernel times measured on a GPU (now, through a
+// MeasureFn the CUDA build passes in, or earlier, through a calibration file).
 //
 // step = grad_accum x (layers x (layer forward + backward) + embedding/final norm/LM head/loss)
 //        + layers x weight casts (FP8 recipes) + optimizer step on params / gpus
@@ -21,12 +21,20 @@
 
 namespace fp8sim::speed {
 
+// A recipe as the replay sees it: the name it is reported under and the plan it runs.
+struct PlanRecipe {
+  std::string name;
+  Plan plan = Plan::BF16;
+};
+
 struct SpeedOptions {
-  std::string model = "llama2-7b";         // models/NAME.json or a path to a model JSON
-  int64_t batch = 1;                       // micro-batch per GPU, every recipe
-  std::map<Recipe, int64_t> recipe_batch;  // per-recipe overrides (Table 7 runs each at its max batch)
+  std::string model = "llama2-7b";              // models/NAME.json or a path to a model JSON
+  int64_t batch = 1;                            // micro-batch per GPU, every recipe
+  std::map<std::string, int64_t> recipe_batch;  // per-recipe overrides, by recipe name
   int64_t seq = 2048;
-  std::vector<Recipe> recipes = all_recipes();
+  // The recipes to evaluate, in order (callers take them from the recipe registry, sim/recipe).
+  // Speedups are against the first that runs the BF16 plan, else the BF16 plan at `batch`.
+  std::vector<PlanRecipe> recipes;
   int64_t gpus = 1;        // FSDP data-parallel GPUs: shards the optimizer step
   int64_t grad_accum = 1;  // micro-batches per optimizer step
   // FSDP communication per micro-batch: all-gather the BF16 weights for forward and again for
@@ -81,7 +89,7 @@ std::vector<std::vector<std::string>> table7_cells(const Json& table7, const std
 
 // Per-recipe evaluation of one configuration against a calibration (used by speed_report and
 // tests): the kernels with their predicted times and the sums.
-Json evaluate_recipe(const ModelShape& m, Recipe r, const PlanOptions& po, const Calibration& cal,
+Json evaluate_recipe(const ModelShape& m, const PlanRecipe& r, const PlanOptions& po, const Calibration& cal,
                      const SpeedOptions& opts, bool with_ops);
 
 }  // namespace fp8sim::speed
