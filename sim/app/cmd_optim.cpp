@@ -90,11 +90,14 @@ int run_optim(const std::vector<std::string>& args) {
   int steps = 0, threads = 0;
   int64_t table1_step = -1;
   std::string seed_text = "0";
-  opts.add_options()(
-      "recipe,r", po::value(&recipes)->composing(),
-      "state recipe for the drift and memory tables (repeatable): fp32, bf16, coat, coat-noexpand, te-fp8, fp8lm, "
-      "or m=SPEC,v=SPEC with SPEC fp32 or a quantization spec. Default: coat coat-noexpand te-fp8 fp8lm bf16")(
-      "steps,n", po::value(&steps)->default_value(0), "drift steps from the window start (0 = the whole window)")(
+  std::string presets, defaults;
+  for (const auto& p : optim::state_recipe_presets()) presets += std::string(p.name) + ", ";
+  for (const auto& r : optim::default_state_recipes()) defaults += (defaults.empty() ? "" : " ") + r.name;
+  opts.add_options()("recipe,r", po::value(&recipes)->composing(),
+                     ("state recipe for the drift and memory tables (repeatable): " + presets +
+                      "or m=SPEC,v=SPEC with SPEC fp32 or a quantization spec. Default: " + defaults)
+                         .c_str())("steps,n", po::value(&steps)->default_value(0),
+                                   "drift steps from the window start (0 = the whole window)")(
       "json", po::value(&json_out), "write the full result as JSON (atomically; - : stdout)")(
       "update", po::value(&update)->default_value("coat"),
       "AdamW update rule of the drift runs: coat (COAT's kernel formula) or torch (torch.optim.AdamW's order)")(

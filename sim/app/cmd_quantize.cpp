@@ -83,6 +83,7 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
           "how a peer computes: amax_floor=F, scale_div=ieee|rcp|fdiv (amax/fmax as an IEEE division,\n"
           "times RN(1/fmax), or the GPU's div.full), apply=div|rcp|fdiv|mul (x/s, x*RN(1/s), div.full,\n"
           "TE's x*fmax/amax), mx=rceil|floor|ceil|even (E8M0 rounding), de_min=nonzero|kernel.\n"
+          // NOT-RECIPES: formats and spec aliases.
           "Aliases named after a peer reproduce its kernel bit for bit on finite inputs (docs/numerics.md):\n"
           "deepseek-act, deepseek-w (+ -ue8m0), te-current, te-current-pow2, te-delayed, te-mxfp8,\n"
           "torchao-mxfp8 (FLOOR), torchao-mxfp8-rceil, coat-act, coat-w, coat-opt, coat-opt-noexpand;\n"

@@ -20,8 +20,7 @@ int run_recipes(const std::vector<std::string>& args) {
   std::string json_out;
   opts.add_options()("recipe", po::value(&wanted)->multitoken(),
                      "recipes to show: registry names or recipe .json files (positional; default: the whole registry)")(
-      "json", po::value(&json_out),
-      "write every recipe, resolved (base applied), as JSON (atomically; - : stdout)");
+      "json", po::value(&json_out), "write every recipe, resolved (base applied), as JSON (atomically; - : stdout)");
   po::positional_options_description pos;
   pos.add("recipe", -1);
   po::variables_map vm;

@@ -117,7 +117,7 @@ int run_report_cmd(const std::vector<std::string>& args) {
                   "Examples:\n"
                   "  fp8sim report                                   # sample trace, llama2-7b, 4 GPUs -> ./report\n"
                   "  fp8sim report my_trace.h5 --model llama3-8b --gpus 8 --out reports/mine\n"
-                  "  fp8sim report --recipes bf16,coat --no-plots --out /tmp/r"))
+                  "  fp8sim report --recipes coat,my_recipe.json --no-plots --out /tmp/r"))
     return 0;
 
   report::ReportOptions o;

@@ -204,6 +204,7 @@ std::vector<BenchItem> make_plan(const BenchOptions& o) {
   if (wanted(o, "adamw")) {
     const int64_t n = s ? (int64_t{16} << 20) : (int64_t{256} << 20);
     std::vector<std::string> recipes = {"fp32", "coat"};
+    // NOT-RECIPES: optimizer-state presets (sim/optim/state_recipe.hpp), not training recipes.
     if (!s) recipes.insert(recipes.end(), {"coat-noexpand", "te-fp8", "fp8lm", "bf16"});
     for (const auto& r : recipes) plan.push_back(adamw_item(r, n));
   }

@@ -300,6 +300,7 @@ void run_adamw(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops
     optim::UpdateRule rule;
     bool fused;
   };
+  // NOT-RECIPES: optimizer-state presets (sim/optim/state_recipe.hpp), not training recipes.
   std::vector<RecipeCase> cases = {
       {"fp32", optim::UpdateRule::Torch, false},         {"bf16", optim::UpdateRule::Coat, false},
       {"coat", optim::UpdateRule::Coat, true},           {"coat", optim::UpdateRule::Coat, false},

@@ -10,6 +10,7 @@
 namespace fp8sim::memory {
 
 const std::vector<PaperTable7Entry>& paper_table7() {
+  // NOT-RECIPES: a published table, keyed by the recipes the paper measured.
   static const std::vector<PaperTable7Entry> t = {
       // Llama-2-7B, 1 GPU, batch 1: only COAT fits.
       {"llama2-7b", 1, 1, 2048, "bf16", kNoValue, kNoValue, kNoValue, true, 0},
@@ -44,6 +45,7 @@ const std::vector<PaperTable7Entry>& paper_table7() {
 }
 
 const std::vector<PaperFig1cEntry>& paper_fig1c() {
+  // NOT-RECIPES: a published table, keyed by the recipes the paper measured.
   static const std::vector<PaperFig1cEntry> t = {
       {"bf16", 6.3, 6.3, 40.2, 12.6, 65.4},
       {"te", 6.3, 6.3, 36.9, 12.6, 62.1},
@@ -56,6 +58,7 @@ const std::vector<PaperFig1cEntry>& paper_fig1c() {
 const std::vector<PaperTable2Entry>& paper_table2() {
   // 5.66U / 3.33U / 22.66U / 18.33U / 13.33U are the paper's truncations of 17/3, 10/3, 68/3,
   // 55/3 and 40/3 (with ffn = 8/3 hidden, the idealised Llama MLP).
+  // NOT-RECIPES: a published table, keyed by the recipes the paper measured.
   static const std::vector<PaperTable2Entry> t = {
       {"bf16", 4, 8, 2, 3, 17.0 / 3.0, 68.0 / 3.0},
       {"te", 2, 8, 2, 3, 10.0 / 3.0, 55.0 / 3.0},

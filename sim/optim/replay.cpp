@@ -16,6 +16,7 @@ namespace fp8sim::optim {
 
 std::vector<StateRecipe> default_state_recipes() {
   std::vector<StateRecipe> out;
+  // NOT-RECIPES: optimizer-state presets, not training recipes.
   for (const char* n : {"coat", "coat-noexpand", "te-fp8", "fp8lm", "bf16"}) out.push_back(StateRecipe::parse(n));
   return out;
 }

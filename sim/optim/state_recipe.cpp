@@ -9,6 +9,7 @@
 namespace fp8sim::optim {
 
 const std::vector<StateRecipePreset>& state_recipe_presets() {
+  // NOT-RECIPES: the optimizer-state presets; a training recipe names one (sim/recipe).
   static const std::vector<StateRecipePreset> presets = {
       {"fp32", "fp32", "fp32", "fp32 moments (torch.optim.AdamW): the reference"},
       {"bf16", "bf16", "bf16", "bf16 moments, no scale (DeepSeek-V3)"},

@@ -131,6 +131,7 @@ constexpr Alias kAliases[] = {
     {"te-delayed", "e4m3:tensor:delayed=1024,max"},
 };
 
+// NOT-RECIPES: formats and spec aliases.
 constexpr const char* kValidFormats =
     "e4m3, e5m2, bf16, fp16 (or an alias: mxfp8, mxfp8-e5m2, te-mxfp8, torchao-mxfp8, torchao-mxfp8-rceil, "
     "coat-opt, coat-opt-noexpand, coat-act, coat-w, deepseek-act, deepseek-act-ue8m0, deepseek-w, "

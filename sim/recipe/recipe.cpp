@@ -286,8 +286,8 @@ bool is_colour(const std::string& s) {
          std::all_of(s.begin() + 1, s.end(), [](unsigned char c) { return std::isxdigit(c) != 0; });
 }
 
-TrainingRecipe resolve(const Json& doc, const std::string& origin, const std::string& default_name,
-                       const BaseLookup& find_base) {
+TrainingRecipe resolve(const Json& doc, const std::string& origin, const fs::path& file,
+                       const std::string& default_name, const BaseLookup& find_base) {
   const Doc d(origin);
   FP8SIM_REQUIRE(doc.is_object(), "recipe {}: the document must be a JSON object", origin);
   d.only_keys(doc, "",
@@ -307,7 +307,7 @@ TrainingRecipe resolve(const Json& doc, const std::string& origin, const std::st
     r.optimizer_state = base->optimizer_state;
     r.speed_plan = base->speed_plan;
   }
-  r.file = origin;
+  r.file = file;
   r.name = default_name;
   if (const Json* v = doc.find("name")) r.name = d.str(*v, "name");
   if (r.name.empty()) d.fail("name", "is empty");
@@ -377,8 +377,8 @@ bool is_recipe_name(const std::string& s) {
 std::vector<TrainingRecipe> load_registry() {
   const fs::path dir = recipes_dir();
   std::error_code ec;
-  FP8SIM_REQUIRE(fs::is_directory(dir, ec), "no recipes folder at '{}' (set FP8SIM_RECIPES_DIR to a folder of recipe files)",
-                 dir.string());
+  FP8SIM_REQUIRE(fs::is_directory(dir, ec),
+                 "no recipes folder at '{}' (set FP8SIM_RECIPES_DIR to a folder of recipe files)", dir.string());
   std::vector<fs::path> files;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
     if (it->path().extension() == ".json") files.push_back(it->path());
@@ -386,7 +386,12 @@ std::vector<TrainingRecipe> load_registry() {
   FP8SIM_REQUIRE(!files.empty(), "the recipes folder '{}' holds no recipe (*.json) files", dir.string());
   std::sort(files.begin(), files.end());
 
-  std::map<std::string, std::pair<std::string, Json>> docs;  // name -> (origin, document)
+  struct Entry {
+    fs::path file;
+    std::string origin;
+    Json doc;
+  };
+  std::map<std::string, Entry> docs;
   for (const auto& p : files) {
     const std::string origin = source_relative(p);
     const std::string name = p.stem().string();
@@ -394,7 +399,7 @@ std::vector<TrainingRecipe> load_registry() {
                    "recipe {}: '{}' is not a recipe name (a recipe file is named NAME.json, NAME of letters, digits "
                    "and . _ - +)",
                    origin, name);
-    docs.emplace(name, std::make_pair(origin, read_doc(p, origin)));
+    docs.emplace(name, Entry{p, origin, read_doc(p, origin)});
   }
 
   std::map<std::string, TrainingRecipe> done;
@@ -402,14 +407,14 @@ std::vector<TrainingRecipe> load_registry() {
   std::function<const TrainingRecipe&(const std::string&)> resolve_name =
       [&](const std::string& name) -> const TrainingRecipe& {
     if (const auto it = done.find(name); it != done.end()) return it->second;
-    const auto& [origin, doc] = docs.at(name);
+    const auto& [file, origin, doc] = docs.at(name);
     if (std::find(stack.begin(), stack.end(), name) != stack.end()) {
       std::string cycle;
       for (const auto& s : stack) cycle += s + " -> ";
       throw Error(fmt::format("recipe {}: \"base\" makes a cycle ({}{})", origin, cycle, name));
     }
     stack.push_back(name);
-    TrainingRecipe r = resolve(doc, origin, name, [&](const std::string& b) -> const TrainingRecipe& {
+    TrainingRecipe r = resolve(doc, origin, file, name, [&](const std::string& b) -> const TrainingRecipe& {
       if (!docs.count(b))
         throw Error(fmt::format("recipe {}: \"base\" names unknown recipe '{}' (recipes: {})", origin, b, [&] {
           std::string l;
@@ -480,12 +485,13 @@ bool is_registered(std::string_view name) {
 }
 
 TrainingRecipe parse(const Json& doc, const std::string& origin) {
-  return resolve(doc, origin, fs::path(origin).stem().string(), [&](const std::string& b) -> const TrainingRecipe& {
-    for (const auto& r : all())
-      if (r.name == b) return r;
-    throw Error(
-        fmt::format("recipe {}: \"base\" names unknown recipe '{}' (recipes: {})", origin, b, join(names())));
-  });
+  return resolve(
+      doc, origin, origin, fs::path(origin).stem().string(), [&](const std::string& b) -> const TrainingRecipe& {
+        for (const auto& r : all())
+          if (r.name == b) return r;
+        throw Error(
+            fmt::format("recipe {}: \"base\" names unknown recipe '{}' (recipes: {})", origin, b, join(names())));
+      });
 }
 
 const TrainingRecipe& get(const std::string& name_or_file) {
