@@ -36,6 +36,7 @@ const std::vector<std::string> kCheckedNow = {
     "scripts/",
     "traces/",
     "models/",
+    "recipes/",  // the training recipes (recipes/*.json)
     ".ci/",
     "CMakeLists.txt",
     "CMakePresets.json",

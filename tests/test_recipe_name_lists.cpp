@@ -66,7 +66,8 @@ std::vector<Token> tokenize(const std::string& s, bool script) {
       const size_t j = until(i, "\n");
       out.push_back({Token::Comment, s.substr(i, j - i)});
       i = j;
-    } else if (!script && s.compare(i, 2, "R\"") == 0 && (i == 0 || !std::isalnum(static_cast<unsigned char>(s[i - 1])))) {
+    } else if (!script && s.compare(i, 2, "R\"") == 0 &&
+               (i == 0 || !std::isalnum(static_cast<unsigned char>(s[i - 1])))) {
       const size_t open = until(i + 2, "(");
       const std::string delim = ")" + s.substr(i + 2, open - i - 2) + "\"";
       const size_t j = until(open, delim);
@@ -108,8 +109,7 @@ std::vector<Token> tokenize(const std::string& s, bool script) {
 // The findings in one source: "list {a, b}" or "string \"...\"".
 std::vector<std::string> scan(const std::string& text, bool script, const std::vector<std::string>& names) {
   std::vector<std::regex> words;
-  for (const auto& nm : names)
-    words.emplace_back("(^|[^A-Za-z0-9_=:.-])" + nm + "($|[^A-Za-z0-9_=:-])");
+  for (const auto& nm : names) words.emplace_back("(^|[^A-Za-z0-9_=:.-])" + nm + "($|[^A-Za-z0-9_=:-])");
   std::vector<std::string> found;
   std::set<std::string> statement;
   bool exempt = false;
@@ -138,10 +138,10 @@ const std::vector<std::string> kNames = {"bf16", "coat", "deepseek", "fp8lm", "m
 
 TEST(RecipeNameLists, TheScanFindsListsAndLeavesOtherUsesAlone) {
   // What the registry replaced.
-  EXPECT_EQ(scan(R"x(std::vector<std::string> f() { return {"bf16", "te", "coat", "fp8lm", "deepseek"}; })x", false,
-                 kNames)
-                .size(),
-            1u);
+  EXPECT_EQ(
+      scan(R"x(std::vector<std::string> f() { return {"bf16", "te", "coat", "fp8lm", "deepseek"}; })x", false, kNames)
+          .size(),
+      1u);
   EXPECT_EQ(scan(R"x(if (r == "bf16" || r == "te" || r == "coat") x.push_back(r);)x", false, kNames).size(), 1u);
   EXPECT_EQ(scan(R"x(m = {
       {"bf16", "fp32"},

@@ -105,7 +105,8 @@ TEST(RecipeFiles, MalformedFilesFailWithOneLineNamingTheFileAndField) {
   expect_bad(R"({"base": "coat", "colour": "red"})", {"\"colour\"", "#rrggbb"});
   expect_bad(R"({"base": "coat", "order": 1.5})", {"\"order\"", "integer"});
   expect_bad(R"({"base": "coat", "default_in_report": "yes"})", {"\"default_in_report\"", "true or false"});
-  expect_bad(R"({"base": "coat", "speed_plan": "fp8lm"})", {"\"speed_plan\"", "unknown plan 'fp8lm'", "bf16, te, coat"});
+  expect_bad(R"({"base": "coat", "speed_plan": "fp8lm"})",
+             {"\"speed_plan\"", "unknown plan 'fp8lm'", "bf16, te, coat"});
   expect_bad(R"({"base": "coat", "optimizer_state": "fp4"})", {"\"optimizer_state\"", "fp4"});
   expect_bad(R"({"base": "coat", "optimizer_state": "m=e4m3:tensor:delayed=16,v=fp32"})",
              {"\"optimizer_state\"", "delayed"});
@@ -300,8 +301,8 @@ TEST(RecipeFiles, AUserFileWorksWhereARegistryNameDoes) {
   r = run({"memory", "--model", "llama2-7b", "--recipe", file, "--json", "-", "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(Json::parse(r.out).at("recipe").as_string(), "mine");
-  r = run({"speed", "--recipes", "bf16," + file, "--calibration", "reports/h200/calibration.json", "--json", "-",
-           "-q"});
+  r = run(
+      {"speed", "--recipes", "bf16," + file, "--calibration", "reports/h200/calibration.json", "--json", "-", "-q"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(find_named(Json::parse(r.out).at("recipes"), "recipe", "mine"), nullptr);
   // A recipe without a memory model or a speed plan is refused there, naming those with one.

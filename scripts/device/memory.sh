@@ -21,6 +21,7 @@ BUNDLE=${FP8SIM_BUNDLE:-$ROOT/.bundle}
 if [ -x "$BUNDLE/fp8sim" ]; then
   export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export FP8SIM_MODELS_DIR="$ROOT/models"
+  export FP8SIM_RECIPES_DIR="$ROOT/recipes"
   # A miss (> 10%) exits 1 but the table is still written: keep both.
   "$BUNDLE/fp8sim" memory --validate "$OUT/memory/memory_measured.json" --json "$OUT/memory/memory_validate.json" \
     > "$OUT/memory/memory_validate.txt" 2>&1 || echo "fp8sim memory --validate: exit $?" >> "$OUT/memory/memory_validate.txt"

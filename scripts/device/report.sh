@@ -18,6 +18,7 @@ export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # The binary was built elsewhere: point it at this tree's scripts, models, traces and calibration.
 export FP8SIM_SOURCE_DIR="$ROOT"
 export FP8SIM_MODELS_DIR="$ROOT/models"
+export FP8SIM_RECIPES_DIR="$ROOT/recipes"
 export FP8SIM_PYTHON="${FP8SIM_PYTHON:-$(command -v python3)}"
 export FP8SIM_PROGRESS=0
 export PYTHONUNBUFFERED=1

@@ -25,6 +25,7 @@ export LD_LIBRARY_PATH="$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 RUN=""
 [ -x "$BUNDLE/run" ] && RUN="$BUNDLE/run"
 export FP8SIM_MODELS_DIR="$ROOT/models"
+export FP8SIM_RECIPES_DIR="$ROOT/recipes"
 export PYTHONUNBUFFERED=1
 status=0
 t0=$(date +%s)

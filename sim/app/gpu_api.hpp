@@ -25,8 +25,9 @@
 
 namespace fp8sim::gpu_api {
 
-// Bumped whenever Api changes: a module of another version is refused, not called.
-inline constexpr int kAbiVersion = 1;
+// Bumped whenever Api or a type it passes (SpeedOptions, ...) changes: a module of another version
+// is refused, not called.
+inline constexpr int kAbiVersion = 2;
 
 struct Api {
   int abi_version;
