@@ -195,8 +195,11 @@ TEST(RecipeRegistry, ANewRecipeFileShowsInEveryCommandThatListsRecipes) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json a = Json::parse(r.out);
   EXPECT_EQ(a.at("recipe").at("name").as_string(), name);
-  for (const Json& t : a.at("tensors").as_array())
-    if (t.at("role").as_string() == "exp_avg") EXPECT_EQ(t.at("spec").as_string(), canon("bf16"));
+  for (const Json& t : a.at("tensors").as_array()) {
+    if (t.at("role").as_string() == "exp_avg") {
+      EXPECT_EQ(t.at("spec").as_string(), canon("bf16"));
+    }
+  }
 
   // memory lists and compares it: COAT's activations, DeepSeek's (BF16) moments.
   r = f.run({"memory", "--list-recipes", "--json", "-", "-q"});

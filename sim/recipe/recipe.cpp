@@ -169,8 +169,9 @@ class Doc {
     return v.as_bool();
   }
   int64_t integer(const Json& v, std::string_view field, int64_t lo, int64_t hi) const {
-    if (!v.is_number() || v.as_number() != static_cast<double>(static_cast<int64_t>(v.as_number())) ||
-        v.as_number() < static_cast<double>(lo) || v.as_number() > static_cast<double>(hi))
+    // The range first: converting a double outside int64's range is undefined.
+    if (!v.is_number() || !(v.as_number() >= static_cast<double>(lo) && v.as_number() <= static_cast<double>(hi)) ||
+        v.as_number() != static_cast<double>(static_cast<int64_t>(v.as_number())))
       fail(field, fmt::format("must be an integer from {} to {}", lo, hi));
     return static_cast<int64_t>(v.as_number());
   }
