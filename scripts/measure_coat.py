@@ -135,7 +135,11 @@ def setup(sdist_or_dir, workdir, build_extension=True):
         raise _fail("cannot import coat.models.coat_llama", e)
     loaded = os.path.abspath(coat_llama.__file__)
     if not loaded.startswith(os.path.abspath(root) + os.sep):
-        raise _fail(f"coat imported from {loaded}, not from {root} (another coat is installed)")
+        # Another copy came first on sys.path: accept it only when it is the same source.
+        ours = os.path.join(root, "coat", "models", "coat_llama.py")
+        with open(loaded, "rb") as a, open(ours, "rb") as b:
+            if a.read() != b.read():
+                raise _fail(f"coat imported from {loaded} differs from {ours} (another coat is installed)")
     _state["root"] = root
     _state["coat_llama"] = coat_llama
 
