@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Measures training steps as real frameworks run them (scripts/measure_matrix.py plans) on the GPU
+# machine and leaves $OUT/frameworks_PLAN.tgz per plan (each measurement's JSON and log, index.json).
+#   usage: OUT=DIR bash scripts/device/frameworks.sh PLAN[,PLAN...] [DEADLINE_S]
+# Plans: memory, maxbatch, coat, speed (measure_matrix.py --help). Wheels the GPU machine lacks travel
+# in .whl/ (git-ignored; carry it): .whl/ao/ torchao, .whl/t445/ transformers 4.45.2 with tokenizers
+# 0.20 and huggingface_hub < 1.0 (COAT's model code needs them), .whl/coat/ the fp8-coat sdist.
+# The deadline (default 500 s) is shared by the plans; unfinished entries are listed in index.json.
+set -uo pipefail
+: "${OUT:?OUT must be set (the device tool sets it)}"
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+plans=${1:?usage: frameworks.sh PLAN[,PLAN...] [DEADLINE_S]}
+deadline=${2:-500}
+start=$(date +%s)
+export PYTHONUNBUFFERED=1
+pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$1" "${@:2}"; }
+if ls .whl/ao/*.whl >/dev/null 2>&1; then pipi /tmp/site .whl/ao/*.whl && export PYTHONPATH=/tmp/site; fi
+coat=""
+if ls .whl/t445/*.whl >/dev/null 2>&1 && ls .whl/coat/*.tar.gz >/dev/null 2>&1; then
+  pipi /tmp/site45 .whl/t445/*.whl && export FP8SIM_SITE_T445=/tmp/site45
+  coat=$(ls "$ROOT"/.whl/coat/*.tar.gz | head -n 1)
+  # build COAT's optimizer kernels once, before entries load them in parallel
+  PYTHONPATH=/tmp/site45:${PYTHONPATH:-} python3 -c "import sys; sys.path.insert(0, 'scripts'); import measure_coat; \
+measure_coat.setup('$coat', '/tmp/fp8sim_coat')" || echo "COAT setup failed: coat entries will fail"
+fi
+for plan in ${plans//,/ }; do
+  left=$(( deadline - ($(date +%s) - start) ))
+  (( left > 30 )) || { echo "no time left for plan $plan"; continue; }
+  mkdir -p "/tmp/frameworks/$plan"
+  python3 scripts/measure_matrix.py --plan "$plan" --out "/tmp/frameworks/$plan" --jobs 3 --deadline "$left" \
+    --per-entry 240 ${coat:+--coat "$coat"}
+  tar czf "$OUT/frameworks_$plan.tgz" -C "/tmp/frameworks/$plan" .
+done
+echo "frameworks.sh: $(( $(date +%s) - start )) s"

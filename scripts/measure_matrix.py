@@ -1,0 +1,210 @@
+#!/usr/bin/env python3
+"""Run a matrix of scripts/measure_step.py measurements on the GPU machine, within a deadline.
+
+Each entry is one measure_step.py process (its own CUDA context, so a failure or an OOM touches
+nothing else). Memory-only entries run --jobs at a time (the allocator's numbers are per process);
+timed entries (--steps > 0) run alone, after the memory entries, so that nothing shares the GPU
+while they are timed. Entries run in the order listed (the most important first); when the deadline
+comes, no new entry starts and every finished one is kept. Writes DIR/NAME.json per entry, DIR/log.txt
+and DIR/index.json (every entry: command, status, seconds).
+
+Usage:
+  python3 scripts/measure_matrix.py --plan memory --out DIR [--jobs 4] [--deadline 540]
+  python3 scripts/measure_matrix.py --plan speed --out DIR --coat fp8_coat-1.0.11.tar.gz
+  python3 scripts/measure_matrix.py --plan memory --list     # print the entries and exit
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The configurations: (name, measure_step.py model arguments, micro-batches, seq).
+CONFIGS = {
+    # Llama-2-7B layers (MHA, 32k vocabulary), 4 of 32
+    "l2-7b-L4": (["--model", "llama2-7b", "--layers", "4"], [1, 2], 2048),
+    # Llama-3-8B layers (GQA 32/8, 128k vocabulary), 4 of 32
+    "l3-8b-L4": (["--model", "llama3-8b", "--layers", "4"], [1, 2], 2048),
+    # a TinyLlama-sized model (GQA 32/4) and the same with full multi-head attention
+    "1b-gqa": (["--model", "llama2-7b", "--hidden", "2048", "--ffn", "5632", "--heads", "32", "--kv-heads", "4",
+                "--layers", "8"], [2, 4], 2048),
+    "1b-mha": (["--model", "llama2-7b", "--hidden", "2048", "--ffn", "5632", "--heads", "32", "--kv-heads", "32",
+                "--layers", "8"], [2, 4], 2048),
+    # long context
+    "l2-7b-L4-s4096": (["--model", "llama2-7b", "--layers", "4"], [1], 4096),
+    # small hidden, large vocabulary (the loss dominates)
+    "0.3b-v152k": (["--model", "llama2-7b", "--hidden", "1024", "--ffn", "2816", "--heads", "16", "--kv-heads", "16",
+                    "--layers", "8", "--vocab", "151936"], [4, 8], 2048),
+    # ~0.84 B parameters, GQA 16/4, 16 layers: the end-to-end speed configuration
+    "0.8b-gqa": (["--model", "llama2-7b", "--hidden", "2048", "--ffn", "5632", "--heads", "32", "--kv-heads", "4",
+                  "--layers", "16"], [4, 8], 2048),
+}
+MEMORY_CONFIGS = ["l2-7b-L4", "l3-8b-L4", "1b-gqa", "1b-mha", "l2-7b-L4-s4096", "0.3b-v152k"]
+
+
+def entries(plan, coat):
+    out = []
+
+    def add(cfg, fw, compile_=False, ckpt=False, steps=0, profile=False, max_batch=None, batches=None, extra=(),
+            t445=False, tag=""):
+        margs, bs, seq = CONFIGS[cfg]
+        name = f"{fw}{'-compiled' if compile_ else ''}{'-ckpt' if ckpt else ''}__{cfg}"
+        if max_batch:
+            name += "__maxbatch"
+        name += tag
+        a = ["--framework", fw, *margs, "--seq", str(seq), "--name", cfg,
+             "--batch", *[str(b) for b in (batches or bs)]]
+        if compile_:
+            a.append("--compile")
+        if ckpt:
+            a.append("--checkpointing")
+        if steps:
+            a += ["--steps", str(steps), "--warmup", "3"]
+        if profile:
+            a.append("--profile")
+        if max_batch:
+            a += ["--max-batch", str(max_batch)]
+        if fw == "coat":
+            a += ["--coat", coat]
+        a += list(extra)
+        out.append({"name": name, "args": a, "timed": bool(steps) or bool(max_batch),
+                    "t445": fw == "coat" or t445})
+
+    if plan == "memory":
+        # most important first: what a user runs, then the switches
+        for fw, comp, ckpt in [("hf", False, False), ("hf", False, True), ("hf", True, False), ("torch", False, False),
+                               ("hf-eager", False, False), ("hf", True, True), ("torch", True, False),
+                               ("hf-eager", False, True), ("hf-eager", True, False), ("hf-eager", True, True)]:
+            for c in MEMORY_CONFIGS:
+                add(c, fw, comp, ckpt)
+    elif plan == "maxbatch":
+        for c in ["l2-7b-L4", "1b-gqa", "0.3b-v152k"]:
+            add(c, "hf", max_batch=80, batches=[1])
+            if coat:
+                add(c, "coat", max_batch=80, batches=[1])
+    elif plan == "coat":
+        for c in MEMORY_CONFIGS:
+            add(c, "coat")
+        for c in MEMORY_CONFIGS:
+            add(c, "coat", ckpt=True)
+        for c in MEMORY_CONFIGS:
+            add(c, "hf", t445=True, tag="__t445")  # the BF16 baseline under COAT's transformers
+    elif plan == "speed-core":  # what one device call can afford: COAT, hf compiled, torch eager
+        for c in ["0.8b-gqa"]:
+            if coat:
+                add(c, "coat", steps=6, profile=True)
+            add(c, "hf", True, steps=6, profile=True)
+            add(c, "torch", steps=6, profile=True)
+    elif plan == "speed":
+        # COAT and its BF16 baseline (transformers 4.45.2) first, then the current frameworks
+        for c in ["0.8b-gqa", "l3-8b-L4"]:
+            if coat:
+                add(c, "coat", steps=6, profile=True)
+                add(c, "hf", steps=6, profile=True, t445=True, tag="__t445")
+            add(c, "hf", steps=6, profile=True)
+            add(c, "torchao-float8", True, steps=6, profile=True)
+            add(c, "hf", True, steps=6, profile=True)
+            add(c, "torch", steps=6, profile=True)
+            add(c, "torch", True, steps=6, profile=True)
+    else:
+        raise SystemExit(f"measure_matrix.py: error: unknown plan '{plan}'")
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--plan", required=True, choices=["memory", "maxbatch", "coat", "speed", "speed-core"])
+    ap.add_argument("--out", help="output directory")
+    ap.add_argument("--jobs", type=int, default=4, help="memory-only entries at once (default 4)")
+    ap.add_argument("--deadline", type=float, default=540, help="seconds after which no entry starts")
+    ap.add_argument("--per-entry", type=float, default=300, help="seconds one entry may run")
+    ap.add_argument("--coat", default="", help="fp8-coat sdist for the coat entries")
+    ap.add_argument("--only", default="", help="comma-separated substrings: run entries whose name has one")
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args()
+    todo = entries(args.plan, args.coat)
+    if args.only:
+        keys = args.only.split(",")
+        todo = [e for e in todo if any(k in e["name"] for k in keys)]
+    if args.list:
+        for e in todo:
+            print(e["name"], " ".join(e["args"]))
+        return
+    if not args.out:
+        raise SystemExit("measure_matrix.py: error: --out is required")
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.time()
+    log = open(os.path.join(args.out, "log.txt"), "a")
+    index = []
+    running = []
+    py = sys.executable
+    script = os.path.join(REPO, "scripts", "measure_step.py")
+
+    def start(e):
+        outp = os.path.join(args.out, e["name"] + ".json")
+        cmd = [py, script, *e["args"], "--out", outp]
+        errp = open(os.path.join(args.out, e["name"] + ".log"), "w")
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        if e["t445"]:  # COAT's code needs transformers 4.45.2: its site directory goes first
+            site = os.environ.get("FP8SIM_SITE_T445", "")
+            if not site:
+                raise SystemExit("measure_matrix.py: error: COAT entries need FP8SIM_SITE_T445 "
+                                 "(a directory with transformers 4.45.2 installed)")
+            env["PYTHONPATH"] = site + os.pathsep + env.get("PYTHONPATH", "")
+        p = subprocess.Popen(cmd, stdout=errp, stderr=subprocess.STDOUT, env=env)
+        return {"e": e, "p": p, "t": time.time(), "f": errp, "cmd": cmd}
+
+    def finish(r, status):
+        r["f"].close()
+        secs = round(time.time() - r["t"], 1)
+        index.append({"name": r["e"]["name"], "status": status, "seconds": secs,
+                      "command": "python3 scripts/measure_step.py " + " ".join(r["e"]["args"])})
+        tail = open(os.path.join(args.out, r["e"]["name"] + ".log")).read().strip().splitlines()[-2:]
+        msg = f"[{time.time() - t0:6.0f}s] {r['e']['name']}: {status} ({secs}s) {' | '.join(tail)}"
+        print(msg, flush=True)
+        log.write(msg + "\n")
+        log.flush()
+
+    def reap(block):
+        while running:
+            for r in list(running):
+                rc = r["p"].poll()
+                if rc is None and time.time() - r["t"] > args.per_entry:
+                    r["p"].kill()
+                    r["p"].wait()
+                    rc = "timeout"
+                if rc is not None:
+                    running.remove(r)
+                    finish(r, "ok" if rc == 0 else f"failed ({rc})")
+            if not block or not running:
+                return
+            time.sleep(0.5)
+
+    mem = [e for e in todo if not e["timed"]]
+    timed = [e for e in todo if e["timed"]]
+    for e in mem:
+        while len(running) >= args.jobs:
+            reap(False)
+            time.sleep(0.5)
+        if time.time() - t0 > args.deadline:
+            index.append({"name": e["name"], "status": "not started (deadline)"})
+            continue
+        running.append(start(e))
+    reap(True)
+    for e in timed:
+        if time.time() - t0 > args.deadline:
+            index.append({"name": e["name"], "status": "not started (deadline)"})
+            continue
+        running.append(start(e))
+        reap(True)
+    with open(os.path.join(args.out, "index.json"), "w") as f:
+        json.dump({"plan": args.plan, "seconds": round(time.time() - t0, 1), "entries": index}, f, indent=1)
+    ok = sum(1 for i in index if i["status"] == "ok")
+    print(f"measure_matrix.py: {ok}/{len(index)} entries ok in {time.time() - t0:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,500 @@
+#!/usr/bin/env python3
+"""Measure one training step of a Llama-style model as a framework really runs it: memory and time.
+
+One process measures one model under one framework at one or more micro-batches and writes a JSON
+document (format "fp8sim-step-measurement") that `fp8sim memory --validate` and
+`fp8sim speed --validate` compare with their predictions.
+
+Frameworks (--framework):
+  torch          the project's plain PyTorch reference model (scripts/measure_memory.py's Model):
+                 fp32 parameters, bf16 autocast, SDPA, cross-entropy on fp32 logits,
+                 AdamW(foreach=True), zero_grad(set_to_none=False)
+  hf             Hugging Face transformers LlamaForCausalLM, its default attention ("sdpa"), fp32
+                 parameters + bf16 autocast, loss from model(labels=...), AdamW(fused=True),
+                 zero_grad(set_to_none=True): what transformers' Trainer does with bf16=True
+  hf-eager       the same with attn_implementation="eager" (attention probabilities materialised)
+  torchao-float8 hf with torchao's convert_to_float8_training (tensorwise scaling) on every
+                 Linear but the LM head; meant to run with --compile, as torchao documents
+  coat           COAT's own published model and optimizer (fp8-coat; scripts/measure_coat.py)
+
+Every run: --warmup steps (allocate gradients and optimizer states; compile), then one step with
+memory instrumentation, then --steps timed steps (CUDA events), then optionally one step under the
+PyTorch profiler (--profile): kernel count, GPU busy time, time per kernel class. --max-batch CAP_GIB
+then searches the largest micro-batch whose step runs with torch.cuda.set_per_process_memory_fraction
+capped at CAP_GIB (allocator OOM = does not fit), doubling and then bisecting.
+
+Memory terms (bytes), all from the CUDA caching allocator:
+  weights      parameter bytes (+ bf16 autocast weight copies saved for backward, eager only)
+  gradients    bytes of every .grad after backward
+  optimizer    bytes of every optimizer state tensor
+  activations  allocated after forward+loss minus allocated before forward, minus the weight copies
+  peak         torch.cuda.max_memory_allocated over the whole measured step
+  reserved     torch.cuda.max_memory_reserved over the step (what an OOM is decided against)
+
+Usage:
+  python3 scripts/measure_step.py --framework hf --model llama3-8b --layers 4 --batch 2 --seq 2048 \\
+      --compile --out run.json
+  python3 scripts/measure_step.py --check      # CPU smoke test of the torch and hf code paths
+"""
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "scripts"))
+FRAMEWORKS = ("torch", "hf", "hf-eager", "torchao-float8", "coat")
+GIB = float(1 << 30)
+
+
+def die(msg, code=1):
+    print(f"measure_step.py: error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    die("PyTorch is not installed (this script runs on the GPU machine)")
+
+import measure_memory as ref  # the torch reference model and config loader
+
+
+# ---- configuration ------------------------------------------------------------------------------
+
+def model_config(args):
+    """models/NAME.json with the command line's overrides applied (recorded as model_config)."""
+    cfg, path = ref.load_config(args.model, os.path.join(REPO, "models"))
+    cfg = dict(cfg)
+    cfg.pop("source", None)
+    over = {"num_hidden_layers": args.layers, "num_key_value_heads": args.kv_heads, "vocab_size": args.vocab,
+            "hidden_size": args.hidden, "intermediate_size": args.ffn, "num_attention_heads": args.heads}
+    changed = {k: v for k, v in over.items() if v is not None}
+    cfg.update(changed)
+    if changed:
+        cfg["name"] = args.name or (cfg["name"] + "-" + "-".join(f"{k.split('_')[-1]}{v}" for k, v in changed.items()))
+        cfg["display_name"] = cfg["name"]
+    if cfg["num_attention_heads"] % cfg["num_key_value_heads"]:
+        die("num_key_value_heads must divide num_attention_heads", 2)
+    cfg["max_position_embeddings"] = max(int(cfg.get("max_position_embeddings", 0)), args.seq)
+    return cfg, os.path.relpath(path, REPO)
+
+
+def hf_llama_config(cfg, attn):
+    from transformers import LlamaConfig
+    if cfg["norm"] != "rmsnorm" or cfg["activation"] != "swiglu":
+        die(f"framework hf models Llama (rmsnorm + swiglu); {cfg['name']} has {cfg['norm']} + {cfg['activation']}", 2)
+    c = LlamaConfig(hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
+                    num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=cfg["num_attention_heads"],
+                    num_key_value_heads=cfg["num_key_value_heads"], vocab_size=cfg["vocab_size"],
+                    max_position_embeddings=cfg["max_position_embeddings"], rope_theta=float(cfg.get("rope_theta", 1e4)),
+                    rms_norm_eps=float(cfg.get("norm_eps", 1e-5)), tie_word_embeddings=bool(cfg["tie_word_embeddings"]),
+                    attention_bias=bool(cfg.get("attention_bias", False)), hidden_act="silu", use_cache=False)
+    c._attn_implementation = attn
+    return c
+
+
+# ---- one framework = model + optimizer + how a step runs -----------------------------------------
+
+class Setup:
+    """What a step needs: the model, the optimizer, and the facts recorded about them."""
+
+    def __init__(self):
+        self.model = None
+        self.opt = None
+        self.autocast = True
+        self.set_to_none = True
+        self.hf_loss = True  # model(input_ids, labels=...) returns the loss
+        self.recipe = "bf16"
+        self.training = ""
+        self.versions = {}
+
+
+def build(args, cfg, dev):
+    s = Setup()
+    s.versions["torch"] = torch.__version__
+    fw = args.framework
+    if fw == "torch":
+        with torch.device(dev):
+            s.model = ref.Model(cfg)
+        if args.checkpointing:
+            die("framework torch has no checkpointing switch; use hf", 2)
+        s.opt = torch.optim.AdamW(s.model.parameters(), lr=1e-4, weight_decay=0.1, foreach=True, fused=False)
+        s.set_to_none, s.hf_loss = False, False
+        s.training = ("fp32 params + bf16 autocast; SDPA causal; F.cross_entropy(logits.float()); "
+                      "AdamW(foreach=True); zero_grad(set_to_none=False)")
+    elif fw in ("hf", "hf-eager", "torchao-float8"):
+        import transformers
+        s.versions["transformers"] = transformers.__version__
+        from transformers import LlamaForCausalLM
+        attn = "eager" if fw == "hf-eager" else "sdpa"
+        with torch.device(dev):
+            s.model = LlamaForCausalLM(hf_llama_config(cfg, attn))
+        if fw == "torchao-float8":
+            import torchao
+            from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+            s.versions["torchao"] = torchao.__version__
+
+            def keep(mod, fqn):  # torchao needs both dims divisible by 16; the LM head stays bf16
+                return fqn != "lm_head" and mod.in_features % 16 == 0 and mod.out_features % 16 == 0
+
+            convert_to_float8_training(s.model, config=Float8LinearConfig(), module_filter_fn=keep)
+            s.recipe = "te"
+        s.opt = torch.optim.AdamW(s.model.parameters(), lr=1e-4, weight_decay=0.1, fused=dev.type == "cuda")
+        s.training = (f"transformers LlamaForCausalLM attn_implementation={attn}; fp32 params + bf16 autocast; "
+                      "loss = model(input_ids, labels=input_ids).loss; AdamW(fused=True); zero_grad(set_to_none=True)"
+                      + ("; torchao convert_to_float8_training (tensorwise), lm_head excluded" if s.recipe == "te" else ""))
+    elif fw == "coat":
+        import measure_coat
+        measure_coat.setup(args.coat, "/tmp/fp8sim_coat")
+        import transformers
+        s.versions["transformers"] = transformers.__version__
+        if cfg["norm"] != "rmsnorm" or cfg["activation"] != "swiglu":
+            die(f"framework coat models Llama (rmsnorm + swiglu); {cfg['name']} has {cfg['norm']}", 2)
+        hf_cfg = {k: cfg[k] for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                      "num_key_value_heads", "vocab_size", "max_position_embeddings",
+                                      "tie_word_embeddings")}
+        hf_cfg.update(rope_theta=float(cfg.get("rope_theta", 1e4)), rms_norm_eps=float(cfg.get("norm_eps", 1e-5)))
+        s.model = measure_coat.build_model(hf_cfg, args.checkpointing, dev)
+        s.opt = measure_coat.build_optimizer(s.model, 1e-4)
+        t = measure_coat.training_setup()
+        s.autocast = bool(t.get("autocast", True))
+        s.set_to_none = bool(t.get("set_to_none", True))
+        s.hf_loss = True
+        s.recipe = "coat"
+        s.training = t.get("notes", "COAT's own CoatLlamaForCausalLM and CoatAdamW")
+    else:
+        die(f"unknown framework '{fw}'", 2)
+    if args.checkpointing and fw != "coat":
+        s.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        s.training += "; gradient checkpointing (use_reentrant=False)"
+    if args.compile:
+        # one static graph per micro-batch, as a fixed-shape training run compiles it
+        torch._dynamo.config.automatic_dynamic_shapes = False
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+        s.model = torch.compile(s.model)
+        s.training += "; torch.compile(model)"
+    return s
+
+
+# ---- measurement --------------------------------------------------------------------------------
+
+VIEW_NODES = ("TBackward", "TransposeBackward", "ViewBackward", "UnsafeViewBackward", "PermuteBackward",
+              "ExpandBackward", "ReshapeAliasBackward", "AliasBackward")
+
+
+def is_weight_copy(t):
+    """A saved tensor whose autograd history is (views of) a cast of a leaf: autocast's weight copy."""
+    fn = t.grad_fn
+    for _ in range(8):
+        if fn is None:
+            return False
+        name = type(fn).__name__
+        if name.startswith("ToCopyBackward"):
+            return any(f is not None and type(f).__name__ == "AccumulateGrad" for f, _ in fn.next_functions)
+        if not name.startswith(VIEW_NODES):
+            return False
+        fn = fn.next_functions[0][0]
+    return False
+
+
+class Stepper:
+    def __init__(self, s, cfg, dev):
+        self.s, self.cfg, self.dev = s, cfg, dev
+        self.cuda = dev.type == "cuda"
+        self.gen = torch.Generator(device="cpu").manual_seed(1)
+
+    def batch(self, b, seq):
+        ids = torch.randint(0, self.cfg["vocab_size"], (b, seq + 1), generator=self.gen).to(self.dev)
+        return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def alloc(self):
+        return torch.cuda.memory_allocated() if self.cuda else 0
+
+    def forward_loss(self, inp, tgt):
+        s = self.s
+        with torch.autocast(device_type=self.dev.type, dtype=torch.bfloat16, enabled=s.autocast):
+            if s.hf_loss:
+                return s.model(input_ids=inp, labels=inp).loss
+            logits = s.model(inp)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tgt.view(-1))
+
+    def step(self, inp, tgt):
+        self.s.opt.zero_grad(set_to_none=self.s.set_to_none)
+        loss = self.forward_loss(inp, tgt)
+        loss.backward()
+        self.s.opt.step()
+
+    def measured_step(self, inp, tgt, hooks):
+        """One step with the allocator read at each phase boundary."""
+        s = self.s
+        s.opt.zero_grad(set_to_none=s.set_to_none)
+        saved = {}
+
+        def pack(t):
+            try:
+                st = t.untyped_storage()
+                prev = saved.get(st.data_ptr(), (0, False))
+                saved[st.data_ptr()] = (st.nbytes(), prev[1] or is_weight_copy(t))
+            except (RuntimeError, NotImplementedError):
+                pass
+            return t
+
+        self.sync()
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        before = self.alloc()
+        if hooks:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                loss = self.forward_loss(inp, tgt)
+        else:
+            loss = self.forward_loss(inp, tgt)
+        self.sync()
+        after_fwd = self.alloc()
+        peak = torch.cuda.max_memory_allocated if self.cuda else (lambda: 0)
+        fwd_peak = peak()
+        loss.backward()
+        del loss
+        self.sync()
+        bwd_peak = peak()
+        after_bwd = self.alloc()
+        s.opt.step()
+        self.sync()
+        out = dict(before=before, after_fwd=after_fwd, fwd_peak=fwd_peak, bwd_peak=bwd_peak, after_bwd=after_bwd,
+                   step_peak=peak(), reserved_peak=torch.cuda.max_memory_reserved() if self.cuda else 0,
+                   weight_copies=sum(nb for nb, w in saved.values() if w) if hooks else None,
+                   saved_storages=sum(nb for nb, _ in saved.values()) if hooks else None)
+        return out
+
+    def timed(self, inp, tgt, n):
+        if not self.cuda:
+            t0 = time.perf_counter()
+            for _ in range(n):
+                self.step(inp, tgt)
+            return [(time.perf_counter() - t0) * 1e3 / n]
+        times = []
+        for _ in range(n):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            self.step(inp, tgt)
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        return times
+
+    def profiled(self, inp, tgt):
+        """One step under the PyTorch profiler: kernels launched, GPU busy time, time per class."""
+        from torch.autograd import DeviceType
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        self.sync()
+        t0 = time.perf_counter()
+        with profile(activities=acts) as prof:
+            self.step(inp, tgt)
+            self.sync()
+        wall = (time.perf_counter() - t0) * 1e3
+        classes = {}
+        n = 0
+        busy = 0.0
+        for e in prof.events():
+            if e.device_type != DeviceType.CUDA:
+                continue
+            dur = e.time_range.elapsed_us() / 1e3
+            n += 1
+            busy += dur
+            k = classes.setdefault(kernel_class(e.name), {"kernels": 0, "ms": 0.0})
+            k["kernels"] += 1
+            k["ms"] += dur
+        return {"wall_ms_profiled": wall, "kernels": n, "gpu_busy_ms": busy, "by_class": classes}
+
+
+def kernel_class(name):
+    n = name.lower()
+    if any(k in n for k in ("flash", "fmha", "attention", "sdpa", "efficient_attention")):
+        return "attention"
+    if any(k in n for k in ("gemm", "nvjet", "cutlass", "sm90_xmma", "matmul", "_mm_", "scaled_mm", "cublas")):
+        return "gemm"
+    if any(k in n for k in ("adam", "multi_tensor", "foreach", "fp8_adamw", "optim")):
+        return "optimizer"
+    if "memcpy" in n or "memset" in n:
+        return "copy"
+    if "triton" in n:
+        return "triton"
+    return "other"
+
+
+def component_bytes(s, cfg):
+    params = [p for p in s.model.parameters()]
+    pbytes = sum(p.numel() * p.element_size() for p in params)
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+    optim = 0
+    seen = set()
+    for st in s.opt.state.values():
+        for v in (st.values() if isinstance(st, dict) else []):
+            if torch.is_tensor(v) and v.data_ptr() not in seen:
+                seen.add(v.data_ptr())
+                optim += v.numel() * v.element_size()
+    return sum(p.numel() for p in params), pbytes, grads, optim
+
+
+def is_oom(e):
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def max_batch(st, args, cap_gib):
+    """Largest micro-batch whose step runs under a cap of cap_gib (doubling, then bisecting)."""
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, cap_gib * GIB / total))
+    tried = {}
+
+    def fits(b):
+        if b in tried:
+            return tried[b]
+        ok = True
+        try:
+            inp, tgt = st.batch(b, args.seq)
+            st.step(inp, tgt)
+            st.sync()
+            del inp, tgt
+        except Exception as e:  # noqa: BLE001 - an OOM in any form is the answer "does not fit"
+            if not is_oom(e):
+                raise
+            ok = False
+        st.s.opt.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+        tried[b] = ok
+        print(f"  max-batch: batch {b}: {'fits' if ok else 'OOM'}", flush=True)
+        return ok
+
+    lo, hi = 0, None
+    b = 1
+    while b <= args.max_batch_limit:
+        if fits(b):
+            lo, b = b, b * 2
+        else:
+            hi = b
+            break
+    if hi is None:
+        return {"cap_gib": cap_gib, "max_batch": lo, "limit_reached": True, "tried": tried}
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid
+    torch.cuda.set_per_process_memory_fraction(1.0)
+    return {"cap_gib": cap_gib, "max_batch": lo, "limit_reached": False,
+            "tried": {str(k): v for k, v in sorted(tried.items())}}
+
+
+def run(args):
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        die("no CUDA device (use --check for a CPU smoke test)")
+    cfg, cfg_path = model_config(args)
+    torch.manual_seed(0)
+    t_start = time.time()
+    s = build(args, cfg, dev)
+    st = Stepper(s, cfg, dev)
+    runs = []
+    for b in args.batch:
+        inp, tgt = st.batch(b, args.seq)
+        t0 = time.time()
+        for _ in range(args.warmup):
+            st.step(inp, tgt)
+        st.sync()
+        warm_s = time.time() - t0
+        hooks = not args.compile and args.framework != "coat"
+        m = st.measured_step(inp, tgt, hooks)
+        n_params, pbytes, grads, optim = component_bytes(s, cfg)
+        copies = m["weight_copies"] or 0
+        r = {"batch": b, "warmup_s": round(warm_s, 2),
+             "measured_bytes": {"weights": pbytes + copies, "gradients": grads, "optimizer": optim,
+                                "activations": m["after_fwd"] - m["before"] - copies, "peak": m["step_peak"],
+                                "reserved": m["reserved_peak"]},
+             "detail_bytes": {"parameters": pbytes, "autocast_weight_copies": m["weight_copies"],
+                              "saved_tensor_storages": m["saved_storages"],
+                              "allocated_before_forward": m["before"], "allocated_after_forward_and_loss": m["after_fwd"],
+                              "allocated_after_backward": m["after_bwd"], "peak_during_forward": m["fwd_peak"],
+                              "peak_during_forward_backward": m["bwd_peak"], "peak_whole_step": m["step_peak"],
+                              "reserved_peak": m["reserved_peak"]}}
+        if args.steps > 0:
+            times = st.timed(inp, tgt, args.steps)
+            r["step_ms"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times),
+                            "all": [round(x, 4) for x in times]}
+            r["tokens_per_s"] = b * args.seq / (r["step_ms"]["median"] / 1e3)
+        if args.profile:
+            r["profile"] = st.profiled(inp, tgt)
+        del inp, tgt
+        runs.append(r)
+        mb = r["measured_bytes"]
+        print(f"{args.framework}{' compiled' if args.compile else ''}{' ckpt' if args.checkpointing else ''} "
+              f"{cfg['name']} b{b}x{args.seq}: peak {mb['peak'] / GIB:.3f} GiB, reserved {mb['reserved'] / GIB:.3f}, "
+              f"activations {mb['activations'] / GIB:.3f}"
+              + (f", step {r['step_ms']['median']:.2f} ms" if "step_ms" in r else ""), flush=True)
+    doc = {
+        "format": "fp8sim-step-measurement", "version": 1, "tool": "scripts/measure_step.py",
+        "command": " ".join(sys.argv[1:]),
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu (--check: no memory numbers)",
+        "versions": s.versions, "framework": args.framework, "compile": args.compile,
+        "checkpointing": args.checkpointing, "recipe": s.recipe, "training": s.training,
+        "model": cfg["name"], "model_config_path": cfg_path, "model_config": cfg, "params": n_params,
+        "gpus": 1, "zero": 0, "seq": args.seq, "grads_persist": not s.set_to_none, "runs": runs,
+    }
+    if args.max_batch and dev.type == "cuda":
+        doc["max_batch"] = max_batch(st, args, args.max_batch)
+        print(f"  max batch at {args.max_batch} GiB: {doc['max_batch']['max_batch']}", flush=True)
+    doc["seconds"] = round(time.time() - t_start, 1)
+    tmp = args.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    os.replace(tmp, args.out)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--framework", choices=FRAMEWORKS, default="torch")
+    ap.add_argument("--model", default="llama2-7b", help="models/ name or JSON config")
+    ap.add_argument("--name", help="name for the overridden config (default: derived from the overrides)")
+    for k in ("layers", "kv-heads", "vocab", "hidden", "ffn", "heads"):
+        ap.add_argument(f"--{k}", type=int, help=f"override the model's {k}")
+    ap.add_argument("--batch", type=int, nargs="+", default=[2], help="micro-batches, one measurement each")
+    ap.add_argument("--seq", type=int, default=2048)
+    ap.add_argument("--compile", action="store_true", help="torch.compile(model)")
+    ap.add_argument("--checkpointing", action="store_true", help="activation checkpointing of every layer")
+    ap.add_argument("--warmup", type=int, default=2, help="steps before measuring (default 2)")
+    ap.add_argument("--steps", type=int, default=0, help="timed steps after the memory step (default 0)")
+    ap.add_argument("--profile", action="store_true", help="one more step under the PyTorch profiler")
+    ap.add_argument("--max-batch", type=float, metavar="CAP_GIB", help="search the largest micro-batch under this cap")
+    ap.add_argument("--max-batch-limit", type=int, default=256)
+    ap.add_argument("--coat", help="fp8-coat sdist (.tar.gz) or unpacked directory (framework coat)")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--out", help="output JSON path")
+    ap.add_argument("--check", action="store_true", help="CPU smoke test (tiny-llama, no memory numbers)")
+    args = ap.parse_args()
+    if args.check:
+        args.model, args.device, args.batch, args.seq, args.warmup, args.steps = "tiny-llama", "cpu", [2], 32, 1, 1
+        args.out = args.out or "/tmp/fp8sim_measure_step_check.json"
+    if not args.out:
+        die("--out is required", 2)
+    if any(b < 1 for b in args.batch) or args.seq < 1:
+        die("--batch and --seq must be >= 1", 2)
+    if args.framework == "coat" and not args.coat:
+        die("--framework coat needs --coat SDIST_OR_DIR", 2)
+    try:
+        run(args)
+    except torch.OutOfMemoryError as e:
+        die(f"out of GPU memory: {str(e).splitlines()[0]}")
+
+
+if __name__ == "__main__":
+    main()
