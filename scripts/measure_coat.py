@@ -366,7 +366,7 @@ def saved_tensor_terms(cfg, batch, seq, checkpointing=False):
         C + "coat/models/coat_llama.py:146-148,372,514-516,1219,1384",
         "AutoModelForCausalLM.from_config / from_pretrained without torch_dtype: fp32")
     add("param grads", "persistent", "model", 1, (n_params,), "float32",
-        C + "coat/activation/real_quantization/linear.py:194,292 (bf16 weight grad, cast by autograd to the fp32 param)",
+        C + "coat/activation/real_quantization/linear.py:194,292 (bfloat16 weight grad, cast by autograd to the fp32 param)",
         "made in backward, freed by zero_grad(set_to_none)")
     add("FP8 weight scale cache (<linear>_fp8_scale)", "persistent", "layer", 7 * L, (), "float32",
         C + "coat/utils/_fp8_weightcache.py:94-98",

@@ -7,11 +7,11 @@ document (format "fp8sim-step-measurement") that `fp8sim memory --validate` and
 
 Frameworks (--framework):
   torch          the project's plain PyTorch reference model (scripts/measure_memory.py's Model):
-                 fp32 parameters, bf16 autocast, SDPA, cross-entropy on fp32 logits,
+                 fp32 parameters, bfloat16 autocast, SDPA, cross-entropy on fp32 logits,
                  AdamW(foreach=True), zero_grad(set_to_none=False)
   hf             Hugging Face transformers LlamaForCausalLM, its default attention ("sdpa"), fp32
-                 parameters + bf16 autocast, loss from model(labels=...), AdamW(fused=True),
-                 zero_grad(set_to_none=True): what transformers' Trainer does with bf16=True
+                 parameters + bfloat16 autocast, loss from model(labels=...), AdamW(fused=True),
+                 zero_grad(set_to_none=True): what transformers' Trainer does with bfloat16=True
   hf-eager       the same with attn_implementation="eager" (attention probabilities materialised)
   torchao-float8 hf with torchao's convert_to_float8_training (tensorwise scaling) on every
                  Linear but the LM head; meant to run with --compile, as torchao documents
@@ -24,7 +24,7 @@ then searches the largest micro-batch whose step runs with torch.cuda.set_per_pr
 capped at CAP_GIB (allocator OOM = does not fit), doubling and then bisecting.
 
 Memory terms (bytes), all from the CUDA caching allocator:
-  weights      parameter bytes (+ bf16 autocast weight copies saved for backward, eager only)
+  weights      parameter bytes (+ bfloat16 autocast weight copies saved for backward, eager only)
   gradients    bytes of every .grad after backward
   optimizer    bytes of every optimizer state tensor
   activations  allocated after forward+loss minus allocated before forward, minus the weight copies
@@ -442,7 +442,7 @@ def run(args):
               + (f", step {r['step_ms']['median']:.2f} ms" if "step_ms" in r else ""), flush=True)
     doc = {
         "format": "fp8sim-step-measurement", "version": 1, "tool": "scripts/measure_step.py",
-        "command": " ".join(sys.argv[1:]),
+        "command": " ".join(os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:]),
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu (--check: no memory numbers)",
         "versions": s.versions, "framework": args.framework, "compile": args.compile,
         "checkpointing": args.checkpointing, "recipe": s.recipe, "training": s.training,

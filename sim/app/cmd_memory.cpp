@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "sim/app/cli.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
+#include "sim/memory/framework.hpp"
 #include "sim/memory/memory.hpp"
 #include "sim/memory/paper.hpp"
 #include "sim/memory/validate.hpp"
@@ -32,6 +34,7 @@ void print_breakdown(const Json& d) {
   const Json& m = d.at("model");
   fmt::print("{} ({:.3f} B params), recipe {}, {}\n", m.at("display_name").as_string(),
              m.at("params").as_number() / 1e9, d.at("recipe").as_string(), d.at("sharding").as_string());
+  if (d.contains("framework")) fmt::print("framework profile {}\n", d.at("framework").as_string());
   fmt::print("micro-batch {} x {} tokens{}{}\n\n", d.at("batch").as_int(), d.at("seq").as_int(),
              d.at("checkpointing").as_bool() ? ", activation checkpointing" : "",
              d.at("grads_persist").as_bool() ? "" : ", gradients freed between steps");
@@ -218,9 +221,42 @@ void print_validate(const Json& v) {
   cli::print_table({"component", "measured GiB", "fp8sim GiB", "diff", "within 10%"}, rows);
 }
 
+void print_validate_steps(const Json& v) {
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : v.at("rows").as_array()) {
+    const bool mod = r.at("modelled").as_bool();
+    std::string setting = r.at("framework").as_string();
+    if (r.at("compile").as_bool()) setting += " compiled";
+    if (r.at("checkpointing").as_bool()) setting += " ckpt";
+    rows.push_back(
+        {r.at("model").as_string(), setting, fmt::format("{}x{}", r.at("batch").as_int(), r.at("seq").as_int()),
+         fmt::format("{:.2f}", r.at("measured_peak_gib").as_number()),
+         mod ? fmt::format("{:.2f}", r.at("predicted_peak_gib").as_number()) : "-", mod ? pct(r.at("peak_rel")) : "-",
+         fmt::format("{:.2f}", r.at("measured_retained_gib").as_number()),
+         mod ? fmt::format("{:.2f}", r.at("predicted_retained_gib").as_number()) : "-",
+         mod ? pct(r.at("retained_rel")) : "-", fmt::format("{:.2f}", r.at("measured_reserved_gib").as_number()),
+         mod ? (r.at("ok").as_bool() ? "ok" : "MISS") : r.at("why").as_string()});
+  }
+  cli::print_table({"model", "framework", "batch", "peak GiB", "fp8sim", "diff", "fwd-retained", "fp8sim", "diff",
+                    "reserved", "verdict"},
+                   rows);
+  fmt::print("\n{} runs modelled, {} outside the targets (peak {:.0f}%, forward-retained {:.0f}%)\n",
+             v.at("modelled").as_int(), v.at("missed").as_int(), 100 * memory::kStepPeakTolerance,
+             100 * memory::kStepActivationTolerance);
+}
+
+bool is_step_validation(const std::string& path) {
+  if (std::filesystem::is_directory(path)) return true;
+  try {
+    return memory::is_step_measurement(Json::parse(read_text_file(path)));
+  } catch (const Error&) {
+    return false;  // memory_validate_file reports the problem
+  }
+}
+
 int run_memory(const std::vector<std::string>& args) {
   po::options_description opts("options");
-  std::string model_name, recipe_arg = "bf16", json_out, validate_path;
+  std::string model_name, recipe_arg = "bf16", json_out, validate_path, framework = "torch";
   int64_t gpus = 1, batch = 1, seq = 2048;
   int zero = 3;
   double gpu_mem = memory::kH100GiB;
@@ -236,14 +272,18 @@ int run_memory(const std::vector<std::string>& args) {
       "checkpointing", "full activation checkpointing of every decoder layer")(
       "free-grads",
       "gradients are freed between steps (zero_grad(set_to_none=True)): not resident in forward/backward")(
+      "framework", po::value(&framework)->default_value("torch"),
+      "what the training code keeps: torch (the reference accounting, any recipe), hf (transformers 5.x, SDPA), "
+      "hf-4.45, hf-eager, coat (COAT's own code); the framework profiles model one GPU")(
       "gpu-mem-gib", po::value(&gpu_mem)->default_value(memory::kH100GiB, "79.65"),
       "GPU memory budget in GiB for 'fits' and the max batch (default: H100 80GB, 81559 MiB)")(
       "compare", "all recipes side by side with BF16/recipe ratios")(
       "detail", "also print one layer's saved tensors and their Table 2 units")(
       "paper", "COAT's Table 2, Figure 1(c) and Table 7 beside fp8sim's numbers")(
       "validate", po::value(&validate_path),
-      "compare fp8sim against a measurement JSON from scripts/measure_memory.py")("list-models",
-                                                                                  "list the model configs in models/")(
+      "compare fp8sim against measurements: a JSON from scripts/measure_memory.py, or step measurements "
+      "from scripts/measure_step.py (a file or a directory of them, e.g. reports/h200/frameworks)")(
+      "list-models", "list the model configs in models/")(
       "list-recipes", "list the recipes that have a memory model (their storage of weights, grads and moments)")(
       "json", po::value(&json_out), "also write the JSON document to this file (atomically; - : stdout)");
   po::variables_map vm;
@@ -263,7 +303,9 @@ int run_memory(const std::vector<std::string>& args) {
           "  fp8sim memory --model llama2-13b --recipe bf16 --gpus 8 --zero 2 --checkpointing --detail\n"
           "  fp8sim memory --model my_model.json --recipe te --gpus 1 --batch 4 --seq 4096 --gpu-mem-gib 139.8\n"
           "  fp8sim memory --paper                      # COAT Table 2 / Fig. 1(c) / Table 7 side by side\n"
-          "  fp8sim memory --validate reports/h200/memory_measured.json"))
+          "  fp8sim memory --model llama3-8b --framework hf --batch 2 --checkpointing\n"
+          "  fp8sim memory --validate reports/h200/memory_measured.json\n"
+          "  fp8sim memory --validate reports/h200/frameworks       # every framework measurement"))
     return 0;
 
   const int modes =
@@ -271,7 +313,8 @@ int run_memory(const std::vector<std::string>& args) {
   if (modes > 1) throw UsageError("give only one of --paper, --validate, --list-models, --list-recipes");
   if (vm.count("validate") && validate_path.empty()) throw UsageError("--validate is empty (give a measurement JSON)");
   RunFiles files;
-  files.input("--validate", validate_path);
+  const bool step_validation = vm.count("validate") && is_step_validation(validate_path);
+  if (!std::filesystem::is_directory(validate_path)) files.input("--validate", validate_path);
   if (model_name.find('/') != std::string::npos || model_name.ends_with(".json")) files.input("--model", model_name);
   if (!vm["recipe"].defaulted() && !recipe::is_registered(recipe_arg)) files.input("--recipe", recipe_arg);
   const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
@@ -304,6 +347,9 @@ int run_memory(const std::vector<std::string>& args) {
   } else if (vm.count("paper")) {
     doc = memory::memory_paper_comparison();
     print_paper(doc);
+  } else if (step_validation) {
+    doc = memory::memory_validate_steps({validate_path});
+    print_validate_steps(doc);
   } else if (vm.count("validate")) {
     doc = memory::memory_validate_file(validate_path);
     print_validate(doc);
@@ -318,6 +364,13 @@ int run_memory(const std::vector<std::string>& args) {
     o.checkpointing = vm.count("checkpointing") > 0;
     o.grads_persist = vm.count("free-grads") == 0;
     o.gpu_mem_gib = gpu_mem;
+    o.framework = framework;
+    if (framework != "torch") {
+      // The profile fixes what the framework does: one GPU, zero_grad(set_to_none=True).
+      if (vm["recipe"].defaulted()) o.recipe = memory::find_framework(framework).recipe;
+      o.grads_persist = false;
+      o.zero = 0;
+    }
     memory::validate(o);
     if (vm.count("compare")) {
       doc = memory::memory_compare(model_name, o);

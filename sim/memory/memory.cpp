@@ -9,6 +9,7 @@
 
 #include "sim/common/check.hpp"
 #include "sim/common/sizes.hpp"
+#include "sim/memory/framework.hpp"
 #include "sim/quant/quantize.hpp"
 
 namespace fp8sim::memory {
@@ -129,6 +130,7 @@ std::vector<std::string> recipe_names() { return recipe::memory_names(); }
 
 void validate(const MemoryOptions& o) {
   find_recipe(o.recipe);
+  find_framework(o.framework);
   validate_run_sizes({.batch = o.batch, .seq = o.seq, .gpus = o.gpus, .grad_accum = std::nullopt});
   if (o.zero < 0 || o.zero > 3) throw UsageError(fmt::format("--zero must be 0, 1, 2 or 3, not {}", o.zero));
   if (!(std::isfinite(o.gpu_mem_gib) && o.gpu_mem_gib > 0))
@@ -162,6 +164,7 @@ double Footprint::table2_total_units() const {
 
 Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   validate(o);
+  if (o.framework != "torch") return framework_footprint(m, o);
   const recipe::MemoryModel& r = *find_recipe(o.recipe).memory;
   Footprint f;
   f.model = m;
@@ -321,7 +324,14 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
       {"backward_working_set", "temporaries", (ffn_branches * m.ffn + 2 * m.hidden) * T * 2,
        "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, bf16"});
 
-  Phase opt{"optimizer_step", "optimizer step: activations freed, gradients complete", persistent_all, {}};
+  // Under DDP (ZeRO-0) the bf16 working weights are torch.autocast's cached casts of the fp32
+  // parameters, freed when the autocast region ends; ZeRO-1/2 keep bf16 parameters throughout.
+  int64_t autocast_copies = 0;
+  if (o.zero == 0)
+    for (const auto& c : f.persistent)
+      if (c.name == "working_weights") autocast_copies = c.bytes;
+  Phase opt{
+      "optimizer_step", "optimizer step: activations freed, gradients complete", persistent_all - autocast_copies, {}};
   if (r.foreach_adamw_temporary)
     opt.temporaries.push_back({"adamw_foreach_sqrt", "temporaries", param_elements(ps, opt_shards) * 4,
                                "torch.optim.AdamW (foreach) allocates sqrt(exp_avg_sq) for the whole shard, fp32"});
@@ -396,6 +406,7 @@ Json footprint_to_json(const Footprint& f, bool with_max_batch) {
   j["sharding"] = sharding_name(o.zero, o.gpus);
   j["checkpointing"] = o.checkpointing;
   j["grads_persist"] = o.grads_persist;
+  if (o.framework != "torch") j["framework"] = o.framework;
   j["gpu_mem_gib"] = o.gpu_mem_gib;
   j["params"] = f.params;
   j["weights_gib"] = gib(f.weights);

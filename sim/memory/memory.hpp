@@ -73,6 +73,9 @@ struct MemoryOptions {
   int zero = 3;                // 0 = DDP, 1/2 = ZeRO-1/2, 3 = ZeRO-3 / FSDP FULL_SHARD
   bool checkpointing = false;  // full activation checkpointing of every decoder layer
   bool grads_persist = true;   // gradient buffers stay allocated between steps (see memory.cpp)
+  // The framework profile (framework.hpp): "torch" is the recipe-driven reference accounting;
+  // others follow what that framework's code keeps (one GPU, their own recipe).
+  std::string framework = "torch";
   double gpu_mem_gib = kH100GiB;
 };
 // Throws UsageError naming the bad option (gpus/batch/seq < 1, zero outside 0..3, gpu memory

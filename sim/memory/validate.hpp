@@ -12,6 +12,7 @@
 //                  one full step (forward, backward, optimizer) after a warm-up step
 //   (anything else is carried along for the report)
 #include <string>
+#include <vector>
 
 #include "sim/common/json.hpp"
 
@@ -24,5 +25,19 @@ inline constexpr double kValidateTolerance = 0.10;
 // document is not a measurement or lacks a field.
 Json memory_validate(const Json& measured, const std::string& origin);
 Json memory_validate_file(const std::string& path);
+
+// Step measurements (scripts/measure_step.py, format "fp8sim-step-measurement": one framework,
+// compile and checkpointing setting, one or more micro-batches) against the framework profile
+// (framework.hpp). Per run: the peak (torch.cuda.max_memory_allocated), what forward leaves
+// allocated (activations + autocast's weight copies) and the reserved peak beside it. Targets:
+// peak within kStepPeakTolerance, forward-retained within kStepActivationTolerance. Compiled runs
+// are listed as measured but not modelled. `paths`: files, or directories whose *.json files of
+// that format are all read (others are skipped), in name order. Returns {"rows": [...], "ok",
+// "modelled", "missed", "tolerance": {...}}.
+inline constexpr double kStepPeakTolerance = 0.05;
+inline constexpr double kStepActivationTolerance = 0.10;
+Json memory_validate_steps(const std::vector<std::string>& paths);
+// True when `doc` is a step measurement (format "fp8sim-step-measurement").
+bool is_step_measurement(const Json& doc);
 
 }  // namespace fp8sim::memory
