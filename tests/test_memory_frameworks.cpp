@@ -33,8 +33,10 @@ model::ModelConfig llama(int64_t kv_heads) {
   return model::parse_model(j, "test");
 }
 
-Footprint run(const std::string& fw, const model::ModelConfig& m, bool ckpt = false, int64_t batch = 2) {
+Footprint run(const std::string& fw, const model::ModelConfig& m, bool ckpt = false, int64_t batch = 2,
+              bool compiled = false) {
   MemoryOptions o;
+  o.compiled = compiled;
   o.framework = fw;
   o.recipe = memory::find_framework(fw).recipe;
   o.batch = batch;
@@ -49,8 +51,8 @@ TEST(MemoryFrameworks, CommittedMeasurementsAreWithinTheTargets) {
   EXPECT_GE(v.at("modelled").as_int(), 50);
   for (const auto& r : v.at("rows").as_array()) {
     if (!r.at("modelled").as_bool()) continue;
-    EXPECT_TRUE(r.at("ok").as_bool()) << r.at("file").as_string() << " batch " << r.at("batch").as_int()
-                                      << ": peak " << r.at("peak_rel").as_number() << ", forward-retained "
+    EXPECT_TRUE(r.at("ok").as_bool()) << r.at("file").as_string() << " batch " << r.at("batch").as_int() << ": peak "
+                                      << r.at("peak_rel").as_number() << ", forward-retained "
                                       << r.at("retained_rel").as_number();
   }
 }
@@ -69,8 +71,7 @@ TEST(MemoryFrameworks, EagerAttentionKeepsTheProbabilitiesInFp32AndBf16) {
   const model::ModelConfig m = llama(32);
   const int64_t scores = 2 * 32 * int64_t{2048} * 2048, T = 2 * 2048;
   // Eager adds 6 B per score and drops SDPA's fp32 log-sum-exp (32 heads x 4 B per token).
-  EXPECT_EQ(run("hf-eager", m).layer_activation_bytes - run("hf", m).layer_activation_bytes,
-            6 * scores - 4 * 32 * T);
+  EXPECT_EQ(run("hf-eager", m).layer_activation_bytes - run("hf", m).layer_activation_bytes, 6 * scores - 4 * 32 * T);
 }
 
 TEST(MemoryFrameworks, CheckpointingKeepsTheFp32LayerInputs) {
@@ -92,6 +93,18 @@ TEST(MemoryFrameworks, CoatKeepsLessThanItsBf16BaseAndNoLayerWeightCopies) {
   EXPECT_LT(coat.optimizer(), bf16.optimizer() / 3);
 }
 
+TEST(MemoryFrameworks, CompiledLayersKeepOneCastPerNormAndNoLogSoftmax) {
+  const model::ModelConfig m = llama(4);
+  const Footprint eager = run("hf", m), compiled = run("hf", m, false, 2, true);
+  const int64_t T = 2 * 2048, H = m.hidden, F = m.ffn, Q = m.q_dim();
+  // 12H + 8Q + 6F + 4 heads + 8 bytes per token (fp32 norm inputs and rstd, one bf16 cast per
+  // norm, q/k/v at full width, the attention output, three ffn-wide tensors).
+  EXPECT_EQ(compiled.layer_activation_bytes, T * (12 * H + 8 * Q + 6 * F + 4 * m.heads + 8));
+  EXPECT_LT(compiled.activations_total, eager.activations_total);
+  for (const auto& p : compiled.phases)
+    if (p.name == "forward_loss") EXPECT_TRUE(p.temporaries.empty());  // the loss is fused
+}
+
 TEST(MemoryFrameworks, ProfilesRefuseWhatTheyDoNotModel) {
   const model::ModelConfig m = llama(4);
   MemoryOptions o;
@@ -103,6 +116,14 @@ TEST(MemoryFrameworks, ProfilesRefuseWhatTheyDoNotModel) {
   o.recipe = "coat";
   EXPECT_THROW(compute_footprint(m, o), UsageError);
   o.framework = "megatron";
+  EXPECT_THROW(compute_footprint(m, o), UsageError);
+  o.framework = "hf";
+  o.recipe = "bf16";
+  o.compiled = true;
+  o.checkpointing = true;
+  EXPECT_THROW(compute_footprint(m, o), UsageError);  // measured, not modelled
+  o.framework = "hf-eager";
+  o.checkpointing = false;
   EXPECT_THROW(compute_footprint(m, o), UsageError);
 }
 

@@ -34,7 +34,9 @@ void print_breakdown(const Json& d) {
   const Json& m = d.at("model");
   fmt::print("{} ({:.3f} B params), recipe {}, {}\n", m.at("display_name").as_string(),
              m.at("params").as_number() / 1e9, d.at("recipe").as_string(), d.at("sharding").as_string());
-  if (d.contains("framework")) fmt::print("framework profile {}\n", d.at("framework").as_string());
+  if (d.contains("framework"))
+    fmt::print("framework profile {}{}\n", d.at("framework").as_string(),
+               d.contains("compiled") ? ", torch.compile" : "");
   fmt::print("micro-batch {} x {} tokens{}{}\n\n", d.at("batch").as_int(), d.at("seq").as_int(),
              d.at("checkpointing").as_bool() ? ", activation checkpointing" : "",
              d.at("grads_persist").as_bool() ? "" : ", gradients freed between steps");
@@ -272,6 +274,7 @@ int run_memory(const std::vector<std::string>& args) {
       "checkpointing", "full activation checkpointing of every decoder layer")(
       "free-grads",
       "gradients are freed between steps (zero_grad(set_to_none=True)): not resident in forward/backward")(
+      "compile", "the model runs under torch.compile (modelled for --framework hf)")(
       "framework", po::value(&framework)->default_value("torch"),
       "what the training code keeps: torch (the reference accounting, any recipe), hf (transformers 5.x, SDPA), "
       "hf-4.45, hf-eager, coat (COAT's own code); the framework profiles model one GPU")(
@@ -365,6 +368,7 @@ int run_memory(const std::vector<std::string>& args) {
     o.grads_persist = vm.count("free-grads") == 0;
     o.gpu_mem_gib = gpu_mem;
     o.framework = framework;
+    o.compiled = vm.count("compile") > 0;
     if (framework != "torch") {
       // The profile fixes what the framework does: one GPU, zero_grad(set_to_none=True).
       if (vm["recipe"].defaulted()) o.recipe = memory::find_framework(framework).recipe;

@@ -165,6 +165,7 @@ double Footprint::table2_total_units() const {
 Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   validate(o);
   if (o.framework != "torch") return framework_footprint(m, o);
+  if (o.compiled) throw UsageError("torch.compile is modelled for the hf profile only (give --framework hf)");
   const recipe::MemoryModel& r = *find_recipe(o.recipe).memory;
   Footprint f;
   f.model = m;
@@ -407,6 +408,7 @@ Json footprint_to_json(const Footprint& f, bool with_max_batch) {
   j["checkpointing"] = o.checkpointing;
   j["grads_persist"] = o.grads_persist;
   if (o.framework != "torch") j["framework"] = o.framework;
+  if (o.compiled) j["compiled"] = true;
   j["gpu_mem_gib"] = o.gpu_mem_gib;
   j["params"] = f.params;
   j["weights_gib"] = gib(f.weights);

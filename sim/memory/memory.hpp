@@ -76,6 +76,7 @@ struct MemoryOptions {
   // The framework profile (framework.hpp): "torch" is the recipe-driven reference accounting;
   // others follow what that framework's code keeps (one GPU, their own recipe).
   std::string framework = "torch";
+  bool compiled = false;  // torch.compile(model): modelled for the hf profile
   double gpu_mem_gib = kH100GiB;
 };
 // Throws UsageError naming the bad option (gpus/batch/seq < 1, zero outside 0..3, gpu memory

@@ -163,9 +163,10 @@ Json step_rows(const Json& d, const std::string& origin) {
     // holds `logits` does (scripts/measure_memory.py, validated with that file); measure_step.py's
     // torch loop returns only the loss, so its runs are listed, not judged.
     const bool torch_ref = profile == "torch";
-    if (!known || compiled.as_bool() || torch_ref) {
+    const bool compile_modelled = profile == "hf" && !ckpt.as_bool();
+    if (!known || (compiled.as_bool() && !compile_modelled) || torch_ref) {
       row["modelled"] = false;
-      row["why"] = compiled.as_bool() ? "torch.compile: measured, not modelled"
+      row["why"] = compiled.as_bool() ? "torch.compile: measured, not modelled for this framework"
                    : torch_ref        ? "torch reference: validated with scripts/measure_memory.py"
                                       : "no profile for this framework";
       rows.push_back(row);
@@ -184,6 +185,7 @@ Json step_rows(const Json& d, const std::string& origin) {
     o.batch = row.at("batch").as_int();
     o.seq = row.at("seq").as_int();
     o.checkpointing = ckpt.as_bool();
+    o.compiled = compiled.as_bool();
     o.grads_persist = profile == "torch";
     const Footprint f = compute_footprint(m, o);
     // What forward leaves allocated: activations, plus the weight copies made during forward.
