@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent set-up of a fresh Debian/Ubuntu machine for fp8sim:
 #  - Debian packages: compiler, CMake, Ninja, HDF5 (C++), Boost.Program_options, fmt, Eigen,
-#    GoogleTest, Google Benchmark, zlib, Python venv support, Chromium (the report's HTML check),
+#    nlohmann-json, GoogleTest, Google Benchmark, zlib, Python venv support, Chromium (the report's HTML check),
 #    clang-format 14 (the layout check);
 #  - a project-owned Python virtual environment at .venv with numpy, ml_dtypes, h5py, matplotlib
 #    (golden vectors, benchmarks' peers, plots).
@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config libhdf5-dev hdf5-tools libboost-program-options-dev
-  libfmt-dev libeigen3-dev libgtest-dev libbenchmark-dev zlib1g-dev python3 python3-venv python3-pip chromium clang-format-14)
+  libfmt-dev libeigen3-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev zlib1g-dev python3 python3-venv python3-pip chromium clang-format-14)
 PY_PACKAGES=(numpy ml_dtypes h5py matplotlib)
 
 SUDO=""

@@ -641,6 +641,246 @@ class Validator {
   bool have_ref_ = false;
 };
 
+// ---- candidate selection (CublasLt::plan) ------------------------------------------------------------
+
+// A CUDA event, destroyed with its owner.
+struct Event {
+  cudaEvent_t e = nullptr;
+  Event() { FP8SIM_CUDA_CHECK(cudaEventCreate(&e)); }
+  ~Event() {
+    if (e) cudaEventDestroy(e);
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+};
+
+// Launches of one plan's descriptors on the caller's operands, timed with CUDA events.
+class CandidateTimer {
+ public:
+  CandidateTimer(cublasLtHandle_t lt, const GemmPlan::Impl& im, const GemmArgs& args, void* workspace,
+                 size_t workspace_bytes, cudaStream_t stream)
+      : lt_(lt), im_(im), args_(args), ws_(workspace), ws_bytes_(workspace_bytes), stream_(stream) {}
+
+  // One untimed launch (when `warm`; it must run), then `reps` timed ones: their median in ms (of
+  // an even count, the lower middle); 0 once the untimed launch completed when reps <= 0; < 0 when
+  // cuBLASLt refused to launch, the reason then in `error`.
+  float time(const cublasLtMatmulAlgo_t& algo, int reps, bool warm, std::string& error) {
+    cublasStatus_t st = warm ? launch(algo) : CUBLAS_STATUS_SUCCESS;
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      error = fmt::format("cublasLtMatmul: {}", cublasLtGetStatusName(st));
+      return -1.0f;
+    }
+    if (reps <= 0) {
+      FP8SIM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      return 0.0f;
+    }
+    std::vector<float> times;
+    for (int r = 0; r < reps; ++r) {
+      FP8SIM_CUDA_CHECK(cudaEventRecord(e0_.e, stream_));
+      st = launch(algo);
+      FP8SIM_CUDA_CHECK(cudaEventRecord(e1_.e, stream_));
+      FP8SIM_CUDA_CHECK(cudaEventSynchronize(e1_.e));
+      if (st != CUBLAS_STATUS_SUCCESS) {
+        error = fmt::format("cublasLtMatmul: {}", cublasLtGetStatusName(st));
+        return -1.0f;
+      }
+      float t = 0;
+      FP8SIM_CUDA_CHECK(cudaEventElapsedTime(&t, e0_.e, e1_.e));
+      times.push_back(t);
+    }
+    std::sort(times.begin(), times.end());
+    return times[(times.size() - 1) / 2];
+  }
+
+ private:
+  cublasLtHandle_t lt_;
+  const GemmPlan::Impl& im_;
+  GemmArgs args_;
+  void* ws_;
+  size_t ws_bytes_;
+  cudaStream_t stream_;
+  Event e0_, e1_;
+
+  cublasStatus_t launch(const cublasLtMatmulAlgo_t& algo) {
+    const float alpha = 1.0f, beta = 0.0f;
+    return cublasLtMatmul(lt_, im_.desc, &alpha, args_.w, im_.a, args_.x, im_.b, &beta, args_.y, im_.c, args_.y, im_.d,
+                          &algo, ws_, ws_bytes_, stream_);
+  }
+};
+
+struct Timed {
+  cublasLtMatmulAlgo_t algo;
+  size_t workspace;
+  float ms;
+};
+
+// What the selection records besides its choice (CublasLt::plan copies it into the GemmPlan).
+struct SelectionRecord {
+  bool validation = false;  // candidates were validated against validation_reference
+  GemmAlgoInfo validation_reference;
+  GemmAgreementTolerance validation_tolerance;
+  int validated = 0;  // candidates compared with the reference (itself not counted)
+  std::vector<GemmRejection> rejected;
+  int search_found = 0, searched = 0, search_excluded = 0;
+};
+
+// The choice of CublasLt::plan among the heuristic's candidates and, optionally, the search's:
+// nothing is timed before its output matches the reference's (when there is a reference), and
+// the fastest finalist wins. The steps, each at most once and in this order: choose_reference
+// (when validating), time_heuristic, search (when it found a finalist and a search was asked
+// for), then pick.
+class CandidateSelection {
+ public:
+  CandidateSelection(cublasLtHandle_t lt, GemmPlan::Impl& im, const Heuristic& heur, const GemmArgs& args,
+                     void* workspace, size_t workspace_bytes, cudaStream_t stream)
+      : lt_(lt),
+        im_(im),
+        heur_(heur),
+        args_(args),
+        ws_(workspace),
+        ws_bytes_(workspace_bytes),
+        stream_(stream),
+        timer_(lt, im, args, workspace, workspace_bytes, stream) {}
+
+  // Validation (with a choice to make: timing, and more than one candidate or a search): the
+  // heuristic's first candidate that runs becomes the reference (the tests check it against the
+  // CPU reference) that every other candidate, the heuristic's and the search's, must agree with
+  // on this shape before it is timed; see the header. False when no candidate runs.
+  bool choose_reference(const GemmShape& s, const GemmConfig& cfg) {
+    val_.emplace(im_, s, cfg, args_, lt_, ws_, ws_bytes_, stream_);
+    const auto& results = heur_.results;
+    for (int i = 0; i < static_cast<int>(results.size()) && ref_i_ < 0; ++i)
+      if (usable(i) && val_->set_reference(results[i].algo, last_error_)) ref_i_ = i;
+    if (ref_i_ < 0) return false;
+    record_.validation = true;
+    record_.validation_reference = info_of(results[ref_i_].algo);
+    record_.validation_reference.workspace = results[ref_i_].workspaceSize;
+    record_.validation_tolerance = val_->tolerance();
+    return true;
+  }
+
+  // The heuristic's candidates in its order, each validated, then timed with `timing_reps`
+  // repeats; the fastest becomes the first finalist (with timing_reps <= 0: the first that runs).
+  // False when none ran.
+  bool time_heuristic(int timing_reps) {
+    const auto& results = heur_.results;
+    int best = -1;
+    float best_ms = 0;
+    for (int i = 0; i < static_cast<int>(results.size()); ++i) {
+      if (!usable(i)) continue;
+      if (val_ && i < ref_i_) continue;  // refused to launch as the reference
+      if (i != ref_i_ && !passes_validation(results[i].algo, results[i].workspaceSize, false)) continue;
+      const float ms = timer_.time(results[i].algo, timing_reps, true, last_error_);
+      if (ms < 0) continue;
+      if (best < 0 || ms < best_ms) {
+        best = i;
+        best_ms = ms;
+      }
+      if (timing_reps <= 0) break;  // heuristic order: the first that runs
+    }
+    FP8SIM_CUDA_CHECK(cudaGetLastError());
+    if (best < 0) return false;
+    finalists_.push_back({results[best].algo, results[best].workspaceSize, best_ms});
+    return true;
+  }
+
+  // The search over the configurations cuBLASLt accepts (after time_heuristic found a finalist):
+  // up to `search` of them, each validated and timed quickly, within ~6 s; then the fastest six
+  // join the finalists, and every finalist is timed again with `timing_reps` repeats in the same
+  // round.
+  void search(const GemmConfig& cfg, const Preference& pref, int search, int timing_reps) {
+    constexpr auto kBudget = std::chrono::seconds(6);  // enumeration, validation and quick timings
+    const auto t_start = std::chrono::steady_clock::now();
+    SearchLimits lim;
+    lim.accepted = search;
+    lim.deadline = t_start + kBudget;
+    const std::vector<SearchConfig> found =
+        enumerate_search(lt_, im_, cfg, heur_, pref.al, ws_bytes_, lim, record_.search_excluded);
+    record_.search_found = static_cast<int>(found.size());
+    std::vector<Timed> ran = quick_time(found, t_start + kBudget);
+    record_.searched = static_cast<int>(ran.size());
+    std::sort(ran.begin(), ran.end(), [](const Timed& x, const Timed& y) { return x.ms < y.ms; });
+    for (size_t i = 0; i < ran.size() && i < 6; ++i) finalists_.push_back(ran[i]);
+    for (auto& f : finalists_) f.ms = timer_.time(f.algo, timing_reps, true, last_error_);
+  }
+
+  // The index of the fastest finalist that ran (0: the heuristic's; above: the search's), or -1.
+  int pick() const {
+    int pick = -1;
+    for (size_t i = 0; i < finalists_.size(); ++i)
+      if (finalists_[i].ms >= 0 && (pick < 0 || finalists_[i].ms < finalists_[static_cast<size_t>(pick)].ms))
+        pick = static_cast<int>(i);
+    return pick;
+  }
+  const Timed& finalist(int i) const { return finalists_[static_cast<size_t>(i)]; }
+  const SelectionRecord& record() const { return record_; }
+  // The plan's status when nothing runs: the last launch refusal, if any.
+  std::string failure() const { return last_error_.empty() ? "no heuristic candidate could run" : last_error_; }
+
+ private:
+  cublasLtHandle_t lt_;
+  GemmPlan::Impl& im_;
+  const Heuristic& heur_;
+  GemmArgs args_;
+  void* ws_;
+  size_t ws_bytes_;
+  cudaStream_t stream_;
+  CandidateTimer timer_;
+  std::optional<Validator> val_;
+  int ref_i_ = -1;
+  std::vector<Timed> finalists_;  // the heuristic's best, then the search's fastest
+  SelectionRecord record_;
+  std::string last_error_;
+
+  bool usable(int i) const {
+    const auto& r = heur_.results[static_cast<size_t>(i)];
+    return r.state == CUBLAS_STATUS_SUCCESS && r.workspaceSize <= ws_bytes_;
+  }
+
+  // true: the candidate may be timed; false: it did not launch, or it disagrees (then recorded).
+  bool passes_validation(const cublasLtMatmulAlgo_t& algo, size_t workspace, bool from_search) {
+    if (!val_) return true;
+    std::string why;
+    const Validator::Outcome o = val_->check(algo, why);
+    if (o == Validator::Outcome::LaunchFailed) {
+      last_error_ = why;
+      return false;
+    }
+    ++record_.validated;
+    if (o == Validator::Outcome::Agrees) return true;
+    GemmRejection r;
+    r.algo = info_of(algo);
+    r.algo.from_search = from_search;
+    r.algo.workspace = workspace;
+    r.reason = std::move(why);
+    record_.rejected.push_back(std::move(r));
+    return false;
+  }
+
+  // A validation run each (the first launch also loads the kernel's module, lazily loaded by
+  // CUDA), then a quick timing: one timed launch, and two more only when that one is within 25%
+  // of the best so far (a config with a tiny tile can be 100x slower on these shapes); stops at
+  // `deadline`. The heuristic's tiles come first (enumerate_search).
+  std::vector<Timed> quick_time(const std::vector<SearchConfig>& found,
+                                std::chrono::steady_clock::time_point deadline) {
+    std::vector<Timed> ran;
+    float quick_best = finalists_.front().ms;
+    for (const auto& f : found) {
+      if (std::chrono::steady_clock::now() > deadline) break;
+      if (!passes_validation(f.algo, f.workspace, true)) continue;
+      const float one = timer_.time(f.algo, 1, false, last_error_);
+      if (one <= 0) continue;
+      const float ms =
+          one <= 1.25f * quick_best ? std::min(one, timer_.time(f.algo, 2, false, last_error_)) : one;  // min of 3
+      if (ms <= 0) continue;
+      quick_best = std::min(quick_best, ms);
+      ran.push_back({f.algo, f.workspace, ms});
+    }
+    cudaGetLastError();  // a refused configuration leaves no sticky error, but clear a soft one
+    return ran;
+  }
+};
+
 }  // namespace
 
 std::string_view gemm_scaling_name(GemmScaling s) {
@@ -921,169 +1161,34 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
     plan.status_ = heur.refusal();
     return plan;
   }
-  const auto& results = heur.results;
-  const int returned = static_cast<int>(results.size());
-  plan.candidates_ = returned;
+  plan.candidates_ = static_cast<int>(heur.results.size());
 
-  // ---- time the candidates; keep the fastest that runs ----
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  FP8SIM_CUDA_CHECK(cudaEventCreate(&e0));
-  FP8SIM_CUDA_CHECK(cudaEventCreate(&e1));
-  struct EventGuard {
-    cudaEvent_t a, b;
-    ~EventGuard() {
-      cudaEventDestroy(a);
-      cudaEventDestroy(b);
-    }
-  } ev_guard{e0, e1};
-  const float alpha = 1.0f, beta = 0.0f;
-  std::string last_error;
-  auto launch = [&](const cublasLtMatmulAlgo_t& algo) {
-    return cublasLtMatmul(h_->lt, im.desc, &alpha, args.w, im.a, args.x, im.b, &beta, args.y, im.c, args.y, im.d, &algo,
-                          h_->workspace, h_->workspace_bytes, stream);
-  };
-  // One untimed launch (it must run), then `reps` timed ones: their median in ms, or < 0 when
-  // cuBLASLt refused to launch (the reason kept in last_error).
-  auto time_algo = [&](const cublasLtMatmulAlgo_t& algo, int reps, bool warm = true) -> float {
-    cublasStatus_t st = warm ? launch(algo) : CUBLAS_STATUS_SUCCESS;
-    if (st != CUBLAS_STATUS_SUCCESS) {
-      last_error = fmt::format("cublasLtMatmul: {}", cublasLtGetStatusName(st));
-      return -1.0f;
-    }
-    if (reps <= 0) {
-      FP8SIM_CUDA_CHECK(cudaStreamSynchronize(stream));
-      return 0.0f;
-    }
-    std::vector<float> times;
-    for (int r = 0; r < reps; ++r) {
-      FP8SIM_CUDA_CHECK(cudaEventRecord(e0, stream));
-      st = launch(algo);
-      FP8SIM_CUDA_CHECK(cudaEventRecord(e1, stream));
-      FP8SIM_CUDA_CHECK(cudaEventSynchronize(e1));
-      if (st != CUBLAS_STATUS_SUCCESS) {
-        last_error = fmt::format("cublasLtMatmul: {}", cublasLtGetStatusName(st));
-        return -1.0f;
-      }
-      float t = 0;
-      FP8SIM_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
-      times.push_back(t);
-    }
-    std::sort(times.begin(), times.end());
-    return times[(times.size() - 1) / 2];  // the median (of an even count, the lower middle)
-  };
-  auto usable = [&](int i) {
-    return results[i].state == CUBLAS_STATUS_SUCCESS && results[i].workspaceSize <= h_->workspace_bytes;
-  };
-
-  // ---- validation: nothing is timed before its output matches the reference's ----
-  // With a choice to make (timing and more than one candidate), the heuristic's first candidate
-  // that runs is the reference (the tests check it against the CPU reference), and every other
-  // candidate, the heuristic's and the search's, must agree with it on this shape before it is
-  // timed; see the header.
-  std::optional<Validator> val;
-  int ref_i = -1;
-  if (timing_reps > 0 && (returned > 1 || search > 0)) {
-    val.emplace(im, s, cfg, args, h_->lt, h_->workspace, h_->workspace_bytes, stream);
-    for (int i = 0; i < returned && ref_i < 0; ++i)
-      if (usable(i) && val->set_reference(results[i].algo, last_error)) ref_i = i;
-    if (ref_i < 0) {
-      plan.supported_ = false;
-      plan.status_ = last_error.empty() ? "no heuristic candidate could run" : last_error;
-      return plan;
-    }
-    plan.validation_ = true;
-    plan.validation_reference_ = info_of(results[ref_i].algo);
-    plan.validation_reference_.workspace = results[ref_i].workspaceSize;
-    plan.validation_tolerance_ = val->tolerance();
-  }
-  // true: the candidate may be timed; false: it did not launch, or it disagrees (then listed).
-  auto passes_validation = [&](const cublasLtMatmulAlgo_t& algo, size_t workspace, bool from_search) {
-    if (!val) return true;
-    std::string why;
-    const Validator::Outcome o = val->check(algo, why);
-    if (o == Validator::Outcome::LaunchFailed) {
-      last_error = why;
-      return false;
-    }
-    ++plan.validated_;
-    if (o == Validator::Outcome::Agrees) return true;
-    GemmRejection r;
-    r.algo = info_of(algo);
-    r.algo.from_search = from_search;
-    r.algo.workspace = workspace;
-    r.reason = std::move(why);
-    plan.rejected_.push_back(std::move(r));
-    return false;
-  };
-
-  struct Timed {
-    cublasLtMatmulAlgo_t algo;
-    size_t workspace;
-    float ms;
-  };
-  std::vector<Timed> finalists;  // the heuristic's best, then the search's fastest
-  int best = -1;
-  float best_ms = 0;
-  for (int i = 0; i < returned; ++i) {
-    if (!usable(i)) continue;
-    if (val && i < ref_i) continue;  // refused to launch as the reference
-    if (i != ref_i && !passes_validation(results[i].algo, results[i].workspaceSize, false)) continue;
-    const float ms = time_algo(results[i].algo, timing_reps);
-    if (ms < 0) continue;
-    if (best < 0 || ms < best_ms) {
-      best = i;
-      best_ms = ms;
-    }
-    if (timing_reps <= 0) break;  // heuristic order: the first that runs
-  }
-  FP8SIM_CUDA_CHECK(cudaGetLastError());
-  if (best >= 0) finalists.push_back({results[best].algo, results[best].workspaceSize, best_ms});
-
-  // ---- optional search over the configurations cuBLASLt accepts ----
-  if (best >= 0 && search > 0 && timing_reps > 0) {
-    constexpr auto kBudget = std::chrono::seconds(6);  // enumeration, validation and quick timings
-    const auto t_start = std::chrono::steady_clock::now();
-    SearchLimits lim;
-    lim.accepted = search;
-    lim.deadline = t_start + kBudget;
-    std::vector<SearchConfig> found =
-        enumerate_search(h_->lt, im, cfg, heur, pref.al, h_->workspace_bytes, lim, plan.search_excluded_);
-    plan.search_found_ = static_cast<int>(found.size());
-    // A validation run each (the first launch also loads the kernel's module, lazily loaded by
-    // CUDA), then a quick timing: one timed launch, and two more only when that one is within 25%
-    // of the best so far (a config with a tiny tile can be 100x slower on these shapes);
-    // enumeration, validation and quick timing stop ~6 s after the search began. Then the fastest
-    // six again with the full repeat count, against the heuristic's best re-timed in the same
-    // round (on top of the 6 s). The heuristic's tiles come first (enumerate_search).
-    std::vector<Timed> ran;
-    float quick_best = best_ms;
-    for (const auto& f : found) {
-      if (std::chrono::steady_clock::now() - t_start > kBudget) break;
-      if (!passes_validation(f.algo, f.workspace, true)) continue;
-      const float one = time_algo(f.algo, 1, false);
-      if (one <= 0) continue;
-      const float ms = one <= 1.25f * quick_best ? std::min(one, time_algo(f.algo, 2, false)) : one;  // min of 3
-      if (ms <= 0) continue;
-      quick_best = std::min(quick_best, ms);
-      ran.push_back({f.algo, f.workspace, ms});
-    }
-    cudaGetLastError();  // a refused configuration leaves no sticky error, but clear a soft one
-    plan.searched_ = static_cast<int>(ran.size());
-    std::sort(ran.begin(), ran.end(), [](const Timed& x, const Timed& y) { return x.ms < y.ms; });
-    for (size_t i = 0; i < ran.size() && i < 6; ++i) finalists.push_back(ran[i]);
-    for (auto& f : finalists) f.ms = time_algo(f.algo, timing_reps);
-  }
-  FP8SIM_CUDA_CHECK(cudaGetLastError());
-  int pick = -1;
-  for (size_t i = 0; i < finalists.size(); ++i)
-    if (finalists[i].ms >= 0 && (pick < 0 || finalists[i].ms < finalists[static_cast<size_t>(pick)].ms))
-      pick = static_cast<int>(i);
-  if (pick < 0) {
+  CandidateSelection sel(h_->lt, im, heur, args, h_->workspace, h_->workspace_bytes, stream);
+  const bool validate = timing_reps > 0 && (plan.candidates_ > 1 || search > 0);
+  if (validate && !sel.choose_reference(s, cfg)) {
     plan.supported_ = false;
-    plan.status_ = last_error.empty() ? "no heuristic candidate could run" : last_error;
+    plan.status_ = sel.failure();
     return plan;
   }
-  const Timed& chosen = finalists[static_cast<size_t>(pick)];
+  if (sel.time_heuristic(timing_reps) && search > 0 && timing_reps > 0) sel.search(cfg, pref, search, timing_reps);
+  FP8SIM_CUDA_CHECK(cudaGetLastError());
+
+  const SelectionRecord& rec = sel.record();
+  plan.validation_ = rec.validation;
+  plan.validation_reference_ = rec.validation_reference;
+  plan.validation_tolerance_ = rec.validation_tolerance;
+  plan.validated_ = rec.validated;
+  plan.rejected_ = rec.rejected;
+  plan.search_found_ = rec.search_found;
+  plan.searched_ = rec.searched;
+  plan.search_excluded_ = rec.search_excluded;
+  const int pick = sel.pick();
+  if (pick < 0) {
+    plan.supported_ = false;
+    plan.status_ = sel.failure();
+    return plan;
+  }
+  const Timed& chosen = sel.finalist(pick);
   im.algo = chosen.algo;
   im.have_algo = true;
   plan.supported_ = true;

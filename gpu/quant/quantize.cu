@@ -804,139 +804,155 @@ __global__ void __launch_bounds__(256)
   else out[i] = static_cast<unsigned>(valid);
 }
 
-}  // namespace
+// ---- launch_quantize's steps -------------------------------------------------------------------------
 
-int64_t tensor_chunk_elements() { return kChunk; }
-int64_t max_encode_blocks() { return static_cast<int64_t>(sm_count_cached()) * 16; }
-
-void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
+// The tensor amax as a by-product of an encode that does not compute it (bookkeeping): the two
+// stages over the input, into L.tensor_amax when the caller asked for it.
+void launch_tensor_amax(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
+  if (!L.tensor_amax) return;
   const QuantKernelParams& P = L.params;
-  const InDt dt = static_cast<InDt>(L.dtype);
-  const int64_t n = P.rows * P.cols;
-  if (n == 0) return;
+  launch_chunk_stats_dt(dt, L.x, n, kChunk, L.chunk_maxima, nullptr, s);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  reduce_scale_kernel<<<1, 1024, 0, s>>>(L.chunk_maxima, (n + kChunk - 1) / kChunk, P, -1, nullptr, L.tensor_amax,
+                                         nullptr);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
+// Stage 1 of the per-tensor scalings: the producer's maxima when it gave them, else the chunk
+// maxima of the input (the same pass sets the inf flag).
+struct Maxima {
+  const uint32_t* bits;
+  int64_t count;
+};
+Maxima stage1_maxima(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
+  if (L.producer_maxima) return {L.producer_maxima, static_cast<int64_t>(L.producer_maxima_count)};
+  launch_chunk_stats_dt(dt, L.x, n, kChunk, L.chunk_maxima, L.inf_flag, s);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  return {L.chunk_maxima, (n + kChunk - 1) / kChunk};
+}
+
+// Kind::Passthrough: a 16-bit format, element by element, unscaled.
+void launch_passthrough(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
+  const QuantKernelParams& P = L.params;
+  const int grid = grid_cap((n + 255) / 256, 16);
+  auto* out = static_cast<uint16_t*>(L.codes);
+  if (P.format == 2) {
+    if (dt == InDt::F32) passthrough_kernel<InDt::F32, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+    else if (dt == InDt::BF16) passthrough_kernel<InDt::BF16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+    else passthrough_kernel<InDt::FP16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+  } else {
+    if (dt == InDt::F32) passthrough_kernel<InDt::F32, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+    else if (dt == InDt::BF16) passthrough_kernel<InDt::BF16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+    else passthrough_kernel<InDt::FP16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
+  }
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  launch_tensor_amax(L, dt, n, s);
+}
+
+// Kind::Scaled16: a 16-bit format with a per-tensor scale: stage 1, stage 2, the scaled cast.
+void launch_scaled16(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
+  const QuantKernelParams& P = L.params;
+  const Maxima mx = stage1_maxima(L, dt, n, s);
+  launch_stage2(mx.bits, mx.count, P, kPlain, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
+  const int grid = grid_cap((n + 255) / 256, 16);
+  auto* out = static_cast<uint16_t*>(L.codes);
+  if (P.format == 2) {
+    if (dt == InDt::F32) scaled16_kernel<InDt::F32, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+    else if (dt == InDt::BF16) scaled16_kernel<InDt::BF16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+    else scaled16_kernel<InDt::FP16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+  } else {
+    if (dt == InDt::F32) scaled16_kernel<InDt::F32, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+    else if (dt == InDt::BF16) scaled16_kernel<InDt::BF16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+    else scaled16_kernel<InDt::FP16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+  }
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
+// The per-tensor encode's grid: a persistent grid of at most the resident blocks (no partial
+// last wave), at most 16 per SM (the delayed encode's per-block maxima must fit the workspace).
+struct TensorEncodeShape {
+  bool vec;      // 16-byte aligned input and codes (codes aligned to 8 only take the element-wise loop)
+  bool hw;       // tensor_hw_ok
+  int64_t want;  // blocks that cover the tensor
+};
+TensorEncodeShape tensor_encode_shape(const QuantLaunch& L, InDt dt, int64_t n) {
+  const uint8_t* codes = static_cast<const uint8_t*>(L.codes);
+  const bool vec = (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 && (reinterpret_cast<uintptr_t>(codes) % 16) == 0;
+  const int64_t unit = dt == InDt::F32 ? kTensorUnit<InDt::F32> : kTensorUnit<InDt::BF16>;
+  const int64_t want = (n / unit + 256 * kTensorUnits - 1) / (256 * kTensorUnits) + 1;
+  return {vec, tensor_hw_ok(L), want};
+}
+template <class Kernel>
+int resident_of(Kernel kernel) {  // blocks per SM, at most 16
+  const int b = resident_blocks(kernel);
+  return b < 16 ? b : 16;
+}
+
+// Kind::Tensor with delayed scaling, one pass: encode with the host's multiplier, emitting
+// per-block maxima; then the amax (stage 2 over those maxima).
+void launch_tensor_delayed(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
+  const QuantKernelParams& P = L.params;
   uint8_t* codes = static_cast<uint8_t*>(L.codes);
+  const TensorEncodeShape t = tensor_encode_shape(L, dt, n);
+  int grid = 1;
+  dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
+    static const int b = resident_of(encode_tensor_kernel<T, D, kDelayed>);
+    grid = grid_cap(t.want, b);
+    encode_tensor_kernel<T, D, kDelayed>
+        <<<grid, 256, 0, s>>>(L.x, codes, n, t.vec, t.hw, P, nullptr, L.chunk_maxima, L.inf_flag, FusedStage2{});
+  });
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  launch_stage2(L.chunk_maxima, grid, P, kDelayed, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
+}
 
-  if (L.kind == QuantLaunch::Kind::Passthrough) {
-    const int grid = grid_cap((n + 255) / 256, 16);
-    auto* out = static_cast<uint16_t*>(L.codes);
-    if (P.format == 2) {
-      if (dt == InDt::F32) passthrough_kernel<InDt::F32, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
-      else if (dt == InDt::BF16) passthrough_kernel<InDt::BF16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
-      else passthrough_kernel<InDt::FP16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
-    } else {
-      if (dt == InDt::F32) passthrough_kernel<InDt::F32, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
-      else if (dt == InDt::BF16) passthrough_kernel<InDt::BF16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
-      else passthrough_kernel<InDt::FP16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
-    }
-    FP8SIM_CUDA_CHECK_LAUNCH();
-    if (L.tensor_amax) {
-      launch_chunk_stats_dt(dt, L.x, n, kChunk, L.chunk_maxima, nullptr, s);
-      FP8SIM_CUDA_CHECK_LAUNCH();
-      reduce_scale_kernel<<<1, 1024, 0, s>>>(L.chunk_maxima, (n + kChunk - 1) / kChunk, P, -1, nullptr, L.tensor_amax,
-                                             nullptr);
-      FP8SIM_CUDA_CHECK_LAUNCH();
-    }
-    return;
+// Kind::Tensor, plain: stage 1 (unless a producer gave maxima), stage 2, stage 3 (the encode).
+// Long maxima lists (group scaling's per-group maxima) are reduced inside a cooperative encode
+// launch where the device runs one.
+void launch_tensor_plain(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
+  const QuantKernelParams& P = L.params;
+  uint8_t* codes = static_cast<uint8_t*>(L.codes);
+  const TensorEncodeShape t = tensor_encode_shape(L, dt, n);
+  const Maxima mx = stage1_maxima(L, dt, n, s);
+  FusedStage2 fused;
+  if (mx.count > kOneBlockMaxima && coop_launch_ok()) {
+    fused.maxima = mx.bits;
+    fused.m = mx.count;
+    fused.tensor_amax = L.tensor_amax;
+    fused.scales = L.scales;
+  } else {
+    launch_stage2(mx.bits, mx.count, P, kPlain, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
   }
-
-  if (L.kind == QuantLaunch::Kind::Scaled16) {
-    const uint32_t* maxima = L.producer_maxima;
-    int64_t m = static_cast<int64_t>(L.producer_maxima_count);
-    if (!maxima) {
-      launch_chunk_stats_dt(dt, L.x, n, kChunk, L.chunk_maxima, L.inf_flag, s);
-      FP8SIM_CUDA_CHECK_LAUNCH();
-      maxima = L.chunk_maxima;
-      m = (n + kChunk - 1) / kChunk;
-    }
-    launch_stage2(maxima, m, P, kPlain, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
-    const int grid = grid_cap((n + 255) / 256, 16);
-    auto* out = static_cast<uint16_t*>(L.codes);
-    if (P.format == 2) {
-      if (dt == InDt::F32) scaled16_kernel<InDt::F32, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
-      else if (dt == InDt::BF16)
-        scaled16_kernel<InDt::BF16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
-      else scaled16_kernel<InDt::FP16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+  dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
+    auto kernel = encode_tensor_kernel<T, D, kPlain>;
+    static const int b = resident_of(kernel);
+    const int grid = grid_cap(t.want, b);
+    if (fused.maxima) {
+      // Cooperative: every block resident at once (grid <= resident blocks x SMs), which the
+      // grid barrier in the kernel needs.
+      const void* xp = L.x;
+      uint8_t* cp = codes;
+      int64_t nn = n;
+      bool vv = t.vec, hh = t.hw;
+      QuantKernelParams pp = P;
+      uint32_t* sl = L.slot;
+      uint32_t* ba = nullptr;
+      uint32_t* fl = nullptr;
+      void* args[] = {&xp, &cp, &nn, &vv, &hh, &pp, &sl, &ba, &fl, &fused};
+      FP8SIM_CUDA_CHECK(
+          cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), args, 0, s));
     } else {
-      if (dt == InDt::F32) scaled16_kernel<InDt::F32, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
-      else if (dt == InDt::BF16)
-        scaled16_kernel<InDt::BF16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
-      else scaled16_kernel<InDt::FP16, false><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
+      kernel<<<grid, 256, 0, s>>>(L.x, codes, n, t.vec, t.hw, P, L.slot, nullptr, nullptr, FusedStage2{});
     }
-    FP8SIM_CUDA_CHECK_LAUNCH();
-    return;
-  }
+  });
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
 
-  if (L.kind == QuantLaunch::Kind::Tensor) {
-    const bool vec = (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 && (reinterpret_cast<uintptr_t>(codes) % 16) == 0;
-    const bool hw = tensor_hw_ok(L);
-    // A persistent grid of at most the resident blocks (no partial last wave), at most 16 per SM
-    // (the delayed encode's per-block maxima must fit the workspace). vec needs 16-byte aligned
-    // input and codes (a codes pointer aligned to 8 only takes the element-wise loop).
-    const int64_t unit = dt == InDt::F32 ? kTensorUnit<InDt::F32> : kTensorUnit<InDt::BF16>;
-    const int64_t want = (n / unit + 256 * kTensorUnits - 1) / (256 * kTensorUnits) + 1;
-    auto resident_of = [](auto kernel) {  // blocks per SM, at most 16
-      const int b = resident_blocks(kernel);
-      return b < 16 ? b : 16;
-    };
-    int grid = 1;
-    uint32_t* acc = L.slot + 2;
-    if (L.mode == kDelayed) {
-      // One pass: encode with the host's multiplier, emitting per-block maxima; then the amax.
-      dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
-        static const int b = resident_of(encode_tensor_kernel<T, D, kDelayed>);
-        grid = grid_cap(want, b);
-        encode_tensor_kernel<T, D, kDelayed>
-            <<<grid, 256, 0, s>>>(L.x, codes, n, vec, hw, P, nullptr, L.chunk_maxima, L.inf_flag, FusedStage2{});
-      });
-      FP8SIM_CUDA_CHECK_LAUNCH();
-      launch_stage2(L.chunk_maxima, grid, P, kDelayed, L.slot, L.tensor_amax, L.scales, acc, s);
-      return;
-    }
-    // Plain: stage 1 (unless a producer gave maxima), stage 2, stage 3.
-    const uint32_t* maxima = L.producer_maxima;
-    int64_t m = static_cast<int64_t>(L.producer_maxima_count);
-    if (!maxima) {
-      launch_chunk_stats_dt(dt, L.x, n, kChunk, L.chunk_maxima, L.inf_flag, s);
-      FP8SIM_CUDA_CHECK_LAUNCH();
-      maxima = L.chunk_maxima;
-      m = (n + kChunk - 1) / kChunk;
-    }
-    // Long lists (group scaling's per-group maxima) are reduced inside the encode launch.
-    FusedStage2 fused;
-    if (m > kOneBlockMaxima && coop_launch_ok()) {
-      fused.maxima = maxima;
-      fused.m = m;
-      fused.tensor_amax = L.tensor_amax;
-      fused.scales = L.scales;
-    } else {
-      launch_stage2(maxima, m, P, kPlain, L.slot, L.tensor_amax, L.scales, acc, s);
-    }
-    dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
-      auto kernel = encode_tensor_kernel<T, D, kPlain>;
-      static const int b = resident_of(kernel);
-      grid = grid_cap(want, b);
-      if (fused.maxima) {
-        // Cooperative: every block resident at once (grid <= resident blocks x SMs), which the
-        // grid barrier in the kernel needs.
-        const void* xp = L.x;
-        uint8_t* cp = codes;
-        int64_t nn = n;
-        bool vv = vec, hh = hw;
-        QuantKernelParams pp = P;
-        uint32_t* sl = L.slot;
-        uint32_t* ba = nullptr;
-        uint32_t* fl = nullptr;
-        void* args[] = {&xp, &cp, &nn, &vv, &hh, &pp, &sl, &ba, &fl, &fused};
-        FP8SIM_CUDA_CHECK(
-            cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), args, 0, s));
-      } else {
-        kernel<<<grid, 256, 0, s>>>(L.x, codes, n, vec, hw, P, L.slot, nullptr, nullptr, FusedStage2{});
-      }
-    });
-    FP8SIM_CUDA_CHECK_LAUNCH();
-    return;
-  }
-
+// Kinds Team and Block (groups): the fast plain kernels (x / s; quantize_fast.cu) where they fit,
+// COAT's aligned 1xG kernel, then the element-wise team kernel (1xG groups of at most 512) or one
+// block per group; the tensor amax as a by-product.
+void launch_groups(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
+  const QuantKernelParams& P = L.params;
+  uint8_t* codes = static_cast<uint8_t*>(L.codes);
   const int64_t groups = P.grid_rows * P.grid_cols;
   const int64_t G = P.group_cols;
   // The fast plain kernels divide (x / s): other apply= forms take the team and block kernels.
@@ -994,12 +1010,29 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
   }
-  if (L.tensor_amax) {  // the two-stage tensor amax as a by-product (bookkeeping)
-    launch_chunk_stats_dt(dt, L.x, n, kChunk, L.chunk_maxima, nullptr, s);
-    FP8SIM_CUDA_CHECK_LAUNCH();
-    reduce_scale_kernel<<<1, 1024, 0, s>>>(L.chunk_maxima, (n + kChunk - 1) / kChunk, P, -1, nullptr, L.tensor_amax,
-                                           nullptr);
-    FP8SIM_CUDA_CHECK_LAUNCH();
+  launch_tensor_amax(L, dt, n, s);
+}
+
+}  // namespace
+
+int64_t tensor_chunk_elements() { return kChunk; }
+int64_t max_encode_blocks() { return static_cast<int64_t>(sm_count_cached()) * 16; }
+
+void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
+  const QuantKernelParams& P = L.params;
+  const InDt dt = static_cast<InDt>(L.dtype);
+  const int64_t n = P.rows * P.cols;
+  if (n == 0) return;
+  switch (L.kind) {
+    case QuantLaunch::Kind::Passthrough:
+      return launch_passthrough(L, dt, n, s);
+    case QuantLaunch::Kind::Scaled16:
+      return launch_scaled16(L, dt, n, s);
+    case QuantLaunch::Kind::Tensor:
+      return L.mode == kDelayed ? launch_tensor_delayed(L, dt, n, s) : launch_tensor_plain(L, dt, n, s);
+    case QuantLaunch::Kind::Team:
+    case QuantLaunch::Kind::Block:
+      return launch_groups(L, dt, n, s);
   }
 }
 

@@ -95,276 +95,57 @@ class Replayer {
   Replayer(const Replayer&) = delete;
   Replayer& operator=(const Replayer&) = delete;
 
+  // The launch of one kernel of the plan on buffers of its shape (pooled, filled with data of a
+  // typical magnitude); throws for a kernel the replay does not run.
   Prepared prepare(const KernelOp& op) {
-    const auto& d = op.dims;
-    auto dim = [&](size_t i) {
-      FP8SIM_REQUIRE(i < d.size() && d[i] > 0, "speed replay: kernel '{}' lacks dimension {}", op.key(), i);
-      return d[i];
-    };
-    const float* one = dev_scalars_;
-    const float* amax_in = dev_scalars_ + 2;
-    float* amax_out = dev_scalars_ + 4;
-    float* reduce_out = dev_scalars_ + 5;
-    Prepared p;
-    p.impl = kSpeedKernel;
     switch (op.kind) {
       case Kind::Gemm:
-        return prepare_gemm(op, one);
+        return prepare_gemm(op, dev_scalars_);
       case Kind::Attention:
         throw Error(
             fmt::format("speed replay: attention '{}' is timed by PyTorch (scripts/torch_layer_time.py)", op.key()));
-      case Kind::RmsNormFwd: {
-        const int64_t rows = dim(0), cols = dim(1);
-        FP8SIM_REQUIRE(rmsnorm_supported(cols), "speed replay: RMSNorm width {} unsupported", cols);
-        uint16_t* w = bf16(1, cols, 1.0f);
-        uint16_t* y = pool_.get<uint16_t>(2, rows * cols);
-        float* rstd = pool_.get<float>(3, rows);
-        if (op.variant == "bf16>bf16") {
-          uint16_t* x = bf16(0, rows * cols);
-          p.launch = [=, this] { require(rmsnorm_fwd_bf16(x, w, y, rstd, rows, cols, 1e-5f, s_), op); };
-        } else if (op.variant == "e4m3g16>bf16+rowmax") {
-          uint8_t* xq = codes(0, rows * cols, false);
-          uint16_t* xs = scales(4, rows * cols / 16);
-          float* rowmax = pool_.get<float>(5, rows);
-          p.launch = [=, this] { require(rmsnorm_fwd_g16(xq, xs, w, y, rstd, rowmax, rows, cols, 1e-5f, s_), op); };
-        } else {
-          unknown(op);
-        }
-        return p;
-      }
-      case Kind::RmsNormBwd: {
-        const int64_t rows = dim(0), cols = dim(1);
-        FP8SIM_REQUIRE(rmsnorm_supported(cols), "speed replay: RMSNorm width {} unsupported", cols);
-        uint16_t* w = bf16(1, cols, 1.0f);
-        float* rstd = uniform(3, rows, 0.5f, 2.0f);
-        uint16_t* dy = bf16(6, rows * cols);
-        uint16_t* dx = pool_.get<uint16_t>(2, rows * cols);
-        float* part = pool_.get<float>(7, static_cast<size_t>(rmsnorm_bwd_partial_rows(rows)) * cols);
-        float* dw = pool_.get<float>(8, cols);
-        if (op.variant == "x=bf16") {
-          uint16_t* x = bf16(0, rows * cols);
-          p.launch = [=, this] { require(rmsnorm_bwd_bf16(x, w, rstd, dy, dx, part, dw, rows, cols, s_), op); };
-        } else if (op.variant == "x=e4m3g16") {
-          uint8_t* xq = codes(0, rows * cols, false);
-          uint16_t* xs = scales(4, rows * cols / 16);
-          p.launch = [=, this] { require(rmsnorm_bwd_g16(xq, xs, w, rstd, dy, dx, part, dw, rows, cols, s_), op); };
-        } else {
-          unknown(op);
-        }
-        return p;
-      }
-      case Kind::SiluMulFwd: {
-        const int64_t n = dim(0) * dim(1);
-        uint16_t* m = pool_.get<uint16_t>(2, n);
-        if (op.variant == "bf16>bf16") {
-          uint16_t *g = bf16(0, n), *u = bf16(1, n);
-          p.launch = [=, this] { require(silu_mul_fwd_bf16(g, u, m, n, s_), op); };
-        } else if (op.variant == "e4m3g16>e4m3g16+bf16+gmax") {
-          uint8_t *gq = codes(0, n, false), *uq = codes(1, n, false);
-          uint16_t *gs = scales(4, n / 16), *us = scales(5, n / 16);
-          uint8_t* sq = pool_.get<uint8_t>(6, n);
-          uint16_t* ss = pool_.get<uint16_t>(7, n / 16);
-          uint16_t* mg = pool_.get<uint16_t>(8, n / 16);
-          p.launch = [=, this] { require(silu_mul_fwd_g16(gq, gs, uq, us, sq, ss, m, mg, n, s_), op); };
-        } else {
-          unknown(op);
-        }
-        return p;
-      }
-      case Kind::SiluMulBwd: {
-        const int64_t n = dim(0) * dim(1);
-        uint16_t* dm = bf16(2, n);
-        uint16_t *dg = pool_.get<uint16_t>(3, n), *du = pool_.get<uint16_t>(6, n);
-        if (op.variant == "bf16>bf16") {
-          uint16_t *g = bf16(0, n), *u = bf16(1, n);
-          p.launch = [=, this] { require(silu_mul_bwd_bf16(g, u, dm, dg, du, n, s_), op); };
-        } else if (op.variant == "e4m3g16>bf16+gmax") {
-          uint8_t *gq = codes(0, n, false), *uq = codes(1, n, false);
-          uint16_t *gs = scales(4, n / 16), *us = scales(5, n / 16);
-          uint16_t *dgm = pool_.get<uint16_t>(7, n / 16), *dum = pool_.get<uint16_t>(8, n / 16);
-          p.launch = [=, this] { require(silu_mul_bwd_g16(gq, gs, uq, us, dm, dg, dgm, du, dum, n, s_), op); };
-        } else {
-          unknown(op);
-        }
-        return p;
-      }
-      case Kind::Add: {
-        const int64_t n = dim(0) * dim(1);
-        uint16_t *a = bf16(0, n), *b = bf16(1, n), *c = pool_.get<uint16_t>(2, n);
-        if (op.variant == "bf16>bf16") {
-          p.launch = [=, this] { require(add_bf16(a, b, c, n, s_), op); };
-        } else if (op.variant == "bf16>bf16+e4m3g16") {
-          uint8_t* cq = pool_.get<uint8_t>(3, n);
-          uint16_t* cs = pool_.get<uint16_t>(4, n / 16);
-          p.launch = [=, this] { require(add_bf16_g16(a, b, c, cq, cs, n, s_), op); };
-        } else if (op.variant == "bf16>bf16+gmax") {
-          uint16_t* cg = pool_.get<uint16_t>(4, n / 16);
-          p.launch = [=, this] { require(add_bf16_gmax(a, b, c, cg, n, s_), op); };
-        } else {
-          unknown(op);
-        }
-        return p;
-      }
+      case Kind::RmsNormFwd:
+        return prepare_rmsnorm_fwd(op);
+      case Kind::RmsNormBwd:
+        return prepare_rmsnorm_bwd(op);
+      case Kind::SiluMulFwd:
+        return prepare_silu_mul_fwd(op);
+      case Kind::SiluMulBwd:
+        return prepare_silu_mul_bwd(op);
+      case Kind::Add:
+        return prepare_add(op);
       case Kind::RopeFwd:
-      case Kind::RopeBwd: {
-        const int64_t tokens = dim(0), heads = dim(1), kv = dim(2), hd = dim(3), seq = dim(4);
-        FP8SIM_REQUIRE(op.variant == "bf16", "speed replay: unknown RoPE variant '{}'", op.variant);
-        uint16_t *q = bf16(0, tokens * heads * hd), *k = bf16(1, tokens * kv * hd);
-        float2* table = pool_.get<float2>(2, seq * (hd / 2));
-        rope_table(table, seq, hd, 10000.0f, s_);
-        const bool bwd = op.kind == Kind::RopeBwd;
-        p.launch = [=, this] { require(rope(q, k, table, tokens, heads, kv, hd, seq, bwd, s_), op); };
-        return p;
-      }
-      case Kind::CastTranspose: {
-        const int64_t rows = dim(0), cols = dim(1);
-        const auto arrow = op.variant.find('>');
-        FP8SIM_REQUIRE(op.variant.substr(0, arrow) == "bf16" && arrow != std::string::npos,
-                       "speed replay: unknown cast variant '{}'", op.variant);
-        bool plain = false, trans = false, amax = false, e5m2 = false, fmt_seen = false;
-        for (const std::string& t : split(op.variant.substr(arrow + 1), '+')) {
-          if (t == "amax") {
-            amax = true;
-            continue;
-          }
-          const bool tr = !t.empty() && t.back() == 'T';
-          const std::string f = tr ? t.substr(0, t.size() - 1) : t;
-          FP8SIM_REQUIRE(f == "e4m3" || f == "e5m2", "speed replay: unknown cast output '{}' in '{}'", t, op.variant);
-          FP8SIM_REQUIRE(!fmt_seen || e5m2 == (f == "e5m2"), "speed replay: mixed formats in '{}'", op.variant);
-          fmt_seen = true;
-          e5m2 = f == "e5m2";
-          (tr ? trans : plain) = true;
-        }
-        FP8SIM_REQUIRE(cast_transpose_supported(rows, cols, trans), "speed replay: cast of {}x{} unsupported", rows,
-                       cols);
-        uint16_t* x = bf16(0, rows * cols);
-        uint8_t* out = plain ? pool_.get<uint8_t>(1, rows * cols) : nullptr;
-        uint8_t* out_t = trans ? pool_.get<uint8_t>(2, rows * cols) : nullptr;
-        float* am = amax ? amax_out : nullptr;
-        p.launch = [=, this] { require(cast_transpose(x, rows, cols, amax_in, e5m2, out, out_t, am, s_), op); };
-        return p;
-      }
-      case Kind::Transpose: {
-        const int64_t rows = dim(0), cols = dim(1);
-        FP8SIM_REQUIRE(op.variant == "e5m2>e5m2T" || op.variant == "e4m3>e4m3T", "speed replay: unknown transpose '{}'",
-                       op.variant);
-        uint8_t* x = codes(0, rows * cols, op.variant[1] == '5');
-        uint8_t* xt = pool_.get<uint8_t>(1, rows * cols);
-        p.launch = [=, this] { require(transpose_fp8(x, rows, cols, xt, s_), op); };
-        return p;
-      }
-      case Kind::QuantizeG16: {
-        const int64_t n = dim(0) * dim(1);
-        FP8SIM_REQUIRE(op.variant == "bf16>e4m3g16" || op.variant == "bf16>e5m2g16",
-                       "speed replay: unknown quantize '{}'", op.variant);
-        const bool e5m2 = op.variant == "bf16>e5m2g16";
-        uint16_t* x = bf16(0, n);
-        uint8_t* q = pool_.get<uint8_t>(1, n);
-        uint16_t* s = pool_.get<uint16_t>(2, n / 16);
-        p.launch = [=, this] { require(quantize_g16(x, q, s, n, e5m2, s_), op); };
-        return p;
-      }
-      case Kind::GroupMax: {
-        const int64_t n = dim(0) * dim(1);
-        FP8SIM_REQUIRE(op.variant == "bf16>gmax", "speed replay: unknown group max '{}'", op.variant);
-        uint16_t* x = bf16(0, n);
-        uint16_t* g = pool_.get<uint16_t>(1, n / 16);
-        p.launch = [=, this] { require(group_max(x, g, n, s_), op); };
-        return p;
-      }
-      case Kind::ReduceMax: {
-        const int64_t n = dim(0);
-        if (op.variant == "gmax") {
-          uint16_t* v = scales(0, n);
-          p.launch = [=, this] { require(reduce_max_bf16(v, n, reduce_out, s_), op); };
-        } else if (op.variant == "rowmax") {
-          float* v = uniform(0, n, 0.0f, 4.0f);
-          p.launch = [=, this] { require(reduce_max_f32(v, n, reduce_out, s_), op); };
-        } else {
-          unknown(op);
-        }
-        return p;
-      }
-      case Kind::Amax: {
-        const int64_t n = dim(0) * dim(1);
-        FP8SIM_REQUIRE(op.variant == "bf16", "speed replay: unknown amax variant '{}'", op.variant);
-        uint16_t* x = bf16(0, n);
-        p.launch = [=, this] { require(amax_bf16(x, n, reduce_out, s_), op); };
-        return p;
-      }
-      case Kind::CrossEntropy: {
-        const int64_t tokens = dim(0), vocab = dim(1);
-        uint16_t* logits = bf16(0, tokens * vocab, 2.0f);
-        int32_t* labels = pool_.get<int32_t>(1, tokens);
-        fill_i32_below(labels, tokens, seed_++, static_cast<int32_t>(vocab), s_);
-        float* loss = pool_.get<float>(2, tokens);
-        uint16_t* dl = pool_.get<uint16_t>(3, tokens * vocab);
-        p.launch = [=, this] { require(cross_entropy(logits, labels, loss, dl, tokens, vocab, s_), op); };
-        return p;
-      }
+      case Kind::RopeBwd:
+        return prepare_rope(op);
+      case Kind::CastTranspose:
+        return prepare_cast_transpose(op);
+      case Kind::Transpose:
+        return prepare_transpose(op);
+      case Kind::QuantizeG16:
+        return prepare_quantize_g16(op);
+      case Kind::GroupMax:
+        return prepare_group_max(op);
+      case Kind::ReduceMax:
+        return prepare_reduce_max(op);
+      case Kind::Amax:
+        return prepare_amax(op);
+      case Kind::CrossEntropy:
+        return prepare_cross_entropy(op);
       case Kind::EmbeddingFwd:
-      case Kind::EmbeddingBwd: {
-        const int64_t tokens = dim(0), hidden = dim(1), vocab = dim(2);
-        int32_t* ids = pool_.get<int32_t>(0, tokens);
-        fill_i32_below(ids, tokens, seed_++, static_cast<int32_t>(vocab), s_);
-        if (op.kind == Kind::EmbeddingFwd) {
-          uint16_t* table = bf16(1, vocab * hidden);
-          uint16_t* out = pool_.get<uint16_t>(2, tokens * hidden);
-          p.launch = [=, this] { require(embedding_fwd(ids, table, out, tokens, hidden, s_), op); };
-        } else {
-          uint16_t* dy = bf16(1, tokens * hidden);
-          float* dt = pool_.get<float>(2, vocab * hidden);
-          p.launch = [=, this] { require(embedding_bwd(ids, dy, dt, tokens, hidden, vocab, s_), op); };
-        }
-        return p;
-      }
-      case Kind::Optimizer: {
-        const int64_t n = dim(0);
-        FP8SIM_REQUIRE(op.variant == "adamw_fp8_de",
-                       "speed replay: optimizer '{}' is timed by PyTorch (scripts/torch_layer_time.py)", op.variant);
-        // COAT's optimizer: E4M3 m and v in 1x128 groups with dynamic range expansion, fp32
-        // master weights and grads, one fused pass (gpu/optim's adamw_fp8_grouped_cuda).
-        const optim::StateRecipe recipe = optim::StateRecipe::parse("coat");
-        const QuantSpec& sm = *recipe.m.spec;
-        const QuantSpec& sv = *recipe.v.spec;
-        FP8SIM_REQUIRE(sm.group_size == sv.group_size && sm.group_size > 0,
-                       "speed replay: coat moments need one group size");
-        const int64_t groups = (n + sm.group_size - 1) / sm.group_size;
-        float* pp = uniform(0, n, -0.05f, 0.05f);
-        float* g = uniform(1, n, -1e-3f, 1e-3f);
-        uint8_t *mq = codes(2, n, false), *vq = codes(3, n, false);
-        // Per-group (s, k, c) of plausible magnitude: s = max/448 after expansion, k in [1, 4],
-        // c near the group's geometric mean.
-        const Fp8MomentDev m{mq, uniform(4, groups, 1.0f / 448, 2.0f / 448), uniform(5, groups, 1.0f, 4.0f),
-                             uniform(6, groups, 1e-4f, 1e-3f)};
-        const Fp8MomentDev v{vq, uniform(7, groups, 1.0f / 448, 2.0f / 448), uniform(8, groups, 4.0f, 12.0f),
-                             uniform(9, groups, 1e-8f, 1e-7f)};
-        optim::AdamwHyper hyper;
-        hyper.lr = 1e-4;
-        hyper.beta2 = 0.95;
-        hyper.weight_decay = 0.1;
-        const optim::AdamwStepConsts consts = optim::make_step_consts(hyper, 2, optim::UpdateRule::Coat);
-        const auto cm = group_moment_consts(sm, optim::state_rounding_key(sm.seed, 0, 2, 0));
-        const auto cv = group_moment_consts(sv, optim::state_rounding_key(sv.seed, 0, 2, 1));
-        const int gs = static_cast<int>(sm.group_size);
-        p.impl = fmt::format(
-            "gpu/optim adamw_fp8_grouped_cuda: fused FP8 AdamW, E4M3 m/v in 1x{} groups with COAT "
-            "dynamic range expansion ({}), fp32 params and grads",
-            gs, recipe.m.to_string());
-        p.launch = [=, this] { adamw_fp8_grouped_cuda(pp, g, m, v, static_cast<size_t>(n), gs, consts, cm, cv, s_); };
-        return p;
-      }
+      case Kind::EmbeddingBwd:
+        return prepare_embedding(op);
+      case Kind::Optimizer:
+        return prepare_optimizer(op);
     }
     unknown(op);
-    return p;
   }
 
  private:
   cudaStream_t s_;
   Pool pool_;
   std::unique_ptr<CublasLt> lt_;
-  std::vector<GemmPlan> plans_;  // kept alive: run() needs them
-  float* dev_scalars_ = nullptr;
+  std::vector<GemmPlan> plans_;   // kept alive: run() needs them
+  float* dev_scalars_ = nullptr;  // [0, 2): scales of 1; [2, 4): amax inputs of 4; 4: amax out; 5: max out
   uint64_t seed_ = 1;
 
   [[noreturn]] static void unknown(const KernelOp& op) {
@@ -388,6 +169,303 @@ class Replayer {
   float* uniform(size_t slot, int64_t n, float lo, float hi) {
     float* p = pool_.get<float>(slot, n);
     fill_f32_uniform(p, n, seed_++, lo, hi, s_);
+    return p;
+  }
+
+  // Dimension i of the op, which must exist and be positive.
+  static int64_t dim(const KernelOp& op, size_t i) {
+    const auto& d = op.dims;
+    FP8SIM_REQUIRE(i < d.size() && d[i] > 0, "speed replay: kernel '{}' lacks dimension {}", op.key(), i);
+    return d[i];
+  }
+
+  // One prepare_<kind> per kernel kind (prepare's steps): the op's buffers from the pool, filled
+  // in a fixed order (the fills draw seeds in sequence), and the launch of its variant; an
+  // unknown variant throws.
+  Prepared prepare_rmsnorm_fwd(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t rows = dim(op, 0), cols = dim(op, 1);
+    FP8SIM_REQUIRE(rmsnorm_supported(cols), "speed replay: RMSNorm width {} unsupported", cols);
+    uint16_t* w = bf16(1, cols, 1.0f);
+    uint16_t* y = pool_.get<uint16_t>(2, rows * cols);
+    float* rstd = pool_.get<float>(3, rows);
+    if (op.variant == "bf16>bf16") {
+      uint16_t* x = bf16(0, rows * cols);
+      p.launch = [=, this] { require(rmsnorm_fwd_bf16(x, w, y, rstd, rows, cols, 1e-5f, s_), op); };
+    } else if (op.variant == "e4m3g16>bf16+rowmax") {
+      uint8_t* xq = codes(0, rows * cols, false);
+      uint16_t* xs = scales(4, rows * cols / 16);
+      float* rowmax = pool_.get<float>(5, rows);
+      p.launch = [=, this] { require(rmsnorm_fwd_g16(xq, xs, w, y, rstd, rowmax, rows, cols, 1e-5f, s_), op); };
+    } else {
+      unknown(op);
+    }
+    return p;
+  }
+
+  Prepared prepare_rmsnorm_bwd(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t rows = dim(op, 0), cols = dim(op, 1);
+    FP8SIM_REQUIRE(rmsnorm_supported(cols), "speed replay: RMSNorm width {} unsupported", cols);
+    uint16_t* w = bf16(1, cols, 1.0f);
+    float* rstd = uniform(3, rows, 0.5f, 2.0f);
+    uint16_t* dy = bf16(6, rows * cols);
+    uint16_t* dx = pool_.get<uint16_t>(2, rows * cols);
+    float* part = pool_.get<float>(7, static_cast<size_t>(rmsnorm_bwd_partial_rows(rows)) * cols);
+    float* dw = pool_.get<float>(8, cols);
+    if (op.variant == "x=bf16") {
+      uint16_t* x = bf16(0, rows * cols);
+      p.launch = [=, this] { require(rmsnorm_bwd_bf16(x, w, rstd, dy, dx, part, dw, rows, cols, s_), op); };
+    } else if (op.variant == "x=e4m3g16") {
+      uint8_t* xq = codes(0, rows * cols, false);
+      uint16_t* xs = scales(4, rows * cols / 16);
+      p.launch = [=, this] { require(rmsnorm_bwd_g16(xq, xs, w, rstd, dy, dx, part, dw, rows, cols, s_), op); };
+    } else {
+      unknown(op);
+    }
+    return p;
+  }
+
+  Prepared prepare_silu_mul_fwd(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t n = dim(op, 0) * dim(op, 1);
+    uint16_t* m = pool_.get<uint16_t>(2, n);
+    if (op.variant == "bf16>bf16") {
+      uint16_t *g = bf16(0, n), *u = bf16(1, n);
+      p.launch = [=, this] { require(silu_mul_fwd_bf16(g, u, m, n, s_), op); };
+    } else if (op.variant == "e4m3g16>e4m3g16+bf16+gmax") {
+      uint8_t *gq = codes(0, n, false), *uq = codes(1, n, false);
+      uint16_t *gs = scales(4, n / 16), *us = scales(5, n / 16);
+      uint8_t* sq = pool_.get<uint8_t>(6, n);
+      uint16_t* ss = pool_.get<uint16_t>(7, n / 16);
+      uint16_t* mg = pool_.get<uint16_t>(8, n / 16);
+      p.launch = [=, this] { require(silu_mul_fwd_g16(gq, gs, uq, us, sq, ss, m, mg, n, s_), op); };
+    } else {
+      unknown(op);
+    }
+    return p;
+  }
+
+  Prepared prepare_silu_mul_bwd(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t n = dim(op, 0) * dim(op, 1);
+    uint16_t* dm = bf16(2, n);
+    uint16_t *dg = pool_.get<uint16_t>(3, n), *du = pool_.get<uint16_t>(6, n);
+    if (op.variant == "bf16>bf16") {
+      uint16_t *g = bf16(0, n), *u = bf16(1, n);
+      p.launch = [=, this] { require(silu_mul_bwd_bf16(g, u, dm, dg, du, n, s_), op); };
+    } else if (op.variant == "e4m3g16>bf16+gmax") {
+      uint8_t *gq = codes(0, n, false), *uq = codes(1, n, false);
+      uint16_t *gs = scales(4, n / 16), *us = scales(5, n / 16);
+      uint16_t *dgm = pool_.get<uint16_t>(7, n / 16), *dum = pool_.get<uint16_t>(8, n / 16);
+      p.launch = [=, this] { require(silu_mul_bwd_g16(gq, gs, uq, us, dm, dg, dgm, du, dum, n, s_), op); };
+    } else {
+      unknown(op);
+    }
+    return p;
+  }
+
+  Prepared prepare_add(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t n = dim(op, 0) * dim(op, 1);
+    uint16_t *a = bf16(0, n), *b = bf16(1, n), *c = pool_.get<uint16_t>(2, n);
+    if (op.variant == "bf16>bf16") {
+      p.launch = [=, this] { require(add_bf16(a, b, c, n, s_), op); };
+    } else if (op.variant == "bf16>bf16+e4m3g16") {
+      uint8_t* cq = pool_.get<uint8_t>(3, n);
+      uint16_t* cs = pool_.get<uint16_t>(4, n / 16);
+      p.launch = [=, this] { require(add_bf16_g16(a, b, c, cq, cs, n, s_), op); };
+    } else if (op.variant == "bf16>bf16+gmax") {
+      uint16_t* cg = pool_.get<uint16_t>(4, n / 16);
+      p.launch = [=, this] { require(add_bf16_gmax(a, b, c, cg, n, s_), op); };
+    } else {
+      unknown(op);
+    }
+    return p;
+  }
+
+  Prepared prepare_rope(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t tokens = dim(op, 0), heads = dim(op, 1), kv = dim(op, 2), hd = dim(op, 3), seq = dim(op, 4);
+    FP8SIM_REQUIRE(op.variant == "bf16", "speed replay: unknown RoPE variant '{}'", op.variant);
+    uint16_t *q = bf16(0, tokens * heads * hd), *k = bf16(1, tokens * kv * hd);
+    float2* table = pool_.get<float2>(2, seq * (hd / 2));
+    rope_table(table, seq, hd, 10000.0f, s_);
+    const bool bwd = op.kind == Kind::RopeBwd;
+    p.launch = [=, this] { require(rope(q, k, table, tokens, heads, kv, hd, seq, bwd, s_), op); };
+    return p;
+  }
+
+  Prepared prepare_cast_transpose(const KernelOp& op) {
+    const float* amax_in = dev_scalars_ + 2;
+    float* amax_out = dev_scalars_ + 4;
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t rows = dim(op, 0), cols = dim(op, 1);
+    const auto arrow = op.variant.find('>');
+    FP8SIM_REQUIRE(op.variant.substr(0, arrow) == "bf16" && arrow != std::string::npos,
+                   "speed replay: unknown cast variant '{}'", op.variant);
+    bool plain = false, trans = false, amax = false, e5m2 = false, fmt_seen = false;
+    for (const std::string& t : split(op.variant.substr(arrow + 1), '+')) {
+      if (t == "amax") {
+        amax = true;
+        continue;
+      }
+      const bool tr = !t.empty() && t.back() == 'T';
+      const std::string f = tr ? t.substr(0, t.size() - 1) : t;
+      FP8SIM_REQUIRE(f == "e4m3" || f == "e5m2", "speed replay: unknown cast output '{}' in '{}'", t, op.variant);
+      FP8SIM_REQUIRE(!fmt_seen || e5m2 == (f == "e5m2"), "speed replay: mixed formats in '{}'", op.variant);
+      fmt_seen = true;
+      e5m2 = f == "e5m2";
+      (tr ? trans : plain) = true;
+    }
+    FP8SIM_REQUIRE(cast_transpose_supported(rows, cols, trans), "speed replay: cast of {}x{} unsupported", rows, cols);
+    uint16_t* x = bf16(0, rows * cols);
+    uint8_t* out = plain ? pool_.get<uint8_t>(1, rows * cols) : nullptr;
+    uint8_t* out_t = trans ? pool_.get<uint8_t>(2, rows * cols) : nullptr;
+    float* am = amax ? amax_out : nullptr;
+    p.launch = [=, this] { require(cast_transpose(x, rows, cols, amax_in, e5m2, out, out_t, am, s_), op); };
+    return p;
+  }
+
+  Prepared prepare_transpose(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t rows = dim(op, 0), cols = dim(op, 1);
+    FP8SIM_REQUIRE(op.variant == "e5m2>e5m2T" || op.variant == "e4m3>e4m3T", "speed replay: unknown transpose '{}'",
+                   op.variant);
+    uint8_t* x = codes(0, rows * cols, op.variant[1] == '5');
+    uint8_t* xt = pool_.get<uint8_t>(1, rows * cols);
+    p.launch = [=, this] { require(transpose_fp8(x, rows, cols, xt, s_), op); };
+    return p;
+  }
+
+  Prepared prepare_quantize_g16(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t n = dim(op, 0) * dim(op, 1);
+    FP8SIM_REQUIRE(op.variant == "bf16>e4m3g16" || op.variant == "bf16>e5m2g16", "speed replay: unknown quantize '{}'",
+                   op.variant);
+    const bool e5m2 = op.variant == "bf16>e5m2g16";
+    uint16_t* x = bf16(0, n);
+    uint8_t* q = pool_.get<uint8_t>(1, n);
+    uint16_t* s = pool_.get<uint16_t>(2, n / 16);
+    p.launch = [=, this] { require(quantize_g16(x, q, s, n, e5m2, s_), op); };
+    return p;
+  }
+
+  Prepared prepare_group_max(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t n = dim(op, 0) * dim(op, 1);
+    FP8SIM_REQUIRE(op.variant == "bf16>gmax", "speed replay: unknown group max '{}'", op.variant);
+    uint16_t* x = bf16(0, n);
+    uint16_t* g = pool_.get<uint16_t>(1, n / 16);
+    p.launch = [=, this] { require(group_max(x, g, n, s_), op); };
+    return p;
+  }
+
+  Prepared prepare_reduce_max(const KernelOp& op) {
+    float* reduce_out = dev_scalars_ + 5;
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t n = dim(op, 0);
+    if (op.variant == "gmax") {
+      uint16_t* v = scales(0, n);
+      p.launch = [=, this] { require(reduce_max_bf16(v, n, reduce_out, s_), op); };
+    } else if (op.variant == "rowmax") {
+      float* v = uniform(0, n, 0.0f, 4.0f);
+      p.launch = [=, this] { require(reduce_max_f32(v, n, reduce_out, s_), op); };
+    } else {
+      unknown(op);
+    }
+    return p;
+  }
+
+  Prepared prepare_amax(const KernelOp& op) {
+    float* reduce_out = dev_scalars_ + 5;
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t n = dim(op, 0) * dim(op, 1);
+    FP8SIM_REQUIRE(op.variant == "bf16", "speed replay: unknown amax variant '{}'", op.variant);
+    uint16_t* x = bf16(0, n);
+    p.launch = [=, this] { require(amax_bf16(x, n, reduce_out, s_), op); };
+    return p;
+  }
+
+  Prepared prepare_cross_entropy(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t tokens = dim(op, 0), vocab = dim(op, 1);
+    uint16_t* logits = bf16(0, tokens * vocab, 2.0f);
+    int32_t* labels = pool_.get<int32_t>(1, tokens);
+    fill_i32_below(labels, tokens, seed_++, static_cast<int32_t>(vocab), s_);
+    float* loss = pool_.get<float>(2, tokens);
+    uint16_t* dl = pool_.get<uint16_t>(3, tokens * vocab);
+    p.launch = [=, this] { require(cross_entropy(logits, labels, loss, dl, tokens, vocab, s_), op); };
+    return p;
+  }
+
+  Prepared prepare_embedding(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t tokens = dim(op, 0), hidden = dim(op, 1), vocab = dim(op, 2);
+    int32_t* ids = pool_.get<int32_t>(0, tokens);
+    fill_i32_below(ids, tokens, seed_++, static_cast<int32_t>(vocab), s_);
+    if (op.kind == Kind::EmbeddingFwd) {
+      uint16_t* table = bf16(1, vocab * hidden);
+      uint16_t* out = pool_.get<uint16_t>(2, tokens * hidden);
+      p.launch = [=, this] { require(embedding_fwd(ids, table, out, tokens, hidden, s_), op); };
+    } else {
+      uint16_t* dy = bf16(1, tokens * hidden);
+      float* dt = pool_.get<float>(2, vocab * hidden);
+      p.launch = [=, this] { require(embedding_bwd(ids, dy, dt, tokens, hidden, vocab, s_), op); };
+    }
+    return p;
+  }
+
+  Prepared prepare_optimizer(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t n = dim(op, 0);
+    FP8SIM_REQUIRE(op.variant == "adamw_fp8_de",
+                   "speed replay: optimizer '{}' is timed by PyTorch (scripts/torch_layer_time.py)", op.variant);
+    // COAT's optimizer: E4M3 m and v in 1x128 groups with dynamic range expansion, fp32
+    // master weights and grads, one fused pass (gpu/optim's adamw_fp8_grouped_cuda).
+    const optim::StateRecipe recipe = optim::StateRecipe::parse("coat");
+    const QuantSpec& sm = *recipe.m.spec;
+    const QuantSpec& sv = *recipe.v.spec;
+    FP8SIM_REQUIRE(sm.group_size == sv.group_size && sm.group_size > 0,
+                   "speed replay: coat moments need one group size");
+    const int64_t groups = (n + sm.group_size - 1) / sm.group_size;
+    float* pp = uniform(0, n, -0.05f, 0.05f);
+    float* g = uniform(1, n, -1e-3f, 1e-3f);
+    uint8_t *mq = codes(2, n, false), *vq = codes(3, n, false);
+    // Per-group (s, k, c) of plausible magnitude: s = max/448 after expansion, k in [1, 4],
+    // c near the group's geometric mean.
+    const Fp8MomentDev m{mq, uniform(4, groups, 1.0f / 448, 2.0f / 448), uniform(5, groups, 1.0f, 4.0f),
+                         uniform(6, groups, 1e-4f, 1e-3f)};
+    const Fp8MomentDev v{vq, uniform(7, groups, 1.0f / 448, 2.0f / 448), uniform(8, groups, 4.0f, 12.0f),
+                         uniform(9, groups, 1e-8f, 1e-7f)};
+    optim::AdamwHyper hyper;
+    hyper.lr = 1e-4;
+    hyper.beta2 = 0.95;
+    hyper.weight_decay = 0.1;
+    const optim::AdamwStepConsts consts = optim::make_step_consts(hyper, 2, optim::UpdateRule::Coat);
+    const auto cm = group_moment_consts(sm, optim::state_rounding_key(sm.seed, 0, 2, 0));
+    const auto cv = group_moment_consts(sv, optim::state_rounding_key(sv.seed, 0, 2, 1));
+    const int gs = static_cast<int>(sm.group_size);
+    p.impl = fmt::format(
+        "gpu/optim adamw_fp8_grouped_cuda: fused FP8 AdamW, E4M3 m/v in 1x{} groups with COAT "
+        "dynamic range expansion ({}), fp32 params and grads",
+        gs, recipe.m.to_string());
+    p.launch = [=, this] { adamw_fp8_grouped_cuda(pp, g, m, v, static_cast<size_t>(n), gs, consts, cm, cv, s_); };
     return p;
   }
 

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
-#include <cstdlib>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "sim/common/check.hpp"
 
@@ -173,189 +176,135 @@ std::string Json::dump(int indent) const {
 }
 
 namespace {
-class Parser {
+
+// The text as nlohmann's parser reads it, one character at a time (its iterator input), through
+// an iterator that publishes how far it has read: the place of the builder's own error.
+class CountingIterator {
  public:
-  explicit Parser(std::string_view t) : t_(t) {}
-  Json run() {
-    Json v = value(0);
-    ws();
-    if (p_ != t_.size()) fail("trailing characters");
-    return v;
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  CountingIterator(const char* p, const char** read) : p_(p), read_(read) {}
+  reference operator*() const { return *p_; }
+  CountingIterator& operator++() {
+    *read_ = ++p_;
+    return *this;
   }
+  CountingIterator operator++(int) {
+    CountingIterator before = *this;
+    ++*this;
+    return before;
+  }
+  bool operator==(const CountingIterator& o) const { return p_ == o.p_; }
 
  private:
-  std::string_view t_;
-  size_t p_ = 0;
+  const char* p_;
+  const char** read_;
+};
 
-  [[noreturn]] void fail(const char* what) const {
-    size_t line = 1, col = 1;
-    for (size_t i = 0; i < p_ && i < t_.size(); ++i) {
-      if (t_[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-    throw Error(fmt::format("json: {} at line {} column {}", what, line, col));
+// nlohmann's SAX events assembled into a Json. Every number becomes a double (as strtod reads
+// it: integers convert with one rounding). A repeated key keeps its first place and takes the
+// last value. Containers nest at most kMaxDepth deep, so that the recursive destructor and
+// writer of Json stay within the stack whatever the input.
+class Builder {
+ public:
+  using Lib = nlohmann::json;  // the types of its SAX interface
+  static constexpr size_t kMaxDepth = 256;
+
+  bool null() { return put(Json()); }
+  bool boolean(bool b) { return put(Json(b)); }
+  bool number_integer(Lib::number_integer_t x) { return put(Json(static_cast<double>(x))); }
+  bool number_unsigned(Lib::number_unsigned_t x) { return put(Json(static_cast<double>(x))); }
+  bool number_float(Lib::number_float_t x, const Lib::string_t&) { return put(Json(x)); }
+  bool string(Lib::string_t& s) { return put(Json(std::move(s))); }
+  bool binary(Lib::binary_t&) { return false; }  // JSON text has no binary values
+  bool start_object(std::size_t) { return open(Json::object()); }
+  bool start_array(std::size_t) { return open(Json::array()); }
+  bool key(Lib::string_t& k) {
+    slot_ = &(*open_.back())[k];
+    return true;
   }
-  void ws() {
-    while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\n' || t_[p_] == '\t' || t_[p_] == '\r')) ++p_;
+  bool end_object() {
+    open_.pop_back();
+    return true;
   }
-  bool lit(std::string_view s) {
-    if (t_.substr(p_, s.size()) == s) {
-      p_ += s.size();
-      return true;
-    }
+  bool end_array() {
+    open_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t position, const std::string&, const Lib::exception& ex) {
+    // nlohmann counts the characters read, the one it stopped at included.
+    error_at_ = position > 0 ? position - 1 : 0;
+    error_ = ex.what();
+    // Its message without "[json.exception.parse_error.101] parse error at line 1, column 2: ":
+    // the place is named once, in fp8sim's words, by the caller.
+    if (error_.starts_with('['))
+      if (const size_t e = error_.find("] "); e != std::string::npos) error_.erase(0, e + 2);
+    if (error_.starts_with("parse error"))
+      if (const size_t c = error_.find(": "); c != std::string::npos) error_.erase(0, c + 2);
     return false;
   }
-  Json value(int depth) {
-    if (depth > 256) fail("nesting too deep");
-    ws();
-    if (p_ >= t_.size()) fail("unexpected end of input");
-    const char c = t_[p_];
-    if (c == '{') return object(depth);
-    if (c == '[') return array(depth);
-    if (c == '"') return Json(string());
-    if (lit("true")) return Json(true);
-    if (lit("false")) return Json(false);
-    if (lit("null")) return Json();
-    if (c == '-' || (c >= '0' && c <= '9')) return number();
-    fail("unexpected character");
+
+  Json& root() { return root_; }
+  const std::string& error() const { return error_; }
+  // The offset of the character a syntax error names; none for nesting (the caller knows where
+  // the lexer stopped: just after the bracket).
+  std::optional<size_t> error_at() const { return error_at_; }
+
+ private:
+  Json root_;
+  std::vector<Json*> open_;  // the containers being filled, outermost first
+  Json* slot_ = nullptr;     // an object's member named by the last key
+  std::string error_;
+  std::optional<size_t> error_at_;
+
+  // The place v goes: the root, the next element of an open array, or the member just named.
+  Json* put(Json v) {
+    Json* at = &root_;
+    if (!open_.empty()) {
+      if (open_.back()->is_array()) {
+        open_.back()->push_back(std::move(v));
+        return &open_.back()->as_array().back();
+      }
+      at = slot_;
+    }
+    *at = std::move(v);
+    return at;
   }
-  Json number() {
-    const size_t b = p_;
-    if (t_[p_] == '-') ++p_;
-    auto digits = [&] {
-      size_t s = p_;
-      while (p_ < t_.size() && t_[p_] >= '0' && t_[p_] <= '9') ++p_;
-      return p_ > s;
-    };
-    if (!digits()) fail("bad number");
-    if (p_ < t_.size() && t_[p_] == '.') {
-      ++p_;
-      if (!digits()) fail("bad number");
+  bool open(Json container) {
+    if (open_.size() >= kMaxDepth) {
+      error_ = fmt::format("nesting too deep (over {} levels)", kMaxDepth);
+      return false;
     }
-    if (p_ < t_.size() && (t_[p_] == 'e' || t_[p_] == 'E')) {
-      ++p_;
-      if (p_ < t_.size() && (t_[p_] == '+' || t_[p_] == '-')) ++p_;
-      if (!digits()) fail("bad number");
-    }
-    return Json(std::strtod(std::string(t_.substr(b, p_ - b)).c_str(), nullptr));
-  }
-  std::string string() {
-    ++p_;  // opening quote
-    std::string s;
-    while (true) {
-      if (p_ >= t_.size()) fail("unterminated string");
-      const char c = t_[p_++];
-      if (c == '"') return s;
-      if (static_cast<unsigned char>(c) < 0x20) fail("control character in string");
-      if (c != '\\') {
-        s += c;
-        continue;
-      }
-      if (p_ >= t_.size()) fail("unterminated string");
-      const char e = t_[p_++];
-      switch (e) {
-        case '"':
-          s += '"';
-          break;
-        case '\\':
-          s += '\\';
-          break;
-        case '/':
-          s += '/';
-          break;
-        case 'b':
-          s += '\b';
-          break;
-        case 'f':
-          s += '\f';
-          break;
-        case 'n':
-          s += '\n';
-          break;
-        case 'r':
-          s += '\r';
-          break;
-        case 't':
-          s += '\t';
-          break;
-        case 'u': {
-          if (p_ + 4 > t_.size()) fail("bad \\u escape");
-          const unsigned cp = static_cast<unsigned>(std::strtoul(std::string(t_.substr(p_, 4)).c_str(), nullptr, 16));
-          p_ += 4;
-          if (cp < 0x80) s += static_cast<char>(cp);
-          else if (cp < 0x800) {
-            s += static_cast<char>(0xC0 | (cp >> 6));
-            s += static_cast<char>(0x80 | (cp & 0x3F));
-          } else {
-            s += static_cast<char>(0xE0 | (cp >> 12));
-            s += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-            s += static_cast<char>(0x80 | (cp & 0x3F));
-          }
-          break;
-        }
-        default:
-          fail("bad escape");
-      }
-    }
-  }
-  Json array(int depth) {
-    ++p_;
-    Json a = Json::array();
-    ws();
-    if (p_ < t_.size() && t_[p_] == ']') {
-      ++p_;
-      return a;
-    }
-    while (true) {
-      a.push_back(value(depth + 1));
-      ws();
-      if (p_ < t_.size() && t_[p_] == ',') {
-        ++p_;
-        continue;
-      }
-      if (p_ < t_.size() && t_[p_] == ']') {
-        ++p_;
-        return a;
-      }
-      fail("expected ',' or ']'");
-    }
-  }
-  Json object(int depth) {
-    ++p_;
-    Json o = Json::object();
-    ws();
-    if (p_ < t_.size() && t_[p_] == '}') {
-      ++p_;
-      return o;
-    }
-    while (true) {
-      ws();
-      if (p_ >= t_.size() || t_[p_] != '"') fail("expected a key string");
-      std::string k = string();
-      ws();
-      if (p_ >= t_.size() || t_[p_] != ':') fail("expected ':'");
-      ++p_;
-      o[k] = value(depth + 1);
-      ws();
-      if (p_ < t_.size() && t_[p_] == ',') {
-        ++p_;
-        continue;
-      }
-      if (p_ < t_.size() && t_[p_] == '}') {
-        ++p_;
-        return o;
-      }
-      fail("expected ',' or '}'");
-    }
+    open_.push_back(put(std::move(container)));
+    return true;
   }
 };
+
 }  // namespace
 
-Json Json::parse(std::string_view text) { return Parser(text).run(); }
+Json Json::parse(std::string_view text) {
+  const char* read = text.data();
+  Builder b;
+  const CountingIterator first(text.data(), &read), last(text.data() + text.size(), &read);
+  if (Builder::Lib::sax_parse(first, last, &b)) return std::move(b.root());
+  // The offset of the character at fault, then its line and column (both from 1).
+  const size_t read_to = static_cast<size_t>(read - text.data());
+  const size_t at = std::min(b.error_at().value_or(read_to > 0 ? read_to - 1 : 0), text.size());
+  size_t line = 1, col = 1;
+  for (size_t i = 0; i < at; ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  throw Error(fmt::format("json: {} at line {} column {}", b.error(), line, col));
+}
 
 std::string num_or_dash(const Json* j, const char* fmtspec) {
   if (!j || !j->is_number()) return "-";

@@ -1,6 +1,8 @@
 #pragma once
-// A small JSON value with an order-preserving object, a strict parser (errors name line and
-// column) and a writer. Enough for model configs, recipe files and the reports' JSON.
+// A small JSON value with an order-preserving object, parsed by nlohmann-json's strict parser
+// (RFC 8259; errors name line and column) and written by its own writer, whose layout the
+// commands' documents keep byte for byte (see dump). Enough for model configs, recipe files and
+// the reports' JSON.
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -63,9 +65,14 @@ class Json {
   void push_back(Json v);
   size_t size() const;
 
-  // Serialise. indent < 0: compact. Non-finite numbers are written as null (JSON has no NaN).
+  // Serialise. indent < 0: compact. Arrays of scalars stay on one line; integral numbers below
+  // 1e15 in magnitude are written as integers, others in the shortest form that reads back the
+  // same double; non-finite numbers as null (JSON has no NaN); strings byte for byte but for the
+  // escapes of '"', '\' and control characters.
   std::string dump(int indent = 2) const;
-  // Parse; throws fp8sim::Error("json: <what> at line L column C").
+  // Parse UTF-8 JSON text (every number into a double; a repeated key keeps its first place and
+  // takes the last value; at most 256 nested containers); throws fp8sim::Error("json: <what> at
+  // line L column C"), the place being that of the character at fault.
   static Json parse(std::string_view text);
 
  private:
