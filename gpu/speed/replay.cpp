@@ -591,12 +591,4 @@ Calibration measure_ops(const std::vector<KernelOp>& ops, const ReplaySettings& 
   return cal;
 }
 
-Json speed_measured(const fp8sim::speed::SpeedOptions& opts, const ReplaySettings& settings) {
-  fp8sim::speed::MeasureFn measure = [settings](const std::vector<KernelOp>& ops,
-                                                const std::function<void(double, double)>& progress) {
-    return measure_ops(ops, settings, progress);
-  };
-  return fp8sim::speed::speed_report(opts, measure);
-}
-
 }  // namespace fp8sim::gpu::speed

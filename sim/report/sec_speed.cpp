@@ -55,7 +55,7 @@ Json section_speed(Context& ctx) {
           fmt::format("add {} to --recipes", join_prose(replayed, "or")));
       return s.take();
     }
-    const bool measure = gpu_available(ctx) && ctx.hooks.speed_measured;
+    const bool measure = gpu_available(ctx);
     if (!measure) {
       const std::filesystem::path cal = speed::default_calibration_path();
       std::error_code ec;
@@ -71,7 +71,7 @@ Json section_speed(Context& ctx) {
         return s.take();
       }
     }
-    Json doc = measure ? ctx.hooks.speed_measured(so) : speed::speed_report(so);
+    Json doc = speed::speed_report(so, measure ? &ctx.gpu : nullptr);
     const Json& timing = doc.at("timing");
     const bool modelled = timing.at("modelled").as_bool();
     s.para(fmt::format("**{}.**", timing.at("statement").as_string()));

@@ -34,6 +34,13 @@ namespace fp8sim::speed {
 
 inline constexpr const char* kCalibrationSchema = "fp8sim-speed-calibration/1";
 
+// How a measuring run times each kernel: untimed warm-up launches, then timed repetitions (three
+// times as many for kernels under 50 us), each after an L2-evicting memset.
+struct MeasureSettings {
+  int warmup = 3;
+  int reps = 10;
+};
+
 struct Measurement {
   std::string key;
   Kind kind = Kind::Gemm;

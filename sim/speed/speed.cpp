@@ -9,6 +9,7 @@
 #include <ctime>
 #include <set>
 
+#include "sim/backend/backend.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 #include "sim/common/sizes.hpp"
@@ -420,12 +421,13 @@ void write_merged_calibration(const SpeedOptions& opts, const Calibration& cal) 
 }
 
 // A measuring run: every kernel the report needs, timed on the GPU now.
-Timing measure_timing(const SpeedOptions& opts, const MeasureFn& measure, const ModelShape& shape,
+Timing measure_timing(const SpeedOptions& opts, gpu::Backend& gpu, const ModelShape& shape,
                       const std::map<std::string, ModelShape>& t7_models) {
   Timing t;
   const Json tdoc = opts.torch_times.empty() ? Json() : load_torch_times(opts.torch_times);
   const std::vector<KernelOp> wanted = kernels_to_measure(opts, shape, t7_models, tdoc, t.notes);
-  t.cal = measure(wanted, opts.progress ? opts.progress : std::function<void(double, double)>{});
+  t.cal =
+      gpu.measure_kernels(wanted, opts.measure, opts.progress ? opts.progress : std::function<void(double, double)>{});
   t.cal.origin = "measured in this run";
   t.cal.created = utc_now();
   t.cal.command = opts.command_line;
@@ -662,12 +664,11 @@ Json notes_json(const std::vector<std::string>& notes, const Json& recipes) {
 
 }  // namespace
 
-Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
+Json speed_report(const SpeedOptions& opts, gpu::Backend* gpu) {
   check_options(opts);
   const ModelShape shape = load_model_shape(opts.model);
   const std::map<std::string, ModelShape> t7_models = load_table7_models(opts);
-  Timing t =
-      !opts.calibration.empty() || !measure ? load_timing(opts) : measure_timing(opts, measure, shape, t7_models);
+  Timing t = !opts.calibration.empty() || !gpu ? load_timing(opts) : measure_timing(opts, *gpu, shape, t7_models);
 
   Json doc = header_json(opts, shape);
   doc["timing"] = timing_json(opts, t);
