@@ -21,6 +21,7 @@
 #include "sim/optim/adamw.hpp"
 #include "sim/optim/lowp_adamw.hpp"
 #include "sim/optim/state_recipe.hpp"
+#include "sim/speed/kernel_versions.hpp"
 
 namespace fp8sim::gpu::speed {
 
@@ -565,6 +566,8 @@ Calibration measure_ops(const std::vector<KernelOp>& ops, const ReplaySettings& 
     m.dims = op->dims;
     m.flops = op->flops;
     m.bytes = op->bytes;
+    if (const fp8sim::speed::KernelFamily* f = fp8sim::speed::kernel_family(op->kind, op->variant))
+      m.version = f->version;
     try {
       Prepared p = replayer.prepare(*op);
       time_launch(p.launch, stream.get(), rs, flush.get(), m);

@@ -270,6 +270,9 @@ int run_speed(const std::vector<std::string>& args) {
   if (bar) bar->finish();
   if (json_id >= 0) files.write(json_id, doc.dump(1) + "\n");
   if (md_id >= 0) files.write(md_id, speed_markdown(doc));
+  if (const Json* stale = doc.at("timing").find("stale_kernels"))
+    for (const Json& f : stale->as_array())
+      fmt::print(stderr, "fp8sim speed: warning: {}\n", f.at("message").as_string());
   print_report(doc, vm.count("ops") > 0);
   std::fflush(stdout);
   files.commit();

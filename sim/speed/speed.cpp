@@ -10,6 +10,7 @@
 #include <set>
 
 #include "sim/backend/backend.hpp"
+#include "sim/common/build_info.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 #include "sim/common/sizes.hpp"
@@ -78,15 +79,6 @@ Json dims_json(const std::vector<int64_t>& d) {
   return a;
 }
 
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 int64_t batch_for(const SpeedOptions& o, const std::string& recipe) {
   auto it = o.recipe_batch.find(recipe);
   return it == o.recipe_batch.end() ? o.batch : it->second;
@@ -130,6 +122,15 @@ double fsdp_comm_ms(const ModelShape& m, int64_t gpus, const SpeedOptions& o, do
 double attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, bool forward) {
   const double fwd = 2.0 * static_cast<double>(batch) * heads * static_cast<double>(seq) * seq * head_dim;
   return forward ? fwd : 2.5 * fwd;
+}
+
+std::string utc_timestamp() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 std::filesystem::path default_calibration_path() {
@@ -209,6 +210,25 @@ std::vector<Measurement> torch_measurements(const Json& doc) {
     out.push_back(Measurement::from_json(mj, "torch times: adamw_fused_fp32"));
   }
   return out;
+}
+
+void add_torch_times(Calibration& cal, const Json& torch_doc, std::vector<std::string>& notes) {
+  const std::filesystem::path committed = default_calibration_path();
+  if (!torch_doc.is_null()) {
+    for (Measurement& m : torch_measurements(torch_doc)) cal.add(std::move(m));
+    cal.torch = torch_doc;
+  } else if (std::filesystem::exists(committed)) {
+    Calibration old = Calibration::load(committed);
+    for (const auto& [k, m] : old.measurements())
+      if (m.kind == Kind::Attention || (m.kind == Kind::Optimizer && m.variant == "adamw_fp32")) cal.add(m);
+    cal.torch = old.torch;
+    notes.push_back(fmt::format("attention and fp32 AdamW times come from '{}' (no --torch-times given)",
+                                source_relative(committed)));
+  } else {
+    throw Error(
+        "attention is timed by PyTorch, not assumed: run scripts/torch_layer_time.py on this GPU at the same "
+        "shapes and pass its JSON with --torch-times FILE");
+  }
 }
 
 // ------------------------------------------------------------------------------- evaluation
@@ -383,27 +403,6 @@ Timing load_timing(const SpeedOptions& opts) {
   return {Calibration::load(path), "modelled", {}};
 }
 
-// Attention and the fp32 AdamW baseline are PyTorch's: from --torch-times (`tdoc`), else from the
-// committed calibration; neither is an error.
-void add_torch_times(Timing& t, const SpeedOptions& opts, const Json& tdoc) {
-  const std::filesystem::path committed = default_calibration_path();
-  if (!opts.torch_times.empty()) {
-    for (Measurement& m : torch_measurements(tdoc)) t.cal.add(std::move(m));
-    t.cal.torch = tdoc;
-  } else if (std::filesystem::exists(committed)) {
-    Calibration old = Calibration::load(committed);
-    for (const auto& [k, m] : old.measurements())
-      if (m.kind == Kind::Attention || (m.kind == Kind::Optimizer && m.variant == "adamw_fp32")) t.cal.add(m);
-    t.cal.torch = old.torch;
-    t.notes.push_back(fmt::format("attention and fp32 AdamW times come from '{}' (no --torch-times given)",
-                                  source_relative(committed)));
-  } else {
-    throw Error(
-        "attention is timed by PyTorch, not assumed: run scripts/torch_layer_time.py on this GPU at the same "
-        "shapes and pass its JSON with --torch-times FILE");
-  }
-}
-
 // --write-calibration: this run's measurements merged into the file (what an earlier run measured
 // and this one did not is kept; this run's times win), handed to the sink or written atomically.
 void write_merged_calibration(const SpeedOptions& opts, const Calibration& cal) {
@@ -413,6 +412,7 @@ void write_merged_calibration(const SpeedOptions& opts, const Calibration& cal) 
   out.device = cal.device;
   out.created = cal.created;
   out.command = cal.command;
+  out.commit = cal.commit;
   out.copy_gbps = cal.copy_gbps;
   if (!cal.torch.is_null()) out.torch = cal.torch;
   const std::string text = out.to_json().dump(1) + "\n";
@@ -429,10 +429,11 @@ Timing measure_timing(const SpeedOptions& opts, gpu::Backend& gpu, const ModelSh
   t.cal =
       gpu.measure_kernels(wanted, opts.measure, opts.progress ? opts.progress : std::function<void(double, double)>{});
   t.cal.origin = "measured in this run";
-  t.cal.created = utc_now();
+  t.cal.created = utc_timestamp();
   t.cal.command = opts.command_line;
+  t.cal.commit = build_commit();
   t.mode = "measured";
-  add_torch_times(t, opts, tdoc);
+  add_torch_times(t.cal, tdoc, t.notes);
   if (!opts.write_calibration.empty()) write_merged_calibration(opts, t.cal);
   return t;
 }
@@ -456,6 +457,28 @@ Json header_json(const SpeedOptions& opts, const ModelShape& shape) {
   doc["gpus"] = opts.gpus;
   doc["grad_accum"] = opts.grad_accum;
   return doc;
+}
+
+// The kernel families whose calibrated times were measured at another version than this build's
+// kernels, over every kernel the report evaluates: {family, calibration_versions, build_version,
+// kernels, message} each.
+Json stale_kernels_json(const SpeedOptions& opts, const ModelShape& shape,
+                        const std::map<std::string, ModelShape>& t7_models, const Calibration& cal) {
+  std::vector<std::string> ignored;
+  const Json tdoc = cal.torch.is_object() && cal.torch.contains("configs") ? cal.torch : Json();
+  Json out = Json::array();
+  for (const StaleFamily& f : cal.stale_families(kernels_to_measure(opts, shape, t7_models, tdoc, ignored))) {
+    Json j = Json::object();
+    j["family"] = f.family;
+    Json v = Json::array();
+    for (int x : f.calibration_versions) v.push_back(x);
+    j["calibration_versions"] = v;
+    j["build_version"] = f.build_version;
+    j["kernels"] = f.kernels;
+    j["message"] = f.message(source_relative(cal.origin));
+    out.push_back(j);
+  }
+  return out;
 }
 
 // Where the times come from, said in one statement, and the communication model.
@@ -672,6 +695,8 @@ Json speed_report(const SpeedOptions& opts, gpu::Backend* gpu) {
 
   Json doc = header_json(opts, shape);
   doc["timing"] = timing_json(opts, t);
+  if (Json stale = stale_kernels_json(opts, shape, t7_models, t.cal); stale.size())
+    doc["timing"]["stale_kernels"] = std::move(stale);
   doc["recipes"] = recipes_json(opts, shape, t.cal);
   if (opts.fig4b) doc["fig4b"] = fig4b_json(t.cal);
   if (opts.table7) doc["table7"] = table7_json(opts, t.cal, t7_models);

@@ -72,6 +72,14 @@ ModelShape load_model_shape(const std::string& name_or_path);
 Json load_torch_times(const std::filesystem::path& p);
 std::vector<Measurement> torch_measurements(const Json& torch_doc);
 
+// Attention and the fp32 AdamW baseline are PyTorch's: added to `cal` from `torch_doc` (a checked
+// load_torch_times document) when it is not null, else from the committed calibration (a line in
+// `notes` says so); an Error when neither exists.
+void add_torch_times(Calibration& cal, const Json& torch_doc, std::vector<std::string>& notes);
+
+// The current time as the calibration records it, "2026-12-01T21:39:01Z".
+std::string utc_timestamp();
+
 // Causal attention flops (FlashAttention's convention: backward = 2.5 x forward).
 double attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, bool forward);
 
