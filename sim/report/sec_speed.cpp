@@ -143,8 +143,22 @@ Json section_speed(Context& ctx) {
     const Json& timing = doc.at("timing");
     const bool modelled = timing.at("modelled").as_bool();
     s.para(fmt::format("**{}.**", timing.at("statement").as_string()));
-    if (const Json* stale = timing.find("stale_kernels"))
-      for (const Json& f : stale->as_array()) s.para(fmt::format("**Warning:** {}.", f.at("message").as_string()));
+    if (const Json* stale = timing.find("stale_kernels"); stale && stale->size()) {
+      std::vector<std::string> families;
+      for (const Json& f : stale->as_array()) {
+        std::string versions;
+        for (const Json& v : f.at("calibration_versions").as_array())
+          versions +=
+              (versions.empty() ? "" : "/") + (v.as_int() ? std::to_string(v.as_int()) : std::string("unrecorded"));
+        families.push_back(fmt::format("{} ({} kernels at version {}, this build's {})", f.at("family").as_string(),
+                                       f.at("kernels").as_int(), versions, f.at("build_version").as_int()));
+      }
+      s.para(fmt::format(
+          "**Warning: the calibration is older than the kernels it models.** It times these kernel families at "
+          "another version than this build's: {}. Re-measure with `fp8sim calibrate` "
+          "(`scripts/device/calibrate.sh`).",
+          join_prose(families, "and")));
+    }
     s.para(fmt::format(
         "One optimizer step of **{}** at micro-batch {} x sequence {} per GPU, {} GPU{} (FSDP; the optimizer step is "
         "sharded; communication {}). Each op of one transformer layer (forward and backward), the embedding, head "
