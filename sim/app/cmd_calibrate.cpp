@@ -62,7 +62,8 @@ int run_calibrate(const std::vector<std::string>& args) {
 
   std::vector<CalibrationShape> shapes;
   if (vm.count("model")) {
-    const std::vector<std::string> b = vm.count("batch") ? comma_list("--batch", batches) : std::vector<std::string>{"1", "2", "4", "8"};
+    const std::vector<std::string> b =
+        vm.count("batch") ? comma_list("--batch", batches) : std::vector<std::string>{"1", "2", "4", "8"};
     const std::vector<std::string> q = vm.count("seq") ? comma_list("--seq", seqs) : std::vector<std::string>{"2048"};
     for (const std::string& m : comma_list("--model", models))
       for (const std::string& bs : b)
@@ -78,7 +79,8 @@ int run_calibrate(const std::vector<std::string>& args) {
 
   if (vm.count("list")) {
     std::vector<std::string> notes;
-    const std::vector<KernelOp> ops = calibration_kernels(shapes.empty() ? default_calibration_shapes() : shapes, notes);
+    const std::vector<KernelOp> ops =
+        calibration_kernels(shapes.empty() ? default_calibration_shapes() : shapes, notes);
     std::map<std::string, int> by_kind;
     for (const KernelOp& op : ops) ++by_kind[std::string(kind_name(op.kind)) + " " + op.variant];
     std::vector<std::vector<std::string>> rows;

@@ -21,7 +21,8 @@ std::vector<CalibrationShape> default_calibration_shapes() {
   return out;
 }
 
-std::vector<KernelOp> calibration_kernels(const std::vector<CalibrationShape>& shapes, std::vector<std::string>& notes) {
+std::vector<KernelOp> calibration_kernels(const std::vector<CalibrationShape>& shapes,
+                                          std::vector<std::string>& notes) {
   std::vector<KernelOp> out;
   std::set<std::string> seen;
   auto want = [&](const KernelOp& op) {
@@ -38,8 +39,8 @@ std::vector<KernelOp> calibration_kernels(const std::vector<CalibrationShape>& s
       try {
         for (const KernelOp& op : build_plan(models.at(s.model), p, po)) want(op);
       } catch (const Error& e) {  // UsageError included: a shape this plan does not run
-        notes.push_back(fmt::format("{} at {} x {}, plan {}: not measured ({})", s.model, s.batch, s.seq,
-                                    plan_name(p), e.what()));
+        notes.push_back(
+            fmt::format("{} at {} x {}, plan {}: not measured ({})", s.model, s.batch, s.seq, plan_name(p), e.what()));
       }
     }
   }

@@ -15,20 +15,20 @@
 
 namespace fp8sim::speed {
 
-inline constexpr int kGemmKernelVersion = 1;          // gpu/gemm/cublaslt.cpp, gpu/speed/replay.cpp's prepare_gemm
-inline constexpr int kRmsNormKernelVersion = 1;       // gpu/speed/kernels.cu: rmsnorm_fwd_*, rmsnorm_bwd_*
-inline constexpr int kSiluMulKernelVersion = 1;       // gpu/speed/kernels.cu: silu_mul_fwd_*, silu_mul_bwd_*
-inline constexpr int kAddKernelVersion = 1;           // gpu/speed/kernels.cu: add_bf16, add_bf16_g16, add_bf16_gmax
-inline constexpr int kRopeKernelVersion = 1;          // gpu/speed/kernels.cu: rope
+inline constexpr int kGemmKernelVersion = 1;           // gpu/gemm/cublaslt.cpp, gpu/speed/replay.cpp's prepare_gemm
+inline constexpr int kRmsNormKernelVersion = 1;        // gpu/speed/kernels.cu: rmsnorm_fwd_*, rmsnorm_bwd_*
+inline constexpr int kSiluMulKernelVersion = 1;        // gpu/speed/kernels.cu: silu_mul_fwd_*, silu_mul_bwd_*
+inline constexpr int kAddKernelVersion = 1;            // gpu/speed/kernels.cu: add_bf16, add_bf16_g16, add_bf16_gmax
+inline constexpr int kRopeKernelVersion = 1;           // gpu/speed/kernels.cu: rope
 inline constexpr int kCastTransposeKernelVersion = 1;  // gpu/speed/kernels.cu: cast_transpose
-inline constexpr int kTransposeKernelVersion = 1;     // gpu/speed/kernels.cu: transpose_fp8
-inline constexpr int kQuantizeG16KernelVersion = 1;   // gpu/speed/kernels.cu: quantize_g16
-inline constexpr int kGroupMaxKernelVersion = 1;      // gpu/speed/kernels.cu: group_max
-inline constexpr int kReduceMaxKernelVersion = 1;     // gpu/speed/kernels.cu: reduce_max_bf16, reduce_max_f32
-inline constexpr int kAmaxKernelVersion = 1;          // gpu/speed/kernels.cu: amax_bf16
-inline constexpr int kCrossEntropyKernelVersion = 1;  // gpu/speed/kernels.cu: cross_entropy
-inline constexpr int kEmbeddingKernelVersion = 1;     // gpu/speed/kernels.cu: embedding_fwd, embedding_bwd
-inline constexpr int kAdamwFp8DeKernelVersion = 1;    // gpu/optim/adamw.cu: the fused FP8 AdamW with DE
+inline constexpr int kTransposeKernelVersion = 1;      // gpu/speed/kernels.cu: transpose_fp8
+inline constexpr int kQuantizeG16KernelVersion = 1;    // gpu/speed/kernels.cu: quantize_g16
+inline constexpr int kGroupMaxKernelVersion = 1;       // gpu/speed/kernels.cu: group_max
+inline constexpr int kReduceMaxKernelVersion = 1;      // gpu/speed/kernels.cu: reduce_max_bf16, reduce_max_f32
+inline constexpr int kAmaxKernelVersion = 1;           // gpu/speed/kernels.cu: amax_bf16
+inline constexpr int kCrossEntropyKernelVersion = 1;   // gpu/speed/kernels.cu: cross_entropy
+inline constexpr int kEmbeddingKernelVersion = 1;      // gpu/speed/kernels.cu: embedding_fwd, embedding_bwd
+inline constexpr int kAdamwFp8DeKernelVersion = 1;     // gpu/optim/adamw.cu: the fused FP8 AdamW with DE
 
 struct KernelFamily {
   const char* name;  // "rmsnorm", "gemm", ...
