@@ -7,8 +7,10 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 
+#include "sim/backend/backend.hpp"
 #include "sim/bench/bench.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
@@ -360,11 +362,23 @@ TEST(CompareLib, UlpDistance) {
 }
 
 TEST(CompareLib, NoGpuBackendIsAnError) {
+  const std::unique_ptr<gpu::Backend> none = gpu::no_gpu_backend("no GPU in this test");
+  EXPECT_FALSE(none->available());
+  EXPECT_EQ(none->why_not(), "no GPU in this test");
+  EXPECT_EQ(none->device().at("why_not").as_string(), "no GPU in this test");
+  try {
+    none->require("compare needs one");
+    ADD_FAILURE() << "require() passed without a GPU";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "no GPU in this test (compare needs one)");
+  }
+  EXPECT_THROW(none->run_bench(bench::BenchOptions{}), Error);
+  EXPECT_THROW(none->measure_kernels({}, {}, {}), Error);
   compare::CompareOptions o;
   o.trace_path = kTrace;
-  EXPECT_THROW(compare::compare_trace(o, nullptr), Error);
+  EXPECT_THROW(compare::compare_trace(o, *none), Error);
   o.ops = {"nope"};
-  EXPECT_THROW(compare::compare_trace(o, nullptr), UsageError);
+  EXPECT_THROW(compare::compare_trace(o, *none), UsageError);
 }
 
 TEST(CompareLib, SummaryAndMarkdownFromADocument) {
@@ -408,10 +422,21 @@ namespace {
 // A "GPU" that is the CPU reference itself (and can be told to corrupt one result): exercises
 // compare_trace end to end on the committed trace without a GPU, and shows that a wrong code, a
 // wrong parameter bit or a wrong GEMM scale layout is caught.
-class CpuAsGpu final : public compare::GpuOps {
+class CpuAsGpu final : public gpu::Backend {
  public:
   bool corrupt_quantize = false, corrupt_adamw = false, corrupt_gemm = false;
+  Json device() override {
+    Json d = Json::object();
+    d["available"] = true;
+    d["name"] = "the CPU reference";
+    return d;
+  }
   Json machine() override { return Json::object(); }
+  Json run_bench(const bench::BenchOptions&) override { throw Error("CpuAsGpu: no bench"); }
+  speed::Calibration measure_kernels(const std::vector<speed::KernelOp>&, const speed::MeasureSettings&,
+                                     const std::function<void(double, double)>&) override {
+    throw Error("CpuAsGpu: no kernel timing");
+  }
   void cast_f32(const float* x, size_t n, const CastOptions& o, uint8_t* out) override {
     cast_f32_to_fp8(x, out, n, o);
   }
@@ -439,8 +464,8 @@ class CpuAsGpu final : public compare::GpuOps {
     if (corrupt_adamw) p[0] = std::nextafter(p[0], 1e30f);
   }
   // Y from the request's codes and scales, in double, with the scale layouts written out again.
-  compare::GemmOutcome gemm(const compare::GemmRequest& r) override {
-    compare::GemmOutcome out;
+  gpu::GemmOutcome gemm(const gpu::GemmRequest& r) override {
+    gpu::GemmOutcome out;
     out.supported = true;
     out.y.assign(static_cast<size_t>(r.m * r.n), 0.0f);
     const int64_t kb = (r.k + 127) / 128;
@@ -472,7 +497,7 @@ TEST(CompareLib, EndToEndOnTheSampleTraceWithTheCpuAsTheGpu) {
   compare::CompareOptions o;
   o.trace_path = kTrace;
   o.max_tensors = 1;
-  const Json doc = compare::compare_trace(o, &ops);
+  const Json doc = compare::compare_trace(o, ops);
   const Json& s = doc.at("summary");
   EXPECT_TRUE(s.at("passed").as_bool()) << compare::render_markdown(doc);
   for (const char* op : {"cast", "quantize", "adamw", "gemm"}) {
@@ -493,21 +518,21 @@ TEST(CompareLib, CatchesACorruptCodeParameterOrGemmScale) {
     CpuAsGpu ops;
     ops.corrupt_quantize = true;
     o.ops = {"quantize"};
-    const Json doc = compare::compare_trace(o, &ops);
+    const Json doc = compare::compare_trace(o, ops);
     EXPECT_GT(doc.at("summary").at("failed").as_int(), 0);
   }
   {
     CpuAsGpu ops;
     ops.corrupt_adamw = true;
     o.ops = {"adamw"};
-    const Json doc = compare::compare_trace(o, &ops);
+    const Json doc = compare::compare_trace(o, ops);
     EXPECT_EQ(doc.at("summary").at("failed").as_int(), doc.at("summary").at("entries").as_int());
   }
   {
     CpuAsGpu ops;
     ops.corrupt_gemm = true;
     o.ops = {"gemm"};
-    const Json doc = compare::compare_trace(o, &ops);
+    const Json doc = compare::compare_trace(o, ops);
     // Every FP8 configuration scales W: a doubled W scale fails them all (BF16 has no scale).
     int64_t fp8_entries = 0, fp8_failed = 0;
     for (const auto& e : doc.at("ops").as_array()) {

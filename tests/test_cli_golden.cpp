@@ -75,8 +75,9 @@ std::string normalize_report(const std::string& text) {
     const std::string id = s.at("id").as_string();
     return id == "inputs" || id == "compare" || id == "bench";
   });
-  if (doc["data"].contains("speed"))
-    std::erase_if(doc["data"]["speed"].as_object(), [](const auto& kv) { return kv.first == "command_line"; });
+  for (const char* piece : {"speed", "speed_at_max_batch"})
+    if (doc["data"].contains(piece))
+      std::erase_if(doc["data"][piece].as_object(), [](const auto& kv) { return kv.first == "command_line"; });
   return doc.dump(2) + "\n";
 }
 

@@ -1,7 +1,7 @@
 // cuBLASLt GEMMs (gpu/gemm/cublaslt) against the Eigen fp32 reference of the dequantized operands
 // (sim/gemm), within the tolerance derived from K and the formats, for BF16 and FP8 with
 // per-tensor (fast and split accumulation), row-wise and 1x128 x 128x128 block scales, on awkward
-// shapes (padded to cuBLASLt's 16-element alignment through compare::GpuOps) and Llama-2-7B
+// shapes (padded to cuBLASLt's 16-element alignment through gpu::Backend) and Llama-2-7B
 // shapes. A mode cuBLASLt refuses on the device must say so (status), never return garbage; and
 // the tolerance must catch a wrong scale. Every configuration the search may consider (heuristic's
 // and enumerated) is run and checked, and the plan's validation must tell wrong results from right.
@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "gpu/backend/cuda_backend.hpp"
 #include "gpu/common/buffer.hpp"
-#include "gpu/compare/gpu_ops.hpp"
 #include "gpu/gemm/cublaslt.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/gemm/gemm_ref.hpp"
@@ -49,9 +49,9 @@ struct Result {
 
 // Quantizes X (M, K) and W (N, K) on the CPU, runs the GPU GEMM on the codes and checks it.
 // `w_scale_factor` corrupts the weight scales handed to the GPU (a deliberate error).
-Result run_mode(compare::GpuOps& gpu, const Mode& md, const std::vector<float>& x, const std::vector<float>& w,
-                int64_t M, int64_t N, int64_t K, float w_scale_factor = 1.0f, int search = 0) {
-  compare::GemmRequest r;
+Result run_mode(gpu::Backend& gpu, const Mode& md, const std::vector<float>& x, const std::vector<float>& w, int64_t M,
+                int64_t N, int64_t K, float w_scale_factor = 1.0f, int search = 0) {
+  gpu::GemmRequest r;
   r.search = search;
   r.m = M;
   r.n = N;
@@ -84,7 +84,7 @@ Result run_mode(compare::GpuOps& gpu, const Mode& md, const std::vector<float>& 
   std::vector<float> yref(static_cast<size_t>(M * N)), sabs(static_cast<size_t>(M * N));
   gemm::gemm_ref_f32(xd.data(), wd.data(), yref.data(), M, N, K);
   gemm::gemm_abs_f32(xd.data(), wd.data(), sabs.data(), M, N, K);
-  const compare::GemmOutcome out = gpu.gemm(r);
+  const gpu::GemmOutcome out = gpu.gemm(r);
   Result res{out.supported, {}, out.status, out.plan};
   if (!out.supported) return res;
   gemm::GemmNumerics num;
@@ -104,7 +104,7 @@ std::vector<float> data(size_t n, uint64_t seed) {
 }
 
 void check_shapes(const std::vector<std::array<int64_t, 3>>& shapes, int search = 0) {
-  auto gpu = gpu::make_gpu_ops();
+  auto gpu = gpu::make_cuda_backend();
   for (const auto& [M, N, K] : shapes) {
     const auto x = data(static_cast<size_t>(M * K), 1 + M), w = data(static_cast<size_t>(N * K), 2 + N);
     for (const auto& md : kModes) {
@@ -157,7 +157,7 @@ TEST(GemmGpu, SearchedAlgorithmsAreCorrect) {
 
 TEST(GemmGpu, ToleranceCatchesAWrongScale) {
   FP8SIM_SKIP_WITHOUT_GPU();
-  auto gpu = gpu::make_gpu_ops();
+  auto gpu = gpu::make_cuda_backend();
   const int64_t M = 128, N = 256, K = 4096;
   const auto x = data(static_cast<size_t>(M * K), 5), w = data(static_cast<size_t>(N * K), 6);
   // A weight scale off by a factor of two (a forgotten or inverted scale, a wrong layout) must fail.

@@ -1,9 +1,11 @@
 // fp8sim report: the pieces (base64, staging folder, renderers, plot runner) and the command
 // end to end on the committed sample trace.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -461,4 +463,56 @@ TEST(ReportCli, SpeedSectionIsModelledFromACalibrationWithoutAGpu) {
   EXPECT_EQ(pd.at("recipes").size(), 2u);
   for (const auto& [name, v] : pd.at("recipes").as_object()) EXPECT_EQ(v.size(), pd.at("ops").size()) << name;
   EXPECT_TRUE(pd.at("modelled").as_bool());
+}
+
+TEST(ReportCli, SummaryComparesEachRecipeAtItsLargestMicroBatchThatFits) {
+  // Calibrated at micro-batch 2 only; the memory model's largest batches differ per recipe, so the
+  // comparison runs each recipe at its own (fitted) shapes.
+  const fs::path cal = synthetic_calibration(2, 2048, 4);
+  const fs::path out = fs::path(fp8sim::test::temp_dir()) / "r";
+  const auto res = fp8sim::test::run_shell("FP8SIM_CALIBRATION=" + quote(cal.string()) + " " + quote(FP8SIM_BINARY) +
+                                           " report --no-plots --recipes bf16,te,coat --out " + quote(out.string()));
+  ASSERT_EQ(res.exit_code, 0) << res.err;
+  const Json doc = Json::parse(slurp(out / "report.json"));
+  const Json& data = doc.at("data");
+  const Json& at_max = data.at("speed_at_max_batch");
+  std::map<std::string, int64_t> max_batch;
+  std::set<int64_t> distinct;
+  for (const char* r : {"bf16", "te", "coat"}) {
+    max_batch[r] = data.at("memory").at(r).at("max_batch").as_int();
+    ASSERT_GE(max_batch[r], 1) << r;
+    distinct.insert(max_batch[r]);
+  }
+  ASSERT_GT(distinct.size(), 1u) << "the recipes' largest micro-batches should differ on Llama-2-7B at 4 GPUs";
+  // Each recipe ran at its own largest micro-batch, not at --batch (2).
+  std::map<std::string, const Json*> rec;
+  for (const auto& r : at_max.at("recipes").as_array()) rec[r.at("recipe").as_string()] = &r;
+  ASSERT_EQ(rec.size(), 3u);
+  for (const auto& [name, b] : max_batch) EXPECT_EQ(rec.at(name)->at("batch").as_int(), b) << name;
+  EXPECT_DOUBLE_EQ(rec.at("bf16")->at("speedup_vs_bf16").as_number(), 1.0);
+  // The summary's throughput and speedup are these, not the micro-batch-2 run's.
+  const Json& summary = doc.at("sections").as_array()[0];
+  ASSERT_EQ(summary.at("id").as_string(), "summary");
+  const Json* table = nullptr;
+  for (const auto& b : summary.at("blocks").as_array())
+    if (b.contains("table")) table = &b.at("table");
+  ASSERT_NE(table, nullptr);
+  const auto& header = table->at("header").as_array();
+  auto column = [&](const std::string& name) {
+    for (size_t i = 0; i < header.size(); ++i)
+      if (header[i].as_string() == name) return static_cast<int>(i);
+    return -1;
+  };
+  const int tps = column("tokens/s/GPU at max batch (modelled)"), speedup = column("speedup vs bf16 at max batch");
+  ASSERT_GE(tps, 0) << table->dump(-1);
+  ASSERT_GE(speedup, 0) << table->dump(-1);
+  EXPECT_LT(column("tokens/s/GPU (modelled)"), 0) << "the fixed-batch throughput is no longer in the summary";
+  for (const auto& row : table->at("rows").as_array()) {
+    const std::string name = row.as_array()[0].as_string();
+    const Json& r = *rec.at(name);
+    EXPECT_EQ(row.as_array()[tps].as_string(), fmt::format("{:.0f}", r.at("tokens_per_s_per_gpu").as_number())) << name;
+    EXPECT_EQ(row.as_array()[speedup].as_string(), fmt::format("{:.2f}x", r.at("speedup_vs_bf16").as_number())) << name;
+  }
+  // The micro-batch-2 run stays in the speed section, at micro-batch 2.
+  for (const auto& r : data.at("speed").at("recipes").as_array()) EXPECT_EQ(r.at("batch").as_int(), 2);
 }

@@ -2,11 +2,18 @@
 // Markdown it writes, and one-line errors with the right exit code for bad input.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
+#include "sim/common/io.hpp"
 #include "sim/common/json.hpp"
+#include "sim/speed/calibrate.hpp"
 #include "sim/speed/calibration.hpp"
+#include "sim/speed/kernel_versions.hpp"
 #include "sim/speed/plan.hpp"
 #include "sim/speed/speed.hpp"
 #include "tests/support/test_util.hpp"
@@ -18,8 +25,11 @@ using test::run_fp8sim;
 using test::run_shell;
 
 // A calibration measured on a synthetic device for llama2-7b, batch 2, seq 2048 (every recipe)
-// and Figure 4(b)'s kernels: GEMMs at 700 / 1300 TFLOP/s, attention 400, memory kernels 3 TB/s.
-std::string calibration_file() {
+// and Figure 4(b)'s kernels: GEMMs at 700 / 1300 TFLOP/s, attention 400, memory kernels 3 TB/s;
+// each kernel at the version version_of gives its family (default: this build's).
+std::string calibration_file(
+    const std::function<int(const KernelFamily&)>& version_of = [](const KernelFamily& f) { return f.version; },
+    const std::string& name = "cal.json") {
   Calibration c;
   c.device["name"] = "Synthetic GPU";
   c.created = "2025-11-30T00:00:00Z";
@@ -36,6 +46,7 @@ std::string calibration_file() {
                                         : op.kind == Kind::Attention ? op.flops / 400e9
                                                                      : 0.004 + op.bytes / 3e9;
     m.reps = 1;
+    if (const KernelFamily* f = kernel_family(op.kind, op.variant)) m.version = version_of(*f);
     c.add(m);
   };
   const ModelShape m = load_model_shape("llama2-7b");
@@ -48,7 +59,7 @@ std::string calibration_file() {
     const Fig4bOps f = fig4b_ops(p.rows, p.cols);
     for (const KernelOp* op : {&f.jit_amax, &f.stage2_reduce, &f.producer_plain, &f.producer_with_gmax}) add(*op);
   }
-  const std::string path = test::temp_dir() + "/cal.json";
+  const std::string path = test::temp_dir() + "/" + name;
   std::ofstream(path) << c.to_json().dump();
   return path;
 }
@@ -129,6 +140,73 @@ TEST(SpeedCli, BadInputGivesOneLineErrorsAndNoOutputFile) {
   expect_one_line_error(run_fp8sim({"speed", "--calibration", bad, "--json", dir + "/out.json"}), 1, "bad.json");
   EXPECT_FALSE(std::filesystem::exists(dir + "/out.json"));
   expect_one_line_error(run_fp8sim({"speed", "--calibration", dir + "/nope.json"}), 1, "nope.json");
+}
+
+TEST(SpeedCli, WarnsOnceForEachKernelFamilyTheCalibrationTimesAtAnotherVersion) {
+  const std::string dir = test::temp_dir();
+  // Current: no warning, and the document names nothing stale.
+  auto r = run_fp8sim({"speed", "--calibration", calibration_file(), "--json", dir + "/fresh.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+  EXPECT_FALSE(Json::parse(read_text_file(dir + "/fresh.json")).at("timing").contains("stale_kernels"));
+  // rmsnorm measured before versions were recorded, add at a later version than this build's.
+  const std::string stale = calibration_file(
+      [](const KernelFamily& f) {
+        return std::string(f.name) == "rmsnorm" ? 0 : std::string(f.name) == "add" ? f.version + 1 : f.version;
+      },
+      "stale.json");
+  r = run_fp8sim({"speed", "--calibration", stale, "--json", dir + "/stale.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 2) << r.err;
+  const auto rms = r.err.find("fp8sim speed: warning: "), add = r.err.find("fp8sim speed: warning: ", rms + 1);
+  ASSERT_NE(add, std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rmsnorm kernel time(s) of the calibration"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("before kernel versions were recorded"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(fmt::format("add kernel time(s) of the calibration '{}' were measured at version {}", stale,
+                                   kAddKernelVersion + 1)),
+            std::string::npos)
+      << r.err;
+  const Json doc = Json::parse(read_text_file(dir + "/stale.json"));
+  const Json& st = doc.at("timing").at("stale_kernels");
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_EQ(st.as_array()[0].at("family").as_string(), "rmsnorm");
+  EXPECT_EQ(st.as_array()[1].at("family").as_string(), "add");
+  EXPECT_EQ(st.as_array()[1].at("build_version").as_int(), kAddKernelVersion);
+}
+
+TEST(CalibrateCli, ListsTheSetWithoutAGpuAndRefusesBadInput) {
+  auto r = run_fp8sim({"calibrate", "--list", "--model", "llama2-7b", "--batch", "2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::vector<std::string> notes;
+  const auto ops = calibration_kernels({{"llama2-7b", 2, 2048}}, notes);
+  EXPECT_NE(r.out.find(fmt::format("{} kernels\n", ops.size())), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rmsnorm_fwd bf16>bf16"), std::string::npos) << r.out;
+  r = run_fp8sim({"calibrate", "--list"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(" kernels\n"), std::string::npos) << r.out;
+
+  auto one_line = [](const test::CommandResult& res, int code, const std::string& needle) {
+    EXPECT_EQ(res.exit_code, code) << res.err;
+    EXPECT_NE(res.err.find(needle), std::string::npos) << res.err;
+    EXPECT_EQ(res.err.find("fp8sim calibrate: error: "), 0u) << res.err;
+    EXPECT_EQ(std::count(res.err.begin(), res.err.end(), '\n'), 1) << res.err;
+  };
+  one_line(run_fp8sim({"calibrate"}), 2, "--out");
+  one_line(run_fp8sim({"calibrate", "--batch", "2", "--out", "x.json"}), 2, "--model");
+  one_line(run_fp8sim({"calibrate", "--model", "llama2-7b", "--batch", "0", "--list"}), 2, "--batch");
+  one_line(run_fp8sim({"calibrate", "--model", "llama2-7b,", "--list"}), 2, "empty");
+  one_line(run_fp8sim({"calibrate", "--model", "no-such-model", "--list"}), 2, "no-such-model");
+  one_line(run_fp8sim({"calibrate", "--reps", "0", "--out", "x.json"}), 2, "--reps");
+}
+
+TEST(CalibrateCli, WithoutAGpuSaysSoAndWritesNothing) {
+  const std::string dir = test::temp_dir();
+  const auto r = run_shell("FP8SIM_GPU_MODULE=/nonexistent/libfp8sim_gpu.so " + std::string(FP8SIM_BINARY) +
+                           " calibrate --model llama2-7b --batch 2 --out " + dir + "/cal.json");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("GPU"), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/cal.json"));
 }
 
 TEST(SpeedCli, HelpTeachesWithExamples) {

@@ -1,19 +1,24 @@
 // The step-time model on the CPU: the kernel plan per recipe, calibration files, the prediction
 // rules and the step arithmetic. Expected values are computed here from the model dimensions and
 // from sums over the plan, never read back from the code under test.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
 
+#include "sim/common/build_info.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/json.hpp"
 #include "sim/recipe/recipe.hpp"
+#include "sim/speed/calibrate.hpp"
 #include "sim/speed/calibration.hpp"
 #include "sim/speed/group16.hpp"
+#include "sim/speed/kernel_versions.hpp"
 #include "sim/speed/plan.hpp"
 #include "sim/speed/speed.hpp"
 #include "tests/support/test_util.hpp"
@@ -292,6 +297,153 @@ TEST(SpeedCalibration, RoundTripsAndPredictsMeasuredKeys) {
     EXPECT_EQ(p.source, "measured");
     EXPECT_DOUBLE_EQ(p.ms, synthetic_ms(op)) << op.key();
   }
+}
+
+// ------------------------------------------------------------------------------ versions
+TEST(SpeedVersions, EveryKernelOfEveryPlanHasAFamilyWithAVersion) {
+  std::set<std::string> names;
+  for (const KernelFamily& f : kernel_families()) {
+    EXPECT_TRUE(names.insert(f.name).second) << "family listed twice: " << f.name;
+    EXPECT_GE(f.version, 1) << f.name;
+  }
+  std::set<std::string> used;
+  for (Plan p : all_plans())
+    for (const KernelOp& op : build_plan(llama7b(), p, po(2, 2048))) {
+      const KernelFamily* f = kernel_family(op.kind, op.variant);
+      const bool torch = op.kind == Kind::Attention || (op.kind == Kind::Optimizer && op.variant == "adamw_fp32");
+      EXPECT_EQ(f == nullptr, torch) << op.key();
+      if (f) used.insert(f->name);
+    }
+  for (const Fig4bPaperRow& r : fig4b_paper()) {
+    const Fig4bOps f = fig4b_ops(r.rows, r.cols);
+    for (const KernelOp* op : {&f.jit_amax, &f.stage2_reduce, &f.producer_plain, &f.producer_with_gmax}) {
+      const KernelFamily* fam = kernel_family(op->kind, op->variant);
+      ASSERT_NE(fam, nullptr) << op->key();
+      used.insert(fam->name);
+    }
+  }
+  // No family is left over: each versions kernels some plan (or Figure 4(b)) runs.
+  for (const std::string& n : names) EXPECT_TRUE(used.count(n)) << "no plan runs a kernel of family " << n;
+  EXPECT_THROW(kernel_family(Kind::Optimizer, "adamw_sgd"), Error);
+}
+
+TEST(SpeedVersions, BuildCommitIsRecorded) {
+  const std::string c = build_commit();
+  ASSERT_FALSE(c.empty());
+  if (c != "unknown") {
+    const std::string hex = c.substr(0, c.find('-'));
+    EXPECT_EQ(hex.size(), 40u) << c;
+    EXPECT_EQ(hex.find_first_not_of("0123456789abcdef"), std::string::npos) << c;
+    EXPECT_TRUE(c.size() == 40 || c.substr(40) == "-dirty") << c;
+  }
+}
+
+TEST(SpeedVersions, CalibrationRoundTripsVersionsAndCommit) {
+  Calibration c;
+  const auto plan = build_plan(gqa_model(), Plan::TE, po(1, 256));
+  for (const KernelOp& op : plan) {
+    Measurement m = synthetic_measurement(op);
+    if (const KernelFamily* f = kernel_family(op.kind, op.variant)) m.version = f->version + 2;
+    c.add(m);
+  }
+  c.commit = "0123456789abcdef0123456789abcdef01234567";
+  const Json doc = c.to_json();
+  EXPECT_EQ(doc.at("fp8sim").at("commit").as_string(), c.commit);
+  for (const KernelFamily& f : kernel_families())
+    EXPECT_EQ(doc.at("fp8sim").at("kernel_versions").at(f.name).as_int(), f.version) << f.name;
+  const Calibration back = Calibration::from_json(Json::parse(doc.dump()), "roundtrip");
+  EXPECT_EQ(back.commit, c.commit);
+  for (const auto& [k, m] : back.measurements()) EXPECT_EQ(m.version, c.find(k)->version) << k;
+  // A version that is no positive integer is refused, naming the field.
+  Json bad = doc;
+  bad["measurements"].as_array()[0]["kernel_version"] = 1.5;
+  try {
+    Calibration::from_json(bad, "bad.json");
+    ADD_FAILURE() << "a fractional kernel_version was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel_version"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SpeedVersions, StaleFamiliesAreThoseWhoseMeasurementsCarryAnotherVersion) {
+  // TE's kernels at llama-7b batch 2: rmsnorm measured before versions existed (0), cast_transpose at
+  // a newer version than this build's, everything else current. Batch 4 is fitted from batch 2, so
+  // its kernels are as stale as the measurements they come from.
+  Calibration c;
+  const auto plan2 = build_plan(llama7b(), Plan::TE, po(2, 2048));
+  for (const KernelOp& op : plan2) {
+    Measurement m = synthetic_measurement(op);
+    const KernelFamily* f = kernel_family(op.kind, op.variant);
+    m.version = !f                                         ? 0
+                : std::string(f->name) == "rmsnorm"        ? 0
+                : std::string(f->name) == "cast_transpose" ? f->version + 1
+                                                           : f->version;
+    c.add(m);
+  }
+  const std::vector<StaleFamily> st = c.stale_families(plan2);
+  ASSERT_EQ(st.size(), 2u);
+  std::map<std::string, int> expected_kernels;  // distinct keys per stale family
+  std::set<std::string> keys;
+  for (const KernelOp& op : plan2)
+    if (keys.insert(op.key()).second)
+      if (const KernelFamily* f = kernel_family(op.kind, op.variant);
+          f && (std::string(f->name) == "rmsnorm" || std::string(f->name) == "cast_transpose"))
+        ++expected_kernels[f->name];
+  // kernel_families() order: rmsnorm before cast_transpose.
+  EXPECT_EQ(st[0].family, "rmsnorm");
+  EXPECT_EQ(st[0].calibration_versions, std::vector<int>{0});
+  EXPECT_EQ(st[0].build_version, kRmsNormKernelVersion);
+  EXPECT_EQ(st[0].kernels, expected_kernels["rmsnorm"]);
+  EXPECT_EQ(st[1].family, "cast_transpose");
+  EXPECT_EQ(st[1].calibration_versions, std::vector<int>{kCastTransposeKernelVersion + 1});
+  EXPECT_EQ(st[1].kernels, expected_kernels["cast_transpose"]);
+  EXPECT_NE(st[0].message("cal.json").find("before kernel versions were recorded"), std::string::npos);
+  EXPECT_NE(st[1].message("cal.json").find(fmt::format("at version {}", kCastTransposeKernelVersion + 1)),
+            std::string::npos);
+  EXPECT_NE(st[1].message("cal.json").find("fp8sim calibrate"), std::string::npos);
+  // Fitted kernels (batch 4) inherit their measurement's staleness; attention (PyTorch's) never is.
+  const std::vector<StaleFamily> st4 = c.stale_families(build_plan(llama7b(), Plan::TE, po(4, 2048)));
+  ASSERT_EQ(st4.size(), 2u);
+  EXPECT_EQ(st4[0].family, "rmsnorm");
+  EXPECT_EQ(st4[1].family, "cast_transpose");
+  // A calibration at this build's versions has nothing stale.
+  Calibration fresh;
+  for (const KernelOp& op : plan2) {
+    Measurement m = synthetic_measurement(op);
+    if (const KernelFamily* f = kernel_family(op.kind, op.variant)) m.version = f->version;
+    fresh.add(m);
+  }
+  EXPECT_TRUE(fresh.stale_families(plan2).empty());
+}
+
+TEST(SpeedVersions, CalibrationSetCoversEveryPlanAtEveryShape) {
+  const std::vector<CalibrationShape> shapes{{"llama2-7b", 2, 2048}, {"llama3-8b", 1, 2048}};
+  std::vector<std::string> notes;
+  const std::vector<KernelOp> ops = calibration_kernels(shapes, notes);
+  EXPECT_TRUE(notes.empty()) << notes.front();
+  std::set<std::string> keys;
+  for (const KernelOp& op : ops) {
+    EXPECT_TRUE(keys.insert(op.key()).second) << "listed twice: " << op.key();
+    EXPECT_FALSE(op.kind == Kind::Attention) << op.key();
+    EXPECT_FALSE(op.kind == Kind::Optimizer && op.variant == "adamw_fp32") << op.key();
+  }
+  for (const CalibrationShape& s : shapes)
+    for (Plan p : all_plans())
+      for (const KernelOp& op : build_plan(load_model_shape(s.model), p, po(s.batch, s.seq))) {
+        const bool torch = op.kind == Kind::Attention || (op.kind == Kind::Optimizer && op.variant == "adamw_fp32");
+        EXPECT_EQ(keys.count(op.key()), torch ? 0u : 1u) << op.key();
+      }
+  for (const Fig4bPaperRow& r : fig4b_paper()) EXPECT_TRUE(keys.count(fig4b_ops(r.rows, r.cols).jit_amax.key()));
+  // The documented set: every model of models/ at 1, 2, 4, 8 x 2048, and Table 7's 13B row at 1 x 1024.
+  const std::vector<CalibrationShape> set = default_calibration_shapes();
+  for (const std::string& m : {"llama2-7b", "llama2-13b", "llama-30b", "llama3-8b"})
+    for (int64_t b : {1, 2, 4, 8})
+      EXPECT_TRUE(std::any_of(set.begin(), set.end(),
+                              [&](const CalibrationShape& s) { return s.model == m && s.batch == b && s.seq == 2048; }))
+          << m << " " << b;
+  EXPECT_TRUE(std::any_of(set.begin(), set.end(), [](const CalibrationShape& s) {
+    return s.model == "llama2-13b" && s.batch == 1 && s.seq == 1024;
+  }));
 }
 
 TEST(SpeedCalibration, FitsUnmeasuredShapesFromTheNearestMeasurement) {

@@ -21,6 +21,7 @@
 #include "sim/optim/adamw.hpp"
 #include "sim/optim/lowp_adamw.hpp"
 #include "sim/optim/state_recipe.hpp"
+#include "sim/speed/kernel_versions.hpp"
 
 namespace fp8sim::gpu::speed {
 
@@ -643,6 +644,8 @@ Calibration measure_ops(const std::vector<KernelOp>& ops, const ReplaySettings& 
     m.dims = op->dims;
     m.flops = op->flops;
     m.bytes = op->bytes;
+    if (const fp8sim::speed::KernelFamily* f = fp8sim::speed::kernel_family(op->kind, op->variant))
+      m.version = f->version;
     try {
       Prepared p = replayer.prepare(*op);
       time_launch(p.launch, stream.get(), rs, flush.get(), m);
@@ -667,14 +670,6 @@ Calibration measure_ops(const std::vector<KernelOp>& ops, const ReplaySettings& 
     cal.device["skipped_kernels"] = sk;
   }
   return cal;
-}
-
-Json speed_measured(const fp8sim::speed::SpeedOptions& opts, const ReplaySettings& settings) {
-  fp8sim::speed::MeasureFn measure = [settings](const std::vector<KernelOp>& ops,
-                                                const std::function<void(double, double)>& progress) {
-    return measure_ops(ops, settings, progress);
-  };
-  return fp8sim::speed::speed_report(opts, measure);
 }
 
 }  // namespace fp8sim::gpu::speed

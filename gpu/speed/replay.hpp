@@ -13,7 +13,6 @@
 #include "sim/common/json.hpp"
 #include "sim/speed/calibration.hpp"
 #include "sim/speed/plan.hpp"
-#include "sim/speed/speed.hpp"
 
 namespace fp8sim::gpu::speed {
 
@@ -27,10 +26,6 @@ struct ReplaySettings {
 // fails without poisoning the context is skipped with a note; a sticky CUDA error throws.
 fp8sim::speed::Calibration measure_ops(const std::vector<fp8sim::speed::KernelOp>& ops, const ReplaySettings& settings,
                                        const std::function<void(double, double)>& progress);
-
-// `fp8sim speed` measured on this GPU (what cmd_speed runs when a device is present and what
-// `fp8sim report` calls through its GpuHooks::speed_measured).
-Json speed_measured(const fp8sim::speed::SpeedOptions& opts, const ReplaySettings& settings = {});
 
 // The device as JSON: name, SMs, compute capability, memory, L2, runtime/driver/cuBLASLt versions.
 Json device_json();

@@ -26,7 +26,7 @@ SUMMARY="$OUT/summary.txt"
 
 areas=("$@")
 [ ${#areas[@]} -eq 0 ] && areas=(gpu speed report)
-declare -A limit=([smoke]=60 [gpu]=540 [memory]=120 [speed]=200 [report]=360 [optim]=120)
+declare -A limit=([smoke]=60 [gpu]=540 [calibrate]=560 [memory]=120 [speed]=200 [report]=360 [optim]=120)
 for a in "${areas[@]}"; do
   script="scripts/device/$a.sh"
   if [ "$a" = smoke ]; then

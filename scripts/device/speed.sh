@@ -3,7 +3,6 @@
 # timing every kernel of the Llama-2-7B / 13B (and LLaMA-30B, Table 7) layers on the device.
 # Leaves under $OUT/speed/:
 #   torch_times.json          scripts/torch_layer_time.py: BF16 layer fwd+bwd, SDPA, fused AdamW, amax
-#   calibration.json          every kernel time measured here (commit as reports/h200/calibration.json)
 #   speed_llama2-7b.{json,md,txt}   Table 7's 4-GPU row: bf16=2, te=2, coat=4, with all Table 7 rows,
 #                                   Figure 4(b) and the PyTorch validation
 #   speed_llama2-13b.{json,md,txt}  Table 7's 4-GPU row: bf16=1, te=1, coat=2
@@ -56,18 +55,18 @@ if [ -x "$BUNDLE/tests/test_speed_gpu" ]; then
   tail -n 3 "$D/test_speed_gpu.txt"
 fi
 
-# 3. Measured replays. The first also times every Table 7 shape and Figure 4(b)'s kernels and
-#    writes the calibration; the second adds Llama-2-13B's 4-GPU row.
+# 3. Measured replays. The first also times every Table 7 shape and Figure 4(b)'s kernels; the
+#    second adds Llama-2-13B's 4-GPU row. (The committed calibration comes from calibrate.sh.)
 stamp "fp8sim speed llama2-7b (table 7, fig 4b)"
 $RUN "$BUNDLE/fp8sim" speed --model llama2-7b --batch bf16=2,te=2,coat=4 --seq 2048 --gpus 4 --table7 \
-  --torch-times "$D/torch_times.json" --write-calibration "$D/calibration.json" \
+  --torch-times "$D/torch_times.json" \
   --json "$D/speed_llama2-7b.json" --markdown "$D/speed_llama2-7b.md" > "$D/speed_llama2-7b.txt" 2>&1 \
   || { echo "fp8sim speed llama2-7b: exit $?"; status=1; }
 cat "$D/speed_llama2-7b.txt" | head -n 60
 
 stamp "fp8sim speed llama2-13b"
 $RUN "$BUNDLE/fp8sim" speed --model llama2-13b --batch bf16=1,te=1,coat=2 --seq 2048 --gpus 4 --no-fig4b \
-  --torch-times "$D/torch_times.json" --write-calibration "$D/calibration.json" \
+  --torch-times "$D/torch_times.json" \
   --json "$D/speed_llama2-13b.json" --markdown "$D/speed_llama2-13b.md" > "$D/speed_llama2-13b.txt" 2>&1 \
   || { echo "fp8sim speed llama2-13b: exit $?"; status=1; }
 head -n 20 "$D/speed_llama2-13b.txt"
@@ -82,8 +81,8 @@ if [ -f "$D/speed_llama2-7b.json" ]; then
     echo
     echo '```'
     echo "python3 scripts/torch_layer_time.py --config llama2-7b:{1,2,4,8}x2048 --config llama2-13b:{1x1024,1x2048,2x2048,4x2048} --config llama-30b:1x2048 --adamw-params 268435456 --amax --out torch_times.json"
-    echo "fp8sim speed --model llama2-7b --batch bf16=2,te=2,coat=4 --seq 2048 --gpus 4 --table7 --torch-times torch_times.json --write-calibration calibration.json"
-    echo "fp8sim speed --model llama2-13b --batch bf16=1,te=1,coat=2 --seq 2048 --gpus 4 --no-fig4b --torch-times torch_times.json --write-calibration calibration.json"
+    echo "fp8sim speed --model llama2-7b --batch bf16=2,te=2,coat=4 --seq 2048 --gpus 4 --table7 --torch-times torch_times.json"
+    echo "fp8sim speed --model llama2-13b --batch bf16=1,te=1,coat=2 --seq 2048 --gpus 4 --no-fig4b --torch-times torch_times.json"
     echo '```'
     echo
     cat "$D/speed_llama2-7b.md"

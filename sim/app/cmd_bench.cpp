@@ -189,14 +189,10 @@ int run_bench_cmd(const std::vector<std::string>& args) {
           "a peer's host-side launch work may be in its times\n",
           p, o.launch_lead_us);
   }
-  std::string why_not;
-  const gpu_api::Api* api = gpu_api::load(&why_not);
-  if (!api) throw Error(fmt::format("{}; bench times CUDA kernels and needs a GPU", why_not));
-  const Json dev = api->device();
-  FP8SIM_REQUIRE(dev.at("available").as_bool(), "{} (bench times CUDA kernels and needs a GPU)",
-                 dev.at("why_not").as_string());
+  gpu::Backend& gpu = gpu_api::backend();
+  gpu.require("bench times CUDA kernels and needs a GPU");
   fmt::print(stderr, "{}", peer_warnings);
-  const Json doc = api->run_bench(o);
+  const Json doc = gpu.run_bench(o);
   const auto rows = bench::table_rows(doc);
   cli::print_table(bench::table_header(), rows);
   if (const Json* c = doc.find("ceiling"))

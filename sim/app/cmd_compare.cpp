@@ -69,13 +69,9 @@ int run_compare_cmd(const std::vector<std::string>& args) {
   o.command_line = cmdline;
 
   { trace::TraceReader probe(trace); }  // a bad trace fails first, in well under a second
-  std::unique_ptr<compare::GpuOps> gpu;
-  std::string why_not;
-  if (const gpu_api::Api* api = gpu_api::load(&why_not)) gpu = api->make_gpu_ops();  // throws without a device
-  else
-    throw Error(
-        fmt::format("no usable CUDA device: {} (compare runs the CUDA kernels against the CPU reference)", why_not));
-  const Json doc = compare::compare_trace(o, gpu.get());
+  gpu::Backend& gpu = gpu_api::backend();
+  gpu.require("compare runs the CUDA kernels against the CPU reference and needs a GPU");
+  const Json doc = compare::compare_trace(o, gpu);
   cli::print_table(compare::summary_header(), compare::summary_rows(doc));
   const Json& s = doc.at("summary");
   fmt::print("{} of {} comparisons passed\n", s.at("entries").as_int() - s.at("failed").as_int(),

@@ -9,10 +9,6 @@
 #include "sim/recipe/recipe.hpp"
 #include "sim/report/report.hpp"
 
-#include "sim/bench/bench.hpp"
-#include "sim/compare/compare.hpp"
-#include "sim/speed/speed.hpp"
-
 #include "sim/app/gpu_api.hpp"
 
 namespace fp8sim {
@@ -35,42 +31,6 @@ std::vector<std::string> split_list(const std::vector<std::string>& items) {
     }
   }
   return out;
-}
-
-// The GPU pieces come from the GPU module, loaded only when the report asks for the device. A
-// build or machine without it gets hooks that say why (the sections are then unavailable).
-report::GpuHooks make_gpu_hooks() {
-  report::GpuHooks hooks;
-  hooks.device = [] { return gpu_api::device(); };
-  // The report's GPU runs are the quick variants, so the whole report stays within minutes; the full
-  // runs are `fp8sim compare` and `fp8sim bench` (reports/h200/compare.md, bench.md).
-  hooks.compare = [](const report::ReportOptions& o) {
-    compare::CompareOptions co;
-    co.trace_path = o.trace.string();
-    co.max_tensors = report::kCompareTensorsPerOp;
-    co.command_line = o.command_line;
-    std::string why;
-    const gpu_api::Api* api = gpu_api::load(&why);
-    FP8SIM_REQUIRE(api != nullptr, "{}", why);
-    auto ops = api->make_gpu_ops();
-    return compare::compare_trace(co, ops.get());
-  };
-  hooks.bench = [](const report::ReportOptions& o) {
-    bench::BenchOptions bo;
-    bo.smoke = true;
-    bo.command_line = o.command_line;
-    std::string why;
-    const gpu_api::Api* api = gpu_api::load(&why);
-    FP8SIM_REQUIRE(api != nullptr, "{}", why);
-    return api->run_bench(bo);
-  };
-  hooks.speed_measured = [](const speed::SpeedOptions& so) {
-    std::string why;
-    const gpu_api::Api* api = gpu_api::load(&why);
-    FP8SIM_REQUIRE(api != nullptr, "{}", why);
-    return api->speed_measured(so);
-  };
-  return hooks;
 }
 
 int run_report_cmd(const std::vector<std::string>& args) {
@@ -135,7 +95,7 @@ int run_report_cmd(const std::vector<std::string>& args) {
   o.command_line = "fp8sim report";
   for (const auto& a : args) o.command_line += " " + a;
 
-  const report::WriteResult wr = report::run_report(o, make_gpu_hooks());
+  const report::WriteResult wr = report::run_report(o, gpu_api::backend());
   fmt::print("wrote {}/ ({})\n", wr.dir.string(), [&] {
     std::string s;
     for (const auto& f : wr.files) s += (s.empty() ? "" : ", ") + f;

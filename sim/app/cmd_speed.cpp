@@ -253,27 +253,26 @@ int run_speed(const std::vector<std::string>& args) {
   const int cal_id = vm.count("write-calibration") ? files.output("--write-calibration", write_cal) : -1;
   if (cal_id >= 0) o.calibration_sink = [&files, cal_id](const std::string& text) { files.write(cal_id, text); };
 
-  MeasureFn measure;
   std::unique_ptr<Progress> bar;
   // A GPU measures now; without one (or without the GPU module) the calibration models it.
-  const gpu_api::Api* api = calib.empty() ? gpu_api::load(nullptr) : nullptr;
-  if (api && api->device().at("available").as_bool()) {
-    measure = [api, reps, warmup](const std::vector<KernelOp>& ops,
-                                  const std::function<void(double, double)>& progress) {
-      return api->measure_ops(ops, warmup, reps, progress);
-    };
+  gpu::Backend* gpu = calib.empty() && gpu_api::backend().available() ? &gpu_api::backend() : nullptr;
+  if (gpu) {
+    o.measure = {.warmup = warmup, .reps = reps};
     o.progress = [&bar](double done, double total) {
       if (!bar) bar = std::make_unique<Progress>("timing kernels", total);
       bar->update(done);
     };
   }
-  if (!measure && (!torch_times.empty() || !write_cal.empty()) && calib.empty())
+  if (!gpu && (!torch_times.empty() || !write_cal.empty()) && calib.empty())
     throw Error("--torch-times and --write-calibration need a GPU (this build or machine has none)");
 
-  const Json doc = speed_report(o, measure);
+  const Json doc = speed_report(o, gpu);
   if (bar) bar->finish();
   if (json_id >= 0) files.write(json_id, doc.dump(1) + "\n");
   if (md_id >= 0) files.write(md_id, speed_markdown(doc));
+  if (const Json* stale = doc.at("timing").find("stale_kernels"))
+    for (const Json& f : stale->as_array())
+      fmt::print(stderr, "fp8sim speed: warning: {}\n", f.at("message").as_string());
   print_report(doc, vm.count("ops") > 0);
   std::fflush(stdout);
   files.commit();

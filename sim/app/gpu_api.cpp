@@ -5,7 +5,9 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <mutex>
+#include <vector>
 
 namespace fp8sim::gpu_api {
 
@@ -13,19 +15,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-#ifdef FP8SIM_GPU_MODULE
-fs::path executable_dir() {
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? fs::path() : exe.parent_path();
-}
-
-const Api* open_module(std::string& why_not) {
+// The module's backend, or nullptr with the reason in `why_not`.
+gpu::Backend* open_module(std::string& why_not) {
+#ifndef FP8SIM_GPU_MODULE
+  why_not = "this fp8sim was built without CUDA (no nvcc at build time)";
+  return nullptr;
+#else
   std::vector<fs::path> candidates;
   if (const char* env = std::getenv("FP8SIM_GPU_MODULE"); env && *env) {
     candidates.emplace_back(env);
   } else {
-    const fs::path dir = executable_dir();
+    std::error_code ec;
+    const fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
     candidates.push_back(dir / FP8SIM_GPU_MODULE);
     candidates.push_back(dir / "lib" / FP8SIM_GPU_MODULE);
   }
@@ -45,39 +46,31 @@ const Api* open_module(std::string& why_not) {
       why_not = fmt::format("the GPU module '{}' does not match this fp8sim binary (rebuild both)", p.string());
       return nullptr;
     }
-    return api;
+    return api->backend();
   }
   why_not = fmt::format(
       "the GPU module {} is missing (looked beside the binary and in its lib/; "
       "FP8SIM_GPU_MODULE names another)",
       FP8SIM_GPU_MODULE);
   return nullptr;
-}
 #endif
+}
 
 }  // namespace
 
-const Api* load(std::string* why_not) {
-#ifdef FP8SIM_GPU_MODULE
+gpu::Backend& backend() {
   static std::once_flag once;
-  static const Api* api = nullptr;
-  static std::string reason;
-  std::call_once(once, [] { api = open_module(reason); });
-  if (!api && why_not) *why_not = reason;
-  return api;
-#else
-  if (why_not) *why_not = "this fp8sim was built without CUDA (no nvcc at build time)";
-  return nullptr;
-#endif
-}
-
-Json device() {
-  std::string why;
-  if (const Api* api = load(&why)) return api->device();
-  Json d = Json::object();
-  d["available"] = false;
-  d["why_not"] = why;
-  return d;
+  static gpu::Backend* b = nullptr;
+  static std::unique_ptr<gpu::Backend> none;
+  std::call_once(once, [] {
+    std::string why_not;
+    b = open_module(why_not);
+    if (!b) {
+      none = gpu::no_gpu_backend(why_not);
+      b = none.get();
+    }
+  });
+  return *b;
 }
 
 }  // namespace fp8sim::gpu_api

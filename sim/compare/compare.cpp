@@ -62,7 +62,7 @@ uint64_t max_ulp(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 // Codes, scales, k, c and the dequantized values of two quantizations of the same tensor.
-Json compare_quantized(GpuOps& gpu, const QuantizedTensor& cq, const QuantizedTensor& gq) {
+Json compare_quantized(gpu::Backend& gpu, const QuantizedTensor& cq, const QuantizedTensor& gq) {
   Json e = Json::object();
   e["elements"] = cq.numel();
   int64_t first = -1;
@@ -112,7 +112,7 @@ struct TensorRef {
   std::vector<float> f32;  // widened
 };
 
-void run_casts(GpuOps& gpu, const TensorRef& t, Json& ops, std::map<std::string, Counter>& per_op) {
+void run_casts(gpu::Backend& gpu, const TensorRef& t, Json& ops, std::map<std::string, Counter>& per_op) {
   struct CastCase {
     const char* name;
     Format f;
@@ -218,7 +218,7 @@ std::vector<std::string> specs_for(Role r) {
   return {};
 }
 
-void run_quantize(GpuOps& gpu, const TensorRef& t, Json& ops, std::map<std::string, Counter>& per_op) {
+void run_quantize(gpu::Backend& gpu, const TensorRef& t, Json& ops, std::map<std::string, Counter>& per_op) {
   const bool state = t.info->role == Role::ExpAvg || t.info->role == Role::ExpAvgSq;
   for (const auto& text : specs_for(t.info->role)) {
     const QuantSpec spec = QuantSpec::parse(text);
@@ -244,7 +244,8 @@ void run_quantize(GpuOps& gpu, const TensorRef& t, Json& ops, std::map<std::stri
 }
 
 // Delayed scaling is stateful: the same scaler walks a sequence of tensors on each side.
-void run_delayed(GpuOps& gpu, const std::vector<TensorRef>& seq, Json& ops, std::map<std::string, Counter>& per_op) {
+void run_delayed(gpu::Backend& gpu, const std::vector<TensorRef>& seq, Json& ops,
+                 std::map<std::string, Counter>& per_op) {
   for (const char* text : {"e4m3:tensor:delayed=4,max", "e4m3:tensor:delayed=3,recent,margin=1"}) {
     const QuantSpec spec = QuantSpec::parse(text);
     DelayedScaler cpu_s(spec), gpu_s(spec);
@@ -284,7 +285,7 @@ void compare_moment(const optim::MomentState& a, const optim::MomentState& b, co
   ok = ok && dc == 0 && ds == 0 && dk == 0 && dcc == 0;
 }
 
-void run_adamw(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops,
+void run_adamw(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Json& ops,
                std::map<std::string, Counter>& per_op, int max_tensors) {
   const trace::StepInfo* si = r.find_step(step);
   const auto& hdr = r.header();
@@ -386,10 +387,10 @@ std::vector<float> transpose(const std::vector<float>& a, int64_t rows, int64_t 
   return t;
 }
 
-void run_gemm_case(GpuOps& gpu, const std::string& layer, const std::string& config, const std::vector<float>& x,
+void run_gemm_case(gpu::Backend& gpu, const std::string& layer, const std::string& config, const std::vector<float>& x,
                    const std::vector<float>& w, int64_t M, int64_t N, int64_t K, Format xf, Format wf, int scaling,
                    bool fast, Json& ops, std::map<std::string, Counter>& per_op) {
-  GemmRequest req;
+  gpu::GemmRequest req;
   req.m = M;
   req.n = N;
   req.k = K;
@@ -426,7 +427,7 @@ void run_gemm_case(GpuOps& gpu, const std::string& layer, const std::string& con
   std::vector<float> yref(static_cast<size_t>(M * N)), sabs(static_cast<size_t>(M * N));
   gemm::gemm_ref_f32(xd.data(), wd.data(), yref.data(), M, N, K);
   gemm::gemm_abs_f32(xd.data(), wd.data(), sabs.data(), M, N, K);
-  const GemmOutcome out = gpu.gemm(req);
+  const gpu::GemmOutcome out = gpu.gemm(req);
   Json e = Json::object();
   e["op"] = "gemm";
   e["config"] = config;
@@ -463,7 +464,7 @@ void run_gemm_case(GpuOps& gpu, const std::string& layer, const std::string& con
   add_entry(ops, std::move(e), per_op);
 }
 
-void run_gemms(GpuOps& gpu, const trace::TraceReader& r, int64_t step, Json& ops,
+void run_gemms(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Json& ops,
                std::map<std::string, Counter>& per_op, int max_tensors) {
   int done = 0;
   for (const TensorInfo* a : r.select(trace::Filter{.step = step, .role = Role::Activation, .op = "linear_input"})) {
@@ -519,12 +520,8 @@ void validate_ops(const std::vector<std::string>& ops) {
   }
 }
 
-Json compare_trace(const CompareOptions& opts, GpuOps* gpu) {
+Json compare_trace(const CompareOptions& opts, gpu::Backend& gpu) {
   validate_ops(opts.ops);
-  if (!gpu)
-    throw Error(
-        "this build of fp8sim has no CUDA support (no GPU backend): compare runs the CUDA kernels against "
-        "the CPU reference and needs a CUDA build and a GPU");
   trace::TraceReader r(opts.trace_path);  // validates before any work
   int64_t step = opts.step;
   if (step < 0) {
@@ -540,7 +537,7 @@ Json compare_trace(const CompareOptions& opts, GpuOps* gpu) {
   Json doc = Json::object();
   doc["command"] = opts.command_line;
   doc["date"] = now_text();
-  doc["machine"] = gpu->machine();
+  doc["machine"] = gpu.machine();
   doc["trace"] = source_relative(opts.trace_path);
   doc["step"] = step;
   Json ops = Json::array();
@@ -557,15 +554,15 @@ Json compare_trace(const CompareOptions& opts, GpuOps* gpu) {
     ++count_by_role[role];
     TensorRef t{ti, r.read(*ti), {}};
     t.f32 = t.data.widened();
-    if (wanted(opts, "cast")) run_casts(*gpu, t, ops, per_op);
-    if (wanted(opts, "quantize")) run_quantize(*gpu, t, ops, per_op);
+    if (wanted(opts, "cast")) run_casts(gpu, t, ops, per_op);
+    if (wanted(opts, "quantize")) run_quantize(gpu, t, ops, per_op);
     if (ti->role == Role::Activation && ti->op == "linear_input") activations.push_back(std::move(t));
     progress.update(static_cast<double>(++done));
   }
-  if (wanted(opts, "quantize")) run_delayed(*gpu, activations, ops, per_op);
-  if (wanted(opts, "adamw")) run_adamw(*gpu, r, step, ops, per_op, opts.max_tensors);
+  if (wanted(opts, "quantize")) run_delayed(gpu, activations, ops, per_op);
+  if (wanted(opts, "adamw")) run_adamw(gpu, r, step, ops, per_op, opts.max_tensors);
   progress.update(static_cast<double>(++done));
-  if (wanted(opts, "gemm")) run_gemms(*gpu, r, step, ops, per_op, opts.max_tensors);
+  if (wanted(opts, "gemm")) run_gemms(gpu, r, step, ops, per_op, opts.max_tensors);
   progress.finish();
 
   Json summary = Json::object();

@@ -96,14 +96,6 @@ fs::path find_default_trace(std::string* looked) {
   return h5.empty() ? fs::path() : h5.front();
 }
 
-Json device_json(const GpuHooks& hooks) {
-  if (hooks.device) return hooks.device();
-  Json d;
-  d["available"] = false;
-  d["why_not"] = "this fp8sim was built without CUDA (no nvcc at build time)";
-  return d;
-}
-
 // One line about what the trace holds: its model, producer and steps.
 std::string trace_summary(const fs::path& p) {
   const trace::TraceReader r(p);
@@ -204,8 +196,8 @@ ReportOptions resolve_options(ReportOptions o) {
   return o;
 }
 
-Json build_report(const ReportOptions& opts, const GpuHooks& hooks) {
-  Context ctx{opts, hooks, device_json(hooks), Json::object(), Json::object(), Json::object(), {}};
+Json build_report(const ReportOptions& opts, gpu::Backend& gpu) {
+  Context ctx{opts, gpu, gpu.device(), Json::object(), Json::object(), Json::object(), {}};
   // One phase per section; the bar advances as each finishes (the pieces draw their own bars
   // for long inner loops).
   struct Phase {
@@ -455,7 +447,7 @@ WriteResult write_report(Json& doc, StagingDir& staging, bool plots) {
   return wr;
 }
 
-WriteResult run_report(const ReportOptions& raw, const GpuHooks& hooks) {
+WriteResult run_report(const ReportOptions& raw, gpu::Backend& gpu) {
   const ReportOptions opts = resolve_options(raw);
   // The report replaces its folder whole: a folder holding one of the run's inputs is refused.
   {
@@ -475,7 +467,7 @@ WriteResult run_report(const ReportOptions& raw, const GpuHooks& hooks) {
     inside(speed::default_calibration_path(), "speed calibration");
   }
   StagingDir staging(opts.out_dir);  // fails now, not after minutes of analysis
-  Json doc = build_report(opts, hooks);
+  Json doc = build_report(opts, gpu);
   return write_report(doc, staging, opts.plots);
 }
 

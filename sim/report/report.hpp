@@ -15,8 +15,8 @@
 
 #include "sim/common/json.hpp"
 
-namespace fp8sim::speed {
-struct SpeedOptions;
+namespace fp8sim::gpu {
+class Backend;  // sim/backend/backend.hpp
 }
 
 namespace fp8sim::report {
@@ -42,24 +42,16 @@ struct ReportOptions {
 // and runs fp8sim bench in its quick (smoke) mode, to stay within minutes.
 inline constexpr int kCompareTensorsPerOp = 3;
 
-// The GPU pieces live in the GPU module, which the core library cannot link; the fp8sim binary
-// passes in functions that load it on demand (sim/app/gpu_api.hpp). An empty function means
-// "not available" (library callers such as the tests).
-struct GpuHooks {
-  std::function<Json()> device;                                    // {available, name, why_not, ...}
-  std::function<Json(const ReportOptions&)> compare;               // fp8sim compare's document
-  std::function<Json(const ReportOptions&)> bench;                 // fp8sim bench's document
-  std::function<Json(const speed::SpeedOptions&)> speed_measured;  // fp8sim speed measured on the GPU
-};
-
 std::vector<std::string> default_recipes();
 
 // Checks everything the user gave (trace readable, model and recipes known, numbers sane) and
 // fills in defaults; throws Error / UsageError with one line. Cheap: runs before any analysis.
 ReportOptions resolve_options(ReportOptions opts);
 
-// Runs every analysis and returns the whole report document (no files written).
-Json build_report(const ReportOptions& opts, const GpuHooks& hooks);
+// Runs every analysis and returns the whole report document (no files written). The GPU sections
+// (compare, bench, a measured speed section) run on `gpu` when it has a GPU and say why not when it
+// has none.
+Json build_report(const ReportOptions& opts, gpu::Backend& gpu);
 
 class StagingDir;
 
@@ -82,7 +74,7 @@ WriteResult write_report(Json& doc, StagingDir& staging, bool plots);
 // The whole command: resolve_options, a staging folder for opts.out_dir (so an unwritable or
 // forbidden --out fails before any work; an --out folder that holds one of the run's inputs is
 // refused), build_report, write_report.
-WriteResult run_report(const ReportOptions& opts, const GpuHooks& hooks);
+WriteResult run_report(const ReportOptions& opts, gpu::Backend& gpu);
 
 // Renderers, from a finished report document. `png_bytes` returns a plot file's PNG bytes
 // (HTML embeds them as data URIs); a plot that was not drawn is described as skipped, with why.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "sim/bench/bench.hpp"
+#include "sim/compare/compare.hpp"
 #include "sim/report/sections.hpp"
 
 namespace fp8sim::report {
@@ -61,11 +63,13 @@ Json section_compare(Context& ctx) {
       s.unavailable("no GPU: " + why_no_gpu(ctx), kHowToGetGpu);
       return s.take();
     }
-    if (!ctx.hooks.compare) {
-      s.unavailable("this fp8sim binary has no GPU compare built in", kHowToGetGpu);
-      return s.take();
-    }
-    Json doc = ctx.hooks.compare(ctx.opts);
+    // The quick variant, so the whole report stays within minutes: the full run is `fp8sim compare`
+    // (reports/h200/compare.md).
+    compare::CompareOptions co;
+    co.trace_path = ctx.opts.trace.string();
+    co.max_tensors = kCompareTensorsPerOp;
+    co.command_line = ctx.opts.command_line;
+    Json doc = compare::compare_trace(co, ctx.gpu);
     const auto& ops = doc.at("ops").as_array();
     // Columns: what ran, on what, and how far apart the two sides are.
     std::vector<std::string> keys = {"op"};
@@ -127,11 +131,11 @@ Json section_bench(Context& ctx) {
       s.unavailable("no GPU: " + why_no_gpu(ctx), kHowToGetGpu);
       return s.take();
     }
-    if (!ctx.hooks.bench) {
-      s.unavailable("this fp8sim binary has no GPU bench built in", kHowToGetGpu);
-      return s.take();
-    }
-    Json doc = ctx.hooks.bench(ctx.opts);
+    // The quick (smoke) variant: the full run is `fp8sim bench` (reports/h200/bench.md).
+    bench::BenchOptions bo;
+    bo.smoke = true;
+    bo.command_line = ctx.opts.command_line;
+    Json doc = ctx.gpu.run_bench(bo);
     s.para(
         "Quick (smoke) sizes and repetitions, so the report stays within minutes: the full measurement on large "
         "tensors and Llama-2-7B shapes, with PyTorch and COAT peers, is `fp8sim bench` (see `reports/h200/bench.md`).");

@@ -27,6 +27,74 @@ bool gpu_available(const Context& ctx) {
   return a && a->is_bool() && a->as_bool();
 }
 
+// The memory section's largest micro-batch that fits for `recipe`: -1 when the memory section has
+// no document for it (no memory model, or the section did not run).
+int64_t memory_max_batch(const Context& ctx, const std::string& recipe) {
+  const Json* mem = ctx.data.find("memory");
+  const Json* d = mem && mem->is_object() ? mem->find(recipe) : nullptr;
+  const Json* mb = d && d->is_object() ? d->find("max_batch") : nullptr;
+  return mb && mb->is_number() ? mb->as_int() : -1;
+}
+
+// The summary's comparison: every recipe at its largest micro-batch that fits (the memory model's),
+// as COAT's Table 7 compares methods, rather than at --batch. Adds the table to `s`, the summary
+// cells, and the speed document to data.speed_at_max_batch. Recipes without a memory document, or
+// that fit at no micro-batch, are named instead.
+void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& at_batch, bool measure, bool modelled) {
+  speed::SpeedOptions so = at_batch;
+  so.recipes.clear();
+  so.recipe_batch.clear();
+  so.fig4b = false;
+  std::vector<std::string> no_memory, no_fit;
+  for (const speed::PlanRecipe& r : at_batch.recipes) {
+    const int64_t b = memory_max_batch(ctx, r.name);
+    if (b < 0) {
+      no_memory.push_back(r.name);
+    } else if (b == 0) {
+      no_fit.push_back(r.name);
+      ctx.add_summary(r.name, "tokens/s/GPU at max batch", "OOM");
+    } else {
+      so.recipes.push_back(r);
+      so.recipe_batch[r.name] = b;
+    }
+  }
+  if (so.recipes.empty()) {
+    s.para(
+        "No recipe of the speed replay has a memory model that fits it at some micro-batch: the comparison at "
+        "each recipe's largest micro-batch is left out.");
+    return;
+  }
+  // On a GPU these shapes are timed too (one more measuring run).
+  Json doc = speed::speed_report(so, measure ? &ctx.gpu : nullptr);
+  const char* col = modelled ? "tokens/s/GPU at max batch (modelled)" : "tokens/s/GPU at max batch (measured)";
+  std::vector<Row> rows;
+  for (const auto& r : doc.at("recipes").as_array()) {
+    const std::string name = r.at("recipe").as_string();
+    rows.push_back({name, fmt::format("{}", r.at("batch").as_int()), fmt_num(num(r, "step_ms"), 4),
+                    fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")),
+                    fmt::format("{:.2f}x", num(r, "speedup_vs_bf16"))});
+    ctx.add_summary(name, col, fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")));
+    ctx.add_summary(name, "speedup vs bf16 at max batch", fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")));
+  }
+  const bool bf16_listed = std::any_of(so.recipes.begin(), so.recipes.end(),
+                                       [](const speed::PlanRecipe& r) { return r.plan == speed::Plan::BF16; });
+  std::string caption = fmt::format(
+      "Each recipe at the largest micro-batch whose peak fits in the memory section's model (its `max batch`), "
+      "as COAT's Table 7 compares methods; the summary's throughput and speedup are these. The speedup is against "
+      "{}.",
+      bf16_listed
+          ? "BF16 at its own largest micro-batch"
+          : fmt::format("the BF16 plan at micro-batch {} (no recipe running it has a memory model here)", so.batch));
+  if (!no_fit.empty())
+    caption += fmt::format(" {} fit{} at no micro-batch.", join_prose(no_fit, "and"), no_fit.size() == 1 ? "s" : "");
+  if (!no_memory.empty())
+    caption += fmt::format(" {} {} no memory model, so no largest micro-batch.", join_prose(no_memory, "and"),
+                           no_memory.size() == 1 ? "has" : "have");
+  s.table("At each recipe's largest micro-batch (memory model)",
+          {"recipe", "micro-batch", "step ms", "tokens/s/GPU", "speedup vs bf16"}, rows, caption);
+  ctx.data["speed_at_max_batch"] = std::move(doc);
+}
+
 }  // namespace
 
 Json section_speed(Context& ctx) {
@@ -55,7 +123,7 @@ Json section_speed(Context& ctx) {
           fmt::format("add {} to --recipes", join_prose(replayed, "or")));
       return s.take();
     }
-    const bool measure = gpu_available(ctx) && ctx.hooks.speed_measured;
+    const bool measure = gpu_available(ctx);
     if (!measure) {
       const std::filesystem::path cal = speed::default_calibration_path();
       std::error_code ec;
@@ -71,10 +139,26 @@ Json section_speed(Context& ctx) {
         return s.take();
       }
     }
-    Json doc = measure ? ctx.hooks.speed_measured(so) : speed::speed_report(so);
+    Json doc = speed::speed_report(so, measure ? &ctx.gpu : nullptr);
     const Json& timing = doc.at("timing");
     const bool modelled = timing.at("modelled").as_bool();
     s.para(fmt::format("**{}.**", timing.at("statement").as_string()));
+    if (const Json* stale = timing.find("stale_kernels"); stale && stale->size()) {
+      std::vector<std::string> families;
+      for (const Json& f : stale->as_array()) {
+        std::string versions;
+        for (const Json& v : f.at("calibration_versions").as_array())
+          versions +=
+              (versions.empty() ? "" : "/") + (v.as_int() ? std::to_string(v.as_int()) : std::string("unrecorded"));
+        families.push_back(fmt::format("{} ({} kernels at version {}, this build's {})", f.at("family").as_string(),
+                                       f.at("kernels").as_int(), versions, f.at("build_version").as_int()));
+      }
+      s.para(fmt::format(
+          "**Warning: the calibration is older than the kernels it models.** It times these kernel families at "
+          "another version than this build's: {}. Re-measure with `fp8sim calibrate` "
+          "(`scripts/device/calibrate.sh`).",
+          join_prose(families, "and")));
+    }
     s.para(fmt::format(
         "One optimizer step of **{}** at micro-batch {} x sequence {} per GPU, {} GPU{} (FSDP; the optimizer step is "
         "sharded; communication {}). Each op of one transformer layer (forward and backward), the embedding, head "
@@ -93,9 +177,6 @@ Json section_speed(Context& ctx) {
                       fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")),
                       fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")),
                       fmt::format("{:.0f}%", 100 * num(r, "measured_fraction"))});
-      ctx.add_summary(name, modelled ? "tokens/s/GPU (modelled)" : "tokens/s/GPU (measured)",
-                      fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")));
-      ctx.add_summary(name, "speedup vs bf16", fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")));
     }
     s.table("Per recipe",
             {"recipe", "step ms", "layer fwd ms", "layer bwd ms", "optimizer ms", "tokens/s/GPU", "speedup vs bf16",
@@ -103,6 +184,7 @@ Json section_speed(Context& ctx) {
             rows,
             "The last column is the share of the step whose kernels were measured at exactly this shape (the rest "
             "is fitted from the nearest measured shape of the same kernel).");
+    max_batch_comparison(ctx, s, so, measure, modelled);
 
     // Time per category, then per op (summed over its occurrences in the step).
     std::vector<std::string> cats;

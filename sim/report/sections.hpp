@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/backend/backend.hpp"
 #include "sim/common/json.hpp"
 #include "sim/recipe/recipe.hpp"
 #include "sim/report/report.hpp"
@@ -15,8 +16,8 @@ namespace fp8sim::report {
 
 struct Context {
   const ReportOptions& opts;
-  const GpuHooks& hooks;
-  Json device;     // {available, name, why_not}: from hooks.device, or "not built with CUDA"
+  gpu::Backend& gpu;
+  Json device;     // gpu.device(): {available, name, ...} or {available: false, why_not}
   Json data;       // report.json's `data`: each piece's document, verbatim
   Json plot_data;  // report.json's `plot_data`: what scripts/plots.py draws
   // Headline numbers per recipe for the summary, filled by the sections as they run:

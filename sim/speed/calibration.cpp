@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <set>
 
+#include "sim/common/build_info.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
+#include "sim/speed/kernel_versions.hpp"
 
 namespace fp8sim::speed {
 
@@ -72,6 +76,7 @@ Json Measurement::to_json() const {
   else j["gbps"] = bytes / (median_ms * 1e6);
   j["impl"] = impl;
   if (!note.empty()) j["note"] = note;
+  if (version > 0) j["kernel_version"] = version;
   return j;
 }
 
@@ -112,6 +117,12 @@ Measurement Measurement::from_json(const Json& j, const std::string& where) {
                  "{}: a measurement needs 'flops' or 'bytes' to be fitted from", where);
   if (const Json* s = j.find("impl"); s && s->is_string()) m.impl = s->as_string();
   if (const Json* s = j.find("note"); s && s->is_string()) m.note = s->as_string();
+  if (const Json* v = j.find("kernel_version")) {
+    FP8SIM_REQUIRE(
+        v->is_number() && v->as_number() >= 1 && v->as_number() <= 1e6 && std::floor(v->as_number()) == v->as_number(),
+        "{}: 'kernel_version' must be a positive integer", where);
+    m.version = static_cast<int>(v->as_number());
+  }
   return m;
 }
 
@@ -125,6 +136,8 @@ Calibration Calibration::from_json(const Json& doc, const std::string& origin) {
   if (const Json* d = doc.find("device"); d && d->is_object()) c.device = *d;
   if (const Json* s = doc.find("created"); s && s->is_string()) c.created = s->as_string();
   if (const Json* s = doc.find("command"); s && s->is_string()) c.command = s->as_string();
+  if (const Json* f = doc.find("fp8sim"); f && f->is_object())
+    if (const Json* s = f->find("commit"); s && s->is_string()) c.commit = s->as_string();
   if (const Json* s = doc.find("copy_gbps"); s && s->is_number()) c.copy_gbps = s->as_number();
   if (const Json* t = doc.find("torch")) c.torch = *t;
   const Json* ms = doc.find("measurements");
@@ -155,6 +168,12 @@ Json Calibration::to_json() const {
   j["device"] = device;
   j["created"] = created;
   j["command"] = command;
+  Json build = Json::object();
+  build["commit"] = commit;
+  Json versions = Json::object();
+  for (const KernelFamily& f : kernel_families()) versions[f.name] = f.version;
+  build["kernel_versions"] = versions;
+  j["fp8sim"] = build;
   if (copy_gbps > 0) j["copy_gbps"] = copy_gbps;
   Json arr = Json::array();
   for (const auto& [k, m] : by_key_) arr.push_back(m.to_json());
@@ -201,7 +220,7 @@ double Calibration::launch_floor_ms() const {
 
 Prediction Calibration::predict(const KernelOp& op) const {
   const std::string key = op.key();
-  if (const Measurement* m = find(key)) return {m->median_ms, true, "measured"};
+  if (const Measurement* m = find(key)) return {m->median_ms, true, "measured", m};
 
   // Candidates: same kind and variant first, then same kind (GEMM: same operand types).
   const Measurement* best = nullptr;
@@ -229,6 +248,7 @@ Prediction Calibration::predict(const KernelOp& op) const {
 
   Prediction p;
   p.source = "fitted from " + best->key;
+  p.from = best;
   switch (op.kind) {
     case Kind::Gemm:
     case Kind::Attention: {
@@ -249,6 +269,47 @@ Prediction Calibration::predict(const KernelOp& op) const {
     }
   }
   return p;
+}
+
+std::vector<StaleFamily> Calibration::stale_families(const std::vector<KernelOp>& ops) const {
+  std::map<std::string, StaleFamily> by_family;
+  std::set<std::string> seen;
+  for (const KernelOp& op : ops) {
+    if (!seen.insert(op.key()).second) continue;
+    const KernelFamily* f = kernel_family(op.kind, op.variant);
+    if (!f) continue;  // PyTorch's
+    const Prediction p = predict(op);
+    if (!p.from || p.from->version == f->version) continue;
+    StaleFamily& s = by_family[f->name];
+    s.family = f->name;
+    s.build_version = f->version;
+    if (std::find(s.calibration_versions.begin(), s.calibration_versions.end(), p.from->version) ==
+        s.calibration_versions.end())
+      s.calibration_versions.push_back(p.from->version);
+    ++s.kernels;
+  }
+  std::vector<StaleFamily> out;
+  for (const KernelFamily& f : kernel_families())
+    if (auto it = by_family.find(f.name); it != by_family.end()) {
+      std::sort(it->second.calibration_versions.begin(), it->second.calibration_versions.end());
+      out.push_back(std::move(it->second));
+    }
+  return out;
+}
+
+std::string StaleFamily::message(const std::string& calibration) const {
+  std::string when;
+  if (calibration_versions == std::vector<int>{0}) {
+    when = "before kernel versions were recorded";
+  } else {
+    for (int v : calibration_versions)
+      when += (when.empty() ? "" : ", ") + (v ? std::to_string(v) : std::string("unrecorded"));
+    when = (calibration_versions.size() > 1 ? "at versions " : "at version ") + when;
+  }
+  return fmt::format(
+      "{} {} kernel time(s) of the calibration '{}' were measured {}, and this build's {} kernels are version {}: "
+      "re-measure with `fp8sim calibrate` (scripts/device/calibrate.sh)",
+      kernels, family, calibration, when, family, build_version);
 }
 
 }  // namespace fp8sim::speed

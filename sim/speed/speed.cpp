@@ -9,6 +9,8 @@
 #include <ctime>
 #include <set>
 
+#include "sim/backend/backend.hpp"
+#include "sim/common/build_info.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 #include "sim/common/sizes.hpp"
@@ -77,15 +79,6 @@ Json dims_json(const std::vector<int64_t>& d) {
   return a;
 }
 
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 int64_t batch_for(const SpeedOptions& o, const std::string& recipe) {
   auto it = o.recipe_batch.find(recipe);
   return it == o.recipe_batch.end() ? o.batch : it->second;
@@ -129,6 +122,15 @@ double fsdp_comm_ms(const ModelShape& m, int64_t gpus, const SpeedOptions& o, do
 double attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, bool forward) {
   const double fwd = 2.0 * static_cast<double>(batch) * heads * static_cast<double>(seq) * seq * head_dim;
   return forward ? fwd : 2.5 * fwd;
+}
+
+std::string utc_timestamp() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
 }
 
 std::filesystem::path default_calibration_path() {
@@ -208,6 +210,25 @@ std::vector<Measurement> torch_measurements(const Json& doc) {
     out.push_back(Measurement::from_json(mj, "torch times: adamw_fused_fp32"));
   }
   return out;
+}
+
+void add_torch_times(Calibration& cal, const Json& torch_doc, std::vector<std::string>& notes) {
+  const std::filesystem::path committed = default_calibration_path();
+  if (!torch_doc.is_null()) {
+    for (Measurement& m : torch_measurements(torch_doc)) cal.add(std::move(m));
+    cal.torch = torch_doc;
+  } else if (std::filesystem::exists(committed)) {
+    Calibration old = Calibration::load(committed);
+    for (const auto& [k, m] : old.measurements())
+      if (m.kind == Kind::Attention || (m.kind == Kind::Optimizer && m.variant == "adamw_fp32")) cal.add(m);
+    cal.torch = old.torch;
+    notes.push_back(fmt::format("attention and fp32 AdamW times come from '{}' (no --torch-times given)",
+                                source_relative(committed)));
+  } else {
+    throw Error(
+        "attention is timed by PyTorch, not assumed: run scripts/torch_layer_time.py on this GPU at the same "
+        "shapes and pass its JSON with --torch-times FILE");
+  }
 }
 
 // ------------------------------------------------------------------------------- evaluation
@@ -294,7 +315,10 @@ Json evaluate_recipe(const ModelShape& m, const PlanRecipe& r, const PlanOptions
 }
 
 // ------------------------------------------------------------------------------- the report
-Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
+namespace {
+
+// What the run was given: sizes, the recipe list, the communication model.
+void check_options(const SpeedOptions& opts) {
   validate_run_sizes({.batch = opts.batch, .seq = opts.seq, .gpus = opts.gpus, .grad_accum = opts.grad_accum});
   for (const auto& [r, b] : opts.recipe_batch)
     validate_run_sizes({.batch = b, .seq = opts.seq, .batch_option = fmt::format("--batch for {}", r)});
@@ -302,108 +326,120 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
   FP8SIM_REQUIRE(opts.fsdp_comm == "none" || opts.fsdp_comm == "serial" || opts.fsdp_comm == "overlap",
                  "--fsdp-comm must be none, serial or overlap (not '{}')", opts.fsdp_comm);
   FP8SIM_REQUIRE(std::isfinite(opts.link_gbps) && opts.link_gbps > 0, "--link-gbps must be a positive number");
+}
 
-  const ModelShape shape = load_model_shape(opts.model);
-
-  // Table 7's models, loaded up front so that a missing config fails before any GPU work.
+// Table 7's models by name, loaded up front so that a missing config fails before any GPU work;
+// empty without --table7.
+std::map<std::string, ModelShape> load_table7_models(const SpeedOptions& opts) {
   std::map<std::string, ModelShape> t7_models;
   if (opts.table7)
     for (const Table7Row& row : table7_rows())
       if (!t7_models.count(row.model)) t7_models.emplace(row.model, load_model_shape(row.model));
+  return t7_models;
+}
 
+// The kernel times the report is evaluated with, where they came from, and the notes gathered
+// while obtaining them.
+struct Timing {
   Calibration cal;
-  std::string mode;
+  std::string mode;  // "measured" or "modelled"
   std::vector<std::string> notes;
-  const std::filesystem::path committed = default_calibration_path();
-  if (!opts.calibration.empty() || !measure) {
-    const std::filesystem::path path = !opts.calibration.empty() ? opts.calibration : committed;
-    FP8SIM_REQUIRE(opts.calibration.empty() ? std::filesystem::exists(path) : true,
-                   "no GPU here and no calibration exists at '{}': the figures cannot be modelled. Measure one on a "
-                   "GPU machine (scripts/device/speed.sh writes calibration.json) and pass it with --calibration FILE",
-                   path.string());
-    FP8SIM_REQUIRE(opts.write_calibration.empty() && opts.torch_times.empty(),
-                   "--write-calibration and --torch-times need a measuring run (a GPU and no --calibration)");
-    cal = Calibration::load(path);
-    mode = "modelled";
-  } else {
-    // Everything the report will evaluate, deduplicated: the requested recipes, Table 7's rows
-    // (each method at its batch, and COAT at BF16's batch), and Figure 4(b)'s kernels.
-    std::vector<KernelOp> wanted;
-    std::set<std::string> seen;
-    auto want = [&](const std::vector<KernelOp>& ops) {
-      for (const KernelOp& op : ops) {
-        if (op.kind == Kind::Attention || (op.kind == Kind::Optimizer && op.variant == "adamw_fp32")) continue;
-        if (seen.insert(op.key()).second) wanted.push_back(op);
-      }
-    };
-    for (const PlanRecipe& r : opts.recipes)
-      want(build_plan(shape, r.plan, plan_options(opts, batch_for(opts, r.name), opts.seq, opts.gpus)));
-    if (!listed_baseline(opts))  // speedup's base
-      want(build_plan(shape, Plan::BF16, plan_options(opts, opts.batch, opts.seq, opts.gpus)));
-    if (opts.table7)
-      for (const Table7Row& row : table7_rows())
-        for (Plan r : all_plans()) {
-          const int64_t b = row.batch[plan_index(r)];  // 0: out of memory in the paper, not evaluated
-          if (b) want(build_plan(t7_models.at(row.model), r, plan_options(opts, b, row.seq, row.gpus)));
-          if (r == Plan::COAT && row.batch[0])
-            want(build_plan(t7_models.at(row.model), r, plan_options(opts, row.batch[0], row.seq, row.gpus)));
-        }
-    if (opts.fig4b)
-      for (const Fig4bPaperRow& pr : fig4b_paper()) {
-        const Fig4bOps f = fig4b_ops(pr.rows, pr.cols);
-        want({f.jit_amax, f.stage2_reduce, f.producer_plain, f.producer_with_gmax});
-      }
-    // The BF16 layer at every shape PyTorch timed, for the validation table.
-    Json tdoc;
-    if (!opts.torch_times.empty()) {
-      tdoc = load_torch_times(opts.torch_times);
-      for (const Json& c : tdoc.at("configs").as_array()) {
-        if (!c.is_object() || c.contains("error") || !c.contains("model")) continue;
-        try {
-          const ModelShape ms = load_model_shape(c.at("model").as_string());
-          want(build_plan(ms, Plan::BF16, plan_options(opts, c.at("batch").as_int(), c.at("seq").as_int(), 1)));
-        } catch (const Error& e) {
-          notes.push_back(fmt::format("PyTorch config '{}' not replayed: {}", c.at("model").as_string(), e.what()));
-        }
-      }
-    }
-    cal = measure(wanted, opts.progress ? opts.progress : std::function<void(double, double)>{});
-    cal.origin = "measured in this run";
-    cal.created = utc_now();
-    cal.command = opts.command_line;
-    mode = "measured";
-    // Attention and the fp32 AdamW baseline are PyTorch's (scripts/torch_layer_time.py).
-    if (!opts.torch_times.empty()) {
-      for (Measurement& m : torch_measurements(tdoc)) cal.add(std::move(m));
-      cal.torch = tdoc;
-    } else if (std::filesystem::exists(committed)) {
-      Calibration old = Calibration::load(committed);
-      for (const auto& [k, m] : old.measurements())
-        if (m.kind == Kind::Attention || (m.kind == Kind::Optimizer && m.variant == "adamw_fp32")) cal.add(m);
-      cal.torch = old.torch;
-      notes.push_back(fmt::format("attention and fp32 AdamW times come from '{}' (no --torch-times given)",
-                                  source_relative(committed)));
-    } else {
-      throw Error(
-          "attention is timed by PyTorch, not assumed: run scripts/torch_layer_time.py on this GPU at the same "
-          "shapes and pass its JSON with --torch-times FILE");
-    }
-    if (!opts.write_calibration.empty()) {
-      // Keep what an earlier run measured and this one did not; this run's times win.
-      Calibration out =
-          std::filesystem::exists(opts.write_calibration) ? Calibration::load(opts.write_calibration) : Calibration{};
-      out.merge(cal);
-      out.device = cal.device;
-      out.created = cal.created;
-      out.command = cal.command;
-      out.copy_gbps = cal.copy_gbps;
-      if (!cal.torch.is_null()) out.torch = cal.torch;
-      const std::string text = out.to_json().dump(1) + "\n";
-      if (opts.calibration_sink) opts.calibration_sink(text);
-      else write_file_atomic(opts.write_calibration, text);
-    }
-  }
+};
 
+// Every kernel the report will evaluate, deduplicated: the requested recipes, Table 7's rows (each
+// method at its batch, and COAT at BF16's batch), Figure 4(b)'s kernels and the BF16 layer at every
+// shape PyTorch timed (`tdoc`, for the validation table). Attention and the fp32 AdamW baseline are
+// PyTorch's and left out.
+std::vector<KernelOp> kernels_to_measure(const SpeedOptions& opts, const ModelShape& shape,
+                                         const std::map<std::string, ModelShape>& t7_models, const Json& tdoc,
+                                         std::vector<std::string>& notes) {
+  std::vector<KernelOp> wanted;
+  std::set<std::string> seen;
+  auto want = [&](const std::vector<KernelOp>& ops) {
+    for (const KernelOp& op : ops) {
+      if (op.kind == Kind::Attention || (op.kind == Kind::Optimizer && op.variant == "adamw_fp32")) continue;
+      if (seen.insert(op.key()).second) wanted.push_back(op);
+    }
+  };
+  for (const PlanRecipe& r : opts.recipes)
+    want(build_plan(shape, r.plan, plan_options(opts, batch_for(opts, r.name), opts.seq, opts.gpus)));
+  if (!listed_baseline(opts))  // speedup's base
+    want(build_plan(shape, Plan::BF16, plan_options(opts, opts.batch, opts.seq, opts.gpus)));
+  if (opts.table7)
+    for (const Table7Row& row : table7_rows())
+      for (Plan r : all_plans()) {
+        const int64_t b = row.batch[plan_index(r)];  // 0: out of memory in the paper, not evaluated
+        if (b) want(build_plan(t7_models.at(row.model), r, plan_options(opts, b, row.seq, row.gpus)));
+        if (r == Plan::COAT && row.batch[0])
+          want(build_plan(t7_models.at(row.model), r, plan_options(opts, row.batch[0], row.seq, row.gpus)));
+      }
+  if (opts.fig4b)
+    for (const Fig4bPaperRow& pr : fig4b_paper()) {
+      const Fig4bOps f = fig4b_ops(pr.rows, pr.cols);
+      want({f.jit_amax, f.stage2_reduce, f.producer_plain, f.producer_with_gmax});
+    }
+  if (!tdoc.is_null())
+    for (const Json& c : tdoc.at("configs").as_array()) {
+      if (!c.is_object() || c.contains("error") || !c.contains("model")) continue;
+      try {
+        const ModelShape ms = load_model_shape(c.at("model").as_string());
+        want(build_plan(ms, Plan::BF16, plan_options(opts, c.at("batch").as_int(), c.at("seq").as_int(), 1)));
+      } catch (const Error& e) {
+        notes.push_back(fmt::format("PyTorch config '{}' not replayed: {}", c.at("model").as_string(), e.what()));
+      }
+    }
+  return wanted;
+}
+
+// A modelled run: the calibration file the options name, else the committed one.
+Timing load_timing(const SpeedOptions& opts) {
+  const std::filesystem::path path = !opts.calibration.empty() ? opts.calibration : default_calibration_path();
+  FP8SIM_REQUIRE(opts.calibration.empty() ? std::filesystem::exists(path) : true,
+                 "no GPU here and no calibration exists at '{}': the figures cannot be modelled. Measure one on a "
+                 "GPU machine (scripts/device/speed.sh writes calibration.json) and pass it with --calibration FILE",
+                 path.string());
+  FP8SIM_REQUIRE(opts.write_calibration.empty() && opts.torch_times.empty(),
+                 "--write-calibration and --torch-times need a measuring run (a GPU and no --calibration)");
+  return {Calibration::load(path), "modelled", {}};
+}
+
+// --write-calibration: this run's measurements merged into the file (what an earlier run measured
+// and this one did not is kept; this run's times win), handed to the sink or written atomically.
+void write_merged_calibration(const SpeedOptions& opts, const Calibration& cal) {
+  Calibration out =
+      std::filesystem::exists(opts.write_calibration) ? Calibration::load(opts.write_calibration) : Calibration{};
+  out.merge(cal);
+  out.device = cal.device;
+  out.created = cal.created;
+  out.command = cal.command;
+  out.commit = cal.commit;
+  out.copy_gbps = cal.copy_gbps;
+  if (!cal.torch.is_null()) out.torch = cal.torch;
+  const std::string text = out.to_json().dump(1) + "\n";
+  if (opts.calibration_sink) opts.calibration_sink(text);
+  else write_file_atomic(opts.write_calibration, text);
+}
+
+// A measuring run: every kernel the report needs, timed on the GPU now.
+Timing measure_timing(const SpeedOptions& opts, gpu::Backend& gpu, const ModelShape& shape,
+                      const std::map<std::string, ModelShape>& t7_models) {
+  Timing t;
+  const Json tdoc = opts.torch_times.empty() ? Json() : load_torch_times(opts.torch_times);
+  const std::vector<KernelOp> wanted = kernels_to_measure(opts, shape, t7_models, tdoc, t.notes);
+  t.cal =
+      gpu.measure_kernels(wanted, opts.measure, opts.progress ? opts.progress : std::function<void(double, double)>{});
+  t.cal.origin = "measured in this run";
+  t.cal.created = utc_timestamp();
+  t.cal.command = opts.command_line;
+  t.cal.commit = build_commit();
+  t.mode = "measured";
+  add_torch_times(t.cal, tdoc, t.notes);
+  if (!opts.write_calibration.empty()) write_merged_calibration(opts, t.cal);
+  return t;
+}
+
+// The document's head: command, model and the configuration.
+Json header_json(const SpeedOptions& opts, const ModelShape& shape) {
   Json doc = Json::object();
   doc["command"] = "speed";
   if (!opts.command_line.empty()) doc["command_line"] = opts.command_line;
@@ -420,10 +456,37 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
   doc["seq"] = opts.seq;
   doc["gpus"] = opts.gpus;
   doc["grad_accum"] = opts.grad_accum;
+  return doc;
+}
 
+// The kernel families whose calibrated times were measured at another version than this build's
+// kernels, over every kernel the report evaluates: {family, calibration_versions, build_version,
+// kernels, message} each.
+Json stale_kernels_json(const SpeedOptions& opts, const ModelShape& shape,
+                        const std::map<std::string, ModelShape>& t7_models, const Calibration& cal) {
+  std::vector<std::string> ignored;
+  const Json tdoc = cal.torch.is_object() && cal.torch.contains("configs") ? cal.torch : Json();
+  Json out = Json::array();
+  for (const StaleFamily& f : cal.stale_families(kernels_to_measure(opts, shape, t7_models, tdoc, ignored))) {
+    Json j = Json::object();
+    j["family"] = f.family;
+    Json v = Json::array();
+    for (int x : f.calibration_versions) v.push_back(x);
+    j["calibration_versions"] = v;
+    j["build_version"] = f.build_version;
+    j["kernels"] = f.kernels;
+    j["message"] = f.message(source_relative(cal.origin));
+    out.push_back(j);
+  }
+  return out;
+}
+
+// Where the times come from, said in one statement, and the communication model.
+Json timing_json(const SpeedOptions& opts, const Timing& t) {
+  const Calibration& cal = t.cal;
   Json timing = Json::object();
-  timing["mode"] = mode;
-  timing["modelled"] = mode == "modelled";
+  timing["mode"] = t.mode;
+  timing["modelled"] = t.mode == "modelled";
   const std::string dev = cal.device.is_object() && cal.device.contains("name") && cal.device.at("name").is_string()
                               ? cal.device.at("name").as_string()
                               : std::string("an unnamed GPU");
@@ -431,7 +494,7 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
   timing["calibration"] = source_relative(cal.origin);
   timing["calibration_created"] = cal.created;
   timing["statement"] =
-      mode == "measured"
+      t.mode == "measured"
           ? fmt::format(
                 "MEASURED: every kernel below was timed on this machine's {} just now (CUDA events, after "
                 "warm-up, L2 flushed before each repetition); attention by PyTorch SDPA",
@@ -450,9 +513,12 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
         opts.fsdp_comm == "serial" ? "added to the step"
                                    : "overlapped with compute except the excess and the first layer's all-gather");
   }
-  doc["timing"] = timing;
+  return timing;
+}
 
-  // ---- the requested configuration
+// The requested configuration: every recipe with its kernels, and its speedup over BF16 (the first
+// listed recipe that runs the BF16 plan, else that plan at the default micro-batch).
+Json recipes_json(const SpeedOptions& opts, const ModelShape& shape, const Calibration& cal) {
   Json recipes = Json::array();
   double bf16_tps = 0;
   const PlanRecipe* base = listed_baseline(opts);
@@ -470,138 +536,143 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
             .as_number();
   }
   for (Json& rj : recipes.as_array()) rj["speedup_vs_bf16"] = rj.at("tokens_per_s_per_gpu").as_number() / bf16_tps;
-  doc["recipes"] = recipes;
+  return recipes;
+}
 
-  // ---- Figure 4(b)
-  if (opts.fig4b) {
-    Json rows = Json::array();
-    for (const Fig4bPaperRow& pr : fig4b_paper()) {
-      const Fig4bOps f = fig4b_ops(pr.rows, pr.cols);
-      const Prediction jit = cal.predict(f.jit_amax), st2 = cal.predict(f.stage2_reduce),
-                       plain = cal.predict(f.producer_plain), with = cal.predict(f.producer_with_gmax);
-      const double stage1 = std::max(0.0, with.ms - plain.ms);
-      Json r = Json::object();
-      r["rows"] = pr.rows;
-      r["cols"] = pr.cols;
-      r["jit_amax_ms"] = jit.ms;
-      r["jit_amax_gbps"] = f.jit_amax.bytes / (jit.ms * 1e6);
-      r["group_stage1_overhead_ms"] = stage1;
-      r["group_stage2_ms"] = st2.ms;
-      r["group_scaling_ms"] = stage1 + st2.ms;
-      r["speedup"] = jit.ms / (stage1 + st2.ms);
-      r["paper_h100_jit_ms"] = pr.jit_ms;
-      r["paper_h100_group_ms"] = pr.group_ms;
-      r["source"] = jit.measured && st2.measured && plain.measured && with.measured ? "measured" : "fitted";
-      if (cal.torch.is_object())
-        if (const Json* am = cal.torch.find("amax"); am && am->is_array())
-          for (const Json& a : am->as_array())
-            if (a.is_object() && a.contains("rows") && a.at("rows").as_number() == pr.rows &&
-                a.at("cols").as_number() == pr.cols && a.contains("median_ms"))
-              r["torch_eager_amax_ms"] = a.at("median_ms").as_number();
-      rows.push_back(r);
-    }
-    doc["fig4b"] = rows;
+// COAT's Figure 4(b): the per-tensor max just in time against Group Scaling, with PyTorch's eager
+// amax where the calibration has it.
+Json fig4b_json(const Calibration& cal) {
+  Json rows = Json::array();
+  for (const Fig4bPaperRow& pr : fig4b_paper()) {
+    const Fig4bOps f = fig4b_ops(pr.rows, pr.cols);
+    const Prediction jit = cal.predict(f.jit_amax), st2 = cal.predict(f.stage2_reduce),
+                     plain = cal.predict(f.producer_plain), with = cal.predict(f.producer_with_gmax);
+    const double stage1 = std::max(0.0, with.ms - plain.ms);
+    Json r = Json::object();
+    r["rows"] = pr.rows;
+    r["cols"] = pr.cols;
+    r["jit_amax_ms"] = jit.ms;
+    r["jit_amax_gbps"] = f.jit_amax.bytes / (jit.ms * 1e6);
+    r["group_stage1_overhead_ms"] = stage1;
+    r["group_stage2_ms"] = st2.ms;
+    r["group_scaling_ms"] = stage1 + st2.ms;
+    r["speedup"] = jit.ms / (stage1 + st2.ms);
+    r["paper_h100_jit_ms"] = pr.jit_ms;
+    r["paper_h100_group_ms"] = pr.group_ms;
+    r["source"] = jit.measured && st2.measured && plain.measured && with.measured ? "measured" : "fitted";
+    if (cal.torch.is_object())
+      if (const Json* am = cal.torch.find("amax"); am && am->is_array())
+        for (const Json& a : am->as_array())
+          if (a.is_object() && a.contains("rows") && a.at("rows").as_number() == pr.rows &&
+              a.at("cols").as_number() == pr.cols && a.contains("median_ms"))
+            r["torch_eager_amax_ms"] = a.at("median_ms").as_number();
+    rows.push_back(r);
   }
+  return rows;
+}
 
-  // ---- Table 7
-  if (opts.table7) {
-    Json rows = Json::array();
-    SpeedOptions o = opts;
-    for (const Table7Row& row : table7_rows()) {
-      const ModelShape& ms = t7_models.at(row.model);
-      Json r = Json::object();
-      r["model"] = row.model;
-      r["gpus"] = row.gpus;
-      r["seq"] = row.seq;
-      double tps[3] = {0, 0, 0};
-      Json methods = Json::array();
-      for (Plan rc : all_plans()) {
-        const int i = plan_index(rc);
-        Json mj = Json::object();
-        mj["recipe"] = plan_name(rc);
-        mj["batch"] = row.batch[i];
-        mj["paper_tokens_per_s_per_gpu"] = row.paper_tps[i] > 0 ? Json(row.paper_tps[i]) : Json();
-        if (row.batch[i] > 0) {
-          Json ev = evaluate_recipe(ms, plain(rc), plan_options(o, row.batch[i], row.seq, row.gpus), cal, o, false);
-          tps[i] = ev.at("tokens_per_s_per_gpu").as_number();
-          mj["tokens_per_s_per_gpu"] = tps[i];
-          mj["step_ms"] = ev.at("step_ms").as_number();
-          mj["measured_fraction"] = ev.at("measured_fraction").as_number();
-        } else {
-          mj["tokens_per_s_per_gpu"] = Json();
-          mj["oom_in_paper"] = true;
-        }
-        methods.push_back(mj);
+// COAT's Table 7: each row's methods at the paper's batches beside the paper's throughput, and
+// COAT at BF16's batch.
+Json table7_json(const SpeedOptions& opts, const Calibration& cal, const std::map<std::string, ModelShape>& t7_models) {
+  Json rows = Json::array();
+  for (const Table7Row& row : table7_rows()) {
+    const ModelShape& ms = t7_models.at(row.model);
+    Json r = Json::object();
+    r["model"] = row.model;
+    r["gpus"] = row.gpus;
+    r["seq"] = row.seq;
+    double tps[3] = {0, 0, 0};
+    Json methods = Json::array();
+    for (Plan rc : all_plans()) {
+      const int i = plan_index(rc);
+      Json mj = Json::object();
+      mj["recipe"] = plan_name(rc);
+      mj["batch"] = row.batch[i];
+      mj["paper_tokens_per_s_per_gpu"] = row.paper_tps[i] > 0 ? Json(row.paper_tps[i]) : Json();
+      if (row.batch[i] > 0) {
+        Json ev = evaluate_recipe(ms, plain(rc), plan_options(opts, row.batch[i], row.seq, row.gpus), cal, opts, false);
+        tps[i] = ev.at("tokens_per_s_per_gpu").as_number();
+        mj["tokens_per_s_per_gpu"] = tps[i];
+        mj["step_ms"] = ev.at("step_ms").as_number();
+        mj["measured_fraction"] = ev.at("measured_fraction").as_number();
+      } else {
+        mj["tokens_per_s_per_gpu"] = Json();
+        mj["oom_in_paper"] = true;
       }
-      r["methods"] = methods;
-      if (tps[0] > 0) {
-        r["te_vs_bf16"] = tps[1] / tps[0];
-        r["coat_vs_bf16"] = tps[2] / tps[0];
-        r["paper_te_vs_bf16"] = row.paper_tps[1] / row.paper_tps[0];
-        r["paper_coat_vs_bf16"] = row.paper_tps[2] / row.paper_tps[0];
-        // COAT at BF16's batch separates the kernel speedup from the larger-batch effect.
-        Json same =
-            evaluate_recipe(ms, plain(Plan::COAT), plan_options(o, row.batch[0], row.seq, row.gpus), cal, o, false);
-        r["coat_vs_bf16_same_batch"] = same.at("tokens_per_s_per_gpu").as_number() / tps[0];
-      }
-      rows.push_back(r);
+      methods.push_back(mj);
     }
-    doc["table7"] = rows;
-  }
-
-  // ---- validation against PyTorch's BF16 layer
-  if (cal.torch.is_object() && cal.torch.contains("configs")) {
-    Json rows = Json::array();
-    for (const Json& c : cal.torch.at("configs").as_array()) {
-      if (!c.is_object() || !c.contains("model") || !c.contains("layer_fwd_bwd_ms")) continue;
-      ModelShape ms;
-      try {
-        ms = load_model_shape(c.at("model").as_string());
-      } catch (const Error& e) {
-        notes.push_back(fmt::format("validation row for '{}' skipped: {}", c.at("model").as_string(), e.what()));
-        continue;
-      }
-      const int64_t b = c.at("batch").as_int(), s = c.at("seq").as_int();
-      Json ev = evaluate_recipe(ms, plain(Plan::BF16), plan_options(opts, b, s, 1), cal, opts, true);
-      double gemm = 0, attn = 0, other = 0;
-      for (const Json& op : ev.at("ops").as_array()) {
-        if (!op.at("per_layer").as_bool() || op.at("phase").as_string() == "step") continue;
-        const std::string k = op.at("kind").as_string();
-        (k == "gemm" ? gemm : k == "attention" ? attn : other) += op.at("ms").as_number();
-      }
-      const double torch_ms = c.at("layer_fwd_bwd_ms").at("median").as_number();
-      const double ours = ev.at("layer_ms").as_number();
-      Json r = Json::object();
-      r["model"] = ms.name;
-      r["batch"] = b;
-      r["seq"] = s;
-      r["torch_layer_ms"] = torch_ms;
-      r["fp8sim_bf16_layer_ms"] = ours;
-      r["difference"] = ours / torch_ms - 1.0;
-      r["within_15_percent"] = std::fabs(ours / torch_ms - 1.0) <= 0.15;
-      r["fp8sim_gemm_ms"] = gemm;
-      r["fp8sim_attention_ms"] = attn;
-      r["fp8sim_other_ms"] = other;
-      r["measured_fraction"] = ev.at("measured_fraction").as_number();
-      if (const Json* g = c.find("gemm_ms_total"); g && g->is_number()) r["torch_gemm_ms"] = g->as_number();
-      if (c.contains("sdpa_fwd_ms") && c.contains("sdpa_bwd_ms"))
-        r["torch_sdpa_ms"] =
-            c.at("sdpa_fwd_ms").at("median").as_number() + c.at("sdpa_bwd_ms").at("median").as_number();
-      rows.push_back(r);
+    r["methods"] = methods;
+    if (tps[0] > 0) {
+      r["te_vs_bf16"] = tps[1] / tps[0];
+      r["coat_vs_bf16"] = tps[2] / tps[0];
+      r["paper_te_vs_bf16"] = row.paper_tps[1] / row.paper_tps[0];
+      r["paper_coat_vs_bf16"] = row.paper_tps[2] / row.paper_tps[0];
+      // COAT at BF16's batch separates the kernel speedup from the larger-batch effect.
+      Json same =
+          evaluate_recipe(ms, plain(Plan::COAT), plan_options(opts, row.batch[0], row.seq, row.gpus), cal, opts, false);
+      r["coat_vs_bf16_same_batch"] = same.at("tokens_per_s_per_gpu").as_number() / tps[0];
     }
-    Json v = Json::object();
-    v["torch_version"] = cal.torch.contains("torch_version") ? cal.torch.at("torch_version") : Json();
-    v["device"] = cal.torch.contains("device") ? cal.torch.at("device") : Json();
-    v["rows"] = rows;
-    doc["validation"] = v;
+    rows.push_back(r);
   }
+  return rows;
+}
 
-  // ---- what differs from the reference implementations, once each
+// fp8sim's BF16 layer against PyTorch's at every configuration the calibration's PyTorch document
+// timed; null when it has none. A configuration whose model cannot be loaded is skipped with a note.
+Json validation_json(const SpeedOptions& opts, const Calibration& cal, std::vector<std::string>& notes) {
+  if (!cal.torch.is_object() || !cal.torch.contains("configs")) return Json();
+  Json rows = Json::array();
+  for (const Json& c : cal.torch.at("configs").as_array()) {
+    if (!c.is_object() || !c.contains("model") || !c.contains("layer_fwd_bwd_ms")) continue;
+    ModelShape ms;
+    try {
+      ms = load_model_shape(c.at("model").as_string());
+    } catch (const Error& e) {
+      notes.push_back(fmt::format("validation row for '{}' skipped: {}", c.at("model").as_string(), e.what()));
+      continue;
+    }
+    const int64_t b = c.at("batch").as_int(), s = c.at("seq").as_int();
+    Json ev = evaluate_recipe(ms, plain(Plan::BF16), plan_options(opts, b, s, 1), cal, opts, true);
+    double gemm = 0, attn = 0, other = 0;
+    for (const Json& op : ev.at("ops").as_array()) {
+      if (!op.at("per_layer").as_bool() || op.at("phase").as_string() == "step") continue;
+      const std::string k = op.at("kind").as_string();
+      (k == "gemm" ? gemm : k == "attention" ? attn : other) += op.at("ms").as_number();
+    }
+    const double torch_ms = c.at("layer_fwd_bwd_ms").at("median").as_number();
+    const double ours = ev.at("layer_ms").as_number();
+    Json r = Json::object();
+    r["model"] = ms.name;
+    r["batch"] = b;
+    r["seq"] = s;
+    r["torch_layer_ms"] = torch_ms;
+    r["fp8sim_bf16_layer_ms"] = ours;
+    r["difference"] = ours / torch_ms - 1.0;
+    r["within_15_percent"] = std::fabs(ours / torch_ms - 1.0) <= 0.15;
+    r["fp8sim_gemm_ms"] = gemm;
+    r["fp8sim_attention_ms"] = attn;
+    r["fp8sim_other_ms"] = other;
+    r["measured_fraction"] = ev.at("measured_fraction").as_number();
+    if (const Json* g = c.find("gemm_ms_total"); g && g->is_number()) r["torch_gemm_ms"] = g->as_number();
+    if (c.contains("sdpa_fwd_ms") && c.contains("sdpa_bwd_ms"))
+      r["torch_sdpa_ms"] = c.at("sdpa_fwd_ms").at("median").as_number() + c.at("sdpa_bwd_ms").at("median").as_number();
+    rows.push_back(r);
+  }
+  Json v = Json::object();
+  v["torch_version"] = cal.torch.contains("torch_version") ? cal.torch.at("torch_version") : Json();
+  v["device"] = cal.torch.contains("device") ? cal.torch.at("device") : Json();
+  v["rows"] = rows;
+  return v;
+}
+
+// The run's notes, then what differs from the reference implementations per op (deviations,
+// measurement notes, stand-in implementations), each once.
+Json notes_json(const std::vector<std::string>& notes, const Json& recipes) {
   std::set<std::string> seen_notes;
   Json jn = Json::array();
   for (const std::string& n : notes)
     if (seen_notes.insert(n).second) jn.push_back(n);
-  for (const Json& rj : doc.at("recipes").as_array())
+  for (const Json& rj : recipes.as_array())
     for (const Json& op : rj.at("ops").as_array()) {
       const std::string who = fmt::format("{} ({})", op.at("name").as_string(), rj.at("recipe").as_string());
       for (const char* k : {"deviation", "measurement_note"})
@@ -611,7 +682,26 @@ Json speed_report(const SpeedOptions& opts, const MeasureFn& measure) {
           im && im->is_string() && im->as_string().find("stand-in") != std::string::npos)
         if (seen_notes.insert(im->as_string()).second) jn.push_back(fmt::format("{}: {}", who, im->as_string()));
     }
-  doc["notes"] = jn;
+  return jn;
+}
+
+}  // namespace
+
+Json speed_report(const SpeedOptions& opts, gpu::Backend* gpu) {
+  check_options(opts);
+  const ModelShape shape = load_model_shape(opts.model);
+  const std::map<std::string, ModelShape> t7_models = load_table7_models(opts);
+  Timing t = !opts.calibration.empty() || !gpu ? load_timing(opts) : measure_timing(opts, *gpu, shape, t7_models);
+
+  Json doc = header_json(opts, shape);
+  doc["timing"] = timing_json(opts, t);
+  if (Json stale = stale_kernels_json(opts, shape, t7_models, t.cal); stale.size())
+    doc["timing"]["stale_kernels"] = std::move(stale);
+  doc["recipes"] = recipes_json(opts, shape, t.cal);
+  if (opts.fig4b) doc["fig4b"] = fig4b_json(t.cal);
+  if (opts.table7) doc["table7"] = table7_json(opts, t.cal, t7_models);
+  if (Json v = validation_json(opts, t.cal, t.notes); !v.is_null()) doc["validation"] = std::move(v);
+  doc["notes"] = notes_json(t.notes, doc.at("recipes"));
   return doc;
 }
 

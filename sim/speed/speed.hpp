@@ -1,7 +1,7 @@
 #pragma once
 // `fp8sim speed`: predicted step time, tokens/s per GPU and speedup vs BF16 for the recipes of a
-// model that name a plan (plan.hpp), from kernel times measured on a GPU (now, through a
-// MeasureFn the CUDA build passes in, or earlier, through a calibration file).
+// model that name a plan (plan.hpp), from kernel times measured on a GPU (now, through the
+// gpu::Backend the caller passes in, or earlier, through a calibration file).
 //
 // step = grad_accum x (layers x (layer forward + backward) + embedding/final norm/LM head/loss)
 //        + layers x weight casts (FP8 recipes) + optimizer step on params / gpus
@@ -18,6 +18,10 @@
 #include "sim/common/json.hpp"
 #include "sim/speed/calibration.hpp"
 #include "sim/speed/plan.hpp"
+
+namespace fp8sim::gpu {
+class Backend;  // sim/backend/backend.hpp
+}
 
 namespace fp8sim::speed {
 
@@ -54,12 +58,8 @@ struct SpeedOptions {
   bool fig4b = true;                                        // add the Figure 4(b) table
   std::string command_line;                                 // recorded in the output
   std::function<void(double done, double total)> progress;  // measuring: kernels timed so far
+  MeasureSettings measure;                                  // measuring: warm-up and repetitions per kernel
 };
-
-// Times every distinct kernel of `ops` on the GPU (attention excepted: PyTorch times it) and
-// returns the measurements with the device description. Provided by gpu/speed (CUDA builds).
-using MeasureFn =
-    std::function<Calibration(const std::vector<KernelOp>& ops, const std::function<void(double, double)>& progress)>;
 
 // The committed H200 calibration: $FP8SIM_CALIBRATION, else <source>/reports/h200/calibration.json.
 std::filesystem::path default_calibration_path();
@@ -72,12 +72,21 @@ ModelShape load_model_shape(const std::string& name_or_path);
 Json load_torch_times(const std::filesystem::path& p);
 std::vector<Measurement> torch_measurements(const Json& torch_doc);
 
+// Attention and the fp32 AdamW baseline are PyTorch's: added to `cal` from `torch_doc` (a checked
+// load_torch_times document) when it is not null, else from the committed calibration (a line in
+// `notes` says so); an Error when neither exists.
+void add_torch_times(Calibration& cal, const Json& torch_doc, std::vector<std::string>& notes);
+
+// The current time as the calibration records it, "2026-12-01T21:39:01Z".
+std::string utc_timestamp();
+
 // Causal attention flops (FlashAttention's convention: backward = 2.5 x forward).
 double attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim, bool forward);
 
-// The whole `fp8sim speed` document (the same JSON --json writes). `measure` empty, or
-// opts.calibration set: modelled from a calibration file. Throws Error/UsageError.
-Json speed_report(const SpeedOptions& opts, const MeasureFn& measure = {});
+// The whole `fp8sim speed` document (the same JSON --json writes). With a GPU (`gpu` non-null and
+// opts.calibration empty) every kernel is timed on it now; otherwise the times are modelled from a
+// calibration file. Throws Error/UsageError.
+Json speed_report(const SpeedOptions& opts, gpu::Backend* gpu = nullptr);
 
 // Human renderings of a speed document.
 std::string speed_markdown(const Json& doc);

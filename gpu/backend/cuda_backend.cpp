@@ -1,4 +1,4 @@
-#include "gpu/compare/gpu_ops.hpp"
+#include "gpu/backend/cuda_backend.hpp"
 
 #include <fmt/format.h>
 
@@ -9,6 +9,7 @@
 #include "gpu/gemm/cublaslt.hpp"
 #include "gpu/optim/adamw.hpp"
 #include "gpu/quant/quantize.hpp"
+#include "gpu/speed/replay.hpp"
 #include "sim/common/check.hpp"
 
 namespace fp8sim::gpu {
@@ -26,56 +27,91 @@ std::vector<T> pad_matrix(const std::vector<T>& a, int64_t rows, int64_t cols, i
   return out;
 }
 
-class CudaOps final : public compare::GpuOps {
+// The GPU module's backend: device discovery (gpu/common), compare's operations, bench (gpu/bench)
+// and speed's kernel timing (gpu/speed).
+class CudaBackend final : public Backend {
  public:
-  CudaOps() = default;
+  CudaBackend() = default;
+
+  Json device() override {
+    const auto& d = device_info();
+    Json j = Json::object();
+    j["available"] = d.available;
+    if (d.available) {
+      j["name"] = d.name;
+      j["compute_capability"] = fmt::format("{}.{}", d.cc_major, d.cc_minor);
+      j["sm_count"] = d.sm_count;
+      j["memory_gib"] = static_cast<double>(d.total_mem) / double(1ull << 30);
+    } else {
+      j["why_not"] = d.why_not;
+    }
+    return j;
+  }
 
   Json machine() override { return machine_json(); }
 
+  Json run_bench(const bench::BenchOptions& opts) override {
+    require("bench times CUDA kernels and needs a GPU");
+    return gpu::run_bench(opts);
+  }
+
+  fp8sim::speed::Calibration measure_kernels(const std::vector<fp8sim::speed::KernelOp>& ops,
+                                             const fp8sim::speed::MeasureSettings& settings,
+                                             const std::function<void(double, double)>& progress) override {
+    require("speed times its kernels on a GPU");
+    speed::ReplaySettings rs;
+    rs.warmup = settings.warmup;
+    rs.reps = settings.reps;
+    return speed::measure_ops(ops, rs, progress);
+  }
+
   void cast_f32(const float* x, size_t n, const CastOptions& o, uint8_t* out) override {
+    cudaStream_t s = stream();
     DeviceBuffer<float> dx(n);
-    dx.upload(x, n, stream_.get());
+    dx.upload(x, n, s);
     DeviceBuffer<uint8_t> dy(n);
-    dy.fill_bytes(0xA5, stream_.get());
-    cast_f32_to_fp8_cuda(dx.get(), dy.get(), n, params(o), stream_.get());
-    dy.download(out, n, stream_.get());
+    dy.fill_bytes(0xA5, s);
+    cast_f32_to_fp8_cuda(dx.get(), dy.get(), n, params(o), s);
+    dy.download(out, n, s);
   }
 
   void cast_bf16(const uint16_t* x, size_t n, const CastOptions& o, uint8_t* out) override {
+    cudaStream_t s = stream();
     DeviceBuffer<uint16_t> dx(n);
-    dx.upload(x, n, stream_.get());
+    dx.upload(x, n, s);
     DeviceBuffer<uint8_t> dy(n);
-    dy.fill_bytes(0xA5, stream_.get());
-    cast_16_to_fp8_cuda(dx.get(), true, dy.get(), n, params(o), stream_.get());
-    dy.download(out, n, stream_.get());
+    dy.fill_bytes(0xA5, s);
+    cast_16_to_fp8_cuda(dx.get(), true, dy.get(), n, params(o), s);
+    dy.download(out, n, s);
   }
 
   QuantizedTensor quantize(const void* x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
                            const QuantizeOptions& opts) override {
-    return quantize_on_gpu(x, dtype, shape, spec, opts, stream_.get());
+    return quantize_on_gpu(x, dtype, shape, spec, opts, stream());
   }
 
-  std::vector<float> dequantize(const QuantizedTensor& q) override { return dequantize_on_gpu(q, stream_.get()); }
+  std::vector<float> dequantize(const QuantizedTensor& q) override { return dequantize_on_gpu(q, stream()); }
 
   void adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c) override {
+    cudaStream_t s = stream();
     DeviceBuffer<float> dp(n), dg(n), dm(n), dv(n);
-    dp.upload(p, n, stream_.get());
-    dg.upload(g, n, stream_.get());
-    dm.upload(m, n, stream_.get());
-    dv.upload(v, n, stream_.get());
-    adamw_fp32_cuda(dp.get(), dg.get(), dm.get(), dv.get(), n, c, stream_.get());
-    dp.download(p, n, stream_.get());
-    dm.download(m, n, stream_.get());
-    dv.download(v, n, stream_.get());
+    dp.upload(p, n, s);
+    dg.upload(g, n, s);
+    dm.upload(m, n, s);
+    dv.upload(v, n, s);
+    adamw_fp32_cuda(dp.get(), dg.get(), dm.get(), dv.get(), n, c, s);
+    dp.download(p, n, s);
+    dm.download(m, n, s);
+    dv.download(v, n, s);
   }
 
   void adamw_lowp(float* p, const float* g, optim::ParamOptimState& st, const optim::AdamwStepConsts& c,
                   uint64_t param_index, uint64_t step, bool fused) override {
-    lowp_adamw_step_on_gpu(p, g, st, c, param_index, step, fused, stream_.get());
+    lowp_adamw_step_on_gpu(p, g, st, c, param_index, step, fused, stream());
   }
 
-  compare::GemmOutcome gemm(const compare::GemmRequest& r) override {
-    compare::GemmOutcome out;
+  GemmOutcome gemm(const GemmRequest& r) override {
+    GemmOutcome out;
     // FP8 needs 16-byte-aligned leading dimensions: pad with zero codes (exact: they add zeros).
     const int64_t M = round_up(r.m, 16), N = round_up(r.n, 16), K = round_up(r.k, 16);
     out.padded = M != r.m || N != r.n || K != r.k;
@@ -87,7 +123,7 @@ class CudaOps final : public compare::GpuOps {
     cfg.scaling = r.scaling == 0 ? GemmScaling::None
                                  : (r.scaling == 1 ? GemmScaling::Tensor
                                                    : (r.scaling == 2 ? GemmScaling::Row : GemmScaling::Block));
-    cudaStream_t s = stream_.get();
+    cudaStream_t s = stream();
     DeviceBuffer<unsigned char> dx, dw;
     if (r.scaling == 0) {
       const auto xp = pad_matrix(r.x_bf16, r.m, r.k, M, K), wp = pad_matrix(r.w_bf16, r.n, r.k, N, K);
@@ -125,13 +161,13 @@ class CudaOps final : public compare::GpuOps {
     // The heuristic's first choice (as PyTorch and TE run): no timing needed for a correctness check;
     // with r.search, a timed selection over the heuristic's candidates and the searched
     // configurations (what `fp8sim bench --gemm-search` does; which one wins depends on the run).
-    GemmPlan plan = r.search > 0 ? lt_.plan(GemmShape{M, N, K}, cfg, a, s, 8, 3, r.search)
-                                 : lt_.plan(GemmShape{M, N, K}, cfg, a, s, 1, 0);
+    GemmPlan plan = r.search > 0 ? lt().plan(GemmShape{M, N, K}, cfg, a, s, 8, 3, r.search)
+                                 : lt().plan(GemmShape{M, N, K}, cfg, a, s, 1, 0);
     out.plan = plan.to_json();
     out.supported = plan.supported();
     out.status = plan.status();
     if (!plan.supported()) return out;
-    lt_.run(plan, a, s);
+    lt().run(plan, a, s);
     const auto y = dy.download(s);
     out.y.resize(static_cast<size_t>(r.m * r.n));
     for (int64_t i = 0; i < r.m; ++i)
@@ -149,16 +185,27 @@ class CudaOps final : public compare::GpuOps {
     p.offset = o.index_offset;
     return p;
   }
-  Stream stream_;
-  CublasLt lt_;
+  // Made on first use, once the device is known to be there (a clear message otherwise).
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<CublasLt> lt_;
+  cudaStream_t stream() {
+    if (!stream_) {
+      require("compare runs the CUDA kernels and needs a GPU");
+      stream_ = std::make_unique<Stream>();
+    }
+    return stream_->get();
+  }
+  CublasLt& lt() {
+    if (!lt_) {
+      stream();
+      lt_ = std::make_unique<CublasLt>();
+    }
+    return *lt_;
+  }
 };
 
 }  // namespace
 
-std::unique_ptr<compare::GpuOps> make_gpu_ops() {
-  const DeviceInfo& d = device_info();  // before any CUDA object exists: a clear message
-  FP8SIM_REQUIRE(d.available, "{} (compare runs the CUDA kernels and needs a GPU)", d.why_not);
-  return std::make_unique<CudaOps>();
-}
+std::unique_ptr<Backend> make_cuda_backend() { return std::make_unique<CudaBackend>(); }
 
 }  // namespace fp8sim::gpu
