@@ -34,11 +34,11 @@ model::ModelConfig llama(int64_t kv_heads) {
 }
 
 Footprint run(const std::string& fw, const model::ModelConfig& m, bool ckpt = false, int64_t batch = 2,
-              bool compiled = false) {
+              bool compiled = false, const std::string& recipe = "") {
   MemoryOptions o;
   o.compiled = compiled;
   o.framework = fw;
-  o.recipe = memory::find_framework(fw).recipe;
+  o.recipe = recipe.empty() ? memory::find_framework(fw).recipe : recipe;
   o.batch = batch;
   o.seq = 2048;
   o.checkpointing = ckpt;
@@ -105,6 +105,90 @@ TEST(MemoryFrameworks, CompiledLayersKeepOneCastPerNormAndNoLogSoftmax) {
     if (p.name == "forward_loss") EXPECT_TRUE(p.temporaries.empty());  // the loss is fused
 }
 
+int64_t component(const std::vector<memory::Component>& cs, const std::string& name) {
+  for (const auto& c : cs)
+    if (c.name == name) return c.bytes;
+  return -1;
+}
+
+int64_t saved(const std::vector<memory::FrameworkTensor>& ts, const std::string& name) {
+  for (const auto& t : ts)
+    if (t.name == name) return t.bytes;
+  return -1;
+}
+
+// megatron-te is derived from TransformerEngine's and Megatron-LM's source, not measured: these
+// check its structure against that reading.
+TEST(MemoryFrameworks, MegatronTeFusesTheNormsIntoTheLinears) {
+  const model::ModelConfig m = llama(4);
+  const memory::FrameworkInfo& fw = memory::find_framework("megatron-te");
+  const int64_t T = 2 * 2048, H = m.hidden, F = m.ffn, Q = m.q_dim(), KV = m.kv_dim();
+  const auto bf16 = memory::framework_layer_tensors(fw, m, 2, 2048, "bf16");
+  // The fused norm keeps its bf16 input, fp32 rsigma and the one output the GEMM reads: no fp32
+  // copies, no separate normalised tensor, no per-projection casts.
+  for (const auto& t : bf16) {
+    EXPECT_EQ(t.name.find("normalised"), std::string::npos) << t.name;
+    if (t.dtype == "fp32") {
+      EXPECT_TRUE(t.bytes == 4 * T || t.bytes == 4 * T * m.heads) << t.name;  // statistics only
+    }
+  }
+  EXPECT_EQ(saved(bf16, "qkv.norm_input"), 2 * T * H);
+  EXPECT_EQ(saved(bf16, "qkv.ln_out"), 2 * T * H);
+  EXPECT_EQ(saved(bf16, "attention.q_k_v"), 2 * T * (Q + 2 * KV));  // K/V at their own width
+  EXPECT_EQ(saved(bf16, "swiglu.input"), 4 * T * F);                // fc1's output, nothing else of SwiGLU
+  // 8H + 4Q + 4KV + 6F bytes per token, plus the fp32 statistics.
+  const Footprint f = run("megatron-te", m);
+  EXPECT_EQ(f.layer_activation_bytes, T * (8 * H + 4 * Q + 4 * KV + 6 * F + 4 * m.heads + 8));
+  EXPECT_LT(f.layer_activation_bytes, run("hf", m).layer_activation_bytes);
+}
+
+TEST(MemoryFrameworks, MegatronTeFp8KeepsTheTransposedFp8LinearInputs) {
+  const model::ModelConfig m = llama(4);
+  const int64_t T = 2 * 2048, H = m.hidden, F = m.ffn, Q = m.q_dim();
+  const Footprint bf16 = run("megatron-te", m), fp8 = run("megatron-te", m, false, 2, false, "te");
+  // Both norm outputs and fc2's input drop from bf16 to one E4M3 byte; linear_proj adds its E4M3
+  // input beside the bf16 attention output the fused attention keeps.
+  const int64_t fp8_inputs = 2 * T * H + T * F + T * Q;
+  EXPECT_EQ(bf16.layer_activation_bytes - (2 * 2 * T * H + 2 * T * F) + fp8_inputs, fp8.layer_activation_bytes);
+  const auto layer = memory::framework_layer_tensors(memory::find_framework("megatron-te"), m, 2, 2048, "te");
+  int64_t e4m3 = 0;
+  for (const auto& t : layer)
+    if (t.dtype.rfind("e4m3", 0) == 0) e4m3 += t.bytes;
+  EXPECT_EQ(e4m3, fp8_inputs);
+  // Persistent: the same 18 B per parameter, plus the cached E4M3 weights and their transposes.
+  EXPECT_EQ(component(bf16.persistent, "model_params") + component(bf16.persistent, "main_params") +
+                component(bf16.persistent, "main_grads") + component(bf16.persistent, "optimizer_states"),
+            18 * bf16.params);
+  EXPECT_EQ(component(bf16.persistent, "fp8_weight_cache"), -1);
+  EXPECT_EQ(component(fp8.persistent, "fp8_weight_cache"), 2 * m.layers * (m.layer_param_count() - 2 * m.hidden));
+  EXPECT_GT(component(fp8.persistent, "fp8_scaling_state"), 0);
+  // The output layer and the loss stay in BF16/fp32 under both recipes.
+  EXPECT_EQ(bf16.activations_total - bf16.layer_activation_bytes * m.layers,
+            fp8.activations_total - fp8.layer_activation_bytes * m.layers);
+}
+
+TEST(MemoryFrameworks, MegatronTeKeepsItsGradientBufferAndTheFp32Softmax) {
+  const model::ModelConfig m = llama(4);
+  const Footprint f = run("megatron-te", m);
+  EXPECT_TRUE(f.opts.grads_persist);
+  const int64_t T = 2 * 2048;
+  EXPECT_EQ(component(f.activations, "outside.loss.softmax"), 4 * T * m.vocab);
+  for (const auto& p : f.phases) {
+    // The grad buffer is resident from the forward pass on; the optimizer step adds nothing.
+    EXPECT_GE(p.resident, f.weights + f.gradients + f.optimizer()) << p.name;
+    if (p.name == "optimizer_step") {
+      EXPECT_TRUE(p.temporaries.empty());
+    }
+    if (p.name == "backward_loss") {
+      EXPECT_EQ(p.temporaries.at(0).bytes, 2 * T * m.vocab);
+    }
+  }
+  // Checkpointing keeps each layer's bf16 input.
+  const Footprint c = run("megatron-te", m, true);
+  EXPECT_EQ(component(c.activations, "layers.checkpointed_inputs"), m.layers * T * m.hidden * 2);
+  EXPECT_LT(c.peak, f.peak);
+}
+
 TEST(MemoryFrameworks, ProfilesRefuseWhatTheyDoNotModel) {
   const model::ModelConfig m = llama(4);
   MemoryOptions o;
@@ -125,6 +209,17 @@ TEST(MemoryFrameworks, ProfilesRefuseWhatTheyDoNotModel) {
   o.framework = "hf-eager";
   o.checkpointing = false;
   EXPECT_THROW(compute_footprint(m, o), UsageError);
+  o.framework = "megatron-te";
+  EXPECT_THROW(compute_footprint(m, o), UsageError);  // compiled
+  o.compiled = false;
+  o.recipe = "te";
+  EXPECT_NO_THROW(compute_footprint(m, o));
+  o.recipe = "coat";
+  EXPECT_THROW(compute_footprint(m, o), UsageError);
+  o.recipe = "bf16";
+  model::ModelConfig gelu = m;
+  gelu.act = model::ActKind::GELU;
+  EXPECT_THROW(compute_footprint(gelu, o), UsageError);  // Llama layers only
 }
 
 }  // namespace

@@ -16,6 +16,11 @@ using model::ModelConfig;
 constexpr const char* kHfLlama = "transformers 5.x models/llama/modeling_llama.py";
 constexpr const char* kHf445Llama = "transformers 4.45.2 models/llama/modeling_llama.py";
 constexpr const char* kCoat = "fp8-coat 1.0.11 coat/models/coat_llama.py";
+// megatron-te is derived from these sources (TransformerEngine 2.20.0.dev0 at commit d0067d0,
+// Megatron-LM with Megatron-Core 0.20.0 at commit d98e8a6), not measured.
+constexpr const char* kTe = "TE 2.20.0.dev0 transformer_engine/pytorch/";
+constexpr const char* kMc = "Megatron-Core 0.20.0 megatron/core/";
+constexpr int64_t kMiB = 1 << 20;
 
 bool repeats_kv(const FrameworkInfo& fw) { return fw.name == "hf-4.45" || fw.name == "hf-eager" || fw.name == "coat"; }
 
@@ -27,7 +32,89 @@ int64_t lsm_bytes(const std::vector<FrameworkTensor>& outside) {
   return 0;
 }
 
+// What megatron-te's decoder layer keeps for backward (fp8: TE FP8 delayed scaling on the four
+// linears). Megatron builds the Llama layer with get_gpt_layer_with_transformer_engine_submodules
+// (models/gpt/gpt_layer_specs.py:319-336, MLP via get_mlp_module_spec_for_backend): linear_qkv and
+// linear_fc1 are TELayerNormColumnParallelLinear (RMSNorm fused into the GEMM's input),
+// core_attention TEDotProductAttention, linear_proj and linear_fc2 TERowParallelLinear, and the
+// MLP's SwiGLU is Megatron's fused bias_swiglu_impl. Hidden and attention dropout are 0 (as the
+// Llama example, examples/llama/train_llama3_8b_h100_fp8.sh, sets), so the bias-dropout-adds keep
+// nothing.
+std::vector<FrameworkTensor> megatron_layer_tensors(const ModelConfig& m, int64_t batch, int64_t seq, bool fp8) {
+  const int64_t T = batch * seq, H = m.hidden, F = m.ffn, Q = m.q_dim(), KV = m.kv_dim(), NH = m.heads;
+  const std::string ln = std::string(kTe) + "module/layernorm_linear.py _LayerNormLinear.forward";
+  const std::string lin = std::string(kTe) + "module/linear.py _linear_forward_impl";
+  const std::string attn = std::string(kTe) + "attention/dot_product_attention/backends.py FusedAttnFunc.forward";
+  std::vector<FrameworkTensor> v;
+  auto add = [&](std::string name, std::string dtype, int64_t bytes, std::string source) {
+    v.push_back({std::move(name), std::move(dtype), bytes, std::move(source)});
+  };
+  // The norm output: BF16 saves it for the weight gradient; FP8 has the norm kernel write E4M3
+  // directly (input_quantizer, :257) and drops the row-wise copy after the forward GEMM on Hopper
+  // (update_usage(rowwise_usage=False), :487), keeping the transposed codes for the wgrad GEMM.
+  auto ln_out = [&](const std::string& module) {
+    if (fp8)
+      add(module + ".ln_out_fp8_t", "e4m3 (transposed)", tensor_bytes(T * H, 1),
+          ln + ":257,487,526 the norm writes E4M3; only the transposed copy is saved for wgrad");
+    else add(module + ".ln_out", "bf16", tensor_bytes(T * H, 2), ln + ":526 saves the norm output for wgrad");
+  };
+  add("qkv.norm_input", "bf16", tensor_bytes(T * H, 2), ln + ":526 saves inputmat (the layer input) for the norm");
+  add("qkv.rsigma", "fp32", tensor_bytes(T, 4),
+      ln + ":257 apply_normalization -> rmsnorm_fwd (csrc/extensions/normalization.cpp:448) returns fp32 rsigma");
+  ln_out("qkv");
+  add("attention.q_k_v", "bf16", tensor_bytes(T * (Q + 2 * KV), 2),
+      attn +
+          ":1655 saves q, k, v: q and k are new tensors from the fused RoPE (attention/rope.py FusedRoPEFunc "
+          "saves only freqs, :152), v a strided view of the QKV output that get_qkv_layout (dot_product_attention/"
+          "utils.py:2613) makes contiguous");
+  add("attention.out", "bf16", tensor_bytes(T * Q, 2),
+      attn + ":1655 saves its output" +
+          (fp8 ? std::string() : "; linear_proj saves the same storage as its input (" + lin + ":621)"));
+  add("attention.softmax_stats", "fp32", tensor_bytes(T * NH, 4),
+      attn + ":1662 aux_ctx_tensors: cuDNN's fp32 softmax statistics (batch, heads, seq, 1) and the RNG state");
+  if (fp8)
+    add("proj.input_fp8_t", "e4m3 (transposed)", tensor_bytes(T * Q, 1),
+        lin + ":436,616,621 quantizes linear_proj's input, keeps only the transposed codes for wgrad");
+  add("fc1.norm_input", "bf16", tensor_bytes(T * H, 2),
+      ln + ":526 saves inputmat (the residual after attention) for the norm");
+  add("fc1.rsigma", "fp32", tensor_bytes(T, 4), ln + ":257 rmsnorm_fwd's fp32 rsigma");
+  ln_out("fc1");
+  add("swiglu.input", "bf16", tensor_bytes(T * 2 * F, 2),
+      std::string(kMc) +
+          "fusions/fused_bias_swiglu.py SwiGLUFunction.forward:232-235 saves its input, linear_fc1's (T, 2 ffn) "
+          "output (activation_func_fp8_input_store off)");
+  if (fp8)
+    add("fc2.input_fp8_t", "e4m3 (transposed)", tensor_bytes(T * F, 1),
+        lin + ":436,616,621 quantizes linear_fc2's input (the SwiGLU output), keeps only the transposed codes");
+  else add("fc2.input", "bf16", tensor_bytes(T * F, 2), lin + ":621 saves linear_fc2's input, the SwiGLU output");
+  return v;
+}
+
+// Outside the layers: VocabParallelEmbedding, the final TENorm, Megatron's own (BF16)
+// ColumnParallelLinear output layer and the default (unfused) vocab-parallel cross-entropy.
+std::vector<FrameworkTensor> megatron_outside_tensors(const ModelConfig& m, int64_t batch, int64_t seq) {
+  const int64_t T = batch * seq, H = m.hidden, V = m.vocab;
+  const std::string mc = kMc;
+  return {{"embedding.ids", "int64", tensor_bytes(T, 8),
+           mc + "tensor_parallel/layers.py VocabParallelEmbedding.forward:362 F.embedding saves the token ids"},
+          {"final_norm.input", "bf16", tensor_bytes(T * H, 2),
+           std::string(kTe) + "ops/basic/rmsnorm.py RMSNorm.op_forward:209 saves x (the last layer's output)"},
+          {"final_norm.rstdevs", "fp32", tensor_bytes(T, 4), std::string(kTe) + "ops/basic/rmsnorm.py:209 and rstdevs"},
+          {"output_layer.input", "bf16", tensor_bytes(T * H, 2),
+           mc + "tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication.forward:604 saves its "
+                "input (the final norm output); the output layer runs in BF16 under both recipes"},
+          {"loss.softmax", "fp32", tensor_bytes(T * V, 4),
+           mc + "tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy.forward: logits.float() (:25), "
+                "exp and normalise in place, save the fp32 softmax (:181)"},
+          {"loss.target", "bool + int64", tensor_bytes(T, 1) + tensor_bytes(T, 8),
+           mc + "tensor_parallel/cross_entropy.py:181 the target mask and the masked targets"}};
+}
+
 }  // namespace
+
+bool FrameworkInfo::runs(const std::string& r) const {
+  return r == recipe || std::find(other_recipes.begin(), other_recipes.end(), r) != other_recipes.end();
+}
 
 const std::vector<FrameworkInfo>& frameworks() {
   // NOT-RECIPES: frameworks; the second field is the one registry recipe each framework runs.
@@ -39,6 +126,12 @@ const std::vector<FrameworkInfo>& frameworks() {
       {"hf-4.45", "bf16", "the same in transformers 4.45.2 (COAT's base): K/V repeated to every head for SDPA"},
       {"hf-eager", "bf16", "transformers 5.x with attn_implementation=\"eager\": attention probabilities saved"},
       {"coat", "coat", "COAT's own code: fp8-coat 1.0.11 CoatLlamaForCausalLM (transformers 4.45.2) + CoatAdamW"},
+      {"megatron-te",
+       "bf16",
+       "Megatron-LM GPT (Megatron-Core 0.20) from TransformerEngine 2.20 layers: RMSNorm fused into the QKV/FC1 "
+       "linears, fused SwiGLU, cuDNN attention, bf16 params + fp32 main grads/params/Adam; recipe bf16 or te (FP8 "
+       "delayed scaling); DERIVED from their source, not measured",
+       {"te"}},
   };
   return list;
 }
@@ -52,7 +145,8 @@ const FrameworkInfo& find_framework(const std::string& name) {
 }
 
 std::vector<FrameworkTensor> framework_layer_tensors(const FrameworkInfo& fw, const ModelConfig& m, int64_t batch,
-                                                     int64_t seq) {
+                                                     int64_t seq, const std::string& recipe) {
+  if (fw.name == "megatron-te") return megatron_layer_tensors(m, batch, seq, recipe == "te");
   const int64_t T = batch * seq, H = m.hidden, F = m.ffn, Q = m.q_dim(), NH = m.heads;
   const int64_t KV = repeats_kv(fw) ? Q : m.kv_dim();
   std::vector<FrameworkTensor> v;
@@ -148,6 +242,7 @@ std::vector<FrameworkTensor> compiled_outside_tensors(const ModelConfig& m, int6
 
 std::vector<FrameworkTensor> framework_outside_tensors(const FrameworkInfo& fw, const ModelConfig& m, int64_t batch,
                                                        int64_t seq) {
+  if (fw.name == "megatron-te") return megatron_outside_tensors(m, batch, seq);
   const int64_t T = batch * seq, H = m.hidden, V = m.vocab;
   const std::string src = fw.name == "hf" || fw.name == "hf-eager" ? kHfLlama : kHf445Llama;
   std::vector<FrameworkTensor> v;
@@ -170,13 +265,158 @@ std::vector<FrameworkTensor> framework_outside_tensors(const FrameworkInfo& fw, 
   return v;
 }
 
+namespace {
+
+void sum_groups(Footprint& f) {
+  for (const auto& c : f.activations) f.activations_total += c.bytes;
+  for (const auto& c : f.persistent) {
+    if (c.group == "weights") f.weights += c.bytes;
+    else if (c.group == "gradients") f.gradients += c.bytes;
+    else if (c.name == "optimizer_states") f.optimizer_states += c.bytes;
+    else if (c.name == "optimizer_metadata") f.optimizer_metadata += c.bytes;
+    else f.other_persistent += c.bytes;
+  }
+}
+
+void pick_peak(Footprint& f) {
+  for (const auto& p : f.phases)
+    if (p.total() > f.peak) {
+      f.peak = p.total();
+      f.peak_phase = p.name;
+    }
+}
+
+// megatron-te: Megatron-LM's pretrain_gpt.py loop on one GPU (tensor, pipeline and context parallel
+// 1), --bf16, the default fp32 gradient accumulation, gradient_accumulation_fusion, TE FusedAdam
+// through Megatron's mixed-precision (or distributed) optimizer; recipe te adds --fp8-format hybrid
+// with delayed scaling, the amax history as the recipe gives it (1024, as Megatron's Llama FP8
+// example sets). Derived from the sources named in each term, not measured.
+Footprint megatron_footprint(const ModelConfig& m, const MemoryOptions& o) {
+  if (m.norm != model::NormKind::RMSNorm || m.act != model::ActKind::SwiGLU)
+    throw UsageError("framework megatron-te models Llama layers (RMSNorm, SwiGLU); use --framework torch");
+  const bool fp8 = o.recipe == "te";
+  Footprint f;
+  f.model = m;
+  f.opts = o;
+  f.opts.zero = 0;
+  f.opts.grads_persist = true;  // Megatron's grad buffer is allocated once and never freed
+  f.params = m.param_count();
+  const int64_t P = f.params, L = m.layers, T = o.batch * o.seq, V = m.vocab, H = m.hidden, F = m.ffn;
+  const std::string mc = kMc;
+  f.persistent.push_back({"model_params", "weights", P * 2,
+                          "bf16 parameters (--bf16), views into Megatron DDP's contiguous buffer (" + mc +
+                              "distributed/param_and_grad_buffer.py)"});
+  f.persistent.push_back({"main_params", "weights", P * 4,
+                          "fp32 main copy of every bf16 parameter (" + mc +
+                              "optimizer/distrib_optimizer.py _build_model_and_main_param_groups:445 clone().float(); "
+                              "the non-distributed Float16OptimizerWithFloat16Params keeps the same)"});
+  f.persistent.push_back(
+      {"main_grads", "gradients", P * 4,
+       "fp32 main_grad buffer (" + mc +
+           "distributed/param_and_grad_buffer.py:924 grad_dtype fp32; megatron/training/arguments.py:1216 "
+           "accumulates bf16 models' grads in fp32), allocated at wrap time and resident in every phase; TE's wgrad "
+           "GEMMs accumulate into it (gradient_accumulation_fusion), the optimizer reads it as a view "
+           "(distrib_optimizer.py:2792 .float() of fp32 is no copy)"});
+  f.persistent.push_back({"optimizer_states", "optimizer", P * 8,
+                          "Adam exp_avg + exp_avg_sq fp32 (TE FusedAdam, " + mc +
+                              "optimizer/__init__.py:14); with the above 18 B per parameter, as Megatron's "
+                              "docs/user-guide/features/dist_optimizer.md:19 tabulates for one GPU"});
+  f.persistent.push_back({"optimizer_metadata", "optimizer", 0, "none: plain fp32 moments"});
+  // The decoder layers' four linears (qkv, proj, fc1, fc2) without the fused norms' weights.
+  const int64_t linear_params = m.layer_param_count() - 2 * m.norm_params();
+  if (fp8) {
+    f.persistent.push_back(
+        {"fp8_weight_cache", "weights", L * linear_params * 2,
+         std::string("E4M3 weight + its transpose per decoder linear (Hopper has no non-TN FP8 GEMM), cached in the "
+                     "module's _fp8_workspaces across steps because Megatron passes is_first_microbatch (") +
+             mc + "extensions/transformer_engine.py TELinear.forward:1336-1345; " + kTe +
+             "module/linear.py:1958,2071, module/base.py quantize_weight:792); forward saves the same storage"});
+    // Per TE module (one GEMM each, four per layer): 3 forward + 2 backward quantizers, each with
+    // an amax history of `te_amax_history` fp32 and one fp32 scale.
+    const int64_t hist = find_recipe(o.recipe).memory->te_amax_history;
+    f.persistent.push_back({"fp8_scaling_state", "other", L * 4 * 5 * (hist + 1) * 4,
+                            fmt::format("delayed scaling: per TE module 3 forward + 2 backward quantizers ({}module/"
+                                        "base.py set_meta_tensor:1139), each an amax history of {} fp32 and a "
+                                        "scale (quantization.py DelayedScalingRecipeState:1437), 4 modules per layer",
+                                        kTe, hist)});
+  }
+  f.persistent.push_back({"gemm_workspace", "other", 32 * kMiB + 1024 + 32 * kMiB,
+                          std::string("TE's cuBLAS workspace, 32 MiB + 1 KiB on Hopper (") + kTe +
+                              "cpp_extensions/gemm.py get_cublas_workspace_size_bytes:40), and PyTorch's 32 MiB for "
+                              "the output layer's matmul"});
+
+  const std::vector<FrameworkTensor> layer = megatron_layer_tensors(m, o.batch, o.seq, fp8);
+  const std::vector<FrameworkTensor> outside = megatron_outside_tensors(m, o.batch, o.seq);
+  int64_t layer_bytes = 0;
+  for (const auto& t : layer) layer_bytes += t.bytes;
+  f.layer_activation_bytes = layer_bytes;
+  f.unit_u_bytes = T * H * 2;
+  if (!o.checkpointing) {
+    for (const auto& t : layer)
+      f.activations.push_back({fmt::format("layers.{}", t.name), "activations", t.bytes * L,
+                               fmt::format("{} layers x {} {}: {}", L, t.dtype, t.name, t.source)});
+  } else {
+    f.activations.push_back(
+        {"layers.checkpointed_inputs", "activations", L * T * H * 2,
+         fmt::format("{} layers x the bf16 layer input Megatron's full recompute keeps ({}transformer/"
+                     "transformer_block.py TransformerBlock.forward:663 checkpointed_forward)",
+                     L, mc)});
+  }
+  for (const auto& t : outside)
+    f.activations.push_back({fmt::format("outside.{}", t.name), "activations", t.bytes, t.dtype + ": " + t.source});
+  sum_groups(f);
+
+  const int64_t resident = f.weights + f.gradients + f.optimizer() + f.other_persistent;
+  const int64_t TV = T * V;
+  Phase fwd{"forward_loss",
+            "cross-entropy in forward: every saved tensor, the bf16 logits beside their fp32 copy",
+            resident + f.activations_total,
+            {}};
+  fwd.temporaries.push_back({"logits", "temporaries", TV * 2,
+                             "the output layer's bf16 logits, alive while the loss makes its fp32 copy (" + mc +
+                                 "tensor_parallel/cross_entropy.py:25)"});
+  Phase loss{"backward_loss", "cross-entropy backward: all activations alive", resident + f.activations_total, {}};
+  loss.temporaries.push_back({"loss_grad_bf16", "temporaries", TV * 2,
+                              "the logits gradient is formed in place in the saved fp32 softmax (cross_entropy.py:88); "
+                              ".float()'s backward casts it to bf16 for the output layer"});
+  // Backward of the first layer: the other layers' saved tensors are freed; the grad buffer is
+  // resident throughout, so no gradient appears here.
+  Phase bwd{"backward_layers",
+            "backward of the first decoder layer: its saved tensors and the MLP working set",
+            resident,
+            {}};
+  bwd.temporaries.push_back(
+      {"layer0_activations", "temporaries", layer_bytes,
+       o.checkpointing ? "the first layer's saved tensors, recomputed" : "the first layer's saved tensors"});
+  if (o.checkpointing)
+    bwd.temporaries.push_back({"layer0_input", "temporaries", T * H * 2, "its checkpointed bf16 input"});
+  bwd.temporaries.push_back(
+      {"backward_working_set", "temporaries", fp8 ? T * (8 * F + 4 * H) : T * (6 * F + 4 * H),
+       fp8 ? "linear_fc1 backward: the bf16 gradient of its (T, 2 ffn) output and its E5M2 row-wise and transposed "
+             "copies for the dgrad and wgrad GEMMs, beside two bf16 residual-stream gradients"
+           : "SwiGLU backward: the bf16 gradients of its (T, ffn) output and (T, 2 ffn) input, beside two bf16 "
+             "residual-stream gradients"});
+  Phase opt{"optimizer_step", "optimizer step: activations freed; TE FusedAdam updates in place", resident, {}};
+  f.phases = {fwd, loss, bwd, opt};
+  pick_peak(f);
+  return f;
+}
+
+}  // namespace
+
 Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   const FrameworkInfo& fw = find_framework(o.framework);
   if (o.gpus != 1)
     throw UsageError(
         fmt::format("framework {} is modelled on one GPU; use --framework torch for sharded runs", fw.name));
-  if (o.recipe != fw.recipe)
-    throw UsageError(fmt::format("framework {} runs the {} recipe (give --recipe {})", fw.name, fw.recipe, fw.recipe));
+  if (!fw.runs(o.recipe)) {
+    std::string recipes = fw.recipe;
+    for (const auto& r : fw.other_recipes) recipes += " or " + r;
+    throw UsageError(fmt::format("framework {} runs the {} recipe (give --recipe {})", fw.name, recipes, recipes));
+  }
+  if (o.compiled && fw.name != "hf")
+    throw UsageError(fmt::format("torch.compile is modelled for the hf profile only, not {}", fw.name));
+  if (fw.name == "megatron-te") return megatron_footprint(m, o);
   // Parameters, gradients and optimizer states as the recipe stores them: the torch reference's
   // persistent terms on one GPU without a working-weight copy (autocast's copies are counted below).
   MemoryOptions ref = o;
@@ -207,8 +447,6 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
                                             "layers cast theirs again when recomputed"
                                           : "bf16 copies of every Linear weight (torch.autocast's cache), kept for "
                                             "backward"});
-  if (o.compiled && fw.name != "hf")
-    throw UsageError(fmt::format("torch.compile is modelled for the hf profile only, not {}", fw.name));
   // Compiled and checkpointed, the recomputation happens inside Inductor's backward graph, whose
   // working set this profile does not model (measured: reports/h200/frameworks).
   if (o.compiled && o.checkpointing)
@@ -238,15 +476,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   }
   for (const auto& t : outside)
     f.activations.push_back({fmt::format("outside.{}", t.name), "activations", t.bytes, t.dtype + ": " + t.source});
-  for (const auto& c : f.activations) f.activations_total += c.bytes;
-
-  for (const auto& c : f.persistent) {
-    if (c.group == "weights") f.weights += c.bytes;
-    else if (c.group == "gradients") f.gradients += c.bytes;
-    else if (c.name == "optimizer_states") f.optimizer_states += c.bytes;
-    else if (c.name == "optimizer_metadata") f.optimizer_metadata += c.bytes;
-    else f.other_persistent += c.bytes;
-  }
+  sum_groups(f);
   // zero_grad(set_to_none=True): gradients exist from their first accumulation in backward
   // until the next zero_grad; the forward pass runs without them.
   const int64_t resident = f.weights + f.optimizer() + f.other_persistent;
@@ -323,11 +553,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   f.phases.insert(f.phases.end(), extra.begin(), extra.end());
   f.phases.push_back(bwd);
   f.phases.push_back(opt);
-  for (const auto& p : f.phases)
-    if (p.total() > f.peak) {
-      f.peak = p.total();
-      f.peak_phase = p.name;
-    }
+  pick_peak(f);
   return f;
 }
 

@@ -12,9 +12,14 @@
 //             materialised (fp32 softmax output and its bf16 copy)
 //   coat      COAT's own published code (fp8-coat 1.0.11 CoatLlamaForCausalLM on transformers
 //             4.45.2, CoatAdamW with FP8 moments and dynamic range expansion)
-// The framework profiles model one GPU without sharding, BF16 (or COAT's own) training, eager
-// mode; torch.compile changes which tensors are saved (Inductor's partitioner) and is measured
-// (reports/h200/frameworks) but not modelled.
+//   megatron-te  Megatron-LM's GPT model built from TransformerEngine layers (Megatron-Core 0.20,
+//             TransformerEngine 2.20.0.dev0): RMSNorm fused into the QKV and FC1 linears, fused
+//             SwiGLU, cuDNN fused attention, bf16 parameters with fp32 main grads and Megatron's
+//             mixed-precision optimizer; BF16 (recipe bf16) or TE FP8 delayed scaling (recipe te).
+//             DERIVED from the source, not measured (neither is installed on the GPU host).
+// The framework profiles model one GPU without sharding (tensor parallel 1, no sequence
+// parallelism), eager mode; torch.compile is modelled for hf only (measured in
+// reports/h200/frameworks).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,8 +30,11 @@ namespace fp8sim::memory {
 
 struct FrameworkInfo {
   std::string name;
-  std::string recipe;  // the recipe the framework runs ("" = any, the torch reference)
+  std::string recipe;  // the recipe the framework runs by default ("" = any, the torch reference)
   std::string what;
+  std::vector<std::string> other_recipes = {};  // further recipes the profile models
+  // Whether the profile models recipe `r` (the default or one of the others).
+  bool runs(const std::string& r) const;
 };
 const std::vector<FrameworkInfo>& frameworks();
 // The profile named `name`; UsageError listing the names otherwise.
@@ -42,15 +50,16 @@ struct FrameworkTensor {
 };
 
 // What the framework keeps for backward in one decoder layer (checkpointing false) and outside
-// the layers, for micro-batch x seq tokens.
+// the layers, for micro-batch x seq tokens. `recipe` picks the variant of a profile that models
+// more than one ("" = its default recipe).
 std::vector<FrameworkTensor> framework_layer_tensors(const FrameworkInfo& fw, const model::ModelConfig& m,
-                                                     int64_t batch, int64_t seq);
+                                                     int64_t batch, int64_t seq, const std::string& recipe = "");
 std::vector<FrameworkTensor> framework_outside_tensors(const FrameworkInfo& fw, const model::ModelConfig& m,
                                                        int64_t batch, int64_t seq);
 
 // The footprint under a framework profile other than torch (compute_footprint dispatches here).
 // Throws UsageError when the options ask for something the profile does not model (more than one
-// GPU, another recipe).
+// GPU, another recipe, megatron-te on a model that is not RMSNorm + SwiGLU).
 Footprint framework_footprint(const model::ModelConfig& m, const MemoryOptions& o);
 
 }  // namespace fp8sim::memory
