@@ -109,6 +109,7 @@ Json section_speed(Context& ctx) {
     so.seq = o.seq;
     so.gpus = o.gpus;
     so.command_line = o.command_line;
+    so.drop_unmodelled = true;  // a recipe the calibration has no kernels for is named, not fatal
     so.recipes.clear();
     std::vector<std::string> skipped;
     for (const auto& r : o.recipes) {
@@ -134,7 +135,7 @@ Json section_speed(Context& ctx) {
                                       : std::string("not built with CUDA"),
                                   display_path(cal)),
                       "run `fp8sim report` on a GPU machine (it measures the kernels there), or measure a calibration "
-                      "once on a GPU (`scripts/device/speed.sh` writes `reports/h200/calibration.json`) and point "
+                      "once on a GPU (`scripts/device/calibrate.sh` writes `reports/h200/calibration.json`) and point "
                       "`FP8SIM_CALIBRATION` at it; the report then models the step from it.");
         return s.take();
       }
@@ -283,6 +284,10 @@ Json section_speed(Context& ctx) {
       for (const auto& r : skipped) l += (l.empty() ? "" : ", ") + r;
       s.para(fmt::format("Not in the speed replay (it models {}): {}.", join_prose(replayed, "and"), l));
     }
+    if (const Json* left_out = doc.find("skipped_recipes"))
+      for (const Json& r : left_out->as_array())
+        s.para(
+            fmt::format("Left out of the speed replay: {}: {}.", r.at("recipe").as_string(), r.at("why").as_string()));
     ctx.data["speed"] = std::move(doc);
     return s.take();
   });
