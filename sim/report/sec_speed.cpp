@@ -45,6 +45,7 @@ void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& a
   so.recipes.clear();
   so.recipe_batch.clear();
   so.fig4b = false;
+  const char* col = modelled ? "tokens/s/GPU at max batch (modelled)" : "tokens/s/GPU at max batch (measured)";
   std::vector<std::string> no_memory, no_fit;
   for (const speed::PlanRecipe& r : at_batch.recipes) {
     const int64_t b = memory_max_batch(ctx, r.name);
@@ -52,7 +53,7 @@ void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& a
       no_memory.push_back(r.name);
     } else if (b == 0) {
       no_fit.push_back(r.name);
-      ctx.add_summary(r.name, "tokens/s/GPU at max batch", "OOM");
+      ctx.add_summary(r.name, col, "OOM");
     } else {
       so.recipes.push_back(r);
       so.recipe_batch[r.name] = b;
@@ -66,7 +67,6 @@ void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& a
   }
   // On a GPU these shapes are timed too (one more measuring run).
   Json doc = speed::speed_report(so, measure ? &ctx.gpu : nullptr);
-  const char* col = modelled ? "tokens/s/GPU at max batch (modelled)" : "tokens/s/GPU at max batch (measured)";
   std::vector<Row> rows;
   for (const auto& r : doc.at("recipes").as_array()) {
     const std::string name = r.at("recipe").as_string();
