@@ -58,6 +58,7 @@ struct Inputs {
     put("{RECIPE_BADSPEC}", "badspec.json", R"({"rules": [{"role": "weight", "spec": "e9m9:g128"}]})");
     put("{MODEL_BAD}", "model_bad.json", R"({"name": "m", "hidden_size": -4})");
     put("{TEXT}", "text.txt", "this is not a trace\n");
+    put("{NOPLAN}", "noplan.json", R"({"base": "coat", "speed_plan": null})");  // a recipe speed cannot model
     fs::create_directory(dir + "/folder");
     at["{FOLDER}"] = dir + "/folder";
     ::mkfifo((dir + "/fifo").c_str(), 0600);
@@ -349,8 +350,8 @@ std::vector<Case> bad_word_cases() {
       {{"report", "--no-plots", "--out", "{D}/r", "--recipes", "bf16,,coat"}, 2},
       {{"analyze", "{T}", "--recipe", "nope"}, 2, "unknown recipe"},
       {{"memory", "--model", "llama2-7b", "--recipe", "mxfp8"}, 2, "no memory model"},
-      {{"speed", "--recipes", "fp8lm"}, 2, "no speed plan"},
-      {{"speed", "--batch", "mxfp8=2"}, 2, "no speed plan"},
+      {{"speed", "--recipes", "{NOPLAN}"}, 2, "no speed plan"},
+      {{"speed", "--batch", "{NOPLAN}=2"}, 2, "no speed plan"},
       {{"recipes", "nope"}, 2, "unknown recipe"},
       {{"optim", "{T}", "--recipe", "nope"}, 2},
       {{"optim", "{T}", "--recipe", "m=e4m3:g128"}, 2},

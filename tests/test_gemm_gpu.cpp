@@ -29,7 +29,7 @@ namespace {
 struct Mode {
   const char* name;
   Format xf, wf;
-  int scaling;  // 0 bf16, 1 tensor, 2 row, 3 block
+  int scaling;  // 0 bf16, 1 tensor, 2 row, 3 block (1x128 x 128x128), 4 block (1x128 x 1x128)
   bool fast;
 };
 
@@ -38,6 +38,7 @@ const Mode kModes[] = {{"bf16", Format::BF16, Format::BF16, 0, false},
                        {"e4m3 tensor fast", Format::E4M3, Format::E4M3, 1, true},
                        {"e4m3 row split", Format::E4M3, Format::E4M3, 2, false},
                        {"e4m3 block", Format::E4M3, Format::E4M3, 3, false},
+                       {"e4m3 1x128 x 1x128", Format::E4M3, Format::E4M3, 4, false},
                        {"e5m2 x e4m3 tensor split", Format::E5M2, Format::E4M3, 1, false}};
 
 struct Result {
@@ -69,7 +70,7 @@ Result run_mode(gpu::Backend& gpu, const Mode& md, const std::vector<float>& x, 
   } else {
     const std::string xs(format_name(md.xf)), ws(format_name(md.wf));
     const char* xg = md.scaling == 1 ? ":tensor" : (md.scaling == 2 ? ":row" : ":g128");
-    const char* wg = md.scaling == 1 ? ":tensor" : (md.scaling == 2 ? ":row" : ":b128x128");
+    const char* wg = md.scaling == 1 ? ":tensor" : (md.scaling == 2 ? ":row" : md.scaling == 3 ? ":b128x128" : ":g128");
     const std::vector<int64_t> xshape = {M, K}, wshape = {N, K};
     const QuantizedTensor qx = quantize(x.data(), xshape, QuantSpec::parse(xs + xg));
     const QuantizedTensor qw = quantize(w.data(), wshape, QuantSpec::parse(ws + wg));
@@ -93,7 +94,7 @@ Result run_mode(gpu::Backend& gpu, const Mode& md, const std::vector<float>& x, 
   num.y_format = Format::FP32;
   num.fp8 = md.scaling != 0;
   num.fast_accum = md.fast;
-  num.block_scaled = md.scaling == 3;
+  num.block_scaled = md.scaling >= 3;
   res.check = gemm::check_gemm(out.y.data(), yref.data(), sabs.data(), M, N, gemm::gemm_tolerance(K, num));
   return res;
 }
@@ -199,7 +200,7 @@ void make_problem(Problem& p, const Mode& md, const std::vector<float>& x, const
   p.cfg.y_format = Format::FP32;
   p.cfg.fast_accum = md.fast;
   const gpu::GemmScaling scalings[] = {gpu::GemmScaling::None, gpu::GemmScaling::Tensor, gpu::GemmScaling::Row,
-                                       gpu::GemmScaling::Block};
+                                       gpu::GemmScaling::Block, gpu::GemmScaling::Block1D};
   p.cfg.scaling = scalings[md.scaling];
   std::vector<float> xd(x.size()), wd(w.size());
   if (md.scaling == 0) {
@@ -211,7 +212,7 @@ void make_problem(Problem& p, const Mode& md, const std::vector<float>& x, const
   } else {
     const std::string xs(format_name(md.xf)), ws(format_name(md.wf));
     const char* xg = md.scaling == 1 ? ":tensor" : (md.scaling == 2 ? ":row" : ":g128");
-    const char* wg = md.scaling == 1 ? ":tensor" : (md.scaling == 2 ? ":row" : ":b128x128");
+    const char* wg = md.scaling == 1 ? ":tensor" : (md.scaling == 2 ? ":row" : md.scaling == 3 ? ":b128x128" : ":g128");
     const std::vector<int64_t> xshape = {M, K}, wshape = {N, K};
     const QuantizedTensor qx = quantize(x.data(), xshape, QuantSpec::parse(xs + xg));
     const QuantizedTensor qw = quantize(w.data(), wshape, QuantSpec::parse(ws + wg));
@@ -225,6 +226,10 @@ void make_problem(Problem& p, const Mode& md, const std::vector<float>& x, const
       const int64_t kb = (K + 127) / 128, nb = (N + 127) / 128;
       xsc = gpu::vec128_scales_for_cublas(xsc.data(), M, kb);
       wsc = gpu::blk128_scales_for_cublas(wsc.data(), nb, kb);
+    } else if (md.scaling == 4) {
+      const int64_t kb = (K + 127) / 128;
+      xsc = gpu::vec128_scales_for_cublas(xsc.data(), M, kb);
+      wsc = gpu::vec128_scales_for_cublas(wsc.data(), N, kb);
     }
     p.xs.upload(xsc);
     p.ws.upload(wsc);
@@ -239,7 +244,7 @@ void make_problem(Problem& p, const Mode& md, const std::vector<float>& x, const
   num.y_format = Format::FP32;
   num.fp8 = md.scaling != 0;
   num.fast_accum = md.fast;
-  num.block_scaled = md.scaling == 3;
+  num.block_scaled = md.scaling >= 3;
   p.tol = gemm::gemm_tolerance(K, num);
   p.y.allocate(static_cast<size_t>(M * N));
   p.args = gpu::GemmArgs{};
@@ -266,7 +271,7 @@ std::string describe(const gpu::GemmCandidate& c) {
 
 // Every candidate CublasLt::enumerate lists (the heuristic's and every configuration the search
 // enumerates, with no limit or time budget) on two of SearchedAlgorithmsAreCorrect's shapes, for
-// tensor, row and block scaling, against the CPU reference. The heuristic's first that runs is the
+// tensor, row and both block scalings, against the CPU reference. The heuristic's first that runs is the
 // validation's reference: it must be right. Every candidate the search may time must be right, and
 // the validation must accept it (agreement with the reference); every candidate the search
 // excludes that is wrong must be one the validation rejects, so that removing the exclusion could
@@ -275,7 +280,8 @@ TEST(GemmGpu, EveryEnumeratedCandidateMatchesTheCpuReference) {
   FP8SIM_SKIP_WITHOUT_GPU();
   gpu::CublasLt lt;
   const std::vector<std::array<int64_t, 3>> shapes = {{384, 768, 1024}, {512, 1024, 4096}};
-  const Mode modes[] = {kModes[1], kModes[2], kModes[3], kModes[4]};  // tensor split, fast; row; block
+  // tensor split, fast; row; block 1x128 x 128x128; block 1x128 x 1x128
+  const Mode modes[] = {kModes[1], kModes[2], kModes[3], kModes[4], kModes[5]};
   for (const auto& [M, N, K] : shapes) {
     const auto x = data(static_cast<size_t>(M * K), 1 + M), w = data(static_cast<size_t>(N * K), 2 + N);
     for (const auto& md : modes) {

@@ -14,6 +14,7 @@
 #include "gpu/common/buffer.hpp"
 #include "gpu/optim/adamw.hpp"
 #include "gpu/optim/adamw_launch.hpp"
+#include "sim/common/check.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/optim/adamw.hpp"
 #include "sim/optim/lowp_adamw.hpp"
@@ -130,6 +131,72 @@ TEST(AdamwGpu, EveryRecipeThreePhase) {
   for (const char* rcp :
        {"coat", "coat-noexpand", "te-fp8", "fp8lm", "bf16", "m=e5m2:g128:de=coat,v=e4m3:g64:de=robust"})
     for (auto n : kSizes) run_case({rcp, optim::UpdateRule::Coat, false}, n, 2);
+}
+
+// The fused BF16-moment step (DeepSeek-V3's optimizer in the speed replay) against the CPU's
+// three phases with the bf16 recipe, over consecutive steps, both update rules; `offset` elements
+// into the buffers so that the kernel's element-wise path (unaligned pointers) runs too.
+void run_bf16_moments(int64_t n, optim::UpdateRule rule, int64_t offset) {
+  const optim::StateRecipe r = optim::StateRecipe::parse("bf16");
+  std::vector<float> p = test::lognormal_data(static_cast<size_t>(n), 1, 3.0);
+  for (auto& x : p) x *= 0.02f;
+  std::vector<float> m0 = test::lognormal_data(static_cast<size_t>(n), 2, 4.0);
+  std::vector<float> v0 = test::lognormal_data(static_cast<size_t>(n), 3, 4.0, false);
+  for (auto& x : m0) x *= 1e-4f;
+  for (auto& x : v0) x = std::fabs(x) * 1e-8f;
+  optim::AdamwHyper h;
+  h.lr = 3e-4;
+  h.weight_decay = 0.1;
+  const int64_t t0 = 41;
+  optim::ParamOptimState sc = optim::make_param_state(r, m0.data(), v0.data(), n, 3, t0);
+  ASSERT_EQ(sc.m.q.codes.size(), static_cast<size_t>(2 * n));
+  std::vector<float> pc = p;
+  // Device copies at `offset` elements into each buffer.
+  auto upload16 = [&](const std::vector<uint8_t>& bytes) {
+    std::vector<uint16_t> h16(static_cast<size_t>(n + offset), 0);
+    std::memcpy(h16.data() + offset, bytes.data(), bytes.size());
+    return gpu::to_device(h16);
+  };
+  std::vector<float> ph(static_cast<size_t>(n + offset), 0.0f);
+  std::copy(p.begin(), p.end(), ph.begin() + offset);
+  gpu::DeviceBuffer<float> dp = gpu::to_device(ph);
+  gpu::DeviceBuffer<uint16_t> dm = upload16(sc.m.q.codes), dv = upload16(sc.v.q.codes);
+  optim::LowpScratch scratch;
+  for (int s = 1; s <= 3; ++s) {
+    const std::vector<float> g = test::lognormal_data(static_cast<size_t>(n), 100 + s, 3.0);
+    std::vector<float> gh(static_cast<size_t>(n + offset), 0.0f);
+    std::copy(g.begin(), g.end(), gh.begin() + offset);
+    const gpu::DeviceBuffer<float> dg = gpu::to_device(gh);
+    const uint64_t step = static_cast<uint64_t>(t0 + s);
+    const optim::AdamwStepConsts c = optim::make_step_consts(h, static_cast<int64_t>(step), rule);
+    optim::lowp_adamw_step(pc.data(), g.data(), sc, c, 3, step, scratch);
+    gpu::adamw_bf16_moments_cuda(dp.get() + offset, dg.get() + offset, dm.get() + offset, dv.get() + offset,
+                                 static_cast<size_t>(n), c, r, nullptr);
+    const std::vector<float> pg = dp.download();
+    const std::vector<uint16_t> mg = dm.download(), vg = dv.download();
+    const std::string ctx = "n=" + std::to_string(n) + " offset " + std::to_string(offset) + " rule " +
+                            std::string(optim::update_rule_name(rule)) + " step " + std::to_string(s);
+    EXPECT_EQ(count_diff(pc, std::vector<float>(pg.begin() + offset, pg.end())), 0) << ctx << " parameters";
+    std::vector<uint8_t> mb(static_cast<size_t>(2 * n)), vb(static_cast<size_t>(2 * n));
+    std::memcpy(mb.data(), mg.data() + offset, mb.size());
+    std::memcpy(vb.data(), vg.data() + offset, vb.size());
+    EXPECT_EQ(count_diff(sc.m.q.codes, mb), 0) << ctx << " m";
+    EXPECT_EQ(count_diff(sc.v.q.codes, vb), 0) << ctx << " v";
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
+TEST(AdamwGpu, Bf16MomentsFusedKernelEqualsTheThreePhases) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  for (auto n : kSizes)
+    for (auto rule : {optim::UpdateRule::Torch, optim::UpdateRule::Coat}) run_bf16_moments(n, rule, 0);
+  run_bf16_moments(4096 + 100, optim::UpdateRule::Torch, 1);
+  // Another recipe is refused, not run.
+  gpu::DeviceBuffer<float> d(16);
+  gpu::DeviceBuffer<uint16_t> h(16);
+  EXPECT_THROW(gpu::adamw_bf16_moments_cuda(d.get(), d.get(), h.get(), h.get(), 16, optim::AdamwStepConsts{},
+                                            optim::StateRecipe::parse("fp8lm"), nullptr),
+               UsageError);
 }
 
 TEST(AdamwGpu, Llama2MlpWeightSize) {

@@ -105,8 +105,8 @@ TEST(RecipeFiles, MalformedFilesFailWithOneLineNamingTheFileAndField) {
   expect_bad(R"({"base": "coat", "colour": "red"})", {"\"colour\"", "#rrggbb"});
   expect_bad(R"({"base": "coat", "order": 1.5})", {"\"order\"", "integer"});
   expect_bad(R"({"base": "coat", "default_in_report": "yes"})", {"\"default_in_report\"", "true or false"});
-  expect_bad(R"({"base": "coat", "speed_plan": "fp8lm"})",
-             {"\"speed_plan\"", "unknown plan 'fp8lm'", "bf16, te, coat"});
+  expect_bad(R"({"base": "coat", "speed_plan": "nvfp4"})",
+             {"\"speed_plan\"", "unknown plan 'nvfp4'", "bf16, te, coat, fp8lm, deepseek, mxfp8"});
   expect_bad(R"({"base": "coat", "optimizer_state": "fp4"})", {"\"optimizer_state\"", "fp4"});
   expect_bad(R"({"base": "coat", "optimizer_state": "m=e4m3:tensor:delayed=16,v=fp32"})",
              {"\"optimizer_state\"", "delayed"});

@@ -388,7 +388,7 @@ namespace {
 
 // A calibration with one measurement for every kernel the report's configuration runs, timed by
 // a simple roofline (launch + bytes at 3 TB/s + flops at 800 TFLOP/s): the numbers are made up,
-// the file is what scripts/device/speed.sh writes on a GPU.
+// the file is what fp8sim calibrate (scripts/device/calibrate.sh) writes on a GPU.
 fs::path synthetic_calibration(int64_t batch, int64_t seq, int64_t gpus) {
   namespace sp = fp8sim::speed;
   const sp::ModelShape m = sp::load_model_shape("llama2-7b");
@@ -436,8 +436,12 @@ fs::path synthetic_calibration(int64_t batch, int64_t seq, int64_t gpus) {
 TEST(ReportCli, SpeedSectionIsModelledFromACalibrationWithoutAGpu) {
   const fs::path cal = synthetic_calibration(2, 2048, 4);
   const fs::path out = fs::path(fp8sim::test::temp_dir()) / "r";
+  // A recipe of one's own that names no speed plan.
+  const fs::path noplan = fs::path(fp8sim::test::temp_dir()) / "noplan.json";
+  fp8sim::write_file_atomic(noplan, R"({"base": "coat", "speed_plan": null})");
   const auto res = fp8sim::test::run_shell("FP8SIM_CALIBRATION=" + quote(cal.string()) + " " + quote(FP8SIM_BINARY) +
-                                           " report --no-plots --recipes bf16,coat,fp8lm --out " + quote(out.string()));
+                                           " report --no-plots --recipes bf16,coat," + quote(noplan.string()) +
+                                           " --out " + quote(out.string()));
   ASSERT_EQ(res.exit_code, 0) << res.err;
   const Json doc = Json::parse(slurp(out / "report.json"));
   const Json* speed = nullptr;
@@ -448,8 +452,10 @@ TEST(ReportCli, SpeedSectionIsModelledFromACalibrationWithoutAGpu) {
       << (speed->contains("reason") ? speed->at("reason").as_string() : "");
   const std::string md = slurp(out / "report.md");
   EXPECT_NE(md.find("MODELLED, not measured on this machine"), std::string::npos);
-  // fp8lm has no speed model: the section says so instead of dropping it silently.
-  EXPECT_NE(md.find("Not in the speed replay (it models bf16, te and coat): fp8lm."), std::string::npos) << md;
+  // noplan has no speed model: the section says so instead of dropping it silently.
+  EXPECT_NE(md.find("Not in the speed replay (it models bf16, te, coat, fp8lm, deepseek and mxfp8): noplan."),
+            std::string::npos)
+      << md;
   const Json& recs = doc.at("data").at("speed").at("recipes");
   ASSERT_EQ(recs.size(), 2u);
   for (const auto& r : recs.as_array()) {

@@ -3,6 +3,7 @@
 // poisoned outputs. Exact kernels (casts, group quantization, adds, transposes, RoPE with a shared
 // table, reductions, embedding) must match bit for bit; kernels with exp / rsqrt / row sums
 // compare within the bounds derived beside each check. Skips without a GPU.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,8 @@
 #include "gpu/common/device.hpp"
 #include "gpu/speed/kernels.hpp"
 #include "sim/formats/fp8.hpp"
+#include "sim/quant/quantize.hpp"
+#include "sim/quant/scale.hpp"
 #include "sim/speed/group16.hpp"
 #include "sim/speed/nonlinear_ref.hpp"
 
@@ -484,6 +487,155 @@ TEST(SpeedKernels, CrossEntropyAndEmbedding) {
     }
   expect_equal(out.download(), out_ref, "embedding forward");
   expect_equal(dtable.download(), dt_ref, "embedding backward");
+}
+
+// ------------------------------------------------------------------------- block quantize
+// The CPU reference is sim/quant itself: the row-wise copy is x quantized with the preset, the
+// column-wise copy x^T quantized with it (transposed back for MXFP8's in-place layout).
+std::vector<uint16_t> transpose16(const std::vector<uint16_t>& x, int64_t rows, int64_t cols) {
+  std::vector<uint16_t> t(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+  return t;
+}
+template <class T>
+std::vector<T> transpose_any(const std::vector<T>& x, int64_t rows, int64_t cols) {
+  std::vector<T> t(x.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) t[c * rows + r] = x[r * cols + c];
+  return t;
+}
+
+// Inputs with every kind of group: normal values of several magnitudes by row, an all-zero block
+// (amax below amax_floor), a tiny one, a row of large values.
+std::vector<uint16_t> block_inputs(int64_t rows, int64_t cols) {
+  std::vector<uint16_t> x = random_bf16(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      float v = bf16f(x[r * cols + c]) * std::exp2(static_cast<float>(r % 13) - 6.0f);
+      if (r < 32 && c < 32) v = 0.0f;
+      if (r >= 32 && r < 64 && c < 32) v *= 1e-30f;
+      if (r == rows - 1) v *= 3e4f;
+      x[r * cols + c] = to_bf16(v);
+    }
+  return x;
+}
+
+std::vector<float> e8m0_to_float(const std::vector<uint8_t>& s) {
+  std::vector<float> f(s.size());
+  for (size_t i = 0; i < s.size(); ++i) f[i] = decode_e8m0(s[i]);
+  return f;
+}
+std::vector<uint32_t> float_bits(const std::vector<float>& f) {
+  std::vector<uint32_t> b(f.size());
+  for (size_t i = 0; i < f.size(); ++i) std::memcpy(&b[i], &f[i], 4);
+  return b;
+}
+
+struct BlockCase {
+  const char* preset;
+  int group;
+  bool block2d, transposed;
+  int64_t rows, cols;
+};
+
+TEST(SpeedKernels, BlockQuantizeEqualsSimQuantForDeepSeekAndMxfp8) {
+  SKIP_WITHOUT_GPU();
+  const BlockCase cases[] = {
+      {"deepseek-act", 128, false, true, 256, 384}, {"deepseek-act", 128, false, true, 384, 1024},
+      {"deepseek-w", 128, true, true, 256, 384},    {"deepseek-w", 128, true, true, 128, 1152},
+      {"mxfp8", 32, false, false, 96, 160},  // partial tiles both ways
+      {"mxfp8", 32, false, false, 256, 4096},
+  };
+  for (const BlockCase& c : cases) {
+    const std::string ctx = fmt::format("{} {}x{}", c.preset, c.rows, c.cols);
+    const QuantSpec spec = QuantSpec::parse(c.preset);
+    const std::vector<uint16_t> x = block_inputs(c.rows, c.cols);
+    const std::vector<int64_t> shape{c.rows, c.cols}, tshape{c.cols, c.rows};
+    const QuantizedTensor row = quantize(x.data(), shape, spec);
+    const QuantizedTensor col = quantize(transpose16(x, c.rows, c.cols).data(), tshape, spec);
+
+    BlockQuantizeParams bp;
+    bp.rows = c.rows;
+    bp.cols = c.cols;
+    bp.group = c.group;
+    bp.block2d = c.block2d;
+    bp.col_transposed = c.transposed;
+    bp.e8m0 = spec.scale == ScaleMode::E8M0;
+    bp.saturate = spec.saturation == Saturation::Finite;
+    bp.sc = scale_consts(spec);
+    ASSERT_TRUE(block_quantize_supported(bp)) << ctx;
+    const size_t n = static_cast<size_t>(c.rows * c.cols), ns = row.scales.size();
+    ASSERT_EQ(col.scales.size(), ns) << ctx;
+    const size_t sbytes = bp.e8m0 ? 1 : 4;
+    auto dx = to_device(x);
+    auto qr = poisoned<uint8_t>(n), qc = poisoned<uint8_t>(n);
+    auto sr = poisoned<uint8_t>(ns * sbytes), sc = poisoned<uint8_t>(ns * sbytes);
+    ASSERT_TRUE(block_quantize(dx.get(), bp, qr.get(), sr.get(), qc.get(), sc.get(), nullptr)) << ctx;
+    sync();
+    expect_equal(qr.download(), row.codes, (ctx + " row-wise codes").c_str());
+    // The column-wise copy: transposed as it is (DeepSeek), or back in x's layout (MXFP8).
+    const std::vector<uint8_t> want_qc = c.transposed ? col.codes : transpose_any(col.codes, c.cols, c.rows);
+    expect_equal(qc.download(), want_qc, (ctx + " column-wise codes").c_str());
+    auto scales_of = [&](const DeviceBuffer<uint8_t>& b) {
+      const std::vector<uint8_t> raw = b.download();
+      if (bp.e8m0) return e8m0_to_float(raw);
+      std::vector<float> f(ns);
+      std::memcpy(f.data(), raw.data(), ns * 4);
+      return f;
+    };
+    expect_equal(float_bits(scales_of(sr)), float_bits(row.scales), (ctx + " row-wise scales").c_str());
+    // MXFP8's column scales in x's layout: (rows / 32, cols) from x^T's (cols, rows / 32).
+    const std::vector<float> want_sc = c.transposed ? col.scales : transpose_any(col.scales, c.cols, c.rows / c.group);
+    expect_equal(float_bits(scales_of(sc)), float_bits(want_sc), (ctx + " column-wise scales").c_str());
+  }
+  // Shapes outside the kernel are refused, launching nothing.
+  BlockQuantizeParams bad;
+  bad.rows = 100;
+  bad.cols = 128;
+  EXPECT_FALSE(block_quantize_supported(bad));
+  bad.rows = 128;
+  bad.group = 32;
+  bad.col_transposed = true;
+  EXPECT_FALSE(block_quantize_supported(bad));
+}
+
+TEST(SpeedKernels, DequantizeMxEqualsSimQuantRoundedToBf16) {
+  SKIP_WITHOUT_GPU();
+  const QuantSpec spec = QuantSpec::parse("mxfp8");
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{96, 160}, {256, 4096}}) {
+    const std::vector<uint16_t> x = block_inputs(rows, cols);
+    const std::vector<int64_t> shape{rows, cols}, tshape{cols, rows};
+    for (bool columnwise : {false, true}) {
+      const std::string ctx = fmt::format("{}x{} {}", rows, cols, columnwise ? "column-wise" : "row-wise");
+      // The MX tensor (codes in x's layout, E8M0 scale bytes) and what sim/quant dequantizes it to.
+      const QuantizedTensor q =
+          columnwise ? quantize(transpose16(x, rows, cols).data(), tshape, spec) : quantize(x.data(), shape, spec);
+      std::vector<float> deq = dequantize(q);
+      std::vector<uint8_t> codes = q.codes;
+      std::vector<float> sf = q.scales;
+      if (columnwise) {
+        deq = transpose_any(deq, cols, rows);
+        codes = transpose_any(codes, cols, rows);
+        sf = transpose_any(sf, cols, rows / 32);
+      }
+      std::vector<uint8_t> sb(sf.size());
+      for (size_t i = 0; i < sf.size(); ++i) {
+        uint32_t b;
+        std::memcpy(&b, &sf[i], 4);
+        sb[i] = static_cast<uint8_t>(b >= 0x00800000u ? b >> 23 : 0u);
+        ASSERT_EQ(decode_e8m0(sb[i]), sf[i]) << ctx << " scale " << i;
+      }
+      std::vector<uint16_t> want(deq.size());
+      for (size_t i = 0; i < deq.size(); ++i) want[i] = f32_to_bf16_rne(deq[i]);
+      auto dq = to_device(codes);
+      auto ds = to_device(sb);
+      auto y = poisoned<uint16_t>(deq.size());
+      ASSERT_TRUE(dequantize_mx(dq.get(), ds.get(), rows, cols, columnwise, y.get(), nullptr)) << ctx;
+      sync();
+      expect_equal(y.download(), want, ctx.c_str());
+    }
+  }
 }
 
 }  // namespace

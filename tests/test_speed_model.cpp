@@ -10,6 +10,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <vector>
 
 #include "sim/common/build_info.hpp"
 #include "sim/common/check.hpp"
@@ -222,8 +223,155 @@ TEST(SpeedPlan, OptimizerIsShardedOverGpus) {
         if (op.kind == Kind::Optimizer) {
           const double per_gpu = std::ceil(static_cast<double>(m.params) / gpus);
           EXPECT_DOUBLE_EQ(op.count * op.dims[0], per_gpu);
-          EXPECT_EQ(op.variant, r == Plan::COAT ? "adamw_fp8_de" : "adamw_fp32");
+          const std::map<Plan, std::string> own{
+              {Plan::COAT, "adamw_fp8_de"}, {Plan::FP8LM, "adamw_fp8lm"}, {Plan::DEEPSEEK, "adamw_bf16m"}};
+          EXPECT_EQ(op.variant, own.count(r) ? own.at(r) : "adamw_fp32") << plan_name(r);
         }
+}
+
+// FP8-LM, DeepSeek-V3 and MXFP8: the kernels each adds to a layer and a step, their variants, shapes
+// and bytes, counted here from the recipes' descriptions (docs/speed-model.md).
+TEST(SpeedPlan, Fp8lmDeepseekAndMxfp8RunTheirRecipesKernels) {
+  const ModelShape m = llama7b();
+  const double T = 2 * 2048, H = 4096, F = 11008;
+  auto count = [](const std::vector<KernelOp>& plan, auto&& pred) {
+    int n = 0;
+    for (const KernelOp& op : plan) n += pred(op) ? 1 : 0;
+    return n;
+  };
+  auto layer = [](const KernelOp& op) { return op.per_layer && op.phase != Phase::Step; };
+  auto step = [](const KernelOp& op) { return op.phase == Phase::Step && op.kind != Kind::Optimizer; };
+  auto optimizer = [](const std::vector<KernelOp>& plan) {
+    for (const KernelOp& op : plan)
+      if (op.kind == Kind::Optimizer) return op;
+    return KernelOp{};
+  };
+  const int64_t probe = PlanOptions{}.optimizer_probe_params;
+
+  // FP8-LM: TE's layer exactly, plus per weight and step an amax and a cast of the weight and of its
+  // gradient; AdamW with E4M3 m and FP16 v (18 bytes a parameter: fp32 p read and written, g, m, v).
+  const auto te = build_plan(m, Plan::TE, po(2, 2048)), lm = build_plan(m, Plan::FP8LM, po(2, 2048));
+  std::multiset<std::string> te_layer, lm_layer;
+  for (const KernelOp& op : te)
+    if (layer(op)) te_layer.insert(op.key());
+  for (const KernelOp& op : lm)
+    if (layer(op)) lm_layer.insert(op.key());
+  EXPECT_EQ(lm_layer, te_layer);
+  EXPECT_EQ(count(lm, [&](const KernelOp& op) { return step(op) && op.kind == Kind::Amax; }), 14);
+  EXPECT_EQ(count(lm, [&](const KernelOp& op) { return step(op) && op.variant == "bf16>e4m3+e4m3T"; }), 7);
+  EXPECT_EQ(count(lm, [&](const KernelOp& op) { return step(op) && op.variant == "bf16>e4m3"; }), 7);
+  EXPECT_EQ(optimizer(lm).variant, "adamw_fp8lm");
+  EXPECT_DOUBLE_EQ(optimizer(lm).bytes, 18.0 * probe);
+  EXPECT_FALSE(optimizer(lm).deviation.empty());
+
+  // DeepSeek-V3: 4 Linear inputs and 7 output gradients a layer quantized 1x128 with the transposed
+  // copy; 14 GEMMs 1x128 x 128x128 (fprop, dgrad), 7 wgrads 1x128 x 1x128 with K = tokens; the 7
+  // weights in 128x128 blocks once per step; AdamW with BF16 moments (20 bytes a parameter).
+  const auto ds = build_plan(m, Plan::DEEPSEEK, po(2, 2048));
+  EXPECT_EQ(count(ds, [&](const KernelOp& op) { return layer(op) && op.variant == "bf16>e4m3g128+e4m3g128T"; }), 11);
+  EXPECT_EQ(count(ds, [&](const KernelOp& op) { return layer(op) && op.kind == Kind::CastTranspose; }), 0);
+  EXPECT_EQ(count(ds,
+                  [&](const KernelOp& op) {
+                    return layer(op) && op.kind == Kind::Gemm && op.variant == "e4m3g128*e4m3b128>bf16,mk.nk";
+                  }),
+            14);
+  EXPECT_EQ(count(ds,
+                  [&](const KernelOp& op) {
+                    return layer(op) && op.kind == Kind::Gemm && op.variant == "e4m3g128*e4m3g128>bf16,mk.nk" &&
+                           op.name.ends_with(".wgrad") && op.dims[2] == T;
+                  }),
+            7);
+  EXPECT_EQ(count(ds, [&](const KernelOp& op) { return step(op) && op.variant == "bf16>e4m3b128+e4m3b128T"; }), 7);
+  EXPECT_EQ(optimizer(ds).variant, "adamw_bf16m");
+  EXPECT_DOUBLE_EQ(optimizer(ds).bytes, 20.0 * probe);
+  for (const KernelOp& op : ds) {
+    if (op.name == "mlp_norm.out.quant") {
+      EXPECT_DOUBLE_EQ(op.bytes, T * H * (2 + 1 + 1 + 4.0 / 128 + 4.0 / 128));
+    }
+    if (op.name == "down_proj.wgrad") {  // dW (H, F) = dY^T (H, T) x X^T (F, T)
+      EXPECT_EQ(op.dims, (std::vector<int64_t>{4096, 11008, 4096}));
+      EXPECT_DOUBLE_EQ(op.bytes, H * T * (1 + 4.0 / 128) + F * T * (1 + 4.0 / 128) + H * F * 2);
+    }
+  }
+
+  // MXFP8 on Hopper: the same 11 quantizations (1x32 and 32x1 blocks, E8M0), each Linear input's
+  // row-wise copy dequantized for fprop (4) and column-wise for the wgrad (4), each gradient both
+  // ways (14); BF16's GEMMs exactly; per step each weight quantized and dequantized both ways;
+  // fp32 AdamW.
+  const auto mx = build_plan(m, Plan::MXFP8, po(2, 2048)), bf = build_plan(m, Plan::BF16, po(2, 2048));
+  EXPECT_EQ(count(mx, [&](const KernelOp& op) { return layer(op) && op.variant == "bf16>e4m3mx+e4m3mxC"; }), 11);
+  EXPECT_EQ(count(mx, [&](const KernelOp& op) { return layer(op) && op.variant == "e4m3mx>bf16"; }), 4 + 7);
+  EXPECT_EQ(count(mx, [&](const KernelOp& op) { return layer(op) && op.variant == "e4m3mxC>bf16"; }), 4 + 7);
+  std::multiset<std::string> mx_gemms, bf_gemms;
+  for (const KernelOp& op : mx)
+    if (op.kind == Kind::Gemm) mx_gemms.insert(op.key());
+  for (const KernelOp& op : bf)
+    if (op.kind == Kind::Gemm) bf_gemms.insert(op.key());
+  EXPECT_EQ(mx_gemms, bf_gemms);
+  EXPECT_EQ(count(mx, [&](const KernelOp& op) { return step(op) && op.kind == Kind::BlockQuantize; }), 7);
+  EXPECT_EQ(count(mx, [&](const KernelOp& op) { return step(op) && op.kind == Kind::Dequantize; }), 14);
+  EXPECT_EQ(optimizer(mx).variant, "adamw_fp32");
+  for (const KernelOp& op : mx)
+    if (op.kind == Kind::Dequantize) {
+      EXPECT_FALSE(op.deviation.empty()) << op.name;
+      EXPECT_DOUBLE_EQ(op.bytes, static_cast<double>(op.dims[0]) * op.dims[1] * (1 + 1.0 / 32 + 2)) << op.name;
+    }
+
+  // Widths and tokens their blocks need.
+  EXPECT_THROW(build_plan(m, Plan::DEEPSEEK, po(1, 2064)), UsageError);  // 2064 tokens: 16 x 129
+  EXPECT_THROW(build_plan(m, Plan::MXFP8, po(1, 2064)), UsageError);
+  EXPECT_NO_THROW(build_plan(m, Plan::MXFP8, po(1, 2080)));  // 65 x 32
+  ModelShape odd = llama7b();
+  odd.ffn = 11008 + 16;
+  for (Plan p : {Plan::DEEPSEEK, Plan::MXFP8}) {
+    try {
+      build_plan(odd, p, po(1, 2048));
+      ADD_FAILURE() << plan_name(p) << " accepted intermediate_size " << odd.ffn;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("intermediate_size"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(SpeedModel, NewPlansAreFittedFromTheirOwnKernelsOnly) {
+  const ModelShape m = llama7b();
+  for (Plan r : {Plan::FP8LM, Plan::DEEPSEEK, Plan::MXFP8}) {
+    Calibration c;
+    add_plan(c, build_plan(m, r, po(2, 2048)));
+    // Batch 4, never measured: each kernel fitted from its own kind and variant (GEMMs at the same
+    // TFLOP/s), and the step is still the count-weighted sum.
+    const auto plan4 = build_plan(m, r, po(4, 2048));
+    double step = 0;
+    for (const KernelOp& op : plan4) {
+      const Prediction p = c.predict(op);
+      step += op.count * p.ms;
+      if (op.phase == Phase::Step) continue;  // weights and the optimizer probe: the same shapes at any batch
+      ASSERT_NE(p.from, nullptr) << op.key();
+      EXPECT_FALSE(p.measured) << op.key();
+      EXPECT_EQ(p.from->variant, op.variant) << op.key();
+      if (op.kind == Kind::Gemm) {
+        EXPECT_NEAR(p.ms / synthetic_ms(op), 1.0, 1e-9) << op.key();
+      }
+    }
+    SpeedOptions so;
+    const Json j = evaluate_recipe(m, {plan_name(r), r}, po(4, 2048), c, so, false);
+    EXPECT_NEAR(j.at("step_ms").as_number(), step, 1e-9 * step) << plan_name(r);
+    EXPECT_GT(j.at("breakdown_ms").at("quantize").as_number(), 0) << plan_name(r);
+  }
+  // A block-scaled GEMM is never fitted from a per-tensor one: with TE's kernels only, DeepSeek's
+  // first block-scaled GEMM has no data.
+  Calibration te;
+  add_plan(te, build_plan(m, Plan::TE, po(2, 2048)));
+  for (const KernelOp& op : build_plan(m, Plan::DEEPSEEK, po(2, 2048)))
+    if (op.kind == Kind::Gemm && op.variant.find("g128") != std::string::npos) {
+      try {
+        te.predict(op);
+        ADD_FAILURE() << op.key() << " was fitted from TE's per-tensor GEMMs";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("fp8sim calibrate"), std::string::npos) << e.what();
+      }
+      break;
+    }
 }
 
 TEST(SpeedPlan, KeysNameKernelVariantAndShape) {
@@ -256,8 +404,9 @@ TEST(SpeedPlan, RejectsBadShapesWithOneLineErrors) {
   EXPECT_THROW(build_plan(m, Plan::BF16, po(1, 2048)), Error);
   EXPECT_THROW(build_plan(llama7b(), Plan::BF16, po(1, 1000)), Error);  // 1000 tokens: not a multiple of 16
   EXPECT_THROW(build_plan(llama7b(), Plan::BF16, po(0, 2048)), Error);
-  EXPECT_FALSE(find_plan("fp8lm").has_value());
+  EXPECT_FALSE(find_plan("nvfp4").has_value());
   EXPECT_EQ(find_plan("coat"), Plan::COAT);
+  for (Plan p : all_plans()) EXPECT_EQ(find_plan(plan_name(p)), p);
 }
 
 TEST(SpeedPlan, ByteTransposeSelectors) {
@@ -436,7 +585,7 @@ TEST(SpeedVersions, CalibrationSetCoversEveryPlanAtEveryShape) {
   for (const Fig4bPaperRow& r : fig4b_paper()) EXPECT_TRUE(keys.count(fig4b_ops(r.rows, r.cols).jit_amax.key()));
   // The documented set: every model of models/ at 1, 2, 4, 8 x 2048, and Table 7's 13B row at 1 x 1024.
   const std::vector<CalibrationShape> set = default_calibration_shapes();
-  for (const std::string& m : {"llama2-7b", "llama2-13b", "llama-30b", "llama3-8b"})
+  for (const char* m : {"llama2-7b", "llama2-13b", "llama-30b", "llama3-8b"})
     for (int64_t b : {1, 2, 4, 8})
       EXPECT_TRUE(std::any_of(set.begin(), set.end(),
                               [&](const CalibrationShape& s) { return s.model == m && s.batch == b && s.seq == 2048; }))
@@ -611,6 +760,9 @@ std::string full_calibration_file(bool with_torch) {
       if (r.b[i]) add_plan(c, build_plan(m, all_plans()[i], po(r.b[i], r.seq, r.gpus)));
     if (r.b[0]) add_plan(c, build_plan(m, Plan::COAT, po(r.b[0], r.seq, r.gpus)));
   }
+  // The plans outside Table 7 at the default micro-batch.
+  for (Plan p : {Plan::FP8LM, Plan::DEEPSEEK, Plan::MXFP8})
+    add_plan(c, build_plan(load_model_shape("llama2-7b"), p, po(1, 2048, 4)));
   for (const Fig4bPaperRow& p : fig4b_paper()) {
     const Fig4bOps f = fig4b_ops(p.rows, p.cols);
     add_plan(c, {f.jit_amax, f.stage2_reduce, f.producer_plain, f.producer_with_gmax});
@@ -648,7 +800,7 @@ TEST(SpeedReport, ModelledFromACalibrationFile) {
   EXPECT_NE(doc.at("timing").at("statement").as_string().find("MODELLED"), std::string::npos);
   EXPECT_EQ(doc.at("timing").at("device").as_string(), "Synthetic GPU");
   const auto& recipes = doc.at("recipes").as_array();
-  ASSERT_EQ(recipes.size(), 3u);
+  ASSERT_EQ(recipes.size(), registry_plans().size());
   const double bf16_tps = recipes[0].at("tokens_per_s_per_gpu").as_number();
   for (const Json& r : recipes) {
     for (const char* k : {"recipe", "step_ms", "tokens_per_s_per_gpu", "speedup_vs_bf16"})

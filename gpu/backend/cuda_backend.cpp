@@ -120,9 +120,10 @@ class CudaBackend final : public Backend {
     cfg.w_format = r.w_format;
     cfg.y_format = Format::FP32;
     cfg.fast_accum = r.fast_accum;
-    cfg.scaling = r.scaling == 0 ? GemmScaling::None
-                                 : (r.scaling == 1 ? GemmScaling::Tensor
-                                                   : (r.scaling == 2 ? GemmScaling::Row : GemmScaling::Block));
+    FP8SIM_REQUIRE(r.scaling >= 0 && r.scaling <= 4, "GEMM request: unknown scaling {}", r.scaling);
+    constexpr GemmScaling kScaling[] = {GemmScaling::None, GemmScaling::Tensor, GemmScaling::Row, GemmScaling::Block,
+                                        GemmScaling::Block1D};
+    cfg.scaling = kScaling[r.scaling];
     cudaStream_t s = stream();
     DeviceBuffer<unsigned char> dx, dw;
     if (r.scaling == 0) {
@@ -145,6 +146,14 @@ class CudaBackend final : public Backend {
       xs.resize(static_cast<size_t>(M * kb), 1.0f);  // padded rows: scale 1 (their codes are 0)
       xs = vec128_scales_for_cublas(xs.data(), M, kb);
       ws = blk128_scales_for_cublas(ws.data(), nb, kb);
+    } else if (r.scaling == 4) {
+      const int64_t kb = (r.k + 127) / 128;
+      FP8SIM_CHECK(static_cast<int64_t>(xs.size()) == r.m * kb && static_cast<int64_t>(ws.size()) == r.n * kb,
+                   "1x128 scales: {} and {} values for M={} N={} K={}", xs.size(), ws.size(), r.m, r.n, r.k);
+      xs.resize(static_cast<size_t>(M * kb), 1.0f);  // padded rows: scale 1 (their codes are 0)
+      ws.resize(static_cast<size_t>(N * kb), 1.0f);
+      xs = vec128_scales_for_cublas(xs.data(), M, kb);
+      ws = vec128_scales_for_cublas(ws.data(), N, kb);
     }
     DeviceBuffer<float> dxs, dws, dy(static_cast<size_t>(M * N));
     if (r.scaling != 0) {

@@ -61,7 +61,8 @@ int32_t scale_mode(GemmScaling s) {
     case GemmScaling::Row:
       return CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     case GemmScaling::Block:
-      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;  // per operand below
+    case GemmScaling::Block1D:
+      return CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;  // Block: A's is set below
   }
   return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 }
@@ -247,7 +248,7 @@ void check_args(const GemmShape& s, const GemmConfig& cfg, const GemmArgs& args)
   FP8SIM_REQUIRE(cfg.y_format == Format::BF16 || cfg.y_format == Format::FP32, "GEMM output must be bf16 or fp32");
   FP8SIM_REQUIRE(args.x && args.w && args.y, "GEMM operands must be device pointers");
   FP8SIM_REQUIRE(!fp8 || (args.x_scale && args.w_scale), "scaled GEMM needs both scale pointers");
-  if (cfg.scaling == GemmScaling::Block) {
+  if (cfg.scaling == GemmScaling::Block || cfg.scaling == GemmScaling::Block1D) {
     // "cuBLAS Library", 128-element 1D and 128x128 2D block scaling, "Scaling factors layouts":
     // "M and N must be multiples of 4" (D is N x M here) and the scaling factors' starting
     // addresses "must be 16B aligned". cuBLASLt checks neither.
@@ -559,6 +560,10 @@ class Validator {
         break;
       case GemmScaling::Block:
         na = static_cast<size_t>((kb + 3) / 4 * 4 * ((s.n + 127) / 128));
+        nb = static_cast<size_t>(s.m * kb);
+        break;
+      case GemmScaling::Block1D:
+        na = static_cast<size_t>(s.n * kb);
         nb = static_cast<size_t>(s.m * kb);
         break;
     }
@@ -893,6 +898,8 @@ std::string_view gemm_scaling_name(GemmScaling s) {
       return "row";
     case GemmScaling::Block:
       return "block1x128_128x128";
+    case GemmScaling::Block1D:
+      return "block1x128_1x128";
   }
   return "?";
 }
@@ -956,7 +963,7 @@ GemmAgreementTolerance gemm_agreement_tolerance(int64_t k, const GemmConfig& cfg
   num.y_format = cfg.y_format;
   num.fp8 = cfg.scaling != GemmScaling::None;
   num.fast_accum = cfg.fast_accum;
-  num.block_scaled = cfg.scaling == GemmScaling::Block;
+  num.block_scaled = cfg.scaling == GemmScaling::Block || cfg.scaling == GemmScaling::Block1D;
   const int64_t L = num.fp8 ? gemm::gemm_tolerance(k, num).promote_interval : k;
   const double eps = num.fp8 ? 0x1p-13 : 0x1p-23;
   const double sigma = std::sqrt(static_cast<double>(L)) * eps;

@@ -17,6 +17,9 @@
 //           vec128_scales_for_cublas / blk128_scales_for_cublas below. Both tables start 16-byte
 //           aligned and M and N are multiples of 4 ("cuBLAS Library", section "Scaling factors
 //           layouts" of the 128-element 1D and 128x128 2D block scaling): plan() checks both.
+//   Block1D: x_scale and w_scale -> 1x128 groups along K of X and of W, both in VEC128_32F layout
+//           (vec128_scales_for_cublas for each; DeepSeek-V3's wgrad, whose operands are both
+//           activation-like); the same alignment and multiple-of-4 rules.
 #include <cuda_runtime.h>
 
 #include <array>
@@ -31,10 +34,11 @@
 namespace fp8sim::gpu {
 
 enum class GemmScaling : uint8_t {
-  None,    // BF16 inputs, no scales
-  Tensor,  // one fp32 scale per operand (SCALAR_32F)
-  Row,     // one fp32 scale per row of X and per row of W (OUTER_VEC_32F)
-  Block,   // X in 1x128 groups (VEC128_32F), W in 128x128 blocks (BLK128x128_32F)
+  None,     // BF16 inputs, no scales
+  Tensor,   // one fp32 scale per operand (SCALAR_32F)
+  Row,      // one fp32 scale per row of X and per row of W (OUTER_VEC_32F)
+  Block,    // X in 1x128 groups (VEC128_32F), W in 128x128 blocks (BLK128x128_32F)
+  Block1D,  // X and W in 1x128 groups along K (VEC128_32F both)
 };
 std::string_view gemm_scaling_name(GemmScaling s);
 

@@ -19,6 +19,17 @@ void adamw_fp32_cuda(float* p, const float* g, float* m, float* v, size_t n, con
   detail::launch_adamw_fp32(p, g, m, v, n, c, stream);
 }
 
+void adamw_bf16_moments_cuda(float* p, const float* g, uint16_t* m, uint16_t* v, size_t n,
+                             const optim::AdamwStepConsts& c, const optim::StateRecipe& recipe, cudaStream_t stream) {
+  auto bf16_spec = [](const optim::MomentSpec& ms) {
+    return ms.spec && ms.spec->format == Format::BF16 && ms.spec->is_passthrough();
+  };
+  if (!bf16_spec(recipe.m) || !bf16_spec(recipe.v))
+    throw UsageError(fmt::format("the BF16-moment AdamW kernel needs bf16 moments, not {}", recipe.to_string()));
+  detail::launch_adamw_bf16_moments(p, g, m, v, n, c, recipe.m.spec->saturation == Saturation::Finite,
+                                    recipe.v.spec->saturation == Saturation::Finite, stream);
+}
+
 void adamw_fp8_grouped_cuda(float* p, const float* g, const Fp8MomentDev& m, const Fp8MomentDev& v, size_t n,
                             int group_size, const optim::AdamwStepConsts& c, const optim::GroupMomentConsts& cm,
                             const optim::GroupMomentConsts& cv, cudaStream_t stream) {

@@ -50,6 +50,49 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// AdamW with BF16 moments (the bf16 state recipe, DeepSeek-V3's): each element's m and v widened
+// exactly, updated by adamw_element, stored RNE to bf16 (saturating as the moment's spec says);
+// p moves with the unrounded moments, as optim::lowp_adamw_step does. One pass, 4 elements a
+// thread where aligned. Version: sim/speed/kernel_versions.hpp's kAdamwBf16mKernelVersion.
+__global__ void __launch_bounds__(256)
+    adamw_bf16_moments_kernel(float* __restrict__ p, const float* __restrict__ g, uint16_t* __restrict__ m,
+                              uint16_t* __restrict__ v, int64_t n, bool vec, optim::AdamwStepConsts c, bool sat_m,
+                              bool sat_v) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t n4 = vec ? n / 4 : 0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += stride) {
+    float4 pp = reinterpret_cast<float4*>(p)[i];
+    const float4 gg = reinterpret_cast<const float4*>(g)[i];
+    const uint2 mw = reinterpret_cast<const uint2*>(m)[i], vw = reinterpret_cast<const uint2*>(v)[i];
+    float mm[4] = {bf16_to_f32(static_cast<uint16_t>(mw.x)), bf16_to_f32(static_cast<uint16_t>(mw.x >> 16)),
+                   bf16_to_f32(static_cast<uint16_t>(mw.y)), bf16_to_f32(static_cast<uint16_t>(mw.y >> 16))};
+    float vv[4] = {bf16_to_f32(static_cast<uint16_t>(vw.x)), bf16_to_f32(static_cast<uint16_t>(vw.x >> 16)),
+                   bf16_to_f32(static_cast<uint16_t>(vw.y)), bf16_to_f32(static_cast<uint16_t>(vw.y >> 16))};
+    optim::adamw_element(pp.x, gg.x, mm[0], vv[0], c);
+    optim::adamw_element(pp.y, gg.y, mm[1], vv[1], c);
+    optim::adamw_element(pp.z, gg.z, mm[2], vv[2], c);
+    optim::adamw_element(pp.w, gg.w, mm[3], vv[3], c);
+    reinterpret_cast<float4*>(p)[i] = pp;
+    uint32_t mo[2], vo[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      mo[k] = static_cast<uint32_t>(f32_to_bf16_rne(mm[2 * k], sat_m)) |
+              (static_cast<uint32_t>(f32_to_bf16_rne(mm[2 * k + 1], sat_m)) << 16);
+      vo[k] = static_cast<uint32_t>(f32_to_bf16_rne(vv[2 * k], sat_v)) |
+              (static_cast<uint32_t>(f32_to_bf16_rne(vv[2 * k + 1], sat_v)) << 16);
+    }
+    reinterpret_cast<uint2*>(m)[i] = make_uint2(mo[0], mo[1]);
+    reinterpret_cast<uint2*>(v)[i] = make_uint2(vo[0], vo[1]);
+  }
+  for (int64_t i = 4 * n4 + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float pp = p[i], mm = bf16_to_f32(m[i]), vv = bf16_to_f32(v[i]);
+    optim::adamw_element(pp, g[i], mm, vv, c);
+    p[i] = pp;
+    m[i] = f32_to_bf16_rne(mm, sat_m);
+    v[i] = f32_to_bf16_rne(vv, sat_v);
+  }
+}
+
 __device__ __forceinline__ GroupStatBits reduce_group_stats(GroupStatBits s, int width) {
   for (int off = 1; off < width; off <<= 1) {
     GroupStatBits o;
@@ -714,6 +757,16 @@ void launch_adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, c
   const bool vec = aligned(p, 16) && aligned(g, 16) && aligned(m, 16) && aligned(v, 16);
   const int grid = grid_cap(static_cast<int64_t>((vec ? n / 4 : n) + 255) / 256, 16);
   adamw_fp32_kernel<<<grid, 256, 0, stream>>>(p, g, m, v, static_cast<int64_t>(n), vec, c);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_adamw_bf16_moments(float* p, const float* g, uint16_t* m, uint16_t* v, size_t n,
+                               const optim::AdamwStepConsts& c, bool saturate_m, bool saturate_v, cudaStream_t stream) {
+  if (n == 0) return;
+  const bool vec = aligned(p, 16) && aligned(g, 16) && aligned(m, 8) && aligned(v, 8);
+  const int grid = grid_cap(static_cast<int64_t>((vec ? n / 4 : n) + 255) / 256, 16);
+  adamw_bf16_moments_kernel<<<grid, 256, 0, stream>>>(p, g, m, v, static_cast<int64_t>(n), vec, c, saturate_m,
+                                                      saturate_v);
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 

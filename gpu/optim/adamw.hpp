@@ -3,6 +3,7 @@
 // lowp_group.hpp's per-group pieces, which call sim/quant's DE code):
 //
 //  * adamw_fp32_cuda: fp32 states, one elementwise pass.
+//  * adamw_bf16_moments_cuda: BF16 states (DeepSeek-V3), one elementwise pass.
 //  * adamw_fp8_grouped_cuda: the fused FP8-state step for recipes where
 //    optim::grouped_step_supported() holds (the `coat` recipe: E4M3/E5M2 1xG groups with DE),
 //    in ONE pass over memory: a team of lanes per group (16 lanes x 8 elements for DE groups of
@@ -31,6 +32,12 @@ namespace fp8sim::gpu {
 
 void adamw_fp32_cuda(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c,
                      cudaStream_t stream);
+
+// BF16 moments (bf16 bit patterns) in one fused pass: bit-identical to optim::lowp_adamw_step with
+// a recipe whose moments are both bf16 pass-through specs (the `bf16` preset); `saturate_*` is
+// each spec's saturation. Throws UsageError for another recipe.
+void adamw_bf16_moments_cuda(float* p, const float* g, uint16_t* m, uint16_t* v, size_t n,
+                             const optim::AdamwStepConsts& c, const optim::StateRecipe& recipe, cudaStream_t stream);
 
 // One FP8 moment with per-group DE parameters on the device (QuantizedTensor's layout: one byte
 // per element, one float per group).

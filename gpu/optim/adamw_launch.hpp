@@ -19,6 +19,8 @@ struct Fp8MomentPtrs {
 
 void launch_adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c,
                        cudaStream_t stream);
+void launch_adamw_bf16_moments(float* p, const float* g, uint16_t* m, uint16_t* v, size_t n,
+                               const optim::AdamwStepConsts& c, bool saturate_m, bool saturate_v, cudaStream_t stream);
 // group_size <= 128.
 void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8MomentPtrs v, size_t n, int group_size,
                               const optim::AdamwStepConsts& c, const optim::GroupMomentConsts& cm,

@@ -557,6 +557,185 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// ---------------------------------------------------------------------------- block quantize
+// A 128x128 tile per iteration, read once into shared memory as bf16 (row stride 130 halves: 65
+// words, so a warp reading one column from 32 rows hits 32 banks, and reading a row, consecutive
+// words). The row-wise copy: a warp per tile row, 4 columns a lane, group maxima by shuffles, one
+// 4-byte store per lane. The column-wise copy transposed: a warp per tile column, 4 rows a lane,
+// 4-byte stores along the output row; in place: a thread per (column, group), one byte per
+// store with consecutive threads on consecutive columns. Numerics: sim/quant/scale.hpp.
+constexpr int kBqTile = 128;
+constexpr int kBqStride = 130;  // halves per shared-memory row
+
+__device__ __forceinline__ uint32_t finite_abs_bits(float x) {
+  const uint32_t a = __float_as_uint(x) & 0x7FFFFFFFu;
+  return a < 0x7F800000u ? a : 0u;  // group_stat_add's amax: non-finite elements do not count
+}
+
+// The E8M0 byte of a power-of-two scale in [2^-127, 2^127] (2^-127 is the subnormal 0x00400000).
+__device__ __forceinline__ uint8_t e8m0_byte(float s) {
+  const uint32_t b = __float_as_uint(s);
+  return static_cast<uint8_t>(b >= 0x00800000u ? b >> 23 : 0u);
+}
+
+template <bool E8M0>
+__device__ __forceinline__ void store_scale(void* s, int64_t i, float v) {
+  if constexpr (E8M0) static_cast<uint8_t*>(s)[i] = e8m0_byte(v);
+  else static_cast<float*>(s)[i] = v;
+}
+
+__device__ __forceinline__ uint32_t encode4_spec(const float* f, float qv, const ScaleConsts& sc, bool sat) {
+  uint32_t w = 0;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) w |= static_cast<uint32_t>(encode_fp8(apply_scale(f[e], qv, sc), 0, sat)) << (8 * e);
+  return w;
+}
+
+template <int G, bool BLOCK2D, bool TRANS, bool E8M0>
+__global__ void __launch_bounds__(kThreads)
+    block_quantize_kernel(const uint16_t* __restrict__ x, int64_t rows, int64_t cols, ScaleConsts sc, bool sat,
+                          uint8_t* __restrict__ q_row, void* __restrict__ s_row, uint8_t* __restrict__ q_col,
+                          void* __restrict__ s_col) {
+  static_assert(G == 32 || G == 128, "groups of 32 or 128");
+  static_assert(!BLOCK2D || (G == 128 && TRANS), "128x128 blocks come with the transposed copy");
+  __shared__ uint32_t tile_w[kBqTile * kBqStride / 2];
+  __shared__ float red[kWarps];
+  const uint16_t* tile = reinterpret_cast<const uint16_t*>(tile_w);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t tiles_c = (cols + kBqTile - 1) / kBqTile;
+  const int64_t tiles = ((rows + kBqTile - 1) / kBqTile) * tiles_c;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t r0 = (t / tiles_c) * kBqTile, c0 = (t % tiles_c) * kBqTile;
+    const int tr = static_cast<int>(rows - r0 < kBqTile ? rows - r0 : kBqTile);  // multiples of G
+    const int tc = static_cast<int>(cols - c0 < kBqTile ? cols - c0 : kBqTile);
+    // Load: 128 rows x 16 vectors of 8 bf16, 8 per thread.
+    uint32_t amax_bits = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int v = threadIdx.x + k * kThreads;
+      const int rr = v >> 4, cv = v & 15;
+      if (rr < tr && cv * 8 < tc) {
+        const uint4 q = ld16(x + (r0 + rr) * cols + c0 + cv * 8);
+        uint32_t* dst = &tile_w[rr * (kBqStride / 2) + cv * 4];
+        dst[0] = q.x;
+        dst[1] = q.y;
+        dst[2] = q.z;
+        dst[3] = q.w;
+        if constexpr (BLOCK2D) {
+          const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            amax_bits = max(amax_bits, max(finite_abs_bits(bf16_lo(w[e])), finite_abs_bits(bf16_hi(w[e]))));
+        }
+      }
+    }
+    float block_qv = 1.f, block_s = 1.f;
+    if constexpr (BLOCK2D) {
+      // Non-negative floats order like their bits: the block max of the bits as floats.
+      const float m = block_max(__uint_as_float(amax_bits), red);
+      plain_scales(amax_with_eps(m, sc), sc, block_qv, block_s);
+    } else {
+      __syncthreads();
+    }
+
+    // Row-wise copy: warp w takes rows w, w + 8, ...; lane l columns 4l .. 4l + 3.
+    for (int rr = warp; rr < tr; rr += kWarps) {
+      const bool active = lane * 4 < tc;
+      float f[4] = {0.f, 0.f, 0.f, 0.f};
+      if (active) {
+        const uint32_t w0 = tile_w[rr * (kBqStride / 2) + lane * 2], w1 = tile_w[rr * (kBqStride / 2) + lane * 2 + 1];
+        f[0] = bf16_lo(w0);
+        f[1] = bf16_hi(w0);
+        f[2] = bf16_lo(w1);
+        f[3] = bf16_hi(w1);
+      }
+      float qv = block_qv, s = block_s;
+      if constexpr (!BLOCK2D) {
+        uint32_t m =
+            max(max(finite_abs_bits(f[0]), finite_abs_bits(f[1])), max(finite_abs_bits(f[2]), finite_abs_bits(f[3])));
+#pragma unroll
+        for (int off = G / 8; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+        plain_scales(amax_with_eps(__uint_as_float(m), sc), sc, qv, s);
+      }
+      if (active) {
+        const int64_t r = r0 + rr, c = c0 + lane * 4;
+        *reinterpret_cast<uint32_t*>(q_row + r * cols + c) = encode4_spec(f, qv, sc, sat);
+        if constexpr (!BLOCK2D)
+          if ((lane * 4) % G == 0) store_scale<E8M0>(s_row, r * (cols / G) + c / G, s);
+      }
+    }
+    if constexpr (BLOCK2D)
+      if (threadIdx.x == 0) store_scale<E8M0>(s_row, (r0 / 128) * (cols / 128) + c0 / 128, block_s);
+
+    if constexpr (TRANS) {
+      // Transposed column-wise copy: warp w takes columns w, w + 8, ...; lane l rows 4l .. 4l + 3
+      // (G = 128: the tile's 128 rows are one group).
+      for (int cc = warp; cc < tc; cc += kWarps) {
+        float f[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          f[e] = __uint_as_float(static_cast<uint32_t>(tile[(lane * 4 + e) * kBqStride + cc]) << 16);
+        float qv = block_qv, s = block_s;
+        if constexpr (!BLOCK2D) {
+          uint32_t m =
+              max(max(finite_abs_bits(f[0]), finite_abs_bits(f[1])), max(finite_abs_bits(f[2]), finite_abs_bits(f[3])));
+#pragma unroll
+          for (int off = 16; off > 0; off >>= 1) m = max(m, __shfl_xor_sync(0xFFFFFFFFu, m, off));
+          plain_scales(amax_with_eps(__uint_as_float(m), sc), sc, qv, s);
+        }
+        const int64_t c = c0 + cc;
+        *reinterpret_cast<uint32_t*>(q_col + c * rows + r0 + lane * 4) = encode4_spec(f, qv, sc, sat);
+        if constexpr (!BLOCK2D)
+          if (lane == 0) store_scale<E8M0>(s_col, c * (rows / 128) + r0 / 128, s);
+      }
+      if constexpr (BLOCK2D)
+        if (threadIdx.x == 0) store_scale<E8M0>(s_col, (c0 / 128) * (rows / 128) + r0 / 128, block_s);
+    } else {
+      // In-place column-wise copy: thread t takes column t % 128 and the groups t / 128, t / 128 + 2, ...
+      const int cc = threadIdx.x & (kBqTile - 1);
+      if (cc < tc) {
+        for (int gr = threadIdx.x >> 7; gr * G < tr; gr += kThreads / kBqTile) {
+          uint32_t m = 0;
+          for (int i = 0; i < G; ++i)
+            m = max(m,
+                    finite_abs_bits(__uint_as_float(static_cast<uint32_t>(tile[(gr * G + i) * kBqStride + cc]) << 16)));
+          float qv, s;
+          plain_scales(amax_with_eps(__uint_as_float(m), sc), sc, qv, s);
+          const int64_t c = c0 + cc, rg = r0 + gr * G;
+          for (int i = 0; i < G; ++i) {
+            const float f = __uint_as_float(static_cast<uint32_t>(tile[(gr * G + i) * kBqStride + cc]) << 16);
+            q_col[(rg + i) * cols + c] = encode_fp8(apply_scale(f, qv, sc), 0, sat);
+          }
+          store_scale<E8M0>(s_col, (rg / G) * cols + c, s);
+        }
+      }
+    }
+    __syncthreads();  // the tile is rewritten next iteration
+  }
+}
+
+// y = bf16(decode(q) * 2^(s - 127)); 8 elements of one row a thread (one 8-byte load, one 16-byte store).
+template <bool COLUMNWISE>
+__global__ void __launch_bounds__(kThreads)
+    dequantize_mx_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ s, int64_t rows, int64_t cols,
+                         uint16_t* __restrict__ y) {
+  const int64_t n8 = rows * cols / 8;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n8;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e0 = i * 8, r = e0 / cols, c = e0 % cols;
+    const uint2 codes = __ldg(reinterpret_cast<const uint2*>(q + e0));
+    const uint32_t w[2] = {codes.x, codes.y};
+    uint32_t h[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int64_t si = COLUMNWISE ? (r / 32) * cols + c + e : r * (cols / 32) + c / 32;
+      const float v = mul_rn(decode_fp8(static_cast<uint8_t>(w[e / 4] >> (8 * (e % 4))), 0), decode_e8m0(s[si]));
+      h[e] = f32_to_bf16_rne(v);
+    }
+    st16(y + e0, make_uint4(h[0] | (h[1] << 16), h[2] | (h[3] << 16), h[4] | (h[5] << 16), h[6] | (h[7] << 16)));
+  }
+}
+
 // ---------------------------------------------------------------------------- RoPE
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(uint16_t* __restrict__ q, uint16_t* __restrict__ k, const float2* __restrict__ cs, int64_t tokens,
@@ -958,6 +1137,56 @@ bool transpose_fp8(const uint8_t* x, int64_t rows, int64_t cols, uint8_t* xt, cu
   cast_transpose_kernel<true, false, true, false, false>
       <<<static_cast<int>(tiles < cap ? tiles : cap), kThreads, 0, stream>>>(x, rows, cols, nullptr, nullptr, xt,
                                                                              nullptr);
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+bool block_quantize_supported(const BlockQuantizeParams& p) {
+  const int64_t g = p.group;
+  if (g != 32 && g != 128) return false;
+  if ((p.block2d || p.col_transposed) && g != 128) return false;
+  if (p.block2d && !p.col_transposed) return false;
+  return p.rows > 0 && p.cols > 0 && p.rows % g == 0 && p.cols % g == 0 && p.rows < (int64_t{1} << 31) &&
+         p.cols < (int64_t{1} << 31);
+}
+
+namespace {
+template <int G, bool BLOCK2D, bool TRANS, bool E8M0>
+void block_quantize_launch(const uint16_t* x, const BlockQuantizeParams& p, uint8_t* q_row, void* s_row, uint8_t* q_col,
+                           void* s_col, cudaStream_t stream) {
+  const int64_t tiles = ((p.rows + kBqTile - 1) / kBqTile) * ((p.cols + kBqTile - 1) / kBqTile);
+  const int64_t cap = static_cast<int64_t>(sm_count()) * 8;
+  block_quantize_kernel<G, BLOCK2D, TRANS, E8M0><<<static_cast<int>(tiles < cap ? tiles : cap), kThreads, 0, stream>>>(
+      x, p.rows, p.cols, p.sc, p.saturate, q_row, s_row, q_col, s_col);
+}
+}  // namespace
+
+bool block_quantize(const uint16_t* x, const BlockQuantizeParams& p, uint8_t* q_row, void* s_row, uint8_t* q_col,
+                    void* s_col, cudaStream_t stream) {
+  if (!block_quantize_supported(p)) return false;
+  if (p.block2d) {
+    if (p.e8m0) block_quantize_launch<128, true, true, true>(x, p, q_row, s_row, q_col, s_col, stream);
+    else block_quantize_launch<128, true, true, false>(x, p, q_row, s_row, q_col, s_col, stream);
+  } else if (p.col_transposed) {
+    if (p.e8m0) block_quantize_launch<128, false, true, true>(x, p, q_row, s_row, q_col, s_col, stream);
+    else block_quantize_launch<128, false, true, false>(x, p, q_row, s_row, q_col, s_col, stream);
+  } else if (p.group == 128) {
+    if (p.e8m0) block_quantize_launch<128, false, false, true>(x, p, q_row, s_row, q_col, s_col, stream);
+    else block_quantize_launch<128, false, false, false>(x, p, q_row, s_row, q_col, s_col, stream);
+  } else {
+    if (p.e8m0) block_quantize_launch<32, false, false, true>(x, p, q_row, s_row, q_col, s_col, stream);
+    else block_quantize_launch<32, false, false, false>(x, p, q_row, s_row, q_col, s_col, stream);
+  }
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+bool dequantize_mx(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t cols, bool columnwise, uint16_t* y,
+                   cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0 || cols % 32 != 0 || (columnwise && rows % 32 != 0)) return false;
+  const int grid = grid_for(rows * cols / 8, 16);
+  if (columnwise) dequantize_mx_kernel<true><<<grid, kThreads, 0, stream>>>(q, s, rows, cols, y);
+  else dequantize_mx_kernel<false><<<grid, kThreads, 0, stream>>>(q, s, rows, cols, y);
   FP8SIM_CUDA_CHECK_LAUNCH();
   return true;
 }

@@ -16,6 +16,8 @@
 
 #include <cstdint>
 
+#include "sim/quant/scale.hpp"
+
 namespace fp8sim::gpu::speed {
 
 // ---- RMSNorm (rows = tokens, cols = hidden; cols % 16 == 0, cols <= 16384) ----------------------
@@ -73,6 +75,34 @@ bool cast_transpose(const uint16_t* x, int64_t rows, int64_t cols, const float* 
                     uint8_t* out_t, float* amax_out, cudaStream_t stream);
 // FP8 codes (rows, cols) -> (cols, rows). rows % 16 == 0, cols % 16 == 0.
 bool transpose_fp8(const uint8_t* x, int64_t rows, int64_t cols, uint8_t* xt, cudaStream_t stream);
+
+// ---- block-scaled quantization (DeepSeek-V3's 1x128 / 128x128, MXFP8's 1x32 / 32x1) --------------------
+// One pass over x (rows, cols) bf16 writes two E4M3 copies with the numerics of sim/quant (scales by
+// scale.hpp's plain_scales from `sc`, elements by apply_scale and the RNE encoder): a row-wise copy
+// q_row (rows, cols) with 1xG groups along the row (scales (rows, cols/G)), and a column-wise copy
+// with Gx1 groups along the column, either in place, q_col (rows, cols) with scales (rows/G, cols)
+// (MXFP8), or transposed, q_col (cols, rows) with scales (cols, rows/G) (DeepSeek-V3: the wgrad's
+// operand). block2d: one scale per 128x128 block for both copies instead (DeepSeek's weights): row
+// scales (rows/128, cols/128), transposed column scales (cols/128, rows/128). Scales are fp32, or
+// E8M0 bytes (the biased exponent) with e8m0. Version: kBlockQuantizeKernelVersion.
+struct BlockQuantizeParams {
+  int64_t rows = 0, cols = 0;
+  int group = 128;              // G: 32 or 128 (128 with block2d)
+  bool block2d = false;         // 128x128 blocks
+  bool col_transposed = false;  // the column-wise copy written transposed
+  bool e8m0 = false;            // E8M0 scale bytes instead of fp32
+  bool saturate = true;         // the encoder's saturation (the spec's)
+  ScaleConsts sc{};             // the spec's scale constants (scale_consts)
+};
+// rows and cols multiples of G, rows x cols < 2^62; G = 32 with block2d or col_transposed is not one.
+bool block_quantize_supported(const BlockQuantizeParams& p);
+bool block_quantize(const uint16_t* x, const BlockQuantizeParams& p, uint8_t* q_row, void* s_row, uint8_t* q_col,
+                    void* s_col, cudaStream_t stream);
+// MXFP8 E4M3 codes (rows, cols) with E8M0 scales of 1x32 groups (scales (rows, cols/32)) or, columnwise,
+// 32x1 groups (scales (rows/32, cols)) -> bf16: RNE of decode(q) * 2^(s - 127), sim/quant's dequantize
+// rounded to bf16. rows % 32 == 0 (columnwise), cols % 32 == 0. Version: kDequantizeKernelVersion.
+bool dequantize_mx(const uint8_t* q, const uint8_t* s, int64_t rows, int64_t cols, bool columnwise, uint16_t* y,
+                   cudaStream_t stream);
 
 // ---- RoPE (rotate-half convention), in place on q (tokens, heads, d) and k (tokens, kv_heads, d) --
 // cos_sin: (seq, d/2) pairs {cos, sin}; token t is at position t % seq. d % 16 == 0.

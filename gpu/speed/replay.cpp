@@ -58,10 +58,18 @@ struct Prepared {
   std::string note;
 };
 
-Format parse_operand(const std::string& s) {
-  if (s == "bf16") return Format::BF16;
-  if (s == "e4m3") return Format::E4M3;
-  if (s == "e5m2") return Format::E5M2;
+// A GEMM operand's encoding: its format and how it is scaled ("e4m3g128": 1x128 groups along K,
+// "e4m3b128": 128x128 blocks; otherwise per tensor, or none for bf16).
+struct Operand {
+  Format format = Format::BF16;
+  char blocks = 0;  // 0, 'g' (1x128 groups) or 'b' (128x128 blocks)
+};
+Operand parse_operand(const std::string& s) {
+  if (s == "bf16") return {Format::BF16, 0};
+  if (s == "e4m3") return {Format::E4M3, 0};
+  if (s == "e5m2") return {Format::E5M2, 0};
+  if (s == "e4m3g128") return {Format::E4M3, 'g'};
+  if (s == "e4m3b128") return {Format::E4M3, 'b'};
   throw Error(fmt::format("speed replay: unknown GEMM operand type '{}'", s));
 }
 
@@ -130,6 +138,10 @@ class Replayer {
         return prepare_reduce_max(op);
       case Kind::Amax:
         return prepare_amax(op);
+      case Kind::BlockQuantize:
+        return prepare_block_quantize(op);
+      case Kind::Dequantize:
+        return prepare_dequantize(op);
       case Kind::CrossEntropy:
         return prepare_cross_entropy(op);
       case Kind::EmbeddingFwd:
@@ -400,6 +412,52 @@ class Replayer {
     return p;
   }
 
+  Prepared prepare_block_quantize(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t rows = dim(op, 0), cols = dim(op, 1);
+    // DeepSeek-V3's activations (1x128 + transposed copy) and weights (128x128 + transposed),
+    // MXFP8's 1x32 + 32x1 blocks with E8M0 scales; the numerics of these presets.
+    const char* preset = op.variant == "bf16>e4m3g128+e4m3g128T"   ? "deepseek-act"
+                         : op.variant == "bf16>e4m3b128+e4m3b128T" ? "deepseek-w"
+                         : op.variant == "bf16>e4m3mx+e4m3mxC"     ? "mxfp8"
+                                                                   : nullptr;
+    if (!preset) unknown(op);
+    const QuantSpec spec = QuantSpec::parse(preset);
+    BlockQuantizeParams bp;
+    bp.rows = rows;
+    bp.cols = cols;
+    bp.group = op.variant.find("mx") != std::string::npos ? 32 : 128;
+    bp.block2d = op.variant.find("b128") != std::string::npos;
+    bp.col_transposed = bp.group == 128;
+    bp.e8m0 = spec.scale == ScaleMode::E8M0;
+    bp.saturate = spec.saturation == Saturation::Finite;
+    bp.sc = scale_consts(spec);
+    FP8SIM_REQUIRE(block_quantize_supported(bp), "speed replay: block quantize of {}x{} unsupported", rows, cols);
+    const int64_t ng = bp.block2d ? (rows / 128) * (cols / 128) : rows * cols / bp.group;
+    const size_t sb = bp.e8m0 ? 1 : 4;
+    uint16_t* x = bf16(0, rows * cols);
+    uint8_t *qr = pool_.get<uint8_t>(1, rows * cols), *qc = pool_.get<uint8_t>(2, rows * cols);
+    void *sr = pool_.get<uint8_t>(3, ng * sb), *sc = pool_.get<uint8_t>(4, ng * sb);
+    p.launch = [=, this] { require(block_quantize(x, bp, qr, sr, qc, sc, s_), op); };
+    return p;
+  }
+
+  Prepared prepare_dequantize(const KernelOp& op) {
+    Prepared p;
+    p.impl = kSpeedKernel;
+    const int64_t rows = dim(op, 0), cols = dim(op, 1);
+    FP8SIM_REQUIRE(op.variant == "e4m3mx>bf16" || op.variant == "e4m3mxC>bf16", "speed replay: unknown dequantize '{}'",
+                   op.variant);
+    const bool columnwise = op.variant == "e4m3mxC>bf16";
+    uint8_t* q = codes(0, rows * cols, false);
+    uint8_t* sc = pool_.get<uint8_t>(1, rows * cols / 32);
+    FP8SIM_CUDA_CHECK(cudaMemsetAsync(sc, 120, static_cast<size_t>(rows * cols / 32), s_));  // 2^-7
+    uint16_t* y = pool_.get<uint16_t>(2, rows * cols);
+    p.launch = [=, this] { require(dequantize_mx(q, sc, rows, cols, columnwise, y, s_), op); };
+    return p;
+  }
+
   Prepared prepare_cross_entropy(const KernelOp& op) {
     Prepared p;
     p.impl = kSpeedKernel;
@@ -435,6 +493,7 @@ class Replayer {
     Prepared p;
     p.impl = kSpeedKernel;
     const int64_t n = dim(op, 0);
+    if (op.variant == "adamw_bf16m" || op.variant == "adamw_fp8lm") return prepare_lowp_optimizer(op, n);
     FP8SIM_REQUIRE(op.variant == "adamw_fp8_de",
                    "speed replay: optimizer '{}' is timed by PyTorch (scripts/torch_layer_time.py)", op.variant);
     // COAT's optimizer: E4M3 m and v in 1x128 groups with dynamic range expansion, fp32
@@ -470,6 +529,48 @@ class Replayer {
     return p;
   }
 
+  // AdamW with low-precision moments on fp32 params and grads: DeepSeek-V3's BF16 moments (the
+  // fused kernel), FP8-LM's E4M3 m and FP16 v with power-of-two per-tensor scales (gpu/optim's
+  // three phases: the scale needs the amax of the whole new moment).
+  Prepared prepare_lowp_optimizer(const KernelOp& op, int64_t n) {
+    Prepared p;
+    const bool bf16m = op.variant == "adamw_bf16m";
+    // NOT-RECIPES: optimizer-state presets (sim/optim/state_recipe.cpp), not training recipes.
+    const optim::StateRecipe recipe = optim::StateRecipe::parse(bf16m ? "bf16" : "fp8lm");
+    optim::AdamwHyper hyper;
+    hyper.lr = 1e-4;
+    hyper.beta2 = 0.95;
+    hyper.weight_decay = 0.1;
+    const optim::AdamwStepConsts consts = optim::make_step_consts(hyper, 2, optim::UpdateRule::Torch);
+    float* pp = uniform(0, n, -0.05f, 0.05f);
+    float* g = uniform(1, n, -1e-3f, 1e-3f);
+    if (bf16m) {
+      uint16_t* m = bf16(2, n, 1e-3f);
+      uint16_t* v = scales(3, n);  // positive
+      p.impl = "gpu/optim adamw_bf16_moments_cuda: fused AdamW, BF16 m and v, fp32 params and grads";
+      p.launch = [=, this] { adamw_bf16_moments_cuda(pp, g, m, v, static_cast<size_t>(n), consts, recipe, s_); };
+      return p;
+    }
+    // m: E4M3 codes; v: FP16 bit patterns of positive values (the bf16 scale fill's bits read as fp16:
+    // finite, positive); one scale each.
+    auto moment = [&](const optim::MomentSpec& spec, size_t slot, bool sixteen) {
+      LowpMomentDev d;
+      d.spec = spec;
+      d.codes = sixteen ? static_cast<void*>(scales(slot, n)) : static_cast<void*>(codes(slot, n, false));
+      d.scales = uniform(slot + 1, 1, 1e-4f, 1e-3f);
+      return d;
+    };
+    auto m = std::make_shared<LowpMomentDev>(moment(recipe.m, 2, false));
+    auto v = std::make_shared<LowpMomentDev>(moment(recipe.v, 4, true));
+    void* scratch = pool_.get<uint8_t>(6, lowp_scratch_bytes(recipe, n));
+    p.impl = fmt::format(
+        "gpu/optim adamw_lowp_cuda: three-phase AdamW (dequantize, update, requantize), moments {}, fp32 params "
+        "and grads",
+        recipe.to_string());
+    p.launch = [=, this] { adamw_lowp_cuda(pp, g, *m, *v, n, consts, 0, 2, scratch, s_); };
+    return p;
+  }
+
   Prepared prepare_gemm(const KernelOp& op, const float* one) {
     FP8SIM_REQUIRE(op.dims.size() == 3, "speed replay: GEMM '{}' needs m, n, k", op.key());
     const int64_t m = op.dims[0], n = op.dims[1], k = op.dims[2];
@@ -478,8 +579,9 @@ class Replayer {
     const auto star = parts[0].find('*'), gt = parts[0].find('>');
     FP8SIM_REQUIRE(parts.size() >= 2 && star != std::string::npos && gt != std::string::npos,
                    "speed replay: malformed GEMM variant '{}'", op.variant);
-    const Format a = parse_operand(parts[0].substr(0, star)),
-                 b = parse_operand(parts[0].substr(star + 1, gt - star - 1));
+    const Operand oa = parse_operand(parts[0].substr(0, star)),
+                  ob = parse_operand(parts[0].substr(star + 1, gt - star - 1));
+    const Format a = oa.format, b = ob.format;
     const bool fp8 = a != Format::BF16;
     const std::string layout = parts[1];
     const bool fast = parts.size() > 2 && parts[2] == "fast";
@@ -489,6 +591,12 @@ class Replayer {
     cfg.w_format = b;
     cfg.y_format = Format::BF16;
     cfg.scaling = fp8 ? GemmScaling::Tensor : GemmScaling::None;
+    if (oa.blocks || ob.blocks) {
+      // DeepSeek-V3: X in 1x128 groups, W in 128x128 blocks or (the wgrad) 1x128 groups too.
+      FP8SIM_REQUIRE(oa.blocks == 'g' && ob.blocks != 0, "speed replay: block-scaled GEMM '{}' needs a 1x128 X",
+                     op.key());
+      cfg.scaling = ob.blocks == 'b' ? GemmScaling::Block : GemmScaling::Block1D;
+    }
     cfg.fast_accum = fp8 && fast;
     // Row-major operand storage -> the wrapper's flags: "mk.kn" (dgrad) keeps W as stored,
     // "km.kn" (wgrad) reads both dY and X transposed; no copies, as PyTorch runs nn.Linear.
@@ -511,6 +619,14 @@ class Replayer {
     if (fp8) {
       args.x_scale = one;
       args.w_scale = one;
+    }
+    if (cfg.scaling == GemmScaling::Block || cfg.scaling == GemmScaling::Block1D) {
+      // Scale tables of plausible magnitude in cuBLAS's layouts (VEC128: M x kb; BLK128x128: kb
+      // padded to 4, times N / 128; VEC128 for W: N x kb).
+      const int64_t kb = (k + 127) / 128;
+      const int64_t nw = cfg.scaling == GemmScaling::Block ? (kb + 3) / 4 * 4 * ((n + 127) / 128) : n * kb;
+      args.x_scale = uniform(3, m * kb, 1.0f / 448, 4.0f / 448);
+      args.w_scale = uniform(4, nw, 1.0f / 448, 4.0f / 448);
     }
     FP8SIM_CUDA_CHECK(cudaStreamSynchronize(s_));
     GemmPlan plan = lt_->plan({m, n, k}, cfg, args, s_, 1, 0);

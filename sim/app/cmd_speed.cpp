@@ -193,13 +193,16 @@ int run_speed(const std::vector<std::string>& args) {
           "speed", args, opts, {}, vm,
           "--model NAME --batch B --seq S [--recipes R,...] [--gpus N] [--calibration FILE] [--json OUT]",
           "Predicts one training step's time per GPU for each recipe that names a speed plan (BF16,\n"
-          "TransformerEngine-style per-tensor FP8 or COAT's), by replaying every kernel of a transformer\n"
-          "layer (three GEMMs per Linear, the recipe's quantize/transpose/group-scaling kernels, RMSNorm,\n"
-          "SiLU*Mul, residual adds, RoPE, attention) plus embedding, LM head, loss and the optimizer step,\n"
-          "and reports tokens/s/GPU and the speedup vs BF16.\n"
+          "TransformerEngine-style per-tensor FP8, COAT's, FP8-LM's, DeepSeek-V3's block-scaled FP8 or MXFP8\n"
+          "as Hopper runs it), by replaying every kernel of a transformer layer (three GEMMs per Linear,\n"
+          "the recipe's quantize/transpose/group-scaling kernels, RMSNorm, SiLU*Mul, residual adds, RoPE,\n"
+          "attention) plus embedding, LM head, loss and the optimizer step, and reports tokens/s/GPU and\n"
+          "the speedup vs BF16.\n"
           "On a GPU (CUDA build) each kernel is timed now with CUDA events; attention comes from PyTorch SDPA\n"
-          "(--torch-times). Without a GPU the times come from a calibration file measured on one, and the\n"
-          "output says the figures are MODELLED.\n"
+          "(--torch-times). Without a GPU the times come from a calibration file measured on one (fp8sim\n"
+          "calibrate), and the output says the figures are MODELLED; a kernel family the calibration times\n"
+          "at another version than this build's is named in a warning, and without --recipes a recipe the\n"
+          "calibration has no kernels for is left out with a warning.\n"
           "Examples:\n"
           "  fp8sim speed --model llama2-7b --batch 2 --seq 2048 --gpus 4\n"
           "  fp8sim speed --model llama2-7b --batch bf16=2,te=2,coat=4 --gpus 4 --table7 --json speed.json\n"
@@ -236,6 +239,8 @@ int run_speed(const std::vector<std::string>& args) {
   o.write_calibration = write_cal;
   o.table7 = vm.count("table7") > 0;
   o.fig4b = vm.count("no-fig4b") == 0;
+  // The default list (every recipe with a plan) leaves out, with a warning, what cannot be modelled.
+  o.drop_unmodelled = vm["recipes"].defaulted();
   o.command_line = "fp8sim speed";
   for (const auto& a : args) o.command_line += " " + a;
 
@@ -270,6 +275,10 @@ int run_speed(const std::vector<std::string>& args) {
   if (bar) bar->finish();
   if (json_id >= 0) files.write(json_id, doc.dump(1) + "\n");
   if (md_id >= 0) files.write(md_id, speed_markdown(doc));
+  if (const Json* skipped = doc.find("skipped_recipes"))
+    for (const Json& r : skipped->as_array())
+      fmt::print(stderr, "fp8sim speed: warning: recipe {} left out: {}\n", r.at("recipe").as_string(),
+                 r.at("why").as_string());
   if (const Json* stale = doc.at("timing").find("stale_kernels"))
     for (const Json& f : stale->as_array())
       fmt::print(stderr, "fp8sim speed: warning: {}\n", f.at("message").as_string());

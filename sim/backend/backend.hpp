@@ -33,13 +33,14 @@ namespace fp8sim::gpu {
 struct GemmRequest {
   int64_t m = 0, n = 0, k = 0;
   Format x_format = Format::E4M3, w_format = Format::E4M3;  // E4M3 / E5M2 codes, or BF16 bits
-  int scaling = 1;                                          // 0 none (bf16), 1 tensor, 2 row, 3 block (1x128 x 128x128)
+  int scaling = 1;  // 0 none (bf16), 1 tensor, 2 row, 3 block (1x128 x 128x128), 4 block (1x128 x 1x128)
   bool fast_accum = false;
   int search = 0;  // > 0: time the heuristic's candidates and up to `search` more configurations (bench's selection)
   std::vector<uint8_t> x_codes, w_codes;  // FP8: row-major codes
   std::vector<uint16_t> x_bf16, w_bf16;   // BF16: row-major bits
   std::vector<float> x_scales,
-      w_scales;  // tensor: 1 + 1; row: m + n; block: (m, ceil(k/128)) + (ceil(n/128), ceil(k/128)), row-major
+      w_scales;  // tensor: 1 + 1; row: m + n; block: (m, ceil(k/128)) + (ceil(n/128), ceil(k/128)), row-major;
+                 // 1x128 x 1x128: (m, ceil(k/128)) + (n, ceil(k/128))
 };
 
 struct GemmOutcome {

@@ -45,6 +45,7 @@ void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& a
   so.recipes.clear();
   so.recipe_batch.clear();
   so.fig4b = false;
+  const char* col = modelled ? "tokens/s/GPU at max batch (modelled)" : "tokens/s/GPU at max batch (measured)";
   std::vector<std::string> no_memory, no_fit;
   for (const speed::PlanRecipe& r : at_batch.recipes) {
     const int64_t b = memory_max_batch(ctx, r.name);
@@ -52,7 +53,7 @@ void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& a
       no_memory.push_back(r.name);
     } else if (b == 0) {
       no_fit.push_back(r.name);
-      ctx.add_summary(r.name, "tokens/s/GPU at max batch", "OOM");
+      ctx.add_summary(r.name, col, "OOM");
     } else {
       so.recipes.push_back(r);
       so.recipe_batch[r.name] = b;
@@ -66,7 +67,6 @@ void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& a
   }
   // On a GPU these shapes are timed too (one more measuring run).
   Json doc = speed::speed_report(so, measure ? &ctx.gpu : nullptr);
-  const char* col = modelled ? "tokens/s/GPU at max batch (modelled)" : "tokens/s/GPU at max batch (measured)";
   std::vector<Row> rows;
   for (const auto& r : doc.at("recipes").as_array()) {
     const std::string name = r.at("recipe").as_string();
@@ -109,6 +109,7 @@ Json section_speed(Context& ctx) {
     so.seq = o.seq;
     so.gpus = o.gpus;
     so.command_line = o.command_line;
+    so.drop_unmodelled = true;  // a recipe the calibration has no kernels for is named, not fatal
     so.recipes.clear();
     std::vector<std::string> skipped;
     for (const auto& r : o.recipes) {
@@ -134,7 +135,7 @@ Json section_speed(Context& ctx) {
                                       : std::string("not built with CUDA"),
                                   display_path(cal)),
                       "run `fp8sim report` on a GPU machine (it measures the kernels there), or measure a calibration "
-                      "once on a GPU (`scripts/device/speed.sh` writes `reports/h200/calibration.json`) and point "
+                      "once on a GPU (`scripts/device/calibrate.sh` writes `reports/h200/calibration.json`) and point "
                       "`FP8SIM_CALIBRATION` at it; the report then models the step from it.");
         return s.take();
       }
@@ -283,6 +284,10 @@ Json section_speed(Context& ctx) {
       for (const auto& r : skipped) l += (l.empty() ? "" : ", ") + r;
       s.para(fmt::format("Not in the speed replay (it models {}): {}.", join_prose(replayed, "and"), l));
     }
+    if (const Json* left_out = doc.find("skipped_recipes"))
+      for (const Json& r : left_out->as_array())
+        s.para(
+            fmt::format("Left out of the speed replay: {}: {}.", r.at("recipe").as_string(), r.at("why").as_string()));
     ctx.data["speed"] = std::move(doc);
     return s.take();
   });

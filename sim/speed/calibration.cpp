@@ -11,6 +11,7 @@
 #include "sim/common/build_info.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
+#include "sim/common/paths.hpp"
 #include "sim/speed/kernel_versions.hpp"
 
 namespace fp8sim::speed {
@@ -243,8 +244,9 @@ Prediction Calibration::predict(const KernelOp& op) const {
   }
   FP8SIM_REQUIRE(best != nullptr,
                  "no calibration data for kernel '{}' (nothing measured of kind '{}' with variant '{}' in {}); "
-                 "re-measure on a GPU with scripts/device/speed.sh",
-                 key, kind_name(op.kind), op.variant, origin.empty() ? "the calibration" : origin);
+                 "re-measure with `fp8sim calibrate` on a GPU (scripts/device/calibrate.sh)",
+                 key, kind_name(op.kind), op.variant,
+                 origin.empty() ? std::string("the calibration") : source_relative(origin));
 
   Prediction p;
   p.source = "fitted from " + best->key;

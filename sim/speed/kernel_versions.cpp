@@ -21,7 +21,11 @@ const std::vector<KernelFamily>& kernel_families() {
       {"amax", kAmaxKernelVersion, "gpu/speed/kernels.cu"},
       {"cross_entropy", kCrossEntropyKernelVersion, "gpu/speed/kernels.cu"},
       {"embedding", kEmbeddingKernelVersion, "gpu/speed/kernels.cu"},
+      {"block_quantize", kBlockQuantizeKernelVersion, "gpu/speed/kernels.cu"},
+      {"dequantize", kDequantizeKernelVersion, "gpu/speed/kernels.cu"},
       {"adamw_fp8_de", kAdamwFp8DeKernelVersion, "gpu/optim/adamw.cu (adamw_fp8_grouped_cuda)"},
+      {"adamw_fp8lm", kAdamwLowpKernelVersion, "gpu/optim/adamw.cpp (adamw_lowp_cuda, the fp8lm moments)"},
+      {"adamw_bf16m", kAdamwBf16mKernelVersion, "gpu/optim/adamw.cu (adamw_bf16_moments_cuda)"},
   };
   return families;
 }
@@ -71,9 +75,14 @@ const KernelFamily* kernel_family(Kind kind, std::string_view variant) {
     case Kind::EmbeddingFwd:
     case Kind::EmbeddingBwd:
       return &named("embedding");
+    case Kind::BlockQuantize:
+      return &named("block_quantize");
+    case Kind::Dequantize:
+      return &named("dequantize");
     case Kind::Optimizer:
       if (variant == "adamw_fp32") return nullptr;
-      if (variant == "adamw_fp8_de") return &named("adamw_fp8_de");
+      for (const char* f : {"adamw_fp8_de", "adamw_fp8lm", "adamw_bf16m"})
+        if (variant == f) return &named(f);
       break;
   }
   throw Error(fmt::format("no kernel family for '{}' kernels of variant '{}'", kind_name(kind), variant));

@@ -15,7 +15,7 @@ struct KindName {
   Kind kind;
   const char* name;
 };
-constexpr std::array<KindName, 19> kKindNames{{
+constexpr std::array<KindName, 21> kKindNames{{
     {Kind::Gemm, "gemm"},
     {Kind::Attention, "attention"},
     {Kind::RmsNormFwd, "rmsnorm_fwd"},
@@ -31,6 +31,8 @@ constexpr std::array<KindName, 19> kKindNames{{
     {Kind::GroupMax, "group_max"},
     {Kind::ReduceMax, "reduce_max"},
     {Kind::Amax, "amax"},
+    {Kind::BlockQuantize, "block_quantize"},
+    {Kind::Dequantize, "dequantize"},
     {Kind::CrossEntropy, "cross_entropy"},
     {Kind::EmbeddingFwd, "embedding_fwd"},
     {Kind::EmbeddingBwd, "embedding_bwd"},
@@ -61,6 +63,7 @@ class Builder {
       : m_(m), plan_(p), o_(o), T_(o.batch * o.seq), Q_(m.heads * m.head_dim), KV_(m.kv_heads * m.head_dim) {}
 
   std::vector<KernelOp> build() {
+    check_granularity();
     const Linear q{"q_proj", m_.hidden, Q_}, k{"k_proj", m_.hidden, KV_}, v{"v_proj", m_.hidden, KV_},
         o{"o_proj", Q_, m_.hidden}, gate{"gate_proj", m_.hidden, m_.ffn}, up{"up_proj", m_.hidden, m_.ffn},
         down{"down_proj", m_.ffn, m_.hidden};
@@ -86,6 +89,13 @@ class Builder {
         break;
       case Plan::COAT:
         forward_coat(q, k, v, o, gate, up, down);
+        break;
+      case Plan::FP8LM:
+        forward_te(q, k, v, o, gate, up, down);
+        break;
+      case Plan::DEEPSEEK:
+      case Plan::MXFP8:
+        forward_blocked(q, k, v, o, gate, up, down);
         break;
     }
 
@@ -122,6 +132,13 @@ class Builder {
       case Plan::COAT:
         backward_coat(q, k, v, o, gate, up, down);
         break;
+      case Plan::FP8LM:
+        backward_te(q, k, v, o, gate, up, down);
+        break;
+      case Plan::DEEPSEEK:
+      case Plan::MXFP8:
+        backward_blocked(q, k, v, o, gate, up, down);
+        break;
     }
 
     layer_ = false;
@@ -136,11 +153,25 @@ class Builder {
       layer_ = true;
       count_ = static_cast<double>(m_.layers);  // weights are cast once per step, not per micro-batch
       for (const Linear& l : linears) weight_cast(l);
+      if (plan_ == Plan::FP8LM)
+        for (const Linear& l : linears) fp8lm_grad_cast(l);
     }
     layer_ = false;
     const int64_t params_per_gpu = (m_.params + o_.gpus - 1) / o_.gpus;
     count_ = static_cast<double>(params_per_gpu) / static_cast<double>(o_.optimizer_probe_params);
-    if (plan_ == Plan::COAT) {
+    const std::string sharded = fmt::format("on {} params per GPU ({} GPUs), timed on {} params and scaled linearly",
+                                            params_per_gpu, o_.gpus, o_.optimizer_probe_params);
+    if (plan_ == Plan::FP8LM) {
+      add(mk("optimizer.step", phase_, Kind::Optimizer, "adamw_fp8lm", {o_.optimizer_probe_params}), 0,
+          o_.optimizer_probe_params * 18.0,
+          "AdamW with an E4M3 first moment and an FP16 second moment, power-of-two per-tensor scales, " + sharded);
+      deviate(
+          "FP8-LM keeps FP16 master weights (with a scale) and FP8 weight gradients; the replay times gpu/optim's "
+          "three-phase low-precision AdamW with the fp8lm moments on fp32 params and grads");
+    } else if (plan_ == Plan::DEEPSEEK) {
+      add(mk("optimizer.step", phase_, Kind::Optimizer, "adamw_bf16m", {o_.optimizer_probe_params}), 0,
+          o_.optimizer_probe_params * 20.0, "fused AdamW with BF16 moments, fp32 master weights and grads, " + sharded);
+    } else if (plan_ == Plan::COAT) {
       add(mk("optimizer.step", phase_, Kind::Optimizer, "adamw_fp8_de", {o_.optimizer_probe_params}), 0,
           o_.optimizer_probe_params * 16.375,
           fmt::format("COAT FP8 AdamW with dynamic range expansion on {} params per GPU ({} GPUs), timed on {} "
@@ -429,10 +460,155 @@ class Builder {
   // Once per step per weight: the FP8 copy and its transpose (for dgrad).
   void weight_cast(const Linear& l) {
     const std::string name = std::string(l.name) + ".weight";
-    if (plan_ == Plan::TE)
-      ew(Kind::CastTranspose, name + ".cast", "bf16>e4m3+e4m3T+amax", l.out, l.in, 4, 4,
-         "delayed scaling: scale from the amax history, this pass records the new amax");
-    else coat_quantize_pertensor(name, l.out, l.in, "bf16>e4m3+e4m3T");
+    switch (plan_) {
+      case Plan::TE:
+        ew(Kind::CastTranspose, name + ".cast", "bf16>e4m3+e4m3T+amax", l.out, l.in, 4, 4,
+           "delayed scaling: scale from the amax history, this pass records the new amax");
+        break;
+      case Plan::FP8LM:
+        ew(Kind::Amax, name + ".amax", "bf16", l.out, l.in, 2);
+        ew(Kind::CastTranspose, name + ".cast", "bf16>e4m3+e4m3T", l.out, l.in, 4, 0,
+           "the FP8 weight (power-of-two scale from the just-in-time amax) and its transpose");
+        deviate(
+            "FP8-LM casts its FP16 master weights; the replay casts a 16-bit tensor with the BF16 kernel "
+            "(the same bytes)");
+        break;
+      case Plan::DEEPSEEK:
+        block_quantize(name + ".quant", "bf16>e4m3b128+e4m3b128T", l.out, l.in,
+                       "128x128 blocks and the transposed copy (dgrad's operand), one pass");
+        break;
+      case Plan::MXFP8:
+        block_quantize(name + ".quant", "bf16>e4m3mx+e4m3mxC", l.out, l.in,
+                       "1x32 blocks along K (fprop) and 32x1 along N (dgrad), E8M0 scales, one pass");
+        mx_dequantize(name + ".dequant_row", "e4m3mx>bf16", l.out, l.in);
+        mx_dequantize(name + ".dequant_col", "e4m3mxC>bf16", l.out, l.in);
+        break;
+      default:
+        coat_quantize_pertensor(name, l.out, l.in, "bf16>e4m3+e4m3T");
+        break;
+    }
+  }
+
+  // FP8-LM: once per step per weight gradient, the FP8 copy it all-reduces (just-in-time scale).
+  void fp8lm_grad_cast(const Linear& l) {
+    const std::string name = std::string(l.name) + ".weight_grad";
+    ew(Kind::Amax, name + ".amax", "bf16", l.out, l.in, 2);
+    ew(Kind::CastTranspose, name + ".cast", "bf16>e4m3", l.out, l.in, 3, 0,
+       "the FP8 weight gradient (power-of-two scale) FP8-LM all-reduces and the optimizer reads");
+  }
+
+  // ---------------------------------------------------------------- DeepSeek-V3 and MXFP8
+  // The widths and tokens their groups need: whole 1x128 groups and 128x128 blocks (DeepSeek),
+  // whole 1x32 and 32x1 blocks (MXFP8).
+  void check_granularity() const {
+    const int64_t g = plan_ == Plan::DEEPSEEK ? 128 : plan_ == Plan::MXFP8 ? 32 : 0;
+    if (!g) return;
+    for (auto [what, v] : {std::pair{"hidden_size", m_.hidden}, std::pair{"intermediate_size", m_.ffn},
+                           std::pair{"heads x head_dim", Q_}, std::pair{"kv_heads x head_dim", KV_}})
+      FP8SIM_REQUIRE(v % g == 0, "model '{}': {} = {} is not a multiple of {}, which the {} plan's blocks need",
+                     m_.name, what, v, g, plan_name(plan_));
+    if (T_ % g != 0)
+      throw UsageError(
+          fmt::format("--batch x --seq = {} tokens is not a multiple of {}, which the {} plan's blocks "
+                      "along the tokens (the wgrad's K) need",
+                      T_, g, plan_name(plan_)));
+  }
+  void block_quantize(const std::string& name, const std::string& variant, int64_t rows, int64_t cols,
+                      std::string note) {
+    const double scales = variant.find("b128") != std::string::npos   ? 8.0 / (128 * 128)
+                          : variant.find("g128") != std::string::npos ? 8.0 / 128
+                                                                      : 2.0 / 32;
+    ew(Kind::BlockQuantize, name, variant, rows, cols, 2 + 2 + scales, 0, std::move(note));
+  }
+  void mx_dequantize(const std::string& name, const std::string& variant, int64_t rows, int64_t cols) {
+    ew(Kind::Dequantize, name, variant, rows, cols, 1 + 1.0 / 32 + 2);
+    deviate(
+        "Hopper has no MXFP8 tensor cores: the GEMM runs in BF16 on operands dequantized from MXFP8 (on Blackwell "
+        "it reads the MX operands directly)");
+  }
+  // A Linear input or output gradient: DeepSeek's 1x128 copy and its transpose, or MXFP8's
+  // row-wise and column-wise blocks (then the row-wise copy dequantized for the GEMM that uses it now).
+  void quantize_activation(const std::string& name, int64_t cols) {
+    if (plan_ == Plan::DEEPSEEK) {
+      block_quantize(name, "bf16>e4m3g128+e4m3g128T", T_, cols,
+                     "1x128 groups and the transposed copy with 1x128 groups along the tokens (the wgrad's operand), "
+                     "one pass");
+    } else {
+      block_quantize(name, "bf16>e4m3mx+e4m3mxC", T_, cols,
+                     "1x32 blocks along the row and 32x1 along the column, E8M0 scales, one pass");
+      mx_dequantize(name + ".dequant_row", "e4m3mx>bf16", T_, cols);
+    }
+  }
+  // fprop on the quantized input: DeepSeek's block-scaled FP8 GEMM, or MXFP8's BF16 GEMM.
+  void fprop_blocked(const Linear& l) {
+    if (plan_ == Plan::DEEPSEEK) gemm_block(std::string(l.name) + ".fprop", T_, l.out, l.in, "e4m3g128", "e4m3b128");
+    else fprop(l, false);
+  }
+  // dgrad and wgrad. DeepSeek: dX = dY (1x128 along N) x W^T copy (128x128), dW = dY^T copy x X^T copy
+  // (both 1x128 along the tokens). MXFP8: the column-wise copies of X and dY dequantized for the wgrad
+  // (X's once per distinct input, by `dequant_input`), BF16 GEMMs.
+  void dgrad_wgrad_blocked(const Linear& l, bool dequant_input) {
+    const std::string n = l.name;
+    if (plan_ == Plan::DEEPSEEK) {
+      gemm_block(n + ".dgrad", T_, l.in, l.out, "e4m3g128", "e4m3b128");
+      gemm_block(n + ".wgrad", l.out, l.in, T_, "e4m3g128", "e4m3g128");
+      return;
+    }
+    mx_dequantize(n + ".grad.dequant_col", "e4m3mxC>bf16", T_, l.out);
+    if (dequant_input) mx_dequantize(n + ".input.dequant_col", "e4m3mxC>bf16", T_, l.in);
+    dgrad_wgrad(l, false);
+  }
+  void gemm_block(const std::string& name, int64_t m, int64_t n, int64_t k, const std::string& a,
+                  const std::string& b) {
+    add(mk(name, phase_, Kind::Gemm, a + "*" + b + ">bf16,mk.nk", {m, n, k}), 2.0 * static_cast<double>(m) * n * k,
+        static_cast<double>(m) * k * encoding_bytes(a) + static_cast<double>(n) * k * encoding_bytes(b) +
+            static_cast<double>(m) * n * 2);
+  }
+  void forward_blocked(const Linear& q, const Linear& k, const Linear& v, const Linear& o, const Linear& gate,
+                       const Linear& up, const Linear& down) {
+    phase_ = Phase::Forward;
+    rmsnorm_fwd_bf16("attn_norm.fwd");
+    quantize_activation("attn_norm.out.quant", m_.hidden);
+    for (const Linear* l : {&q, &k, &v}) fprop_blocked(*l);
+    rope(Phase::Forward);
+    attention(Phase::Forward);
+    quantize_activation("attention.out.quant", Q_);
+    fprop_blocked(o);
+    residual_add("attn_residual.fwd", "bf16>bf16");
+    rmsnorm_fwd_bf16("mlp_norm.fwd");
+    quantize_activation("mlp_norm.out.quant", m_.hidden);
+    fprop_blocked(gate);
+    fprop_blocked(up);
+    ew(Kind::SiluMulFwd, "silu_mul.fwd", "bf16>bf16", T_, m_.ffn, 6);
+    quantize_activation("silu_mul.out.quant", m_.ffn);
+    fprop_blocked(down);
+    residual_add("mlp_residual.fwd", "bf16>bf16");
+  }
+  void backward_blocked(const Linear& q, const Linear& k, const Linear& v, const Linear& o, const Linear& gate,
+                        const Linear& up, const Linear& down) {
+    phase_ = Phase::Backward;
+    quantize_activation("down_proj.grad.quant", m_.hidden);
+    dgrad_wgrad_blocked(down, true);
+    ew(Kind::SiluMulBwd, "silu_mul.bwd", "bf16>bf16", T_, m_.ffn, 10);
+    quantize_activation("gate_proj.grad.quant", m_.ffn);
+    dgrad_wgrad_blocked(gate, true);
+    quantize_activation("up_proj.grad.quant", m_.ffn);
+    dgrad_wgrad_blocked(up, false);  // the same input as gate_proj
+    residual_add("mlp_norm.grad_sum", "bf16>bf16");
+    rmsnorm_bwd("mlp_norm.bwd", "x=bf16");
+    residual_add("mlp_residual.bwd", "bf16>bf16");
+    quantize_activation("o_proj.grad.quant", m_.hidden);
+    dgrad_wgrad_blocked(o, true);
+    attention(Phase::Backward);
+    rope(Phase::Backward);
+    for (const Linear* l : {&q, &k, &v}) {
+      quantize_activation(std::string(l->name) + ".grad.quant", l->out);
+      dgrad_wgrad_blocked(*l, l == &q);  // q, k and v share their input
+    }
+    residual_add("attn_norm.grad_sum_qk", "bf16>bf16");
+    residual_add("attn_norm.grad_sum_v", "bf16>bf16");
+    rmsnorm_bwd("attn_norm.bwd", "x=bf16");
+    residual_add("attn_residual.bwd", "bf16>bf16");
   }
 };
 
@@ -446,6 +622,12 @@ const char* plan_name(Plan p) {
       return "te";
     case Plan::COAT:
       return "coat";
+    case Plan::FP8LM:
+      return "fp8lm";
+    case Plan::DEEPSEEK:
+      return "deepseek";
+    case Plan::MXFP8:
+      return "mxfp8";
   }
   return "?";
 }
@@ -457,7 +639,7 @@ std::optional<Plan> find_plan(std::string_view name) {
 }
 
 const std::vector<Plan>& all_plans() {
-  static const std::vector<Plan> plans{Plan::BF16, Plan::TE, Plan::COAT};
+  static const std::vector<Plan> plans{Plan::BF16, Plan::TE, Plan::COAT, Plan::FP8LM, Plan::DEEPSEEK, Plan::MXFP8};
   return plans;
 }
 
@@ -505,6 +687,9 @@ double encoding_bytes(const std::string& enc) {
   if (enc == "e4m3" || enc == "e5m2") return 1;
   if (enc == "e4m3g16" || enc == "e5m2g16") return 1.125;
   if (enc == "gmax") return 0.125;
+  if (enc == "e4m3g128") return 1 + 4.0 / 128;
+  if (enc == "e4m3b128") return 1 + 4.0 / (128 * 128);
+  if (enc == "e4m3mx") return 1 + 1.0 / 32;
   if (enc == "fp32") return 4;
   throw Error(fmt::format("unknown encoding '{}'", enc));
 }

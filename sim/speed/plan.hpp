@@ -20,6 +20,19 @@
 //          FP8 tensor is made with Group Scaling (producing kernel writes BF16 + per-group maxima,
 //          a stage-2 max over the maxima, then one cast(+transpose) pass); gate/up outputs are
 //          quantized 1x16; attention (RoPE + flash) stays BF16.
+//  * fp8lm: FP8-LM / MS-AMP O2: TE's per-tensor FP8 GEMMs and casts, plus FP8 weight gradients
+//          (just-in-time amax and cast) and FP8 weights cast from the master copy once per step;
+//          AdamW with an E4M3 first and an FP16 second moment (power-of-two scales).
+//  * deepseek: DeepSeek-V3's fine-grained FP8: every Linear input and output gradient quantized in
+//          one pass to E4M3 with 1x128 groups, plus a transposed copy with 1x128 groups along the
+//          tokens (the wgrad's K); weights in 128x128 blocks (and their transpose) once per step;
+//          cuBLASLt's block-scaled GEMMs (1x128 x 128x128; the wgrad 1x128 x 1x128); AdamW with
+//          BF16 moments. Widths and tokens must be multiples of 128.
+//  * mxfp8: OCP MXFP8 as a recipe runs it on Hopper, which has no MX tensor cores: every GEMM
+//          operand quantized to E4M3 with E8M0 scales in 1x32 blocks along rows and 32x1 blocks
+//          along columns (one pass), dequantized to BF16 for a BF16 GEMM (the rowwise copy for
+//          fprop and dgrad's gradient, the columnwise copy for the wgrad and dgrad's weight);
+//          fp32 AdamW. Widths and tokens must be multiples of 32.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -29,11 +42,11 @@
 namespace fp8sim::speed {
 
 // The kernel sequences the replay implements.
-enum class Plan { BF16, TE, COAT };
+enum class Plan { BF16, TE, COAT, FP8LM, DEEPSEEK, MXFP8 };
 const char* plan_name(Plan p);
 std::optional<Plan> find_plan(std::string_view name);
 const std::vector<Plan>& all_plans();
-std::string plan_names();  // "bf16, te, coat": every plan, for messages
+std::string plan_names();  // "bf16, te, coat, ...": every plan, for messages
 
 // The model dimensions the replay needs (filled from models/NAME.json by speed.cpp).
 struct ModelShape {
@@ -72,6 +85,8 @@ enum class Kind {
   GroupMax,       // bf16 -> per-1x16-group max (stage 1 of Group Scaling, standalone)
   ReduceMax,      // stage 2: max over per-group / per-row maxima -> one fp32
   Amax,           // just-in-time per-tensor max|x| over a whole bf16 tensor
+  BlockQuantize,  // bf16 -> fp8 with 1xG / GxG block scales, a row-wise and a column-wise (or transposed) copy
+  Dequantize,     // MX fp8 (E8M0 block scales) -> bf16
   CrossEntropy,   // softmax cross-entropy forward + gradient over (tokens, vocab) logits
   EmbeddingFwd,
   EmbeddingBwd,
@@ -128,7 +143,9 @@ struct Fig4bPaperRow {
 const std::vector<Fig4bPaperRow>& fig4b_paper();
 
 // Bytes per element of an encoding name used in variants: bf16 2, e4m3/e5m2 1,
-// e4m3g16/e5m2g16 1.125 (fp8 + one bf16 scale per 16), gmax 0.125 (one bf16 max per 16).
+// e4m3g16/e5m2g16 1.125 (fp8 + one bf16 scale per 16), gmax 0.125 (one bf16 max per 16),
+// e4m3g128 1 + 4/128 (fp32 scale per 1x128), e4m3b128 1 + 4/16384 (fp32 scale per 128x128),
+// e4m3mx 1 + 1/32 (E8M0 scale per 32).
 double encoding_bytes(const std::string& enc);
 
 }  // namespace fp8sim::speed

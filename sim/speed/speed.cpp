@@ -4,9 +4,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <ctime>
+#include <exception>
 #include <set>
 
 #include "sim/backend/backend.hpp"
@@ -27,7 +29,7 @@ struct Table7Row {
   const char* model;
   int64_t gpus;
   int64_t seq;
-  int64_t batch[3];     // by plan_index: the BF16, TE and COAT plans
+  int64_t batch[3];     // by kTable7Plans: the BF16, TE and COAT plans
   double paper_tps[3];  // tokens/s/GPU
 };
 const std::vector<Table7Row>& table7_rows() {
@@ -40,7 +42,8 @@ const std::vector<Table7Row>& table7_rows() {
   return rows;
 }
 
-int plan_index(Plan p) { return p == Plan::BF16 ? 0 : p == Plan::TE ? 1 : 2; }
+// Table 7's methods, in its column order (Table7Row's batch and paper_tps index them).
+constexpr std::array<Plan, 3> kTable7Plans{Plan::BF16, Plan::TE, Plan::COAT};
 
 const char* category(Kind k) {
   switch (k) {
@@ -56,6 +59,8 @@ const char* category(Kind k) {
     case Kind::GroupMax:
     case Kind::ReduceMax:
     case Kind::Amax:
+    case Kind::BlockQuantize:
+    case Kind::Dequantize:
       return "quantize";
     case Kind::RmsNormFwd:
     case Kind::RmsNormBwd:
@@ -367,8 +372,9 @@ std::vector<KernelOp> kernels_to_measure(const SpeedOptions& opts, const ModelSh
     want(build_plan(shape, Plan::BF16, plan_options(opts, opts.batch, opts.seq, opts.gpus)));
   if (opts.table7)
     for (const Table7Row& row : table7_rows())
-      for (Plan r : all_plans()) {
-        const int64_t b = row.batch[plan_index(r)];  // 0: out of memory in the paper, not evaluated
+      for (size_t i = 0; i < kTable7Plans.size(); ++i) {
+        const Plan r = kTable7Plans[i];
+        const int64_t b = row.batch[i];  // 0: out of memory in the paper, not evaluated
         if (b) want(build_plan(t7_models.at(row.model), r, plan_options(opts, b, row.seq, row.gpus)));
         if (r == Plan::COAT && row.batch[0])
           want(build_plan(t7_models.at(row.model), r, plan_options(opts, row.batch[0], row.seq, row.gpus)));
@@ -396,7 +402,7 @@ Timing load_timing(const SpeedOptions& opts) {
   const std::filesystem::path path = !opts.calibration.empty() ? opts.calibration : default_calibration_path();
   FP8SIM_REQUIRE(opts.calibration.empty() ? std::filesystem::exists(path) : true,
                  "no GPU here and no calibration exists at '{}': the figures cannot be modelled. Measure one on a "
-                 "GPU machine (scripts/device/speed.sh writes calibration.json) and pass it with --calibration FILE",
+                 "GPU machine (fp8sim calibrate, scripts/device/calibrate.sh) and pass it with --calibration FILE",
                  path.string());
   FP8SIM_REQUIRE(opts.write_calibration.empty() && opts.torch_times.empty(),
                  "--write-calibration and --torch-times need a measuring run (a GPU and no --calibration)");
@@ -583,8 +589,8 @@ Json table7_json(const SpeedOptions& opts, const Calibration& cal, const std::ma
     r["seq"] = row.seq;
     double tps[3] = {0, 0, 0};
     Json methods = Json::array();
-    for (Plan rc : all_plans()) {
-      const int i = plan_index(rc);
+    for (size_t i = 0; i < kTable7Plans.size(); ++i) {
+      const Plan rc = kTable7Plans[i];
       Json mj = Json::object();
       mj["recipe"] = plan_name(rc);
       mj["batch"] = row.batch[i];
@@ -685,14 +691,33 @@ Json notes_json(const std::vector<std::string>& notes, const Json& recipes) {
   return jn;
 }
 
-}  // namespace
+// opts.drop_unmodelled: leaves out of `run` the recipes whose plan cannot run at this shape or, with
+// `cal`, whose kernels the calibration cannot predict, each added to `skipped` with why. When none
+// is left, the first recipe's error is thrown as it was (a usage error stays one).
+void drop_recipes(SpeedOptions& run, const ModelShape& shape, const Calibration* cal, Json& skipped) {
+  std::vector<PlanRecipe> kept;
+  std::exception_ptr first;
+  for (const PlanRecipe& r : run.recipes) {
+    try {
+      const PlanOptions po = plan_options(run, batch_for(run, r.name), run.seq, run.gpus);
+      for (const KernelOp& op : build_plan(shape, r.plan, po))
+        if (cal) cal->predict(op);
+      kept.push_back(r);
+    } catch (const Error& e) {
+      if (!first) first = std::current_exception();
+      Json j = Json::object();
+      j["recipe"] = r.name;
+      j["why"] = e.what();
+      skipped.push_back(std::move(j));
+    }
+  }
+  if (kept.empty()) std::rethrow_exception(first);
+  run.recipes = std::move(kept);
+}
 
-Json speed_report(const SpeedOptions& opts, gpu::Backend* gpu) {
-  check_options(opts);
-  const ModelShape shape = load_model_shape(opts.model);
-  const std::map<std::string, ModelShape> t7_models = load_table7_models(opts);
-  Timing t = !opts.calibration.empty() || !gpu ? load_timing(opts) : measure_timing(opts, *gpu, shape, t7_models);
-
+// The document from the timing: head, timing, recipes, Figure 4(b), Table 7, validation, notes.
+Json assemble(const SpeedOptions& opts, const ModelShape& shape, const std::map<std::string, ModelShape>& t7_models,
+              Timing& t, const Json& skipped) {
   Json doc = header_json(opts, shape);
   doc["timing"] = timing_json(opts, t);
   if (Json stale = stale_kernels_json(opts, shape, t7_models, t.cal); stale.size())
@@ -702,7 +727,22 @@ Json speed_report(const SpeedOptions& opts, gpu::Backend* gpu) {
   if (opts.table7) doc["table7"] = table7_json(opts, t.cal, t7_models);
   if (Json v = validation_json(opts, t.cal, t.notes); !v.is_null()) doc["validation"] = std::move(v);
   doc["notes"] = notes_json(t.notes, doc.at("recipes"));
+  if (skipped.size()) doc["skipped_recipes"] = skipped;
   return doc;
+}
+
+}  // namespace
+
+Json speed_report(const SpeedOptions& opts, gpu::Backend* gpu) {
+  check_options(opts);
+  const ModelShape shape = load_model_shape(opts.model);
+  const std::map<std::string, ModelShape> t7_models = load_table7_models(opts);
+  SpeedOptions run = opts;
+  Json skipped = Json::array();
+  if (opts.drop_unmodelled) drop_recipes(run, shape, nullptr, skipped);
+  Timing t = !run.calibration.empty() || !gpu ? load_timing(run) : measure_timing(run, *gpu, shape, t7_models);
+  if (opts.drop_unmodelled && t.mode == "modelled") drop_recipes(run, shape, &t.cal, skipped);
+  return assemble(run, shape, t7_models, t, skipped);
 }
 
 // ------------------------------------------------------------------------------- markdown

@@ -59,6 +59,10 @@ struct SpeedOptions {
   std::string command_line;                                 // recorded in the output
   std::function<void(double done, double total)> progress;  // measuring: kernels timed so far
   MeasureSettings measure;                                  // measuring: warm-up and repetitions per kernel
+  // true: a recipe whose plan cannot run at this shape, or (modelled) whose kernels the calibration
+  // cannot predict, is left out and listed under `skipped_recipes` with why, instead of failing the
+  // run (the default recipe list and the report: a calibration older than a plan has no data for it).
+  bool drop_unmodelled = false;
 };
 
 // The committed H200 calibration: $FP8SIM_CALIBRATION, else <source>/reports/h200/calibration.json.
