@@ -75,6 +75,10 @@ void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& a
                     fmt::format("{:.2f}x", num(r, "speedup_vs_bf16"))});
     ctx.add_summary(name, col, fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")));
     ctx.add_summary(name, "speedup vs bf16 at max batch", fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")));
+    ctx.add_figure(name, "tokens_per_s_at_max_batch", num(r, "tokens_per_s_per_gpu"),
+                   fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")), "speed");
+    ctx.add_figure(name, "speedup_at_max_batch", num(r, "speedup_vs_bf16"),
+                   fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")), "speed");
   }
   const bool bf16_listed = std::any_of(so.recipes.begin(), so.recipes.end(),
                                        [](const speed::PlanRecipe& r) { return r.plan == speed::Plan::BF16; });
@@ -147,9 +151,11 @@ Json section_speed(Context& ctx) {
       std::vector<std::string> families;
       for (const Json& f : stale->as_array()) {
         std::string versions;
-        for (const Json& v : f.at("calibration_versions").as_array())
-          versions +=
-              (versions.empty() ? "" : "/") + (v.as_int() ? std::to_string(v.as_int()) : std::string("unrecorded"));
+        // Appended piecewise: `"/" + std::string` trips GCC 12's false -Wrestrict positive.
+        for (const Json& v : f.at("calibration_versions").as_array()) {
+          if (!versions.empty()) versions += '/';
+          versions += v.as_int() ? std::to_string(v.as_int()) : std::string("unrecorded");
+        }
         families.push_back(fmt::format("{} ({} kernels at version {}, this build's {})", f.at("family").as_string(),
                                        f.at("kernels").as_int(), versions, f.at("build_version").as_int()));
       }
