@@ -163,12 +163,29 @@ def plot_memory(plt, spec, path):
 
 
 def plot_speed(plt, spec, path):
-    """Time per op of one training step, grouped bars per recipe (horizontal, ops top to bottom)."""
+    """The total step per recipe (top), then time per op, grouped bars per recipe (ops top to bottom;
+    the smaller ops come summed by kind)."""
     ops = spec["ops"]
     recipes = list(spec["recipes"].keys())
+    totals = spec.get("totals") or {}
     n = len(recipes)
     height = 0.8 / max(1, n)
-    fig, ax = plt.subplots(figsize=(9, max(3.5, 0.28 * len(ops) * max(1, n) ** 0.5 + 1.5)))
+    ops_h = max(3.5, 0.28 * len(ops) * max(1, n) ** 0.5 + 1.5)
+    top_h = 0.45 * n + 0.9 if totals else 0.0
+    if totals:
+        fig, (ax_t, ax) = plt.subplots(2, 1, figsize=(9, ops_h + top_h),
+                                       gridspec_kw={"height_ratios": [top_h, ops_h]})
+        vals = [totals.get(r) if finite(totals.get(r)) else 0.0 for r in recipes]
+        ax_t.barh(range(n), vals, height=0.6, color=[recipe_colour(r, i) for i, r in enumerate(recipes)])
+        for i, v in enumerate(vals):
+            ax_t.text(v, i, f" {v:.4g} ms", va="center", fontsize=8)
+        ax_t.set_yticks(range(n), labels=recipes, fontsize=8)
+        ax_t.invert_yaxis()
+        ax_t.set_xlim(right=max(vals + [0.0]) * 1.18 or 1.0)
+        ax_t.set_title("total step time" + (" (modelled)" if spec.get("modelled") else ""), fontsize=10)
+        ax_t.grid(axis="x", alpha=0.3)
+    else:
+        fig, ax = plt.subplots(figsize=(9, ops_h))
     for i, r in enumerate(recipes):
         ys = [k + (i - (n - 1) / 2) * height for k in range(len(ops))]
         vals = [v if finite(v) else 0.0 for v in spec["recipes"][r]]
@@ -176,9 +193,12 @@ def plot_speed(plt, spec, path):
     ax.set_yticks(range(len(ops)), labels=ops, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(spec.get("unit", "ms") + (" (modelled from a calibration file)" if spec.get("modelled") else ""))
-    ax.set_title(spec.get("title", "Step time per op"), fontsize=12)
+    ax.set_title("time per op (the smaller ops summed by kind)" if totals else spec.get("title", "Step time per op"),
+                 fontsize=10 if totals else 12)
     ax.legend(fontsize=8)
     ax.grid(axis="x", alpha=0.3)
+    if totals:
+        fig.suptitle(spec.get("title", "Step time"), fontsize=12)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -483,6 +483,28 @@ TEST(ReportCli, SpeedSectionIsModelledFromACalibrationWithoutAGpu) {
   EXPECT_EQ(pd.at("recipes").size(), 2u);
   for (const auto& [name, v] : pd.at("recipes").as_object()) EXPECT_EQ(v.size(), pd.at("ops").size()) << name;
   EXPECT_TRUE(pd.at("modelled").as_bool());
+  // The bars add up to each recipe's total step, which the plot and the table carry; the smaller
+  // ops are gathered by kind, never into one anonymous "N other ops" bar.
+  for (const auto& r : recs.as_array()) {
+    const std::string name = r.at("recipe").as_string();
+    double sum = 0;
+    for (const auto& v : pd.at("recipes").at(name).as_array()) sum += v.as_number();
+    EXPECT_NEAR(sum, r.at("step_ms").as_number(), 1e-9 * r.at("step_ms").as_number()) << name;
+    EXPECT_DOUBLE_EQ(pd.at("totals").at(name).as_number(), r.at("step_ms").as_number()) << name;
+  }
+  const std::set<std::string> kinds = {"GEMM",          "attention",          "norms",    "elementwise",
+                                       "quantize/cast", "embedding and loss", "optimizer"};
+  int grouped = 0;
+  for (const auto& op : pd.at("ops").as_array()) {
+    const std::string label = op.as_string();
+    EXPECT_EQ(label.find(" other ops"), std::string::npos) << label;
+    if (label.rfind("other ", 0) != 0) continue;
+    ++grouped;
+    const std::string kind = label.substr(6, label.find(" (") - 6);
+    EXPECT_TRUE(kinds.count(kind)) << label;
+  }
+  EXPECT_GT(grouped, 0) << "the sample's smaller ops are summed by kind";
+  EXPECT_NE(md.find("| **total step** |"), std::string::npos) << md;
 }
 
 TEST(ReportCli, SummaryComparesEachRecipeAtItsLargestMicroBatchThatFits) {
