@@ -81,18 +81,30 @@ def plot_table1(plt, spec, path):
     panels = [("this run" + (f" ({spec['ours_label']})" if spec.get("ours_label") else ""), spec["ours"])]
     if spec.get("paper"):
         panels.append(("COAT paper, Table 1", spec["paper"]))
+    from matplotlib.colors import LogNorm
     fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels), 4.8), squeeze=False)
     for ax, (title, matrix) in zip(axes[0], panels):
         data = np.array([[v if finite(v) else np.nan for v in row] for row in matrix], dtype=float)
-        im = ax.imshow(data, cmap="viridis_r", aspect="auto")
+        # The cells span orders of magnitude: a log colour scale keeps each one distinguishable
+        # (a linear one paints everything but the worst column the same colour).
+        positive = data[np.isfinite(data) & (data > 0)]
+        log = positive.size > 0 and positive.max() > positive.min()
+        norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if log else None
+        shown = np.where(data > 0, data, np.nan) if log else data
+        im = ax.imshow(shown, cmap="viridis_r", aspect="auto", norm=norm)
         best = np.nanmin(data) if np.isfinite(data).any() else np.nan
         for i in range(data.shape[0]):
             for j in range(data.shape[1]):
                 v = data[i, j]
                 text = "n/a" if not np.isfinite(v) else f"{v:.4g}"
                 weight = "bold" if np.isfinite(v) and v == best else "normal"
-                lo, hi = np.nanmin(data), np.nanmax(data)
-                dark = np.isfinite(v) and hi > lo and (v - lo) / (hi - lo) > 0.5
+                if log:
+                    lo, hi = math.log(positive.min()), math.log(positive.max())
+                    pos = (math.log(v) - lo) / (hi - lo) if np.isfinite(v) and v > 0 else 0.0
+                else:
+                    lo, hi = np.nanmin(data), np.nanmax(data)
+                    pos = (v - lo) / (hi - lo) if np.isfinite(v) and hi > lo else 0.0
+                dark = pos > 0.5
                 ax.text(j, i, text, ha="center", va="center", fontsize=9, fontweight=weight,
                         color="white" if dark else "black")
         ax.set_xticks(range(len(cols)), labels=cols, rotation=20, fontsize=8)
@@ -100,7 +112,7 @@ def plot_table1(plt, spec, path):
         ax.set_xlabel("second moment v")
         ax.set_ylabel("first moment m")
         ax.set_title(title, fontsize=11)
-        fig.colorbar(im, ax=ax, shrink=0.85)
+        fig.colorbar(im, ax=ax, shrink=0.85, label="MSE (log scale)" if log else "MSE")
     fig.suptitle(spec.get("title", "MSE of m / sqrt(v), quantized vs fp32 states"), fontsize=12)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -113,10 +125,17 @@ def plot_gemm_error(plt, spec, path):
     fig, ax = plt.subplots(figsize=(9, 4.6))
     x = list(range(len(layers)))
     any_positive = False
+    # Recipes with nearly the same error lie on top of each other: each gets its own line style and
+    # marker (hollow, of decreasing size, so the ones below stay visible) besides its colour.
+    styles = ["-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]
+    markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
+    n = len(spec["recipes"])
     for i, (name, values) in enumerate(spec["recipes"].items()):
         ys = [v if finite(v) and v > 0 else float("nan") for v in values]
         any_positive = any_positive or any(finite(v) for v in ys)
-        ax.plot(x, ys, marker="o", ms=3.5, lw=1.4, color=recipe_colour(name, i), label=name)
+        colour = recipe_colour(name, i)
+        ax.plot(x, ys, ls=styles[i % len(styles)], marker=markers[i % len(markers)], ms=9 - 5 * i / max(1, n - 1),
+                mfc="none", mec=colour, mew=1.3, lw=1.5, color=colour, label=name, zorder=2 + i)
     if any_positive:
         ax.set_yscale("log")
     step = max(1, len(layers) // 24)
