@@ -223,11 +223,16 @@ nav.toc ol { margin: 4px 0; padding-left: 22px; }
 a { color: var(--accent); }
 code { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; background: var(--head);
        padding: 1px 4px; border-radius: 3px; }
-.tbl { overflow-x: auto; margin: 12px 0; }
+/* Wide tables fit the page: text cells and headers wrap, numbers stay on one line, and what is
+   still wider scrolls sideways inside its box with the first column kept in view. */
+.tbl { overflow-x: auto; margin: 12px 0; max-width: 100%; }
 table { border-collapse: collapse; font-size: 13.5px; }
-caption { text-align: left; font-weight: 600; padding: 4px 0; }
+caption { text-align: left; font-weight: 600; padding: 4px 0; position: sticky; left: 0; }
 th, td { border: 1px solid var(--line); padding: 3px 9px; vertical-align: top; }
-th { background: var(--head); text-align: left; }
+th { background: var(--head); text-align: left; max-width: 12em; overflow-wrap: break-word; }
+td { max-width: 34em; overflow-wrap: break-word; }
+th:first-child, td:first-child { position: sticky; left: 0; background: var(--bg); max-width: 16em; }
+th:first-child { background: var(--head); }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tbody tr:nth-child(even) td { background: #fafbfc; }
 p.note { color: var(--muted); font-size: 13px; margin-top: -4px; }
