@@ -470,6 +470,9 @@ TEST(ReportCli, SpeedSectionIsModelledFromACalibrationWithoutAGpu) {
   EXPECT_NE(md.find("MODELLED, not measured on this machine"), std::string::npos);
   // fp8lm has no speed model: the section says so instead of dropping it silently.
   EXPECT_NE(md.find("Not in the speed replay (it models bf16, te and coat): fp8lm."), std::string::npos) << md;
+  // Without te the verdict ranks no accuracy and says its recommendation rests on memory and speed.
+  EXPECT_NE(md.find("**Recommendation on memory and speed only: "), std::string::npos) << md;
+  EXPECT_EQ(md.find("at TE's accuracy level"), std::string::npos) << md;
   const Json& recs = doc.at("data").at("speed").at("recipes");
   ASSERT_EQ(recs.size(), 2u);
   for (const auto& r : recs.as_array()) {

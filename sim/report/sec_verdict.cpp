@@ -254,7 +254,7 @@ Json section_verdict(Context& ctx) {
       dj["reasons"] = std::move(rs);
       per[e.name]["verdict"] = std::move(dj);
     }
-    if (best) {
+    if (best && have_ref) {
       s.para(fmt::format(
           "**Recommendation: {}.** {} Rule: among the recipes that fit and whose errors are within {:.2f}x of "
           "TE's on every metric, the {}.",
@@ -263,9 +263,19 @@ Json section_verdict(Context& ctx) {
                    : "The smallest peak memory of the recipes at TE's accuracy level (no speed figures).",
           kTolerance,
           by_speed ? "highest tokens/s/GPU at its own largest micro-batch" : "smallest peak memory per GPU"));
+    } else if (best) {
+      // Without the reference the accuracy columns stand alone: the choice rests on memory and speed.
+      s.para(fmt::format(
+          "**Recommendation on memory and speed only: {}.** {} is not in --recipes, so no recipe's accuracy is "
+          "compared with it (add it to rank accuracy); of the recipes that fit, this one has the {}.",
+          best->name, kReference,
+          by_speed ? "highest tokens/s/GPU at its own largest micro-batch" : "smallest peak memory per GPU"));
+    }
+    if (best) {
       vj["recommendation"] = best->name;
     } else {
-      s.para("**No recommendation:** no recipe both fits on this GPU and stays at TE's accuracy level.");
+      s.para(have_ref ? "**No recommendation:** no recipe both fits on this GPU and stays at TE's accuracy level."
+                      : "**No recommendation:** no recipe fits on this GPU.");
       vj["recommendation"] = Json();
     }
     vj["rule"] = fmt::format(
