@@ -81,18 +81,30 @@ def plot_table1(plt, spec, path):
     panels = [("this run" + (f" ({spec['ours_label']})" if spec.get("ours_label") else ""), spec["ours"])]
     if spec.get("paper"):
         panels.append(("COAT paper, Table 1", spec["paper"]))
+    from matplotlib.colors import LogNorm
     fig, axes = plt.subplots(1, len(panels), figsize=(6.0 * len(panels), 4.8), squeeze=False)
     for ax, (title, matrix) in zip(axes[0], panels):
         data = np.array([[v if finite(v) else np.nan for v in row] for row in matrix], dtype=float)
-        im = ax.imshow(data, cmap="viridis_r", aspect="auto")
+        # The cells span orders of magnitude: a log colour scale keeps each one distinguishable
+        # (a linear one paints everything but the worst column the same colour).
+        positive = data[np.isfinite(data) & (data > 0)]
+        log = positive.size > 0 and positive.max() > positive.min()
+        norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if log else None
+        shown = np.where(data > 0, data, np.nan) if log else data
+        im = ax.imshow(shown, cmap="viridis_r", aspect="auto", norm=norm)
         best = np.nanmin(data) if np.isfinite(data).any() else np.nan
         for i in range(data.shape[0]):
             for j in range(data.shape[1]):
                 v = data[i, j]
                 text = "n/a" if not np.isfinite(v) else f"{v:.4g}"
                 weight = "bold" if np.isfinite(v) and v == best else "normal"
-                lo, hi = np.nanmin(data), np.nanmax(data)
-                dark = np.isfinite(v) and hi > lo and (v - lo) / (hi - lo) > 0.5
+                if log:
+                    lo, hi = math.log(positive.min()), math.log(positive.max())
+                    pos = (math.log(v) - lo) / (hi - lo) if np.isfinite(v) and v > 0 else 0.0
+                else:
+                    lo, hi = np.nanmin(data), np.nanmax(data)
+                    pos = (v - lo) / (hi - lo) if np.isfinite(v) and hi > lo else 0.0
+                dark = pos > 0.5
                 ax.text(j, i, text, ha="center", va="center", fontsize=9, fontweight=weight,
                         color="white" if dark else "black")
         ax.set_xticks(range(len(cols)), labels=cols, rotation=20, fontsize=8)
@@ -100,7 +112,7 @@ def plot_table1(plt, spec, path):
         ax.set_xlabel("second moment v")
         ax.set_ylabel("first moment m")
         ax.set_title(title, fontsize=11)
-        fig.colorbar(im, ax=ax, shrink=0.85)
+        fig.colorbar(im, ax=ax, shrink=0.85, label="MSE (log scale)" if log else "MSE")
     fig.suptitle(spec.get("title", "MSE of m / sqrt(v), quantized vs fp32 states"), fontsize=12)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -113,10 +125,17 @@ def plot_gemm_error(plt, spec, path):
     fig, ax = plt.subplots(figsize=(9, 4.6))
     x = list(range(len(layers)))
     any_positive = False
+    # Recipes with nearly the same error lie on top of each other: each gets its own line style and
+    # marker (hollow, of decreasing size, so the ones below stay visible) besides its colour.
+    styles = ["-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)), (0, (1, 3))]
+    markers = ["o", "s", "^", "D", "v", "P", "X", "*"]
+    n = len(spec["recipes"])
     for i, (name, values) in enumerate(spec["recipes"].items()):
         ys = [v if finite(v) and v > 0 else float("nan") for v in values]
         any_positive = any_positive or any(finite(v) for v in ys)
-        ax.plot(x, ys, marker="o", ms=3.5, lw=1.4, color=recipe_colour(name, i), label=name)
+        colour = recipe_colour(name, i)
+        ax.plot(x, ys, ls=styles[i % len(styles)], marker=markers[i % len(markers)], ms=9 - 5 * i / max(1, n - 1),
+                mfc="none", mec=colour, mew=1.3, lw=1.5, color=colour, label=name, zorder=2 + i)
     if any_positive:
         ax.set_yscale("log")
     step = max(1, len(layers) // 24)
@@ -163,12 +182,29 @@ def plot_memory(plt, spec, path):
 
 
 def plot_speed(plt, spec, path):
-    """Time per op of one training step, grouped bars per recipe (horizontal, ops top to bottom)."""
+    """The total step per recipe (top), then time per op, grouped bars per recipe (ops top to bottom;
+    the smaller ops come summed by kind)."""
     ops = spec["ops"]
     recipes = list(spec["recipes"].keys())
+    totals = spec.get("totals") or {}
     n = len(recipes)
     height = 0.8 / max(1, n)
-    fig, ax = plt.subplots(figsize=(9, max(3.5, 0.28 * len(ops) * max(1, n) ** 0.5 + 1.5)))
+    ops_h = max(3.5, 0.28 * len(ops) * max(1, n) ** 0.5 + 1.5)
+    top_h = 0.45 * n + 0.9 if totals else 0.0
+    if totals:
+        fig, (ax_t, ax) = plt.subplots(2, 1, figsize=(9, ops_h + top_h),
+                                       gridspec_kw={"height_ratios": [top_h, ops_h]})
+        vals = [totals.get(r) if finite(totals.get(r)) else 0.0 for r in recipes]
+        ax_t.barh(range(n), vals, height=0.6, color=[recipe_colour(r, i) for i, r in enumerate(recipes)])
+        for i, v in enumerate(vals):
+            ax_t.text(v, i, f" {v:.4g} ms", va="center", fontsize=8)
+        ax_t.set_yticks(range(n), labels=recipes, fontsize=8)
+        ax_t.invert_yaxis()
+        ax_t.set_xlim(right=max(vals + [0.0]) * 1.18 or 1.0)
+        ax_t.set_title("total step time" + (" (modelled)" if spec.get("modelled") else ""), fontsize=10)
+        ax_t.grid(axis="x", alpha=0.3)
+    else:
+        fig, ax = plt.subplots(figsize=(9, ops_h))
     for i, r in enumerate(recipes):
         ys = [k + (i - (n - 1) / 2) * height for k in range(len(ops))]
         vals = [v if finite(v) else 0.0 for v in spec["recipes"][r]]
@@ -176,9 +212,12 @@ def plot_speed(plt, spec, path):
     ax.set_yticks(range(len(ops)), labels=ops, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(spec.get("unit", "ms") + (" (modelled from a calibration file)" if spec.get("modelled") else ""))
-    ax.set_title(spec.get("title", "Step time per op"), fontsize=12)
+    ax.set_title("time per op (the smaller ops summed by kind)" if totals else spec.get("title", "Step time per op"),
+                 fontsize=10 if totals else 12)
     ax.legend(fontsize=8)
     ax.grid(axis="x", alpha=0.3)
+    if totals:
+        fig.suptitle(spec.get("title", "Step time"), fontsize=12)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

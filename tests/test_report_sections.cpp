@@ -188,6 +188,25 @@ TEST(ReportRender, HtmlEscapesTextEmbedsImagesAndFetchesNothing) {
     EXPECT_EQ(html.find(bad), std::string::npos) << bad;
 }
 
+TEST(ReportRender, SectionLinksPointAtHeadingsInMarkdownAndIdsInHtml) {
+  Json doc = synthetic_doc();
+  Section v("first", "First");
+  v.para("See [the beta section](#beta) and [1.5](#gamma); [not a link](http://x) stays text.");
+  v.table("", {"recipe", "value"}, {{"a", "[2.50](#beta) (1.10x)"}, {"b", "[n/a](#beta)"}});
+  doc["sections"].as_array().insert(doc["sections"].as_array().begin(), v.take());
+  const std::string md = render_markdown(doc);
+  // Markdown headings carry their number in the anchor: section id "beta" is heading "3. Beta".
+  EXPECT_NE(md.find("[the beta section](#3-beta)"), std::string::npos) << md;
+  EXPECT_NE(md.find("[1.5](#4-gamma)"), std::string::npos) << md;
+  EXPECT_EQ(md.find("](#beta)"), std::string::npos) << md;
+  EXPECT_NE(md.find("| value |\n|---|---:|"), std::string::npos) << "a linked number is still a number: " << md;
+  const std::string html = render_html(doc, [](const std::string&) { return std::string(); });
+  EXPECT_NE(html.find("See <a href=\"#beta\">the beta section</a> and <a href=\"#gamma\">1.5</a>;"), std::string::npos)
+      << html;
+  EXPECT_NE(html.find("[not a link](http://x)"), std::string::npos);
+  EXPECT_NE(html.find("<td class=\"num\"><a href=\"#beta\">2.50</a> (1.10x)</td>"), std::string::npos) << html;
+}
+
 // ---- the plot runner ---------------------------------------------------------------------------------
 
 TEST(ReportPlots, MissingPythonSkipsPlotsAndSaysWhy) {
@@ -279,7 +298,8 @@ TEST(ReportCli, SampleTraceProducesEverySectionAndTheWholeJson) {
     EXPECT_NE(md.find(title), std::string::npos) << title;
     EXPECT_NE(html.find("id=\"" + id + "\""), std::string::npos) << id;
   }
-  for (const char* id : {"summary", "inputs", "tensors", "gemm", "optimizer", "memory", "speed", "compare", "bench"})
+  for (const char* id :
+       {"verdict", "summary", "inputs", "tensors", "gemm", "optimizer", "memory", "speed", "compare", "bench"})
     EXPECT_TRUE(ids.count(id)) << "missing section " << id;
   // Plots were skipped on request, and the report says so.
   EXPECT_EQ(r.doc.at("plots").at("status").as_string(), "skipped");
@@ -456,6 +476,9 @@ TEST(ReportCli, SpeedSectionIsModelledFromACalibrationWithoutAGpu) {
   EXPECT_NE(md.find("Not in the speed replay (it models bf16, te, coat, fp8lm, deepseek and mxfp8): noplan."),
             std::string::npos)
       << md;
+  // Without te the verdict ranks no accuracy and says its recommendation rests on memory and speed.
+  EXPECT_NE(md.find("**Recommendation on memory and speed only: "), std::string::npos) << md;
+  EXPECT_EQ(md.find("at TE's accuracy level"), std::string::npos) << md;
   const Json& recs = doc.at("data").at("speed").at("recipes");
   ASSERT_EQ(recs.size(), 2u);
   for (const auto& r : recs.as_array()) {
@@ -469,6 +492,28 @@ TEST(ReportCli, SpeedSectionIsModelledFromACalibrationWithoutAGpu) {
   EXPECT_EQ(pd.at("recipes").size(), 2u);
   for (const auto& [name, v] : pd.at("recipes").as_object()) EXPECT_EQ(v.size(), pd.at("ops").size()) << name;
   EXPECT_TRUE(pd.at("modelled").as_bool());
+  // The bars add up to each recipe's total step, which the plot and the table carry; the smaller
+  // ops are gathered by kind, never into one anonymous "N other ops" bar.
+  for (const auto& r : recs.as_array()) {
+    const std::string name = r.at("recipe").as_string();
+    double sum = 0;
+    for (const auto& v : pd.at("recipes").at(name).as_array()) sum += v.as_number();
+    EXPECT_NEAR(sum, r.at("step_ms").as_number(), 1e-9 * r.at("step_ms").as_number()) << name;
+    EXPECT_DOUBLE_EQ(pd.at("totals").at(name).as_number(), r.at("step_ms").as_number()) << name;
+  }
+  const std::set<std::string> kinds = {"GEMM",          "attention",          "norms",    "elementwise",
+                                       "quantize/cast", "embedding and loss", "optimizer"};
+  int grouped = 0;
+  for (const auto& op : pd.at("ops").as_array()) {
+    const std::string label = op.as_string();
+    EXPECT_EQ(label.find(" other ops"), std::string::npos) << label;
+    if (label.rfind("other ", 0) != 0) continue;
+    ++grouped;
+    const std::string kind = label.substr(6, label.find(" (") - 6);
+    EXPECT_TRUE(kinds.count(kind)) << label;
+  }
+  EXPECT_GT(grouped, 0) << "the sample's smaller ops are summed by kind";
+  EXPECT_NE(md.find("| **total step** |"), std::string::npos) << md;
 }
 
 TEST(ReportCli, SummaryComparesEachRecipeAtItsLargestMicroBatchThatFits) {
@@ -497,7 +542,9 @@ TEST(ReportCli, SummaryComparesEachRecipeAtItsLargestMicroBatchThatFits) {
   for (const auto& [name, b] : max_batch) EXPECT_EQ(rec.at(name)->at("batch").as_int(), b) << name;
   EXPECT_DOUBLE_EQ(rec.at("bf16")->at("speedup_vs_bf16").as_number(), 1.0);
   // The summary's throughput and speedup are these, not the micro-batch-2 run's.
-  const Json& summary = doc.at("sections").as_array()[0];
+  // The verdict comes first, the summary right after it.
+  ASSERT_EQ(doc.at("sections").as_array()[0].at("id").as_string(), "verdict");
+  const Json& summary = doc.at("sections").as_array()[1];
   ASSERT_EQ(summary.at("id").as_string(), "summary");
   const Json* table = nullptr;
   for (const auto& b : summary.at("blocks").as_array())
@@ -521,4 +568,137 @@ TEST(ReportCli, SummaryComparesEachRecipeAtItsLargestMicroBatchThatFits) {
   }
   // The micro-batch-2 run stays in the speed section, at micro-batch 2.
   for (const auto& r : data.at("speed").at("recipes").as_array()) EXPECT_EQ(r.at("batch").as_int(), 2);
+}
+
+namespace {
+
+// The cells of every table of the section with id `id` in a report document.
+std::set<std::string> section_cells(const Json& doc, const std::string& id) {
+  std::set<std::string> cells;
+  for (const auto& sec : doc.at("sections").as_array()) {
+    if (sec.at("id").as_string() != id) continue;
+    for (const auto& b : sec.at("blocks").as_array())
+      if (const Json* t = b.find("table"))
+        for (const auto& row : t->at("rows").as_array())
+          for (const auto& c : row.as_array()) cells.insert(c.as_string());
+  }
+  return cells;
+}
+
+}  // namespace
+
+TEST(ReportCli, VerdictNumbersAreTheSectionsNumbers) {
+  const fs::path cal = synthetic_calibration(2, 2048, 4);
+  const fs::path out = fs::path(fp8sim::test::temp_dir()) / "r";
+  const auto res =
+      fp8sim::test::run_shell("FP8SIM_CALIBRATION=" + quote(cal.string()) + " " + quote(FP8SIM_BINARY) +
+                              " report --no-plots --recipes bf16,te,coat,fp8lm --out " + quote(out.string()));
+  ASSERT_EQ(res.exit_code, 0) << res.err;
+  const Json doc = Json::parse(slurp(out / "report.json"));
+  const Json& sec0 = doc.at("sections").as_array()[0];
+  ASSERT_EQ(sec0.at("id").as_string(), "verdict");
+  ASSERT_EQ(sec0.at("status").as_string(), "ok") << (sec0.contains("reason") ? sec0.at("reason").as_string() : "");
+  const Json& data = doc.at("data");
+  const Json& verdict = data.at("verdict");
+  const Json& recipes = verdict.at("recipes");
+  ASSERT_EQ(recipes.size(), 4u);
+
+  // Each figure against the number in the section document it comes from.
+  std::map<std::string, const Json*> at_max;
+  for (const auto& r : data.at("speed_at_max_batch").at("recipes").as_array()) at_max[r.at("recipe").as_string()] = &r;
+  const std::map<std::string, std::string> state = {
+      {"bf16", "fp32"}, {"te", "te-fp8"}, {"coat", "coat"}, {"fp8lm", "fp8lm"}};
+  auto value = [&](const std::string& r, const char* key) {
+    const Json& f = recipes.at(r).at(key);
+    EXPECT_TRUE(f.is_object()) << r << " has no " << key;
+    return f.is_object() && f.at("value").is_number() ? f.at("value").as_number() : std::nan("");
+  };
+  for (const auto& [r, _] : recipes.as_object()) {
+    SCOPED_TRACE(r);
+    const Json& an = data.at("analyze").at(r);
+    for (const auto& a : an.at("aggregates").at("by_role").as_array())
+      if (a.at("key").as_string() == "activation") {
+        EXPECT_DOUBLE_EQ(value(r, "activation_snr_db"), a.at("snr_db").as_number());
+      }
+    double sum = 0;
+    int n = 0;
+    for (const auto& l : an.at("layers").as_array())
+      if (l.at("nmse").is_number()) sum += l.at("nmse").as_number(), ++n;
+    ASSERT_GT(n, 0);
+    EXPECT_DOUBLE_EQ(value(r, "gemm_rel_err_mean"), sum / n);
+    const Json& mem = data.at("memory").at(r);
+    EXPECT_DOUBLE_EQ(value(r, "peak_gib"), mem.at("peak_gib").as_number());
+    EXPECT_DOUBLE_EQ(value(r, "max_batch"), static_cast<double>(mem.at("max_batch").as_int()));
+    EXPECT_DOUBLE_EQ(value(r, "memory_saving_vs_bf16"),
+                     data.at("memory").at("bf16").at("peak_gib").as_number() / mem.at("peak_gib").as_number());
+    const std::string st = state.at(r);
+    if (st == "fp32") {
+      EXPECT_EQ(value(r, "param_drift"), 0.0);
+    } else {
+      EXPECT_DOUBLE_EQ(
+          value(r, "param_drift"),
+          data.at("optim").at("drift").at(st).at("steps").as_array().back().at("param_rel_l2").as_number());
+    }
+    if (r == "fp8lm") {  // no speed plan: no throughput, and the verdict says n/a rather than inventing one
+      EXPECT_TRUE(recipes.at(r).at("tokens_per_s_at_max_batch").is_null());
+    } else {
+      EXPECT_DOUBLE_EQ(value(r, "tokens_per_s_at_max_batch"), at_max.at(r)->at("tokens_per_s_per_gpu").as_number());
+      EXPECT_DOUBLE_EQ(value(r, "speedup_at_max_batch"), at_max.at(r)->at("speedup_vs_bf16").as_number());
+    }
+    // Each figure's text is a cell of its section's own tables, and the verdict links it there.
+    for (const auto& [key, f] : recipes.at(r).as_object()) {
+      if (!f.is_object() || !f.contains("cell")) continue;
+      const std::string cell = f.at("cell").as_string(), section = f.at("section").as_string();
+      if (!(key == "param_drift" && st == "fp32")) {  // the fp32 states are the drift's reference: no row
+        EXPECT_TRUE(section_cells(doc, section).count(cell)) << key << " = " << cell << " not in section " << section;
+      }
+      bool linked = false;
+      for (const auto& b : sec0.at("blocks").as_array())
+        if (const Json* t = b.find("table"))
+          for (const auto& row : t->at("rows").as_array())
+            if (row.as_array()[0].as_string() == r)
+              for (const auto& c : row.as_array())
+                linked = linked || c.as_string().find("[" + cell + "](#" + section + ")") != std::string::npos;
+      EXPECT_TRUE(linked) << key << ": no link [" << cell << "](#" << section << ") in the verdict row";
+    }
+  }
+
+  // The recommendation follows the stated rule: it fits, its errors are within the tolerance of
+  // TE's, and no other such recipe is faster at its own largest micro-batch.
+  const double tol = verdict.at("tolerance").as_number();
+  auto within = [&](const std::string& r) {
+    if (r == "bf16") return true;
+    for (const char* k : {"activation_snr_db", "gemm_rel_err_mean", "param_drift"}) {
+      const Json& f = recipes.at(r).at(k);
+      if (f.is_object() && f.contains("ratio_to_te") && f.at("ratio_to_te").is_number() &&
+          f.at("ratio_to_te").as_number() > tol)
+        return false;
+      if (f.is_object() && f.contains("ratio_to_te") && f.at("ratio_to_te").is_null()) return false;  // infinite
+    }
+    return true;
+  };
+  ASSERT_TRUE(verdict.at("recommendation").is_string());
+  const std::string best = verdict.at("recommendation").as_string();
+  EXPECT_TRUE(within(best)) << best;
+  EXPECT_GE(value(best, "max_batch"), 1.0);
+  for (const auto& [r, _] : recipes.as_object()) {
+    const std::string decision = recipes.at(r).at("verdict").at("decision").as_string();
+    EXPECT_EQ(decision == "recommended", r == best) << r;
+    EXPECT_FALSE(recipes.at(r).at("verdict").at("reasons").as_array().empty()) << r;
+    if (!within(r)) {
+      EXPECT_EQ(decision, "accuracy below TE's level") << r;
+    }
+    if (within(r) && r != best && at_max.count(r)) {
+      EXPECT_LE(value(r, "tokens_per_s_at_max_batch"), value(best, "tokens_per_s_at_max_batch")) << r;
+    }
+  }
+
+  // The sample trace is not Llama-2-7B: the verdict says so, and how to make them agree.
+  EXPECT_FALSE(verdict.at("models").at("same").as_bool());
+  const std::string md = slurp(out / "report.md");
+  EXPECT_NE(md.find("**Different models.**"), std::string::npos);
+  EXPECT_LT(md.find("## 1. Verdict"), md.find("## 2. Summary"));
+  EXPECT_NE(md.find("](#7-memory-per-gpu)"), std::string::npos) << "verdict numbers link to their section";
+  const std::string html = slurp(out / "report.html");
+  EXPECT_NE(html.find("<a href=\"#memory\">"), std::string::npos);
 }

@@ -17,7 +17,38 @@ std::string str_or(const Json& j, std::string_view key, std::string fallback = "
   return v && v->is_string() ? v->as_string() : fallback;
 }
 
-bool looks_numeric(const std::string& cell) {
+// The one link mark the sections use: [text](#section-id), a link to another section of the report.
+// Returns the position of the closing ')' of a link starting at `i`, or npos when none starts there.
+size_t link_end(std::string_view s, size_t i, size_t* text_end) {
+  if (s[i] != '[') return std::string_view::npos;
+  const size_t close = s.find("](#", i + 1);
+  if (close == std::string_view::npos || s.substr(i + 1, close - i - 1).find_first_of("[]\n") != std::string_view::npos)
+    return std::string_view::npos;
+  const size_t end = s.find(')', close + 3);
+  if (end == std::string_view::npos ||
+      s.substr(close + 3, end - close - 3).find_first_of(" \n") != std::string_view::npos)
+    return std::string_view::npos;
+  *text_end = close;
+  return end;
+}
+
+// The text of a cell without its link marks: "[1.5](#memory) (2x)" -> "1.5 (2x)".
+std::string strip_links(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    size_t text_end = 0;
+    if (const size_t end = link_end(s, i, &text_end); end != std::string_view::npos) {
+      out += s.substr(i + 1, text_end - i - 1);
+      i = end;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+bool looks_numeric(const std::string& raw) {
+  const std::string cell = strip_links(raw);
   // Bold marks do not make a number text.
   const std::string s =
       cell.size() > 4 && cell.rfind("**", 0) == 0 && cell.ends_with("**") ? cell.substr(2, cell.size() - 4) : cell;
@@ -26,7 +57,7 @@ bool looks_numeric(const std::string& cell) {
   for (unsigned char c : s) {
     if (std::isdigit(c)) ++digits;
     else if (!(c == '.' || c == '-' || c == '+' || c == 'e' || c == 'x' || c == '%' || c == ' ' || c == ',' ||
-               c == '/' || c == 'n' || c == 'a'))
+               c == '/' || c == 'n' || c == 'a' || c == '(' || c == ')'))
       return false;
   }
   return digits > 0 || s == "n/a";
@@ -64,6 +95,7 @@ void md_table(std::string& out, const Json& t) {
       if (i >= cells.size()) continue;
       const std::string& c = cells[i].as_string();
       // Placeholders say "no number here"; they do not make a column of numbers text.
+      if (const std::string plain = strip_links(c); plain == "n/a" || plain == "-") continue;
       if (c.empty() || c == "-" || c == "n/a" || c == "kept" || c == "exact") continue;
       if (!looks_numeric(c)) numeric = false;
     }
@@ -133,6 +165,12 @@ std::string html_inline(std::string_view s) {
         continue;
       }
     }
+    if (size_t text_end = 0, end = link_end(s, i, &text_end); end != std::string_view::npos) {
+      out += "<a href=\"" + html_escape(s.substr(text_end + 2, end - text_end - 2)) + "\">" +
+             html_inline(s.substr(i + 1, text_end - i - 1)) + "</a>";
+      i = end + 1;
+      continue;
+    }
     if (s.compare(i, 2, "**") == 0) {
       const size_t end = s.find("**", i + 2);
       if (end != std::string_view::npos) {
@@ -141,7 +179,7 @@ std::string html_inline(std::string_view s) {
         continue;
       }
     }
-    const size_t next = s.find_first_of("`*", i + 1);
+    const size_t next = s.find_first_of("`*[", i + 1);
     const size_t stop = next == std::string_view::npos ? s.size() : next;
     out += html_escape(s.substr(i, stop - i));
     i = stop;
@@ -185,11 +223,16 @@ nav.toc ol { margin: 4px 0; padding-left: 22px; }
 a { color: var(--accent); }
 code { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; background: var(--head);
        padding: 1px 4px; border-radius: 3px; }
-.tbl { overflow-x: auto; margin: 12px 0; }
+/* Wide tables fit the page: text cells and headers wrap, numbers stay on one line, and what is
+   still wider scrolls sideways inside its box with the first column kept in view. */
+.tbl { overflow-x: auto; margin: 12px 0; max-width: 100%; }
 table { border-collapse: collapse; font-size: 13.5px; }
-caption { text-align: left; font-weight: 600; padding: 4px 0; }
+caption { text-align: left; font-weight: 600; padding: 4px 0; position: sticky; left: 0; }
 th, td { border: 1px solid var(--line); padding: 3px 9px; vertical-align: top; }
-th { background: var(--head); text-align: left; }
+th { background: var(--head); text-align: left; max-width: 12em; overflow-wrap: break-word; }
+td { max-width: 34em; overflow-wrap: break-word; }
+th:first-child, td:first-child { position: sticky; left: 0; background: var(--bg); max-width: 16em; }
+th:first-child { background: var(--head); }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tbody tr:nth-child(even) td { background: #fafbfc; }
 p.note { color: var(--muted); font-size: 13px; margin-top: -4px; }
@@ -249,6 +292,13 @@ std::string render_markdown(const Json& doc) {
     }
   }
   for (const auto& line : doc.at("outro").as_array()) out += line.as_string() + "\n\n";
+  // Links to a section by its id point at the heading's anchor instead (Markdown has no ids).
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const std::string from = "](#" + str_or(sections[i], "id") + ")";
+    const std::string to = "](#" + anchor(fmt::format("{}. {}", i + 1, sections[i].at("title").as_string())) + ")";
+    for (size_t at = out.find(from); at != std::string::npos; at = out.find(from, at + to.size()))
+      out.replace(at, from.size(), to);
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <ctime>
 #include <fstream>
 #include <set>
@@ -29,6 +30,16 @@ void Context::add_summary(const std::string& recipe, const std::string& column, 
   if (std::find(summary_columns.begin(), summary_columns.end(), column) == summary_columns.end())
     summary_columns.push_back(column);
   summary[recipe][column] = std::move(cell);
+}
+
+void Context::add_figure(const std::string& recipe, const std::string& key, double value, std::string cell,
+                         const std::string& section) {
+  Json f;
+  if (std::isfinite(value)) f["value"] = value;
+  else f["value"] = Json();
+  f["cell"] = std::move(cell);
+  f["section"] = section;
+  figures[recipe][key] = std::move(f);
 }
 
 namespace {
@@ -197,7 +208,7 @@ ReportOptions resolve_options(ReportOptions o) {
 }
 
 Json build_report(const ReportOptions& opts, gpu::Backend& gpu) {
-  Context ctx{opts, gpu, gpu.device(), Json::object(), Json::object(), Json::object(), {}};
+  Context ctx{opts, gpu, gpu.device(), Json::object(), Json::object(), Json::object(), {}, Json::object()};
   // One phase per section; the bar advances as each finishes (the pieces draw their own bars
   // for long inner loops).
   struct Phase {
@@ -262,6 +273,13 @@ Json build_report(const ReportOptions& opts, gpu::Backend& gpu) {
   doc["intro"] = std::move(intro);
 
   Json sections = Json::array();
+  // The verdict first: it answers the question the report exists for, from the sections below.
+  sections.push_back(section_verdict(ctx));
+  if (!opts.keep_going && sections.as_array().front().at("status").as_string() == "error")
+    throw Error(
+        fmt::format("section 'Verdict' failed: {} (no report written; --keep-going writes it with the error "
+                    "in that section)",
+                    sections.as_array().front().at("reason").as_string()));
   sections.push_back(section_summary(ctx));
   sections.push_back(section_inputs(ctx, opts));
   for (auto& s : body) sections.push_back(std::move(s));

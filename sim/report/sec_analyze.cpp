@@ -125,9 +125,32 @@ Json section_tensors(Context& ctx) {
                        fmt::format("{}", t.at("quantized_tensors").as_int()), fmt::format("{:.0f}", el),
                        fmt::format("{:.2f}", 8.0 * num(t, "stored_bytes") / el),
                        fmt::format("{:.2f}", 8.0 * num(t, "recipe_bytes") / el)});
-      if (const Json* a = find_agg(doc, "by_role", "activation"))
-        ctx.add_summary(r, "activation SNR dB", a->at("quantized_tensors").as_int() ? snr_cell(*a) : "kept");
     }
+    // By role, SNR per recipe: the activation row is the verdict's and the summary's activation error.
+    std::vector<std::string> roles;
+    for (const auto& [_, doc] : recs)
+      for (const auto& a : doc.at("aggregates").at("by_role").as_array())
+        if (std::find(roles.begin(), roles.end(), a.at("key").as_string()) == roles.end())
+          roles.push_back(a.at("key").as_string());
+    std::vector<Row> rrows;
+    for (const auto& role : roles) {
+      Row row{role};
+      for (const auto& [r, doc] : recs) {
+        const Json* a = find_agg(doc, "by_role", role);
+        const bool kept = a && a->at("quantized_tensors").as_int() == 0;
+        row.push_back(!a ? "-" : kept ? "kept" : snr_cell(*a));
+        if (a && role == "activation") {
+          ctx.add_summary(r, "activation SNR dB", row.back());
+          ctx.add_figure(r, "activation_snr_db", kept ? std::nan("") : num(*a, "snr_db"), row.back(), id);
+        }
+      }
+      rrows.push_back(std::move(row));
+    }
+    Row rheader = header;
+    rheader[0] = "role";
+    s.table("SNR (dB) by tensor role", rheader, rrows,
+            "All quantized tensors of a role together (the sums of the rows above merged); the activation row is "
+            "the verdict's activation error.");
     s.table("Storage of the trace's tensors",
             {"recipe", "tensors", "quantized", "elements", "stored bits/element", "recipe bits/element"}, brows,
             "Recipe bits include the scales and DE metadata (exact, from the quantizer's accounting).");
@@ -191,7 +214,8 @@ Json section_gemm(Context& ctx) {
       }
       rows.push_back(std::move(row));
     }
-    s.table("Relative L2 error of the forward GEMM outputs, per layer", header, rows);
+    // The mean over layers: the summary's and the verdict's GEMM error.
+    Row mean_row{"mean over layers"};
     for (const auto& [r, doc] : recs) {
       double sum = 0;
       int n = 0;
@@ -199,8 +223,13 @@ Json section_gemm(Context& ctx) {
         const double e = num(l, "nmse");
         if (std::isfinite(e)) sum += e, ++n;
       }
-      if (n) ctx.add_summary(r, "GEMM output rel. error (mean over layers)", fmt_num(sum / n, 3));
+      mean_row.push_back(n ? fmt_num(sum / n, 3) : "-");
+      if (!n) continue;
+      ctx.add_summary(r, "GEMM output rel. error (mean over layers)", mean_row.back());
+      ctx.add_figure(r, "gemm_rel_err_mean", sum / n, mean_row.back(), id);
     }
+    rows.push_back(std::move(mean_row));
+    s.table("Relative L2 error of the forward GEMM outputs, per layer", header, rows);
 
     // Per GEMM, when the table stays readable.
     std::vector<Row> grows;

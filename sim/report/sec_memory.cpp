@@ -77,6 +77,11 @@ Json section_memory(Context& ctx) {
     for (const auto& r : shown) {
       const Json& d = docs.at(r);
       const double peak = num(d, "peak_gib");
+      const int64_t max_batch = d.at("max_batch").as_int();
+      ctx.add_figure(r, "peak_gib", peak, fmt_fixed(peak, 2), id);
+      ctx.add_figure(r, "max_batch", static_cast<double>(max_batch), fmt::format("{}", max_batch), id);
+      if (std::isfinite(bf16_peak))
+        ctx.add_figure(r, "memory_saving_vs_bf16", bf16_peak / peak, fmt::format("{:.2f}x", bf16_peak / peak), id);
       rows.push_back({r, fmt_fixed(num(d, "weights_gib"), 2), fmt_fixed(num(d, "gradients_gib"), 2),
                       fmt_fixed(num(d, "optimizer_gib"), 2), fmt_fixed(num(d, "activations_gib"), 2),
                       fmt_fixed(num(d, "temporaries_gib"), 2), fmt_fixed(num(d, "other_gib"), 2), fmt_fixed(peak, 2),

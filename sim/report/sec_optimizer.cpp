@@ -259,10 +259,14 @@ void optim_part(Context& ctx, Section& s) {
                       fmt::format("{} ({} B/param)", sr,
                                   bp == bytes_per_param.end() ? (sr == "fp32" ? "8" : "n/a") : fmt_num(bp->second, 3)));
       const Json* e = drift->find(sr);
-      if (e && !e->at("steps").as_array().empty())
-        ctx.add_summary(r, "param drift vs fp32 states",
-                        fmt_num(num(e->at("steps").as_array().back(), "param_rel_l2"), 3));
-      else if (sr == "fp32") ctx.add_summary(r, "param drift vs fp32 states", "0 (reference)");
+      if (e && !e->at("steps").as_array().empty()) {
+        const double d = num(e->at("steps").as_array().back(), "param_rel_l2");
+        ctx.add_summary(r, "param drift vs fp32 states", fmt_num(d, 3));
+        ctx.add_figure(r, "param_drift", d, fmt_num(d, 3), "optimizer");
+      } else if (sr == "fp32") {
+        ctx.add_summary(r, "param drift vs fp32 states", "0 (reference)");
+        ctx.add_figure(r, "param_drift", 0.0, "0 (reference)", "optimizer");
+      }
     }
   }
   if (const Json* rp = doc.find("fp32_replay_max_rel_err"); rp && rp->is_number())

@@ -75,6 +75,10 @@ void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& a
                     fmt::format("{:.2f}x", num(r, "speedup_vs_bf16"))});
     ctx.add_summary(name, col, fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")));
     ctx.add_summary(name, "speedup vs bf16 at max batch", fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")));
+    ctx.add_figure(name, "tokens_per_s_at_max_batch", num(r, "tokens_per_s_per_gpu"),
+                   fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")), "speed");
+    ctx.add_figure(name, "speedup_at_max_batch", num(r, "speedup_vs_bf16"),
+                   fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")), "speed");
   }
   const bool bf16_listed = std::any_of(so.recipes.begin(), so.recipes.end(),
                                        [](const speed::PlanRecipe& r) { return r.plan == speed::Plan::BF16; });
@@ -93,6 +97,20 @@ void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& a
   s.table("At each recipe's largest micro-batch (memory model)",
           {"recipe", "micro-batch", "step ms", "tokens/s/GPU", "speedup vs bf16"}, rows, caption);
   ctx.data["speed_at_max_batch"] = std::move(doc);
+}
+
+// The kind of work an op does, for the rows that gather the smaller ops (by the plan's kernel kind).
+std::string op_group(const std::string& kind) {
+  if (kind == "gemm") return "GEMM";
+  if (kind == "attention") return "attention";
+  if (kind.starts_with("rmsnorm") || kind.starts_with("layernorm")) return "norms";
+  if (kind == "add" || kind.starts_with("silu_mul") || kind.starts_with("rope")) return "elementwise";
+  if (kind == "cast_transpose" || kind == "transpose" || kind.starts_with("quantize") || kind == "group_max" ||
+      kind == "reduce_max" || kind == "amax")
+    return "quantize/cast";
+  if (kind.starts_with("embedding") || kind == "cross_entropy") return "embedding and loss";
+  if (kind == "optimizer") return "optimizer";
+  return "other";
 }
 
 }  // namespace
@@ -148,9 +166,11 @@ Json section_speed(Context& ctx) {
       std::vector<std::string> families;
       for (const Json& f : stale->as_array()) {
         std::string versions;
-        for (const Json& v : f.at("calibration_versions").as_array())
-          versions +=
-              (versions.empty() ? "" : "/") + (v.as_int() ? std::to_string(v.as_int()) : std::string("unrecorded"));
+        // Appended piecewise: `"/" + std::string` trips GCC 12's false -Wrestrict positive.
+        for (const Json& v : f.at("calibration_versions").as_array()) {
+          if (!versions.empty()) versions += '/';
+          versions += v.as_int() ? std::to_string(v.as_int()) : std::string("unrecorded");
+        }
         families.push_back(fmt::format("{} ({} kernels at version {}, this build's {})", f.at("family").as_string(),
                                        f.at("kernels").as_int(), versions, f.at("build_version").as_int()));
       }
@@ -204,6 +224,7 @@ Json section_speed(Context& ctx) {
 
     // Per op: the op's contribution to the step (`step_ms` of each op entry), summed by name and phase.
     std::map<std::string, std::map<std::string, double>> per_op;  // op -> recipe -> ms
+    std::map<std::string, std::string> group_of;                  // op -> op_group of its kind
     std::vector<std::string> op_order;
     for (const auto& r : recs) {
       const Json* ops = r.find("ops");
@@ -212,9 +233,10 @@ Json section_speed(Context& ctx) {
         const std::string key = op.at("name").as_string() + " (" + op.at("phase").as_string() + ")";
         if (!per_op.count(key)) op_order.push_back(key);
         per_op[key][r.at("recipe").as_string()] += num(op, "step_ms");
+        group_of[key] = op_group(op.contains("kind") ? op.at("kind").as_string() : std::string());
       }
     }
-    // The ops that matter: largest first, the rest summed into one row.
+    // The ops that matter: largest first; the rest are summed by kind below.
     std::sort(op_order.begin(), op_order.end(), [&](const std::string& a, const std::string& b) {
       auto mx = [&](const std::string& k) {
         double m = 0;
@@ -223,7 +245,7 @@ Json section_speed(Context& ctx) {
       };
       return mx(a) > mx(b);
     });
-    const size_t shown = std::min<size_t>(op_order.size(), 20);
+    const size_t shown = std::min<size_t>(op_order.size(), 16);
     std::vector<Row> orows;
     Json pd;
     pd["file"] = "speed.png";
@@ -246,22 +268,62 @@ Json section_speed(Context& ctx) {
       orows.push_back(std::move(row));
     };
     for (size_t i = 0; i < shown; ++i) add_row(op_order[i], per_op[op_order[i]]);
-    if (op_order.size() > shown) {
-      std::map<std::string, double> rest;
-      for (size_t i = shown; i < op_order.size(); ++i)
-        for (const auto& [k, v] : per_op[op_order[i]]) rest[k] += v;
-      add_row(fmt::format("{} other ops", op_order.size() - shown), rest);
+    // The smaller ops, gathered by the kind of work they do (largest group first).
+    std::map<std::string, std::map<std::string, double>> rest;
+    std::map<std::string, int> rest_ops;
+    for (size_t i = shown; i < op_order.size(); ++i) {
+      const std::string& g = group_of[op_order[i]];
+      rest_ops[g] += 1;
+      for (const auto& [k, v] : per_op[op_order[i]]) rest[g][k] += v;
     }
+    std::vector<std::string> groups;
+    for (const auto& [g, _] : rest) groups.push_back(g);
+    auto total_of = [&](const std::string& g) {
+      double t = 0;
+      for (const auto& [_, v] : rest[g]) t = std::max(t, v);
+      return t;
+    };
+    std::stable_sort(groups.begin(), groups.end(),
+                     [&](const std::string& a, const std::string& b) { return total_of(a) > total_of(b); });
+    for (const auto& g : groups)
+      add_row(fmt::format("other {} ({} op{})", g, rest_ops[g], rest_ops[g] == 1 ? "" : "s"), rest[g]);
+    // Communication the compute does not hide (FSDP gathers and reduce-scatters), when modelled.
+    bool any_comm = false;
+    std::map<std::string, double> comm, total;
+    for (const auto& r : recs) {
+      const std::string n = r.at("recipe").as_string();
+      const double c = num(r, "comm_ms");  // the part of the step the compute does not hide
+      if (std::isfinite(c) && c > 0) any_comm = true;
+      comm[n] = std::isfinite(c) ? c : 0.0;
+      total[n] = num(r, "step_ms");
+    }
+    if (any_comm) add_row("communication (not overlapped)", comm);
     if (!orows.empty()) {
       Row oheader{"op (phase)"};
       for (const auto& r : recs) oheader.push_back(r.at("recipe").as_string() + " ms");
-      s.table("Largest ops (time per step: per-layer ops x layers)", oheader, orows,
-              "`-`: the recipe does not run this op. Every op with its shape, kernel, TFLOP/s or GB/s and source "
-              "(measured or fitted) is in `data.speed.recipes[].ops`.");
+      Row total_row{"**total step**"};
+      Json totals = Json::object();
+      for (const auto& r : recs) {
+        const std::string n = r.at("recipe").as_string();
+        total_row.push_back("**" + fmt_num(total[n], 4) + "**");
+        totals[n] = total[n];
+      }
+      orows.push_back(std::move(total_row));
+      s.table("Largest ops, the rest by kind, and the total (time per step: per-layer ops x layers)", oheader, orows,
+              fmt::format("`-`: the recipe does not run this op. The {} largest ops are listed one by one; the others "
+                          "are summed by kind (quantize/cast: FP8 casts, transposes and the scale reductions; norms; "
+                          "elementwise: residual adds, SwiGLU, RoPE; attention; embedding and loss; optimizer){}. "
+                          "The rows add up to the total step. Every op with its shape, kernel, TFLOP/s or GB/s and "
+                          "source (measured or fitted) is in `data.speed.recipes[].ops`.",
+                          shown,
+                          any_comm ? "; communication is the part of FSDP's traffic the compute does not hide"
+                                   : "; communication is not modelled in this run"));
       pd["ops"] = std::move(ops_j);
       pd["recipes"] = std::move(per_recipe);
+      pd["totals"] = std::move(totals);
       ctx.plot_data["speed"] = std::move(pd);
-      s.plot("speed.png", fmt::format("Time per op in one training step, per recipe ({}).",
+      s.plot("speed.png", fmt::format("Total step time (top) and time per op, the smaller ops by kind (bottom), per "
+                                      "recipe ({}).",
                                       modelled ? "modelled from the calibration" : "measured on this GPU"));
     }
 

@@ -24,9 +24,15 @@ struct Context {
   // summary[recipe][column] = formatted cell.
   Json summary;
   std::vector<std::string> summary_columns;
+  // The same headline numbers as values, for the verdict: figures[recipe][key] =
+  // {"value": number or null, "cell": the text the section's own table shows, "section": its id}.
+  // The verdict copies them, so its numbers are the sections' numbers by construction.
+  Json figures;
   // Progress of the running phase (done, total): drives that phase's bar on stderr.
   std::function<void(double, double)> progress = [](double, double) {};
   void add_summary(const std::string& recipe, const std::string& column, std::string cell);
+  void add_figure(const std::string& recipe, const std::string& key, double value, std::string cell,
+                  const std::string& section);
 };
 
 // Checks the trace, the model and the recipes (registry names or recipe files, read here once)
@@ -44,6 +50,9 @@ Json section_memory(Context& ctx);     // memory: per-recipe breakdown
 Json section_speed(Context& ctx);      // speed: step time per op (GPU or calibration)
 Json section_compare(Context& ctx);    // compare: CPU vs GPU bits (GPU only)
 Json section_bench(Context& ctx);      // bench: kernel throughput (GPU only)
+// The verdict: per recipe, the figures above beside TE's and a rule-based recommendation; runs
+// after every other section (it reads ctx.figures) and writes data.verdict.
+Json section_verdict(Context& ctx);
 
 // Runs `body` and turns an exception into an "error" section (same id and title).
 template <class F>
