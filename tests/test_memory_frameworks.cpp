@@ -89,7 +89,9 @@ TEST(MemoryFrameworks, CoatKeepsLessThanItsBf16BaseAndNoLayerWeightCopies) {
   const Footprint coat = run("coat", m), bf16 = run("hf-4.45", m);
   EXPECT_LT(coat.layer_activation_bytes * 2, bf16.layer_activation_bytes);
   for (const auto& c : coat.persistent)
-    if (c.name == "autocast_weight_copies") EXPECT_EQ(c.bytes, m.vocab * m.hidden * 2);  // the LM head only
+    if (c.name == "autocast_weight_copies") {
+      EXPECT_EQ(c.bytes, m.vocab * m.hidden * 2);  // the LM head only
+    }
   EXPECT_LT(coat.optimizer(), bf16.optimizer() / 3);
 }
 
@@ -102,7 +104,9 @@ TEST(MemoryFrameworks, CompiledLayersKeepOneCastPerNormAndNoLogSoftmax) {
   EXPECT_EQ(compiled.layer_activation_bytes, T * (12 * H + 8 * Q + 6 * F + 4 * m.heads + 8));
   EXPECT_LT(compiled.activations_total, eager.activations_total);
   for (const auto& p : compiled.phases)
-    if (p.name == "forward_loss") EXPECT_TRUE(p.temporaries.empty());  // the loss is fused
+    if (p.name == "forward_loss") {
+      EXPECT_TRUE(p.temporaries.empty());  // the loss is fused
+    }
 }
 
 int64_t component(const std::vector<memory::Component>& cs, const std::string& name) {
