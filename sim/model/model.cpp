@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <limits>
 #include <optional>
-#include <utility>
 #include <system_error>
+#include <utility>
 
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
@@ -247,8 +247,7 @@ ModelConfig parse_model(const Json& j, const std::string& origin) {
       m.norm = family->norm;
       inferred["norm"] = fmt::format("{}: model_type '{}'", norm_kind_name(m.norm), *model_type);
     } else if (model_type) {
-      pr.add("model_type '{}' is not one whose norm fp8sim knows ({}): give 'norm'", *model_type,
-             known_model_types());
+      pr.add("model_type '{}' is not one whose norm fp8sim knows ({}): give 'norm'", *model_type, known_model_types());
     } else {
       pr.miss("norm");
     }
