@@ -370,12 +370,7 @@ int run_memory(const std::vector<std::string>& args) {
     o.gpu_mem_gib = gpu_mem;
     o.framework = framework;
     o.compiled = vm.count("compile") > 0;
-    if (framework != "torch") {
-      // The profile fixes what the framework does: one GPU, zero_grad(set_to_none=True).
-      if (vm["recipe"].defaulted()) o.recipe = memory::find_framework(framework).recipe;
-      o.grads_persist = false;
-      o.zero = 0;
-    }
+    memory::apply_framework_profile(o, !vm["recipe"].defaulted());
     memory::validate(o);
     if (vm.count("compare")) {
       doc = memory::memory_compare(model_name, o);
