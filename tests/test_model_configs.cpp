@@ -6,8 +6,10 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
 #include "sim/model/model.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -310,6 +312,29 @@ TEST(HuggingFaceConfig, GptNeoXIsLayerNormGeluWithBiases) {
   //   untied embedding and head 2 x 50304 x 768 = 77,266,944; final LayerNorm 1,536.
   //   Total 162,322,944 (the Pythia paper's count for Pythia-160M).
   EXPECT_EQ(m.param_count(), 162322944);
+}
+
+// A committed model with fp8sim's own keys replaced by what its Hugging Face config.json states
+// (model_type and hidden_act instead of norm and activation, no name) is the same model.
+TEST(HuggingFaceConfig, CommittedModelsFromTheirHuggingFaceKeys) {
+  for (const auto& [name, type, eps_key] :
+       {std::tuple{"llama2-7b", "llama", "rms_norm_eps"}, std::tuple{"llama3-8b", "llama", "rms_norm_eps"},
+        std::tuple{"olmo-1b", "olmo", ""}, std::tuple{"olmo-7b", "olmo", ""}}) {
+    const ModelConfig ref = model::load_model(name);
+    Json j = Json::parse(read_text_file(model::models_dir() / (std::string(name) + ".json")));
+    j = without(without(without(without(without(j, "name"), "norm"), "activation"), "source"), "norm_eps");
+    j["model_type"] = type;
+    j["hidden_act"] = "silu";
+    if (*eps_key) j[eps_key] = ref.norm_eps;
+    const ModelConfig m = model::parse_model(j, std::string(name) + "/config.json");
+    EXPECT_EQ(m.name, name);
+    EXPECT_EQ(m.norm, ref.norm) << name;
+    EXPECT_EQ(m.act, ref.act) << name;
+    EXPECT_EQ(m.norm_eps, ref.norm_eps) << name;
+    EXPECT_EQ(m.head_dim, ref.head_dim) << name;
+    EXPECT_EQ(m.param_count(), ref.param_count()) << name;
+    EXPECT_EQ(model::model_to_json(m).dump(), model::model_to_json(ref).dump()) << name;
+  }
 }
 
 TEST(HuggingFaceConfig, AllProblemsInOneLine) {

@@ -43,6 +43,12 @@ def list_models() -> list[str]:
 
 # ---- arrays ------------------------------------------------------------------------------------
 
+def _contig(x: Any, dtype: Any = None) -> np.ndarray:
+    """``x`` as a C-contiguous array, copied only when it is not one (0-d stays 0-d)."""
+    a = np.asarray(x, dtype=dtype)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 def _input(x: Any) -> tuple[np.ndarray, str]:
     """A C-contiguous view of ``x`` the core reads, and its kind (f32, bf16 or fp16)."""
     a = np.asarray(x)
@@ -55,7 +61,7 @@ def _input(x: Any) -> tuple[np.ndarray, str]:
     else:
         raise TypeError(f"fp8sim reads float32, float16 or bfloat16 (ml_dtypes) arrays, not {a.dtype}"
                         " (convert with .astype(np.float32))")
-    a = np.ascontiguousarray(a)  # no copy when already C-contiguous
+    a = _contig(a)
     if kind != "f32":
         a = a.view(np.uint16)  # the 16-bit patterns, read in place
     return a, kind
@@ -154,7 +160,9 @@ def quantize(x: Any, spec: Union[str, Spec], *, threads: int = 0) -> QuantizeRes
     d = _core.quantize(a, kind, str(spec), threads)
     metrics = json.loads(d["metrics"])
     metrics["input_dtype"] = d["input_dtype"]
-    return QuantizeResult(Spec(d["spec"]), d["codes"], d["scales"], d["k"], d["c"], d["dequantized"], metrics)
+    # reshape: a 0-d input's results are 0-d too (views, no copies).
+    return QuantizeResult(Spec(d["spec"]), d["codes"].reshape(a.shape), d["scales"], d["k"], d["c"],
+                          d["dequantized"].reshape(a.shape), metrics)
 
 
 def dequantize(codes: Any, scales: Any = None, spec: Union[str, Spec, None] = None, *, k: Any = None, c: Any = None,
@@ -168,9 +176,10 @@ def dequantize(codes: Any, scales: Any = None, spec: Union[str, Spec, None] = No
         raise ValueError("dequantize needs the spec the codes were made with")
 
     def f32(v: Any) -> Optional[np.ndarray]:
-        return None if v is None else np.ascontiguousarray(v, dtype=np.float32)
+        return None if v is None else _contig(v, np.float32)
 
-    return _core.dequantize(np.ascontiguousarray(codes), f32(scales), str(spec), f32(k), f32(c), threads)
+    codes = _contig(codes)
+    return _core.dequantize(codes, f32(scales), str(spec), f32(k), f32(c), threads).reshape(codes.shape)
 
 
 # ---- casts -------------------------------------------------------------------------------------
@@ -181,12 +190,13 @@ def cast(x: Any, format: str = "e4m3", *, saturate: bool = True, rounding: str =
     without scaling: ``fp8sim cast``. ``saturate=False`` lets overflow become NaN (e4m3) or Inf
     (e5m2); ``rounding="stochastic"`` draws Philox word i for element i under ``seed``."""
     a, kind = _input(x)
-    return _core.cast(a, kind, format, saturate, rounding, int(seed), threads)
+    return _core.cast(a, kind, format, saturate, rounding, int(seed), threads).reshape(a.shape)
 
 
 def decode(codes: Any, format: str = "e4m3", *, threads: int = 0) -> np.ndarray:
     """The exact float32 values of FP8 ``codes`` (uint8): ``fp8sim cast --decode``."""
-    return _core.decode(np.ascontiguousarray(codes, dtype=np.uint8), format, threads)
+    c = _contig(codes, np.uint8)
+    return _core.decode(c, format, threads).reshape(c.shape)
 
 
 # ---- models and memory -------------------------------------------------------------------------

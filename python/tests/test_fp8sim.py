@@ -1,7 +1,6 @@
 """The Python package against the command line: the same input through both gives the same bits.
 
-The command is $FP8SIM_CLI (ctest passes the build's binary), else `fp8sim` on the PATH (the
-one `pip install .` installs beside the package).
+The command is $FP8SIM_CLI (ctest passes the build's binary), else `fp8sim` on the PATH.
 """
 
 import json
@@ -9,6 +8,7 @@ import os
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import ml_dtypes
@@ -24,7 +24,7 @@ HF = REPO / "tests" / "data" / "hf"
 @pytest.fixture(scope="session")
 def cli():
     exe = os.environ.get("FP8SIM_CLI") or shutil.which("fp8sim")
-    assert exe, "no fp8sim command: set FP8SIM_CLI or put the installed fp8sim on the PATH"
+    assert exe, "no fp8sim command: set FP8SIM_CLI to a built fp8sim or put one on the PATH"
     return exe
 
 
@@ -98,6 +98,16 @@ def test_inputs_are_read_in_place_and_left_alone():
     # The bfloat16 and float16 paths read the 16-bit patterns without widening in Python.
     xb = x.astype(ml_dtypes.bfloat16)
     same_bits(fp8sim.quantize(xb, "e4m3:g128").codes, fp8sim.quantize(xb.astype(np.float32), "e4m3:g128").codes)
+
+
+def test_shapes_are_kept(cli, tmp_path):
+    for x in (np.float32(3.3), np.arange(10, dtype=np.float32), np.ones((2, 3, 5), np.float32)):
+        r = fp8sim.quantize(x, "e4m3:g4")
+        assert r.codes.shape == r.dequantized.shape == np.shape(x)
+        assert fp8sim.cast(x).shape == fp8sim.dequantize(r).shape == np.shape(x)
+        np.save(tmp_path / "x.npy", x)
+        run(cli, "quantize", "--spec", "e4m3:g4", "--in", tmp_path / "x.npy", "--out", tmp_path / "y.npy")
+        same_bits(r.dequantized, np.load(tmp_path / "y.npy"))
 
 
 @pytest.mark.parametrize("spec", ["e4m3:g128", "e4m3:g128:de=coat", "mxfp8", "bf16:tensor", "e5m2:row"])
@@ -176,8 +186,7 @@ def test_errors_are_python_exceptions():
         fp8sim.cast(np.ones(4, np.float32), "bf16")
 
 
-def test_the_gil_is_released_while_quantizing():
-    # Two threads quantizing at once give the same bits as one after the other.
+def test_threads_quantize_at_once_with_the_same_bits():
     x = tensor(np.float32, (512, 4096), seed=9)
     ref = fp8sim.quantize(x, "e4m3:g128:de=coat").codes
     out = [None, None]
@@ -192,6 +201,45 @@ def test_the_gil_is_released_while_quantizing():
         t.join()
     same_bits(out[0], ref)
     same_bits(out[1], ref)
+
+
+def _python_progress_during_a_call(x):
+    """(loop iterations another thread ran during quantize(x), its iterations per second alone,
+    the call's seconds)."""
+    state = {"in_call": False, "done": False, "seconds": 0.0}
+
+    def work():
+        state["in_call"] = True
+        t0 = time.perf_counter()
+        fp8sim.quantize(x, "e4m3:g128:de=coat", threads=1)
+        state["seconds"] = time.perf_counter() - t0
+        state["in_call"] = False
+        state["done"] = True
+
+    t0, n = time.perf_counter(), 0
+    while time.perf_counter() - t0 < 0.2:
+        n += 1
+    rate = n / (time.perf_counter() - t0)
+    worker = threading.Thread(target=work)
+    worker.start()
+    during = 0
+    while not state["done"]:
+        if state["in_call"]:
+            during += 1
+    worker.join()
+    return during, rate, state["seconds"]
+
+
+def test_the_gil_is_released_while_quantizing():
+    # While one thread is inside quantize, Python code keeps running in another. With the GIL
+    # held it could run for one switch interval (5 ms) of the call at most; released, for most
+    # of it. The tensor grows until the call lasts long enough to tell the two apart.
+    for rows in (1024, 4096, 16384):
+        during, rate, seconds = _python_progress_during_a_call(tensor(np.float32, (rows, 4096), seed=4))
+        if seconds > 0.2:
+            break
+    assert seconds > 0.2, "the call is too short to tell"
+    assert during > 0.1 * rate * seconds, (during, rate, seconds)
 
 
 MEMORY_RUNS = [
