@@ -7,6 +7,8 @@
 #    (golden vectors, benchmarks' peers, plots).
 # CUDA is not installed here: when the machine already has nvcc, the build adds the GPU kernels.
 # PyTorch is not installed (the trace capture and GPU peers run where PyTorch already is).
+# The Python package's test (ctest `python`, ci preset) makes its own venv and fetches its build
+# and test packages from PyPI (scripts/test_python.sh); it needs python3-venv from here.
 # Safe to run again: it installs only what is missing. Needs root (or sudo) for apt.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -6,8 +6,10 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
 #include "sim/model/model.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -236,6 +238,160 @@ TEST(ModelExpansion, OutsideOpsAndBadTokens) {
   EXPECT_EQ(ops[2].out_shape, (std::vector<int64_t>{200, 50304}));
   EXPECT_THROW(model::layer_ops(m, 0, 100), Error);
   EXPECT_THROW(model::layer_ops(m, 1, -5), Error);
+}
+
+// ---- plain Hugging Face config.json files (tests/data/hf/<checkpoint>/config.json) ---------------
+
+ModelConfig load_hf(const std::string& checkpoint) {
+  return model::load_model(std::string(FP8SIM_TEST_DATA) + "/hf/" + checkpoint + "/config.json");
+}
+
+TEST(HuggingFaceConfig, MistralNemoHeadDimDiffersFromHiddenOverHeads) {
+  const ModelConfig m = load_hf("Mistral-Nemo-Base-2407");
+  EXPECT_EQ(m.name, "Mistral-Nemo-Base-2407");  // no 'name': the checkpoint's folder
+  EXPECT_EQ(m.norm, model::NormKind::RMSNorm);  // model_type mistral
+  EXPECT_EQ(m.act, model::ActKind::SwiGLU);     // hidden_act silu
+  EXPECT_FALSE(m.tied_embeddings);
+  EXPECT_FALSE(m.qkv_bias || m.o_bias || m.mlp_bias);
+  EXPECT_EQ(m.head_dim, 128);  // not 5120 / 32 = 160
+  EXPECT_EQ(m.q_dim(), 4096);
+  EXPECT_EQ(m.kv_dim(), 1024);
+  EXPECT_DOUBLE_EQ(m.rope_theta, 1e6);
+  EXPECT_EQ(m.max_seq, 1024000);
+  // By hand, H = 5120, Q = 32 x 128 = 4096, KV = 8 x 128 = 1024, F = 14336:
+  //   per layer: 2 RMSNorm weights 2 x 5120 = 10,240; q 4096 x 5120 = 20,971,520;
+  //   k and v 1024 x 5120 = 5,242,880 each; o 5120 x 4096 = 20,971,520;
+  //   gate, up, down 3 x 5120 x 14336 = 220,200,960; sum 272,640,000.
+  //   40 layers: 10,905,600,000; embedding and untied LM head 2 x 131072 x 5120 = 1,342,177,280;
+  //   final norm 5,120. Total 12,247,782,400 (~12.2 B published; reading head_dim as 160 would
+  //   give 12,771,545,600 instead).
+  EXPECT_EQ(m.layer_param_count(), 272640000);
+  EXPECT_EQ(m.param_count(), 12247782400);
+  const auto ops = model::layer_ops(m, 1, 16);
+  auto find = [&](const std::string& n) {
+    return *std::find_if(ops.begin(), ops.end(), [&](auto& o) { return o.name == n; });
+  };
+  EXPECT_EQ(find("q_proj").weight_shape, (std::vector<int64_t>{4096, 5120}));
+  EXPECT_EQ(find("k_proj").weight_shape, (std::vector<int64_t>{1024, 5120}));
+  EXPECT_EQ(find("v_proj").weight_shape, (std::vector<int64_t>{1024, 5120}));
+  EXPECT_EQ(find("o_proj").weight_shape, (std::vector<int64_t>{5120, 4096}));
+  EXPECT_EQ(find("o_proj").in_shape, (std::vector<int64_t>{16, 4096}));
+  EXPECT_EQ(find("attention").out_shape, (std::vector<int64_t>{16, 4096}));
+  EXPECT_EQ(find("rope").saved[0].shape, (std::vector<int64_t>{16, 4096}));
+  EXPECT_EQ(find("attention").saved[3].shape, (std::vector<int64_t>{1, 32, 16}));  // lse (B, heads, S)
+  // Every inference is recorded beside the config's own fields.
+  ASSERT_TRUE(m.source.is_object());
+  EXPECT_NE(m.source.find("norm"), nullptr);
+  EXPECT_NE(m.source.find("activation"), nullptr);
+}
+
+TEST(HuggingFaceConfig, Qwen2HasQkvBiasesAndTiedEmbeddings) {
+  const ModelConfig m = load_hf("Qwen2-0.5B");
+  EXPECT_TRUE(m.qkv_bias);  // Qwen2Attention: bias on q/k/v, none on o, no config field
+  EXPECT_FALSE(m.o_bias);
+  EXPECT_TRUE(m.tied_embeddings);
+  EXPECT_DOUBLE_EQ(m.norm_eps, 1e-6);  // rms_norm_eps
+  EXPECT_EQ(m.head_dim, 64);
+  // By hand, H = 896, Q = 896, KV = 2 x 64 = 128, F = 4864: per layer 2 x 896 (norms)
+  //   + 896 x 896 + 896 (q) + 2 x (128 x 896 + 128) (k, v) + 896 x 896 (o) + 3 x 896 x 4864
+  //   = 1,792 + 803,712 + 229,632 + 802,816 + 13,074,432 = 14,912,384; 24 layers 357,897,216;
+  //   tied embedding 151936 x 896 = 136,134,656; final norm 896. Total 494,032,768 (~0.49 B).
+  EXPECT_EQ(m.layer_param_count(), 14912384);
+  EXPECT_EQ(m.param_count(), 494032768);
+}
+
+TEST(HuggingFaceConfig, GptNeoXIsLayerNormGeluWithBiases) {
+  const ModelConfig m = load_hf("pythia-160m");
+  EXPECT_EQ(m.norm, model::NormKind::LayerNorm);
+  EXPECT_EQ(m.act, model::ActKind::GELU);
+  EXPECT_EQ(m.kv_heads, 12);  // no num_key_value_heads: multi-head
+  EXPECT_TRUE(m.qkv_bias && m.o_bias && m.mlp_bias);
+  // By hand, H = 768, F = 3072: per layer 2 x 2 x 768 (LayerNorm weight and bias)
+  //   + 3 x (768 x 768 + 768) (q, k, v) + 768 x 768 + 768 (o) + 768 x 3072 + 3072 + 3072 x 768 + 768
+  //   = 3,072 + 1,771,776 + 590,592 + 4,722,432 = 7,087,872; 12 layers 85,054,464;
+  //   untied embedding and head 2 x 50304 x 768 = 77,266,944; final LayerNorm 1,536.
+  //   Total 162,322,944 (the Pythia paper's count for Pythia-160M).
+  EXPECT_EQ(m.param_count(), 162322944);
+}
+
+// A committed model with fp8sim's own keys replaced by what its Hugging Face config.json states
+// (model_type and hidden_act instead of norm and activation, no name) is the same model.
+TEST(HuggingFaceConfig, CommittedModelsFromTheirHuggingFaceKeys) {
+  for (const auto& [name, type, eps_key] :
+       {std::tuple{"llama2-7b", "llama", "rms_norm_eps"}, std::tuple{"llama3-8b", "llama", "rms_norm_eps"},
+        std::tuple{"olmo-1b", "olmo", ""}, std::tuple{"olmo-7b", "olmo", ""}}) {
+    const ModelConfig ref = model::load_model(name);
+    Json j = Json::parse(read_text_file(model::models_dir() / (std::string(name) + ".json")));
+    j = without(without(without(without(without(j, "name"), "norm"), "activation"), "source"), "norm_eps");
+    j["model_type"] = type;
+    j["hidden_act"] = "silu";
+    if (*eps_key) j[eps_key] = ref.norm_eps;
+    const ModelConfig m = model::parse_model(j, std::string(name) + "/config.json");
+    EXPECT_EQ(m.name, name);
+    EXPECT_EQ(m.norm, ref.norm) << name;
+    EXPECT_EQ(m.act, ref.act) << name;
+    EXPECT_EQ(m.norm_eps, ref.norm_eps) << name;
+    EXPECT_EQ(m.head_dim, ref.head_dim) << name;
+    EXPECT_EQ(m.param_count(), ref.param_count()) << name;
+    EXPECT_EQ(model::model_to_json(m).dump(), model::model_to_json(ref).dump()) << name;
+  }
+}
+
+TEST(HuggingFaceConfig, AllProblemsInOneLine) {
+  Json j = Json::object();
+  j["hidden_size"] = 256;
+  j["num_attention_heads"] = 0;
+  j["vocab_size"] = "many";
+  try {
+    model::parse_model(j, "mine.json");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    EXPECT_NE(msg.find("mine.json: missing fields 'intermediate_size', 'num_hidden_layers', 'norm', 'activation', "
+                       "'tie_word_embeddings'"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("field 'num_attention_heads' must be positive, not 0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("field 'vocab_size' must be an integer"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("'name'"), std::string::npos) << "the name comes from the file: " << msg;
+  }
+}
+
+TEST(HuggingFaceConfig, RefusesWhatTheExpansionDoesNotDescribe) {
+  Json j = base_config();
+  j = without(without(without(j, "norm"), "activation"), "tie_word_embeddings");
+  j["model_type"] = "llama";
+  j["hidden_act"] = "silu";
+  EXPECT_EQ(model::parse_model(j, "ok.json").act, model::ActKind::SwiGLU);
+  j["hidden_act"] = "gelu";  // a gated GELU MLP (GeGLU)
+  expect_error(j, "hidden_act 'gelu' with model_type 'llama' is not modelled (gated MLP)");
+  j["hidden_act"] = "silu";
+  j["num_local_experts"] = 8;
+  expect_error(j, "mixture-of-experts layers ('num_local_experts') are not modelled");
+  j = without(j, "num_local_experts");
+  j["model_type"] = "gemma";
+  expect_error(j, "model_type 'gemma' is not one whose norm fp8sim knows (llama, mistral, qwen2, olmo, gpt_neox)");
+  j = without(j, "model_type");
+  j["hidden_act"] = "gelu";
+  expect_error(j, "hidden_act 'gelu' without a known model_type");
+  j = base_config();
+  j["head_dim"] = 48;  // 4 x 48 = 192 != 256 is allowed with an explicit head_dim
+  j["num_attention_heads"] = 4;
+  EXPECT_EQ(model::parse_model(j, "hd.json").q_dim(), 192);
+  j["head_dim"] = -1;
+  expect_error(j, "field 'head_dim' must be positive");
+}
+
+TEST(HuggingFaceConfig, NameFromFileOrFolder) {
+  const auto dir = std::filesystem::temp_directory_path() / "fp8sim_test_hf" / "My-Model-1B";
+  std::filesystem::create_directories(dir);
+  const Json j = without(base_config(), "name");
+  std::ofstream(dir / "config.json") << j.dump();
+  std::ofstream(dir / "renamed.json") << j.dump();
+  EXPECT_EQ(model::load_model((dir / "config.json").string()).name, "My-Model-1B");
+  EXPECT_EQ(model::load_model((dir / "renamed.json").string()).name, "renamed");
+  std::filesystem::remove_all(dir.parent_path());
 }
 
 }  // namespace

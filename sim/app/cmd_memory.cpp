@@ -263,7 +263,8 @@ int run_memory(const std::vector<std::string>& args) {
   int zero = 3;
   double gpu_mem = memory::kH100GiB;
   opts.add_options()("model,m", po::value(&model_name),
-                     "model: a name from models/ (see --list-models) or a JSON config file")(
+                     "model: a name from models/ (see --list-models) or a JSON config file (fp8sim's, or a Hugging "
+                     "Face config.json as it is)")(
       "recipe,r", po::value(&recipe_arg)->default_value("bf16"),
       ("a recipe with a memory model (" + cli::recipe_names_for_help(memory::recipe_names) + ") or a recipe .json file")
           .c_str())("gpus,g", po::value(&gpus)->default_value(1), "data-parallel GPUs N (sharding degree)")(
@@ -370,12 +371,7 @@ int run_memory(const std::vector<std::string>& args) {
     o.gpu_mem_gib = gpu_mem;
     o.framework = framework;
     o.compiled = vm.count("compile") > 0;
-    if (framework != "torch") {
-      // The profile fixes what the framework does: one GPU, zero_grad(set_to_none=True).
-      if (vm["recipe"].defaulted()) o.recipe = memory::find_framework(framework).recipe;
-      o.grads_persist = false;
-      o.zero = 0;
-    }
+    memory::apply_framework_profile(o, !vm["recipe"].defaulted());
     memory::validate(o);
     if (vm.count("compare")) {
       doc = memory::memory_compare(model_name, o);

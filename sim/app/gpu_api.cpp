@@ -29,6 +29,7 @@ gpu::Backend* open_module(std::string& why_not) {
     const fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
     candidates.push_back(dir / FP8SIM_GPU_MODULE);
     candidates.push_back(dir / "lib" / FP8SIM_GPU_MODULE);
+    candidates.push_back(dir.parent_path() / "lib" / "fp8sim" / FP8SIM_GPU_MODULE);  // cmake --install
   }
   std::error_code ec;
   for (const auto& p : candidates) {

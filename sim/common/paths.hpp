@@ -8,6 +8,15 @@
 
 namespace fp8sim {
 
+// The folder that holds fp8sim's data (models/, recipes/, reports/h200/calibration.json,
+// scripts/plots.py, traces/): $FP8SIM_SOURCE_DIR when set; else the folder given to
+// set_data_root() (the Python package's installed data); else <binary>/../share/fp8sim when it
+// exists (an installed `fp8sim`, see `cmake --install`); else the source tree the library was
+// built from. Lookups of a single kind ($FP8SIM_MODELS_DIR, $FP8SIM_RECIPES_DIR,
+// $FP8SIM_CALIBRATION) take precedence over this root.
+std::filesystem::path data_root();
+void set_data_root(const std::filesystem::path& dir);
+
 // The source tree is $FP8SIM_SOURCE_DIR when set (a binary run beside another copy of the tree),
 // else the tree the binary was built from.
 inline std::string source_relative(const std::filesystem::path& p) {

@@ -464,13 +464,28 @@ Json footprint_to_json(const Footprint& f, bool with_max_batch) {
 
 Json memory_breakdown(const std::string& model_name_or_file, const MemoryOptions& o) {
   validate(o);
-  const ModelConfig m = model::load_model(model_name_or_file);
+  return memory_breakdown(model::load_model(model_name_or_file), o);
+}
+
+Json memory_breakdown(const ModelConfig& m, const MemoryOptions& o) {
+  validate(o);
   return footprint_to_json(compute_footprint(m, o));
 }
 
 Json memory_compare(const std::string& model_name_or_file, const MemoryOptions& o) {
   validate(o);
-  const ModelConfig m = model::load_model(model_name_or_file);
+  return memory_compare(model::load_model(model_name_or_file), o);
+}
+
+void apply_framework_profile(MemoryOptions& o, bool recipe_given) {
+  if (o.framework == "torch") return;
+  if (!recipe_given) o.recipe = find_framework(o.framework).recipe;
+  o.grads_persist = false;
+  o.zero = 0;
+}
+
+Json memory_compare(const ModelConfig& m, const MemoryOptions& o) {
+  validate(o);
   Json docs = Json::array();
   Json ratios = Json::object();
   MemoryOptions base = o;

@@ -144,7 +144,14 @@ int64_t max_batch(const model::ModelConfig& m, MemoryOptions o, bool pow2 = fals
 // activations_gib, temporaries_gib, peak_gib, max_batch (+ max_batch_pow2, fits, ...).
 Json footprint_to_json(const Footprint& f, bool with_max_batch = true);
 Json memory_breakdown(const std::string& model_name_or_file, const MemoryOptions& o);
+Json memory_breakdown(const model::ModelConfig& m, const MemoryOptions& o);
 // All recipes side by side: {"recipes": [doc...], "ratios_vs_bf16": {recipe: {...}}}.
 Json memory_compare(const std::string& model_name_or_file, const MemoryOptions& o);
+Json memory_compare(const model::ModelConfig& m, const MemoryOptions& o);
+
+// What a framework profile other than "torch" fixes (`fp8sim memory --framework`): one GPU,
+// gradients freed between steps (zero_grad(set_to_none=True)), and the profile's recipe unless
+// `recipe_given`. "torch" leaves `o` unchanged.
+void apply_framework_profile(MemoryOptions& o, bool recipe_given);
 
 }  // namespace fp8sim::memory

@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <system_error>
+#include <utility>
 
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
+#include "sim/common/paths.hpp"
 
 namespace fp8sim::model {
 
@@ -52,39 +55,90 @@ int64_t ModelConfig::outside_param_count() const {
 
 namespace {
 
-// Reads a required positive integer field; every failure names the file and the field.
-int64_t positive_int(const Json& j, const std::string& origin, std::string_view key) {
+// Every problem of one config, reported together in one line: missing fields first, then the rest.
+struct Problems {
+  std::vector<std::string> missing, other;
+  void miss(std::string_view key) { missing.push_back(fmt::format("'{}'", key)); }
+  template <typename... A>
+  void add(fmt::format_string<A...> f, A&&... a) {
+    other.push_back(fmt::format(f, std::forward<A>(a)...));
+  }
+  bool any() const { return !missing.empty() || !other.empty(); }
+  void throw_if_any(const std::string& origin) const {
+    if (!any()) return;
+    std::string msg = fmt::format("model config {}: ", origin);
+    if (!missing.empty()) {
+      msg += missing.size() == 1 ? "missing field " : "missing fields ";
+      for (size_t i = 0; i < missing.size(); ++i) msg += (i ? ", " : "") + missing[i];
+    }
+    for (size_t i = 0; i < other.size(); ++i) msg += (i || !missing.empty() ? "; " : "") + other[i];
+    throw Error(msg);
+  }
+};
+
+// A field that is absent or JSON null counts as absent (Hugging Face writes null for "default").
+const Json* field(const Json& j, std::string_view key) {
   const Json* v = j.find(key);
-  FP8SIM_REQUIRE(v != nullptr, "model config {}: missing field '{}'", origin, key);
-  FP8SIM_REQUIRE(v->is_number(), "model config {}: field '{}' must be an integer", origin, key);
+  return v == nullptr || v->is_null() ? nullptr : v;
+}
+
+// A positive integer field; nullopt (with the problem recorded) when it is missing or bad.
+std::optional<int64_t> positive_int(const Json& j, Problems& pr, std::string_view key, bool required = true) {
+  const Json* v = field(j, key);
+  if (v == nullptr) {
+    if (required) pr.miss(key);
+    return std::nullopt;
+  }
+  if (!v->is_number()) {
+    pr.add("field '{}' must be an integer", key);
+    return std::nullopt;
+  }
   const double d = v->as_number();
-  FP8SIM_REQUIRE(d == static_cast<double>(static_cast<int64_t>(d)) && std::abs(d) < 1e15,
-                 "model config {}: field '{}' must be an integer, not {}", origin, key, d);
-  FP8SIM_REQUIRE(d > 0, "model config {}: field '{}' must be positive, not {}", origin, key, static_cast<int64_t>(d));
+  if (d != static_cast<double>(static_cast<int64_t>(d)) || std::abs(d) >= 1e15) {
+    pr.add("field '{}' must be an integer, not {}", key, d);
+    return std::nullopt;
+  }
+  if (d <= 0) {
+    pr.add("field '{}' must be positive, not {}", key, static_cast<int64_t>(d));
+    return std::nullopt;
+  }
   return static_cast<int64_t>(d);
 }
 
-const std::string& required_string(const Json& j, const std::string& origin, std::string_view key) {
-  const Json* v = j.find(key);
-  FP8SIM_REQUIRE(v != nullptr, "model config {}: missing field '{}'", origin, key);
-  FP8SIM_REQUIRE(v->is_string(), "model config {}: field '{}' must be a string", origin, key);
+std::optional<std::string> string_field(const Json& j, Problems& pr, std::string_view key) {
+  const Json* v = field(j, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) {
+    pr.add("field '{}' must be a string", key);
+    return std::nullopt;
+  }
   return v->as_string();
 }
 
-bool required_bool(const Json& j, const std::string& origin, std::string_view key) {
-  const Json* v = j.find(key);
-  FP8SIM_REQUIRE(v != nullptr, "model config {}: missing field '{}'", origin, key);
-  FP8SIM_REQUIRE(v->is_bool(), "model config {}: field '{}' must be true or false", origin, key);
+std::optional<bool> bool_field(const Json& j, Problems& pr, std::string_view key) {
+  const Json* v = field(j, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_bool()) {
+    pr.add("field '{}' must be true or false", key);
+    return std::nullopt;
+  }
   return v->as_bool();
 }
 
-double optional_positive_number(const Json& j, const std::string& origin, std::string_view key, double dflt) {
-  const Json* v = j.find(key);
-  if (v == nullptr || v->is_null()) return dflt;
-  FP8SIM_REQUIRE(v->is_number(), "model config {}: field '{}' must be a number", origin, key);
-  const double d = v->as_number();
-  FP8SIM_REQUIRE(d > 0 && d < 1e300, "model config {}: field '{}' must be positive, not {}", origin, key, d);
-  return d;
+// The first present key of `keys` as a positive number, else `dflt`.
+double positive_number(const Json& j, Problems& pr, std::initializer_list<std::string_view> keys, double dflt) {
+  for (std::string_view key : keys) {
+    const Json* v = field(j, key);
+    if (v == nullptr) continue;
+    if (!v->is_number()) {
+      pr.add("field '{}' must be a number", key);
+      return dflt;
+    }
+    const double d = v->as_number();
+    if (!(d > 0 && d < 1e300)) pr.add("field '{}' must be positive, not {}", key, d);
+    return d > 0 && d < 1e300 ? d : dflt;
+  }
+  return dflt;
 }
 
 // Products of sizes must stay far from int64 overflow (bytes are computed as int64 too).
@@ -95,62 +149,195 @@ void require_product_fits(const std::string& origin, std::initializer_list<int64
                  static_cast<double>(p));
 }
 
+// The Hugging Face `model_type`s whose layer fp8sim's expansion describes, with what each
+// transformers class fixes in code rather than in config.json: the norm, whether the MLP is gated
+// (gate/up/down with SiLU: SwiGLU) or plain (up/act/down), and its biases. `bias_key_default` is
+// the default of the config's `attention_bias` key (q/k/v/o biases) when the family reads one.
+struct HfFamily {
+  std::string_view model_type;
+  NormKind norm;
+  bool gated_mlp;
+  bool qkv_bias;  // fixed q/k/v biases (Qwen2), independent of attention_bias
+  bool mlp_bias;  // fixed MLP biases (GPT-NeoX)
+  bool bias_key_default;
+};
+constexpr HfFamily kHfFamilies[] = {
+    {"llama", NormKind::RMSNorm, true, false, false, false},
+    {"mistral", NormKind::RMSNorm, true, false, false, false},
+    {"qwen2", NormKind::RMSNorm, true, true, false, false},
+    {"olmo", NormKind::LayerNormNonParam, true, false, false, false},
+    {"gpt_neox", NormKind::LayerNorm, false, false, true, true},
+};
+
+const HfFamily* hf_family(std::string_view model_type) {
+  for (const HfFamily& f : kHfFamilies)
+    if (f.model_type == model_type) return &f;
+  return nullptr;
+}
+
+std::string known_model_types() {
+  std::string s;
+  for (const HfFamily& f : kHfFamilies) s += (s.empty() ? "" : ", ") + std::string(f.model_type);
+  return s;
+}
+
+// The name a config without a `name` field gets: its file's stem, or for a file called config.json
+// (a Hugging Face checkout) its folder's name; then `_name_or_path`'s last component; then
+// `model_type`.
+std::string default_name(const Json& j, const std::string& origin) {
+  const std::filesystem::path p(origin);
+  if (p.extension() == ".json") {
+    if (p.stem() != "config") return p.stem().string();
+    const std::filesystem::path dir = p.parent_path().filename();
+    if (!dir.empty() && dir != "." && dir != "..") return dir.string();
+  }
+  if (const Json* n = field(j, "_name_or_path"); n && n->is_string() && !n->as_string().empty()) {
+    const std::string& s = n->as_string();
+    const size_t slash = s.find_last_of('/');
+    const std::string last = slash == std::string::npos ? s : s.substr(slash + 1);
+    if (!last.empty()) return last;
+  }
+  if (const Json* t = field(j, "model_type"); t && t->is_string() && !t->as_string().empty()) return t->as_string();
+  return "";
+}
+
 }  // namespace
 
 ModelConfig parse_model(const Json& j, const std::string& origin) {
   FP8SIM_REQUIRE(j.is_object(), "model config {}: expected a JSON object", origin);
+  Problems pr;
   ModelConfig m;
   m.origin = origin;
-  m.name = required_string(j, origin, "name");
-  FP8SIM_REQUIRE(!m.name.empty(), "model config {}: field 'name' is empty", origin);
+  Json inferred = Json::object();  // source lines for what the config does not state
+
+  if (auto n = string_field(j, pr, "name")) {
+    m.name = *n;
+    if (m.name.empty()) pr.add("field 'name' is empty");
+  } else if (!field(j, "name")) {
+    m.name = default_name(j, origin);
+    if (m.name.empty()) pr.miss("name");
+  }
   if (const Json* d = j.find("display_name"); d && d->is_string()) m.display_name = d->as_string();
   if (m.display_name.empty()) m.display_name = m.name;
-  m.hidden = positive_int(j, origin, "hidden_size");
-  m.ffn = positive_int(j, origin, "intermediate_size");
-  m.layers = positive_int(j, origin, "num_hidden_layers");
-  m.heads = positive_int(j, origin, "num_attention_heads");
-  m.kv_heads = positive_int(j, origin, "num_key_value_heads");
-  m.vocab = positive_int(j, origin, "vocab_size");
-  FP8SIM_REQUIRE(m.hidden % m.heads == 0, "model config {}: num_attention_heads ({}) does not divide hidden_size ({})",
-                 origin, m.heads, m.hidden);
-  FP8SIM_REQUIRE(m.heads % m.kv_heads == 0,
-                 "model config {}: num_key_value_heads ({}) does not divide num_attention_heads ({})", origin,
-                 m.kv_heads, m.heads);
-  m.head_dim = m.hidden / m.heads;
-  const std::string& norm = required_string(j, origin, "norm");
-  if (norm == "rmsnorm") m.norm = NormKind::RMSNorm;
-  else if (norm == "layernorm") m.norm = NormKind::LayerNorm;
-  else if (norm == "layernorm_nonparam") m.norm = NormKind::LayerNormNonParam;
-  else
-    throw Error(fmt::format("model config {}: unknown norm '{}' (valid: rmsnorm, layernorm, layernorm_nonparam)",
-                            origin, norm));
-  const std::string& act = required_string(j, origin, "activation");
-  if (act == "swiglu") m.act = ActKind::SwiGLU;
-  else if (act == "gelu") m.act = ActKind::GELU;
-  else throw Error(fmt::format("model config {}: unknown activation '{}' (valid: swiglu, gelu)", origin, act));
-  m.tied_embeddings = required_bool(j, origin, "tie_word_embeddings");
-  if (const Json* b = j.find("attention_bias"); b && !b->is_null()) {
-    FP8SIM_REQUIRE(b->is_bool(), "model config {}: field 'attention_bias' must be true or false", origin);
-    m.attention_bias = b->as_bool();
+
+  const std::optional<std::string> model_type = string_field(j, pr, "model_type");
+  const HfFamily* family = model_type ? hf_family(*model_type) : nullptr;
+
+  const auto hidden = positive_int(j, pr, "hidden_size");
+  const auto ffn = positive_int(j, pr, "intermediate_size");
+  const auto layers = positive_int(j, pr, "num_hidden_layers");
+  const auto heads = positive_int(j, pr, "num_attention_heads");
+  const auto vocab = positive_int(j, pr, "vocab_size");
+  // Hugging Face's convention: no num_key_value_heads means multi-head attention.
+  const bool has_kv = field(j, "num_key_value_heads") != nullptr;
+  const auto kv_heads = has_kv ? positive_int(j, pr, "num_key_value_heads") : heads;
+  if (!has_kv && heads) inferred["num_key_value_heads"] = "num_attention_heads (no num_key_value_heads: multi-head)";
+  // head_dim may differ from hidden / heads (Mistral-Nemo: 5120 / 32 heads of 128).
+  const bool has_head_dim = field(j, "head_dim") != nullptr;
+  const auto head_dim = has_head_dim ? positive_int(j, pr, "head_dim") : std::nullopt;
+
+  // Norm: the `norm` field, else the model type's.
+  if (auto norm = string_field(j, pr, "norm")) {
+    if (*norm == "rmsnorm") m.norm = NormKind::RMSNorm;
+    else if (*norm == "layernorm") m.norm = NormKind::LayerNorm;
+    else if (*norm == "layernorm_nonparam") m.norm = NormKind::LayerNormNonParam;
+    else pr.add("unknown norm '{}' (valid: rmsnorm, layernorm, layernorm_nonparam)", *norm);
+  } else if (!field(j, "norm")) {
+    if (family) {
+      m.norm = family->norm;
+      inferred["norm"] = fmt::format("{}: model_type '{}'", norm_kind_name(m.norm), *model_type);
+    } else if (model_type) {
+      pr.add("model_type '{}' is not one whose norm fp8sim knows ({}): give 'norm'", *model_type, known_model_types());
+    } else {
+      pr.miss("norm");
+    }
   }
-  m.norm_eps = optional_positive_number(j, origin, "norm_eps", 1e-5);
-  m.rope_theta = optional_positive_number(j, origin, "rope_theta", 10000.0);
-  if (const Json* s = j.find("max_position_embeddings"); s && !s->is_null())
-    m.max_seq = positive_int(j, origin, "max_position_embeddings");
+
+  // Activation: the `activation` field, else `hidden_act` with the model type's MLP.
+  if (auto act = string_field(j, pr, "activation")) {
+    if (*act == "swiglu") m.act = ActKind::SwiGLU;
+    else if (*act == "gelu") m.act = ActKind::GELU;
+    else pr.add("unknown activation '{}' (valid: swiglu, gelu)", *act);
+  } else if (!field(j, "activation")) {
+    const std::optional<std::string> hact = string_field(j, pr, "hidden_act");
+    const bool silu = hact && (*hact == "silu" || *hact == "swish");
+    const bool gelu = hact && hact->starts_with("gelu");
+    if (!hact) {
+      if (!field(j, "hidden_act")) pr.miss("activation");
+    } else if (family && family->gated_mlp != silu) {
+      pr.add("hidden_act '{}' with model_type '{}' is not modelled ({} MLP)", *hact, *model_type,
+             family->gated_mlp ? "gated" : "plain");
+    } else if (silu) {
+      // Every SiLU MLP of a Hugging Face decoder is gated (gate_proj, up_proj, down_proj).
+      m.act = ActKind::SwiGLU;
+      inferred["activation"] = fmt::format("swiglu: hidden_act '{}' (gated MLP)", *hact);
+    } else if (gelu && family) {
+      m.act = ActKind::GELU;
+      inferred["activation"] = fmt::format("gelu: hidden_act '{}', model_type '{}' (plain MLP)", *hact, *model_type);
+    } else {
+      pr.add("hidden_act '{}' without a known model_type ({}): give 'activation' (swiglu or gelu)", *hact,
+             known_model_types());
+    }
+  }
+
+  // Embeddings: every known family defaults to untied (transformers' *Config classes).
+  if (auto tied = bool_field(j, pr, "tie_word_embeddings")) m.tied_embeddings = *tied;
+  else if (!field(j, "tie_word_embeddings")) {
+    if (family) inferred["tie_word_embeddings"] = fmt::format("false: model_type '{}' default", *model_type);
+    else pr.miss("tie_word_embeddings");
+  }
+
+  // Biases: `attention_bias` (q/k/v/o) with the family's default, plus what the family fixes.
+  const std::optional<bool> bias = bool_field(j, pr, "attention_bias");
+  const bool attn_bias = bias.value_or(family ? family->bias_key_default : false);
+  m.qkv_bias = attn_bias || (family && family->qkv_bias);
+  m.o_bias = attn_bias;
+  if (auto mb = bool_field(j, pr, "mlp_bias")) m.mlp_bias = *mb;
+  else m.mlp_bias = family && family->mlp_bias;
+
+  m.norm_eps = positive_number(j, pr, {"norm_eps", "rms_norm_eps", "layer_norm_eps", "layer_norm_epsilon"}, 1e-5);
+  m.rope_theta = positive_number(j, pr, {"rope_theta", "rotary_emb_base"}, 10000.0);
+  if (auto s = positive_int(j, pr, "max_position_embeddings", false)) m.max_seq = *s;
+
+  // Mixture-of-experts layers have no expansion here; refuse rather than count one dense MLP.
+  for (std::string_view key : {"num_local_experts", "num_experts", "n_routed_experts"})
+    if (const Json* e = field(j, key); e && e->is_number() && e->as_number() > 1)
+      pr.add("mixture-of-experts layers ('{}') are not modelled", key);
+
   if (const Json* s = j.find("source"); s) {
-    FP8SIM_REQUIRE(s->is_object(), "model config {}: field 'source' must be an object (field -> text)", origin);
-    m.source = *s;
+    if (!s->is_object()) pr.add("field 'source' must be an object (field -> text)");
+    else m.source = *s;
   }
+  if (!inferred.as_object().empty()) {
+    if (!m.source.is_object()) m.source = Json::object();
+    for (const auto& [k, v] : inferred.as_object())
+      if (!m.source.find(k)) m.source[k] = v;
+  }
+
+  if (heads && kv_heads && *heads % *kv_heads != 0)
+    pr.add("num_key_value_heads ({}) does not divide num_attention_heads ({})", *kv_heads, *heads);
+  if (hidden && heads && !has_head_dim && *hidden % *heads != 0)
+    pr.add("num_attention_heads ({}) does not divide hidden_size ({}) and there is no head_dim", *heads, *hidden);
+  pr.throw_if_any(origin);
+
+  m.hidden = *hidden;
+  m.ffn = *ffn;
+  m.layers = *layers;
+  m.heads = *heads;
+  m.kv_heads = *kv_heads;
+  m.vocab = *vocab;
+  m.head_dim = has_head_dim ? *head_dim : m.hidden / m.heads;
   require_product_fits(origin, {m.hidden, m.ffn}, "intermediate_size x hidden_size");
   require_product_fits(origin, {m.hidden, m.vocab}, "vocab_size x hidden_size");
   require_product_fits(origin, {m.hidden, m.hidden, m.layers}, "the layer stack");
+  require_product_fits(origin, {m.hidden, m.q_dim(), m.layers}, "the layer stack");
   require_product_fits(origin, {m.hidden, m.ffn, m.layers}, "the layer stack");
   return m;
 }
 
 std::filesystem::path models_dir() {
   if (const char* env = std::getenv("FP8SIM_MODELS_DIR"); env && *env) return env;
-  return std::filesystem::path(FP8SIM_SOURCE_DIR) / "models";
+  return data_root() / "models";
 }
 
 std::vector<std::string> list_models() {
@@ -433,17 +620,22 @@ std::vector<ParamDesc> layer_params(const ModelConfig& m) {
   ps.push_back({"q_proj.weight", {Q, H}});
   ps.push_back({"k_proj.weight", {KV, H}});
   ps.push_back({"v_proj.weight", {KV, H}});
-  if (m.attention_bias) {
+  if (m.qkv_bias) {
     ps.push_back({"q_proj.bias", {Q}});
     ps.push_back({"k_proj.bias", {KV}});
     ps.push_back({"v_proj.bias", {KV}});
   }
   ps.push_back({"o_proj.weight", {H, Q}});
-  if (m.attention_bias) ps.push_back({"o_proj.bias", {H}});
+  if (m.o_bias) ps.push_back({"o_proj.bias", {H}});
   norm("mlp_norm");
-  if (m.act == ActKind::SwiGLU) ps.push_back({"gate_proj.weight", {F, H}});
+  if (m.act == ActKind::SwiGLU) {
+    ps.push_back({"gate_proj.weight", {F, H}});
+    if (m.mlp_bias) ps.push_back({"gate_proj.bias", {F}});
+  }
   ps.push_back({"up_proj.weight", {F, H}});
+  if (m.mlp_bias) ps.push_back({"up_proj.bias", {F}});
   ps.push_back({"down_proj.weight", {H, F}});
+  if (m.mlp_bias) ps.push_back({"down_proj.bias", {H}});
   return ps;
 }
 

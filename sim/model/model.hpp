@@ -46,7 +46,9 @@ struct ModelConfig {
   NormKind norm = NormKind::RMSNorm;
   ActKind act = ActKind::SwiGLU;
   bool tied_embeddings = false;
-  bool attention_bias = false;
+  bool qkv_bias = false;  // q/k/v projections have biases (attention_bias; Qwen2 always)
+  bool o_bias = false;    // o_proj has a bias (attention_bias)
+  bool mlp_bias = false;  // the MLP's projections have biases (mlp_bias; GPT-NeoX always)
   double norm_eps = 1e-5;
   double rope_theta = 10000.0;
   int64_t max_seq = 0;  // max_position_embeddings (0 = unknown)
@@ -63,13 +65,21 @@ struct ModelConfig {
   int64_t param_count() const { return layers * layer_param_count() + outside_param_count(); }
 };
 
-// Builds a config from JSON (the models/*.json schema). Every problem is a one-line fp8sim::Error
-// that names `origin` and the field: missing field, wrong type, non-positive size, heads not
-// dividing hidden, kv heads not dividing heads, unknown norm/activation. Unknown keys are ignored.
+// Builds a config from JSON: the models/*.json schema, or a plain Hugging Face config.json of a
+// Llama, Mistral, Qwen2, OLMo (-hf) or GPT-NeoX model. What the fp8sim schema states and a Hugging
+// Face config leaves to the model class is inferred: the norm and MLP from `model_type`, the
+// activation from `hidden_act` (SiLU: SwiGLU), biases and tied embeddings from the family's
+// defaults, the name from the file (see load_model); `rms_norm_eps` / `layer_norm_eps` give
+// norm_eps, `head_dim` the attention width (q_dim() = heads x head_dim may differ from hidden),
+// no num_key_value_heads means multi-head. Every inference is recorded in `source`. All problems
+// (missing fields, wrong types, non-positive sizes, heads not dividing, unknown norm/activation,
+// mixture-of-experts) are reported together in one one-line fp8sim::Error that names `origin`.
+// Unknown keys are ignored.
 ModelConfig parse_model(const Json& j, const std::string& origin);
 
 // NAME (a file models/NAME.json) or a path to a JSON file (anything containing '/' or ending in
-// ".json"). An unknown NAME is an Error listing the valid names.
+// ".json"). An unknown NAME is an Error listing the valid names. A config without `name` takes the
+// file's stem, or for .../NAME/config.json the folder's NAME.
 ModelConfig load_model(const std::string& name_or_path);
 
 // The directory of the committed configs: $FP8SIM_MODELS_DIR if set, else <source dir>/models.

@@ -452,7 +452,7 @@ std::vector<std::string> names_if(const std::function<bool(const TrainingRecipe&
 
 fs::path recipes_dir() {
   if (const char* env = std::getenv("FP8SIM_RECIPES_DIR"); env && *env) return env;
-  return fs::path(FP8SIM_SOURCE_DIR) / "recipes";
+  return data_root() / "recipes";
 }
 
 const std::vector<TrainingRecipe>& all() {

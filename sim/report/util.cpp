@@ -1,5 +1,7 @@
 #include "sim/report/util.hpp"
 
+#include "sim/common/paths.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -207,7 +209,7 @@ namespace {
 
 std::vector<fs::path> source_candidates() {
   std::vector<fs::path> c;
-  if (const char* env = std::getenv("FP8SIM_SOURCE_DIR"); env && *env) c.emplace_back(env);
+  c.push_back(data_root());
 #ifdef FP8SIM_SOURCE_DIR
   c.emplace_back(FP8SIM_SOURCE_DIR);
 #endif

@@ -140,7 +140,7 @@ std::string utc_timestamp() {
 
 std::filesystem::path default_calibration_path() {
   if (const char* e = std::getenv("FP8SIM_CALIBRATION"); e && *e) return e;
-  return std::filesystem::path(FP8SIM_SOURCE_DIR) / "reports" / "h200" / "calibration.json";
+  return data_root() / "reports" / "h200" / "calibration.json";
 }
 
 // ------------------------------------------------------------------------------------ torch doc
