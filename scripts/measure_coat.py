@@ -337,7 +337,7 @@ def saved_tensor_terms(cfg, batch, seq, checkpointing=False):
     if batch < 1 or seq < 2:
         raise _fail(f"batch {batch} / seq {seq} out of range (batch >= 1, seq >= 2)")
     h, i, v, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
-    nh, kvh = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    nh = cfg["num_attention_heads"]
     hd = h // nh
     T = batch * seq
     Ts = batch * (seq - 1)

@@ -38,7 +38,6 @@ Usage:
 """
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -331,7 +330,7 @@ def kernel_class(name):
     return "other"
 
 
-def component_bytes(s, cfg):
+def component_bytes(s):
     params = [p for p in s.model.parameters()]
     pbytes = sum(p.numel() * p.element_size() for p in params)
     grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
@@ -414,7 +413,7 @@ def run(args):
         warm_s = time.time() - t0
         hooks = not args.compile and args.framework != "coat"
         m = st.measured_step(inp, tgt, hooks)
-        n_params, pbytes, grads, optim = component_bytes(s, cfg)
+        n_params, pbytes, grads, optim = component_bytes(s)
         copies = m["weight_copies"] or 0
         r = {"batch": b, "warmup_s": round(warm_s, 2),
              "measured_bytes": {"weights": pbytes + copies, "gradients": grads, "optimizer": optim,

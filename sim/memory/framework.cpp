@@ -267,25 +267,6 @@ std::vector<FrameworkTensor> framework_outside_tensors(const FrameworkInfo& fw, 
 
 namespace {
 
-void sum_groups(Footprint& f) {
-  for (const auto& c : f.activations) f.activations_total += c.bytes;
-  for (const auto& c : f.persistent) {
-    if (c.group == "weights") f.weights += c.bytes;
-    else if (c.group == "gradients") f.gradients += c.bytes;
-    else if (c.name == "optimizer_states") f.optimizer_states += c.bytes;
-    else if (c.name == "optimizer_metadata") f.optimizer_metadata += c.bytes;
-    else f.other_persistent += c.bytes;
-  }
-}
-
-void pick_peak(Footprint& f) {
-  for (const auto& p : f.phases)
-    if (p.total() > f.peak) {
-      f.peak = p.total();
-      f.peak_phase = p.name;
-    }
-}
-
 // megatron-te: Megatron-LM's pretrain_gpt.py loop on one GPU (tensor, pipeline and context parallel
 // 1), --bf16, the default fp32 gradient accumulation, gradient_accumulation_fusion, TE FusedAdam
 // through Megatron's mixed-precision (or distributed) optimizer; recipe te adds --fp8-format hybrid
@@ -364,7 +345,7 @@ Footprint megatron_footprint(const ModelConfig& m, const MemoryOptions& o) {
   }
   for (const auto& t : outside)
     f.activations.push_back({fmt::format("outside.{}", t.name), "activations", t.bytes, t.dtype + ": " + t.source});
-  sum_groups(f);
+  f.sum_groups();
 
   const int64_t resident = f.weights + f.gradients + f.optimizer() + f.other_persistent;
   const int64_t TV = T * V;
@@ -398,7 +379,7 @@ Footprint megatron_footprint(const ModelConfig& m, const MemoryOptions& o) {
              "residual-stream gradients"});
   Phase opt{"optimizer_step", "optimizer step: activations freed; TE FusedAdam updates in place", resident, {}};
   f.phases = {fwd, loss, bwd, opt};
-  pick_peak(f);
+  f.pick_peak();
   return f;
 }
 
@@ -476,7 +457,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   }
   for (const auto& t : outside)
     f.activations.push_back({fmt::format("outside.{}", t.name), "activations", t.bytes, t.dtype + ": " + t.source});
-  sum_groups(f);
+  f.sum_groups();
   // zero_grad(set_to_none=True): gradients exist from their first accumulation in backward
   // until the next zero_grad; the forward pass runs without them.
   const int64_t resident = f.weights + f.optimizer() + f.other_persistent;
@@ -553,7 +534,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   f.phases.insert(f.phases.end(), extra.begin(), extra.end());
   f.phases.push_back(bwd);
   f.phases.push_back(opt);
-  pick_peak(f);
+  f.pick_peak();
   return f;
 }
 

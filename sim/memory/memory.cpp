@@ -162,6 +162,28 @@ double Footprint::table2_total_units() const {
   return u;
 }
 
+void Footprint::sum_groups() {
+  activations_total = weights = gradients = optimizer_states = optimizer_metadata = other_persistent = 0;
+  for (const auto& c : activations) activations_total += c.bytes;
+  for (const auto& c : persistent) {
+    if (c.group == "weights") weights += c.bytes;
+    else if (c.group == "gradients") gradients += c.bytes;
+    else if (c.name == "optimizer_states") optimizer_states += c.bytes;
+    else if (c.name == "optimizer_metadata") optimizer_metadata += c.bytes;
+    else other_persistent += c.bytes;
+  }
+}
+
+void Footprint::pick_peak() {
+  peak = 0;
+  peak_phase.clear();
+  for (const auto& p : phases)
+    if (p.total() > peak) {
+      peak = p.total();
+      peak_phase = p.name;
+    }
+}
+
 Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   validate(o);
   if (o.framework != "torch") return framework_footprint(m, o);
@@ -259,16 +281,9 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     f.activations.push_back({fmt::format("outside.{}", s.tensor), "activations", s.bytes.total(),
                              fmt::format("{} {} [{}]", s.storage, model::saved_role_name(s.role),
                                          fmt::format("{}", fmt::join(s.shape, "x")))});
-  for (const auto& c : f.activations) f.activations_total += c.bytes;
 
   // ---- sums -------------------------------------------------------------------------------
-  for (const auto& c : f.persistent) {
-    if (c.group == "weights") f.weights += c.bytes;
-    else if (c.group == "gradients") f.gradients += c.bytes;
-    else if (c.name == "optimizer_states") f.optimizer_states += c.bytes;
-    else if (c.name == "optimizer_metadata") f.optimizer_metadata += c.bytes;
-    else f.other_persistent += c.bytes;
-  }
+  f.sum_groups();
   const int64_t persistent_all = f.weights + f.gradients + f.optimizer() + f.other_persistent;
   const int64_t persistent_fwd_bwd = o.grads_persist ? persistent_all : persistent_all - f.gradients;
 
@@ -337,11 +352,7 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     opt.temporaries.push_back({"adamw_foreach_sqrt", "temporaries", param_elements(ps, opt_shards) * 4,
                                "torch.optim.AdamW (foreach) allocates sqrt(exp_avg_sq) for the whole shard, fp32"});
   f.phases = {fwd, loss, bwd, opt};
-  for (const auto& p : f.phases)
-    if (p.total() > f.peak) {
-      f.peak = p.total();
-      f.peak_phase = p.name;
-    }
+  f.pick_peak();
   return f;
 }
 

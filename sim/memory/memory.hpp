@@ -125,6 +125,10 @@ struct Footprint {
   int64_t peak = 0;
   std::string peak_phase;
   int64_t optimizer() const { return optimizer_states + optimizer_metadata; }
+  // Fills the group sums (weights .. other_persistent, activations_total) from `persistent` and
+  // `activations`, and the peak and its phase from `phases`.
+  void sum_groups();
+  void pick_peak();
   int64_t temporaries_at_peak() const;
   bool fits() const { return static_cast<double>(peak) <= opts.gpu_mem_gib * kGiB; }
   // Table 2 units of one layer: data bytes of the column's saved tensors / U (metadata excluded;
