@@ -11,6 +11,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <optional>
 
 #include "gpu/common/buffer.hpp"
@@ -390,6 +391,35 @@ struct SearchConfig {
   std::string excluded;  // empty: the search may time it
 };
 
+// What the enumeration saw: the configurations it left out and, when it accepted none, why.
+struct SearchStats {
+  int excluded = 0;                   // accepted by cublasLtMatmulAlgoCheck, left out by search_exclusion
+  int checks = 0;                     // cublasLtMatmulAlgoCheck calls
+  std::map<int, int> check_statuses;  // cublasStatus_t of the rejected checks -> count
+  int over_workspace = 0;             // accepted, but needing more workspace than ours
+  // cublasLtMatmulAlgoCheck on the heuristic's own first configuration: the test of whether the
+  // check can judge this mode at all.
+  cublasStatus_t heuristic_check = CUBLAS_STATUS_SUCCESS;
+
+  // Empty when the enumeration accepted something; else one sentence naming why it did not.
+  std::string note(size_t accepted) const {
+    if (accepted > 0 || excluded > 0) return {};
+    std::string st;
+    for (const auto& [code, n] : check_statuses)
+      st +=
+          fmt::format("{}{} x{}", st.empty() ? "" : ", ", cublasLtGetStatusName(static_cast<cublasStatus_t>(code)), n);
+    std::string s = fmt::format("cublasLtMatmulAlgoCheck accepted none of {} configurations ({}{})", checks,
+                                st.empty() ? "no rejections" : st,
+                                over_workspace ? fmt::format(", {} over the workspace", over_workspace) : "");
+    if (heuristic_check != CUBLAS_STATUS_SUCCESS)
+      s += fmt::format(
+          "; it returns {} for the heuristic's own first configuration too, so this cuBLASLt cannot "
+          "check configurations of this mode and only the heuristic's are used",
+          cublasLtGetStatusName(heuristic_check));
+    return s;
+  }
+};
+
 struct SearchLimits {
   int accepted = INT_MAX;      // stop once this many non-excluded configurations are found
   bool keep_excluded = false;  // list the excluded ones too (flagged)
@@ -401,11 +431,18 @@ struct SearchLimits {
 // heuristic's tiles first. `excluded` counts the accepted ones search_exclusion leaves out.
 std::vector<SearchConfig> enumerate_search(cublasLtHandle_t lt, const GemmPlan::Impl& im, const GemmConfig& cfg,
                                            const Heuristic& heur, const uint32_t al[4], size_t workspace_bytes,
-                                           const SearchLimits& lim, int& excluded) {
+                                           const SearchLimits& lim, SearchStats& stats) {
   const Types t = types_of(cfg);
   std::vector<SearchConfig> found;
   int accepted = 0;
-  excluded = 0;
+  stats = SearchStats{};
+  for (const auto& r : heur.results) {
+    if (r.state != CUBLAS_STATUS_SUCCESS) continue;
+    cublasLtMatmulHeuristicResult_t chk{};
+    cublasLtMatmulAlgo_t algo = r.algo;
+    stats.heuristic_check = cublasLtMatmulAlgoCheck(lt, im.desc, im.a, im.b, im.c, im.d, &algo, &chk);
+    break;
+  }
   // Algorithm ids: the heuristic's own first, then the rest of what the library lists; and the
   // heuristic's tiles, whose configurations come first.
   std::vector<int> ids;
@@ -493,14 +530,21 @@ std::vector<SearchConfig> enumerate_search(cublasLtHandle_t lt, const GemmPlan::
                 cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cl, sizeof cl))
               continue;
             ++checks;
+            ++stats.checks;
             cublasLtMatmulHeuristicResult_t chk{};
-            if (cublasLtMatmulAlgoCheck(lt, im.desc, im.a, im.b, im.c, im.d, &algo, &chk) != CUBLAS_STATUS_SUCCESS ||
-                chk.workspaceSize > workspace_bytes)
+            const cublasStatus_t st = cublasLtMatmulAlgoCheck(lt, im.desc, im.a, im.b, im.c, im.d, &algo, &chk);
+            if (st != CUBLAS_STATUS_SUCCESS) {
+              ++stats.check_statuses[static_cast<int>(st)];
               continue;
+            }
+            if (chk.workspaceSize > workspace_bytes) {
+              ++stats.over_workspace;
+              continue;
+            }
             // Checked after AlgoCheck, so that plan() and enumerate() count the same checks.
             std::string why = search_exclusion(cfg, tile);
             if (!why.empty()) {
-              ++excluded;
+              ++stats.excluded;
               if (lim.keep_excluded) found.push_back({algo, chk.workspaceSize, std::move(why)});
               continue;
             }
@@ -727,6 +771,7 @@ struct SelectionRecord {
   int validated = 0;  // candidates compared with the reference (itself not counted)
   std::vector<GemmRejection> rejected;
   int search_found = 0, searched = 0, search_excluded = 0;
+  std::string search_note;  // SearchStats::note
 };
 
 // The choice of CublasLt::plan among the heuristic's candidates and, optionally, the search's:
@@ -799,8 +844,10 @@ class CandidateSelection {
     SearchLimits lim;
     lim.accepted = search;
     lim.deadline = t_start + kBudget;
-    const std::vector<SearchConfig> found =
-        enumerate_search(lt_, im_, cfg, heur_, pref.al, ws_bytes_, lim, record_.search_excluded);
+    SearchStats stats;
+    const std::vector<SearchConfig> found = enumerate_search(lt_, im_, cfg, heur_, pref.al, ws_bytes_, lim, stats);
+    record_.search_excluded = stats.excluded;
+    record_.search_note = stats.note(found.size());
     record_.search_found = static_cast<int>(found.size());
     std::vector<Timed> ran = quick_time(found, t_start + kBudget);
     record_.searched = static_cast<int>(ran.size());
@@ -1116,6 +1163,7 @@ Json GemmPlan::to_json() const {
   j["searched"] = searched_;
   if (supported_) j["algo"] = chosen_.to_json();
   j["search_excluded"] = search_excluded_;
+  if (!search_note_.empty()) j["search_note"] = search_note_;
   j["validated"] = validated_;
   j["rejected_count"] = static_cast<int64_t>(rejected_.size());
   Json rej = Json::array();
@@ -1189,6 +1237,7 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
   plan.search_found_ = rec.search_found;
   plan.searched_ = rec.searched;
   plan.search_excluded_ = rec.search_excluded;
+  plan.search_note_ = rec.search_note;
   const int pick = sel.pick();
   if (pick < 0) {
     plan.supported_ = false;
@@ -1208,7 +1257,7 @@ GemmPlan CublasLt::plan(const GemmShape& s, const GemmConfig& cfg, const GemmArg
 }
 
 std::vector<GemmCandidate> CublasLt::enumerate(const GemmShape& s, const GemmConfig& cfg, const GemmArgs& args,
-                                               int max_candidates) {
+                                               int max_candidates, std::string* search_note) {
   check_args(s, cfg, args);
   GemmPlan::Impl im;
   build_descriptors(im, s, cfg, args);
@@ -1233,9 +1282,10 @@ std::vector<GemmCandidate> CublasLt::enumerate(const GemmShape& s, const GemmCon
   }
   SearchLimits lim;
   lim.keep_excluded = true;
-  int excluded = 0;
-  for (auto& f : enumerate_search(h_->lt, im, cfg, heur, pref.al, h_->workspace_bytes, lim, excluded))
-    add(f.algo, f.workspace, -1, std::move(f.excluded));
+  SearchStats stats;
+  std::vector<SearchConfig> found = enumerate_search(h_->lt, im, cfg, heur, pref.al, h_->workspace_bytes, lim, stats);
+  if (search_note) *search_note = stats.note(found.size());
+  for (auto& f : found) add(f.algo, f.workspace, -1, std::move(f.excluded));
   return out;
 }
 

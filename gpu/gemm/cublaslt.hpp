@@ -159,6 +159,9 @@ class GemmPlan {
   int search_accepted() const { return search_found_; }
   // Configurations cublasLtMatmulAlgoCheck accepted that the search leaves out (GemmCandidate::excluded).
   int search_excluded() const { return search_excluded_; }
+  // Empty, or why the search found no configuration to time (SearchStats::note: what
+  // cublasLtMatmulAlgoCheck returned, and whether it rejects the heuristic's own choice too).
+  const std::string& search_note() const { return search_note_; }
   // Candidates whose output was compared with the reference algorithm's before timing (the
   // reference itself not counted), and those the comparison refused, each with its reason.
   int validated() const { return validated_; }
@@ -180,6 +183,7 @@ class GemmPlan {
   int searched_ = 0;
   int search_found_ = 0;
   int search_excluded_ = 0;
+  std::string search_note_;
   int validated_ = 0;
   std::vector<GemmRejection> rejected_;
   bool validation_ = false;            // the candidates were validated (see CublasLt::plan)
@@ -227,9 +231,10 @@ class CublasLt {
   // search's order, including those it excludes (GemmCandidate::excluded says why) and with no
   // time budget or `search` limit: plan()'s search considers a subset of the non-excluded ones
   // (those its limit and time budget reach), in the same order. Empty when the heuristic refuses
-  // the configuration. Same argument checks as plan().
+  // the configuration. Same argument checks as plan(). `search_note`, when given, receives
+  // GemmPlan::search_note's sentence for this enumeration.
   std::vector<GemmCandidate> enumerate(const GemmShape& shape, const GemmConfig& config, const GemmArgs& args,
-                                       int max_candidates = 8);
+                                       int max_candidates = 8, std::string* search_note = nullptr);
   // A plan that runs exactly this candidate (from enumerate with the same shape, config and
   // operand alignments): no heuristic, timing or validation. supported() == false when
   // cublasLtMatmulAlgoCheck refuses it.
