@@ -3,7 +3,7 @@
 
 Each entry is one measure_step.py process (its own CUDA context, so a failure or an OOM touches
 nothing else). Memory-only entries run --jobs at a time (the allocator's numbers are per process);
-timed entries (--steps > 0) run alone, after the memory entries, so that nothing shares the GPU
+timed entries (--steps > 0, --max-batch) and COAT's run alone, after the memory entries, so that nothing shares the GPU
 while they are timed. Entries run in the order listed (the most important first); when the deadline
 comes, no new entry starts and every finished one is kept. Writes DIR/NAME.json per entry, DIR/log.txt
 and DIR/index.json (every entry: command, status, seconds).
@@ -70,7 +70,8 @@ def entries(plan, coat):
         if fw == "coat":
             a += ["--coat", coat]
         a += list(extra)
-        out.append({"name": name, "args": a, "timed": bool(steps) or bool(max_batch),
+        # COAT's Triton kernels autotune per shape in each process: its entries run alone
+        out.append({"name": name, "args": a, "timed": bool(steps) or bool(max_batch) or fw == "coat",
                     "t445": fw == "coat" or t445})
 
     if plan == "memory":
@@ -86,10 +87,13 @@ def entries(plan, coat):
             if coat:
                 add(c, "coat", max_batch=80, batches=[1])
     elif plan == "coat":
-        for c in MEMORY_CONFIGS:
-            add(c, "coat")
-        for c in MEMORY_CONFIGS:
-            add(c, "coat", ckpt=True)
+        # one micro-batch per entry (each new shape autotunes again); the smallest first
+        for ckpt in (False, True):
+            for i in range(2):
+                for c in MEMORY_CONFIGS:
+                    bs = CONFIGS[c][1]
+                    if i < len(bs):
+                        add(c, "coat", ckpt=ckpt, batches=[bs[i]], tag=f"__b{bs[i]}")
         for c in MEMORY_CONFIGS:
             add(c, "hf", t445=True, tag="__t445")  # the BF16 baseline under COAT's transformers
     elif plan == "speed-core":  # what one device call can afford: COAT, hf compiled, torch eager

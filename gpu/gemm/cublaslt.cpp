@@ -400,17 +400,34 @@ struct SearchStats {
   // cublasLtMatmulAlgoCheck on the heuristic's own first configuration: the test of whether the
   // check can judge this mode at all.
   cublasStatus_t heuristic_check = CUBLAS_STATUS_SUCCESS;
+  // Set when the configurations from cublasLtMatmulAlgoInit's defaults gave nothing and the
+  // search varied the heuristic's own instead: what the first pass saw.
+  struct Pass {
+    int checks = 0;
+    std::map<int, int> check_statuses;
+    int over_workspace = 0;
+  };
+  std::optional<Pass> init_pass;
 
-  // Empty when the enumeration accepted something; else one sentence naming why it did not.
-  std::string note(size_t accepted) const {
-    if (accepted > 0 || excluded > 0) return {};
+  static std::string rejections(const Pass& p) {
     std::string st;
-    for (const auto& [code, n] : check_statuses)
+    for (const auto& [code, n] : p.check_statuses)
       st +=
           fmt::format("{}{} x{}", st.empty() ? "" : ", ", cublasLtGetStatusName(static_cast<cublasStatus_t>(code)), n);
-    std::string s = fmt::format("cublasLtMatmulAlgoCheck accepted none of {} configurations ({}{})", checks,
-                                st.empty() ? "no rejections" : st,
-                                over_workspace ? fmt::format(", {} over the workspace", over_workspace) : "");
+    return fmt::format("cublasLtMatmulAlgoCheck accepted none of {} configurations ({}{})", p.checks,
+                       st.empty() ? "no rejections" : st,
+                       p.over_workspace ? fmt::format(", {} over the workspace", p.over_workspace) : "");
+  }
+  Pass totals() const { return {checks, check_statuses, over_workspace}; }
+
+  // Empty when the first pass found something; else one sentence naming why it did not and
+  // what the search did instead.
+  std::string note(size_t accepted) const {
+    if (init_pass && (accepted > 0 || excluded > 0))
+      return rejections(*init_pass) +
+             " built from cublasLtMatmulAlgoInit's defaults; the search varies the heuristic's own configurations";
+    if (accepted > 0 || excluded > 0) return {};
+    std::string s = rejections(totals());
     if (heuristic_check != CUBLAS_STATUS_SUCCESS)
       s += fmt::format(
           "; it returns {} for the heuristic's own first configuration too, so this cuBLASLt cannot "
@@ -428,7 +445,7 @@ struct SearchLimits {
 
 // Every algorithm id x tile x stages x cluster shape x CTA swizzle that cublasLtMatmulAlgoCheck
 // accepts for these descriptors and the operands' alignments (no split-K), those of the
-// heuristic's tiles first. `excluded` counts the accepted ones search_exclusion leaves out.
+// heuristic's tiles first. `stats` counts what was checked, rejected and left out (search_exclusion).
 std::vector<SearchConfig> enumerate_search(cublasLtHandle_t lt, const GemmPlan::Impl& im, const GemmConfig& cfg,
                                            const Heuristic& heur, const uint32_t al[4], size_t workspace_bytes,
                                            const SearchLimits& lim, SearchStats& stats) {
@@ -494,16 +511,14 @@ std::vector<SearchConfig> enumerate_search(cublasLtHandle_t lt, const GemmPlan::
   };
   // Cluster shapes: auto, 1x1, 2x1, 1x2 (cublasLtClusterShape_t).
   const uint16_t clusters[] = {0, 2, 3, 5};
-  int checks = 0;
   constexpr int kMaxChecks = 200000;  // AlgoCheck is host-only, a few microseconds each
-  for (int a = 0;
-       a < nids && accepted < lim.accepted && checks < kMaxChecks && std::chrono::steady_clock::now() < lim.deadline;
-       ++a) {
-    cublasLtMatmulAlgo_t base;
-    if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, t.a, t.b, t.y, t.y, ids[a], &base) !=
-            CUBLAS_STATUS_SUCCESS ||
-        !aligned_enough(base))
-      continue;
+  auto more = [&] {
+    return accepted < lim.accepted && stats.checks < kMaxChecks && std::chrono::steady_clock::now() < lim.deadline;
+  };
+  // Every tile x stages x cluster shape x swizzle of `base` that AlgoCheck accepts. A
+  // cublasLtMatmulAlgoInit base has cluster shape auto; a heuristic's base gets it set.
+  auto vary = [&](const cublasLtMatmulAlgo_t& base, bool from_heuristic) {
+    if (!aligned_enough(base)) return;
     const std::vector<uint32_t> tiles = cap_array(base, CUBLASLT_ALGO_CAP_TILE_IDS);
     const std::vector<uint32_t> stages = cap_array(base, CUBLASLT_ALGO_CAP_STAGES_IDS);
     uint32_t swz_cap = 0;
@@ -511,25 +526,22 @@ std::vector<SearchConfig> enumerate_search(cublasLtHandle_t lt, const GemmPlan::
     if (cublasLtMatmulAlgoCapGetAttribute(&base, CUBLASLT_ALGO_CAP_CTA_SWIZZLING_SUPPORT, &swz_cap, sizeof swz_cap,
                                           &wr) != CUBLAS_STATUS_SUCCESS)
       swz_cap = 0;
+    const int32_t splitk = 1;
+    const uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE;
     for (const uint32_t tile : tiles)
       for (const uint32_t stage : stages)
         for (const uint16_t cl : clusters)
-          for (uint32_t swz = 0; swz <= (swz_cap ? 1u : 0u); ++swz) {
-            if (accepted >= lim.accepted || checks >= kMaxChecks) break;
+          for (uint32_t swz = 0; swz <= (swz_cap ? 1u : 0u) && more(); ++swz) {
             cublasLtMatmulAlgo_t algo = base;
-            const int32_t splitk = 1;
-            const uint32_t red = CUBLASLT_REDUCTION_SCHEME_NONE, custom = 0;
             if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof tile) ||
                 cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stage, sizeof stage) ||
                 cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk, sizeof splitk) ||
                 cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &red, sizeof red) ||
-                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof swz) ||
-                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &custom, sizeof custom))
+                cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, &swz, sizeof swz))
               continue;
-            if (cl != 0 &&
+            if ((cl != 0 || from_heuristic) &&
                 cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cl, sizeof cl))
               continue;
-            ++checks;
             ++stats.checks;
             cublasLtMatmulHeuristicResult_t chk{};
             const cublasStatus_t st = cublasLtMatmulAlgoCheck(lt, im.desc, im.a, im.b, im.c, im.d, &algo, &chk);
@@ -551,6 +563,33 @@ std::vector<SearchConfig> enumerate_search(cublasLtHandle_t lt, const GemmPlan::
             ++accepted;
             found.push_back({algo, chk.workspaceSize, {}});
           }
+  };
+  // Every listed algorithm from cublasLtMatmulAlgoInit's defaults.
+  for (int a = 0; a < nids && more(); ++a) {
+    cublasLtMatmulAlgo_t base;
+    if (cublasLtMatmulAlgoInit(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, t.a, t.b, t.y, t.y, ids[a], &base) ==
+        CUBLAS_STATUS_SUCCESS)
+      vary(base, false);
+  }
+  // For some modes (1x128 x 1x128 block scaling on cuBLASLt 13) AlgoCheck accepts no configuration
+  // built from those defaults but does accept variations of the heuristic's own configurations,
+  // which keep what the heuristic set beyond the attributes varied (custom option, inner shape).
+  // Those are the fallback only: for the modes the defaults serve, the exclusion rule above was
+  // established on the defaults' configurations.
+  if (found.empty() && stats.checks > 0 && stats.heuristic_check == CUBLAS_STATUS_SUCCESS) {
+    stats.init_pass = stats.totals();
+    std::vector<int> seen;
+    for (const auto& r : heur.results) {
+      int32_t id = -1;
+      size_t w = 0;
+      if (r.state != CUBLAS_STATUS_SUCCESS ||
+          cublasLtMatmulAlgoConfigGetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof id, &w) !=
+              CUBLAS_STATUS_SUCCESS ||
+          std::find(seen.begin(), seen.end(), id) != seen.end())
+        continue;
+      seen.push_back(id);
+      if (more()) vary(r.algo, true);
+    }
   }
   // The heuristic's tiles first (other stages, clusters, swizzles of what it predicted best).
   std::stable_partition(found.begin(), found.end(), [&](const SearchConfig& f) {

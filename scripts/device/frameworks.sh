@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Measures training steps as real frameworks run them (scripts/measure_matrix.py plans) on the GPU
 # machine and leaves $OUT/frameworks_PLAN.tgz per plan (each measurement's JSON and log, index.json).
-#   usage: OUT=DIR bash scripts/device/frameworks.sh PLAN[,PLAN...] [DEADLINE_S]
+#   usage: OUT=DIR bash scripts/device/frameworks.sh PLAN[,PLAN...] [DEADLINE_S [MEASURE_MATRIX_ARGS...]]
+#   (for example `frameworks.sh coat 500 --only coat-ckpt__l2-7b-L4__b1,coat__1b-gqa__b2`)
 # Plans: memory, maxbatch, coat, speed (measure_matrix.py --help). Wheels the GPU machine lacks travel
 # in .whl/ (git-ignored; carry it): .whl/ao/ torchao, .whl/t445/ transformers 4.45.2 with tokenizers
 # 0.20 and huggingface_hub < 1.0 (COAT's model code needs them), .whl/coat/ the fp8-coat sdist.
@@ -12,6 +13,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 plans=${1:?usage: frameworks.sh PLAN[,PLAN...] [DEADLINE_S]}
 deadline=${2:-500}
+shift $(( $# < 2 ? $# : 2 ))
 start=$(date +%s)
 export PYTHONUNBUFFERED=1
 pipi() { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$1" "${@:2}"; }
@@ -29,7 +31,7 @@ for plan in ${plans//,/ }; do
   (( left > 30 )) || { echo "no time left for plan $plan"; continue; }
   mkdir -p "/tmp/frameworks/$plan"
   python3 scripts/measure_matrix.py --plan "$plan" --out "/tmp/frameworks/$plan" --jobs 3 --deadline "$left" \
-    --per-entry 240 ${coat:+--coat "$coat"}
+    --per-entry 240 ${coat:+--coat "$coat"} "$@"
   tar czf "$OUT/frameworks_$plan.tgz" -C "/tmp/frameworks/$plan" .
 done
 echo "frameworks.sh: $(( $(date +%s) - start )) s"
