@@ -3,13 +3,16 @@
 // written by scripts/measure_step.py).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <string>
 
 #include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
 #include "sim/memory/framework.hpp"
 #include "sim/memory/memory.hpp"
 #include "sim/memory/validate.hpp"
 #include "sim/model/model.hpp"
+#include "tests/support/test_util.hpp"
 
 namespace fp8sim {
 namespace {
@@ -54,6 +57,43 @@ TEST(MemoryFrameworks, CommittedMeasurementsAreWithinTheTargets) {
     EXPECT_TRUE(r.at("ok").as_bool()) << r.at("file").as_string() << " batch " << r.at("batch").as_int() << ": peak "
                                       << r.at("peak_rel").as_number() << ", forward-retained "
                                       << r.at("retained_rel").as_number();
+  }
+}
+
+TEST(MemoryFrameworks, CommittedMaxBatchSearchesAreWithinTheTarget) {
+  const Json v = memory::memory_validate_steps({std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/frameworks"});
+  const auto& mx = v.at("max_batch").as_array();
+  EXPECT_GE(mx.size(), 3u);
+  for (const auto& r : mx)
+    EXPECT_TRUE(r.at("ok").as_bool()) << r.at("file").as_string() << ": measured "
+                                      << r.at("measured_max_batch").as_int() << ", fp8sim "
+                                      << r.at("predicted_max_batch").as_int();
+}
+
+// The max-batch judgement can fail: the committed search with its answer moved, or its search
+// stopped at its limit (no answer), is outside the target.
+TEST(MemoryFrameworks, MaxBatchJudgementRejectsAWrongOrUnfinishedSearch) {
+  const std::string src = std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/frameworks/hf__1b-gqa__maxbatch.json";
+  const Json committed = Json::parse(read_text_file(src));
+  const int64_t measured = committed.at("max_batch").at("max_batch").as_int();
+  struct Case {
+    int64_t max_batch;
+    bool limit_reached;
+    bool ok;
+  };
+  const Case cases[] = {{measured, false, true}, {measured + 4, false, false}, {measured, true, false}};
+  for (const auto& c : cases) {
+    Json d = committed;
+    Json mb = d.at("max_batch");
+    mb["max_batch"] = c.max_batch;
+    mb["limit_reached"] = c.limit_reached;
+    d["max_batch"] = mb;
+    const std::string path = test::temp_dir() + "/m.json";
+    std::ofstream(path) << d.dump(-1);
+    const Json v = memory::memory_validate_steps({path});
+    ASSERT_EQ(v.at("max_batch").as_array().size(), 1u);
+    EXPECT_EQ(v.at("max_batch").as_array()[0].at("ok").as_bool(), c.ok) << c.max_batch << " " << c.limit_reached;
+    EXPECT_EQ(v.at("ok").as_bool(), c.ok);
   }
 }
 

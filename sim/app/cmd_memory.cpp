@@ -245,6 +245,23 @@ void print_validate_steps(const Json& v) {
   fmt::print("\n{} runs modelled, {} outside the targets (peak {:.0f}%, forward-retained {:.0f}%)\n",
              v.at("modelled").as_int(), v.at("missed").as_int(), 100 * memory::kStepPeakTolerance,
              100 * memory::kStepActivationTolerance);
+  const auto& mx = v.at("max_batch").as_array();
+  if (mx.empty()) return;
+  rows.clear();
+  for (const auto& r : mx) {
+    std::string setting = r.at("framework").as_string();
+    if (r.at("compile").as_bool()) setting += " compiled";
+    if (r.at("checkpointing").as_bool()) setting += " ckpt";
+    rows.push_back({r.at("model").as_string(), setting, fmt::format("{}", r.at("seq").as_int()),
+                    fmt::format("{:g}", r.at("cap_gib").as_number()),
+                    fmt::format("{}{}", r.at("measured_max_batch").as_int(),
+                                r.at("limit_reached").as_bool() ? " (search limit)" : ""),
+                    fmt::format("{}", r.at("predicted_max_batch").as_int()), r.at("ok").as_bool() ? "ok" : "MISS"});
+  }
+  fmt::print("\nLargest micro-batch under a memory cap (measured: the step runs with the allocator capped)\n");
+  cli::print_table({"model", "framework", "seq", "cap GiB", "measured", "fp8sim", "verdict"}, rows);
+  fmt::print("\n{} max-batch searches, {} outside the target ({:.0f}% or 1)\n", mx.size(),
+             v.at("max_batch_missed").as_int(), 100 * memory::kMaxBatchTolerance);
 }
 
 bool is_step_validation(const std::string& path) {

@@ -115,7 +115,8 @@ bool is_step_measurement(const Json& doc) {
 
 namespace {
 
-Json step_rows(const Json& d, const std::string& origin) {
+// The rows of one step measurement, and into `max_rows` its max-batch search when it has one.
+Json step_rows(const Json& d, const std::string& origin, Json& max_rows) {
   const model::ModelConfig m = model::parse_model(field(d, origin, "model_config"), origin + " model_config");
   const Json& fw = field(d, origin, "framework");
   FP8SIM_REQUIRE(fw.is_string(), "measurement {}: field 'framework' must be a string", origin);
@@ -137,6 +138,53 @@ Json step_rows(const Json& d, const std::string& origin) {
   }
   bool known = false;
   for (const auto& f : frameworks()) known = known || f.name == profile;
+  const bool torch_ref = profile == "torch";
+  const bool compile_modelled = profile == "hf" && !ckpt.as_bool();
+  const bool modelled = known && (!compiled.as_bool() || compile_modelled) && !torch_ref;
+  auto options = [&](int64_t batch) {
+    MemoryOptions o;
+    o.framework = profile;
+    o.recipe = find_framework(profile).recipe;
+    if (o.recipe.empty()) {
+      const Json& rec = field(d, origin, "recipe");
+      FP8SIM_REQUIRE(rec.is_string(), "measurement {}: field 'recipe' must be a string", origin);
+      o.recipe = rec.as_string();
+    }
+    o.gpus = 1;
+    o.zero = 0;
+    o.batch = batch;
+    o.seq = int_field(d, origin, "seq");
+    o.checkpointing = ckpt.as_bool();
+    o.compiled = compiled.as_bool();
+    o.grads_persist = profile == "torch";
+    return o;
+  };
+  if (const Json* mx = d.find("max_batch"); mx && modelled) {
+    const std::string where = origin + " max_batch";
+    const Json& cap = field(*mx, where, "cap_gib");
+    FP8SIM_REQUIRE(cap.is_number() && cap.as_number() > 0, "measurement {}: 'cap_gib' must be a positive number",
+                   where);
+    MemoryOptions o = options(1);
+    o.gpu_mem_gib = cap.as_number();
+    const int64_t measured = int_field(*mx, where, "max_batch");
+    const int64_t predicted = max_batch(m, o, false);
+    const Json* lim = mx->find("limit_reached");
+    Json row = Json::object();
+    row["file"] = std::filesystem::path(origin).filename().string();
+    row["model"] = m.name;
+    row["framework"] = fw.as_string();
+    row["profile"] = profile;
+    row["compile"] = compiled.as_bool();
+    row["checkpointing"] = ckpt.as_bool();
+    row["seq"] = o.seq;
+    row["cap_gib"] = cap.as_number();
+    row["measured_max_batch"] = measured;
+    row["predicted_max_batch"] = predicted;
+    row["limit_reached"] = lim && lim->is_bool() && lim->as_bool();
+    const double allowed = std::max(1.0, kMaxBatchTolerance * static_cast<double>(measured));
+    row["ok"] = !row.at("limit_reached").as_bool() && std::fabs(static_cast<double>(predicted - measured)) <= allowed;
+    max_rows.push_back(row);
+  }
   Json rows = Json::array();
   for (const auto& r : runs.as_array()) {
     const std::string where = origin + " runs[]";
@@ -162,9 +210,7 @@ Json step_rows(const Json& d, const std::string& origin) {
     // The torch reference accounting keeps the bf16 logits alive through backward, as a loop that
     // holds `logits` does (scripts/measure_memory.py, validated with that file); measure_step.py's
     // torch loop returns only the loss, so its runs are listed, not judged.
-    const bool torch_ref = profile == "torch";
-    const bool compile_modelled = profile == "hf" && !ckpt.as_bool();
-    if (!known || (compiled.as_bool() && !compile_modelled) || torch_ref) {
+    if (!modelled) {
       row["modelled"] = false;
       row["why"] = compiled.as_bool() ? "torch.compile: measured, not modelled for this framework"
                    : torch_ref        ? "torch reference: validated with scripts/measure_memory.py"
@@ -172,21 +218,7 @@ Json step_rows(const Json& d, const std::string& origin) {
       rows.push_back(row);
       continue;
     }
-    MemoryOptions o;
-    o.framework = profile;
-    o.recipe = find_framework(profile).recipe;
-    if (o.recipe.empty()) {
-      const Json& rec = field(d, origin, "recipe");
-      FP8SIM_REQUIRE(rec.is_string(), "measurement {}: field 'recipe' must be a string", origin);
-      o.recipe = rec.as_string();
-    }
-    o.gpus = 1;
-    o.zero = 0;
-    o.batch = row.at("batch").as_int();
-    o.seq = row.at("seq").as_int();
-    o.checkpointing = ckpt.as_bool();
-    o.compiled = compiled.as_bool();
-    o.grads_persist = profile == "torch";
+    const MemoryOptions o = options(row.at("batch").as_int());
     const Footprint f = compute_footprint(m, o);
     // What forward leaves allocated: activations, plus the weight copies made during forward.
     int64_t copies = 0;
@@ -222,8 +254,8 @@ Json memory_validate_steps(const std::vector<std::string>& paths) {
       files.emplace_back(p, false);
     }
   }
-  Json rows = Json::array();
-  int64_t modelled = 0, missed = 0;
+  Json rows = Json::array(), max_rows = Json::array();
+  int64_t modelled = 0, missed = 0, max_missed = 0;
   for (const auto& [file, in_dir] : files) {
     Json d;
     try {
@@ -238,7 +270,7 @@ Json memory_validate_steps(const std::vector<std::string>& paths) {
                      file.string());
       continue;  // another document in a directory
     }
-    const Json file_rows = step_rows(d, file.string());
+    const Json file_rows = step_rows(d, file.string(), max_rows);
     for (const auto& r : file_rows.as_array()) {
       if (r.at("modelled").as_bool()) {
         ++modelled;
@@ -253,10 +285,14 @@ Json memory_validate_steps(const std::vector<std::string>& paths) {
   tol["peak"] = kStepPeakTolerance;
   tol["retained"] = kStepActivationTolerance;
   out["tolerance"] = tol;
+  tol["max_batch"] = kMaxBatchTolerance;
+  for (const auto& r : max_rows.as_array()) max_missed += r.at("ok").as_bool() ? 0 : 1;
   out["rows"] = rows;
   out["modelled"] = modelled;
   out["missed"] = missed;
-  out["ok"] = missed == 0;
+  out["max_batch"] = max_rows;
+  out["max_batch_missed"] = max_missed;
+  out["ok"] = missed == 0 && max_missed == 0;
   return out;
 }
 

@@ -32,10 +32,16 @@ Json memory_validate_file(const std::string& path);
 // allocated (activations + autocast's weight copies) and the reserved peak beside it. Targets:
 // peak within kStepPeakTolerance, forward-retained within kStepActivationTolerance. Compiled runs
 // are listed as measured but not modelled. `paths`: files, or directories whose *.json files of
-// that format are all read (others are skipped), in name order. Returns {"rows": [...], "ok",
-// "modelled", "missed", "tolerance": {...}}.
+// that format are all read (others are skipped), in name order. A measurement with a max-batch
+// search (measure_step.py --max-batch CAP: the largest micro-batch whose step runs with the
+// caching allocator capped at CAP GiB) is also judged against fp8sim's largest micro-batch whose
+// peak fits in CAP: within kMaxBatchTolerance of the measured one, or 1, whichever is larger
+// (the allocator's fragmentation makes the measured one the smaller, when they differ). Returns
+// {"rows": [...], "max_batch": [...], "ok", "modelled", "missed", "max_batch_missed",
+// "tolerance": {...}}.
 inline constexpr double kStepPeakTolerance = 0.05;
 inline constexpr double kStepActivationTolerance = 0.10;
+inline constexpr double kMaxBatchTolerance = 0.05;
 Json memory_validate_steps(const std::vector<std::string>& paths);
 // True when `doc` is a step measurement (format "fp8sim-step-measurement").
 bool is_step_measurement(const Json& doc);
