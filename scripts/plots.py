@@ -41,8 +41,12 @@ def plot_histograms(plt, spec, path):
     """COAT Figure 3: |x/s| of the optimizer moments in log2 bins, before and after expansion."""
     moments = spec["moments"]
     edges = spec["bin_edges_log2"]
-    fig, axes = plt.subplots(1, len(moments), figsize=(6.2 * len(moments), 4.2), squeeze=False)
-    for ax, m in zip(axes[0], moments):
+    ncols = min(2, len(moments))
+    nrows = (len(moments) + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(6.2 * ncols, 4.2 * nrows), squeeze=False)
+    for ax in axes.flat[len(moments):]:
+        ax.set_visible(False)
+    for ax, m in zip(axes.flat, moments):
         centres = [(a + b) / 2 for a, b in zip(edges[:-1], edges[1:])]
         width = edges[1] - edges[0]
         total_before = max(1, sum(m["before"]) + m.get("underflow_before", 0))
@@ -61,7 +65,7 @@ def plot_histograms(plt, spec, path):
         title = m["name"]
         if finite(m.get("k_median")):
             title += f"   (median k = {m['k_median']:.3g})"
-        ax.set_title(title, fontsize=11)
+        ax.set_title(title, fontsize=11 if len(title) < 60 else 8)
         ub, ua = m.get("underflow_before", 0), m.get("underflow_after", 0)
         ax.text(0.01, 0.97,
                 f"below 2^{edges[0]:g} (flush to 0): {100.0 * ub / total_before:.2f}% -> {100.0 * ua / total_after:.2f}%",
@@ -147,6 +151,36 @@ def plot_gemm_error(plt, spec, path):
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
     fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_layer_gemm_heatmap(plt, spec, path):
+    """Per-layer x GEMM forward output error, one panel per recipe, one shared log colour scale."""
+    import numpy as np
+    from matplotlib.colors import LogNorm
+    layers, gemms, panels = spec["layers"], spec["gemms"], spec["recipes"]
+    grids = {r: np.array([[v if finite(v) else np.nan for v in row] for row in g], dtype=float)
+             for r, g in panels.items()}
+    positive = np.concatenate([g[np.isfinite(g) & (g > 0)] for g in grids.values()])
+    norm = LogNorm(vmin=positive.min(), vmax=positive.max()) if positive.size and positive.max() > positive.min() \
+        else None
+    n = len(grids)
+    height = min(12.0, 1.2 + 0.28 * len(layers))
+    fig, axes = plt.subplots(1, n, figsize=(1.2 + 2.6 * n, height), squeeze=False, sharey=True,
+                             layout="constrained")
+    im = None
+    for ax, (name, g) in zip(axes[0], grids.items()):
+        im = ax.imshow(np.where(g > 0, g, np.nan), cmap="magma_r", aspect="auto", norm=norm,
+                       interpolation="nearest")
+        ax.set_xticks(range(len(gemms)), labels=gemms, rotation=60, fontsize=7, ha="right")
+        step = max(1, len(layers) // 32)
+        ax.set_yticks(range(0, len(layers), step), labels=[str(l) for l in layers][::step], fontsize=7)
+        ax.set_title(name, fontsize=10)
+    axes[0][0].set_ylabel("layer")
+    if im is not None:
+        fig.colorbar(im, ax=list(axes[0]), shrink=0.9, label="||Y_q - Y|| / ||Y||" + (" (log)" if norm else ""))
+    fig.suptitle(spec.get("title", "Forward GEMM output error per layer and GEMM"), fontsize=11)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -257,6 +291,7 @@ DRAWERS = {
     "histograms": plot_histograms,
     "table1": plot_table1,
     "gemm_error": plot_gemm_error,
+    "layer_gemm_heatmap": plot_layer_gemm_heatmap,
     "memory": plot_memory,
     "speed": plot_speed,
     "compare": plot_table,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -170,6 +171,18 @@ TEST(ReportRender, MarkdownHasEverySectionStatusAndEscapesTables) {
   // The plot was never drawn: it is reported as skipped, not silently dropped or linked.
   EXPECT_EQ(md.find("](alpha.png)"), std::string::npos);
   EXPECT_NE(md.find("Plot `alpha.png` skipped"), std::string::npos) << md;
+}
+
+// Printed, nothing may scroll or be cut: the print rules undo the screen's scrolling table boxes,
+// sticky first columns and capped cell widths, and keep figures and rows whole.
+TEST(ReportRender, HtmlHasAPrintLayoutWhereNothingScrolls) {
+  const std::string html = render_html(synthetic_doc(), [](const std::string&) { return std::string(); });
+  const auto at = html.find("@media print");
+  ASSERT_NE(at, std::string::npos);
+  const std::string print = html.substr(at, html.find("</style>", at) - at);
+  for (const char* rule : {".tbl { overflow: visible; }", "position: static", "max-width: none",
+                           "figure { break-inside: avoid; }", "tr { break-inside: avoid; }", "max-height:"})
+    EXPECT_NE(print.find(rule), std::string::npos) << rule;
 }
 
 TEST(ReportRender, HtmlEscapesTextEmbedsImagesAndFetchesNothing) {
@@ -701,4 +714,76 @@ TEST(ReportCli, VerdictNumbersAreTheSectionsNumbers) {
   EXPECT_NE(md.find("](#7-memory-per-gpu)"), std::string::npos) << "verdict numbers link to their section";
   const std::string html = slurp(out / "report.html");
   EXPECT_NE(html.find("<a href=\"#memory\">"), std::string::npos);
+}
+
+// The per-layer x GEMM heatmap's cells are the analyze section's per-GEMM errors, every GEMM of
+// every layer in its place, and a recipe without error (none here) would have no panel.
+TEST(ReportCli, LayerGemmHeatmapCellsAreTheAnalyzeSectionsGemmErrors) {
+  const fs::path out = fs::path(fp8sim::test::temp_dir()) / "r";
+  const auto res = fp8sim::test::run_shell(quote(FP8SIM_BINARY) + " report --no-plots --recipes te,coat --out " +
+                                           quote(out.string()) + " --quiet");
+  ASSERT_EQ(res.exit_code, 0) << res.err;
+  const Json doc = Json::parse(slurp(out / "report.json"));
+  const Json& pd = doc.at("plot_data").at("layer_gemm_heatmap");
+  const auto& layers = pd.at("layers").as_array();
+  const auto& gemms = pd.at("gemms").as_array();
+  ASSERT_FALSE(layers.empty());
+  ASSERT_EQ(gemms.front().as_string(), "q_proj");  // execution order
+  ASSERT_EQ(pd.at("recipes").size(), 2u);
+  int checked = 0;
+  for (const auto& [r, grid] : pd.at("recipes").as_object()) {
+    SCOPED_TRACE(r);
+    ASSERT_EQ(grid.as_array().size(), layers.size());
+    for (const auto& l : doc.at("data").at("analyze").at(r).at("layers").as_array()) {
+      const int64_t L = l.at("layer").as_int();
+      const std::string label = L < 0 ? "outside" : std::to_string(L);
+      size_t row = 0;
+      while (row < layers.size() && layers[row].as_string() != label) ++row;
+      ASSERT_LT(row, layers.size()) << label;
+      for (const auto& g : l.at("gemms").as_array()) {
+        const std::string m = g.at("module").as_string();
+        const std::string name = m.substr(m.rfind('.') == std::string::npos ? 0 : m.rfind('.') + 1);
+        size_t col = 0;
+        while (col < gemms.size() && gemms[col].as_string() != name) ++col;
+        ASSERT_LT(col, gemms.size()) << name;
+        EXPECT_DOUBLE_EQ(grid.as_array()[row].as_array()[col].as_number(), g.at("nmse").as_number())
+            << label << " " << m;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GE(checked, 2 * 4 * 7);
+  // The section shows the picture.
+  EXPECT_NE(slurp(out / "report.md").find("layer_gemm_error.png"), std::string::npos);
+}
+
+// Figure 3's extra panels are the tensors plain scaling flushes most: per moment at most two,
+// most flushed first, none flushed less than the whole trace's share (a maximum is at least the
+// mean), and each one drawn.
+TEST(ReportCli, Figure3AddsTheMostFlushedTensorsOfEachMoment) {
+  const fs::path out = fs::path(fp8sim::test::temp_dir()) / "r";
+  const auto res = fp8sim::test::run_shell(quote(FP8SIM_BINARY) + " report --no-plots --recipes coat --out " +
+                                           quote(out.string()) + " --quiet");
+  ASSERT_EQ(res.exit_code, 0) << res.err;
+  const Json doc = Json::parse(slurp(out / "report.json"));
+  const Json& h = doc.at("data").at("fig3_histograms");
+  const auto& worst = h.at("worst_tensors").as_array();
+  ASSERT_FALSE(worst.empty());
+  for (const char* moment : {"m", "v"}) {
+    SCOPED_TRACE(moment);
+    const Json& all = h.at(moment).at("before");
+    int64_t total =
+        all.at("below").as_int() + all.at("above").as_int() + all.at("zeros").as_int() + all.at("nan").as_int();
+    for (const auto& c : all.at("counts").as_array()) total += c.as_int();
+    const double share =
+        static_cast<double>(all.at("below").as_int()) / static_cast<double>(total - all.at("zeros").as_int());
+    std::vector<double> seen;
+    for (const auto& w : worst)
+      if (w.at("moment").as_string() == moment) seen.push_back(w.at("flushed_before").as_number());
+    ASSERT_FALSE(seen.empty());
+    EXPECT_LE(seen.size(), 2u);
+    EXPECT_TRUE(std::is_sorted(seen.rbegin(), seen.rend()));
+    EXPECT_GE(seen.front(), share);
+  }
+  EXPECT_EQ(doc.at("plot_data").at("histograms").at("moments").size(), 2 + worst.size());
 }

@@ -246,6 +246,26 @@ figcaption { color: var(--muted); font-size: 13px; }
          vertical-align: middle; background: var(--warn-bg); border: 1px solid var(--warn-line); }
 .badge.error { background: var(--err-bg); border-color: var(--err-line); }
 footer { margin-top: 48px; color: var(--muted); font-size: 12.5px; }
+/* Printed (Chromium's print-to-PDF, A4 or Letter): nothing scrolls, so wide tables shrink and wrap
+   every cell to the page width; a figure, a table row or a heading and what follows it stay on one
+   page, and a figure is never taller than the page. */
+@media print {
+  @page { margin: 12mm; }
+  body { font-size: 11px; }
+  main { max-width: none; padding: 0; }
+  h2 { break-after: avoid; margin-top: 20px; }
+  nav.toc { break-inside: avoid; }
+  .tbl { overflow: visible; }
+  table { width: 100%; table-layout: auto; font-size: 8.5px; break-inside: auto; }
+  th, td, td.num { max-width: none; white-space: normal; overflow-wrap: anywhere; padding: 2px 4px; }
+  th:first-child, td:first-child { position: static; }
+  caption { position: static; break-after: avoid; }
+  tr { break-inside: avoid; }
+  figure { break-inside: avoid; }
+  figure img { max-height: 235mm; width: auto; max-width: 100%; }
+  code { font-size: 9px; }
+  a { color: inherit; text-decoration: none; }
+}
 )css";
 
 std::string plot_skip_text(const Json& p) {

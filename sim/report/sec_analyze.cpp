@@ -19,6 +19,69 @@ double num(const Json& j, const char* key) {
   return v && v->is_number() ? v->as_number() : std::nan("");
 }
 
+// The per-layer x GEMM heatmap's plot data: for each recipe with a quantized GEMM, its relative
+// forward output error at every (layer, GEMM) pair, the GEMM named by its module's last component
+// (q_proj, ..., down_proj; lm_head outside the layers); null where the recipe has no such GEMM.
+// One panel per recipe, one shared log colour scale (scripts/plots.py, plot_layer_gemm_heatmap).
+template <class LayerOf>
+void add_layer_gemm_heatmap(Context& ctx, Section& s, const Json::Object& recs, const std::vector<int64_t>& layers,
+                            const LayerOf& layer_of) {
+  auto short_name = [](const std::string& module) {
+    const auto dot = module.rfind('.');
+    return dot == std::string::npos ? module : module.substr(dot + 1);
+  };
+  std::vector<std::string> gemms;
+  for (const auto& [_, doc] : recs)
+    for (const auto& l : doc.at("layers").as_array())
+      for (const auto& g : l.at("gemms").as_array())
+        if (std::find(gemms.begin(), gemms.end(), short_name(g.at("module").as_string())) == gemms.end())
+          gemms.push_back(short_name(g.at("module").as_string()));
+  if (gemms.empty() || layers.empty()) return;
+  // A layer's GEMMs in execution order where the name is a known one, the rest after them.
+  static const std::vector<std::string> order = {"q_proj",    "k_proj",  "v_proj",       "qkv_proj",  "o_proj",
+                                                 "gate_proj", "up_proj", "gate_up_proj", "down_proj", "lm_head"};
+  auto rank = [&](const std::string& n) {
+    const auto it = std::find(order.begin(), order.end(), n);
+    return it == order.end() ? order.size() : static_cast<size_t>(it - order.begin());
+  };
+  std::stable_sort(gemms.begin(), gemms.end(),
+                   [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+  Json panels = Json::object();
+  for (const auto& [r, doc] : recs) {
+    Json grid = Json::array();
+    bool any = false;
+    for (int64_t L : layers) {
+      Json row = Json::array();
+      for (const auto& name : gemms) {
+        Json cell(nullptr);
+        if (const Json* l = layer_of(doc, L))
+          for (const auto& g : l->at("gemms").as_array())
+            if (short_name(g.at("module").as_string()) == name && std::isfinite(num(g, "nmse"))) {
+              cell = num(g, "nmse");
+              any = any || num(g, "nmse") > 0;
+            }
+        row.push_back(std::move(cell));
+      }
+      grid.push_back(std::move(row));
+    }
+    if (any) panels[r] = std::move(grid);
+  }
+  if (panels.size() == 0) return;
+  Json pd = Json::object();
+  pd["file"] = "layer_gemm_error.png";
+  pd["title"] = "Forward GEMM output error per layer and GEMM (||Y_q - Y|| / ||Y||, log colour scale)";
+  Json rows = Json::array(), cols = Json::array();
+  for (int64_t L : layers) rows.push_back(L < 0 ? std::string("outside") : fmt::format("{}", L));
+  for (const auto& g : gemms) cols.push_back(g);
+  pd["layers"] = std::move(rows);
+  pd["gemms"] = std::move(cols);
+  pd["recipes"] = std::move(panels);
+  ctx.plot_data["layer_gemm_heatmap"] = std::move(pd);
+  s.plot("layer_gemm_error.png",
+         "Where the error sits: relative forward GEMM output error of every GEMM of every layer, one panel per "
+         "recipe, one colour scale for all (darker = larger error; blank = no such GEMM in that layer).");
+}
+
 // SNR in dB as a cell: "exact" when nothing was lost (JSON writes +Inf as null).
 std::string snr_cell(const Json& stats) {
   const Json* snr = stats.find("snr_db");
@@ -292,6 +355,7 @@ Json section_gemm(Context& ctx) {
       }
       s.plot("gemm_error.png", caption);
     }
+    add_layer_gemm_heatmap(ctx, s, recs, layers, layer_of);
     return s.take();
   });
 }

@@ -35,6 +35,14 @@ struct MomentHist {
   int64_t tensors = 0, elements = 0;
 };
 
+// Of the nonzero elements, the share that plain absmax scaling flushes to 0 (|x/s| below E4M3's
+// smallest subnormal): what expansion exists to rescue, so the "worst" tensor is the largest.
+double flushed_before(const MomentHist& h) {
+  const int64_t nonzero = h.before.total() - h.before.zeros();
+  return nonzero > 0 ? static_cast<double>(h.before.below()) / static_cast<double>(nonzero) : 0.0;
+}
+constexpr size_t kWorstTensors = 2;  // per moment, drawn beside the whole-trace histograms
+
 double median(std::vector<float> v) {
   if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
@@ -290,6 +298,7 @@ void fig3_part(Context& ctx, Section& s) {
       MomentHist m, v;
       m.name = "first moment m (exp_avg)";
       v.name = "second moment v (exp_avg_sq)";
+      std::vector<MomentHist> worst_m, worst_v;  // the kWorstTensors most flushed, most flushed first
       int visited = 0;
       for (auto* h : {&m, &v}) {
         trace::Filter f;
@@ -300,12 +309,24 @@ void fig3_part(Context& ctx, Section& s) {
           const std::vector<int64_t> flat = {static_cast<int64_t>(x.size())};  // COAT flattens each parameter
           const QuantizedTensor q = quantize(x.data(), flat, spec);
           const ScaledHistograms sh = scaled_histograms(x.data(), q);
+          MomentHist one;
+          one.name = fmt::format("{} ({})", info.name, h == &m ? "m" : "v");
+          one.before.merge(sh.before);
+          one.after.merge(sh.after);
+          for (float k : q.expand_k)
+            if (std::isfinite(k)) one.k.push_back(k);
+          one.tensors = 1;
+          one.elements = info.numel();
           h->before.merge(sh.before);
           h->after.merge(sh.after);
-          for (float k : q.expand_k)
-            if (std::isfinite(k)) h->k.push_back(k);
+          h->k.insert(h->k.end(), one.k.begin(), one.k.end());
           h->tensors += 1;
           h->elements += info.numel();
+          auto& worst = h == &m ? worst_m : worst_v;
+          const auto at = std::find_if(worst.begin(), worst.end(),
+                                       [&](const MomentHist& w) { return flushed_before(one) > flushed_before(w); });
+          if (static_cast<size_t>(at - worst.begin()) < kWorstTensors) worst.insert(at, std::move(one));
+          if (worst.size() > kWorstTensors) worst.pop_back();
           ctx.progress(0.5 + 0.25 * ++visited / std::max<size_t>(1, reader.select(f).size()), 1.0);
         });
       }
@@ -348,11 +369,33 @@ void fig3_part(Context& ctx, Section& s) {
       Json moments = Json::array();
       moments.push_back(plot_moment(m));
       moments.push_back(plot_moment(v));
+      // The tensors expansion matters most for: per moment, those plain scaling flushes most.
+      Json worst_rows = Json::array();
+      for (const auto* worst : {&worst_m, &worst_v})
+        for (const auto& w : *worst) {
+          const bool is_m = worst == &worst_m;
+          Json pm = plot_moment(w);
+          pm["name"] = fmt::format("{}: {:.2f}% flushed before", w.name, 100.0 * flushed_before(w));
+          moments.push_back(std::move(pm));
+          Json wj = Json::object();
+          wj["moment"] = is_m ? "m" : "v";
+          wj["tensor"] = w.name;
+          wj["elements"] = w.elements;
+          wj["flushed_before"] = flushed_before(w);
+          const int64_t nz_after = w.after.total() - w.after.zeros();
+          wj["flushed_after"] =
+              nz_after > 0 ? static_cast<double>(w.after.below()) / static_cast<double>(nz_after) : 0.0;
+          wj["k_median"] = median(w.k);
+          worst_rows.push_back(std::move(wj));
+        }
+      ctx.data["fig3_histograms"]["worst_tensors"] = worst_rows;
       pd["moments"] = std::move(moments);
       ctx.plot_data["histograms"] = std::move(pd);
       s.plot("fig3_histograms.png",
-             "COAT Figure 3 style: share of elements per log2 bin of |x/s|, before (blue) "
-             "and after (orange) expansion.");
+             fmt::format("COAT Figure 3 style: share of elements per log2 bin of |x/s|, before (blue) and after "
+                         "(orange) expansion: first over all the trace's moments, then for the {} tensors of each "
+                         "moment that plain absmax scaling flushes most.",
+                         kWorstTensors));
     }
   }
 }
