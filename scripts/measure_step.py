@@ -19,7 +19,8 @@ Frameworks (--framework):
 
 Every run: --warmup steps (allocate gradients and optimizer states; compile), then one step with
 memory instrumentation, then --steps timed steps (CUDA events), then optionally one step under the
-PyTorch profiler (--profile): kernel count, GPU busy time, time per kernel class. --max-batch CAP_GIB
+PyTorch profiler (--profile): kernel count, GPU busy time, time per kernel class, the 60 kernels
+that take the most time by name. --max-batch CAP_GIB
 then searches the largest micro-batch whose step runs with torch.cuda.set_per_process_memory_fraction
 capped at CAP_GIB (allocator OOM = does not fit), doubling and then bisecting.
 
@@ -301,6 +302,7 @@ class Stepper:
             self.sync()
         wall = (time.perf_counter() - t0) * 1e3
         classes = {}
+        names = {}
         n = 0
         busy = 0.0
         for e in prof.events():
@@ -312,7 +314,17 @@ class Stepper:
             k = classes.setdefault(kernel_class(e.name), {"kernels": 0, "ms": 0.0})
             k["kernels"] += 1
             k["ms"] += dur
-        return {"wall_ms_profiled": wall, "kernels": n, "gpu_busy_ms": busy, "by_class": classes}
+            kn = names.setdefault(e.name, {"class": kernel_class(e.name), "kernels": 0, "ms": 0.0})
+            kn["kernels"] += 1
+            kn["ms"] += dur
+        # The kernels that take the time, by name (what a speed profile of this framework must
+        # model: which attention kernel, how many elementwise passes, the optimizer's launches).
+        top = sorted(names.items(), key=lambda kv: -kv[1]["ms"])[:TOP_KERNELS]
+        return {"wall_ms_profiled": wall, "kernels": n, "gpu_busy_ms": busy, "by_class": classes,
+                "top_kernels": [{"name": k[:200], **v} for k, v in top]}
+
+
+TOP_KERNELS = 60  # kernel names kept per profiled step, by total time
 
 
 def kernel_class(name):
