@@ -91,15 +91,53 @@ TEST(CliCast, BulkStreamsInChunksAndMatchesLibrary) {
   }
 }
 
+// The 4-bit format in bulk: codes equal the library's, decode gives their values back, and a file
+// holding a byte that is not an e2m1 code is bad data (exit 1) that leaves no output behind.
+TEST(CliCast, Fp4BulkRoundTripsAndRefusesWideCodes) {
+  const std::string dir = test::temp_dir();
+  std::vector<float> x(5000);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 7.0f * std::sin(0.37f * static_cast<float>(i));
+  write_bytes(dir + "/x.f32", x.data(), x.size() * 4);
+  auto r = run_fp8sim({"cast", "--format", "e2m1", "--in", dir + "/x.f32", "--out", dir + "/y.u8", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto got = test::read_file_bytes(dir + "/y.u8");
+  std::vector<uint8_t> want(x.size());
+  CastOptions o;
+  o.format = Format::E2M1;
+  cast_f32_to_fp8(x.data(), want.data(), x.size(), o);
+  EXPECT_EQ(got, want);
+  for (uint8_t c : want) EXPECT_LT(c, 16);
+  r = run_fp8sim({"cast", "--format", "e2m1", "--decode", "--in", dir + "/y.u8", "--out", dir + "/z.f32", "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto back = test::read_file_bytes(dir + "/z.f32");
+  ASSERT_EQ(back.size(), x.size() * 4);
+  for (size_t i = 0; i < x.size(); i += 97) {
+    float v;
+    std::memcpy(&v, back.data() + 4 * i, 4);
+    EXPECT_EQ(v, decode_fp8<E2M1Traits>(want[i]));
+    EXPECT_LE(std::fabs(v - x[i]), 1.0f);  // within half the widest gap (4 -> 6)
+  }
+  const uint8_t wide[] = {0x03, 0x1F};
+  write_bytes(dir + "/w.u8", wide, sizeof wide);
+  expect_one_line_error(
+      run_fp8sim({"cast", "--format", "e2m1", "--decode", "--in", dir + "/w.u8", "--out", dir + "/w.f32"}),
+      "byte 1 is 0x1F, not an e2m1 code", 1);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/w.f32"));
+}
+
 TEST(CliCast, BadInputGivesOneLineErrors) {
   const std::string dir = test::temp_dir();
   expect_one_line_error(run_fp8sim({"cast", "--format", "e3m4", "1"}), "unknown format 'e3m4'", 2);
-  expect_one_line_error(run_fp8sim({"cast", "--format", "bf16", "1"}), "must be e4m3 or e5m2", 2);
+  expect_one_line_error(run_fp8sim({"cast", "--format", "bf16", "1"}), "must be e4m3, e5m2, e2m1, e2m3 or e3m2", 2);
   expect_one_line_error(run_fp8sim({"cast", "1.5x"}), "'1.5x' is not a number", 2);
   expect_one_line_error(run_fp8sim({"cast", "--rounding", "up", "1"}), "unknown rounding", 2);
   expect_one_line_error(run_fp8sim({"cast", "--bogus"}), "unrecognised option", 2);
   expect_one_line_error(run_fp8sim({"cast"}), "no values given", 2);
-  expect_one_line_error(run_fp8sim({"cast", "--decode", "300"}), "not an fp8 code", 2);
+  expect_one_line_error(run_fp8sim({"cast", "--decode", "300"}), "not an e4m3 code (0..255", 2);
+  // The 4- and 6-bit formats: codes beyond their width, and asking them not to saturate.
+  expect_one_line_error(run_fp8sim({"cast", "--format", "e2m1", "--decode", "16"}), "not an e2m1 code (0..15", 2);
+  expect_one_line_error(run_fp8sim({"cast", "--format", "e3m2", "--decode", "0x40"}), "not an e3m2 code (0..63", 2);
+  expect_one_line_error(run_fp8sim({"cast", "--format", "e2m3", "--no-saturate", "1"}), "always saturate", 2);
   // Seeds follow the spec's rule (seed=N): a negative number is refused, never wrapped to 2^64 - 1.
   expect_one_line_error(run_fp8sim({"cast", "--rounding", "stochastic", "--seed", "-1", "1"}), "bad --seed '-1'", 2);
   expect_one_line_error(run_fp8sim({"cast", "--seed", "18446744073709551616", "1"}), "2^64", 2);

@@ -273,9 +273,9 @@ std::vector<Case> number_cases() {
   // Values, not options.
   v.push_back({{"cast", ""}, 2, "not a number"});
   v.push_back({{"cast", "1.0x"}, 2, "not a number"});
-  v.push_back({{"cast", "--decode", "256"}, 2, "fp8 code"});
-  v.push_back({{"cast", "--decode", "-1"}, 2, "fp8 code"});
-  v.push_back({{"cast", "--decode", "0x1FF"}, 2, "fp8 code"});
+  v.push_back({{"cast", "--decode", "256"}, 2, "not an e4m3 code"});
+  v.push_back({{"cast", "--decode", "-1"}, 2, "not an e4m3 code"});
+  v.push_back({{"cast", "--decode", "0x1FF"}, 2, "not an e4m3 code"});
   v.push_back({{"speed", "--batch", "bf16=2,coat=-1"}, 2, "--batch"});
   v.push_back({{"speed", "--batch", "bf16=2,bf16=4"}, 2, "twice"});
   v.push_back({{"speed", "--batch", "bf16="}, 2, "--batch"});

@@ -186,15 +186,18 @@ def dequantize(codes: Any, scales: Any = None, spec: Union[str, Spec, None] = No
 
 def cast(x: Any, format: str = "e4m3", *, saturate: bool = True, rounding: str = "nearest", seed: int = 0,
          threads: int = 0) -> np.ndarray:
-    """Element-wise FP8 codes (uint8, ``x``'s shape) of float32 / float16 / bfloat16 ``x``,
-    without scaling: ``fp8sim cast``. ``saturate=False`` lets overflow become NaN (e4m3) or Inf
-    (e5m2); ``rounding="stochastic"`` draws Philox word i for element i under ``seed``."""
+    """Element-wise codes (uint8, ``x``'s shape) of float32 / float16 / bfloat16 ``x``, without
+    scaling: ``fp8sim cast``. ``format``: e4m3, e5m2, or the OCP MX 4- and 6-bit e2m1 (fp4), e2m3,
+    e3m2 (one code per byte, in its low bits; no Inf or NaN, so they always saturate and NaN gives
+    +max). ``saturate=False`` lets FP8 overflow become NaN (e4m3) or Inf (e5m2);
+    ``rounding="stochastic"`` draws Philox word i for element i under ``seed``."""
     a, kind = _input(x)
     return _core.cast(a, kind, format, saturate, rounding, int(seed), threads).reshape(a.shape)
 
 
 def decode(codes: Any, format: str = "e4m3", *, threads: int = 0) -> np.ndarray:
-    """The exact float32 values of FP8 ``codes`` (uint8): ``fp8sim cast --decode``."""
+    """The exact float32 values of ``codes`` (uint8) of a cast format: ``fp8sim cast --decode``
+    (for the 4- and 6-bit formats, bits above the format's width are ignored)."""
     c = _contig(codes, np.uint8)
     return _core.decode(c, format, threads).reshape(c.shape)
 

@@ -173,7 +173,7 @@ nb::object cast(const InArray& x, const std::string& kind, const std::string& fo
 
 nb::object decode(const InArray& codes, const std::string& format, int threads) {
   const Format f = parse_format(format);
-  FP8SIM_REQUIRE(is_fp8(f), "decode takes e4m3 or e5m2 codes, not {}", format);
+  FP8SIM_REQUIRE(is_small_float(f), "decode takes e4m3, e5m2, e2m1, e2m3 or e3m2 codes, not {}", format);
   FP8SIM_REQUIRE(codes.dtype() == nb::dtype<uint8_t>(), "codes must be uint8");
   std::vector<float> out(codes.size());
   {

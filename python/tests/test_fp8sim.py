@@ -154,6 +154,29 @@ def test_decode_equals_the_command(cli, tmp_path, fmt):
     same_bits(fp8sim.decode(fp8sim.cast(v[finite], fmt), fmt), v[finite])
 
 
+@pytest.mark.parametrize("fmt,mltype", [("e2m1", ml_dtypes.float4_e2m1fn), ("e2m3", ml_dtypes.float6_e2m3fn),
+                                        ("e3m2", ml_dtypes.float6_e3m2fn)])
+def test_fp4_fp6_equal_ml_dtypes_except_nan(fmt, mltype):
+    """The 4- and 6-bit casts give ml_dtypes' codes on every non-NaN input (ties, subnormals,
+    saturation, signed zero); NaN, which neither format has, becomes +max here (as cuda_fp4.h /
+    cuda_fp6.h do) where ml_dtypes gives a zero."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([rng.standard_normal(20000).astype(np.float32) * 8,
+                        rng.standard_normal(2000).astype(np.float32) * 0.05,
+                        np.array([0.0, -0.0, 1e30, -1e30, np.inf, -np.inf], dtype=np.float32),
+                        fp8sim.decode(np.arange(64, dtype=np.uint8) % (16 if fmt == "e2m1" else 64), fmt)])
+    mid = np.sort(np.unique(np.abs(fp8sim.decode(np.arange(16 if fmt == "e2m1" else 64, dtype=np.uint8), fmt))))
+    x = np.concatenate([x, ((mid[1:] + mid[:-1]) / 2).astype(np.float32)])  # every tie
+    ours = fp8sim.cast(x, fmt)
+    theirs = x.astype(mltype).view(np.uint8)
+    np.testing.assert_array_equal(ours, theirs)
+    np.testing.assert_array_equal(fp8sim.decode(ours, fmt), theirs.view(mltype).astype(np.float32))
+    nan = fp8sim.cast(np.array([np.nan], dtype=np.float32), fmt)
+    assert fp8sim.decode(nan, fmt)[0] == {"e2m1": 6.0, "e2m3": 7.5, "e3m2": 28.0}[fmt]
+    with pytest.raises(ValueError, match="always saturate"):
+        fp8sim.cast(x, fmt, saturate=False)
+
+
 def test_spec_parses_validates_and_sizes():
     s = fp8sim.Spec("e4m3:g128:de=coat")
     assert str(s) == s.text and fp8sim.Spec(str(s)) == s

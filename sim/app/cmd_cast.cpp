@@ -36,12 +36,15 @@ float parse_value(const std::string& s) {
   return v;
 }
 
-uint8_t parse_code(const std::string& s) {
+// The largest code of a cast format: 255, or 15 / 63 for the 4- and 6-bit ones.
+unsigned max_code(Format f) { return (1u << format_info(f).bits) - 1u; }
+
+uint8_t parse_code(const std::string& s, Format f) {
   char* end = nullptr;
   errno = 0;
   const unsigned long v = std::strtoul(s.c_str(), &end, 0);
-  if (end == s.c_str() || *end != '\0' || errno || v > 255)
-    throw UsageError(fmt::format("'{}' is not an fp8 code (0..255, decimal or 0x hex)", s));
+  if (end == s.c_str() || *end != '\0' || errno || v > max_code(f))
+    throw UsageError(fmt::format("'{}' is not an {} code (0..{}, decimal or 0x hex)", s, format_name(f), max_code(f)));
   return static_cast<uint8_t>(v);
 }
 
@@ -101,7 +104,7 @@ int run_bulk(const std::string& in_path, const std::string& out_path, bool decod
   // Standard input's length is known only at its end; a file's is checked before any work.
   const size_t bytes = from_stdin ? 0 : file_size_checked(in_path);
   FP8SIM_REQUIRE(bytes % in_elem == 0, "'{}' has {} bytes, not a whole number of {}-byte {} values", in_path, bytes,
-                 in_elem, decode ? "fp8" : in_dtype);
+                 in_elem, decode ? "code" : in_dtype);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> in(
       from_stdin ? ::fdopen(::dup(STDIN_FILENO), "rb") : std::fopen(in_path.c_str(), "rb"), &std::fclose);
   FP8SIM_REQUIRE(in != nullptr, "cannot open '{}': {}", in_name, std::strerror(errno));
@@ -119,7 +122,7 @@ int run_bulk(const std::string& in_path, const std::string& out_path, bool decod
       const size_t got = std::fread(ibuf.data(), 1, kBuf * in_elem, in.get());
       FP8SIM_REQUIRE(!std::ferror(in.get()), "read from standard input failed: {}", std::strerror(errno));
       FP8SIM_REQUIRE(got % in_elem == 0, "standard input ended inside a {}-byte {} value", in_elem,
-                     decode ? "fp8" : in_dtype);
+                     decode ? "code" : in_dtype);
       n = got / in_elem;
     } else {
       n = std::min(kBuf, n_total - done);
@@ -128,6 +131,9 @@ int run_bulk(const std::string& in_path, const std::string& out_path, bool decod
     }
     if (n == 0) break;
     if (decode) {
+      for (size_t i = 0; i < n; ++i)
+        FP8SIM_REQUIRE(ibuf[i] <= max_code(opts.format), "'{}': byte {} is 0x{:02X}, not an {} code (0..{})", in_name,
+                       done + i, ibuf[i], format_name(opts.format), max_code(opts.format));
       cast_fp8_to_f32(ibuf.data(), reinterpret_cast<float*>(obuf.data()), n, opts.format);
     } else {
       CastOptions o = opts;
@@ -153,12 +159,17 @@ int run_cast(const std::vector<std::string>& raw_args) {
   std::string format = "e4m3", rounding = "nearest", in_path, out_path, in_dtype = "f32";
   std::string seed_text = "0", chunk_text = std::to_string(size_t{1} << 24);
   std::vector<std::string> values;
-  opts.add_options()("format,f", po::value(&format)->default_value("e4m3"), "target format: e4m3 (OCP E4M3FN) or e5m2")(
-      "no-saturate", "overflow to NaN (e4m3) / Inf (e5m2) instead of clamping to +-max (SATFINITE, the default)")(
+  opts.add_options()("format,f", po::value(&format)->default_value("e4m3"),
+                     "target format: e4m3 (OCP E4M3FN) or e5m2; the OCP MX 4- and 6-bit e2m1 (alias fp4), e2m3, "
+                     "e3m2 (one code per byte, in its low bits)")(
+      "no-saturate",
+      "overflow to NaN (e4m3) / Inf (e5m2) instead of clamping to +-max (SATFINITE, the default; the 4- and "
+      "6-bit formats have no Inf or NaN and always saturate)")(
       "rounding,r", po::value(&rounding)->default_value("nearest"), "nearest (ties to even) or stochastic")(
       "seed", po::value(&seed_text)->default_value("0"),
       "Philox seed for stochastic rounding (element i draws word i)")(
-      "decode", "inputs are fp8 codes (0..255 or 0x..): print / write their fp32 values")(
+      "decode",
+      "inputs are codes (0..255 or 0x..; 0..15 for e2m1, 0..63 for e2m3/e3m2): print / write their fp32 values")(
       "in", po::value(&in_path), "bulk mode: raw little-endian input file (float32, or --input-dtype); - : stdin")(
       "out", po::value(&out_path), "bulk mode: output file (uint8 codes, or float32 with --decode); - : stdout")(
       "input-dtype", po::value(&in_dtype)->default_value("f32"),
@@ -170,23 +181,28 @@ int run_cast(const std::vector<std::string>& raw_args) {
   pos.add("value", -1);
   po::variables_map vm;
   if (!cli::parse("cast", protect_negative_values(raw_args), opts, pos, vm,
-                  "[--format e4m3|e5m2] [--no-saturate] [--rounding nearest|stochastic --seed N] VALUE...\n"
+                  "[--format e4m3|e5m2|e2m1|e2m3|e3m2] [--no-saturate] [--rounding nearest|stochastic --seed N] "
+                  "VALUE...\n"
                   "       fp8sim cast --format F --in IN.f32 --out OUT.u8     (bulk, streaming)\n"
                   "       fp8sim cast --format F --decode CODE...  |  --decode --in IN.u8 --out OUT.f32",
                   "Converts fp32 values to FP8 codes with round-to-nearest-even (or stochastic rounding) and the\n"
                   "chosen overflow rule, and prints each input, its fp32 bits, the code and the code's value.\n"
-                  "NaN inputs become the positive canonical NaN 0x7F (as cuda_fp8.h and the hardware do).\n"
+                  "NaN inputs become the positive canonical NaN 0x7F (as cuda_fp8.h and the hardware do); in the\n"
+                  "4- and 6-bit formats, which have no NaN, they become +max (as cuda_fp4.h / cuda_fp6.h do).\n"
                   "Examples:\n"
                   "  fp8sim cast --format e4m3 448 464 465 -0.0 0x1p-10\n"
                   "  fp8sim cast --format e5m2 --no-saturate 61439 61440 inf\n"
                   "  fp8sim cast --format e4m3 --rounding stochastic --seed 7 1.1 1.1 1.1\n"
-                  "  fp8sim cast --format e4m3 --decode 0x7e 0x01 0xff"))
+                  "  fp8sim cast --format e4m3 --decode 0x7e 0x01 0xff\n"
+                  "  fp8sim cast --format e2m1 0.25 0.75 5 7 -inf nan"))
     return 0;
 
   CastOptions co;
   co.format = parse_format(format);
-  if (!is_fp8(co.format)) throw UsageError(fmt::format("--format must be e4m3 or e5m2, not '{}'", format));
+  if (!is_small_float(co.format))
+    throw UsageError(fmt::format("--format must be e4m3, e5m2, e2m1, e2m3 or e3m2, not '{}'", format));
   co.saturation = vm.count("no-saturate") ? Saturation::None : Saturation::Finite;
+  validate_cast_options(co);
   co.rounding = parse_rounding(rounding);
   co.seed = parse_seed(seed_text, "--seed");
   const bool decode = vm.count("decode") > 0;
@@ -202,12 +218,16 @@ int run_cast(const std::vector<std::string>& raw_args) {
   }
   if (values.empty()) throw UsageError("no values given (see 'fp8sim cast --help')");
 
-  const int fi = co.format == Format::E4M3 ? 0 : 1;
+  auto value_of = [&](uint8_t c) {
+    float v = 0;
+    cast_fp8_to_f32(&c, &v, 1, co.format);
+    return show_float(v);
+  };
   std::vector<std::vector<std::string>> rows;
   if (decode) {
     for (const auto& s : values) {
-      const uint8_t c = parse_code(s);
-      rows.push_back({fmt::format("0x{:02X}", c), show_float(decode_fp8(c, fi))});
+      const uint8_t c = parse_code(s, co.format);
+      rows.push_back({fmt::format("0x{:02X}", c), value_of(c)});
     }
     cli::print_table({"code", format}, rows);
     return 0;
@@ -217,8 +237,8 @@ int run_cast(const std::vector<std::string>& raw_args) {
   std::vector<uint8_t> codes(xs.size());
   cast_f32_to_fp8_scalar(xs.data(), codes.data(), xs.size(), co);
   for (size_t i = 0; i < xs.size(); ++i) {
-    rows.push_back({values[i], fmt::format("0x{:08X}", f32_bits(xs[i])), fmt::format("0x{:02X}", codes[i]),
-                    show_float(decode_fp8(codes[i], fi))});
+    rows.push_back(
+        {values[i], fmt::format("0x{:08X}", f32_bits(xs[i])), fmt::format("0x{:02X}", codes[i]), value_of(codes[i])});
   }
   cli::print_table({"input", "fp32 bits", "code", format + " value"}, rows);
   return 0;
@@ -227,5 +247,5 @@ int run_cast(const std::vector<std::string>& raw_args) {
 }  // namespace
 }  // namespace fp8sim
 
-FP8SIM_COMMAND("cast", "convert values or a raw file between fp32 and e4m3/e5m2 (RNE, SAT/NOSAT, stochastic)",
+FP8SIM_COMMAND("cast", "convert values or a raw file between fp32 and e4m3/e5m2/e2m1/e2m3/e3m2 (RNE, SR)",
                fp8sim::run_cast);

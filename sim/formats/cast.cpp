@@ -72,18 +72,39 @@ void cast_any(const float* f32, const uint16_t* b16, const uint16_t* h16, uint8_
   });
 }
 
+// Calls body(T{}) with the traits of format f (one of is_small_float's).
+template <class Body>
+void with_traits(Format f, Body&& body) {
+  switch (f) {
+    case Format::E4M3:
+      return body(E4M3Traits{});
+    case Format::E5M2:
+      return body(E5M2Traits{});
+    case Format::E2M1:
+      return body(E2M1Traits{});
+    case Format::E2M3:
+      return body(E2M3Traits{});
+    case Format::E3M2:
+      return body(E3M2Traits{});
+    default:
+      throw UsageError(fmt::format("{} is not a cast format", format_name(f)));
+  }
+}
+
 void dispatch(const float* f32, const uint16_t* b16, const uint16_t* h16, uint8_t* out, size_t n,
               const CastOptions& o) {
   validate_cast_options(o);
-  if (o.format == Format::E4M3) cast_any<E4M3Traits>(f32, b16, h16, out, n, o);
-  else cast_any<E5M2Traits>(f32, b16, h16, out, n, o);
+  with_traits(o.format, [&](auto t) { cast_any<decltype(t)>(f32, b16, h16, out, n, o); });
 }
 
 }  // namespace
 
 void validate_cast_options(const CastOptions& o) {
-  if (!is_fp8(o.format))
-    throw UsageError(fmt::format("cast target must be e4m3 or e5m2, not {}", format_name(o.format)));
+  if (!is_small_float(o.format))
+    throw UsageError(fmt::format("cast target must be e4m3, e5m2, e2m1, e2m3 or e3m2, not {}", format_name(o.format)));
+  if (is_fp4_fp6(o.format) && o.saturation == Saturation::None)
+    throw UsageError(fmt::format("{} has no Inf or NaN, so its conversions always saturate (drop --no-saturate)",
+                                 format_name(o.format)));
 }
 
 void cast_f32_to_fp8(const float* in, uint8_t* out, size_t n, const CastOptions& o) {
@@ -97,22 +118,22 @@ void cast_fp16_to_fp8(const uint16_t* in, uint8_t* out, size_t n, const CastOpti
 }
 
 void cast_fp8_to_f32(const uint8_t* in, float* out, size_t n, Format format, int threads) {
-  if (!is_fp8(format)) throw UsageError(fmt::format("decode source must be e4m3 or e5m2, not {}", format_name(format)));
-  run_chunks(n, threads, [&](size_t b, size_t e) {
-    if (format == Format::E4M3) decode_loop<E4M3Traits>(in + b, out + b, e - b);
-    else decode_loop<E5M2Traits>(in + b, out + b, e - b);
+  if (!is_small_float(format))
+    throw UsageError(fmt::format("decode source must be e4m3, e5m2, e2m1, e2m3 or e3m2, not {}", format_name(format)));
+  with_traits(format, [&](auto t) {
+    run_chunks(n, threads, [&](size_t b, size_t e) { decode_loop<decltype(t)>(in + b, out + b, e - b); });
   });
 }
 
 void cast_f32_to_fp8_scalar(const float* in, uint8_t* out, size_t n, const CastOptions& o) {
   validate_cast_options(o);
-  const int fmt = o.format == Format::E4M3 ? 0 : 1;
   const bool sat = o.saturation == Saturation::Finite;
-  for (size_t i = 0; i < n; ++i) {
-    out[i] = o.rounding == Rounding::Nearest
-                 ? encode_fp8(in[i], fmt, sat)
-                 : encode_fp8_stochastic(in[i], fmt, sat, philox_word(o.seed, o.index_offset + i));
-  }
+  with_traits(o.format, [&](auto t) {
+    using T = decltype(t);
+    for (size_t i = 0; i < n; ++i)
+      out[i] = o.rounding == Rounding::Nearest ? encode_fp8_rne<T>(in[i], sat)
+                                               : encode_fp8_sr<T>(in[i], sat, philox_word(o.seed, o.index_offset + i));
+  });
 }
 
 }  // namespace fp8sim

@@ -9,7 +9,7 @@
 namespace fp8sim {
 
 struct CastOptions {
-  Format format = Format::E4M3;  // E4M3 or E5M2
+  Format format = Format::E4M3;  // E4M3, E5M2, or E2M1 / E2M3 / E3M2 (one code per byte, low bits)
   Saturation saturation = Saturation::Finite;
   Rounding rounding = Rounding::Nearest;
   uint64_t seed = 0;          // stochastic rounding: Philox key
@@ -17,15 +17,16 @@ struct CastOptions {
   int threads = 0;            // 0 = OpenMP default
 };
 
-// Throws UsageError if opts.format is not an FP8 format.
+// Throws UsageError if opts.format is not a cast format (is_small_float), or asks a 4- or 6-bit
+// format not to saturate (they have no Inf or NaN).
 void validate_cast_options(const CastOptions& opts);
 
-// fp32 -> fp8 codes.
+// fp32 -> codes (the 4- and 6-bit formats: one code per byte, in its low bits).
 void cast_f32_to_fp8(const float* in, uint8_t* out, size_t n, const CastOptions& opts);
 // bf16 / fp16 (raw bits) -> fp8 codes, widened exactly to fp32 first: one rounding only.
 void cast_bf16_to_fp8(const uint16_t* in, uint8_t* out, size_t n, const CastOptions& opts);
 void cast_fp16_to_fp8(const uint16_t* in, uint8_t* out, size_t n, const CastOptions& opts);
-// fp8 codes -> fp32 (exact).
+// codes -> fp32 (exact; bits above a 4- or 6-bit format's width are ignored).
 void cast_fp8_to_f32(const uint8_t* in, float* out, size_t n, Format format, int threads = 0);
 
 // Single-threaded reference loops over the scalar routines (tests and benchmarks compare the

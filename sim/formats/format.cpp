@@ -15,6 +15,9 @@ const FormatInfo kInfos[] = {
     {Format::FP16, "fp16", 16, 5, 10, 15, 15, -14, 65504.0, 0x1p-14, 0x1p-24, true, true, true},
     {Format::E8M0, "e8m0", 8, 8, 0, 127, 127, -127, 0x1p127, 0x1p-127, 0.0, false, true, false},
     {Format::FP32, "fp32", 32, 8, 23, 127, 127, -126, 0x1.FFFFFEp127, 0x1p-126, 0x1p-149, true, true, true},
+    {Format::E2M1, "e2m1", 4, 2, 1, 1, 2, 0, 6.0, 1.0, 0.5, false, false, true},
+    {Format::E2M3, "e2m3", 6, 2, 3, 1, 2, 0, 7.5, 1.0, 0x1p-3, false, false, true},
+    {Format::E3M2, "e3m2", 6, 3, 2, 3, 4, -2, 28.0, 0x1p-2, 0x1p-4, false, false, true},
 };
 }  // namespace
 
@@ -33,7 +36,10 @@ Format parse_format(std::string_view s) {
   if (s == "fp16" || s == "float16" || s == "half") return Format::FP16;
   if (s == "e8m0") return Format::E8M0;
   if (s == "fp32" || s == "float32") return Format::FP32;
-  throw UsageError(fmt::format("unknown format '{}' (valid: e4m3, e5m2, bf16, fp16, e8m0, fp32)", s));
+  if (s == "e2m1" || s == "fp4" || s == "E2M1") return Format::E2M1;
+  if (s == "e2m3" || s == "E2M3") return Format::E2M3;
+  if (s == "e3m2" || s == "E3M2") return Format::E3M2;
+  throw UsageError(fmt::format("unknown format '{}' (valid: e4m3, e5m2, bf16, fp16, e8m0, fp32, e2m1, e2m3, e3m2)", s));
 }
 
 Saturation parse_saturation(std::string_view s) {

@@ -1,13 +1,14 @@
 #pragma once
 // The number formats fp8sim knows, with their limits. Values here are facts of the formats
-// (OCP OFP8 rev 1.0 for E4M3/E5M2, OCP MX v1.0 for E8M0, IEEE 754 for FP16, bfloat16).
+// (OCP OFP8 rev 1.0 for E4M3/E5M2, OCP MX v1.0 for E8M0 and the 4- and 6-bit element formats
+// E2M1, E2M3, E3M2, IEEE 754 for FP16, bfloat16).
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace fp8sim {
 
-enum class Format : uint8_t { E4M3, E5M2, BF16, FP16, E8M0, FP32 };
+enum class Format : uint8_t { E4M3, E5M2, BF16, FP16, E8M0, FP32, E2M1, E2M3, E3M2 };
 
 // What happens to finite values that round above the largest finite value, and to +-Inf.
 enum class Saturation : uint8_t {
@@ -38,7 +39,8 @@ struct FormatInfo {
 
 const FormatInfo& format_info(Format f);
 std::string_view format_name(Format f);
-// Parses e4m3 (alias e4m3fn), e5m2, bf16, fp16, e8m0, fp32; throws UsageError listing the choices.
+// Parses e4m3 (alias e4m3fn), e5m2, bf16, fp16, e8m0, fp32, e2m1 (alias fp4), e2m3, e3m2; throws
+// UsageError listing the choices.
 Format parse_format(std::string_view s);
 Saturation parse_saturation(std::string_view s);  // finite|none
 Rounding parse_rounding(std::string_view s);      // nearest|stochastic
@@ -46,5 +48,9 @@ std::string_view saturation_name(Saturation s);
 std::string_view rounding_name(Rounding r);
 
 inline bool is_fp8(Format f) { return f == Format::E4M3 || f == Format::E5M2; }
+// The OCP MX 4- and 6-bit element formats: no Inf, no NaN, one code per byte in its low bits.
+inline bool is_fp4_fp6(Format f) { return f == Format::E2M1 || f == Format::E2M3 || f == Format::E3M2; }
+// The formats `fp8sim cast` converts to and from (codes of at most 8 bits).
+inline bool is_small_float(Format f) { return is_fp8(f) || is_fp4_fp6(f); }
 
 }  // namespace fp8sim

@@ -19,19 +19,31 @@
 
 namespace fp8sim {
 
-template <int MBITS, int BIAS, uint8_t MAX_CODE, uint8_t NOSAT_CODE, int SUB_SHIFT>
+// A sign-magnitude float of BITS bits (8, 6 or 4) whose code is the low BITS bits of a byte.
+// The 4- and 6-bit formats (OCP MX v1.0: E2M1, E2M3, E3M2) have no Inf or NaN: overflow, Inf and
+// NaN all give the largest finite magnitude (NaN as +max), what cuda_fp4.h / cuda_fp6.h do, so
+// their NOSAT_CODE and NAN_CODE are MAX_CODE.
+template <int MBITS, int BIAS, uint8_t MAX_CODE, uint8_t NOSAT_CODE, int SUB_SHIFT, int BITS = 8,
+          uint8_t NAN_CODE = 0x7F>
 struct Fp8Traits {
+  static constexpr int kBits = BITS;
   static constexpr int kMantissaBits = MBITS;
   static constexpr int kBias = BIAS;
   static constexpr uint8_t kMaxCode = MAX_CODE;         // largest finite magnitude code
   static constexpr uint8_t kOverflowCode = NOSAT_CODE;  // NaN (E4M3) or Inf (E5M2)
-  static constexpr uint8_t kNanCode = 0x7F;
+  static constexpr uint8_t kNanCode = NAN_CODE;
+  static constexpr bool kHasSpecials = BITS == 8;  // Inf / NaN codes exist
+  static constexpr int kSignShift = 32 - BITS;     // fp32 sign bit -> the code's sign bit
+  static constexpr uint32_t kSignBit = 1u << (BITS - 1);
   static constexpr int kDropBits = 23 - MBITS;  // fp32 mantissa bits dropped in the normal range
   static constexpr uint32_t kMinNormalBits = static_cast<uint32_t>(127 + 1 - BIAS) << 23;
   static constexpr int kSubShift = SUB_SHIFT;  // min subnormal = 2^-SUB_SHIFT
 };
 using E4M3Traits = Fp8Traits<3, 7, 0x7E, 0x7F, 9>;
 using E5M2Traits = Fp8Traits<2, 15, 0x7B, 0x7C, 16>;
+using E2M1Traits = Fp8Traits<1, 1, 0x7, 0x7, 1, 4, 0x7>;     // max 6, min subnormal 0.5
+using E2M3Traits = Fp8Traits<3, 1, 0x1F, 0x1F, 3, 6, 0x1F>;  // max 7.5, min subnormal 2^-3
+using E3M2Traits = Fp8Traits<2, 3, 0x1F, 0x1F, 4, 6, 0x1F>;  // max 28, min subnormal 2^-4
 
 // 2^k as fp32 for -126 <= k <= 127, exactly.
 FP8SIM_HD float pow2f(int k) { return f32_from_bits(static_cast<uint32_t>(k + 127) << 23); }
@@ -43,7 +55,7 @@ FP8SIM_HD uint32_t rne_small_int(float v) { return f32_bits(add_rn(v, 8388608.0f
 template <class T>
 FP8SIM_HD uint8_t encode_fp8_rne(float x, bool saturate) {
   const uint32_t u = f32_bits(x);
-  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t sign = (u >> T::kSignShift) & T::kSignBit;
   const uint32_t a = u & 0x7FFFFFFFu;
   constexpr int D = T::kDropBits;
   // Normal range: round the magnitude's bits at position D (carry may bump the exponent),
@@ -67,7 +79,7 @@ FP8SIM_HD uint8_t encode_fp8_rne(float x, bool saturate) {
 template <class T>
 FP8SIM_HD uint8_t encode_fp8_sr(float x, bool saturate, uint32_t rnd) {
   const uint32_t u = f32_bits(x);
-  const uint32_t sign = (u >> 24) & 0x80u;
+  const uint32_t sign = (u >> T::kSignShift) & T::kSignBit;
   const uint32_t a = u & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return T::kNanCode;
   constexpr int D = T::kDropBits;
@@ -91,14 +103,17 @@ FP8SIM_HD uint8_t encode_fp8_sr(float x, bool saturate, uint32_t rnd) {
   return static_cast<uint8_t>(code | sign);
 }
 
+// Bits above the format's width are ignored.
 template <class T>
 FP8SIM_HD float decode_fp8(uint8_t c) {
-  const uint32_t sign = static_cast<uint32_t>(c & 0x80u) << 24;
-  const uint32_t mag = c & 0x7Fu;
+  const uint32_t sign = static_cast<uint32_t>(c & T::kSignBit) << T::kSignShift;
+  const uint32_t mag = c & (T::kSignBit - 1u);
   const uint32_t e = mag >> T::kMantissaBits;
   const uint32_t m = mag & ((1u << T::kMantissaBits) - 1u);
-  constexpr uint32_t kEmaxField = (1u << (7 - T::kMantissaBits)) - 1u;
-  if (T::kOverflowCode == 0x7F) {  // E4M3: only S.1111.111 is NaN
+  constexpr uint32_t kEmaxField = (1u << (T::kBits - 1 - T::kMantissaBits)) - 1u;
+  if (!T::kHasSpecials) {
+    // every code is finite
+  } else if (T::kOverflowCode == 0x7F) {  // E4M3: only S.1111.111 is NaN
     if (mag == 0x7Fu) return f32_from_bits(sign | 0x7FC00000u);
   } else if (e == kEmaxField) {  // E5M2: Inf and NaN
     return f32_from_bits(sign | (m == 0 ? 0x7F800000u : 0x7FC00000u));
