@@ -277,12 +277,11 @@ LoadedReport load_report(const std::string& arg) {
                  fmt_num(fmt_field->as_number()), kReportFormat);
   for (const char* key : {"meta", "data", "sections"}) {
     const Json* v = doc.find(key);
-    FP8SIM_REQUIRE(v && (v->is_object() || v->is_array()), "'{}' is an incomplete fp8sim report: no '{}'",
-                   p.string(), key);
+    FP8SIM_REQUIRE(v && (v->is_object() || v->is_array()), "'{}' is an incomplete fp8sim report: no '{}'", p.string(),
+                   key);
   }
   const Json* recipes = at_pointer(doc, "/meta/recipes");
-  FP8SIM_REQUIRE(recipes && recipes->is_array(), "'{}' is an incomplete fp8sim report: no 'meta.recipes'",
-                 p.string());
+  FP8SIM_REQUIRE(recipes && recipes->is_array(), "'{}' is an incomplete fp8sim report: no 'meta.recipes'", p.string());
   return {p, std::move(doc)};
 }
 
@@ -293,8 +292,7 @@ Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const Comp
   const std::string pa = display_path(la.path), pb = display_path(lb.path);
   const auto ra = recipes_of(A), rb = recipes_of(B);
   std::vector<std::string> both, only_a, only_b;
-  for (const auto& r : ra)
-    (std::find(rb.begin(), rb.end(), r) != rb.end() ? both : only_a).push_back(r);
+  for (const auto& r : ra) (std::find(rb.begin(), rb.end(), r) != rb.end() ? both : only_a).push_back(r);
   for (const auto& r : rb)
     if (std::find(ra.begin(), ra.end(), r) == ra.end()) only_b.push_back(r);
 
@@ -367,9 +365,8 @@ Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const Comp
         text_of(at_pointer(A, "/meta/trace")), text_of(at_pointer(A, "/data/verdict/models/accuracy")),
         text_of(at_pointer(B, "/meta/trace")), text_of(at_pointer(B, "/data/verdict/models/accuracy"))));
   if (!same("/meta/model"))
-    notes.push_back(
-        fmt::format("**Different models.** Memory and speed are for `{}` in A and `{}` in B.",
-                    text_of(at_pointer(A, "/meta/model")), text_of(at_pointer(B, "/meta/model"))));
+    notes.push_back(fmt::format("**Different models.** Memory and speed are for `{}` in A and `{}` in B.",
+                                text_of(at_pointer(A, "/meta/model")), text_of(at_pointer(B, "/meta/model"))));
   if (!same("/meta/gpus") || !same("/meta/batch") || !same("/meta/seq"))
     notes.push_back(fmt::format(
         "**Different run sizes.** A: {} GPUs, micro-batch {} x sequence {}; B: {} GPUs, micro-batch {} x sequence "
@@ -377,13 +374,11 @@ Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const Comp
         text_of(at_pointer(A, "/meta/gpus")), text_of(at_pointer(A, "/meta/batch")),
         text_of(at_pointer(A, "/meta/seq")), text_of(at_pointer(B, "/meta/gpus")),
         text_of(at_pointer(B, "/meta/batch")), text_of(at_pointer(B, "/meta/seq"))));
-  if (!same("/data/speed/timing/mode") || !same("/data/speed/timing/device") ||
-      !same("/data/speed/timing/calibration"))
-    notes.push_back(fmt::format("**Different speed sources.** A's step times are {} ({}), B's {} ({}).",
-                                text_of(at_pointer(A, "/data/speed/timing/mode")),
-                                text_of(at_pointer(A, "/data/speed/timing/device")),
-                                text_of(at_pointer(B, "/data/speed/timing/mode")),
-                                text_of(at_pointer(B, "/data/speed/timing/device"))));
+  if (!same("/data/speed/timing/mode") || !same("/data/speed/timing/device") || !same("/data/speed/timing/calibration"))
+    notes.push_back(fmt::format(
+        "**Different speed sources.** A's step times are {} ({}), B's {} ({}).",
+        text_of(at_pointer(A, "/data/speed/timing/mode")), text_of(at_pointer(A, "/data/speed/timing/device")),
+        text_of(at_pointer(B, "/data/speed/timing/mode")), text_of(at_pointer(B, "/data/speed/timing/device"))));
   if (!same("/meta/fp8sim_version"))
     notes.push_back(fmt::format("**Different fp8sim versions:** A by {}, B by {}.",
                                 text_of(at_pointer(A, "/meta/fp8sim_version")),
@@ -478,9 +473,9 @@ Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const Comp
         "Per recipe in both reports, the verdict's figures (each report's `data.verdict`, taken by the verdict "
         "from the report's own sections) and its decision. Memory at each report's --batch; throughput and "
         "speedup at each recipe's own largest micro-batch.");
-    const std::string ra_text = fmt::format("**A's recommendation:** {}; **B's:** {}.",
-                                            text_of(at_pointer(A, "/data/verdict/recommendation")),
-                                            text_of(at_pointer(B, "/data/verdict/recommendation")));
+    const std::string ra_text =
+        fmt::format("**A's recommendation:** {}; **B's:** {}.", text_of(at_pointer(A, "/data/verdict/recommendation")),
+                    text_of(at_pointer(B, "/data/verdict/recommendation")));
     s.para(ra_text);
     if (!dec_rows.empty()) s.table("Decisions", {"recipe", "A", "B", "B vs A"}, dec_rows, dec_marks);
     finish(s, "verdict", tab, "Verdict figures", "No recipe is in both reports.", change_note);
@@ -623,10 +618,11 @@ Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const Comp
           for (const auto& [k, v] : bd->as_object())
             if (std::find(kinds.begin(), kinds.end(), k) == kinds.end()) kinds.push_back(k);
       for (const auto& k : kinds)
-        add_metric(tab,
-                   {r, "breakdown_ms:" + k, "step: " + k + " ms", false, Better::Lower,
-                    ea.empty() ? "" : ea + "/breakdown_ms/" + token(k), eb.empty() ? "" : eb + "/breakdown_ms/" + token(k)},
-                   A, B, t);
+        add_metric(
+            tab,
+            {r, "breakdown_ms:" + k, "step: " + k + " ms", false, Better::Lower,
+             ea.empty() ? "" : ea + "/breakdown_ms/" + token(k), eb.empty() ? "" : eb + "/breakdown_ms/" + token(k)},
+            A, B, t);
       const std::string ma = list_entry(A, "/data/speed_at_max_batch/recipes", r),
                         mb = list_entry(B, "/data/speed_at_max_batch/recipes", r);
       for (const auto& k : at_max)
@@ -671,8 +667,7 @@ Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const Comp
       "**{} difference{} beyond {:.3g}%:** {} better in B, {} worse in B, {} changed (no direction, or a number "
       "only one report has). Recipes in both: {}{}{}.",
       total_marked, total_marked == 1 ? "" : "s", t * 100.0, total_better, total_worse, total_changed,
-      both.empty() ? std::string("none") : join(both),
-      only_a.empty() ? std::string() : "; only in A: " + join(only_a),
+      both.empty() ? std::string("none") : join(both), only_a.empty() ? std::string() : "; only in A: " + join(only_a),
       only_b.empty() ? std::string() : "; only in B: " + join(only_b)));
   doc["intro"] = std::move(intro);
   doc["sections"] = std::move(sections);
