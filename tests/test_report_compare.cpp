@@ -77,10 +77,11 @@ TEST(ReportCompare, NumbersAreTheInputsAndRatiosAreRight) {
   const Json A = read_json(dir / "A/report.json"), B = read_json(dir / "B/report.json");
 
   // A as a folder, B as its report.json: both forms are accepted.
-  const auto r = test::run({"report", "--compare", (dir / "A").string(), (dir / "B/report.json").string(), "--out",
-                            (dir / "C").string()});
+  const auto r = test::run(
+      {"report", "--compare", (dir / "A").string(), (dir / "B/report.json").string(), "--out", (dir / "C").string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(test::listing((dir / "C").string()), (std::vector<std::string>{"compare.html", "compare.json", "compare.md"}));
+  EXPECT_EQ(test::listing((dir / "C").string()),
+            (std::vector<std::string>{"compare.html", "compare.json", "compare.md"}));
   const Json C = read_json(dir / "C/compare.json");
   ASSERT_EQ(C.at("fp8sim_report_compare").as_int(), 1);
   const Json& cmp = C.at("compare");
@@ -191,8 +192,8 @@ TEST(ReportCompare, NumbersAreTheInputsAndRatiosAreRight) {
 
   // A report compared with itself: nothing differs.
   {
-    const auto s = test::run({"report", "--compare", (dir / "A").string(), (dir / "A").string(), "--out",
-                              (dir / "same").string(), "-q"});
+    const auto s = test::run(
+        {"report", "--compare", (dir / "A").string(), (dir / "A").string(), "--out", (dir / "same").string(), "-q"});
     ASSERT_EQ(s.exit_code, 0) << s.err;
     const Json S = read_json(dir / "same/compare.json");
     EXPECT_EQ(S.at("compare").at("summary").at("differences").as_int(), 0);
@@ -207,8 +208,8 @@ TEST(ReportCompare, NumbersAreTheInputsAndRatiosAreRight) {
     M["meta"]["trace"] = "traces/other.h5";
     fs::create_directories(dir / "M");
     write_text_file(dir / "M/report.json", M.dump(2));
-    const auto s = test::run({"report", "--compare", (dir / "A").string(), (dir / "M").string(), "--out",
-                              (dir / "mismatch").string()});
+    const auto s = test::run(
+        {"report", "--compare", (dir / "A").string(), (dir / "M").string(), "--out", (dir / "mismatch").string()});
     ASSERT_EQ(s.exit_code, 0) << s.err;
     const Json S = read_json(dir / "mismatch/compare.json");
     std::string notes;
