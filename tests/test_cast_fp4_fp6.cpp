@@ -16,9 +16,9 @@
 #if defined(FP8SIM_HAVE_CUDA_FP8_ORACLE)
 #include <omp.h>
 
-#include <atomic>
 #include <cuda_fp4.h>
 #include <cuda_fp6.h>
+#include <atomic>
 #endif
 
 namespace fp8sim {
@@ -66,7 +66,8 @@ TEST(Fp4Fp6, EveryCodeDecodesToTheSpecificationsValue) {
       EXPECT_EQ(decode(f, static_cast<uint8_t>(c)), static_cast<float>(vals[c])) << c;
       EXPECT_EQ(decode(f, static_cast<uint8_t>(c | sign)), -static_cast<float>(vals[c])) << c;
       // Bits above the width are ignored.
-      EXPECT_EQ(decode(f, static_cast<uint8_t>(c | 0x80u)), decode(f, static_cast<uint8_t>((c | 0x80u) & (2 * sign - 1))));
+      EXPECT_EQ(decode(f, static_cast<uint8_t>(c | 0x80u)),
+                decode(f, static_cast<uint8_t>((c | 0x80u) & (2 * sign - 1))));
     }
     EXPECT_EQ(vals.back(), info.max);
     EXPECT_EQ(vals[1], info.min_subnormal);
@@ -101,8 +102,10 @@ TEST(Fp4Fp6, RoundingAndSaturationEdges) {
   EXPECT_EQ(encode(Format::E2M1, {6.5f, 1e30f, inf, -inf, nan, -nan, -0.0f, -0.1f}),
             (std::vector<uint8_t>{0x7, 0x7, 0x7, 0xF, 0x7, 0x7, 0x8, 0x8}));
   // E2M3 max 7.5, E3M2 max 28, both saturating; their halfway points between the two largest.
-  EXPECT_EQ(encode(Format::E2M3, {7.25f, 7.75f, 100.0f, -inf, nan}), (std::vector<uint8_t>{0x1E, 0x1F, 0x1F, 0x3F, 0x1F}));
-  EXPECT_EQ(encode(Format::E3M2, {26.0f, 30.0f, 1e9f, -inf, nan}), (std::vector<uint8_t>{0x1E, 0x1F, 0x1F, 0x3F, 0x1F}));
+  EXPECT_EQ(encode(Format::E2M3, {7.25f, 7.75f, 100.0f, -inf, nan}),
+            (std::vector<uint8_t>{0x1E, 0x1F, 0x1F, 0x3F, 0x1F}));
+  EXPECT_EQ(encode(Format::E3M2, {26.0f, 30.0f, 1e9f, -inf, nan}),
+            (std::vector<uint8_t>{0x1E, 0x1F, 0x1F, 0x3F, 0x1F}));
   // Smallest subnormals: half of the smallest rounds to zero (tie to even), just above it rounds up.
   EXPECT_EQ(encode(Format::E2M3, {0.0625f, std::nextafter(0.0625f, 1.0f)}), (std::vector<uint8_t>{0, 1}));
   EXPECT_EQ(encode(Format::E3M2, {0.03125f, std::nextafter(0.03125f, 1.0f)}), (std::vector<uint8_t>{0, 1}));

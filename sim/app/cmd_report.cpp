@@ -36,8 +36,9 @@ std::vector<std::string> split_list(const std::vector<std::string>& items) {
 int run_report_cmd(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::string trace, model, out;
-  std::vector<std::string> recipes;
+  std::vector<std::string> recipes, compare;
   int gpus = 4, batch = 2, seq = 2048;
+  double threshold_pct = 5.0;
   const report::ReportOptions defaults;
   opts.add_options()("trace", po::value(&trace),
                      "HDF5 trace (positional; default: the committed sample under traces/)")(
@@ -56,12 +57,19 @@ int run_report_cmd(const std::vector<std::string>& args) {
       "keep-going",
       "write the report even when a section fails with an error (the section shows the error; "
       "exit status 0). Without it such a failure ends the run with status 1 naming the section, "
-      "and no report is written. A section that is unavailable (no GPU) is never a failure");
+      "and no report is written. A section that is unavailable (no GPU) is never a failure")(
+      "compare", po::value(&compare)->multitoken(),
+      "compare two finished reports, A and B (report.json files or report folders), instead of making one: "
+      "writes compare.json, compare.md and compare.html into --out (default: compare)")(
+      "threshold", po::value(&threshold_pct)->default_value(5.0),
+      "with --compare: mark a difference whose ratio B/A is beyond 1 + PCT/100 either way (an SNR change "
+      "beyond 20 log10(1 + PCT/100) dB)");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
   if (!cli::parse("report", args, opts, pos, vm,
-                  "[TRACE] [--model NAME] [--recipes R,...] [--gpus N] [--out DIR] [--no-plots] [--keep-going]",
+                  "[TRACE] [--model NAME] [--recipes R,...] [--gpus N] [--out DIR] [--no-plots] [--keep-going]\n"
+                  "       fp8sim report --compare A B [--out DIR] [--threshold PCT]",
                   "Runs every analysis fp8sim has on one trace and one model and writes a report folder:\n"
                   "  report.json   everything, machine-readable (each subcommand's full document under `data`)\n"
                   "  report.md     the report as Markdown, linking the PNG plots beside it\n"
@@ -74,11 +82,41 @@ int run_report_cmd(const std::vector<std::string>& args) {
                   "a GPU, CPU-vs-GPU bit comparison (compare) and kernel throughput (bench). A section this\n"
                   "machine cannot produce says so and how to get it; a section that fails with an error ends the\n"
                   "run (status 1, the section named, no report written) unless --keep-going is given.\n"
+                  "With --compare A B it reads two finished reports instead (two recipes, two models, two runs) and\n"
+                  "writes them side by side: what each was run on, the verdict per recipe, the quantization error,\n"
+                  "memory and step time per recipe with B/A, and the differences beyond --threshold marked.\n"
                   "Examples:\n"
                   "  fp8sim report                                   # sample trace, llama2-7b, 4 GPUs -> ./report\n"
                   "  fp8sim report my_trace.h5 --model llama3-8b --gpus 8 --out reports/mine\n"
-                  "  fp8sim report --recipes coat,my_recipe.json --no-plots --out /tmp/r"))
+                  "  fp8sim report --recipes coat,my_recipe.json --no-plots --out /tmp/r\n"
+                  "  fp8sim report --compare runs/a runs/b/report.json --out runs/a-vs-b"))
     return 0;
+
+  if (vm.count("compare")) {
+    // The comparison reads finished reports: the options that make one mean nothing here.
+    for (const char* opt : {"trace", "model", "recipes", "gpus", "batch", "seq", "no-plots", "keep-going"})
+      if (vm.count(opt) && !vm[opt].defaulted())
+        throw UsageError(
+            fmt::format("{} cannot be combined with --compare (it reads two finished reports)",
+                        std::string_view(opt) == "trace" ? std::string("TRACE") : "--" + std::string(opt)));
+    report::CompareOptions co;
+    co.inputs = compare;
+    if (!vm["out"].defaulted()) co.out_dir = out;
+    co.threshold = threshold_pct / 100.0;
+    co.version = FP8SIM_VERSION;
+    co.command_line = "fp8sim report";
+    for (const auto& a : args) co.command_line += " " + a;
+    const report::CompareResult res = report::run_compare(co);
+    fmt::print("wrote {}/ (compare.json, compare.md, compare.html): {} difference{} beyond {}%\n", res.dir.string(),
+               res.differences, res.differences == 1 ? "" : "s", threshold_pct);
+    for (std::string n : res.notes) {
+      // The notes are Markdown; the terminal gets them without the emphasis marks.
+      for (size_t at = n.find("**"); at != std::string::npos; at = n.find("**", at)) n.erase(at, 2);
+      fmt::print("note: {}\n", n);
+    }
+    return 0;
+  }
+  if (!vm["threshold"].defaulted()) throw UsageError("--threshold applies only with --compare");
 
   report::ReportOptions o;
   o.trace = trace;

@@ -3,7 +3,9 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <map>
 #include <string>
+#include <utility>
 
 #include "sim/report/report.hpp"
 #include "sim/report/util.hpp"
@@ -194,12 +196,24 @@ void html_table(std::string& out, const Json& t) {
   const auto& header = t.at("header").as_array();
   for (const auto& h : header) out += "<th>" + html_inline(h.as_string()) + "</th>";
   out += "</tr></thead>\n<tbody>\n";
-  for (const auto& row : t.at("rows").as_array()) {
+  // Optional "marks": [[row, column, "class ..."], ...], CSS classes for single cells (the
+  // comparison's highlighted differences).
+  std::map<std::pair<int64_t, int64_t>, std::string> marks;
+  if (const Json* m = t.find("marks"))
+    for (const auto& e : m->as_array()) {
+      const auto& a = e.as_array();
+      marks[{a.at(0).as_int(), a.at(1).as_int()}] = a.at(2).as_string();
+    }
+  const auto& rows = t.at("rows").as_array();
+  for (size_t r = 0; r < rows.size(); ++r) {
     out += "<tr>";
-    const auto& cells = row.as_array();
+    const auto& cells = rows[r].as_array();
     for (size_t i = 0; i < header.size(); ++i) {
       const std::string c = i < cells.size() ? cells[i].as_string() : "";
-      out += (i > 0 && looks_numeric(c)) ? "<td class=\"num\">" : "<td>";
+      std::string cls = (i > 0 && looks_numeric(c)) ? "num" : "";
+      if (const auto m = marks.find({static_cast<int64_t>(r), static_cast<int64_t>(i)}); m != marks.end())
+        cls += (cls.empty() ? "" : " ") + m->second;
+      out += cls.empty() ? "<td>" : "<td class=\"" + html_escape(cls) + "\">";
       out += html_inline(c) + "</td>";
     }
     out += "</tr>\n";
@@ -235,6 +249,10 @@ th:first-child, td:first-child { position: sticky; left: 0; background: var(--bg
 th:first-child { background: var(--head); }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tbody tr:nth-child(even) td { background: #fafbfc; }
+/* A comparison's differences beyond its threshold (fp8sim report --compare). */
+td.diff.better { background: #e3f3e6; font-weight: 600; }
+td.diff.worse { background: var(--err-bg); font-weight: 600; }
+td.diff.changed { background: var(--warn-bg); font-weight: 600; }
 p.note { color: var(--muted); font-size: 13px; margin-top: -4px; }
 figure { margin: 16px 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid var(--line); }

@@ -81,4 +81,43 @@ WriteResult run_report(const ReportOptions& opts, gpu::Backend& gpu);
 std::string render_markdown(const Json& doc);
 std::string render_html(const Json& doc, const std::function<std::string(const std::string& file)>& png_bytes);
 
+// ---- fp8sim report --compare A B ---------------------------------------------------------------
+//
+// Two finished reports side by side: what each was run on, the verdict figures per recipe, and
+// the key numbers of the quantization, memory and speed sections, with B against A (ratio, or
+// difference in dB for SNR) and the differences beyond a threshold marked. Every number is the
+// report's own value, read from its report.json; nothing is recomputed.
+
+struct CompareOptions {
+  std::vector<std::string> inputs;  // exactly two: report.json files or report folders
+  std::filesystem::path out_dir = "compare";
+  double threshold = 0.05;  // a ratio outside [1/(1+t), 1+t] (an SNR change over 20 log10(1+t) dB) is marked
+  std::string command_line;
+  std::string version = "unknown";
+};
+
+// A report document read for comparison. `arg` is a report.json file or a folder holding one;
+// throws Error (one line) for a missing file, a folder without report.json, a file that is not
+// JSON or not an fp8sim report (no `fp8sim_report` format field) or of another format version.
+struct LoadedReport {
+  std::filesystem::path path;  // the report.json read
+  Json doc;
+};
+LoadedReport load_report(const std::string& arg);
+
+// The comparison document (compare.json): `compare` holds the numbers, `sections` what the
+// Markdown and HTML renderers show (the same renderers as the report's).
+Json build_comparison(const LoadedReport& a, const LoadedReport& b, const CompareOptions& opts);
+
+struct CompareResult {
+  std::filesystem::path dir;
+  std::vector<std::string> files;
+  int differences = 0;  // rows marked beyond the threshold
+  std::vector<std::string> notes;
+};
+// The whole command: loads both inputs, builds the comparison and writes compare.json,
+// compare.md and compare.html into opts.out_dir, all three or none (an output that is one of the
+// inputs is refused with UsageError before anything is written).
+CompareResult run_compare(const CompareOptions& opts);
+
 }  // namespace fp8sim::report
