@@ -25,7 +25,8 @@ import os
 import sys
 
 import numpy as np
-import torch
+
+torch = None  # imported by main() after the arguments, so --help works without it
 
 SHAPES = {"emb.weight": (5, 7), "blk.w": (3, 219), "blk.norm": (130,), "head.bias": (1,)}
 GROUPS = [{"params": ["emb.weight", "blk.w"], "weight_decay": 0.1},
@@ -99,6 +100,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out-dir", default=os.path.join(os.path.dirname(__file__), "..", "tests", "data"))
     args = ap.parse_args()
+    global torch
+    import torch
 
     blob = []
     offset = 0

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import sys
+import types
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -44,8 +45,9 @@ try:
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
-except ImportError:  # one line, not a traceback
-    die("PyTorch is not installed (this script runs on the GPU machine)")
+except ImportError:  # --help works without torch; main() says it is missing in one line
+    torch = F = None
+    nn = types.SimpleNamespace(Module=object)
 
 
 def load_config(name_or_path, models_dir):
@@ -302,6 +304,8 @@ def main():
     ap.add_argument("--out", help="output JSON path")
     ap.add_argument("--check", action="store_true", help="CPU smoke test on tiny-llama (no memory numbers)")
     args = ap.parse_args()
+    if torch is None:
+        die("PyTorch is not installed (this script runs on the GPU machine)")
     if args.check:
         args.model, args.device, args.batch, args.seq = "tiny-llama", "cpu", 2, 32
         args.out = args.out or os.path.join("/tmp", "fp8sim_measure_memory_check.json")

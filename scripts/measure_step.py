@@ -58,8 +58,8 @@ def die(msg, code=1):
 try:
     import torch
     import torch.nn.functional as F
-except ImportError:
-    die("PyTorch is not installed (this script runs on the GPU machine)")
+except ImportError:  # --help works without torch; main() says it is missing in one line
+    torch = F = None
 
 import measure_memory as ref  # the torch reference model and config loader
 
@@ -492,6 +492,8 @@ def main():
     ap.add_argument("--out", help="output JSON path")
     ap.add_argument("--check", action="store_true", help="CPU smoke test (tiny-llama, no memory numbers)")
     args = ap.parse_args()
+    if torch is None:
+        die("PyTorch is not installed (this script runs on the GPU machine)")
     if args.check:
         args.model, args.device, args.batch, args.seq, args.warmup, args.steps = "tiny-llama", "cpu", [2], 32, 1, 1
         args.out = args.out or "/tmp/fp8sim_measure_step_check.json"

@@ -6,9 +6,11 @@
 #  - a project-owned Python virtual environment at .venv with numpy, ml_dtypes, h5py, matplotlib
 #    (golden vectors, benchmarks' peers, plots).
 # CUDA is not installed here: when the machine already has nvcc, the build adds the GPU kernels.
-# PyTorch is not installed (the trace capture and GPU peers run where PyTorch already is).
+# PyTorch (CPU; with transformers and h5py: the trace recorder and scripts/capture_trace.py) goes
+# into .venv only when FP8SIM_WITH_TORCH=1 (.ci/run sets it; scripts/install_torch.sh, ~3.6 GB).
 # The Python package's test (ctest `python`, ci preset) makes its own venv and fetches its build
-# and test packages from PyPI (scripts/test_python.sh); it needs python3-venv from here.
+# and test packages from PyPI (scripts/test_python.sh), PyTorch too under FP8SIM_WITH_TORCH=1;
+# it needs python3-venv from here.
 # Safe to run again: it installs only what is missing. Needs root (or sudo) for apt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +45,9 @@ if ! .venv/bin/python -c "import numpy, ml_dtypes, h5py, matplotlib" 2>/dev/null
   .venv/bin/python -m pip install -q "${PY_PACKAGES[@]}"
 else
   echo "setup: .venv already has ${PY_PACKAGES[*]}"
+fi
+if [ "${FP8SIM_WITH_TORCH:-0}" = 1 ]; then
+  bash scripts/install_torch.sh .venv/bin/python
 fi
 if command -v nvcc >/dev/null 2>&1; then
   echo "setup: nvcc found ($(nvcc --version | tail -1)): the build includes the CUDA kernels (sm_90a)"

@@ -25,14 +25,16 @@ import math
 import os
 import statistics
 import sys
+import types
 import time
 
 try:
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
-except ImportError:  # pragma: no cover
-    sys.exit("torch_layer_time.py: error: PyTorch is not installed (run it where torch is, e.g. the GPU machine)")
+except ImportError:  # --help works without torch; main() says it is missing in one line
+    torch = F = None
+    nn = types.SimpleNamespace(Module=object)
 
 SCHEMA = "fp8sim-torch-times/1"
 FIG4B_SIZES = [(11008, 16384), (11008, 8192), (4096, 16384), (4096, 8192)]
@@ -282,6 +284,8 @@ def main():
     ap.add_argument("--amax", action="store_true", help="also time eager x.abs().max() at COAT Fig. 4(b)'s sizes")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = ap.parse_args()
+    if torch is None:
+        sys.exit("torch_layer_time.py: error: PyTorch is not installed (run it where torch is, e.g. the GPU machine)")
     if args.reps <= 0 or args.warmup < 0:
         sys.exit("torch_layer_time.py: error: --reps must be positive and --warmup non-negative")
     if args.adamw_params < 0:

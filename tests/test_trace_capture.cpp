@@ -1,6 +1,7 @@
 // scripts/capture_trace.py end to end: a few steps of real PyTorch training in both modes, read
-// back by the C++ reader. Needs a Python with torch and h5py: FP8SIM_TORCH_PYTHON, else
-// $FP8SIM_TORCH_PYTHON, else python3. CI has no PyTorch: there the tests skip and say why.
+// back by the C++ reader. Needs a Python with torch and h5py: $FP8SIM_TORCH_PYTHON, else the
+// project's .venv (scripts/setup.sh puts PyTorch there under FP8SIM_WITH_TORCH=1, as CI does),
+// else python3; without one the tests skip and say why.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -27,12 +28,13 @@ std::string quote(const std::string& s) {
 std::string torch_python(std::string& why) {
   std::vector<std::string> cands;
   if (const char* e = std::getenv("FP8SIM_TORCH_PYTHON")) cands.push_back(e);
+  cands.push_back(std::string(FP8SIM_SOURCE_DIR) + "/.venv/bin/python");
   cands.push_back("python3");
   for (const auto& c : cands) {
     const auto r = test::run_shell(quote(c) + " -c 'import torch, h5py, numpy'");
     if (r.exit_code == 0) return c;
   }
-  why = "no Python with torch + h5py (set FP8SIM_TORCH_PYTHON); CI does not install PyTorch";
+  why = "no Python with torch + h5py (set FP8SIM_TORCH_PYTHON, or FP8SIM_WITH_TORCH=1 bash scripts/setup.sh)";
   return "";
 }
 
@@ -108,8 +110,12 @@ def make():
   ASSERT_EQ(r.exit_code, 0) << r.err;
   TraceReader t(out);
   EXPECT_EQ(t.header().model_kind, "generic");
-  // Two linears: their inputs, output grads, weights and biases.
-  EXPECT_EQ(t.select({.step = 3, .role = Role::Activation}).size(), 2u);
+  // Two linears and a ReLU: their inputs; the linears' output grads, weights and biases.
+  EXPECT_EQ(t.select({.step = 3, .role = Role::Activation}).size(), 3u);
+  const TensorInfo* relu = t.find(3, Role::Activation, "1.input");
+  ASSERT_NE(relu, nullptr);
+  EXPECT_EQ(relu->op, "act_input");
+  EXPECT_EQ(t.find(3, Role::Activation, "0.input")->op, "linear_input");
   EXPECT_EQ(t.select({.step = 3, .role = Role::ActivationGrad}).size(), 2u);
   EXPECT_EQ(t.select({.step = 3, .role = Role::ExpAvgSq}).size(), 4u);
   const TensorInfo* w = t.find(3, Role::Weight, "2.weight");
