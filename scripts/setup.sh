@@ -7,13 +7,21 @@
 #    (golden vectors, benchmarks' peers, plots).
 # CUDA is not installed here: when the machine already has nvcc, the build adds the GPU kernels.
 # PyTorch (CPU; with transformers and h5py: the trace recorder and scripts/capture_trace.py) goes
-# into .venv only when FP8SIM_WITH_TORCH=1 (.ci/run sets it; scripts/install_torch.sh, ~3.6 GB).
+# into .venv only with --with-torch (or FP8SIM_WITH_TORCH=1): the test command's set-up
+# (scripts/install_torch.sh, ~3.6 GB).
+#   usage: bash scripts/setup.sh [--with-torch]
 # The Python package's test (ctest `python`, ci preset) makes its own venv and fetches its build
-# and test packages from PyPI (scripts/test_python.sh), PyTorch too under FP8SIM_WITH_TORCH=1;
+# and test packages from PyPI (scripts/test_python.sh), and sees this .venv's PyTorch;
 # it needs python3-venv from here.
 # Safe to run again: it installs only what is missing. Needs root (or sudo) for apt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for a in "$@"; do
+  case "$a" in
+    --with-torch) FP8SIM_WITH_TORCH=1 ;;
+    *) echo "setup.sh: unknown argument '$a' (usage: bash scripts/setup.sh [--with-torch])" >&2; exit 2 ;;
+  esac
+done
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config libhdf5-dev hdf5-tools libboost-program-options-dev
   libfmt-dev libeigen3-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev zlib1g-dev python3 python3-venv python3-pip chromium clang-format-14)
