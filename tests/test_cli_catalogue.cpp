@@ -379,7 +379,7 @@ std::vector<Case> input_cases() {
   std::vector<Case> v = {
       // Traces.
       {{"info", "{D}/missing.h5"}, 1, "no such file"},
-      {{"info", "{FOLDER}"}, 1, "not a regular file"},
+      {{"info", "{FOLDER}"}, 1, "a folder without .npy files"},
       {{"info", "{FIFO}"}, 1, "not a regular file"},
       {{"info", "/dev/zero"}, 1, "not a regular file"},
       {{"info", "{TEXT}"}, 1, "not an HDF5 file"},

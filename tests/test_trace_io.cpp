@@ -278,7 +278,7 @@ TEST(TraceIo, ReadsEveryDtypeFromAnH5pyWrittenFile) {
 TEST(TraceIo, RejectsFilesThatAreNotTracesWithOneLine) {
   const std::string dir = test::temp_dir();
   expect_open_error(dir + "/does-not-exist.h5", "no such file");
-  expect_open_error(dir, "not a regular file");
+  expect_open_error(dir, "a folder without .npy files");  // a folder is read as .npy files
   { std::ofstream(dir + "/empty.h5"); }
   expect_open_error(dir + "/empty.h5", "empty");
   { std::ofstream(dir + "/text.h5") << "this is a text file, not HDF5\n"; }

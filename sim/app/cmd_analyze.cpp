@@ -36,7 +36,8 @@ int run_analyze(const std::vector<std::string>& args) {
   std::string trace_path, recipe_arg = "coat", json_out, md_out;
   int64_t step = -1;
   int threads = 0;
-  opts.add_options()("trace", po::value(&trace_path), "the trace (.h5), positional")(
+  opts.add_options()("trace", po::value(&trace_path),
+                     "the trace (.h5), a checkpoint (.safetensors) or a folder of .npy files, positional")(
       "recipe", po::value(&recipe_arg)->default_value("coat"),
       ("a recipe (" + cli::recipe_names_for_help(recipe::names) + ") or a recipe .json file").c_str())(
       "step", po::value(&step), "captured step to analyze (default: the one with the most tensors)")(
@@ -61,7 +62,8 @@ int run_analyze(const std::vector<std::string>& args) {
                   "  fp8sim analyze traces/tiny-llama-s300.h5\n"
                   "  fp8sim analyze traces/tiny-llama-s300.h5 --recipe deepseek --json deepseek.json --md deepseek.md\n"
                   "  fp8sim analyze --list-recipes\n"
-                  "  fp8sim analyze my.h5 --recipe my-recipe.json --tensors"))
+                  "  fp8sim analyze my.h5 --recipe my-recipe.json --tensors\n"
+                  "  fp8sim analyze model.safetensors --recipe coat   (a checkpoint's weights)"))
     return 0;
   if (vm.count("list-recipes")) {
     list_recipes();

@@ -127,7 +127,8 @@ int run_info(const std::vector<std::string>& args) {
   std::string trace_path, json_out, role_s, op, name;
   int64_t step = -1;
   int layer = -2;
-  opts.add_options()("trace", po::value(&trace_path), "the trace (.h5), positional")(
+  opts.add_options()("trace", po::value(&trace_path),
+                     "the trace (.h5), a checkpoint (.safetensors) or a folder of .npy files, positional")(
       "summary", "per-role totals only, no tensor lines")("step", po::value(&step), "only this step")(
       "role", po::value(&role_s), "only this role: weight, grad, exp_avg, exp_avg_sq, activation, activation_grad")(
       "layer", po::value(&layer), "only this block index (-1: outside the blocks)")(

@@ -41,7 +41,8 @@ int run_report_cmd(const std::vector<std::string>& args) {
   double threshold_pct = 5.0;
   const report::ReportOptions defaults;
   opts.add_options()("trace", po::value(&trace),
-                     "HDF5 trace (positional; default: the committed sample under traces/)")(
+                     "HDF5 trace, .safetensors checkpoint or folder of .npy files (positional; default: the committed "
+                     "sample under traces/)")(
       "model", po::value(&model)->default_value(defaults.model),
       "model for the memory and speed sections: a models/NAME.json name or a JSON file")(
       "recipes", po::value(&recipes)->multitoken(),

@@ -148,8 +148,9 @@ int64_t NpyArray::numel() const {
   return n;
 }
 
-NpyArray read_npy(const std::filesystem::path& path) {
+NpyArray read_npy(const std::filesystem::path& path, bool with_data) {
   const bool from_stdin = path == "-";
+  FP8SIM_CHECK(with_data || !from_stdin, "read_npy: a header-only read needs a file");
   const std::string file = from_stdin ? std::string("standard input") : path.string();
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(nullptr, &std::fclose);
   uint64_t size = 0;  // the file's size; unknown for standard input
@@ -213,6 +214,10 @@ NpyArray read_npy(const std::filesystem::path& path) {
       found = true;
     }
   }
+  if (!found && !with_data) {
+    a.unsupported = descr;
+    return a;
+  }
   FP8SIM_REQUIRE(found,
                  "'{}' has unsupported dtype '{}' (supported: float32 '<f4', float16 '<f2', uint16 '<u2', "
                  "bfloat16 as '<V2' or raw '<u2', uint8 '|u1'; big-endian data is not supported)",
@@ -245,6 +250,7 @@ NpyArray read_npy(const std::filesystem::path& path) {
                  file, shape_text, bytes, avail);
   FP8SIM_REQUIRE(avail == static_cast<uint64_t>(bytes), "'{}' has {} unexpected bytes after the data (shape {})", file,
                  avail - static_cast<uint64_t>(bytes), shape_text);
+  if (!with_data) return a;
   a.data.resize(static_cast<size_t>(bytes));
   FP8SIM_REQUIRE(std::fread(a.data.data(), 1, a.data.size(), f.get()) == a.data.size(), "'{}': read failed", file);
   return a;

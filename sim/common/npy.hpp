@@ -23,14 +23,17 @@ struct NpyArray {
   NpyDtype dtype = NpyDtype::F32;
   std::vector<int64_t> shape;  // empty for a 0-D array
   std::vector<uint8_t> data;   // numel * size, little-endian, row-major
+  std::string unsupported;     // header-only reads: the dtype it has when none of the above (else empty)
   int64_t numel() const;
   const float* f32() const { return reinterpret_cast<const float*>(data.data()); }
   const uint16_t* u16() const { return reinterpret_cast<const uint16_t*>(data.data()); }
 };
 
 // Reads the whole file ("-": standard input, read as a stream). Throws fp8sim::Error with a
-// one-line message on any problem.
-NpyArray read_npy(const std::filesystem::path& path);
+// one-line message on any problem. With with_data = false (a file only), checks everything the
+// same way but leaves `data` empty: dtype and shape alone; a dtype it cannot read is then named in
+// `unsupported` instead of being an error.
+NpyArray read_npy(const std::filesystem::path& path, bool with_data = true);
 
 // Writes `bytes` (numel(shape) * size(dtype) bytes) as a version 1.0 .npy (2.0 when the header
 // needs it), atomically.

@@ -121,6 +121,24 @@ Json section_optimizer(Context& ctx) {
   const char* title = "Optimizer states in FP8";
   return guarded(id, title, [&] {
     Section s(id, title);
+    // Both parts need AdamW's moments, and the replay its hyper-parameters: a trace without them
+    // (a checkpoint's weights, a folder of .npy files) leaves the section unavailable, not failed.
+    {
+      const trace::TraceReader reader(ctx.opts.trace);
+      const auto& opt = reader.header().optimizer;
+      bool m = false, v = false;
+      for (const auto& t : reader.tensors()) {
+        m = m || t.role == trace::Role::ExpAvg;
+        v = v || t.role == trace::Role::ExpAvgSq;
+      }
+      if (!m || !v || !opt.beta1 || !opt.beta2 || !opt.eps) {
+        s.unavailable(!m || !v ? "the trace holds no AdamW moments (exp_avg and exp_avg_sq)"
+                               : "the trace does not record the optimizer's beta1, beta2 and eps",
+                      "record a trace of training with fp8sim.capture.TraceRecorder (docs/python.md), which "
+                      "stores the moments and the optimizer's hyper-parameters");
+        return s.take();
+      }
+    }
     // The replay (Table 1, drift) and Figure 3 are independent: a failure of one is reported in
     // the section and does not hide the other.
     std::vector<std::string> failures;

@@ -1,6 +1,7 @@
 // The only file that talks to HDF5 (one vendor API per file). Everything HDF5 reports is turned
 // into a one-line fp8sim::Error here; HDF5's own error-stack printing is switched off.
 #include "sim/trace/trace.hpp"
+#include "sim/trace/tensor_files.hpp"
 
 #include <H5Cpp.h>
 #include <fcntl.h>
@@ -401,6 +402,7 @@ std::pair<DType, Storage> classify(const H5::DataSet& ds, const std::optional<st
 // ---- reader ---------------------------------------------------------------------------------------
 
 struct TraceReader::Impl {
+  std::unique_ptr<TensorFiles> files;  // a safetensors file or a folder of .npy files, instead of HDF5
   fs::path path;
   uint64_t file_bytes = 0;
   H5::H5File file;
@@ -752,12 +754,22 @@ void TraceReader::Impl::validate_in_child() {
 
 TraceReader::TraceReader(const fs::path& path) : impl_(std::make_unique<Impl>()) {
   impl_->path = path;
+  if (is_tensor_files(path)) {
+    auto& im = *impl_;
+    im.files = open_tensor_files(path);
+    im.header = im.files->header;
+    im.steps = im.files->steps;
+    im.tensors = im.files->tensors;
+    im.ignored = im.files->ignored;
+    im.file_bytes = im.files->bytes;
+    return;
+  }
   impl_->precheck();
   impl_->validate_in_child();
   impl_->open();
 }
 TraceReader::~TraceReader() {
-  if (impl_) {
+  if (impl_ && !impl_->files) {
     try {
       impl_->file.close();
     } catch (const H5::Exception&) {
@@ -801,6 +813,7 @@ const TensorInfo* TraceReader::find(int64_t step, Role role, std::string_view na
 TensorData TraceReader::read(const TensorInfo& t) const {
   const auto& ts = impl_->tensors;
   FP8SIM_CHECK(&t >= ts.data() && &t < ts.data() + ts.size(), "TensorInfo {} does not belong to this reader", t.path);
+  if (impl_->files) return impl_->files->read(static_cast<size_t>(&t - ts.data()));
   const Storage stor = impl_->storage[static_cast<size_t>(&t - ts.data())];
   TensorData d;
   d.dtype = t.dtype;

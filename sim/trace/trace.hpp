@@ -131,7 +131,8 @@ struct Filter {
 // ---- reader ---------------------------------------------------------------------------------------
 class TraceReader {
  public:
-  // Opens and validates. Throws fp8sim::Error with one line naming the file and what is wrong:
+  // Opens and validates an HDF5 trace, or a safetensors file / a folder of .npy files as a one-step
+  // trace (tensor_files.hpp). Throws fp8sim::Error with one line naming the file and what is wrong:
   // missing file, not HDF5, truncated or corrupt HDF5, missing trace attributes, unsupported
   // format version, a dataset with a missing role/dtype, an unsupported dtype or a zero-size shape.
   explicit TraceReader(const std::filesystem::path& path);
