@@ -100,8 +100,8 @@ void expect_sample(const trace::TraceReader& r, const std::vector<Src>& src) {
   // Every value, bit for bit.
   for (const auto& s : src) {
     if (s.dtype == "I64") continue;
-    const std::string key =
-        s.name.find(".exp_avg") != std::string::npos ? "exp_avg:model.layers.1.mlp.down_proj.weight" : "weight:" + s.name;
+    const std::string key = s.name.find(".exp_avg") != std::string::npos ? "exp_avg:model.layers.1.mlp.down_proj.weight"
+                                                                         : "weight:" + s.name;
     const trace::TensorData d = r.read(*by.at(key));
     EXPECT_EQ(d.shape, s.shape) << key;
     const void* got = d.dtype == trace::DType::F32 ? static_cast<const void*>(d.f32.data()) : d.bits.data();
@@ -122,7 +122,10 @@ TEST(TensorFiles, NpyFolderReadsAsAOneStepTrace) {
   std::filesystem::create_directories(dir);
   const auto src = sample();
   for (const auto& s : src) {
-    const NpyDtype d = s.dtype == "F32" ? NpyDtype::F32 : s.dtype == "BF16" ? NpyDtype::V2 : s.dtype == "F16" ? NpyDtype::F16 : NpyDtype::U8;
+    const NpyDtype d = s.dtype == "F32"    ? NpyDtype::F32
+                       : s.dtype == "BF16" ? NpyDtype::V2
+                       : s.dtype == "F16"  ? NpyDtype::F16
+                                           : NpyDtype::U8;
     write_npy(dir + "/" + s.name + ".npy", d, d == NpyDtype::U8 ? std::vector<int64_t>{32} : s.shape, s.bytes.data(),
               s.bytes.size());
   }

@@ -285,129 +285,150 @@ LoadedReport load_report(const std::string& arg) {
   return {p, std::move(doc)};
 }
 
-Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const CompareOptions& o) {
-  const Json& A = la.doc;
-  const Json& B = lb.doc;
-  const double t = o.threshold;
-  const std::string pa = display_path(la.path), pb = display_path(lb.path);
-  const auto ra = recipes_of(A), rb = recipes_of(B);
-  std::vector<std::string> both, only_a, only_b;
-  for (const auto& r : ra) (std::find(rb.begin(), rb.end(), r) != rb.end() ? both : only_a).push_back(r);
-  for (const auto& r : rb)
-    if (std::find(ra.begin(), ra.end(), r) == ra.end()) only_b.push_back(r);
+// The text of a value (n/a when absent; an array's elements joined).
+std::string text_of(const Json* j) {
+  if (!j) return std::string("n/a");
+  if (j->is_array()) {
+    std::vector<std::string> v;
+    for (const auto& x : j->as_array()) v.push_back(num_text(&x));
+    return join(v);
+  }
+  return num_text(j);
+}
 
-  Json cmp;
-  cmp["threshold"] = t;
-  // ---- what each report was ----
-  struct Field {
-    const char* key;
-    const char* label;
-    std::string pointer;
-  };
-  const std::vector<Field> fields = {
-      {"title", "title", "/title"},
-      {"generated_by", "generated", "/intro/0"},
-      {"fp8sim_version", "fp8sim version", "/meta/fp8sim_version"},
-      {"trace", "trace (accuracy)", "/meta/trace"},
-      {"trace_model", "trace's model", "/data/verdict/models/accuracy"},
-      {"model", "model (memory, speed)", "/meta/model"},
-      {"recipes", "recipes", "/meta/recipes"},
-      {"gpus", "GPUs (data parallel)", "/meta/gpus"},
-      {"batch", "micro-batch per GPU", "/meta/batch"},
-      {"seq", "sequence length", "/meta/seq"},
-      {"host", "host", "/meta/host"},
-      {"speed_mode", "speed", "/data/speed/timing/mode"},
-      {"speed_device", "speed device", "/data/speed/timing/device"},
-      {"recommendation", "recommendation", "/data/verdict/recommendation"},
-  };
-  Json inputs;
-  std::vector<Row> in_rows;
-  Json in_marks = Json::array();
-  in_rows.push_back({"report", "`" + pa + "`", "`" + pb + "`"});
-  inputs["a"]["path"] = pa;
-  inputs["b"]["path"] = pb;
-  auto text_of = [](const Json* j) {
-    if (!j) return std::string("n/a");
-    if (j->is_array()) {
-      std::vector<std::string> v;
-      for (const auto& x : j->as_array()) v.push_back(num_text(&x));
-      return join(v);
+Json arr(const std::vector<std::string>& v) {
+  Json a = Json::array();
+  for (const auto& x : v) a.push_back(x);
+  return a;
+}
+
+// One comparison, built section by section (build() runs the steps in order).
+class Comparison {
+ public:
+  Comparison(const LoadedReport& la, const LoadedReport& lb, const CompareOptions& o)
+      : la(la), lb(lb), o(o), A(la.doc), B(lb.doc), t(o.threshold) {
+    pa = display_path(la.path);
+    pb = display_path(lb.path);
+    const auto ra = recipes_of(A), rb = recipes_of(B);
+    for (const auto& r : ra) (std::find(rb.begin(), rb.end(), r) != rb.end() ? both : only_a).push_back(r);
+    for (const auto& r : rb)
+      if (std::find(ra.begin(), ra.end(), r) == ra.end()) only_b.push_back(r);
+
+    cmp["threshold"] = t;
+    change_note = fmt::format(
+        "B vs A: the ratio B/A; for an SNR, B - A in dB. Marked (bold, coloured in HTML): a ratio beyond "
+        "{:.3g}x either way or an SNR change over {:.2f} dB (--threshold {:.3g}%), as better or worse in B by the "
+        "quantity's direction; `only in A/B`: one report lacks the number.",
+        1.0 + t, 20.0 * std::log10(1.0 + t), t * 100.0);
+  }
+
+  Json build() {
+    what_was_compared();
+    like_for_like_notes();
+    verdict_section();
+    quantization_section();
+    memory_section();
+    speed_section();
+    return document();
+  }
+
+ private:
+  void what_was_compared() {
+    struct Field {
+      const char* key;
+      const char* label;
+      std::string pointer;
+    };
+    const std::vector<Field> fields = {
+        {"title", "title", "/title"},
+        {"generated_by", "generated", "/intro/0"},
+        {"fp8sim_version", "fp8sim version", "/meta/fp8sim_version"},
+        {"trace", "trace (accuracy)", "/meta/trace"},
+        {"trace_model", "trace's model", "/data/verdict/models/accuracy"},
+        {"model", "model (memory, speed)", "/meta/model"},
+        {"recipes", "recipes", "/meta/recipes"},
+        {"gpus", "GPUs (data parallel)", "/meta/gpus"},
+        {"batch", "micro-batch per GPU", "/meta/batch"},
+        {"seq", "sequence length", "/meta/seq"},
+        {"host", "host", "/meta/host"},
+        {"speed_mode", "speed", "/data/speed/timing/mode"},
+        {"speed_device", "speed device", "/data/speed/timing/device"},
+        {"recommendation", "recommendation", "/data/verdict/recommendation"},
+    };
+    Json inputs;
+    std::vector<Row> in_rows;
+    Json in_marks = Json::array();
+    in_rows.push_back({"report", "`" + pa + "`", "`" + pb + "`"});
+    inputs["a"]["path"] = pa;
+    inputs["b"]["path"] = pb;
+    for (const auto& f : fields) {
+      const Json* va = at_pointer(A, f.pointer);
+      const Json* vb = at_pointer(B, f.pointer);
+      inputs["a"][f.key] = va ? *va : Json();
+      inputs["b"][f.key] = vb ? *vb : Json();
+      const std::string ta = text_of(va), tb = text_of(vb);
+      const int r = static_cast<int>(in_rows.size());
+      if (ta != tb && std::string_view(f.key) != "generated_by")
+        for (int col : {1, 2}) in_marks.push_back(Json(Json::Array{Json(r), Json(col), Json("diff changed")}));
+      in_rows.push_back({f.label, ta, tb});
     }
-    return num_text(j);
-  };
-  for (const auto& f : fields) {
-    const Json* va = at_pointer(A, f.pointer);
-    const Json* vb = at_pointer(B, f.pointer);
-    inputs["a"][f.key] = va ? *va : Json();
-    inputs["b"][f.key] = vb ? *vb : Json();
-    const std::string ta = text_of(va), tb = text_of(vb);
-    const int r = static_cast<int>(in_rows.size());
-    if (ta != tb && std::string_view(f.key) != "generated_by")
-      for (int col : {1, 2}) in_marks.push_back(Json(Json::Array{Json(r), Json(col), Json("diff changed")}));
-    in_rows.push_back({f.label, ta, tb});
-  }
-  cmp["inputs"] = inputs;
+    cmp["inputs"] = inputs;
 
-  // ---- notes: what makes the two reports not like for like ----
-  std::vector<std::string> notes;
-  auto same = [&](const char* p) {
-    const Json* x = at_pointer(A, p);
-    const Json* y = at_pointer(B, p);
-    return text_of(x) == text_of(y);
-  };
-  std::error_code ec;
-  if (fs::equivalent(la.path, lb.path, ec))
-    notes.push_back("A and B are the same file: every difference below is zero.");
-  if (!same("/meta/trace") || !same("/data/verdict/models/accuracy"))
-    notes.push_back(fmt::format(
-        "**Different traces.** A's accuracy figures come from `{}` ({}), B's from `{}` ({}): the quantization "
-        "errors compare different tensors, not only different recipes.",
-        text_of(at_pointer(A, "/meta/trace")), text_of(at_pointer(A, "/data/verdict/models/accuracy")),
-        text_of(at_pointer(B, "/meta/trace")), text_of(at_pointer(B, "/data/verdict/models/accuracy"))));
-  if (!same("/meta/model"))
-    notes.push_back(fmt::format("**Different models.** Memory and speed are for `{}` in A and `{}` in B.",
-                                text_of(at_pointer(A, "/meta/model")), text_of(at_pointer(B, "/meta/model"))));
-  if (!same("/meta/gpus") || !same("/meta/batch") || !same("/meta/seq"))
-    notes.push_back(fmt::format(
-        "**Different run sizes.** A: {} GPUs, micro-batch {} x sequence {}; B: {} GPUs, micro-batch {} x sequence "
-        "{}. Memory and step time at the given micro-batch differ for that reason alone.",
-        text_of(at_pointer(A, "/meta/gpus")), text_of(at_pointer(A, "/meta/batch")),
-        text_of(at_pointer(A, "/meta/seq")), text_of(at_pointer(B, "/meta/gpus")),
-        text_of(at_pointer(B, "/meta/batch")), text_of(at_pointer(B, "/meta/seq"))));
-  if (!same("/data/speed/timing/mode") || !same("/data/speed/timing/device") || !same("/data/speed/timing/calibration"))
-    notes.push_back(fmt::format(
-        "**Different speed sources.** A's step times are {} ({}), B's {} ({}).",
-        text_of(at_pointer(A, "/data/speed/timing/mode")), text_of(at_pointer(A, "/data/speed/timing/device")),
-        text_of(at_pointer(B, "/data/speed/timing/mode")), text_of(at_pointer(B, "/data/speed/timing/device"))));
-  if (!same("/meta/fp8sim_version"))
-    notes.push_back(fmt::format("**Different fp8sim versions:** A by {}, B by {}.",
-                                text_of(at_pointer(A, "/meta/fp8sim_version")),
-                                text_of(at_pointer(B, "/meta/fp8sim_version"))));
-  if (both.empty()) notes.push_back("**No recipe is in both reports**: only the inputs are compared.");
+    Json rj;
+    rj["both"] = arr(both);
+    rj["only_a"] = arr(only_a);
+    rj["only_b"] = arr(only_b);
+    cmp["recipes"] = rj;
 
-  Json rj;
-  auto arr = [](const std::vector<std::string>& v) {
-    Json a = Json::array();
-    for (const auto& x : v) a.push_back(x);
-    return a;
-  };
-  rj["both"] = arr(both);
-  rj["only_a"] = arr(only_a);
-  rj["only_b"] = arr(only_b);
-  cmp["recipes"] = rj;
-
-  Json sections = Json::array();
-  {
-    Sec s("inputs", "What was compared");
-    s.table("The two reports", {"", "A", "B"}, in_rows, in_marks,
-            "Cells marked differ between A and B (the generation line is expected to).");
-    sections.push_back(std::move(s.j));
+    {
+      Sec s("inputs", "What was compared");
+      s.table("The two reports", {"", "A", "B"}, in_rows, in_marks,
+              "Cells marked differ between A and B (the generation line is expected to).");
+      sections.push_back(std::move(s.j));
+    }
   }
 
-  int total_marked = 0, total_better = 0, total_worse = 0, total_changed = 0;
-  Json sec_json = Json::object();
-  auto finish = [&](Sec& s, const char* key, TableOut& tab, const std::string& caption, const std::string& empty_text,
-                    const std::string& note) {
+  void like_for_like_notes() {
+    auto same = [&](const char* p) {
+      const Json* x = at_pointer(A, p);
+      const Json* y = at_pointer(B, p);
+      return text_of(x) == text_of(y);
+    };
+    std::error_code ec;
+    if (fs::equivalent(la.path, lb.path, ec))
+      notes.push_back("A and B are the same file: every difference below is zero.");
+    if (!same("/meta/trace") || !same("/data/verdict/models/accuracy"))
+      notes.push_back(fmt::format(
+          "**Different traces.** A's accuracy figures come from `{}` ({}), B's from `{}` ({}): the quantization "
+          "errors compare different tensors, not only different recipes.",
+          text_of(at_pointer(A, "/meta/trace")), text_of(at_pointer(A, "/data/verdict/models/accuracy")),
+          text_of(at_pointer(B, "/meta/trace")), text_of(at_pointer(B, "/data/verdict/models/accuracy"))));
+    if (!same("/meta/model"))
+      notes.push_back(fmt::format("**Different models.** Memory and speed are for `{}` in A and `{}` in B.",
+                                  text_of(at_pointer(A, "/meta/model")), text_of(at_pointer(B, "/meta/model"))));
+    if (!same("/meta/gpus") || !same("/meta/batch") || !same("/meta/seq"))
+      notes.push_back(fmt::format(
+          "**Different run sizes.** A: {} GPUs, micro-batch {} x sequence {}; B: {} GPUs, micro-batch {} x sequence "
+          "{}. Memory and step time at the given micro-batch differ for that reason alone.",
+          text_of(at_pointer(A, "/meta/gpus")), text_of(at_pointer(A, "/meta/batch")),
+          text_of(at_pointer(A, "/meta/seq")), text_of(at_pointer(B, "/meta/gpus")),
+          text_of(at_pointer(B, "/meta/batch")), text_of(at_pointer(B, "/meta/seq"))));
+    if (!same("/data/speed/timing/mode") || !same("/data/speed/timing/device") ||
+        !same("/data/speed/timing/calibration"))
+      notes.push_back(fmt::format(
+          "**Different speed sources.** A's step times are {} ({}), B's {} ({}).",
+          text_of(at_pointer(A, "/data/speed/timing/mode")), text_of(at_pointer(A, "/data/speed/timing/device")),
+          text_of(at_pointer(B, "/data/speed/timing/mode")), text_of(at_pointer(B, "/data/speed/timing/device"))));
+    if (!same("/meta/fp8sim_version"))
+      notes.push_back(fmt::format("**Different fp8sim versions:** A by {}, B by {}.",
+                                  text_of(at_pointer(A, "/meta/fp8sim_version")),
+                                  text_of(at_pointer(B, "/meta/fp8sim_version"))));
+    if (both.empty()) notes.push_back("**No recipe is in both reports**: only the inputs are compared.");
+  }
+
+  // A metric section's table (or its empty text) and its rows and counts in the JSON.
+  void finish(Sec& s, const char* key, TableOut& tab, const std::string& caption, const std::string& empty_text,
+              const std::string& note) {
     if (tab.rows.empty()) s.para(empty_text);
     else s.table(caption, kMetricHeader, tab.rows, tab.marks, note);
     total_marked += tab.marked;
@@ -418,15 +439,9 @@ Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const Comp
     sj["rows"] = std::move(tab.entries);
     sj["differences"] = tab.marked;
     sec_json[key] = std::move(sj);
-  };
-  const std::string change_note = fmt::format(
-      "B vs A: the ratio B/A; for an SNR, B - A in dB. Marked (bold, coloured in HTML): a ratio beyond "
-      "{:.3g}x either way or an SNR change over {:.2f} dB (--threshold {:.3g}%), as better or worse in B by the "
-      "quantity's direction; `only in A/B`: one report lacks the number.",
-      1.0 + t, 20.0 * std::log10(1.0 + t), t * 100.0);
+  }
 
-  // ---- verdict, per recipe in both ----
-  {
+  void verdict_section() {
     Sec s("verdict", "Verdict side by side");
     struct VKey {
       const char* key;
@@ -517,8 +532,7 @@ Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const Comp
     sections.push_back(std::move(s.j));
   }
 
-  // ---- quantization error: SNR per tensor role ----
-  {
+  void quantization_section() {
     Sec s("quantization", "Quantization error per recipe");
     TableOut tab;
     for (const auto& r : both) {
@@ -556,8 +570,7 @@ Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const Comp
     sections.push_back(std::move(s.j));
   }
 
-  // ---- memory per recipe ----
-  {
+  void memory_section() {
     Sec s("memory", "Memory per GPU per recipe");
     TableOut tab;
     struct MKey {
@@ -584,8 +597,7 @@ Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const Comp
     sections.push_back(std::move(s.j));
   }
 
-  // ---- step time per recipe ----
-  {
+  void speed_section() {
     Sec s("speed", "Step time per recipe");
     TableOut tab;
     struct SKey {
@@ -639,45 +651,67 @@ Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const Comp
     sections.push_back(std::move(s.j));
   }
 
-  cmp["notes"] = arr(notes);
-  cmp["sections"] = std::move(sec_json);
-  Json summary;
-  summary["differences"] = total_marked;
-  summary["better_in_b"] = total_better;
-  summary["worse_in_b"] = total_worse;
-  summary["changed"] = total_changed;
-  cmp["summary"] = summary;
+  Json document() {
+    cmp["notes"] = arr(notes);
+    cmp["sections"] = std::move(sec_json);
+    Json summary;
+    summary["differences"] = total_marked;
+    summary["better_in_b"] = total_better;
+    summary["worse_in_b"] = total_worse;
+    summary["changed"] = total_changed;
+    cmp["summary"] = summary;
 
-  Json doc;
-  doc["fp8sim_report_compare"] = kCompareFormat;
-  doc["title"] = "fp8sim report comparison";
-  Json meta;
-  meta["generated"] = utc_now();
-  meta["fp8sim_version"] = o.version;
-  meta["command"] = o.command_line;
-  doc["meta"] = std::move(meta);
-  Json intro = Json::array();
-  intro.push_back(fmt::format("Generated {} by `{}` (fp8sim {}).", doc["meta"]["generated"].as_string(),
-                              o.command_line.empty() ? std::string("fp8sim report --compare") : o.command_line,
-                              o.version));
-  intro.push_back(fmt::format("**A:** `{}` ({}). **B:** `{}` ({}).", pa, text_of(at_pointer(A, "/intro/0")), pb,
-                              text_of(at_pointer(B, "/intro/0"))));
-  for (const auto& n : notes) intro.push_back(n);
-  intro.push_back(fmt::format(
-      "**{} difference{} beyond {:.3g}%:** {} better in B, {} worse in B, {} changed (no direction, or a number "
-      "only one report has). Recipes in both: {}{}{}.",
-      total_marked, total_marked == 1 ? "" : "s", t * 100.0, total_better, total_worse, total_changed,
-      both.empty() ? std::string("none") : join(both), only_a.empty() ? std::string() : "; only in A: " + join(only_a),
-      only_b.empty() ? std::string() : "; only in B: " + join(only_b)));
-  doc["intro"] = std::move(intro);
-  doc["sections"] = std::move(sections);
-  Json outro = Json::array();
-  outro.push_back(
-      "Machine-readable: `compare.json` (`compare.sections.<section>.rows`: each number of A and B with the "
-      "JSON pointer into the report it was read from, its ratio or difference and its mark).");
-  doc["outro"] = std::move(outro);
-  doc["compare"] = std::move(cmp);
-  return doc;
+    Json doc;
+    doc["fp8sim_report_compare"] = kCompareFormat;
+    doc["title"] = "fp8sim report comparison";
+    Json meta;
+    meta["generated"] = utc_now();
+    meta["fp8sim_version"] = o.version;
+    meta["command"] = o.command_line;
+    doc["meta"] = std::move(meta);
+    Json intro = Json::array();
+    intro.push_back(fmt::format("Generated {} by `{}` (fp8sim {}).", doc["meta"]["generated"].as_string(),
+                                o.command_line.empty() ? std::string("fp8sim report --compare") : o.command_line,
+                                o.version));
+    intro.push_back(fmt::format("**A:** `{}` ({}). **B:** `{}` ({}).", pa, text_of(at_pointer(A, "/intro/0")), pb,
+                                text_of(at_pointer(B, "/intro/0"))));
+    for (const auto& n : notes) intro.push_back(n);
+    intro.push_back(fmt::format(
+        "**{} difference{} beyond {:.3g}%:** {} better in B, {} worse in B, {} changed (no direction, or a number "
+        "only one report has). Recipes in both: {}{}{}.",
+        total_marked, total_marked == 1 ? "" : "s", t * 100.0, total_better, total_worse, total_changed,
+        both.empty() ? std::string("none") : join(both),
+        only_a.empty() ? std::string() : "; only in A: " + join(only_a),
+        only_b.empty() ? std::string() : "; only in B: " + join(only_b)));
+    doc["intro"] = std::move(intro);
+    doc["sections"] = std::move(sections);
+    Json outro = Json::array();
+    outro.push_back(
+        "Machine-readable: `compare.json` (`compare.sections.<section>.rows`: each number of A and B with the "
+        "JSON pointer into the report it was read from, its ratio or difference and its mark).");
+    doc["outro"] = std::move(outro);
+    doc["compare"] = std::move(cmp);
+    return doc;
+  }
+
+  const LoadedReport& la;
+  const LoadedReport& lb;
+  const CompareOptions& o;
+  const Json& A;
+  const Json& B;
+  const double t;
+  std::string pa, pb;
+  std::vector<std::string> both, only_a, only_b;
+  Json cmp;
+  std::vector<std::string> notes;
+  Json sections = Json::array();
+  Json sec_json = Json::object();
+  int total_marked = 0, total_better = 0, total_worse = 0, total_changed = 0;
+  std::string change_note;
+};
+
+Json build_comparison(const LoadedReport& la, const LoadedReport& lb, const CompareOptions& o) {
+  return Comparison(la, lb, o).build();
 }
 
 CompareResult run_compare(const CompareOptions& o) {

@@ -153,8 +153,7 @@ class Safetensors : public TensorFiles {
     std::sort(by_name.begin(), by_name.end());
     offsets_.clear();
     for (const auto& t : tensors)
-      offsets_.push_back(
-          std::lower_bound(by_name.begin(), by_name.end(), std::make_pair(t.path, uint64_t{0}))->second);
+      offsets_.push_back(std::lower_bound(by_name.begin(), by_name.end(), std::make_pair(t.path, uint64_t{0}))->second);
   }
 
   TensorData read(size_t i) const override {
@@ -195,24 +194,25 @@ class NpyFolder : public TensorFiles {
       if (e.is_regular_file() && e.path().extension() == ".npy") files.push_back(e.path());
     FP8SIM_REQUIRE(!ec, "cannot list '{}': {}", dir.string(), ec.message());
     std::sort(files.begin(), files.end());
-    FP8SIM_REQUIRE(!files.empty(), "'{}' is a folder without .npy files (fp8sim reads a trace, a .safetensors file "
-                   "or a folder of .npy files)", dir.string());
+    FP8SIM_REQUIRE(!files.empty(),
+                   "'{}' is a folder without .npy files (fp8sim reads a trace, a .safetensors file "
+                   "or a folder of .npy files)",
+                   dir.string());
     std::vector<std::pair<std::string, fs::path>> by_path;
     for (const auto& p : files) {
       const NpyArray a = read_npy(p, false);
       bytes += fs::file_size(p);
       const std::string name = p.stem().string();
       if (!a.unsupported.empty()) {
-        ignored.push_back(fmt::format("{} (dtype '{}', not a float type fp8sim reads)", p.filename().string(),
-                                      a.unsupported));
+        ignored.push_back(
+            fmt::format("{} (dtype '{}', not a float type fp8sim reads)", p.filename().string(), a.unsupported));
         continue;
       }
       if (a.dtype == NpyDtype::U16 || a.dtype == NpyDtype::U8 || a.numel() == 0 || a.shape.empty()) {
         ignored.push_back(fmt::format("{} ({})", p.filename().string(),
                                       a.numel() == 0 || a.shape.empty() ? "empty or 0-D"
-                                      : a.dtype == NpyDtype::U16
-                                          ? "raw uint16: save bfloat16 with ml_dtypes' bfloat16"
-                                          : "uint8"));
+                                      : a.dtype == NpyDtype::U16 ? "raw uint16: save bfloat16 with ml_dtypes' bfloat16"
+                                                                 : "uint8"));
         continue;
       }
       const DType dtype = a.dtype == NpyDtype::F32 ? DType::F32 : (a.dtype == NpyDtype::F16 ? DType::F16 : DType::BF16);
