@@ -179,7 +179,9 @@ TEST(TensorFiles, CommandsTakeACheckpointWhereTheyTakeATrace) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json rep = Json::parse(read_text_file(dir + "/rep/report.json"));
   for (const auto& s : rep.at("sections").as_array())
-    if (s.at("id").as_string() == "optimizer") EXPECT_EQ(s.at("status").as_string(), "unavailable");
+    if (s.at("id").as_string() == "optimizer") {
+      EXPECT_EQ(s.at("status").as_string(), "unavailable");
+    }
   std::ofstream(dir + "/bad.safetensors") << "abcdefghijk";
   r = test::run_shell(std::string(FP8SIM_BINARY) + " info " + dir + "/bad.safetensors");
   EXPECT_EQ(r.exit_code, 1);
