@@ -112,7 +112,7 @@ std::string table1_note(const Json& det) {
   return note.empty() ? std::string()
                       : note + ". Details (flush fractions, per-moment NMSE) in `data.optim.table1_details`.";
 }
-void fig3_part(Context& ctx, Section& s);
+void fig3_part(Context& ctx, Section& s, const trace::TraceReader& reader);
 
 }  // namespace
 
@@ -123,21 +123,16 @@ Json section_optimizer(Context& ctx) {
     Section s(id, title);
     // Both parts need AdamW's moments, and the replay its hyper-parameters: a trace without them
     // (a checkpoint's weights, a folder of .npy files) leaves the section unavailable, not failed.
-    {
-      const trace::TraceReader reader(ctx.opts.trace);
-      const auto& opt = reader.header().optimizer;
-      bool m = false, v = false;
-      for (const auto& t : reader.tensors()) {
-        m = m || t.role == trace::Role::ExpAvg;
-        v = v || t.role == trace::Role::ExpAvgSq;
-      }
-      if (!m || !v || !opt.beta1 || !opt.beta2 || !opt.eps) {
-        s.unavailable(!m || !v ? "the trace holds no AdamW moments (exp_avg and exp_avg_sq)"
-                               : "the trace does not record the optimizer's beta1, beta2 and eps",
-                      "record a trace of training with fp8sim.capture.TraceRecorder (docs/python.md), which "
-                      "stores the moments and the optimizer's hyper-parameters");
-        return s.take();
-      }
+    const trace::TraceReader reader(ctx.opts.trace);
+    const auto& opt = reader.header().optimizer;
+    const bool moments = !reader.select(trace::Filter{.role = trace::Role::ExpAvg}).empty() &&
+                         !reader.select(trace::Filter{.role = trace::Role::ExpAvgSq}).empty();
+    if (!moments || !opt.beta1 || !opt.beta2 || !opt.eps) {
+      s.unavailable(!moments ? "the trace holds no AdamW moments (exp_avg and exp_avg_sq)"
+                             : "the trace does not record the optimizer's beta1, beta2 and eps",
+                    "record a trace of training with fp8sim.capture.TraceRecorder (docs/python.md), which "
+                    "stores the moments and the optimizer's hyper-parameters");
+      return s.take();
     }
     // The replay (Table 1, drift) and Figure 3 are independent: a failure of one is reported in
     // the section and does not hide the other.
@@ -148,7 +143,7 @@ Json section_optimizer(Context& ctx) {
       failures.push_back(std::string("optimizer replay: ") + e.what());
     }
     try {
-      fig3_part(ctx, s);
+      fig3_part(ctx, s, reader);
     } catch (const std::exception& e) {
       failures.push_back(std::string("Figure 3 histograms: ") + e.what());
     }
@@ -304,10 +299,8 @@ void optim_part(Context& ctx, Section& s) {
 }
 
 // ---- Figure 3 histograms from the trace's moments
-void fig3_part(Context& ctx, Section& s) {
-  const auto& o = ctx.opts;
+void fig3_part(Context& ctx, Section& s, const trace::TraceReader& reader) {
   {
-    trace::TraceReader reader(o.trace);
     const auto step = moments_step(reader);
     if (!step) {
       s.para("Figure 3 needs AdamW moments (exp_avg, exp_avg_sq) in the trace; this trace has none.");
