@@ -25,7 +25,6 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 // Role, parameter, module, op and layer of a tensor called `name` (the rules in the header).
 TensorInfo describe(const std::string& name, DType dtype, std::vector<int64_t> shape) {
   TensorInfo t;
-  t.name = name;
   t.role = Role::Weight;
   std::string param = name;
   for (const auto& [suffix, role] : {std::pair<std::string_view, Role>{".exp_avg_sq", Role::ExpAvgSq},
@@ -55,10 +54,24 @@ TensorInfo describe(const std::string& name, DType dtype, std::vector<int64_t> s
   return t;
 }
 
-void finish(TensorFiles& f, const std::string& producer, const fs::path& path) {
-  std::sort(f.tensors.begin(), f.tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
-    return a.role != b.role ? a.role < b.role : a.name < b.name;
+// Sorts the tensors (by role, then name) and fills the rest of the trace; `per_tensor`, parallel to
+// the tensors as found, is put in the same order.
+template <class T>
+void finish(TensorFiles& f, std::vector<T>& per_tensor, const std::string& producer, const fs::path& path) {
+  std::vector<size_t> order(f.tensors.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const TensorInfo &x = f.tensors[a], &y = f.tensors[b];
+    return x.role != y.role ? x.role < y.role : x.name < y.name;
   });
+  std::vector<TensorInfo> tensors;
+  std::vector<T> data;
+  for (size_t i : order) {
+    tensors.push_back(std::move(f.tensors[i]));
+    data.push_back(std::move(per_tensor[i]));
+  }
+  f.tensors = std::move(tensors);
+  per_tensor = std::move(data);
   for (size_t i = 1; i < f.tensors.size(); ++i)
     FP8SIM_REQUIRE(f.tensors[i].role != f.tensors[i - 1].role || f.tensors[i].name != f.tensors[i - 1].name,
                    "'{}': two tensors are the {} of '{}'", path.string(), role_name(f.tensors[i].role),
@@ -146,14 +159,7 @@ class Safetensors : public TensorFiles {
       tensors.push_back(describe(name, dtype, shape));
       offsets_.push_back(b);
     }
-    // tensors are sorted by finish(): keep each one's offset with it.
-    std::vector<std::pair<std::string, uint64_t>> by_name;
-    for (size_t i = 0; i < tensors.size(); ++i) by_name.emplace_back(tensors[i].path, offsets_[i]);
-    finish(*this, "safetensors file", p);
-    std::sort(by_name.begin(), by_name.end());
-    offsets_.clear();
-    for (const auto& t : tensors)
-      offsets_.push_back(std::lower_bound(by_name.begin(), by_name.end(), std::make_pair(t.path, uint64_t{0}))->second);
+    finish(*this, offsets_, "safetensors file", p);
   }
 
   TensorData read(size_t i) const override {
@@ -198,7 +204,6 @@ class NpyFolder : public TensorFiles {
                    "'{}' is a folder without .npy files (fp8sim reads a trace, a .safetensors file "
                    "or a folder of .npy files)",
                    dir.string());
-    std::vector<std::pair<std::string, fs::path>> by_path;
     for (const auto& p : files) {
       const NpyArray a = read_npy(p, false);
       bytes += fs::file_size(p);
@@ -217,12 +222,9 @@ class NpyFolder : public TensorFiles {
       }
       const DType dtype = a.dtype == NpyDtype::F32 ? DType::F32 : (a.dtype == NpyDtype::F16 ? DType::F16 : DType::BF16);
       tensors.push_back(describe(name, dtype, a.shape));
-      by_path.emplace_back(tensors.back().path, p);
+      files_.push_back(p);
     }
-    finish(*this, "folder of .npy files", dir);
-    std::sort(by_path.begin(), by_path.end());
-    for (const auto& t : tensors)
-      files_.push_back(std::lower_bound(by_path.begin(), by_path.end(), std::make_pair(t.path, fs::path()))->second);
+    finish(*this, files_, "folder of .npy files", dir);
   }
 
   TensorData read(size_t i) const override {
