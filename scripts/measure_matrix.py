@@ -102,6 +102,15 @@ def entries(plan, coat):
                 add(c, "coat", steps=6, profile=True)
             add(c, "hf", True, steps=6, profile=True)
             add(c, "torch", steps=6, profile=True)
+    elif plan == "speed-frameworks":
+        # the eager profiles' validation configuration first (Llama-3-8B layers: head_dim 128, GQA
+        # 32/8, 128k vocabulary), then which kernels the compiled step runs, then COAT's step
+        for fw, comp in [("hf", False), ("torch", False), ("hf", True)]:
+            add("l3-8b-L4", fw, comp, steps=6, profile=True)
+        add("0.8b-gqa", "hf", True, steps=6, profile=True, tag="__kernels")
+        if coat:
+            add("0.8b-gqa", "coat", steps=6, profile=True)
+        add("l3-8b-L4", "torchao-float8", True, steps=6, profile=True)
     elif plan == "speed":
         # COAT and its BF16 baseline (transformers 4.45.2) first, then the current frameworks
         for c in ["0.8b-gqa", "l3-8b-L4"]:
@@ -120,7 +129,7 @@ def entries(plan, coat):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", required=True, choices=["memory", "maxbatch", "coat", "speed", "speed-core"])
+    ap.add_argument("--plan", required=True, choices=["memory", "maxbatch", "coat", "speed", "speed-core", "speed-frameworks"])
     ap.add_argument("--out", help="output directory")
     ap.add_argument("--jobs", type=int, default=4, help="memory-only entries at once (default 4)")
     ap.add_argument("--deadline", type=float, default=540, help="seconds after which no entry starts")

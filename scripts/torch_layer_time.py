@@ -15,7 +15,7 @@ activations, no autocast; shapes come from fp8sim's models/NAME.json.
 Examples:
   python scripts/torch_layer_time.py --config llama2-7b:2x2048 --out torch.json
   python scripts/torch_layer_time.py --config llama2-7b:1x2048 --config llama2-13b:1x1024 \
-      --adamw-params 268435456 --amax --out torch.json
+      --adamw-params 268435456 --adamw-model tinyllama-1.1b --elementwise --amax --out torch.json
   python scripts/torch_layer_time.py --device cpu --config tiny-llama:1x64 --reps 2 --out t.json  (smoke test)
 """
 import argparse
@@ -168,6 +168,17 @@ def make_attention(nh, nkv, backend):
     return attention
 
 
+def attention_kernel_names(fn):
+    """Names of the GPU kernels fn() launches that look like attention (one profiled run)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = {e.name for e in prof.events() if e.device_type.name == "CUDA"}
+    keys = ("flash", "fmha", "attention", "sdpa", "cudnn")
+    return sorted(n[:120] for n in names if any(k in n.lower() for k in keys))
+
+
 def pick_backend(device):
     """FlashAttention (what COAT's models use) when this torch/GPU has it, else torch's default."""
     if device.type != "cuda":
@@ -222,6 +233,21 @@ def time_config(cfg, name, batch, seq, device, dtype, timer, args, backend, back
         timer.sync()
 
     out["sdpa_bwd_ms"] = timer.measure(lambda: holder["o"].backward(do), args.warmup, args.reps, setup=sdpa_setup)
+    if backend is not None:
+        # What a framework that leaves the choice to PyTorch runs (transformers' "sdpa", the
+        # project's torch reference): SDPA's default backend order, which on Hopper may pick
+        # cuDNN's fused attention over FlashAttention. `fp8sim speed --framework` prices with these.
+        default = make_attention(nh, nkv, None)
+        out["sdpa_default_fwd_ms"] = timer.measure(lambda: default(qt, kt, vt), args.warmup, args.reps)
+
+        def default_setup():
+            q.grad = k.grad = v.grad = None
+            holder["o"] = default(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+            timer.sync()
+
+        out["sdpa_default_bwd_ms"] = timer.measure(lambda: holder["o"].backward(do), args.warmup, args.reps,
+                                                   setup=default_setup)
+        out["sdpa_default_kernels"] = attention_kernel_names(lambda: default(qt, kt, vt).sum().backward())
     holder.clear()
     del q, k, v, do, qt, kt, vt
 
@@ -259,6 +285,75 @@ def time_adamw(n, device, timer, args):
     return r
 
 
+def model_param_sizes(cfg):
+    """Numels of a Llama model's parameter tensors, in the order a transformers model lists them."""
+    h, f, d = cfg["hidden_size"], cfg["intermediate_size"], cfg["_head_dim"]
+    kv = cfg["num_key_value_heads"] * d
+    layer = [h * h, kv * h, kv * h, h * h, f * h, f * h, h * f, h, h]  # q k v o gate up down, 2 norms
+    sizes = [cfg["vocab_size"] * h] + layer * cfg["num_hidden_layers"] + [h]
+    if not cfg.get("tie_word_embeddings", False):
+        sizes.append(cfg["vocab_size"] * h)
+    return sizes
+
+
+def time_adamw_model(name, cfg, device, timer, args):
+    """torch.optim.AdamW(fused=True) over the model's own list of fp32 parameters: the multi-tensor
+    launches and the small tensors (norms) of a real step, which one large tensor does not have."""
+    sizes = model_param_sizes(cfg)
+    ps = [torch.nn.Parameter(torch.empty(n, device=device, dtype=torch.float32).normal_(0, 0.02)) for n in sizes]
+    for p in ps:
+        p.grad = torch.empty_like(p).normal_(0, 1e-3)
+    fused = device.type == "cuda"
+    opt = torch.optim.AdamW(ps, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=fused)
+    r = timer.measure(opt.step, args.warmup, args.reps)
+    n = sum(sizes)
+    r.update(model=name, tensors=len(sizes), params=n, fused=fused, gparams_per_s=n / (r["median"] * 1e6))
+    del opt, ps
+    return r
+
+
+# Eager PyTorch elementwise ops at a size where bandwidth, not launch, decides (ELEMENTWISE_N
+# elements), and a burst of tiny ops for the host's issue interval: what `fp8sim speed --framework` prices a
+# framework's non-GEMM ops with (bytes / rate; the issue interval bounds the host's side).
+ELEMENTWISE_N = 1 << 26
+ELEMENTWISE_OPS = [
+    # (label, input dtype, function of x and y, bytes per element: inputs read + output written)
+    ("add fp32", "fp32", lambda x, y: x + y, 12),
+    ("mul bf16", "bf16", lambda x, y: x * y, 6),
+    ("cast fp32->bf16", "fp32", lambda x, y: x.to(torch.bfloat16), 6),
+    ("cast bf16->fp32", "bf16", lambda x, y: x.float(), 6),
+    ("mul fp32 by bf16", "mixed", lambda x, y: x * y, 10),
+    ("mean over rows of 2048, fp32", "fp32", lambda x, y: x.view(-1, 2048).mean(-1, keepdim=True), 4),
+]
+
+
+def time_elementwise(device, timer, args):
+    n = ELEMENTWISE_N if device.type == "cuda" else 1 << 16
+    rows = []
+    for label, kind, fn, bpe in ELEMENTWISE_OPS:
+        a = torch.randn(n, device=device, dtype=torch.bfloat16 if kind == "bf16" else torch.float32)
+        b = torch.randn(n, device=device, dtype=torch.float32 if kind == "fp32" else torch.bfloat16)
+        t = timer.measure(lambda: fn(a, b), args.warmup, args.reps)
+        rows.append({"op": label, "elements": n, "bytes": n * bpe, "median_ms": t["median"],
+                     "gbps": n * bpe / (t["median"] * 1e6)})
+        del a, b
+    # Back-to-back tiny ops: the GPU waits on the host, so the time per op is eager PyTorch's
+    # issue interval (dispatch + launch), the cost that binds a step when its kernels are small.
+    small = torch.randn(4096, device=device)
+
+    def burst():
+        for _ in range(LAUNCH_BURST):
+            small.add_(1.0)
+
+    t = timer.measure(burst, args.warmup, args.reps)
+    rates = sorted(r["gbps"] for r in rows)
+    return {"ops": rows, "gbps_median": statistics.median(rates), "issue_interval_ms": t["median"] / LAUNCH_BURST,
+            "issue_op": f"{LAUNCH_BURST} back-to-back in-place adds of 4096 fp32 elements"}
+
+
+LAUNCH_BURST = 200
+
+
 def time_amax(device, dtype, timer, args, sizes):
     rows = []
     for r, c in sizes:
@@ -281,6 +376,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--adamw-params", type=int, default=1 << 28,
                     help="parameters for the fused AdamW timing (0 skips it; fp8sim's plan uses 2^28)")
+    ap.add_argument("--adamw-model", metavar="MODEL",
+                    help="also time fused AdamW over MODEL's own parameter list (models/MODEL.json or a JSON path)")
+    ap.add_argument("--elementwise", action="store_true",
+                    help="also time eager elementwise ops (bandwidth) and a tiny op (per-kernel floor)")
     ap.add_argument("--amax", action="store_true", help="also time eager x.abs().max() at COAT Fig. 4(b)'s sizes")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = ap.parse_args()
@@ -336,6 +435,19 @@ def main():
         print(f"AdamW fused fp32: {doc['adamw_fused_fp32']['gparams_per_s']:.1f} G params/s", file=sys.stderr)
         if device.type == "cuda":
             torch.cuda.empty_cache()
+    if args.adamw_model:
+        doc["adamw_fused_fp32_model"] = time_adamw_model(args.adamw_model, load_model(args.models_dir, args.adamw_model),
+                                                         device, timer, args)
+        a = doc["adamw_fused_fp32_model"]
+        print(f"AdamW fused fp32 over {a['model']} ({a['tensors']} tensors): {a['gparams_per_s']:.1f} G params/s",
+              file=sys.stderr)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    if args.elementwise:
+        doc["elementwise"] = time_elementwise(device, timer, args)
+        e = doc["elementwise"]
+        print(f"eager elementwise: median {e['gbps_median']:.0f} GB/s, issue interval {e['issue_interval_ms'] * 1e3:.1f} us",
+              file=sys.stderr)
     if args.amax:
         doc["amax"] = time_amax(device, dtype, timer, args, FIG4B_SIZES if device.type == "cuda" else [(64, 256)])
     tmp = f"{args.out}.tmp.{os.getpid()}"

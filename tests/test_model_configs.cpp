@@ -57,7 +57,8 @@ void expect_error(const Json& j, const std::string& needle) {
 TEST(ModelConfig, EveryCommittedModelLoadsWithASourceForEachField) {
   const auto names = model::list_models();
   for (const char* need :
-       {"llama2-7b", "llama2-13b", "llama-30b", "llama2-70b", "llama3-8b", "olmo-1b", "olmo-7b", "tiny-llama"})
+       {"llama2-7b", "llama2-13b", "llama-30b", "llama2-70b", "llama3-8b", "olmo-1b", "olmo-7b", "tiny-llama",
+        "tinyllama-1.1b"})
     EXPECT_NE(std::find(names.begin(), names.end(), need), names.end()) << need;
   for (const auto& n : names) {
     const ModelConfig m = model::load_model(n);
@@ -81,6 +82,7 @@ TEST(ModelConfig, ParameterCountsMatchThePublishedCheckpoints) {
   EXPECT_EQ(model::load_model("llama-30b").param_count(), 32528943616);
   EXPECT_EQ(model::load_model("olmo-1b").param_count(), 1176764416);
   EXPECT_EQ(model::load_model("olmo-7b").param_count(), 6888095744);
+  EXPECT_EQ(model::load_model("tinyllama-1.1b").param_count(), 1100048384);
 }
 
 TEST(ModelConfig, FieldsAreReadExactly) {

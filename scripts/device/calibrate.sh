@@ -5,7 +5,8 @@
 # file with the build's commit and kernel versions. Leaves under $OUT/calibrate/:
 #   calibration.json        commit it as reports/h200/calibration.json
 #   calibrate.txt           fp8sim calibrate's output (notes: shapes a plan does not run)
-#   torch_times.json        scripts/torch_layer_time.py: SDPA, fused AdamW, amax, the BF16 layer
+#   torch_times.json        scripts/torch_layer_time.py: SDPA, fused AdamW (one tensor and a model's
+#                           list), eager elementwise rates, amax, the BF16 layer
 #   test_speed_gpu.txt, test_optim_gpu.txt, test_gemm_gpu.txt
 #                           the kernels against their CPU references (when the bundle has them)
 # Six files: the device tool brings back at most eight.
@@ -56,7 +57,7 @@ for m in models/*.json; do
 done
 configs+=(--config llama2-13b:1x1024)
 stamp "torch reference (${#configs[@]} arguments)"
-"$PY" scripts/torch_layer_time.py "${configs[@]}" --adamw-params 268435456 --amax --out "$D/torch_times.json" \
+"$PY" scripts/torch_layer_time.py "${configs[@]}" --adamw-params 268435456 --adamw-model tinyllama-1.1b --elementwise --amax --out "$D/torch_times.json" \
   || { echo "torch_layer_time.py: exit $?"; status=1; }
 [ -f "$D/torch_times.json" ] || { echo "no torch_times.json: the calibration needs PyTorch's attention times"; exit 1; }
 

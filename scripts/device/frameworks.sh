@@ -6,7 +6,8 @@
 # Plans: memory, maxbatch, coat, speed (measure_matrix.py --help). Wheels the GPU machine lacks travel
 # in .whl/ (git-ignored; carry it): .whl/ao/ torchao, .whl/t445/ transformers 4.45.2 with tokenizers
 # 0.20 and huggingface_hub < 1.0 (COAT's model code needs them), .whl/coat/ the fp8-coat sdist.
-# The deadline (default 500 s) is shared by the plans; unfinished entries are listed in index.json.
+# The deadline (default 500 s) is shared by the plans and stops new entries, not running ones (each may
+# run FP8SIM_PER_ENTRY seconds, default 240); unfinished entries are listed in index.json.
 set -uo pipefail
 : "${OUT:?OUT must be set (the device tool sets it)}"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,12 +27,15 @@ if ls .whl/t445/*.whl >/dev/null 2>&1 && ls .whl/coat/*.tar.gz >/dev/null 2>&1; 
   PYTHONPATH=/tmp/site45:${PYTHONPATH:-} python3 -c "import sys; sys.path.insert(0, 'scripts'); import measure_coat; \
 measure_coat.setup('$coat', '/tmp/fp8sim_coat')" || echo "COAT setup failed: coat entries will fail"
 fi
+# Whatever finished is packed even when the caller's time limit stops this script midway.
+pack() { for d in /tmp/frameworks/*/; do [ -d "$d" ] && tar czf "$OUT/frameworks_$(basename "$d").tgz" -C "$d" .; done; }
+trap pack EXIT
+trap 'exit 124' TERM INT
 for plan in ${plans//,/ }; do
   left=$(( deadline - ($(date +%s) - start) ))
   (( left > 30 )) || { echo "no time left for plan $plan"; continue; }
   mkdir -p "/tmp/frameworks/$plan"
   python3 scripts/measure_matrix.py --plan "$plan" --out "/tmp/frameworks/$plan" --jobs 3 --deadline "$left" \
-    --per-entry 240 ${coat:+--coat "$coat"} "$@"
-  tar czf "$OUT/frameworks_$plan.tgz" -C "/tmp/frameworks/$plan" .
+    --per-entry "${FP8SIM_PER_ENTRY:-240}" ${coat:+--coat "$coat"} "$@"
 done
 echo "frameworks.sh: $(( $(date +%s) - start )) s"
