@@ -17,6 +17,8 @@ grep -q '"params": 6738415616' "$work/m.json"
 "$fp8" speed --model llama2-7b --quiet --json "$work/s.json"
 # The path shows relative to the source tree when the prefix lies inside it.
 grep -q "b/share/fp8sim/reports/h200/calibration.json\"" "$work/s.json"
+"$fp8" speed --framework hf --model tinyllama-1.1b --batch 2 --quiet --json "$work/f.json"
+grep -q "b/share/fp8sim/reports/h200/step_ops/hf.json\"" "$work/f.json"
 "$fp8" recipes --quiet --json "$work/r.json"
 grep -q '"coat"' "$work/r.json"
 test -f "$work/b/lib/libfp8sim_core.a" && test -f "$work/b/include/fp8sim/sim/quant/spec.hpp"

@@ -56,9 +56,8 @@ void expect_error(const Json& j, const std::string& needle) {
 
 TEST(ModelConfig, EveryCommittedModelLoadsWithASourceForEachField) {
   const auto names = model::list_models();
-  for (const char* need :
-       {"llama2-7b", "llama2-13b", "llama-30b", "llama2-70b", "llama3-8b", "olmo-1b", "olmo-7b", "tiny-llama",
-        "tinyllama-1.1b"})
+  for (const char* need : {"llama2-7b", "llama2-13b", "llama-30b", "llama2-70b", "llama3-8b", "olmo-1b", "olmo-7b",
+                           "tiny-llama", "tinyllama-1.1b"})
     EXPECT_NE(std::find(names.begin(), names.end(), need), names.end()) << need;
   for (const auto& n : names) {
     const ModelConfig m = model::load_model(n);

@@ -13,8 +13,10 @@
 #include "sim/app/cli.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
+#include "sim/common/paths.hpp"
 #include "sim/common/sizes.hpp"
 #include "sim/recipe/recipe.hpp"
+#include "sim/speed/framework.hpp"
 #include "sim/speed/speed.hpp"
 
 #include "sim/app/gpu_api.hpp"
@@ -150,6 +152,180 @@ void print_report(const Json& doc, bool show_ops) {
   }
 }
 
+// The step measurements --validate names: one file, or every eager step measurement of the
+// framework in a folder (sorted by name).
+std::vector<std::filesystem::path> validation_files(const std::string& path, const std::string& framework) {
+  namespace fs = std::filesystem;
+  if (!fs::is_directory(path)) {
+    if (!fs::exists(path)) throw UsageError(fmt::format("--validate '{}': no such file or folder", path));
+    return {path};
+  }
+  std::vector<fs::path> out;
+  for (const auto& e : fs::directory_iterator(path)) {
+    if (e.path().extension() != ".json") continue;
+    Json d;
+    try {
+      d = Json::parse(read_text_file(e.path()));
+    } catch (const Error&) {
+      continue;  // not a measurement
+    }
+    auto is = [&d](const char* k, const std::string& v) {
+      const Json* f = d.find(k);
+      return f && f->is_string() && f->as_string() == v;
+    };
+    auto flag = [&d](const char* k) {
+      const Json* f = d.find(k);
+      return f && f->is_bool() && f->as_bool();
+    };
+    if (is("format", "fp8sim-step-measurement") && is("framework", framework) && !flag("compile") &&
+        !flag("checkpointing"))
+      out.push_back(e.path());
+  }
+  std::sort(out.begin(), out.end());
+  if (out.empty())
+    throw UsageError(
+        fmt::format("--validate '{}': no eager step measurement of framework '{}' in the folder", path, framework));
+  return out;
+}
+
+void print_framework(const Json& doc) {
+  fmt::print("{}\n\n", doc.at("statement").as_string());
+  const Json& so = doc.at("step_ops");
+  fmt::print(
+      "framework {}: {}\nop inventory {} ({} configurations on {}; fit residual: other bytes {:.2g}, kernels "
+      "{:.2g})\n\n",
+      doc.at("framework").as_string(), doc.at("framework_description").as_string(), so.at("file").as_string(),
+      so.at("configs").as_int(), so.at("device").as_string(), so.at("max_residual_bytes").as_number(),
+      so.at("max_residual_kernels").as_number());
+  auto row = [](const Json& r, std::vector<std::string> head) {
+    for (const char* k : {"gemm_ms", "attention_ms", "other_ms", "optimizer_ms", "host_ms", "step_ms"})
+      head.push_back(f(r.at(k).as_number(), 1));
+    head.push_back(f(r.at("other_bytes").as_number() / 1e9, 1));
+    head.push_back(f(r.at("kernels").as_number(), 0));
+    return head;
+  };
+  if (const Json* p = doc.find("predictions")) {
+    std::vector<std::vector<std::string>> rows;
+    for (const Json& r : p->as_array())
+      rows.push_back(row(r, {doc.at("model").at("name").as_string(), std::to_string(r.at("batch").as_int()),
+                             f(r.at("tokens_per_s").as_number(), 0)}));
+    cli::print_table(
+        {"model", "batch", "tok/s", "gemm", "attn", "other", "optim", "host", "step ms", "other GB", "launches"}, rows);
+  }
+  if (const Json* v = doc.find("validation")) {
+    std::vector<std::vector<std::string>> rows;
+    for (const Json& r : v->at("rows").as_array()) {
+      auto cells = row(r, {r.at("model").as_string(), std::to_string(r.at("batch").as_int())});
+      cells.resize(8);
+      cells.push_back(f(r.at("measured_step_ms").as_number(), 1));
+      cells.push_back(fmt::format("{:+.1f}%", 100 * r.at("difference").as_number()));
+      rows.push_back(cells);
+    }
+    cli::print_table({"model", "batch", "gemm", "attn", "other", "optim", "host", "step ms", "measured", "diff"}, rows);
+    fmt::print("{} of {} steps within 10% (max |diff| {:.1f}%)\n", v->at("within_10_percent").as_int(),
+               v->at("rows").size(), 100 * v->at("max_abs_difference").as_number());
+  }
+  if (const Json* n = doc.find("notes"); n && n->size()) {
+    fmt::print("\nnotes:\n");
+    for (const Json& s : n->as_array()) fmt::print("  - {}\n", s.as_string());
+  }
+}
+
+// `speed --framework`: predictions at each --batch, or the comparison with measured steps.
+int run_speed_framework(const po::variables_map& vm, const std::vector<std::string>& args, const std::string& model,
+                        const std::string& batch, int64_t seq, std::string calib, std::string step_ops,
+                        const std::string& validate, const std::string& json_out) {
+  const std::string framework = vm["framework"].as<std::string>();
+  std::string description;
+  for (const auto& [name, what] : speed_frameworks())
+    if (name == framework) description = what;
+  if (description.empty()) {
+    std::string known;
+    for (const auto& [name, what] : speed_frameworks()) known += (known.empty() ? "" : ", ") + name;
+    throw UsageError(fmt::format("--framework '{}' is not modelled (one of: {})", framework, known));
+  }
+  for (const char* opt : {"recipes", "gpus", "grad-accum", "torch-times", "write-calibration", "table7", "no-fig4b",
+                          "fsdp-comm", "link-gbps", "reps", "warmup", "ops", "markdown"})
+    if (vm.count(opt) && !vm[opt].defaulted())
+      throw UsageError(fmt::format("--{} does not go with --framework (one GPU, BF16, eager)", opt));
+  if (!validate.empty() && (!vm["model"].defaulted() || !vm["batch"].defaulted() || !vm["seq"].defaulted()))
+    throw UsageError(
+        "--validate takes the model, batches and sequence from the measurements; drop --model, "
+        "--batch and --seq");
+  if (vm.count("validate") && validate.empty()) throw UsageError("--validate is empty");
+  if (calib.empty()) calib = default_calibration_path().string();
+  if (step_ops.empty()) step_ops = default_step_ops_path(framework).string();
+  RunFiles files;
+  files.input("--calibration", calib);
+  files.input("--step-ops", step_ops);
+  const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
+
+  const Calibration cal = Calibration::load(calib);
+  const StepOps ops = load_step_ops(step_ops);
+  if (ops.framework != framework)
+    throw UsageError(fmt::format("--step-ops '{}' is the inventory of framework '{}', not '{}'", step_ops,
+                                 ops.framework, framework));
+  std::vector<std::string> notes;
+  Json doc = Json::object();
+  doc["framework"] = framework;
+  doc["framework_description"] = description;
+  doc["statement"] = fmt::format(
+      "MODELLED step times of {} (eager, BF16, one GPU) from calibration {} ({}) and the framework's op inventory",
+      framework, source_relative(calib),
+      cal.device.is_object() && cal.device.contains("name") ? cal.device.at("name").as_string()
+                                                            : std::string("unknown GPU"));
+  Json so = Json::object();
+  so["file"] = source_relative(step_ops);
+  so["device"] = ops.device;
+  so["versions"] = ops.versions;
+  so["configs"] = static_cast<int64_t>(ops.configs);
+  so["max_residual_bytes"] = ops.max_residual.at("elementwise_bytes");
+  so["max_residual_kernels"] = ops.max_residual.at("elementwise_kernels");
+  doc["step_ops"] = so;
+  std::string command = "fp8sim speed";
+  for (const auto& a : args) command += " " + a;
+  doc["command"] = command;
+  if (!validate.empty()) {
+    const Json rows = framework_validate(validation_files(validate, framework), cal, ops, notes);
+    int64_t within = 0;
+    double worst = 0;
+    for (const Json& r : rows.as_array()) {
+      const double dd = std::abs(r.at("difference").as_number());
+      within += dd <= 0.10;
+      worst = std::max(worst, dd);
+    }
+    Json v = Json::object();
+    v["rows"] = rows;
+    v["within_10_percent"] = within;
+    v["max_abs_difference"] = worst;
+    doc["validation"] = v;
+  } else {
+    const ModelShape m = load_model_shape(model);
+    if (model.find('/') != std::string::npos || model.ends_with(".json")) files.input("--model", model);
+    Json mj = Json::object();
+    mj["name"] = m.name;
+    mj["layers"] = m.layers;
+    mj["params"] = m.params;
+    doc["model"] = mj;
+    doc["seq"] = seq;
+    Json preds = Json::array();
+    for (const std::string& b : split(batch, ',')) {
+      const int64_t bb = parse_size("--batch", b);
+      validate_run_sizes({.batch = bb, .seq = seq});
+      preds.push_back(framework_step(m, bb, seq, cal, ops, notes).to_json());
+    }
+    doc["predictions"] = preds;
+  }
+  Json nj = Json::array();
+  for (const auto& n : notes) nj.push_back(n);
+  doc["notes"] = nj;
+  if (json_id >= 0) files.write(json_id, doc.dump(1) + "\n");
+  print_framework(doc);
+  std::fflush(stdout);
+  files.commit();
+  return 0;
+}
+
 int run_speed(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::string all_speed;  // every recipe with a speed plan: the default --recipes
@@ -158,7 +334,8 @@ int run_speed(const std::vector<std::string>& args) {
   } catch (const Error&) {
     // The run reports the registry's error; --help still works.
   }
-  std::string model = "llama2-7b", batch = "1", recipes, fsdp = "none", json_out, md_out, calib, torch_times, write_cal;
+  std::string model = "llama2-7b", batch = "1", recipes, fsdp = "none", json_out, md_out, calib, torch_times, write_cal,
+              framework, step_ops, validate;
   int64_t seq = 2048, gpus = 1, accum = 1;
   double link = 360;
   int reps = 10, warmup = 3;
@@ -185,8 +362,15 @@ int run_speed(const std::vector<std::string>& args) {
       "link-gbps", po::value(&link)->default_value(360), "bus bandwidth the FSDP model assumes, GB/s")(
       "reps", po::value(&reps)->default_value(10), "measuring run: timed repetitions per kernel")(
       "warmup", po::value(&warmup)->default_value(3), "measuring run: untimed warm-up launches per kernel")(
-      "ops", "print every kernel of every recipe")("json", po::value(&json_out),
-                                                   "write the whole result as JSON to FILE (- : stdout)")(
+      "framework", po::value(&framework),
+      "predict an eager BF16 step as this framework runs it: torch or hf (from the calibration and the framework's "
+      "op inventory; --batch may list several, e.g. 1,2,4)")(
+      "step-ops", po::value(&step_ops),
+      "--framework: the op inventory (scripts/count_step_ops.py; default reports/h200/step_ops/FRAMEWORK.json)")(
+      "validate", po::value(&validate),
+      "--framework: compare with measured steps (a scripts/measure_step.py JSON, or a folder: every eager "
+      "measurement of the framework in it)")("ops", "print every kernel of every recipe")(
+      "json", po::value(&json_out), "write the whole result as JSON to FILE (- : stdout)")(
       "markdown", po::value(&md_out), "write the result as Markdown to FILE (- : stdout)");
   po::variables_map vm;
   if (!cli::parse(
@@ -207,8 +391,14 @@ int run_speed(const std::vector<std::string>& args) {
           "  fp8sim speed --model llama2-7b --batch 2 --seq 2048 --gpus 4\n"
           "  fp8sim speed --model llama2-7b --batch bf16=2,te=2,coat=4 --gpus 4 --table7 --json speed.json\n"
           "  fp8sim speed --model llama2-13b --batch 1 --gpus 4 --fsdp-comm serial --ops\n"
-          "  fp8sim speed --model llama2-7b --batch 2 --torch-times torch.json --write-calibration cal.json  (GPU)"))
+          "  fp8sim speed --model llama2-7b --batch 2 --torch-times torch.json --write-calibration cal.json  (GPU)\n"
+          "  fp8sim speed --framework hf --model tinyllama-1.1b --batch 1,2,4\n"
+          "  fp8sim speed --framework hf --validate reports/h200/frameworks"))
     return 0;
+  if (vm.count("framework"))
+    return run_speed_framework(vm, args, model, batch, seq, calib, step_ops, validate, json_out);
+  for (const char* opt : {"step-ops", "validate"})
+    if (vm.count(opt)) throw UsageError(fmt::format("--{} goes with --framework", opt));
 
   SpeedOptions o;
   o.model = model;

@@ -102,10 +102,11 @@ class Calibration {
   // The families of `ops`' predictions (each kernel once) whose measurements carry another version
   // than this build's, in kernel_families() order. PyTorch's kernels are never stale.
   std::vector<StaleFamily> stale_families(const std::vector<KernelOp>& ops) const;
+  // The shortest measured kernel, at most 10 us: the fixed cost of one launch on the GPU.
+  double launch_floor_ms() const;
 
  private:
   std::map<std::string, Measurement> by_key_;
-  double launch_floor_ms() const;
 };
 
 }  // namespace fp8sim::speed

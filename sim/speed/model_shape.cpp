@@ -9,8 +9,9 @@
 
 namespace fp8sim::speed {
 
-ModelShape load_model_shape(const std::string& name_or_path) {
-  const model::ModelConfig cfg = model::load_model(name_or_path);
+ModelShape load_model_shape(const std::string& name_or_path) { return model_shape(model::load_model(name_or_path)); }
+
+ModelShape model_shape(const model::ModelConfig& cfg) {
   ModelShape m;
   m.name = cfg.name;
   m.hidden = cfg.hidden;

@@ -182,7 +182,8 @@ std::vector<Measurement> torch_measurements(const Json& doc) {
     // SDPA's default backend choice (what the framework profiles run: variant suffix ",default").
     for (int which = 0; which < 4; ++which) {
       const bool fwd = which % 2 == 0, dflt = which >= 2;
-      const char* k = dflt ? (fwd ? "sdpa_default_fwd_ms" : "sdpa_default_bwd_ms") : (fwd ? "sdpa_fwd_ms" : "sdpa_bwd_ms");
+      const char* k =
+          dflt ? (fwd ? "sdpa_default_fwd_ms" : "sdpa_default_bwd_ms") : (fwd ? "sdpa_fwd_ms" : "sdpa_bwd_ms");
       const Json* t = c.find(k);
       if (dflt && !t) continue;
       FP8SIM_REQUIRE(t && t->is_object(), "{}: '{}' must be an object {{median, min, max, reps}}", where, k);

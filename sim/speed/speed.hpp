@@ -19,6 +19,9 @@
 #include "sim/speed/calibration.hpp"
 #include "sim/speed/plan.hpp"
 
+namespace fp8sim::model {
+struct ModelConfig;  // sim/model/model.hpp
+}
 namespace fp8sim::gpu {
 class Backend;  // sim/backend/backend.hpp
 }
@@ -70,6 +73,8 @@ std::filesystem::path default_calibration_path();
 
 // Reads models/NAME.json (or a path) into the replay's dimensions.
 ModelShape load_model_shape(const std::string& name_or_path);
+// The replay's dimensions of a parsed model config (checked as load_model_shape checks them).
+ModelShape model_shape(const model::ModelConfig& cfg);
 
 // The PyTorch reference (scripts/torch_layer_time.py's JSON): checks it and turns its SDPA and
 // fused AdamW times into measurements ("attention", "optimizer:adamw_fp32").

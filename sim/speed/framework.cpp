@@ -1,0 +1,337 @@
+#include "sim/speed/framework.hpp"
+
+#include <fmt/format.h>
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
+#include "sim/common/paths.hpp"
+#include "sim/model/model.hpp"
+#include "sim/speed/speed.hpp"
+
+namespace fp8sim::speed {
+
+namespace {
+
+constexpr const char* kStepOpsFormat = "fp8sim-step-ops/1";
+constexpr const char* kStepFormat = "fp8sim-step-measurement";
+// Elements one multi-tensor launch of a for-each optimizer op covers (PyTorch's multi_tensor_apply:
+// 320 blocks of 65536 elements); scripts/count_step_ops.py counts launches the same way.
+constexpr double kForeachChunk = 320.0 * 65536.0;
+
+// The dimensions the inventory's features are products of (scripts/count_step_ops.py's names).
+struct Dims {
+  double L, B, S, T, H, NH, KV, d, F, V, W;
+};
+
+Dims dims_of(const ModelShape& m, int64_t batch, int64_t seq) {
+  const double H = static_cast<double>(m.hidden), kv = static_cast<double>(m.kv_heads * m.head_dim),
+               F = static_cast<double>(m.ffn);
+  return {static_cast<double>(m.layers), static_cast<double>(batch), static_cast<double>(seq),
+          static_cast<double>(batch * seq), H, static_cast<double>(m.heads), kv, static_cast<double>(m.head_dim), F,
+          static_cast<double>(m.vocab), 2 * H * H + 2 * H * kv + 3 * H * F};
+}
+
+const std::map<std::string, std::function<double(const Dims&)>>& feature_table() {
+  static const std::map<std::string, std::function<double(const Dims&)>> t{
+      {"L*T*H", [](const Dims& c) { return c.L * c.T * c.H; }},
+      {"L*T*KV", [](const Dims& c) { return c.L * c.T * c.KV; }},
+      {"L*T*F", [](const Dims& c) { return c.L * c.T * c.F; }},
+      {"L*T*NH", [](const Dims& c) { return c.L * c.T * c.NH; }},
+      {"L*T*d", [](const Dims& c) { return c.L * c.T * c.d; }},
+      {"L*T", [](const Dims& c) { return c.L * c.T; }},
+      {"T*H", [](const Dims& c) { return c.T * c.H; }},
+      {"T*V", [](const Dims& c) { return c.T * c.V; }},
+      {"S*d", [](const Dims& c) { return c.S * c.d; }},
+      {"T", [](const Dims& c) { return c.T; }},
+      {"L*W", [](const Dims& c) { return c.L * c.W; }},
+      {"L*H", [](const Dims& c) { return c.L * c.H; }},
+      {"V*H", [](const Dims& c) { return c.V * c.H; }},
+      {"H", [](const Dims& c) { return c.H; }},
+      {"L", [](const Dims& c) { return c.L; }},
+      {"1", [](const Dims&) { return 1.0; }},
+  };
+  return t;
+}
+
+double feature(const std::string& name, const Dims& d) { return feature_table().at(name)(d); }
+
+const Json& need(const Json& j, const std::string& where, const char* key) {
+  const Json* v = j.find(key);
+  FP8SIM_REQUIRE(v != nullptr, "{}: missing field '{}'", where, key);
+  return *v;
+}
+
+double number(const Json& j, const std::string& where, const char* key) {
+  const Json& v = need(j, where, key);
+  FP8SIM_REQUIRE(v.is_number() && std::isfinite(v.as_number()), "{}: '{}' must be a number", where, key);
+  return v.as_number();
+}
+
+std::vector<std::string> names(const Json& j, const std::string& where, const char* key) {
+  const Json& a = need(j, where, key);
+  FP8SIM_REQUIRE(a.is_array() && a.size() > 0, "{}: '{}' must be a non-empty array", where, key);
+  std::vector<std::string> out;
+  for (const Json& n : a.as_array()) {
+    FP8SIM_REQUIRE(n.is_string() && feature_table().count(n.as_string()),
+                   "{}: '{}' names an unknown feature (this build knows the features of count_step_ops.py)", where,
+                   key);
+    out.push_back(n.as_string());
+  }
+  return out;
+}
+
+// Least squares with the columns scaled to unit maximum (the features span many decades).
+std::vector<double> least_squares(const Eigen::MatrixXd& a, const Eigen::VectorXd& y, double& max_rel) {
+  Eigen::VectorXd scale = a.cwiseAbs().colwise().maxCoeff().transpose();
+  for (Eigen::Index i = 0; i < scale.size(); ++i)
+    if (scale(i) == 0) scale(i) = 1;
+  const Eigen::MatrixXd as = a * scale.cwiseInverse().asDiagonal();
+  Eigen::VectorXd c = as.colPivHouseholderQr().solve(y);
+  c = c.cwiseQuotient(scale);
+  const Eigen::VectorXd fit = a * c;
+  max_rel = 0;
+  for (Eigen::Index i = 0; i < y.size(); ++i)
+    max_rel = std::max(max_rel, std::abs(fit(i) - y(i)) / std::max(std::abs(y(i)), 1.0));
+  return {c.data(), c.data() + c.size()};
+}
+
+double calibration_number(const Calibration& cal, const char* section, const char* key) {
+  const Json* s = cal.torch.find(section);
+  if (!s || !s->is_object()) return 0;
+  const Json* v = s->find(key);
+  return v && v->is_number() ? v->as_number() : 0;
+}
+
+}  // namespace
+
+const std::vector<std::pair<std::string, std::string>>& speed_frameworks() {
+  static const std::vector<std::pair<std::string, std::string>> f{
+      {"torch",
+       "the project's plain PyTorch loop: fp32 params + bf16 autocast, SDPA, AdamW(foreach=True) (eager)"},
+      {"hf", "Hugging Face transformers LlamaForCausalLM (sdpa), fp32 params + bf16 autocast, AdamW(fused=True) "
+             "(eager)"},
+  };
+  return f;
+}
+
+std::filesystem::path default_step_ops_path(const std::string& framework) {
+  return default_calibration_path().parent_path() / "step_ops" / (framework + ".json");
+}
+
+StepOps load_step_ops(const std::filesystem::path& p) {
+  const std::string where = fmt::format("step ops '{}'", source_relative(p));
+  Json doc;
+  try {
+    doc = Json::parse(read_text_file(p));
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", where, e.what()));
+  }
+  FP8SIM_REQUIRE(doc.is_object(), "{}: expected a JSON object", where);
+  const Json& format = need(doc, where, "format");
+  FP8SIM_REQUIRE(format.is_string() && format.as_string() == kStepOpsFormat,
+                 "{}: 'format' must be \"{}\" (written by scripts/count_step_ops.py)", where, kStepOpsFormat);
+  StepOps s;
+  s.framework = need(doc, where, "framework").as_string();
+  s.device = doc.contains("device_name") ? doc.at("device_name").as_string() : "";
+  s.command = doc.contains("command") ? doc.at("command").as_string() : "";
+  s.versions = doc.contains("versions") ? doc.at("versions") : Json::object();
+  s.features = names(doc, where, "features");
+  s.kernel_features = names(doc, where, "kernel_features");
+  const Json& configs = need(doc, where, "configs");
+  FP8SIM_REQUIRE(configs.is_array() && configs.size() >= s.features.size() + 2,
+                 "{}: 'configs' needs at least {} rows (features + 2) for the fit", where, s.features.size() + 2);
+  s.configs = configs.size();
+  const std::vector<std::string> totals{"elementwise_bytes", "elementwise_kernels", "optimizer_bytes",
+                                        "optimizer_kernels"};
+  std::vector<Dims> dims;
+  std::map<std::string, std::vector<double>> y;
+  size_t i = 0;
+  for (const Json& row : configs.as_array()) {
+    const std::string rw = fmt::format("{}: configs[{}]", where, i++);
+    const Json& d = need(row, rw, "dims");
+    dims.push_back({number(d, rw, "L"), number(d, rw, "B"), number(d, rw, "S"), number(d, rw, "T"),
+                    number(d, rw, "H"), number(d, rw, "NH"), number(d, rw, "KV"), number(d, rw, "d"),
+                    number(d, rw, "F"), number(d, rw, "V"), number(d, rw, "W")});
+    const Json& t = need(row, rw, "totals");
+    for (const std::string& k : totals) y[k].push_back(number(t, rw, k.c_str()));
+    if (i == 1) {
+      const Json* ops = row.find("ops");
+      s.fused_optimizer = ops && ops->is_object() && (ops->contains("optimizer:_fused_adamw_"));
+    }
+  }
+  for (const std::string& k : totals) {
+    const std::vector<std::string>& fs = k.ends_with("_kernels") ? s.kernel_features : s.features;
+    Eigen::MatrixXd a(static_cast<Eigen::Index>(dims.size()), static_cast<Eigen::Index>(fs.size()));
+    for (size_t r = 0; r < dims.size(); ++r)
+      for (size_t c = 0; c < fs.size(); ++c)
+        a(static_cast<Eigen::Index>(r), static_cast<Eigen::Index>(c)) = feature(fs[c], dims[r]);
+    const Eigen::VectorXd yv = Eigen::Map<const Eigen::VectorXd>(y[k].data(), static_cast<Eigen::Index>(y[k].size()));
+    s.coef[k] = least_squares(a, yv, s.max_residual[k]);
+  }
+  return s;
+}
+
+double StepOps::eval(const std::string& key, const ModelShape& m, int64_t batch, int64_t seq) const {
+  const auto it = coef.find(key);
+  FP8SIM_REQUIRE(it != coef.end(), "step ops: no fitted total '{}'", key);
+  const std::vector<std::string>& fs = key.ends_with("_kernels") ? kernel_features : features;
+  const Dims d = dims_of(m, batch, seq);
+  double v = 0;
+  for (size_t i = 0; i < fs.size(); ++i) v += it->second[i] * feature(fs[i], d);
+  return std::max(v, 0.0);
+}
+
+Json FrameworkStep::to_json() const {
+  Json j = Json::object();
+  j["batch"] = batch;
+  j["seq"] = seq;
+  j["gemm_ms"] = gemm_ms;
+  j["attention_ms"] = attention_ms;
+  j["other_ms"] = other_ms;
+  j["optimizer_ms"] = optimizer_ms;
+  j["gpu_ms"] = gpu_ms;
+  j["host_ms"] = host_ms;
+  j["step_ms"] = step_ms;
+  j["tokens_per_s"] = tokens_per_s;
+  j["other_bytes"] = other_bytes;
+  j["other_kernels"] = other_kernels;
+  j["optimizer_bytes"] = optimizer_bytes;
+  j["optimizer_kernels"] = optimizer_kernels;
+  j["kernels"] = kernels;
+  return j;
+}
+
+FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, const Calibration& cal,
+                             const StepOps& ops, std::vector<std::string>& notes) {
+  FrameworkStep s;
+  s.batch = batch;
+  s.seq = seq;
+  auto note = [&notes](std::string n) {
+    if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(std::move(n));
+  };
+  PlanOptions po;
+  po.batch = batch;
+  po.seq = seq;
+  double launches = 0;
+  bool default_attention = true;
+  for (const KernelOp& op : build_plan(m, Plan::BF16, po)) {
+    if (op.kind == Kind::Gemm) {
+      s.gemm_ms += cal.predict(op).ms * op.count;
+      launches += op.count;
+    } else if (op.kind == Kind::Attention) {
+      KernelOp dflt = op;
+      dflt.variant += ",default";
+      Prediction p = cal.predict(dflt);
+      if (!p.from) {  // a calibration without the default backend's times
+        p = cal.predict(op);
+        default_attention = false;
+      }
+      s.attention_ms += p.ms * op.count;
+      launches += op.count;
+    }
+  }
+  if (!default_attention)
+    note("attention: the calibration has no times of SDPA's default backend; FlashAttention's stand in");
+
+  const double gbps = calibration_number(cal, "elementwise", "gbps_median");
+  FP8SIM_REQUIRE(gbps > 0,
+                 "the calibration has no eager elementwise rate (torch.elementwise.gbps_median: "
+                 "scripts/torch_layer_time.py --elementwise, run by scripts/device/calibrate.sh)");
+  const double floor_ms = cal.launch_floor_ms();
+  s.other_bytes = ops.eval("elementwise_bytes", m, batch, seq);
+  s.other_kernels = ops.eval("elementwise_kernels", m, batch, seq);
+  s.other_ms = s.other_bytes / (gbps * 1e6) + s.other_kernels * floor_ms;
+
+  const double params = static_cast<double>(m.params);
+  s.optimizer_bytes = ops.eval("optimizer_bytes", m, batch, seq);
+  // The inventory counts each optimizer op once at its small sizes; at the model's size each
+  // multi-tensor op launches once per chunk of the parameters.
+  s.optimizer_kernels = ops.eval("optimizer_kernels", m, batch, seq) * std::max(1.0, std::ceil(params / kForeachChunk));
+  if (ops.fused_optimizer) {
+    double rate = calibration_number(cal, "adamw_fused_fp32_model", "gparams_per_s");
+    if (rate <= 0) {
+      rate = calibration_number(cal, "adamw_fused_fp32", "gparams_per_s");
+      note("optimizer: the calibration has no fused AdamW over a model's parameter list; one tensor's rate stands in");
+    }
+    FP8SIM_REQUIRE(rate > 0, "the calibration has no fused AdamW rate (torch.adamw_fused_fp32)");
+    s.optimizer_ms = params / (rate * 1e6);
+  } else {
+    s.optimizer_ms = s.optimizer_bytes / (gbps * 1e6) + s.optimizer_kernels * floor_ms;
+  }
+  launches += s.other_kernels + s.optimizer_kernels;
+  s.kernels = launches;
+  s.gpu_ms = s.gemm_ms + s.attention_ms + s.other_ms + s.optimizer_ms;
+  const double issue_ms = calibration_number(cal, "elementwise", "issue_interval_ms");
+  if (issue_ms > 0) s.host_ms = launches * issue_ms;
+  else note("host: the calibration has no eager issue interval; the host side is not modelled");
+  s.step_ms = std::max(s.gpu_ms, s.host_ms);
+  s.tokens_per_s = static_cast<double>(batch * seq) / (s.step_ms / 1e3);
+  return s;
+}
+
+Json framework_validate(const std::vector<std::filesystem::path>& runs, const Calibration& cal, const StepOps& ops,
+                        std::vector<std::string>& notes) {
+  Json rows = Json::array();
+  for (const auto& path : runs) {
+    const std::string where = fmt::format("measurement '{}'", source_relative(path));
+    Json d;
+    try {
+      d = Json::parse(read_text_file(path));
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", where, e.what()));
+    }
+    FP8SIM_REQUIRE(d.is_object() && d.contains("format") && d.at("format").is_string() &&
+                       d.at("format").as_string() == kStepFormat,
+                   "{}: not a step measurement (field 'format' must be \"{}\"; scripts/measure_step.py)", where,
+                   kStepFormat);
+    const std::string fw = need(d, where, "framework").as_string();
+    if (fw != ops.framework)
+      throw UsageError(fmt::format("{} is framework '{}', the profile is '{}' (pass --framework {})", where, fw,
+                                   ops.framework, fw));
+    if (need(d, where, "compile").as_bool() || need(d, where, "checkpointing").as_bool())
+      throw UsageError(fmt::format("{}: a compiled or checkpointed run; the profile models eager steps", where));
+    // The inventory is one framework version's code: a measurement of another version is left out.
+    if (const Json* mv = d.find("versions"); mv && mv->is_object() && ops.versions.is_object()) {
+      std::string differs;
+      for (const auto& [lib, v] : ops.versions.as_object())
+        if (const Json* w = mv->find(lib); w && w->is_string() && v.is_string() && w->as_string() != v.as_string())
+          differs += fmt::format("{}{} {} (the inventory's: {})", differs.empty() ? "" : ", ", lib, w->as_string(),
+                                 v.as_string());
+      if (!differs.empty()) {
+        notes.push_back(fmt::format("left out {}: {}", source_relative(path), differs));
+        continue;
+      }
+    }
+    const ModelShape m = model_shape(model::parse_model(need(d, where, "model_config"), where + " model_config"));
+    const int64_t seq = static_cast<int64_t>(number(d, where, "seq"));
+    for (const Json& r : need(d, where, "runs").as_array()) {
+      const Json* step = r.find("step_ms");
+      if (!step || !step->is_object()) continue;  // a memory-only run
+      const int64_t batch = static_cast<int64_t>(number(r, where, "batch"));
+      const FrameworkStep p = framework_step(m, batch, seq, cal, ops, notes);
+      const double measured = number(*step, where, "median");
+      Json row = p.to_json();
+      row["model"] = m.name;
+      row["file"] = source_relative(path);
+      row["measured_step_ms"] = measured;
+      row["difference"] = p.step_ms / measured - 1;
+      if (const Json* prof = r.find("profile"); prof && prof->is_object()) {
+        Json classes = Json::object();
+        if (const Json* bc = prof->find("by_class"); bc && bc->is_object())
+          for (const auto& [k, v] : bc->as_object()) classes[k] = v.at("ms").as_number();
+        row["profiled_ms_by_class"] = classes;
+        row["profiled_kernels"] = number(*prof, where, "kernels");
+      }
+      rows.push_back(row);
+    }
+  }
+  FP8SIM_REQUIRE(rows.size() > 0, "no timed run in the measurements given (measure_step.py --steps N)");
+  return rows;
+}
+
+}  // namespace fp8sim::speed

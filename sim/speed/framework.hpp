@@ -1,0 +1,75 @@
+#pragma once
+// Framework speed profiles (`fp8sim speed --framework`): the step time of an eager BF16 training
+// step as a real framework runs it, rather than the idealised fused pipeline of the plans.
+//
+//   torch  the project's plain PyTorch reference loop (scripts/measure_step.py --framework torch:
+//          fp32 parameters + bf16 autocast, SDPA, cross-entropy on fp32 logits, AdamW(foreach=True))
+//   hf     Hugging Face transformers LlamaForCausalLM, attn_implementation "sdpa", fp32 parameters
+//          + bf16 autocast, loss from model(labels=...), AdamW(fused=True)
+//
+// step = max(GPU time, host issue time), GPU time = GEMMs + attention + other ops + optimizer:
+//  * GEMMs: the BF16 plan's GEMMs at their calibrated cuBLASLt times (plan.hpp);
+//  * attention: PyTorch SDPA with its default backend choice (cuDNN's fused attention on the
+//    H200) at the calibrated shapes (variant ",default"; the FlashAttention times when the
+//    calibration has none, with a note);
+//  * other ops: the framework's op inventory (scripts/count_step_ops.py, counted on the GPU: every
+//    ATen op of one eager step with the bytes it reads and writes, fitted to the model's
+//    dimensions) priced at the calibration's eager elementwise rate plus a per-kernel floor;
+//  * optimizer: fused AdamW at the calibrated rate over a model's own parameter list; the
+//    for-each AdamW from its inventory bytes like the other ops;
+//  * host: every launch at the calibration's eager issue interval.
+// Nothing here is fitted to the end-to-end steps it is validated against (docs/speed-model.md).
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sim/common/json.hpp"
+#include "sim/speed/calibration.hpp"
+#include "sim/speed/plan.hpp"
+
+namespace fp8sim::speed {
+
+// The frameworks `speed --framework` models, and a one-line description of each.
+const std::vector<std::pair<std::string, std::string>>& speed_frameworks();
+
+// A framework's op inventory ("fp8sim-step-ops/1"), with each total fitted by least squares to the
+// inventory's features over its configurations.
+struct StepOps {
+  std::string framework, device, command;
+  Json versions;
+  std::vector<std::string> features, kernel_features;
+  std::map<std::string, std::vector<double>> coef;  // per total: one coefficient per feature
+  std::map<std::string, double> max_residual;       // per total: largest |fit - count| / count
+  size_t configs = 0;
+  bool fused_optimizer = false;  // the inventory's optimizer is one fused AdamW launch
+  // The fitted total `key` ("elementwise_bytes", "elementwise_kernels", "optimizer_bytes",
+  // "optimizer_kernels") for one step of `m` at batch x seq.
+  double eval(const std::string& key, const ModelShape& m, int64_t batch, int64_t seq) const;
+};
+StepOps load_step_ops(const std::filesystem::path& p);
+// reports/h200/step_ops/FRAMEWORK.json beside the default calibration.
+std::filesystem::path default_step_ops_path(const std::string& framework);
+
+// One predicted step and its terms (milliseconds unless named otherwise).
+struct FrameworkStep {
+  int64_t batch = 0, seq = 0;
+  double gemm_ms = 0, attention_ms = 0, other_ms = 0, optimizer_ms = 0, gpu_ms = 0, host_ms = 0, step_ms = 0;
+  double other_bytes = 0, other_kernels = 0, optimizer_bytes = 0, optimizer_kernels = 0, kernels = 0;
+  double tokens_per_s = 0;
+  Json to_json() const;
+};
+
+// The prediction for `m` at batch x seq from a calibration and the framework's inventory; `notes`
+// receives what the calibration lacked and what stood in for it.
+FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, const Calibration& cal,
+                             const StepOps& ops, std::vector<std::string>& notes);
+
+// Checks measurements (scripts/measure_step.py, "fp8sim-step-measurement", one framework, eager)
+// against the prediction: per run, the measured step (CUDA events, median) and the profiled
+// step's kernel classes beside the predicted terms.
+Json framework_validate(const std::vector<std::filesystem::path>& runs, const Calibration& cal, const StepOps& ops,
+                        std::vector<std::string>& notes);
+
+}  // namespace fp8sim::speed

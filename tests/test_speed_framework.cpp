@@ -1,0 +1,205 @@
+// `fp8sim speed --framework`: the op-inventory fit (against inventories built here from known
+// coefficients, and against the committed H200 inventories' own rows), the terms of a prediction,
+// the validation against the committed end-to-end H200 steps, and the CLI's errors.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
+#include "sim/common/json.hpp"
+#include "sim/speed/calibration.hpp"
+#include "sim/speed/framework.hpp"
+#include "sim/speed/speed.hpp"
+#include "tests/support/test_util.hpp"
+
+namespace fp8sim::speed {
+namespace {
+
+const std::string kSource = FP8SIM_SOURCE_DIR;
+
+// An inventory whose totals are exact linear functions of three features, with the dimensions
+// of `n` configurations varied deterministically.
+std::string synthetic_inventory(int n, const std::string& format = "fp8sim-step-ops/1") {
+  Json doc = Json::object();
+  doc["format"] = format;
+  doc["framework"] = "hf";
+  doc["device_name"] = "Synthetic GPU";
+  Json feats = Json::array();
+  for (const char* f : {"L*T*H", "T*V", "L*W"}) feats.push_back(f);
+  doc["features"] = feats;
+  Json kf = Json::array();
+  for (const char* f : {"L", "1"}) kf.push_back(f);
+  doc["kernel_features"] = kf;
+  Json rows = Json::array();
+  for (int i = 0; i < n; ++i) {
+    const double L = 1 + i % 4, B = 1 + i % 3, S = 32 + 16 * (i % 5), H = 64 + 32 * (i % 7), V = 512 + 128 * (i % 6);
+    const double NH = 4, d = H / NH, KV = 2 * d, F = 3 * H, T = B * S;
+    const double W = 2 * H * H + 2 * H * KV + 3 * H * F;
+    Json dims = Json::object();
+    for (auto [k, v] : std::vector<std::pair<const char*, double>>{
+             {"L", L}, {"B", B}, {"S", S}, {"T", T}, {"H", H}, {"NH", NH}, {"KV", KV}, {"d", d}, {"F", F}, {"V", V}, {"W", W}})
+      dims[k] = v;
+    Json totals = Json::object();
+    totals["elementwise_bytes"] = 500 * L * T * H + 48 * T * V + 12 * L * W;
+    totals["elementwise_kernels"] = 121 * L + 51;
+    totals["optimizer_bytes"] = 32 * L * W;
+    totals["optimizer_kernels"] = 2.0;
+    Json row = Json::object();
+    row["dims"] = dims;
+    row["totals"] = totals;
+    Json ops = Json::object();
+    ops["optimizer:_fused_adamw_"] = Json::object();
+    row["ops"] = ops;
+    rows.push_back(row);
+  }
+  doc["configs"] = rows;
+  const std::string path = test::temp_dir() + "/ops.json";
+  std::ofstream(path) << doc.dump(1);
+  return path;
+}
+
+ModelShape shape(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn, int64_t vocab) {
+  ModelShape m;
+  m.name = "m";
+  m.layers = layers;
+  m.hidden = hidden;
+  m.heads = heads;
+  m.kv_heads = kv_heads;
+  m.head_dim = hidden / heads;
+  m.ffn = ffn;
+  m.vocab = vocab;
+  m.params = layers * (2 * hidden * hidden + 2 * hidden * kv_heads * m.head_dim + 3 * hidden * ffn + 2 * hidden) +
+             2 * vocab * hidden + hidden;
+  return m;
+}
+
+TEST(SpeedFramework, FitRecoversKnownCoefficientsAndExtrapolates) {
+  const StepOps ops = load_step_ops(synthetic_inventory(12));
+  EXPECT_TRUE(ops.fused_optimizer);
+  EXPECT_LT(ops.max_residual.at("elementwise_bytes"), 1e-9);
+  // A shape far outside the small configurations: the fit must be the generating formula.
+  const ModelShape m = shape(32, 4096, 32, 8, 14336, 128256);
+  const double T = 2.0 * 2048, L = 32, H = 4096, V = 128256, KV = 8 * 128, F = 14336;
+  const double W = 2 * H * H + 2 * H * KV + 3 * H * F;
+  EXPECT_NEAR(ops.eval("elementwise_bytes", m, 2, 2048) / (500 * L * T * H + 48 * T * V + 12 * L * W), 1.0, 1e-9);
+  EXPECT_NEAR(ops.eval("elementwise_kernels", m, 2, 2048), 121 * L + 51, 1e-6);
+  EXPECT_NEAR(ops.eval("optimizer_bytes", m, 2, 2048) / (32 * L * W), 1.0, 1e-9);
+}
+
+TEST(SpeedFramework, InventoryErrorsNameTheProblem) {
+  auto message = [](const std::string& path) {
+    try {
+      load_step_ops(path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(synthetic_inventory(4)).find("at least 5 rows"), std::string::npos);
+  EXPECT_NE(message(synthetic_inventory(12, "other/1")).find("'format' must be"), std::string::npos);
+  EXPECT_NE(message(test::temp_dir() + "/missing.json").find("missing.json"), std::string::npos);
+}
+
+// The committed inventories (counted on the H200): the fit must reproduce every counted
+// configuration, or the features miss something the framework's code does.
+TEST(SpeedFramework, CommittedInventoriesAreDescribedByTheirFeatures) {
+  for (const char* fw : {"hf", "torch"}) {
+    const std::string path = kSource + "/reports/h200/step_ops/" + fw + ".json";
+    const StepOps ops = load_step_ops(path);
+    EXPECT_EQ(ops.framework, fw);
+    EXPECT_EQ(ops.fused_optimizer, std::string(fw) == "hf");
+    EXPECT_LT(ops.max_residual.at("elementwise_bytes"), 0.01) << fw;
+    EXPECT_LT(ops.max_residual.at("elementwise_kernels"), 0.02) << fw;
+    EXPECT_LT(ops.max_residual.at("optimizer_bytes"), 1e-6) << fw;
+  }
+}
+
+TEST(SpeedFramework, TermsAddUpAndScaleWithTheBatch) {
+  const Calibration cal = Calibration::load(kSource + "/reports/h200/calibration.json");
+  const StepOps ops = load_step_ops(kSource + "/reports/h200/step_ops/hf.json");
+  const ModelShape m = load_model_shape("tinyllama-1.1b");
+  std::vector<std::string> notes;
+  const FrameworkStep a = framework_step(m, 2, 2048, cal, ops, notes), b = framework_step(m, 4, 2048, cal, ops, notes);
+  EXPECT_TRUE(notes.empty()) << notes.front();
+  EXPECT_NEAR(a.gpu_ms, a.gemm_ms + a.attention_ms + a.other_ms + a.optimizer_ms, 1e-9);
+  EXPECT_DOUBLE_EQ(a.step_ms, std::max(a.gpu_ms, a.host_ms));
+  // The optimizer does not depend on the batch; the activations' work grows with it.
+  EXPECT_DOUBLE_EQ(a.optimizer_ms, b.optimizer_ms);
+  EXPECT_GT(b.other_bytes, 1.8 * a.other_bytes);
+  EXPECT_GT(b.gemm_ms, 1.8 * a.gemm_ms);
+  // Fused AdamW at the calibrated rate over the model's parameter list.
+  const double rate = cal.torch.at("adamw_fused_fp32_model").at("gparams_per_s").as_number();
+  EXPECT_NEAR(a.optimizer_ms, static_cast<double>(m.params) / (rate * 1e6), 1e-9);
+  EXPECT_NEAR(a.tokens_per_s, 2 * 2048 / (a.step_ms / 1e3), 1e-6);
+}
+
+// The end-to-end claim of docs/speed-model.md: the eager transformers steps measured on the H200
+// (two configurations the calibration set does not contain, two micro-batches each) within 10%.
+TEST(SpeedFramework, HfStepsMeasuredOnTheH200AreWithinTenPercent) {
+  const Calibration cal = Calibration::load(kSource + "/reports/h200/calibration.json");
+  const StepOps ops = load_step_ops(kSource + "/reports/h200/step_ops/hf.json");
+  std::vector<std::string> notes;
+  const std::string dir = kSource + "/reports/h200/frameworks/";
+  const Json rows = framework_validate({dir + "hf__0.8b-gqa.json", dir + "hf__l3-8b-L4.json"}, cal, ops, notes);
+  ASSERT_EQ(rows.size(), 4u);
+  for (const Json& r : rows.as_array())
+    EXPECT_LT(std::abs(r.at("difference").as_number()), 0.10)
+        << r.at("model").as_string() << " b" << r.at("batch").as_int() << ": predicted "
+        << r.at("step_ms").as_number() << " ms, measured " << r.at("measured_step_ms").as_number();
+}
+
+TEST(SpeedFramework, ValidationLeavesOutAnotherVersionOfTheFramework) {
+  const Calibration cal = Calibration::load(kSource + "/reports/h200/calibration.json");
+  const StepOps ops = load_step_ops(kSource + "/reports/h200/step_ops/hf.json");
+  std::vector<std::string> notes;
+  const std::string dir = kSource + "/reports/h200/frameworks/";
+  const Json rows = framework_validate({dir + "hf__0.8b-gqa.json", dir + "hf__0.8b-gqa__t445.json"}, cal, ops, notes);
+  EXPECT_EQ(rows.size(), 2u);  // the 4.45.2 run is left out, with a note
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("transformers 4.45.2"), std::string::npos) << notes[0];
+}
+
+TEST(SpeedFrameworkCli, PredictsValidatesAndRefusesBadInput) {
+  const auto ok = test::run_fp8sim({"speed", "--framework", "hf", "--model", "tinyllama-1.1b", "--batch", "1,4"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("MODELLED"), std::string::npos);
+  EXPECT_NE(ok.out.find("tinyllama-1.1b"), std::string::npos);
+  const std::string json = test::temp_dir() + "/v.json";
+  const auto v = test::run_fp8sim(
+      {"speed", "--framework", "torch", "--validate", kSource + "/reports/h200/frameworks", "--json", json});
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  const Json doc = Json::parse(read_text_file(json));
+  EXPECT_GE(doc.at("validation").at("rows").size(), 4u);
+  struct Bad {
+    std::vector<std::string> args;
+    int code;
+    const char* says;
+  };
+  const std::string out = test::temp_dir() + "/never.json";
+  for (const Bad& b : std::vector<Bad>{
+           {{"--framework", "megatron"}, 2, "not modelled"},
+           {{"--framework", "hf", "--recipes", "coat"}, 2, "does not go with --framework"},
+           {{"--framework", "hf", "--validate", "/no/such/dir"}, 2, "no such file"},
+           {{"--framework", "hf", "--validate", kSource + "/reports/h200/frameworks", "--batch", "2"}, 2,
+            "drop --model"},
+           {{"--framework", "torch", "--step-ops", kSource + "/reports/h200/step_ops/hf.json"}, 2, "inventory of"},
+           {{"--framework", "hf", "--step-ops", kSource + "/models/llama2-7b.json", "--json", out}, 1, "'format'"},
+           {{"--validate", "x"}, 2, "goes with --framework"},
+       }) {
+    std::vector<std::string> args{"speed"};
+    args.insert(args.end(), b.args.begin(), b.args.end());
+    const auto r = test::run_fp8sim(args);
+    EXPECT_EQ(r.exit_code, b.code) << fmt::format("{}", fmt::join(b.args, " ")) << "\n" << r.err;
+    EXPECT_NE(r.err.find(b.says), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+}  // namespace
+}  // namespace fp8sim::speed
