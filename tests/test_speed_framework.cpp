@@ -41,8 +41,17 @@ std::string synthetic_inventory(int n, const std::string& format = "fp8sim-step-
     const double NH = 4, d = H / NH, KV = 2 * d, F = 3 * H, T = B * S;
     const double W = 2 * H * H + 2 * H * KV + 3 * H * F;
     Json dims = Json::object();
-    for (auto [k, v] : std::vector<std::pair<const char*, double>>{
-             {"L", L}, {"B", B}, {"S", S}, {"T", T}, {"H", H}, {"NH", NH}, {"KV", KV}, {"d", d}, {"F", F}, {"V", V}, {"W", W}})
+    for (auto [k, v] : std::vector<std::pair<const char*, double>>{{"L", L},
+                                                                   {"B", B},
+                                                                   {"S", S},
+                                                                   {"T", T},
+                                                                   {"H", H},
+                                                                   {"NH", NH},
+                                                                   {"KV", KV},
+                                                                   {"d", d},
+                                                                   {"F", F},
+                                                                   {"V", V},
+                                                                   {"W", W}})
       dims[k] = v;
     Json totals = Json::object();
     totals["elementwise_bytes"] = 500 * L * T * H + 48 * T * V + 12 * L * W;
@@ -149,8 +158,8 @@ TEST(SpeedFramework, HfStepsMeasuredOnTheH200AreWithinTenPercent) {
   ASSERT_EQ(rows.size(), 4u);
   for (const Json& r : rows.as_array())
     EXPECT_LT(std::abs(r.at("difference").as_number()), 0.10)
-        << r.at("model").as_string() << " b" << r.at("batch").as_int() << ": predicted "
-        << r.at("step_ms").as_number() << " ms, measured " << r.at("measured_step_ms").as_number();
+        << r.at("model").as_string() << " b" << r.at("batch").as_int() << ": predicted " << r.at("step_ms").as_number()
+        << " ms, measured " << r.at("measured_step_ms").as_number();
 }
 
 TEST(SpeedFramework, ValidationLeavesOutAnotherVersionOfTheFramework) {
@@ -185,7 +194,8 @@ TEST(SpeedFrameworkCli, PredictsValidatesAndRefusesBadInput) {
            {{"--framework", "megatron"}, 2, "not modelled"},
            {{"--framework", "hf", "--recipes", "coat"}, 2, "does not go with --framework"},
            {{"--framework", "hf", "--validate", "/no/such/dir"}, 2, "no such file"},
-           {{"--framework", "hf", "--validate", kSource + "/reports/h200/frameworks", "--batch", "2"}, 2,
+           {{"--framework", "hf", "--validate", kSource + "/reports/h200/frameworks", "--batch", "2"},
+            2,
             "drop --model"},
            {{"--framework", "torch", "--step-ops", kSource + "/reports/h200/step_ops/hf.json"}, 2, "inventory of"},
            {{"--framework", "hf", "--step-ops", kSource + "/models/llama2-7b.json", "--json", out}, 1, "'format'"},

@@ -31,9 +31,17 @@ struct Dims {
 Dims dims_of(const ModelShape& m, int64_t batch, int64_t seq) {
   const double H = static_cast<double>(m.hidden), kv = static_cast<double>(m.kv_heads * m.head_dim),
                F = static_cast<double>(m.ffn);
-  return {static_cast<double>(m.layers), static_cast<double>(batch), static_cast<double>(seq),
-          static_cast<double>(batch * seq), H, static_cast<double>(m.heads), kv, static_cast<double>(m.head_dim), F,
-          static_cast<double>(m.vocab), 2 * H * H + 2 * H * kv + 3 * H * F};
+  return {static_cast<double>(m.layers),
+          static_cast<double>(batch),
+          static_cast<double>(seq),
+          static_cast<double>(batch * seq),
+          H,
+          static_cast<double>(m.heads),
+          kv,
+          static_cast<double>(m.head_dim),
+          F,
+          static_cast<double>(m.vocab),
+          2 * H * H + 2 * H * kv + 3 * H * F};
 }
 
 const std::map<std::string, std::function<double(const Dims&)>>& feature_table() {
@@ -111,10 +119,10 @@ double calibration_number(const Calibration& cal, const char* section, const cha
 
 const std::vector<std::pair<std::string, std::string>>& speed_frameworks() {
   static const std::vector<std::pair<std::string, std::string>> f{
-      {"torch",
-       "the project's plain PyTorch loop: fp32 params + bf16 autocast, SDPA, AdamW(foreach=True) (eager)"},
-      {"hf", "Hugging Face transformers LlamaForCausalLM (sdpa), fp32 params + bf16 autocast, AdamW(fused=True) "
-             "(eager)"},
+      {"torch", "the project's plain PyTorch loop: fp32 params + bf16 autocast, SDPA, AdamW(foreach=True) (eager)"},
+      {"hf",
+       "Hugging Face transformers LlamaForCausalLM (sdpa), fp32 params + bf16 autocast, AdamW(fused=True) "
+       "(eager)"},
   };
   return f;
 }
@@ -154,9 +162,9 @@ StepOps load_step_ops(const std::filesystem::path& p) {
   for (const Json& row : configs.as_array()) {
     const std::string rw = fmt::format("{}: configs[{}]", where, i++);
     const Json& d = need(row, rw, "dims");
-    dims.push_back({number(d, rw, "L"), number(d, rw, "B"), number(d, rw, "S"), number(d, rw, "T"),
-                    number(d, rw, "H"), number(d, rw, "NH"), number(d, rw, "KV"), number(d, rw, "d"),
-                    number(d, rw, "F"), number(d, rw, "V"), number(d, rw, "W")});
+    dims.push_back({number(d, rw, "L"), number(d, rw, "B"), number(d, rw, "S"), number(d, rw, "T"), number(d, rw, "H"),
+                    number(d, rw, "NH"), number(d, rw, "KV"), number(d, rw, "d"), number(d, rw, "F"),
+                    number(d, rw, "V"), number(d, rw, "W")});
     const Json& t = need(row, rw, "totals");
     for (const std::string& k : totals) y[k].push_back(number(t, rw, k.c_str()));
     if (i == 1) {
@@ -291,8 +299,8 @@ Json framework_validate(const std::vector<std::filesystem::path>& runs, const Ca
                    kStepFormat);
     const std::string fw = need(d, where, "framework").as_string();
     if (fw != ops.framework)
-      throw UsageError(fmt::format("{} is framework '{}', the profile is '{}' (pass --framework {})", where, fw,
-                                   ops.framework, fw));
+      throw UsageError(
+          fmt::format("{} is framework '{}', the profile is '{}' (pass --framework {})", where, fw, ops.framework, fw));
     if (need(d, where, "compile").as_bool() || need(d, where, "checkpointing").as_bool())
       throw UsageError(fmt::format("{}: a compiled or checkpointed run; the profile models eager steps", where));
     // The inventory is one framework version's code: a measurement of another version is left out.
