@@ -12,7 +12,8 @@ device (on a CPU-only machine autocast("cuda") is disabled and SDPA falls back t
 How it counts: a TorchDispatchMode sees each ATen op after autograd and autocast have decided it.
 View ops (func.is_view, and _unsafe_view, a view that autograd does not track) move no data and
 launch nothing. For every other op on the device, bytes
-read = the inputs' distinct elements (a broadcast dimension, stride 0, is read once) and bytes
+read = the inputs' distinct elements (a broadcast dimension, stride 0, is read once; a tensor
+passed twice is read once) and bytes
 written = the outputs (for an in-place op, the tensor it mutates). Ops are grouped as
   gemm        mm, addmm, bmm, baddbmm
   attention   the fused SDPA kernels, forward and backward
@@ -119,6 +120,10 @@ def distinct_bytes(t):
     return n * t.element_size() if t.numel() else 0
 
 
+def view_key(t):
+    return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
 def tensors(x):
     if isinstance(x, torch.Tensor):
         yield x
@@ -145,7 +150,8 @@ class Counter(TorchDispatchMode):
         if func.is_view or func.namespace == "prim" or func._schema.name == "aten::_unsafe_view":
             return out
         name = func._schema.name.split("::")[-1]
-        ins = [t for t in tensors((args, kwargs)) if t.device.type == self.device.type]
+        # A tensor passed twice (x * x, addcmul(g, g)) is read from memory once.
+        ins = list({view_key(t): t for t in tensors((args, kwargs)) if t.device.type == self.device.type}.values())
         if not ins and not any(t.device.type == self.device.type for t in tensors(out)):
             return out
         read = sum(distinct_bytes(t) for t in ins)
