@@ -173,7 +173,7 @@ struct BadCase {
 TEST(QuantSpecParse, ErrorsNameTheTokenAndTheChoices) {
   const std::vector<BadCase> cases = {
       {"", {"empty spec"}},
-      {"e4m4:tensor", {"'e4m4'", "e4m3, e5m2, bf16, fp16"}},
+      {"e4m4:tensor", {"'e4m4'", "e4m3, e5m2, e2m1 (fp4), e2m3, e3m2, bf16, fp16"}},
       {"e4m3:g0", {"'g0'", "tensor, row, col"}},
       {"e4m3:gx", {"'gx'"}},
       {"e4m3:b128", {"'b128'", "bRxC"}},

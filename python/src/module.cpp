@@ -190,7 +190,7 @@ nb::dict spec_info(const std::string& text) {
   d["text"] = s.to_string();
   d["format"] = std::string(format_name(s.format));
   d["granularity"] = std::string(granularity_name(s.granularity));
-  d["bits_per_code"] = 8 * s.code_bytes_per_element();
+  d["bits_per_code"] = s.bits_per_code();
   d["metadata_bytes_per_group"] = s.metadata_bytes_per_group();
   d["fmax"] = s.fmax();
   return d;

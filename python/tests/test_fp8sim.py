@@ -177,6 +177,53 @@ def test_fp4_fp6_equal_ml_dtypes_except_nan(fmt, mltype):
         fp8sim.cast(x, fmt, saturate=False)
 
 
+ELEM = {"e2m1": (ml_dtypes.float4_e2m1fn, 2, 6.0), "e2m3": (ml_dtypes.float6_e2m3fn, 2, 7.5),
+        "e3m2": (ml_dtypes.float6_e3m2fn, 4, 28.0)}
+
+
+@pytest.mark.parametrize("fmt", ["e2m1", "e2m3", "e3m2"])
+@pytest.mark.parametrize("mx", ["floor", "rceil"])
+def test_mx_fp4_fp6_blocks_equal_an_independent_reference(fmt, mx):
+    """OCP MX blocks of 32 with E8M0 scales, written here from the MX v1.0 definition with numpy and
+    ml_dtypes' casts: floor: X = 2^(floor(log2 amax) - emax_elem); rceil: amax / fmax rounded up to
+    a power of two (TE's and torchao's RCEIL); elements x / X in fp32, then a saturating
+    round-to-nearest-even cast. Zero, subnormal and huge blocks included."""
+    mltype, emax, fmax = ELEM[fmt]
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((40, 96)) * np.exp(rng.uniform(-12, 12, (40, 1)))).astype(np.float32)
+    x[0] = 0.0
+    x[1, :32] = np.float32(3e-39)  # fp32 subnormals
+    x[2, 32:64] = np.float32(1e37)
+    x[3, 5] = np.float32(-2.5e38)
+    r = fp8sim.quantize(x, f"{fmt}:g32:scale=e8m0:mx={mx}")
+    blocks = x.reshape(40, 3, 32).astype(np.float64)
+    amax = np.abs(blocks).max(axis=2)
+    with np.errstate(divide="ignore"):
+        if mx == "floor":
+            # the exponent of amax (-127 for zero and fp32 subnormals), minus the element's emax
+            e = np.where(amax >= 2.0 ** -126, np.floor(np.log2(np.where(amax > 0, amax, 1))), -127) - emax
+        else:
+            t = (amax.astype(np.float32) / np.float32(fmax)).astype(np.float64)  # the fp32 quotient
+            e = np.where(t > 0, np.ceil(np.log2(np.where(t > 0, t, 1))), -127)
+    e = np.clip(e, -127, 127)
+    scale = np.power(2.0, e)
+    np.testing.assert_array_equal(r.scales, scale.astype(np.float32))
+    q = (x.reshape(40, 3, 32) / scale[:, :, None].astype(np.float32)).astype(np.float32)
+    codes = q.astype(mltype).view(np.uint8).reshape(40, 96)
+    np.testing.assert_array_equal(r.codes, codes)
+    deq = codes.view(mltype).astype(np.float32).reshape(40, 3, 32) * scale[:, :, None].astype(np.float32)
+    np.testing.assert_array_equal(r.dequantized, deq.reshape(40, 96).astype(np.float32))
+
+
+def test_mx_aliases_and_fp4_fp6_spec_errors():
+    assert str(fp8sim.Spec("mxfp4")) == "e2m1:g32:scale=e8m0:mx=floor"
+    assert str(fp8sim.Spec("mxfp6-e3m2")) == "e3m2:g32:scale=e8m0:mx=floor"
+    for bad, says in [("e2m1:g32:de=coat", "de and delayed"), ("e2m3:g16:scale=bf16", "takes scale=e8m0"),
+                      ("e3m2:tensor:sat=none", "saturates")]:
+        with pytest.raises(ValueError, match=says):
+            fp8sim.Spec(bad)
+
+
 def test_spec_parses_validates_and_sizes():
     s = fp8sim.Spec("e4m3:g128:de=coat")
     assert str(s) == s.text and fp8sim.Spec(str(s)) == s

@@ -89,15 +89,16 @@ QuantizedSize quantized_size(const QuantSpec& spec, std::span<const int64_t> sha
   QuantizedSize q;
   q.numel = shape_numel(shape);
   q.num_groups = spec.is_passthrough() ? 0 : g.num_groups();
-  FP8SIM_REQUIRE(!__builtin_mul_overflow(q.numel, int64_t{spec.code_bytes_per_element()}, &q.code_bytes),
-                 "tensor too large");
+  int64_t bits = 0;
+  FP8SIM_REQUIRE(!__builtin_mul_overflow(q.numel, int64_t{spec.bits_per_code()}, &bits), "tensor too large");
+  q.code_bytes = (bits + 7) / 8;
   const int scale_b = spec.metadata_bytes_per_group() - (spec.has_expand() ? 8 : 0);
   q.scale_bytes = q.num_groups * scale_b;
   q.expand_bytes = spec.has_expand() ? q.num_groups * 8 : 0;
   return q;
 }
 
-size_t QuantizedTensor::code_bytes() const { return codes.size(); }
+size_t QuantizedTensor::code_bytes() const { return (static_cast<size_t>(numel()) * spec.bits_per_code() + 7) / 8; }
 
 size_t QuantizedTensor::metadata_bytes() const {
   if (spec.is_passthrough()) return 0;
@@ -133,6 +134,14 @@ float saturation_bound(Format f) {
       return f32_from_bits(0x477FEFFFu);  // just below 65520, which ties up to 2^16
     case Format::BF16:
       return f32_from_bits(0x7F7F7FFFu);  // just below the tie with 2^128
+    // The 4- and 6-bit maxima have an odd last mantissa bit, so the tie above them rounds up
+    // (to the next binade) and saturates: the bound is just below the tie.
+    case Format::E2M1:
+      return f32_from_bits(0x40DFFFFFu);  // just below 7 (6 + half of its step 2)
+    case Format::E2M3:
+      return f32_from_bits(0x40F7FFFFu);  // just below 7.75 (7.5 + 0.25)
+    case Format::E3M2:
+      return f32_from_bits(0x41EFFFFFu);  // just below 30 (28 + 2)
     default:
       return static_cast<float>(format_info(f).max);
   }
@@ -148,6 +157,7 @@ ScaleConsts scale_consts(const QuantSpec& spec) {
   c.scale_div = spec.scale_div;
   c.apply = spec.apply;
   c.mx = spec.mx;
+  c.elem_mbits = static_cast<uint8_t>(format_info(spec.format).mantissa_bits);
   return c;
 }
 
@@ -407,7 +417,7 @@ void encode_all(const Load& ld, QuantizedTensor& q, const GroupParams& gp, const
   const float fmax = saturation_bound(spec.format);  // what the saturated count compares with
   uint8_t* out = q.codes.data();
   const bool narrow = g.group_cols < kNarrow;
-  const bool simd = quant_simd();
+  const bool simd = quant_simd() && is_fp8(spec.format);  // the AVX2 encoders are E4M3 / E5M2 only
   int64_t nsat = 0, nunder = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (sp.tasks > 1) reduction(+ : nsat, nunder)
   for (int64_t t = 0; t < sp.tasks; ++t) {
@@ -449,16 +459,19 @@ void encode_all(const Load& ld, QuantizedTensor& q, const GroupParams& gp, const
 
 // Branch-free decode (bit-identical to decode_fp8<T>; the tests compare them): unlike a table
 // lookup it vectorizes, which matters for DE where each element also runs a pow.
+// The 4- and 6-bit formats (sign in bit kBits-1) have no Inf or NaN codes.
 template <class T>
 __attribute__((always_inline)) inline float decode_fp8_vec(uint32_t c) {
-  const uint32_t sign = (c & 0x80u) << 24;
-  const uint32_t mag = c & 0x7Fu;
+  const uint32_t sign = (c & T::kSignBit) << T::kSignShift;
+  const uint32_t mag = c & (T::kSignBit - 1u);
   const uint32_t e = mag >> T::kMantissaBits;
   const uint32_t m = mag & ((1u << T::kMantissaBits) - 1u);
   const float normal = f32_from_bits(sign | ((e + 127u - T::kBias) << 23) | (m << (23 - T::kMantissaBits)));
   const float sub = f32_from_bits(f32_bits(mul_rn(static_cast<float>(m), pow2f(-T::kSubShift))) | sign);
   float r = dmath::sel(e == 0u, sub, normal);
-  if constexpr (T::kOverflowCode == 0x7F) {  // E4M3: only S.1111.111 is NaN
+  if constexpr (!T::kHasSpecials) {
+    return r;
+  } else if constexpr (T::kOverflowCode == 0x7F) {  // E4M3: only S.1111.111 is NaN
     r = dmath::sel(mag == 0x7Fu, f32_from_bits(sign | 0x7FC00000u), r);
   } else {  // E5M2: S.11111.00 is Inf, S.11111.xx NaN
     r = dmath::sel(e == 31u, f32_from_bits(sign | (m == 0u ? 0x7F800000u : 0x7FC00000u)), r);
@@ -494,7 +507,7 @@ void encode_robust(const Load& ld, QuantizedTensor& q, const Stats& st, const Qu
   const bool sr = spec.rounding == Rounding::Stochastic;
   const float fmax = spec.fmax();
   const float fmax_target = static_cast<float>(format_info(spec.expand_target).max);
-  const bool simd = quant_simd();
+  const bool simd = quant_simd() && is_fp8(spec.format);  // the AVX2 encoders are E4M3 / E5M2 only
   int64_t nsat = 0, nunder = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : nsat, nunder)
   {
@@ -707,7 +720,7 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
   const int64_t ng = g.num_groups();
   const ScaleConsts sc = scale_consts(spec);
   if constexpr (VecLoad<Load>::ok) {
-    const bool fused = quant_simd() && !spec.is_16bit() && g.group_rows == 1 && g.group_cols >= kNarrow &&
+    const bool fused = quant_simd() && is_fp8(spec.format) && g.group_rows == 1 && g.group_cols >= kNarrow &&
                        (spec.granularity == Granularity::Row || spec.granularity == Granularity::Group) &&
                        !spec.delayed.enabled() && spec.rounding == Rounding::Nearest && spec.apply == Apply::Div &&
                        spec.de_min == DeMin::Nonzero &&
@@ -785,8 +798,25 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
       plain_scales(amax_with_eps(amax, sc), sc, gp.s_quant[i], q.scales[i]);
     }
   }
-  if (e4) encode_all<E4M3Traits>(ld, q, gp, opts, threads);
-  else encode_all<E5M2Traits>(ld, q, gp, opts, threads);
+  switch (spec.format) {
+    case Format::E4M3:
+      encode_all<E4M3Traits>(ld, q, gp, opts, threads);
+      break;
+    case Format::E5M2:
+      encode_all<E5M2Traits>(ld, q, gp, opts, threads);
+      break;
+    case Format::E2M1:
+      encode_all<E2M1Traits>(ld, q, gp, opts, threads);
+      break;
+    case Format::E2M3:
+      encode_all<E2M3Traits>(ld, q, gp, opts, threads);
+      break;
+    case Format::E3M2:
+      encode_all<E3M2Traits>(ld, q, gp, opts, threads);
+      break;
+    default:
+      throw Error(fmt::format("quantize: no encoder for {}", format_name(spec.format)));
+  }
 
   if (spec.delayed.enabled()) {
     // TE records the tensor's amax (an Inf makes it non-finite and the scale is then kept).
@@ -909,7 +939,6 @@ void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
     FP8SIM_REQUIRE(static_cast<int64_t>(q.expand_k.size()) == g.num_groups() &&
                        static_cast<int64_t>(q.expand_c.size()) == g.num_groups(),
                    "quantized tensor lacks per-group k and c");
-  const bool e5 = q.spec.format == Format::E5M2;
   const bool simd = quant_simd();
   const TaskSplit sp = make_split(g, threads);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (sp.tasks > 1)
@@ -931,12 +960,24 @@ void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
         } else {
           const ExpandParams p =
               expand ? ExpandParams{q.expand_k[grp], q.expand_c[grp], q.scales[grp]} : ExpandParams{};
-          if (e5)
-            decode_group_segment<E5M2Traits>(q.codes.data(), r * g.cols + c0, c1 - c0, q.scales[grp], p, expand, out,
-                                             simd);
-          else
-            decode_group_segment<E4M3Traits>(q.codes.data(), r * g.cols + c0, c1 - c0, q.scales[grp], p, expand, out,
-                                             simd);
+          const int64_t b0 = r * g.cols + c0, nn = c1 - c0;
+          const float sg = q.scales[grp];
+          switch (q.spec.format) {
+            case Format::E5M2:
+              decode_group_segment<E5M2Traits>(q.codes.data(), b0, nn, sg, p, expand, out, simd);
+              break;
+            case Format::E2M1:
+              decode_group_segment<E2M1Traits>(q.codes.data(), b0, nn, sg, p, expand, out, false);
+              break;
+            case Format::E2M3:
+              decode_group_segment<E2M3Traits>(q.codes.data(), b0, nn, sg, p, expand, out, false);
+              break;
+            case Format::E3M2:
+              decode_group_segment<E3M2Traits>(q.codes.data(), b0, nn, sg, p, expand, out, false);
+              break;
+            default:
+              decode_group_segment<E4M3Traits>(q.codes.data(), b0, nn, sg, p, expand, out, simd);
+          }
         }
       }
     }

@@ -35,7 +35,7 @@ GroupGeometry group_geometry(const QuantSpec& spec, std::span<const int64_t> sha
 struct QuantizedSize {
   int64_t numel = 0;
   int64_t num_groups = 0;
-  int64_t code_bytes = 0;    // numel * (1 for FP8, 2 for BF16/FP16)
+  int64_t code_bytes = 0;    // ceil(numel * bits / 8): packed codes (4, 6, 8 or 16 bits each)
   int64_t scale_bytes = 0;   // num_groups * (4 fp32/pow2, 2 bf16, 1 e8m0); 0 for pass-through
   int64_t expand_bytes = 0;  // num_groups * 8 (fp32 k and c) with DE, else 0
   int64_t metadata_bytes() const { return scale_bytes + expand_bytes; }
@@ -77,7 +77,8 @@ struct QuantizedTensor {
   int64_t numel() const { return geometry.numel(); }
   int64_t num_groups() const { return geometry.num_groups(); }
   const uint16_t* codes16() const { return reinterpret_cast<const uint16_t*>(codes.data()); }
-  // Exact storage: equals quantized_size(spec, shape).
+  // Exact storage: equals quantized_size(spec, shape). The codes are packed there (two FP4 codes
+  // per byte, four FP6 codes per three bytes); `codes` holds one 4- or 6-bit code per byte.
   size_t code_bytes() const;
   size_t metadata_bytes() const;
   size_t total_bytes() const { return code_bytes() + metadata_bytes(); }

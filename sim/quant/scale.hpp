@@ -45,6 +45,7 @@ struct ScaleConsts {
   double eps = 0.0;
   float amax_floor = 0.0f;
   MxRound mx = MxRound::Rceil;
+  uint8_t elem_mbits = 3;  // the storage format's stored mantissa bits (mx=even rounds at this width)
 };
 static_assert(sizeof(ScaleConsts) == 24, "ScaleConsts grew: see its comment");
 
@@ -91,9 +92,9 @@ FP8SIM_HD uint32_t e8m0_code(float amax_eps, const ScaleConsts& c) {
     return (m != 0u && e < 254u) ? e + 1u : e;
   }
   // The element format's largest exponent and mantissa width: E4M3 (448 = 1.75 * 2^8) 8 and 3,
-  // E5M2 (57344 = 1.75 * 2^15) 15 and 2.
+  // E5M2 (57344 = 1.75 * 2^15) 15 and 2, E2M1 (6 = 1.5 * 2^2) 2 and 1, E2M3 (7.5) 2 and 3, E3M2 (28) 4 and 2.
   const int elem_emax = floor_log2_f32(c.fmax);
-  const int elem_mbits = c.fmax == 448.0f ? 3 : 2;
+  const int elem_mbits = c.elem_mbits;
   uint32_t b = f32_bits(amax_eps);
   if (c.mx == MxRound::Even) {
     b = (b + (1u << (22 - elem_mbits))) & 0xFF800000u;

@@ -114,6 +114,10 @@ constexpr Alias kAliases[] = {
     {"te-mxfp8", "e4m3:g32:scale=e8m0:scale_div=rcp"},
     {"torchao-mxfp8", "e4m3:g32:scale=e8m0:mx=floor"},  // torchao to_mx's default (FLOOR)
     {"torchao-mxfp8-rceil", "e4m3:g32:scale=e8m0:scale_div=rcp"},
+    // OCP MX v1.0's 4- and 6-bit formats: 32-element blocks, E8M0 scale 2^(floor(log2 amax) - emax).
+    {"mxfp4", "e2m1:g32:scale=e8m0:mx=floor"},
+    {"mxfp6-e2m3", "e2m3:g32:scale=e8m0:mx=floor"},
+    {"mxfp6-e3m2", "e3m2:g32:scale=e8m0:mx=floor"},
     // COAT's kernels: the optimizer's DE with its kernel's group minimum; the Triton quantizers'
     // approximate divisions (activations 1x16 with bf16 scales; fp32 weights per tensor).
     {"coat-opt", "e4m3:g128:de=coat:de_min=kernel"},
@@ -133,7 +137,8 @@ constexpr Alias kAliases[] = {
 
 // NOT-RECIPES: formats and spec aliases.
 constexpr const char* kValidFormats =
-    "e4m3, e5m2, bf16, fp16 (or an alias: mxfp8, mxfp8-e5m2, te-mxfp8, torchao-mxfp8, torchao-mxfp8-rceil, "
+    "e4m3, e5m2, e2m1 (fp4), e2m3, e3m2, bf16, fp16 (or an alias: mxfp8, mxfp8-e5m2, te-mxfp8, torchao-mxfp8, "
+    "torchao-mxfp8-rceil, mxfp4, mxfp6-e2m3, mxfp6-e3m2, "
     "coat-opt, coat-opt-noexpand, coat-act, coat-w, deepseek-act, deepseek-act-ue8m0, deepseek-w, "
     "deepseek-w-ue8m0, te-current, te-current-pow2, te-delayed)";
 constexpr const char* kValidKeys =
@@ -187,6 +192,9 @@ Format parse_storage_format(std::string_view text, std::string_view tok) {
   if (tok == "e5m2") return Format::E5M2;
   if (tok == "bf16" || tok == "bfloat16") return Format::BF16;
   if (tok == "fp16" || tok == "float16") return Format::FP16;
+  if (tok == "e2m1" || tok == "fp4") return Format::E2M1;
+  if (tok == "e2m3") return Format::E2M3;
+  if (tok == "e3m2") return Format::E3M2;
   bad(text, fmt::format("unknown format '{}' (valid: {})", tok, kValidFormats));
 }
 
@@ -442,8 +450,17 @@ std::string QuantSpec::to_string() const {
 
 void QuantSpec::validate() const {
   auto fail = [](const std::string& m) { throw UsageError(m); };
-  if (!is_fp8(format) && !is_16bit())
-    fail(fmt::format("format must be e4m3, e5m2, bf16 or fp16, not {}", format_name(format)));
+  if (!is_fp8(format) && !is_16bit() && !is_fp4_fp6(format))
+    fail(fmt::format("format must be e4m3, e5m2, e2m1, e2m3, e3m2, bf16 or fp16, not {}", format_name(format)));
+  if (is_fp4_fp6(format)) {
+    const std::string f(format_name(format));
+    if (expand != ExpandMode::None || delayed.enabled())
+      fail(fmt::format("{}: de and delayed scaling are defined for e4m3 / e5m2 only", f));
+    if (scale != ScaleMode::E8M0 && scale != ScaleMode::Fp32 && scale != ScaleMode::Pow2)
+      fail(fmt::format("{} takes scale=e8m0 (OCP MX), fp32 or pow2, not {}", f, scale_mode_name(scale)));
+    if (saturation != Saturation::Finite)
+      fail(fmt::format("{} has no Inf or NaN: it saturates (sat=none does not apply)", f));
+  }
   if (granularity == Granularity::Group && group_size < 1) fail("group size must be >= 1");
   if (granularity == Granularity::Block && (block_rows < 1 || block_cols < 1)) fail("block sides must be >= 1");
   if (!std::isfinite(eps) || eps < 0 || eps > kMaxEps) fail(fmt::format("eps must be a number in [0, {:g}]", kMaxEps));
@@ -454,7 +471,8 @@ void QuantSpec::validate() const {
   const bool peer_keys = amax_floor != 0.0f || scale_div != ScaleDiv::Ieee || apply != Apply::Div ||
                          mx != MxRound::Rceil || de_min != DeMin::Nonzero;
   if (peer_keys) {
-    if (!is_fp8(format)) fail("amax_floor, scale_div, apply, mx and de_min apply to e4m3 / e5m2 storage");
+    if (!is_fp8(format) && !is_fp4_fp6(format))
+      fail("amax_floor, scale_div, apply, mx and de_min apply to scaled e4m3 / e5m2 / e2m1 / e2m3 / e3m2 storage");
     if (delayed.enabled()) fail("delayed scaling has TE's own scale rule: amax_floor, scale_div, apply do not apply");
     if (expand != ExpandMode::None && (amax_floor != 0.0f || scale_div != ScaleDiv::Ieee || apply != Apply::Div))
       fail("de scales by its own formulas: amax_floor, scale_div and apply do not apply");
@@ -510,6 +528,8 @@ int QuantSpec::metadata_bytes_per_group() const {
   if (expand != ExpandMode::None) b += 8;
   return b;
 }
+
+int QuantSpec::bits_per_code() const { return format_info(format).bits; }
 
 float QuantSpec::fmax() const { return static_cast<float>(format_info(format).max); }
 

@@ -152,7 +152,8 @@ struct QuantSpec {
   bool is_passthrough() const { return is_16bit() && scale == ScaleMode::None; }
   bool has_expand() const { return expand != ExpandMode::None; }
   // Bytes of one stored element code (1 for FP8, 2 for BF16/FP16).
-  int code_bytes_per_element() const { return is_16bit() ? 2 : 1; }
+  int code_bytes_per_element() const { return is_16bit() ? 2 : 1; }  // in `codes` (unpacked)
+  int bits_per_code() const;                                         // in storage (packed)
   // Bytes of metadata per group: the stored scale (4/2/1/0 B) plus 8 B (fp32 k and c) with DE.
   int metadata_bytes_per_group() const;
   // Largest finite value of the storage format (448, 57344, 65504, bf16's 3.39e38).

@@ -1,0 +1,95 @@
+// Block-scaled 4- and 6-bit quantization (OCP MX: E2M1, E2M3, E3M2 elements with E8M0 scales):
+// the spec language, exact packed storage, and values worked out by hand from the MX v1.0
+// definition. (python/tests/test_fp8sim.py compares whole tensors with numpy + ml_dtypes.)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "sim/common/check.hpp"
+#include "sim/quant/quantize.hpp"
+#include "sim/quant/spec.hpp"
+
+namespace fp8sim {
+namespace {
+
+struct Result {
+  QuantizedTensor q;
+  std::vector<float> dequantized;
+};
+Result run(const std::vector<float>& x, const char* spec) {
+  const std::vector<int64_t> shape{1, static_cast<int64_t>(x.size())};
+  Result r{quantize(x.data(), shape, QuantSpec::parse(spec)), {}};
+  r.dequantized = dequantize(r.q);
+  return r;
+}
+
+TEST(QuantFp4Fp6, AliasesAndValidation) {
+  EXPECT_EQ(QuantSpec::parse("mxfp4").to_string(), "e2m1:g32:scale=e8m0:mx=floor");
+  EXPECT_EQ(QuantSpec::parse("mxfp6-e2m3").to_string(), "e2m3:g32:scale=e8m0:mx=floor");
+  EXPECT_EQ(QuantSpec::parse("mxfp6-e3m2").to_string(), "e3m2:g32:scale=e8m0:mx=floor");
+  EXPECT_EQ(QuantSpec::parse("fp4:g16").format, Format::E2M1);
+  for (const char* bad : {"e2m1:g32:de=coat", "e2m1:tensor:delayed=16", "e2m3:g32:scale=bf16", "e3m2:g32:scale=none",
+                          "e2m1:g32:sat=none"})
+    EXPECT_THROW(QuantSpec::parse(bad), UsageError) << bad;
+}
+
+TEST(QuantFp4Fp6, StorageIsPacked) {
+  const std::vector<int64_t> shape{64, 96};  // 6144 elements, 192 blocks of 32
+  const QuantizedSize f4 = quantized_size(QuantSpec::parse("mxfp4"), shape);
+  EXPECT_EQ(f4.code_bytes, 3072);  // two codes per byte
+  EXPECT_EQ(f4.scale_bytes, 192);  // one E8M0 byte per block
+  EXPECT_EQ(quantized_size(QuantSpec::parse("mxfp6-e3m2"), shape).code_bytes, 4608);  // 6 bits each
+  EXPECT_EQ(quantized_size(QuantSpec::parse("mxfp8"), shape).code_bytes, 6144);
+  // 4.25 bits per element for MXFP4, as the MX specification counts it.
+  EXPECT_DOUBLE_EQ(8.0 * static_cast<double>(f4.total_bytes()) / 6144, 4.25);
+  const std::vector<int64_t> odd{3};
+  EXPECT_EQ(quantized_size(QuantSpec::parse("e2m1:tensor"), odd).code_bytes, 2);  // 12 bits -> 2 bytes
+}
+
+// One block of 32: amax 5.0 gives the floor scale 2^(floor(log2 5) - 2) = 1, so elements are
+// encoded as themselves: E2M1 holds 0, 0.5, 1, 1.5, 2, 3, 4, 6; 2.5 ties to 2 (even), 5 ties
+// to 4 (even) and -0.75 ties to -1 (odd 0.5 -> even 1.0 mantissa).
+TEST(QuantFp4Fp6, E2M1BlockByHand) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 5.0f;
+  x[1] = 2.5f;
+  x[2] = -0.75f;
+  x[3] = 0.2f;  // below half the smallest subnormal 0.5: flushes to zero (an underflow)
+  x[4] = 1.5f;
+  const Result r = run(x, "mxfp4");
+  ASSERT_EQ(r.q.scales.size(), 1u);
+  EXPECT_EQ(r.q.scales[0], 1.0f);
+  EXPECT_EQ(r.dequantized[0], 4.0f);
+  EXPECT_EQ(r.dequantized[1], 2.0f);
+  EXPECT_EQ(r.dequantized[2], -1.0f);
+  EXPECT_EQ(r.dequantized[3], 0.0f);
+  EXPECT_EQ(r.dequantized[4], 1.5f);
+  EXPECT_EQ(r.q.codes[0], 0x6);  // 0 11 0: 2^(3-1) x 1.0 = 4
+  EXPECT_EQ(r.q.codes[2], 0xA);  // 1 01 0: -1
+  EXPECT_EQ(r.q.underflow_count, 1);
+  EXPECT_EQ(r.q.saturated_count, 0);
+}
+
+// rceil: amax / fmax rounded up to a power of two. amax 13 on E2M1 (fmax 6): 13/6 = 2.17 -> 4, so
+// 13 -> 3.25 -> 3 (ties below: 3.25 is between 3 and 4, nearer 3) -> 12. floor: 2^(3-2) = 2:
+// 13 / 2 = 6.5 saturates to 6 -> 12 (6.5 is above 6 but below the tie 7: not counted saturated).
+TEST(QuantFp4Fp6, E8M0ModesAndSaturation) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 13.0f;
+  const Result rc = run(x, "e2m1:g32:scale=e8m0");
+  EXPECT_EQ(rc.q.scales[0], 4.0f);
+  EXPECT_EQ(rc.dequantized[0], 12.0f);
+  const Result fl = run(x, "mxfp4");
+  EXPECT_EQ(fl.q.scales[0], 2.0f);
+  EXPECT_EQ(fl.dequantized[0], 12.0f);
+  EXPECT_EQ(fl.q.saturated_count, 0);
+  x[0] = 15.0f;  // floor scale 2: 7.5 is past the tie 7, so it saturates to 6
+  const Result sat = run(x, "mxfp4");
+  EXPECT_EQ(sat.dequantized[0], 12.0f);
+  EXPECT_EQ(sat.q.saturated_count, 1);
+}
+
+}  // namespace
+}  // namespace fp8sim
