@@ -38,8 +38,8 @@ TEST(QuantFp4Fp6, AliasesAndValidation) {
 TEST(QuantFp4Fp6, StorageIsPacked) {
   const std::vector<int64_t> shape{64, 96};  // 6144 elements, 192 blocks of 32
   const QuantizedSize f4 = quantized_size(QuantSpec::parse("mxfp4"), shape);
-  EXPECT_EQ(f4.code_bytes, 3072);  // two codes per byte
-  EXPECT_EQ(f4.scale_bytes, 192);  // one E8M0 byte per block
+  EXPECT_EQ(f4.code_bytes, 3072);                                                     // two codes per byte
+  EXPECT_EQ(f4.scale_bytes, 192);                                                     // one E8M0 byte per block
   EXPECT_EQ(quantized_size(QuantSpec::parse("mxfp6-e3m2"), shape).code_bytes, 4608);  // 6 bits each
   EXPECT_EQ(quantized_size(QuantSpec::parse("mxfp8"), shape).code_bytes, 6144);
   // 4.25 bits per element for MXFP4, as the MX specification counts it.

@@ -154,7 +154,8 @@ void print_report(const Json& doc, bool show_ops) {
 
 // The step measurements --validate names: one file, or every eager step measurement of the
 // framework in a folder (sorted by name).
-std::vector<std::filesystem::path> validation_files(const std::string& path, const std::string& framework) {
+std::vector<std::filesystem::path> validation_files(const std::string& path, const std::string& framework,
+                                                    bool compiled) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(path)) {
     if (!fs::exists(path)) throw UsageError(fmt::format("--validate '{}': no such file or folder", path));
@@ -177,14 +178,14 @@ std::vector<std::filesystem::path> validation_files(const std::string& path, con
       const Json* f = d.find(k);
       return f && f->is_bool() && f->as_bool();
     };
-    if (is("format", "fp8sim-step-measurement") && is("framework", framework) && !flag("compile") &&
+    if (is("format", "fp8sim-step-measurement") && is("framework", framework) && flag("compile") == compiled &&
         !flag("checkpointing"))
       out.push_back(e.path());
   }
   std::sort(out.begin(), out.end());
   if (out.empty())
-    throw UsageError(
-        fmt::format("--validate '{}': no eager step measurement of framework '{}' in the folder", path, framework));
+    throw UsageError(fmt::format("--validate '{}': no {} step measurement of framework '{}' in the folder", path,
+                                 compiled ? "compiled" : "eager", framework));
   return out;
 }
 
@@ -236,6 +237,7 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
                         const std::string& batch, int64_t seq, std::string calib, std::string step_ops,
                         const std::string& validate, const std::string& json_out) {
   const std::string framework = vm["framework"].as<std::string>();
+  const bool compiled = vm.count("compile") > 0;
   std::string description;
   for (const auto& [name, what] : speed_frameworks())
     if (name == framework) description = what;
@@ -268,10 +270,11 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
   std::vector<std::string> notes;
   Json doc = Json::object();
   doc["framework"] = framework;
+  doc["compiled"] = compiled;
   doc["framework_description"] = description;
   doc["statement"] = fmt::format(
-      "MODELLED step times of {} (eager, BF16, one GPU) from calibration {} ({}) and the framework's op inventory",
-      framework, source_relative(calib),
+      "MODELLED step times of {} ({}, BF16, one GPU) from calibration {} ({}) and the framework's op inventory",
+      framework, compiled ? "torch.compile" : "eager", source_relative(calib),
       cal.device.is_object() && cal.device.contains("name") ? cal.device.at("name").as_string()
                                                             : std::string("unknown GPU"));
   Json so = Json::object();
@@ -286,7 +289,7 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
   for (const auto& a : args) command += " " + a;
   doc["command"] = command;
   if (!validate.empty()) {
-    const Json rows = framework_validate(validation_files(validate, framework), cal, ops, notes);
+    const Json rows = framework_validate(validation_files(validate, framework, compiled), cal, ops, notes, compiled);
     int64_t within = 0;
     double worst = 0;
     for (const Json& r : rows.as_array()) {
@@ -312,7 +315,7 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
     for (const std::string& b : split(batch, ',')) {
       const int64_t bb = parse_size("--batch", b);
       validate_run_sizes({.batch = bb, .seq = seq});
-      preds.push_back(framework_step(m, bb, seq, cal, ops, notes).to_json());
+      preds.push_back(framework_step(m, bb, seq, cal, ops, notes, compiled).to_json());
     }
     doc["predictions"] = preds;
   }
@@ -367,6 +370,7 @@ int run_speed(const std::vector<std::string>& args) {
       "op inventory; --batch may list several, e.g. 1,2,4)")(
       "step-ops", po::value(&step_ops),
       "--framework: the op inventory (scripts/count_step_ops.py; default reports/h200/step_ops/FRAMEWORK.json)")(
+      "compile", "--framework: the step under torch.compile (Inductor's fused kernels) instead of eager")(
       "validate", po::value(&validate),
       "--framework: compare with measured steps (a scripts/measure_step.py JSON, or a folder: every eager "
       "measurement of the framework in it)")("ops", "print every kernel of every recipe")(
@@ -393,11 +397,12 @@ int run_speed(const std::vector<std::string>& args) {
           "  fp8sim speed --model llama2-13b --batch 1 --gpus 4 --fsdp-comm serial --ops\n"
           "  fp8sim speed --model llama2-7b --batch 2 --torch-times torch.json --write-calibration cal.json  (GPU)\n"
           "  fp8sim speed --framework hf --model tinyllama-1.1b --batch 1,2,4\n"
-          "  fp8sim speed --framework hf --validate reports/h200/frameworks"))
+          "  fp8sim speed --framework hf --validate reports/h200/frameworks\n"
+          "  fp8sim speed --framework hf --compile --validate reports/h200/frameworks"))
     return 0;
   if (vm.count("framework"))
     return run_speed_framework(vm, args, model, batch, seq, calib, step_ops, validate, json_out);
-  for (const char* opt : {"step-ops", "validate"})
+  for (const char* opt : {"step-ops", "validate", "compile"})
     if (vm.count(opt)) throw UsageError(fmt::format("--{} goes with --framework", opt));
 
   SpeedOptions o;

@@ -119,7 +119,7 @@ double calibration_number(const Calibration& cal, const char* section, const cha
 
 const std::vector<std::pair<std::string, std::string>>& speed_frameworks() {
   static const std::vector<std::pair<std::string, std::string>> f{
-      {"torch", "the project's plain PyTorch loop: fp32 params + bf16 autocast, SDPA, AdamW(foreach=True) (eager)"},
+      {"torch", "the project's plain PyTorch loop: fp32 params + bf16 autocast, SDPA, AdamW(foreach=True)"},
       {"hf",
        "Hugging Face transformers LlamaForCausalLM (sdpa), fp32 params + bf16 autocast, AdamW(fused=True) "
        "(eager)"},
@@ -150,12 +150,13 @@ StepOps load_step_ops(const std::filesystem::path& p) {
   s.versions = doc.contains("versions") ? doc.at("versions") : Json::object();
   s.features = names(doc, where, "features");
   s.kernel_features = names(doc, where, "kernel_features");
+  s.masked_when_compiled = s.framework == "hf";  // transformers' mask under torch.compile (framework.hpp)
   const Json& configs = need(doc, where, "configs");
   FP8SIM_REQUIRE(configs.is_array() && configs.size() >= s.features.size() + 2,
                  "{}: 'configs' needs at least {} rows (features + 2) for the fit", where, s.features.size() + 2);
   s.configs = configs.size();
   const std::vector<std::string> totals{"elementwise_bytes", "elementwise_kernels", "optimizer_bytes",
-                                        "optimizer_kernels"};
+                                        "optimizer_kernels", "gemm_bytes",          "attention_bytes"};
   std::vector<Dims> dims;
   std::map<std::string, std::vector<double>> y;
   size_t i = 0;
@@ -166,7 +167,15 @@ StepOps load_step_ops(const std::filesystem::path& p) {
                     number(d, rw, "NH"), number(d, rw, "KV"), number(d, rw, "d"), number(d, rw, "F"),
                     number(d, rw, "V"), number(d, rw, "W")});
     const Json& t = need(row, rw, "totals");
-    for (const std::string& k : totals) y[k].push_back(number(t, rw, k.c_str()));
+    for (const std::string& k : totals) {
+      if (k == "gemm_bytes" || k == "attention_bytes") {  // operands read and written, from the groups
+        const Json& groups = need(row, rw, "groups");
+        const Json* g = groups.find(k == "gemm_bytes" ? "gemm" : "attention");
+        y[k].push_back(g ? number(*g, rw, "read") + number(*g, rw, "written") : 0.0);
+      } else {
+        y[k].push_back(number(t, rw, k.c_str()));
+      }
+    }
     if (i == 1) {
       const Json* ops = row.find("ops");
       s.fused_optimizer = ops && ops->is_object() && (ops->contains("optimizer:_fused_adamw_"));
@@ -198,6 +207,7 @@ Json FrameworkStep::to_json() const {
   Json j = Json::object();
   j["batch"] = batch;
   j["seq"] = seq;
+  j["compiled"] = compiled;
   j["gemm_ms"] = gemm_ms;
   j["attention_ms"] = attention_ms;
   j["other_ms"] = other_ms;
@@ -215,10 +225,11 @@ Json FrameworkStep::to_json() const {
 }
 
 FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, const Calibration& cal,
-                             const StepOps& ops, std::vector<std::string>& notes) {
+                             const StepOps& ops, std::vector<std::string>& notes, bool compiled) {
   FrameworkStep s;
   s.batch = batch;
   s.seq = seq;
+  s.compiled = compiled;
   auto note = [&notes](std::string n) {
     if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(std::move(n));
   };
@@ -245,14 +256,21 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
   }
   if (!default_attention)
     note("attention: the calibration has no times of SDPA's default backend; FlashAttention's stand in");
+  if (compiled && ops.masked_when_compiled) s.attention_ms *= 2;  // an explicit mask: no causal skipping
+  const double extern_launches = launches;
 
   const double gbps = calibration_number(cal, "elementwise", "gbps_median");
   FP8SIM_REQUIRE(gbps > 0,
                  "the calibration has no eager elementwise rate (torch.elementwise.gbps_median: "
                  "scripts/torch_layer_time.py --elementwise, run by scripts/device/calibrate.sh)");
   const double floor_ms = cal.launch_floor_ms();
-  s.other_bytes = ops.eval("elementwise_bytes", m, batch, seq);
-  s.other_kernels = ops.eval("elementwise_kernels", m, batch, seq);
+  if (compiled) {  // fused between the extern kernels: their operands cross memory once each
+    s.other_bytes = ops.eval("gemm_bytes", m, batch, seq) + ops.eval("attention_bytes", m, batch, seq);
+    s.other_kernels = extern_launches;
+  } else {
+    s.other_bytes = ops.eval("elementwise_bytes", m, batch, seq);
+    s.other_kernels = ops.eval("elementwise_kernels", m, batch, seq);
+  }
   s.other_ms = s.other_bytes / (gbps * 1e6) + s.other_kernels * floor_ms;
 
   const double params = static_cast<double>(m.params);
@@ -283,7 +301,7 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
 }
 
 Json framework_validate(const std::vector<std::filesystem::path>& runs, const Calibration& cal, const StepOps& ops,
-                        std::vector<std::string>& notes) {
+                        std::vector<std::string>& notes, bool compiled) {
   Json rows = Json::array();
   for (const auto& path : runs) {
     const std::string where = fmt::format("measurement '{}'", source_relative(path));
@@ -301,8 +319,11 @@ Json framework_validate(const std::vector<std::filesystem::path>& runs, const Ca
     if (fw != ops.framework)
       throw UsageError(
           fmt::format("{} is framework '{}', the profile is '{}' (pass --framework {})", where, fw, ops.framework, fw));
-    if (need(d, where, "compile").as_bool() || need(d, where, "checkpointing").as_bool())
-      throw UsageError(fmt::format("{}: a compiled or checkpointed run; the profile models eager steps", where));
+    if (need(d, where, "checkpointing").as_bool())
+      throw UsageError(fmt::format("{}: a checkpointed run; the profile models steps without checkpointing", where));
+    if (need(d, where, "compile").as_bool() != compiled)
+      throw UsageError(fmt::format("{}: a{} run; {}", where, compiled ? "n eager" : " compiled",
+                                   compiled ? "drop --compile" : "pass --compile"));
     // The inventory is one framework version's code: a measurement of another version is left out.
     if (const Json* mv = d.find("versions"); mv && mv->is_object() && ops.versions.is_object()) {
       std::string differs;
@@ -321,7 +342,7 @@ Json framework_validate(const std::vector<std::filesystem::path>& runs, const Ca
       const Json* step = r.find("step_ms");
       if (!step || !step->is_object()) continue;  // a memory-only run
       const int64_t batch = static_cast<int64_t>(number(r, where, "batch"));
-      const FrameworkStep p = framework_step(m, batch, seq, cal, ops, notes);
+      const FrameworkStep p = framework_step(m, batch, seq, cal, ops, notes, compiled);
       const double measured = number(*step, where, "median");
       Json row = p.to_json();
       row["model"] = m.name;

@@ -18,6 +18,12 @@
 //  * optimizer: fused AdamW at the calibrated rate over a model's own parameter list; the
 //    for-each AdamW from its inventory bytes like the other ops;
 //  * host: every launch at the calibration's eager issue interval.
+// With torch.compile (`--compile`) Inductor fuses every op between the extern kernels (GEMMs,
+// attention) into Triton kernels, so the other ops cost what crosses those boundaries: the
+// inventory's GEMM and attention operand bytes at the same rate, one fused kernel per extern
+// kernel. transformers 5.17 passes SDPA an explicit causal mask while compiling (it skips the mask
+// only in eager mode), so the kernels cannot skip the masked half: attention costs twice the
+// causal time. The optimizer step stays outside the graph, as in eager mode.
 // Nothing here is fitted to the end-to-end steps it is validated against (docs/speed-model.md).
 #include <cstdint>
 #include <filesystem>
@@ -43,9 +49,11 @@ struct StepOps {
   std::map<std::string, std::vector<double>> coef;  // per total: one coefficient per feature
   std::map<std::string, double> max_residual;       // per total: largest |fit - count| / count
   size_t configs = 0;
-  bool fused_optimizer = false;  // the inventory's optimizer is one fused AdamW launch
+  bool fused_optimizer = false;       // the inventory's optimizer is one fused AdamW launch
+  bool masked_when_compiled = false;  // the framework passes SDPA an explicit mask under compile
   // The fitted total `key` ("elementwise_bytes", "elementwise_kernels", "optimizer_bytes",
-  // "optimizer_kernels") for one step of `m` at batch x seq.
+  // "optimizer_kernels", "gemm_bytes", "attention_bytes": operands read and written) for one step of `m` at batch x
+  // seq.
   double eval(const std::string& key, const ModelShape& m, int64_t batch, int64_t seq) const;
 };
 StepOps load_step_ops(const std::filesystem::path& p);
@@ -55,6 +63,7 @@ std::filesystem::path default_step_ops_path(const std::string& framework);
 // One predicted step and its terms (milliseconds unless named otherwise).
 struct FrameworkStep {
   int64_t batch = 0, seq = 0;
+  bool compiled = false;
   double gemm_ms = 0, attention_ms = 0, other_ms = 0, optimizer_ms = 0, gpu_ms = 0, host_ms = 0, step_ms = 0;
   double other_bytes = 0, other_kernels = 0, optimizer_bytes = 0, optimizer_kernels = 0, kernels = 0;
   double tokens_per_s = 0;
@@ -64,12 +73,12 @@ struct FrameworkStep {
 // The prediction for `m` at batch x seq from a calibration and the framework's inventory; `notes`
 // receives what the calibration lacked and what stood in for it.
 FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, const Calibration& cal,
-                             const StepOps& ops, std::vector<std::string>& notes);
+                             const StepOps& ops, std::vector<std::string>& notes, bool compiled = false);
 
-// Checks measurements (scripts/measure_step.py, "fp8sim-step-measurement", one framework, eager)
-// against the prediction: per run, the measured step (CUDA events, median) and the profiled
-// step's kernel classes beside the predicted terms.
+// Checks measurements (scripts/measure_step.py, "fp8sim-step-measurement", one framework, eager
+// or compiled as `compiled` says) against the prediction: per run, the measured step (CUDA events,
+// median) and the profiled step's kernel classes beside the predicted terms.
 Json framework_validate(const std::vector<std::filesystem::path>& runs, const Calibration& cal, const StepOps& ops,
-                        std::vector<std::string>& notes);
+                        std::vector<std::string>& notes, bool compiled = false);
 
 }  // namespace fp8sim::speed
