@@ -91,5 +91,31 @@ TEST(QuantFp4Fp6, E8M0ModesAndSaturation) {
   EXPECT_EQ(sat.q.saturated_count, 1);
 }
 
+// NVFP4, one tensor of two 16-element groups: tensor amax 12 gives S_enc = 2688 / 12 = 224 and
+// S_dec = RN(1/224). Group 0 (amax 12): d = 12/6 * 224 = 448 -> E4M3 448, decoded scale 448/224 = 2
+// (within one fp32 rounding); 12 / 2 = 6 -> E2M1 6. Group 1 (amax 3): d = 112 -> 112, scale 0.5,
+// 3 / 0.5 = 6, and 1.3 / 0.5 = 2.6 -> 3 (nearer than 2), dequantized 1.5.
+TEST(QuantFp4Fp6, Nvfp4TwoLevelByHand) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 12.0f;
+  x[16] = 3.0f;
+  x[17] = 1.3f;
+  const Result r = run(x, "nvfp4");
+  const float s_dec = 1.0f / 224.0f;
+  EXPECT_EQ(r.q.tensor_scale, s_dec);
+  ASSERT_EQ(r.q.scales.size(), 2u);
+  EXPECT_EQ(r.q.scales[0], 448.0f * s_dec);
+  EXPECT_EQ(r.q.scales[1], 112.0f * s_dec);
+  EXPECT_NEAR(r.dequantized[0], 12.0f, 1e-5);
+  EXPECT_NEAR(r.dequantized[16], 3.0f, 1e-6);
+  EXPECT_NEAR(r.dequantized[17], 1.5f, 1e-6);
+  // Stored: one E4M3 byte per group (448 = 0x7E, 112 = 0x6E), then the fp32 tensor scale.
+  const std::vector<uint8_t> b = r.q.stored_scale_bytes();
+  ASSERT_EQ(b.size(), 6u);
+  EXPECT_EQ(b[0], 0x7E);
+  EXPECT_EQ(b[1], 0x6E);
+  EXPECT_EQ(quantized_size(QuantSpec::parse("nvfp4"), std::vector<int64_t>{1, 32}).total_bytes(), 16 + 2 + 4);
+}
+
 }  // namespace
 }  // namespace fp8sim

@@ -215,11 +215,49 @@ def test_mx_fp4_fp6_blocks_equal_an_independent_reference(fmt, mx):
     np.testing.assert_array_equal(r.dequantized, deq.reshape(40, 96).astype(np.float32))
 
 
+def nvfp4_reference(x, block):
+    """NVFP4 as TransformerEngine's reference quantizer orders it, in numpy fp32 over ml_dtypes'
+    casts: S_enc = 448*6/amax (FLT_MAX at most, 1 if 0), S_dec = 1/S_enc; per block
+    d = min(amax_b/6 * S_enc, 448) -> E4M3; multiplier 1/(e4m3 * S_dec); elements x * multiplier
+    -> saturating E2M1; dequantized code * (e4m3 * S_dec)."""
+    f32, big = np.float32, np.finfo(np.float32).max
+    with np.errstate(divide="ignore", over="ignore"):
+        s_enc = f32(f32(448.0 * 6.0) / f32(np.max(np.abs(x))))
+    s_enc = f32(big) if not s_enc <= big else (f32(1) if s_enc == 0 else s_enc)
+    s_dec = f32(f32(1) / s_enc)
+    (r, c), (br, bc) = x.shape, block
+    xb = x.reshape(r // br, br, c // bc, bc).transpose(0, 2, 1, 3)
+    d = np.minimum(((np.abs(xb).max(axis=(2, 3)) / f32(6)).astype(f32) * s_enc).astype(f32), f32(448))
+    dec = (d.astype(ml_dtypes.float8_e4m3fn).astype(f32) * s_dec).astype(f32)
+    with np.errstate(divide="ignore"):
+        mult = np.minimum((f32(1) / dec).astype(f32), f32(big))
+    codes = (xb * mult[:, :, None, None]).astype(f32).astype(ml_dtypes.float4_e2m1fn)
+    deq = (codes.astype(f32) * dec[:, :, None, None]).astype(f32)
+    return codes.view(np.uint8).transpose(0, 2, 1, 3).reshape(r, c), dec, deq.transpose(0, 2, 1, 3).reshape(r, c)
+
+
+@pytest.mark.parametrize("spec,block", [("nvfp4", (1, 16)), ("nvfp4-w", (16, 16))])
+def test_nvfp4_equals_the_two_level_reference(spec, block):
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((64, 128)) * np.exp(rng.uniform(-8, 8, (64, 1)))).astype(np.float32)
+    x[0] = 0.0
+    x[1, :16] = np.float32(1e-30)
+    x[2, 16:32] = np.float32(3e-39)
+    r = fp8sim.quantize(x, spec)
+    codes, dec, deq = nvfp4_reference(x, block)
+    np.testing.assert_array_equal(r.codes, codes)
+    np.testing.assert_array_equal(r.scales, dec)
+    np.testing.assert_array_equal(r.dequantized, deq)
+    assert r.metrics["bytes"]["total"] == 64 * 128 // 2 + (64 * 128) // (block[0] * block[1]) + 4
+
+
 def test_mx_aliases_and_fp4_fp6_spec_errors():
     assert str(fp8sim.Spec("mxfp4")) == "e2m1:g32:scale=e8m0:mx=floor"
     assert str(fp8sim.Spec("mxfp6-e3m2")) == "e3m2:g32:scale=e8m0:mx=floor"
+    assert str(fp8sim.Spec("nvfp4")) == "e2m1:g16:scale=e4m3"
     for bad, says in [("e2m1:g32:de=coat", "de and delayed"), ("e2m3:g16:scale=bf16", "takes scale=e8m0"),
-                      ("e3m2:tensor:sat=none", "saturates")]:
+                      ("e3m2:tensor:sat=none", "saturates"), ("e4m3:g16:scale=e4m3", "two-level"),
+                      ("e2m1:g16:scale=e4m3:amax_floor=1e-4", "own arithmetic")]:
         with pytest.raises(ValueError, match=says):
             fp8sim.Spec(bad)
 

@@ -93,7 +93,7 @@ QuantizedSize quantized_size(const QuantSpec& spec, std::span<const int64_t> sha
   FP8SIM_REQUIRE(!__builtin_mul_overflow(q.numel, int64_t{spec.bits_per_code()}, &bits), "tensor too large");
   q.code_bytes = (bits + 7) / 8;
   const int scale_b = spec.metadata_bytes_per_group() - (spec.has_expand() ? 8 : 0);
-  q.scale_bytes = q.num_groups * scale_b;
+  q.scale_bytes = q.num_groups * scale_b + (spec.scale == ScaleMode::E4M3 ? 4 : 0);
   q.expand_bytes = spec.has_expand() ? q.num_groups * 8 : 0;
   return q;
 }
@@ -103,7 +103,8 @@ size_t QuantizedTensor::code_bytes() const { return (static_cast<size_t>(numel()
 size_t QuantizedTensor::metadata_bytes() const {
   if (spec.is_passthrough()) return 0;
   const int scale_b = spec.metadata_bytes_per_group() - (spec.has_expand() ? 8 : 0);
-  return scales.size() * static_cast<size_t>(scale_b) + (expand_k.size() + expand_c.size()) * 4;
+  return scales.size() * static_cast<size_t>(scale_b) + (expand_k.size() + expand_c.size()) * 4 +
+         (spec.scale == ScaleMode::E4M3 ? 4 : 0);
 }
 
 std::vector<uint8_t> QuantizedTensor::stored_scale_bytes() const {
@@ -114,12 +115,20 @@ std::vector<uint8_t> QuantizedTensor::stored_scale_bytes() const {
       const uint16_t b = f32_to_bf16_rne(s);
       out.push_back(static_cast<uint8_t>(b));
       out.push_back(static_cast<uint8_t>(b >> 8));
+    } else if (spec.scale == ScaleMode::E4M3) {
+      // the group's E4M3 code: scales hold RN(e4m3 x tensor_scale), whose quotient by the tensor
+      // scale is within an fp32 rounding of the E4M3 value, far from any E4M3 tie
+      out.push_back(encode_fp8_rne<E4M3Traits>(div_rn(s, tensor_scale), true));
     } else if (spec.scale == ScaleMode::E8M0) {
       out.push_back(std::isnan(s) ? uint8_t{0xFF} : e8m0_from_exponent(floor_log2_f32(s)));
     } else {
       const uint32_t u = f32_bits(s);
       for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(u >> (8 * i)));
     }
+  }
+  if (spec.scale == ScaleMode::E4M3) {  // then the fp32 tensor scale, little-endian
+    const uint32_t u = f32_bits(tensor_scale);
+    for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(u >> (8 * i)));
   }
   return out;
 }
@@ -692,6 +701,32 @@ void quantize_rowgroups_fused(const Load& ld, QuantizedTensor& q, const ScaleCon
 }
 
 // Fills q, reusing its buffers (resize keeps capacity: no allocation once q has been sized).
+// NVFP4's two-level scales, in the order of TransformerEngine's reference quantizer (all fp32,
+// fmax_e = the element's largest value, 6 for E2M1):
+//   S_enc = min(RN(448 * fmax_e / tensor_amax), FLT_MAX), 1 if that is 0;  S_dec = RN(1 / S_enc)
+//   per group: d = min(RN(RN(amax_g / fmax_e) * S_enc), 448) -> E4M3 (round to nearest even);
+//              encode multiplier min(RN(1 / RN(e4m3 * S_dec)), FLT_MAX); stored scale RN(e4m3 * S_dec)
+// Returns S_dec; fills the per-group multipliers and stored (dequantizing) scales.
+float nvfp4_scales(float tensor_amax, const Stats& st, float fmax_e, std::vector<float>& mult,
+                   std::vector<float>& stored) {
+  constexpr float kFltMax = 3.40282347e38f;
+  float s_enc = div_rn(mul_rn(448.0f, fmax_e), tensor_amax);
+  if (!(s_enc <= kFltMax)) s_enc = kFltMax;  // a zero amax gives +Inf
+  if (s_enc == 0.0f) s_enc = 1.0f;
+  const float s_dec = div_rn(1.0f, s_enc);
+  for (size_t g = 0; g < mult.size(); ++g) {
+    float d = mul_rn(div_rn(f32_from_bits(st.amax[g]), fmax_e), s_enc);
+    if (!(d <= 448.0f)) d = 448.0f;
+    const float e4m3 = decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(d, true));
+    const float dec = mul_rn(e4m3, s_dec);
+    float m = div_rn(1.0f, dec);
+    if (!(m <= kFltMax)) m = kFltMax;
+    mult[g] = m;
+    stored[g] = dec;
+  }
+  return s_dec;
+}
+
 template <class Load>
 void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSpec& spec, const QuantizeOptions& opts,
                    QuantizedTensor& q) {
@@ -790,6 +825,10 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
     gp.s_quant.assign(ng, opts.delayed->scale());
     q.delayed_scale = opts.delayed->scale();
     q.scales.assign(ng, opts.delayed->scale_inv());
+  } else if (spec.scale == ScaleMode::E4M3) {
+    gp.xform = Xform::Mul;
+    gp.s_quant.resize(ng);
+    q.tensor_scale = nvfp4_scales(q.tensor_amax, st, spec.fmax(), gp.s_quant, q.scales);
   } else {
     gp.xform = plain_xform(spec.apply);
     gp.s_quant.resize(ng);

@@ -36,7 +36,7 @@ struct QuantizedSize {
   int64_t numel = 0;
   int64_t num_groups = 0;
   int64_t code_bytes = 0;    // ceil(numel * bits / 8): packed codes (4, 6, 8 or 16 bits each)
-  int64_t scale_bytes = 0;   // num_groups * (4 fp32/pow2, 2 bf16, 1 e8m0); 0 for pass-through
+  int64_t scale_bytes = 0;   // num_groups * (4 fp32/pow2, 2 bf16, 1 e8m0/e4m3) (+4: e4m3's tensor scale)
   int64_t expand_bytes = 0;  // num_groups * 8 (fp32 k and c) with DE, else 0
   int64_t metadata_bytes() const { return scale_bytes + expand_bytes; }
   int64_t total_bytes() const { return code_bytes + metadata_bytes(); }
@@ -68,6 +68,8 @@ struct QuantizedTensor {
   float tensor_amax = 0.0f;
   // Delayed scaling only: TransformerEngine's multiplier used for this tensor (scales[0] = 1/it).
   float delayed_scale = 0.0f;
+  // scale=e4m3 only (NVFP4): the fp32 per-tensor decode scale; scales[g] = RN(e4m3_g x it).
+  float tensor_scale = 0.0f;
   // Counts gathered while quantizing (finite elements only).
   int64_t nonfinite_count = 0;  // NaN / +-Inf inputs
   int64_t saturated_count = 0;  // |x/s| (|x'/s| with DE) beyond saturation_bound(): values that
@@ -82,7 +84,8 @@ struct QuantizedTensor {
   size_t code_bytes() const;
   size_t metadata_bytes() const;
   size_t total_bytes() const { return code_bytes() + metadata_bytes(); }
-  // The per-group scales serialised in their storage format (fp32 LE, bf16 LE, or E8M0 bytes).
+  // The per-group scales serialised in their storage format (fp32 LE, bf16 LE, E8M0 bytes, or E4M3
+  // bytes followed by the fp32 LE tensor scale).
   std::vector<uint8_t> stored_scale_bytes() const;
 };
 

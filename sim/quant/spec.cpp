@@ -42,6 +42,8 @@ std::string_view scale_mode_name(ScaleMode m) {
       return "bf16";
     case ScaleMode::None:
       return "none";
+    case ScaleMode::E4M3:
+      return "e4m3";
   }
   return "?";
 }
@@ -118,6 +120,10 @@ constexpr Alias kAliases[] = {
     {"mxfp4", "e2m1:g32:scale=e8m0:mx=floor"},
     {"mxfp6-e2m3", "e2m3:g32:scale=e8m0:mx=floor"},
     {"mxfp6-e3m2", "e3m2:g32:scale=e8m0:mx=floor"},
+    // NVIDIA's NVFP4 as TransformerEngine's recipe quantizes: E4M3 scales per 16 elements (per
+    // 16x16 block for weights) under an fp32 scale per tensor.
+    {"nvfp4", "e2m1:g16:scale=e4m3"},
+    {"nvfp4-w", "e2m1:b16x16:scale=e4m3"},
     // COAT's kernels: the optimizer's DE with its kernel's group minimum; the Triton quantizers'
     // approximate divisions (activations 1x16 with bf16 scales; fp32 weights per tensor).
     {"coat-opt", "e4m3:g128:de=coat:de_min=kernel"},
@@ -325,7 +331,8 @@ QuantSpec QuantSpec::parse(std::string_view raw) {
       else if (value == "e8m0") s.scale = ScaleMode::E8M0;
       else if (value == "bf16") s.scale = ScaleMode::Bf16;
       else if (value == "none") s.scale = ScaleMode::None;
-      else bad(raw, fmt::format("unknown scale '{}' (valid: fp32, pow2, e8m0, bf16, none)", value));
+      else if (value == "e4m3") s.scale = ScaleMode::E4M3;
+      else bad(raw, fmt::format("unknown scale '{}' (valid: fp32, pow2, e8m0, bf16, none, e4m3)", value));
       scale_set = true;
     } else if (key == "eps") {
       double e = 0;
@@ -456,8 +463,9 @@ void QuantSpec::validate() const {
     const std::string f(format_name(format));
     if (expand != ExpandMode::None || delayed.enabled())
       fail(fmt::format("{}: de and delayed scaling are defined for e4m3 / e5m2 only", f));
-    if (scale != ScaleMode::E8M0 && scale != ScaleMode::Fp32 && scale != ScaleMode::Pow2)
-      fail(fmt::format("{} takes scale=e8m0 (OCP MX), fp32 or pow2, not {}", f, scale_mode_name(scale)));
+    if (scale != ScaleMode::E8M0 && scale != ScaleMode::E4M3 && scale != ScaleMode::Fp32 && scale != ScaleMode::Pow2)
+      fail(fmt::format("{} takes scale=e8m0 (OCP MX), e4m3 (NVFP4), fp32 or pow2, not {}", f, scale_mode_name(scale)));
+    if (scale == ScaleMode::E4M3 && eps != 0.0) fail("scale=e4m3 follows NVFP4's own arithmetic: eps does not apply");
     if (saturation != Saturation::Finite)
       fail(fmt::format("{} has no Inf or NaN: it saturates (sat=none does not apply)", f));
   }
@@ -491,6 +499,11 @@ void QuantSpec::validate() const {
         !(expand == ExpandMode::Coat && granularity == Granularity::Group && group_size == 128))
       fail("de_min=kernel reproduces COAT's 128-thread group reduction: it needs de=coat and granularity g128");
   }
+  if (scale == ScaleMode::E4M3 && !is_fp4_fp6(format))
+    fail(fmt::format("scale=e4m3 (NVFP4's two-level scaling) is for e2m1 / e2m3 / e3m2 elements, not {}",
+                     format_name(format)));
+  if (scale == ScaleMode::E4M3 && peer_keys)
+    fail("scale=e4m3 follows NVFP4's own arithmetic: amax_floor, scale_div, apply and mx do not apply");
   if (is_16bit()) {
     const std::string f(format_name(format));
     if (expand != ExpandMode::None || delayed.enabled())
@@ -523,7 +536,7 @@ void QuantSpec::validate() const {
 int QuantSpec::metadata_bytes_per_group() const {
   int b = 4;
   if (scale == ScaleMode::Bf16) b = 2;
-  if (scale == ScaleMode::E8M0) b = 1;
+  if (scale == ScaleMode::E8M0 || scale == ScaleMode::E4M3) b = 1;
   if (scale == ScaleMode::None) b = 0;
   if (expand != ExpandMode::None) b += 8;
   return b;

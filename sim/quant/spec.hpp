@@ -80,7 +80,9 @@
 namespace fp8sim {
 
 enum class Granularity : uint8_t { Tensor, Row, Col, Group, Block };
-enum class ScaleMode : uint8_t { Fp32, Pow2, E8M0, Bf16, None };  // None: unscaled bf16/fp16 storage
+// None: unscaled bf16/fp16 storage. E4M3: NVFP4's two levels, an E4M3 scale per group under one fp32
+// scale per tensor (4- and 6-bit elements only).
+enum class ScaleMode : uint8_t { Fp32, Pow2, E8M0, Bf16, None, E4M3 };
 enum class ExpandMode : uint8_t { None, Coat, Robust };
 enum class AmaxAlgo : uint8_t { Max, MostRecent };
 enum class EpsAdd : uint8_t { Fp32, Fp64 };
