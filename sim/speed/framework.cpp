@@ -120,9 +120,7 @@ double calibration_number(const Calibration& cal, const char* section, const cha
 const std::vector<std::pair<std::string, std::string>>& speed_frameworks() {
   static const std::vector<std::pair<std::string, std::string>> f{
       {"torch", "the project's plain PyTorch loop: fp32 params + bf16 autocast, SDPA, AdamW(foreach=True)"},
-      {"hf",
-       "Hugging Face transformers LlamaForCausalLM (sdpa), fp32 params + bf16 autocast, AdamW(fused=True) "
-       "(eager)"},
+      {"hf", "Hugging Face transformers LlamaForCausalLM (sdpa), fp32 params + bf16 autocast, AdamW(fused=True)"},
   };
   return f;
 }
