@@ -236,6 +236,7 @@ TEST(SpeedFrameworkCli, PredictsValidatesAndRefusesBadInput) {
            {{"--framework", "hf", "--step-ops", kSource + "/models/llama2-7b.json", "--json", out}, 1, "'format'"},
            {{"--validate", "x"}, 2, "goes with --framework"},
            {{"--compile"}, 2, "goes with --framework"},
+           {{"--framework", "hf", "--model", "olmo-1b"}, 2, "Llama-style"},
            {{"--framework", "hf", "--compile", "--validate", kSource + "/reports/h200/frameworks/hf__l3-8b-L4.json"},
             2,
             "drop --compile"},

@@ -224,13 +224,23 @@ Json FrameworkStep::to_json() const {
 
 FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, const Calibration& cal,
                              const StepOps& ops, std::vector<std::string>& notes, bool compiled) {
+  auto note = [&notes](std::string n) {
+    if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(std::move(n));
+  };
+  // The inventories are counted on Llama blocks (RMSNorm, SwiGLU, rotary attention).
+  if (m.norm != "rmsnorm" || m.activation != "swiglu")
+    throw UsageError(fmt::format("--framework {} models Llama-style models (rmsnorm + swiglu); {} has {} + {}",
+                                 ops.framework, m.name, m.norm, m.activation));
+  if (m.tied)
+    note(
+        fmt::format("{} ties its embedding and LM head; the inventory was counted with separate ones, so its "
+                    "per-weight traffic (casts, gradient accumulation, a for-each optimizer) includes one extra "
+                    "vocabulary x hidden matrix",
+                    m.name));
   FrameworkStep s;
   s.batch = batch;
   s.seq = seq;
   s.compiled = compiled;
-  auto note = [&notes](std::string n) {
-    if (std::find(notes.begin(), notes.end(), n) == notes.end()) notes.push_back(std::move(n));
-  };
   PlanOptions po;
   po.batch = batch;
   po.seq = seq;
