@@ -272,16 +272,17 @@ def time_config(cfg, name, batch, seq, device, dtype, timer, args, backend, back
     return out
 
 
-def time_adamw(n, device, timer, args):
-    p = torch.nn.Parameter(torch.randn(n, device=device, dtype=torch.float32) * 0.02)
-    p.grad = torch.randn(n, device=device, dtype=torch.float32) * 1e-3
+def time_adamw(sizes, device, timer, args):
+    """torch.optim.AdamW(fused=True on a GPU) over fp32 parameters of these sizes (numels)."""
+    ps = [torch.nn.Parameter(torch.empty(n, device=device, dtype=torch.float32).normal_(0, 0.02)) for n in sizes]
+    for p in ps:
+        p.grad = torch.empty_like(p).normal_(0, 1e-3)
     fused = device.type == "cuda"
-    opt = torch.optim.AdamW([p], lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=fused)
+    opt = torch.optim.AdamW(ps, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=fused)
     r = timer.measure(opt.step, args.warmup, args.reps)
-    r["params"] = n
-    r["fused"] = fused
-    r["gparams_per_s"] = n / (r["median"] * 1e6)
-    del opt, p
+    n = sum(sizes)
+    r.update(params=n, fused=fused, gparams_per_s=n / (r["median"] * 1e6))
+    del opt, ps
     return r
 
 
@@ -297,19 +298,10 @@ def model_param_sizes(cfg):
 
 
 def time_adamw_model(name, cfg, device, timer, args):
-    """torch.optim.AdamW(fused=True) over the model's own list of fp32 parameters: the multi-tensor
-    launches and the small tensors (norms) of a real step, which one large tensor does not have."""
+    """AdamW over the model's own list of fp32 parameters: the multi-tensor launches and the small
+    tensors (norms) of a real step, which one large tensor does not have."""
     sizes = model_param_sizes(cfg)
-    ps = [torch.nn.Parameter(torch.empty(n, device=device, dtype=torch.float32).normal_(0, 0.02)) for n in sizes]
-    for p in ps:
-        p.grad = torch.empty_like(p).normal_(0, 1e-3)
-    fused = device.type == "cuda"
-    opt = torch.optim.AdamW(ps, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=fused)
-    r = timer.measure(opt.step, args.warmup, args.reps)
-    n = sum(sizes)
-    r.update(model=name, tensors=len(sizes), params=n, fused=fused, gparams_per_s=n / (r["median"] * 1e6))
-    del opt, ps
-    return r
+    return dict(time_adamw(sizes, device, timer, args), model=name, tensors=len(sizes))
 
 
 # Eager PyTorch elementwise ops at a size where bandwidth, not launch, decides (ELEMENTWISE_N
@@ -431,7 +423,7 @@ def main():
         if device.type == "cuda":
             torch.cuda.empty_cache()
     if args.adamw_params:
-        doc["adamw_fused_fp32"] = time_adamw(args.adamw_params, device, timer, args)
+        doc["adamw_fused_fp32"] = time_adamw([args.adamw_params], device, timer, args)
         print(f"AdamW fused fp32: {doc['adamw_fused_fp32']['gparams_per_s']:.1f} G params/s", file=sys.stderr)
         if device.type == "cuda":
             torch.cuda.empty_cache()

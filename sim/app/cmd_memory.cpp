@@ -267,7 +267,7 @@ void print_validate_steps(const Json& v) {
 bool is_step_validation(const std::string& path) {
   if (std::filesystem::is_directory(path)) return true;
   try {
-    return memory::is_step_measurement(Json::parse(read_text_file(path)));
+    return is_step_measurement(Json::parse(read_text_file(path)));
   } catch (const Error&) {
     return false;  // memory_validate_file reports the problem
   }

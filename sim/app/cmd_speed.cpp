@@ -152,43 +152,6 @@ void print_report(const Json& doc, bool show_ops) {
   }
 }
 
-// The step measurements --validate names: one file, or every eager step measurement of the
-// framework in a folder (sorted by name).
-std::vector<std::filesystem::path> validation_files(const std::string& path, const std::string& framework,
-                                                    bool compiled) {
-  namespace fs = std::filesystem;
-  if (!fs::is_directory(path)) {
-    if (!fs::exists(path)) throw UsageError(fmt::format("--validate '{}': no such file or folder", path));
-    return {path};
-  }
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(path)) {
-    if (e.path().extension() != ".json") continue;
-    Json d;
-    try {
-      d = Json::parse(read_text_file(e.path()));
-    } catch (const Error&) {
-      continue;  // not a measurement
-    }
-    auto is = [&d](const char* k, const std::string& v) {
-      const Json* f = d.find(k);
-      return f && f->is_string() && f->as_string() == v;
-    };
-    auto flag = [&d](const char* k) {
-      const Json* f = d.find(k);
-      return f && f->is_bool() && f->as_bool();
-    };
-    if (is("format", "fp8sim-step-measurement") && is("framework", framework) && flag("compile") == compiled &&
-        !flag("checkpointing"))
-      out.push_back(e.path());
-  }
-  std::sort(out.begin(), out.end());
-  if (out.empty())
-    throw UsageError(fmt::format("--validate '{}': no {} step measurement of framework '{}' in the folder", path,
-                                 compiled ? "compiled" : "eager", framework));
-  return out;
-}
-
 void print_framework(const Json& doc) {
   fmt::print("{}\n\n", doc.at("statement").as_string());
   const Json& so = doc.at("step_ops");
@@ -289,7 +252,9 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
   for (const auto& a : args) command += " " + a;
   doc["command"] = command;
   if (!validate.empty()) {
-    const Json rows = framework_validate(validation_files(validate, framework, compiled), cal, ops, notes, compiled);
+    if (!std::filesystem::exists(validate))
+      throw UsageError(fmt::format("--validate '{}': no such file or folder", validate));
+    const Json rows = framework_validate({validate}, cal, ops, notes, compiled);
     int64_t within = 0;
     double worst = 0;
     for (const Json& r : rows.as_array()) {

@@ -108,11 +108,6 @@ Json memory_validate(const Json& measured, const std::string& origin) {
   return out;
 }
 
-bool is_step_measurement(const Json& doc) {
-  const Json* f = doc.is_object() ? doc.find("format") : nullptr;
-  return f && f->is_string() && f->as_string() == "fp8sim-step-measurement";
-}
-
 namespace {
 
 // The rows of one step measurement, and into `max_rows` its max-batch search when it has one.
@@ -242,35 +237,10 @@ Json step_rows(const Json& d, const std::string& origin, Json& max_rows) {
 }  // namespace
 
 Json memory_validate_steps(const std::vector<std::string>& paths) {
-  std::vector<std::pair<std::filesystem::path, bool>> files;  // (file, found in a directory)
-  for (const auto& p : paths) {
-    if (std::filesystem::is_directory(p)) {
-      std::vector<std::filesystem::path> in_dir;
-      for (const auto& e : std::filesystem::directory_iterator(p))
-        if (e.is_regular_file() && e.path().extension() == ".json") in_dir.push_back(e.path());
-      std::sort(in_dir.begin(), in_dir.end());
-      for (auto& f : in_dir) files.emplace_back(std::move(f), true);
-    } else {
-      files.emplace_back(p, false);
-    }
-  }
   Json rows = Json::array(), max_rows = Json::array();
   int64_t modelled = 0, missed = 0, max_missed = 0;
-  for (const auto& [file, in_dir] : files) {
-    Json d;
-    try {
-      d = Json::parse(read_text_file(file.string()));
-    } catch (const Error& e) {
-      throw Error(fmt::format("measurement {}: {}", file.string(), e.what()));
-    }
-    if (!is_step_measurement(d)) {
-      FP8SIM_REQUIRE(in_dir,
-                     "measurement {}: not a step measurement (field 'format' must be \"fp8sim-step-measurement\"; "
-                     "see scripts/measure_step.py)",
-                     file.string());
-      continue;  // another document in a directory
-    }
-    const Json file_rows = step_rows(d, file.string(), max_rows);
+  for (const StepMeasurement& m : read_step_measurements(paths)) {
+    const Json file_rows = step_rows(m.doc, m.file.string(), max_rows);
     for (const auto& r : file_rows.as_array()) {
       if (r.at("modelled").as_bool()) {
         ++modelled;

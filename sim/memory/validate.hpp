@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sim/common/json.hpp"
+#include "sim/common/step_measurements.hpp"
 
 namespace fp8sim::memory {
 
@@ -43,7 +44,5 @@ inline constexpr double kStepPeakTolerance = 0.05;
 inline constexpr double kStepActivationTolerance = 0.10;
 inline constexpr double kMaxBatchTolerance = 0.05;
 Json memory_validate_steps(const std::vector<std::string>& paths);
-// True when `doc` is a step measurement (format "fp8sim-step-measurement").
-bool is_step_measurement(const Json& doc);
 
 }  // namespace fp8sim::memory

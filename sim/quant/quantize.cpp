@@ -411,6 +411,26 @@ void encode_dispatch(const Load& ld, int64_t base, int64_t n, float sq, const Ex
     encode_segment<T, Load, X, SR>(ld, base + done, n - done, sq, p, sat, fmax, out, seed, idx0 + done, nsat, nunder);
 }
 
+// Calls f.template operator()<T>() with the encoding traits of a scaled element format (E4M3,
+// E5M2 and the 4- and 6-bit formats): one dispatch for the encoders and decoders.
+template <class F>
+void with_element_traits(Format f, F&& fn) {
+  switch (f) {
+    case Format::E4M3:
+      return fn.template operator()<E4M3Traits>();
+    case Format::E5M2:
+      return fn.template operator()<E5M2Traits>();
+    case Format::E2M1:
+      return fn.template operator()<E2M1Traits>();
+    case Format::E2M3:
+      return fn.template operator()<E2M3Traits>();
+    case Format::E3M2:
+      return fn.template operator()<E3M2Traits>();
+    default:
+      throw Error(fmt::format("quantize: {} is not a scaled element format", format_name(f)));
+  }
+}
+
 struct GroupParams {
   Xform xform = Xform::Div;
   std::vector<float> s_quant;  // Div: divisor; Mul: multiplier
@@ -837,25 +857,7 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
       plain_scales(amax_with_eps(amax, sc), sc, gp.s_quant[i], q.scales[i]);
     }
   }
-  switch (spec.format) {
-    case Format::E4M3:
-      encode_all<E4M3Traits>(ld, q, gp, opts, threads);
-      break;
-    case Format::E5M2:
-      encode_all<E5M2Traits>(ld, q, gp, opts, threads);
-      break;
-    case Format::E2M1:
-      encode_all<E2M1Traits>(ld, q, gp, opts, threads);
-      break;
-    case Format::E2M3:
-      encode_all<E2M3Traits>(ld, q, gp, opts, threads);
-      break;
-    case Format::E3M2:
-      encode_all<E3M2Traits>(ld, q, gp, opts, threads);
-      break;
-    default:
-      throw Error(fmt::format("quantize: no encoder for {}", format_name(spec.format)));
-  }
+  with_element_traits(spec.format, [&]<class T>() { encode_all<T>(ld, q, gp, opts, threads); });
 
   if (spec.delayed.enabled()) {
     // TE records the tensor's amax (an Inf makes it non-finite and the scale is then kept).
@@ -1001,22 +1003,10 @@ void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
               expand ? ExpandParams{q.expand_k[grp], q.expand_c[grp], q.scales[grp]} : ExpandParams{};
           const int64_t b0 = r * g.cols + c0, nn = c1 - c0;
           const float sg = q.scales[grp];
-          switch (q.spec.format) {
-            case Format::E5M2:
-              decode_group_segment<E5M2Traits>(q.codes.data(), b0, nn, sg, p, expand, out, simd);
-              break;
-            case Format::E2M1:
-              decode_group_segment<E2M1Traits>(q.codes.data(), b0, nn, sg, p, expand, out, false);
-              break;
-            case Format::E2M3:
-              decode_group_segment<E2M3Traits>(q.codes.data(), b0, nn, sg, p, expand, out, false);
-              break;
-            case Format::E3M2:
-              decode_group_segment<E3M2Traits>(q.codes.data(), b0, nn, sg, p, expand, out, false);
-              break;
-            default:
-              decode_group_segment<E4M3Traits>(q.codes.data(), b0, nn, sg, p, expand, out, simd);
-          }
+          // the AVX2 decoders are E4M3 / E5M2 only
+          with_element_traits(q.spec.format, [&]<class T>() {
+            decode_group_segment<T>(q.codes.data(), b0, nn, sg, p, expand, out, simd && T::kBits == 8);
+          });
         }
       }
     }

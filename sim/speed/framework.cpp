@@ -1,6 +1,7 @@
 #include "sim/speed/framework.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <Eigen/Dense>
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 #include "sim/common/paths.hpp"
+#include "sim/common/step_measurements.hpp"
 #include "sim/model/model.hpp"
 #include "sim/speed/speed.hpp"
 
@@ -18,7 +20,6 @@ namespace fp8sim::speed {
 namespace {
 
 constexpr const char* kStepOpsFormat = "fp8sim-step-ops/1";
-constexpr const char* kStepFormat = "fp8sim-step-measurement";
 // Elements one multi-tensor launch of a for-each optimizer op covers (PyTorch's multi_tensor_apply:
 // 320 blocks of 65536 elements); scripts/count_step_ops.py counts launches the same way.
 constexpr double kForeachChunk = 320.0 * 65536.0;
@@ -308,21 +309,22 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
   return s;
 }
 
-Json framework_validate(const std::vector<std::filesystem::path>& runs, const Calibration& cal, const StepOps& ops,
+Json framework_validate(const std::vector<std::string>& paths, const Calibration& cal, const StepOps& ops,
                         std::vector<std::string>& notes, bool compiled) {
   Json rows = Json::array();
-  for (const auto& path : runs) {
+  size_t chosen = 0;
+  for (const StepMeasurement& sm : read_step_measurements(paths)) {
+    const std::filesystem::path& path = sm.file;
+    const Json& d = sm.doc;
     const std::string where = fmt::format("measurement '{}'", source_relative(path));
-    Json d;
-    try {
-      d = Json::parse(read_text_file(path));
-    } catch (const Error& e) {
-      throw Error(fmt::format("{}: {}", where, e.what()));
+    if (sm.in_dir) {  // a folder holds every framework's runs: take this profile's
+      const Json *fw = d.find("framework"), *comp = d.find("compile"), *ckpt = d.find("checkpointing");
+      const bool mine = fw && fw->is_string() && fw->as_string() == ops.framework &&
+                        (comp && comp->is_bool() && comp->as_bool()) == compiled &&
+                        !(ckpt && ckpt->is_bool() && ckpt->as_bool());
+      if (!mine) continue;
     }
-    FP8SIM_REQUIRE(d.is_object() && d.contains("format") && d.at("format").is_string() &&
-                       d.at("format").as_string() == kStepFormat,
-                   "{}: not a step measurement (field 'format' must be \"{}\"; scripts/measure_step.py)", where,
-                   kStepFormat);
+    ++chosen;
     const std::string fw = need(d, where, "framework").as_string();
     if (fw != ops.framework)
       throw UsageError(
@@ -367,6 +369,9 @@ Json framework_validate(const std::vector<std::filesystem::path>& runs, const Ca
       rows.push_back(row);
     }
   }
+  if (chosen == 0)
+    throw UsageError(fmt::format("no {} step measurement of framework '{}' in {}", compiled ? "compiled" : "eager",
+                                 ops.framework, fmt::join(paths, ", ")));
   FP8SIM_REQUIRE(rows.size() > 0, "no timed run in the measurements given (measure_step.py --steps N)");
   return rows;
 }

@@ -77,8 +77,10 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
 
 // Checks measurements (scripts/measure_step.py, "fp8sim-step-measurement", one framework, eager
 // or compiled as `compiled` says) against the prediction: per run, the measured step (CUDA events,
-// median) and the profiled step's kernel classes beside the predicted terms.
-Json framework_validate(const std::vector<std::filesystem::path>& runs, const Calibration& cal, const StepOps& ops,
+// median) and the profiled step's kernel classes beside the predicted terms. `paths` as
+// read_step_measurements takes them; in a folder, the measurements of other frameworks, of the
+// other compile setting and with checkpointing are passed over; a file named itself must match.
+Json framework_validate(const std::vector<std::string>& paths, const Calibration& cal, const StepOps& ops,
                         std::vector<std::string>& notes, bool compiled = false);
 
 }  // namespace fp8sim::speed

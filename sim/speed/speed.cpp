@@ -180,10 +180,13 @@ std::vector<Measurement> torch_measurements(const Json& doc) {
                   kv_heads = integer("kv_heads"), head_dim = integer("head_dim");
     // The pinned backend (FlashAttention: the plans' attention) and, where the script timed it,
     // SDPA's default backend choice (what the framework profiles run: variant suffix ",default").
-    for (int which = 0; which < 4; ++which) {
-      const bool fwd = which % 2 == 0, dflt = which >= 2;
-      const char* k =
-          dflt ? (fwd ? "sdpa_default_fwd_ms" : "sdpa_default_bwd_ms") : (fwd ? "sdpa_fwd_ms" : "sdpa_bwd_ms");
+    struct Sdpa {
+      const char* key;
+      bool fwd, dflt;
+    };
+    for (const auto& [k, fwd, dflt] :
+         {Sdpa{"sdpa_fwd_ms", true, false}, Sdpa{"sdpa_bwd_ms", false, false}, Sdpa{"sdpa_default_fwd_ms", true, true},
+          Sdpa{"sdpa_default_bwd_ms", false, true}}) {
       const Json* t = c.find(k);
       if (dflt && !t) continue;
       FP8SIM_REQUIRE(t && t->is_object(), "{}: '{}' must be an object {{median, min, max, reps}}", where, k);
