@@ -77,6 +77,7 @@ size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> 
 void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
                    const QuantGpuOut& out, void* d_workspace, const QuantGpuOptions& opts, cudaStream_t stream) {
   spec.validate();
+  if (spec.rht) throw UsageError("GPU quantize: rht (the random Hadamard transform) runs on the CPU only");
   const GroupGeometry g = group_geometry(spec, shape);
   const int64_t numel = g.numel();
   if (numel == 0) return;
@@ -159,6 +160,7 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
 void dequantize_cuda(const QuantSpec& spec, std::span<const int64_t> shape, const void* d_codes, const float* d_scales,
                      const float* d_k, const float* d_c, float* d_out, cudaStream_t stream) {
   spec.validate();
+  if (spec.rht) throw UsageError("GPU dequantize: rht (the random Hadamard transform) runs on the CPU only");
   const GroupGeometry g = group_geometry(spec, shape);
   if (g.numel() == 0) return;
   FP8SIM_REQUIRE(d_codes && d_out, "GPU dequantize: null pointer");

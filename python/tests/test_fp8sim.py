@@ -251,6 +251,43 @@ def test_nvfp4_equals_the_two_level_reference(spec, block):
     assert r.metrics["bytes"]["total"] == 64 * 128 // 2 + (64 * 128) // (block[0] * block[1]) + 4
 
 
+TE_SIGNS16 = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1], np.float32)
+
+
+def hadamard_rows(x, signs, inverse=False):
+    """The random Hadamard transform of each row's 16-element blocks, written from its definition
+    y = H (D x) / 4 with the butterfly order fp8sim documents: numpy fp32 adds, stage h = 1, 2, 4, 8."""
+    f32 = np.float32
+    v = x.reshape(-1, 16).astype(f32)
+    if not inverse:
+        v = v * signs
+    for h in (1, 2, 4, 8):
+        w = v.reshape(-1, 16 // (2 * h), 2, h)
+        a, b = w[:, :, 0, :], w[:, :, 1, :]
+        v = np.stack([a + b, a - b], axis=2).reshape(-1, 16)
+    v = v * f32(0.25)
+    if inverse:
+        v = v * signs
+    return v.reshape(x.shape)
+
+
+def test_nvfp4_with_rht_quantizes_the_transformed_tensor():
+    rng = np.random.default_rng(9)
+    x = rng.standard_t(2, (64, 128)).astype(np.float32)
+    r = fp8sim.quantize(x, "nvfp4:rht=16")
+    t = hadamard_rows(x, TE_SIGNS16)
+    codes, dec, deq = nvfp4_reference(t, (1, 16))
+    np.testing.assert_array_equal(r.codes, codes)
+    np.testing.assert_array_equal(r.scales, dec)
+    np.testing.assert_array_equal(r.dequantized, hadamard_rows(deq, TE_SIGNS16, inverse=True))
+    # the transform spreads the heavy tail's outliers over their blocks: far fewer nonzero values
+    # become a zero code (E2M1 magnitude bits 0)
+    plain = fp8sim.quantize(x, "nvfp4")
+    flushed_rht = np.mean(((r.codes & 7) == 0) & (t != 0))
+    flushed_plain = np.mean(((plain.codes & 7) == 0) & (x != 0))
+    assert flushed_plain > 0.02 and flushed_rht < 0.5 * flushed_plain
+
+
 def test_mx_aliases_and_fp4_fp6_spec_errors():
     assert str(fp8sim.Spec("mxfp4")) == "e2m1:g32:scale=e8m0:mx=floor"
     assert str(fp8sim.Spec("mxfp6-e3m2")) == "e3m2:g32:scale=e8m0:mx=floor"

@@ -93,7 +93,10 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
           "v1.0's 4- and 6-bit formats (E8M0 floor scales over 32 elements; scale=e8m0|fp32|pow2 only, no\n"
           "de or delayed; CPU only; --codes writes one code per byte, the byte counts are packed);\n"
           "nvfp4 and nvfp4-w are NVFP4 as TransformerEngine's reference quantizer computes it (1x16 and\n"
-          "16x16 groups).\n"
+          "16x16 groups). rht=N (N = 4, 16, 64 or 256) first applies a random Hadamard transform to each\n"
+          "row's N-element blocks, as NVFP4 training does for weight-gradient operands (TE's signs for N = 16,\n"
+          "rht_seed=S for Philox signs; CPU only): codes and scales are the transformed tensor's, --out and the\n"
+          "error are back in the input's domain.\n"
           "bf16/fp16 store 16-bit values, unscaled unless scale=fp32|pow2.\n"
           "NaN inputs give NaN codes, +-Inf saturate; scales use the finite elements only.\n"
           "Examples:\n"
@@ -101,6 +104,7 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
           "  fp8sim quantize --spec e4m3:g128:de=coat --in m.npy --out mq.npy --json m.json\n"
           "  fp8sim quantize --spec mxfp8 --in w.npy --out wq.npy --codes w_mx\n"
           "  fp8sim quantize --spec mxfp4 --in w.npy --json w_fp4.json\n"
+          "  fp8sim quantize --spec nvfp4:rht=16 --in grad_t.npy --json g.json\n"
           "  fp8sim quantize --spec e4m3:g16:scale=bf16 --in act_bf16.npy --dtype bf16 --out a.npy"))
     return 0;
   if (spec_text.empty()) throw UsageError("--spec is required (see 'fp8sim quantize --help')");

@@ -16,6 +16,7 @@
 #include "sim/formats/fp8.hpp"
 #include "sim/formats/philox.hpp"
 #include "sim/quant/expand.hpp"
+#include "sim/quant/hadamard.hpp"
 #include "sim/quant/scale.hpp"
 // Last: its functions are compiled for AVX2 (see the header), nothing above is.
 #include "sim/quant/avx2_kernels.hpp"
@@ -748,7 +749,7 @@ float nvfp4_scales(float tensor_amax, const Stats& st, float fmax_e, std::vector
 }
 
 template <class Load>
-void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSpec& spec, const QuantizeOptions& opts,
+void quantize_core(const Load& ld, std::span<const int64_t> shape, const QuantSpec& spec, const QuantizeOptions& opts,
                    QuantizedTensor& q) {
   spec.validate();
   const int threads = work_threads(opts.threads, shape_numel(shape));
@@ -867,6 +868,45 @@ void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSp
   }
 }
 
+// The spec's random Hadamard transform over each row of the 2-D view of `data` (numel values), in
+// place. Throws UsageError when a row is not a whole number of blocks.
+void rht_rows(float* data, const GroupGeometry& g, const QuantSpec& spec, int threads, bool inverse) {
+  const int n = spec.rht;
+  if (g.cols % n != 0)
+    throw UsageError(
+        fmt::format("rht={} transforms rows in blocks of {} elements: the last dimension ({}) is not a "
+                    "multiple of {}",
+                    n, n, g.cols, n));
+  const RhtSigns signs = rht_signs(n, spec.rht_seeded, spec.rht_seed);
+  const int64_t blocks = g.numel() / n;
+#pragma omp parallel for schedule(static) num_threads(threads) if (blocks >= 4096)
+  for (int64_t b = 0; b < blocks; ++b) {
+    if (inverse) rht_inverse(data + b * n, n, signs);
+    else rht_forward(data + b * n, n, signs);
+  }
+}
+
+// Quantizing with rht=N quantizes the transformed tensor: every element is widened to fp32, each
+// row's blocks are transformed, and the result is quantized with the rest of the spec. The
+// tensor amax (NVFP4's tensor scale) is therefore the transformed tensor's, as TE's recipe
+// computes it after the transform.
+template <class Load>
+void quantize_impl(const Load& ld, std::span<const int64_t> shape, const QuantSpec& spec, const QuantizeOptions& opts,
+                   QuantizedTensor& q) {
+  if (!spec.rht) {
+    quantize_core(ld, shape, spec, opts, q);
+    return;
+  }
+  FP8SIM_REQUIRE(!opts.tensor_amax, "QuantizeOptions::tensor_amax is the untransformed tensor's: rht does not take it");
+  spec.validate();
+  const GroupGeometry g = group_geometry(spec, shape);
+  const int threads = work_threads(opts.threads, g.numel());
+  std::vector<float> t(static_cast<size_t>(g.numel()));
+  for (int64_t i = 0; i < g.numel(); ++i) t[static_cast<size_t>(i)] = ld(i);
+  rht_rows(t.data(), g, spec, threads, false);
+  quantize_core(LoadF32{t.data()}, shape, spec, opts, q);
+}
+
 }  // namespace
 
 QuantizedTensor quantize(const float* x, std::span<const int64_t> shape, const QuantSpec& spec,
@@ -906,6 +946,12 @@ QuantizedTensor quantize_any(const void* data, InputDtype dtype, std::span<const
 
 std::vector<float> group_absmax(const float* x, std::span<const int64_t> shape, const QuantSpec& spec, int threads) {
   const GroupGeometry g = group_geometry(spec, shape);
+  std::vector<float> transformed;  // rht: the maxima are the transformed tensor's
+  if (spec.rht) {
+    transformed.assign(x, x + g.numel());
+    rht_rows(transformed.data(), g, spec, work_threads(threads, g.numel()), false);
+    x = transformed.data();
+  }
   const Stats st = compute_stats(LoadF32{x}, g, work_threads(threads, g.numel()));
   std::vector<float> out(st.amax.size());
   for (size_t i = 0; i < out.size(); ++i) out[i] = f32_from_bits(st.amax[i]);
@@ -1011,6 +1057,7 @@ void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
       }
     }
   }
+  if (q.spec.rht) rht_rows(out, g, q.spec, threads, true);
 }
 
 std::vector<float> dequantize(const QuantizedTensor& q, int threads) {
@@ -1030,6 +1077,12 @@ void scaled_magnitudes(const float* x, const QuantizedTensor& q, float* out, boo
     for (int64_t i = 0; i < n; ++i)
       out[i] = is_finite_bits(f32_bits(x[i])) ? std::fabs(x[i]) : std::numeric_limits<float>::quiet_NaN();
     return;
+  }
+  std::vector<float> transformed;  // rht: the magnitudes are the transformed tensor's
+  if (spec.rht) {
+    transformed.assign(x, x + n);
+    rht_rows(transformed.data(), g, spec, threads, false);
+    x = transformed.data();
   }
   // The divisor (or multiplier) each group used, recomputed where it is not stored.
   const int64_t ng = g.num_groups();

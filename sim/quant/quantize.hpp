@@ -113,7 +113,9 @@ bool quant_simd();
 
 enum class InputDtype : uint8_t { F32, BF16, FP16 };
 
-// x: numel(shape) values, row-major. Throws UsageError for an invalid spec or shape.
+// x: numel(shape) values, row-major. Throws UsageError for an invalid spec or shape (with rht=N:
+// a last dimension that is not a multiple of N). With rht=N the transformed tensor is quantized:
+// codes, scales and tensor_amax are the transformed values'.
 QuantizedTensor quantize(const float* x, std::span<const int64_t> shape, const QuantSpec& spec,
                          const QuantizeOptions& opts = {});
 // bf16 input as raw bits, widened exactly to fp32 (one rounding only, never bf16 -> fp32 -> ...).
@@ -129,11 +131,13 @@ QuantizedTensor quantize_any(const void* data, InputDtype dtype, std::span<const
                              const QuantizeOptions& opts = {});
 
 // max |x| over the finite elements of every group of `spec` over `shape` (0 for a group without
-// finite elements), row-major over the group grid.
+// finite elements), row-major over the group grid; with rht=N, of the transformed tensor.
 std::vector<float> group_absmax(const float* x, std::span<const int64_t> shape, const QuantSpec& spec, int threads = 0);
 
 // out: numel values. NaN codes give NaN; all other codes give finite values (or +-Inf for the
 // E5M2 Inf code with sat=none).
+// With rht=N the decoded values are transformed back (sim/quant/hadamard.hpp), so `out` is in the
+// input's domain, with the inverse transform's fp32 roundings.
 void dequantize(const QuantizedTensor& q, float* out, int threads = 0);
 std::vector<float> dequantize(const QuantizedTensor& q, int threads = 0);
 

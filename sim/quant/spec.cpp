@@ -148,7 +148,8 @@ constexpr const char* kValidFormats =
     "coat-opt, coat-opt-noexpand, coat-act, coat-w, deepseek-act, deepseek-act-ue8m0, deepseek-w, "
     "deepseek-w-ue8m0, te-current, te-current-pow2, te-delayed)";
 constexpr const char* kValidKeys =
-    "scale, eps, eps_add, de, de_target, delayed, round, seed, sat, amax_floor, scale_div, apply, mx, de_min";
+    "scale, eps, eps_add, de, de_target, delayed, round, seed, sat, amax_floor, scale_div, apply, mx, de_min, rht, "
+    "rht_seed";
 
 [[noreturn]] void bad(std::string_view text, const std::string& what) {
   throw UsageError(fmt::format("bad quant spec '{}': {}", text, what));
@@ -394,6 +395,18 @@ QuantSpec QuantSpec::parse(std::string_view raw) {
       if (value == "nonzero") s.de_min = DeMin::Nonzero;
       else if (value == "kernel") s.de_min = DeMin::Kernel;
       else bad(raw, fmt::format("unknown de_min '{}' (valid: nonzero, kernel)", value));
+    } else if (key == "rht") {
+      int64_t n = 0;
+      if (!parse_int64(value, n) || (n != 4 && n != 16 && n != 64 && n != 256))
+        bad(raw, fmt::format("bad rht '{}' (a Hadamard block of 4, 16, 64 or 256 elements)", value));
+      s.rht = static_cast<int>(n);
+    } else if (key == "rht_seed") {
+      try {
+        s.rht_seed = parse_seed(value, "rht_seed");
+      } catch (const UsageError& e) {
+        bad(raw, e.what());
+      }
+      s.rht_seeded = true;
     } else if (key == "sat") {
       if (value == "finite") s.saturation = Saturation::Finite;
       else if (value == "none") s.saturation = Saturation::None;
@@ -452,6 +465,8 @@ std::string QuantSpec::to_string() const {
   if (apply != Apply::Div) out += fmt::format(":apply={}", apply_name(apply));
   if (mx != MxRound::Rceil) out += fmt::format(":mx={}", mx_round_name(mx));
   if (de_min != DeMin::Nonzero) out += fmt::format(":de_min={}", de_min_name(de_min));
+  if (rht) out += fmt::format(":rht={}", rht);
+  if (rht_seeded) out += fmt::format(":rht_seed={}", rht_seed);
   return out;
 }
 
@@ -469,6 +484,10 @@ void QuantSpec::validate() const {
     if (saturation != Saturation::Finite)
       fail(fmt::format("{} has no Inf or NaN: it saturates (sat=none does not apply)", f));
   }
+  if (rht != 0 && rht != 4 && rht != 16 && rht != 64 && rht != 256) fail("rht must be 4, 16, 64 or 256");
+  if (rht_seeded && rht == 0) fail("rht_seed sets the signs of rht=N: it needs rht");
+  if (rht && (expand != ExpandMode::None || delayed.enabled() || is_16bit()))
+    fail("rht transforms GEMM operands before block scaling: it does not combine with de, delayed or 16-bit storage");
   if (granularity == Granularity::Group && group_size < 1) fail("group size must be >= 1");
   if (granularity == Granularity::Block && (block_rows < 1 || block_cols < 1)) fail("block sides must be >= 1");
   if (!std::isfinite(eps) || eps < 0 || eps > kMaxEps) fail(fmt::format("eps must be a number in [0, {:g}]", kMaxEps));

@@ -46,6 +46,11 @@
 //                                TE's x * m, m = fmax/amax, stored s = RN(1/m) (fp32 / pow2 scales)
 //     mx=rceil|floor|ceil|even   E8M0 exponent rounding (scale=e8m0; default rceil)
 //     de_min=nonzero|kernel      DE group minimum: exact, or COAT's kernel reduction (g128 only)
+//     rht=N                      random Hadamard transform of each row's N-element blocks before
+//                                quantizing (N = 4, 16, 64, 256; sim/quant/hadamard.hpp); the
+//                                scales see the transformed values, dequantize transforms back
+//     rht_seed=S                 Philox key of the RHT's sign vector (default: TE's fixed signs
+//                                for N = 16, key 0 otherwise)
 //   ALIASES (a whole spec; keys may follow, e.g. "mxfp8:round=stochastic"). A name of a peer
 //   means that peer's kernel, bit for bit on finite inputs (docs/numerics.md lists the sources):
 //     mxfp8, te-mxfp8, torchao-mxfp8-rceil = e4m3:g32:scale=e8m0:scale_div=rcp  (TE MXFP8 / RCEIL)
@@ -138,6 +143,9 @@ struct QuantSpec {
   Apply apply = Apply::Div;
   MxRound mx = MxRound::Rceil;    // scale=e8m0 only
   DeMin de_min = DeMin::Nonzero;  // de=coat only
+  int rht = 0;                    // random Hadamard block size (0: none; 4, 16, 64 or 256)
+  bool rht_seeded = false;        // rht_seed given: the signs come from Philox(rht_seed)
+  uint64_t rht_seed = 0;
 
   // Parses the text form above. Throws UsageError naming the offending token and listing the
   // valid choices. The result is validated.
