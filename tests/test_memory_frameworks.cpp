@@ -50,24 +50,22 @@ Footprint run(const std::string& fw, const model::ModelConfig& m, bool ckpt = fa
 }
 
 TEST(MemoryFrameworks, CommittedMeasurementsAreWithinTheTargets) {
-  const Json v = memory::memory_validate_steps({std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/frameworks"});
-  EXPECT_GE(v.at("modelled").as_int(), 50);
-  for (const auto& r : v.at("rows").as_array()) {
-    if (!r.at("modelled").as_bool()) continue;
-    EXPECT_TRUE(r.at("ok").as_bool()) << r.at("file").as_string() << " batch " << r.at("batch").as_int() << ": peak "
-                                      << r.at("peak_rel").as_number() << ", forward-retained "
-                                      << r.at("retained_rel").as_number();
+  const memory::StepValidation v =
+      memory::memory_validate_steps({std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/frameworks"});
+  EXPECT_GE(v.modelled, 50);
+  for (const auto& r : v.rows) {
+    if (!r.modelled()) continue;
+    EXPECT_TRUE(r.prediction->ok) << r.file << " batch " << r.batch << ": peak " << r.prediction->peak_rel
+                                  << ", forward-retained " << r.prediction->retained_rel;
   }
 }
 
 TEST(MemoryFrameworks, CommittedMaxBatchSearchesAreWithinTheTarget) {
-  const Json v = memory::memory_validate_steps({std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/frameworks"});
-  const auto& mx = v.at("max_batch").as_array();
-  EXPECT_GE(mx.size(), 3u);
-  for (const auto& r : mx)
-    EXPECT_TRUE(r.at("ok").as_bool()) << r.at("file").as_string() << ": measured "
-                                      << r.at("measured_max_batch").as_int() << ", fp8sim "
-                                      << r.at("predicted_max_batch").as_int();
+  const memory::StepValidation v =
+      memory::memory_validate_steps({std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/frameworks"});
+  EXPECT_GE(v.max_batch.size(), 3u);
+  for (const auto& r : v.max_batch)
+    EXPECT_TRUE(r.ok) << r.file << ": measured " << r.measured_max_batch << ", fp8sim " << r.predicted_max_batch;
 }
 
 // The max-batch judgement can fail: the committed search with its answer moved, or its search
@@ -90,10 +88,10 @@ TEST(MemoryFrameworks, MaxBatchJudgementRejectsAWrongOrUnfinishedSearch) {
     d["max_batch"] = mb;
     const std::string path = test::temp_dir() + "/m.json";
     std::ofstream(path) << d.dump(-1);
-    const Json v = memory::memory_validate_steps({path});
-    ASSERT_EQ(v.at("max_batch").as_array().size(), 1u);
-    EXPECT_EQ(v.at("max_batch").as_array()[0].at("ok").as_bool(), c.ok) << c.max_batch << " " << c.limit_reached;
-    EXPECT_EQ(v.at("ok").as_bool(), c.ok);
+    const memory::StepValidation v = memory::memory_validate_steps({path});
+    ASSERT_EQ(v.max_batch.size(), 1u);
+    EXPECT_EQ(v.max_batch[0].ok, c.ok) << c.max_batch << " " << c.limit_reached;
+    EXPECT_EQ(v.ok, c.ok);
   }
 }
 

@@ -231,7 +231,7 @@ std::string memory(const std::string& config, bool is_json, const std::string& o
   memory::apply_framework_profile(o, recipe.has_value());
   memory::validate(o);
   const model::ModelConfig m = is_json ? model::parse_model(Json::parse(config), origin) : model::load_model(config);
-  return (compare ? memory::memory_compare(m, o) : memory::memory_breakdown(m, o)).dump(2);
+  return (compare ? memory::memory_compare(m, o).to_json() : memory::memory_breakdown(m, o).to_json()).dump(2);
 }
 
 std::string model_info(const std::string& config, bool is_json, const std::string& origin) {

@@ -1,9 +1,11 @@
 // fp8sim memory: per-GPU memory footprint of a training step for a model, recipe and sharding.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,184 +26,184 @@ namespace po = boost::program_options;
 using memory::kGiB;
 
 std::string g2(double v) { return fmt::format("{:.2f}", v); }
-std::string pct(const Json& rel) { return rel.is_null() ? "" : fmt::format("{:+.1f}%", 100.0 * rel.as_number()); }
-std::string mark(const Json& ok) { return ok.is_null() ? "" : (ok.as_bool() ? "ok" : "MISS"); }
-std::string opt_num(const Json& v, int digits = 1) {
-  return v.is_null() ? "-" : fmt::format("{:.{}f}", v.as_number(), digits);
-}
+std::string pct(const std::optional<double>& rel) { return rel ? fmt::format("{:+.1f}%", 100.0 * *rel) : ""; }
+std::string mark(const std::optional<bool>& ok) { return ok ? (*ok ? "ok" : "MISS") : ""; }
+std::string opt_num(double v, int digits = 1) { return std::isnan(v) ? "-" : fmt::format("{:.{}f}", v, digits); }
 
-void print_breakdown(const Json& d) {
-  const Json& m = d.at("model");
-  fmt::print("{} ({:.3f} B params), recipe {}, {}\n", m.at("display_name").as_string(),
-             m.at("params").as_number() / 1e9, d.at("recipe").as_string(), d.at("sharding").as_string());
-  if (d.contains("framework"))
-    fmt::print("framework profile {}{}\n", d.at("framework").as_string(),
-               d.contains("compiled") ? ", torch.compile" : "");
-  fmt::print("micro-batch {} x {} tokens{}{}\n\n", d.at("batch").as_int(), d.at("seq").as_int(),
-             d.at("checkpointing").as_bool() ? ", activation checkpointing" : "",
-             d.at("grads_persist").as_bool() ? "" : ", gradients freed between steps");
+void print_breakdown(const memory::MemoryResult& d) {
+  const memory::Footprint& f = d.footprint;
+  const memory::MemoryOptions& o = f.opts;
+  fmt::print("{} ({:.3f} B params), recipe {}, {}\n", f.model.display_name,
+             static_cast<double>(f.model.param_count()) / 1e9, d.recipe, d.sharding);
+  if (o.framework != "torch") fmt::print("framework profile {}{}\n", o.framework, o.compiled ? ", torch.compile" : "");
+  fmt::print("micro-batch {} x {} tokens{}{}\n\n", o.batch, o.seq, o.checkpointing ? ", activation checkpointing" : "",
+             o.grads_persist ? "" : ", gradients freed between steps");
   // Components: a left-aligned explanation column reads better than cli::print_table's right alignment.
+  std::vector<const memory::Component*> comps;
+  for (const auto& c : f.persistent) comps.push_back(&c);
+  for (const auto& c : f.activations) comps.push_back(&c);
   size_t w = 9;
-  for (const auto& c : d.at("components").as_array()) w = std::max(w, c.at("name").as_string().size());
+  for (const auto* c : comps) w = std::max(w, c->name.size());
   fmt::print("{:<{}}  {:<11}  {:>8}  {}\n", "component", w, "group", "GiB", "what");
   fmt::print("{}\n", std::string(w + 2 + 11 + 2 + 8 + 2 + 40, '-'));
-  for (const auto& c : d.at("components").as_array())
-    fmt::print("{:<{}}  {:<11}  {:>8.3f}  {}\n", c.at("name").as_string(), w, c.at("group").as_string(),
-               c.at("gib").as_number(), c.at("what").as_string());
+  for (const auto* c : comps)
+    fmt::print("{:<{}}  {:<11}  {:>8.3f}  {}\n", c->name, w, c->group, memory::gib(c->bytes), c->what);
   fmt::print("\n");
   fmt::print("{:<16}  {:>9}  {:>9}  {}\n", "phase", "total GiB", "resident", "+ temporaries (GiB)");
   fmt::print("{}\n", std::string(16 + 2 + 9 + 2 + 9 + 2 + 40, '-'));
-  for (const auto& p : d.at("phases").as_array()) {
+  for (const auto& p : f.phases) {
     std::string t;
-    for (const auto& c : p.at("temporaries").as_array())
-      t += fmt::format("{}{} {:.2f}", t.empty() ? "" : ", ", c.at("name").as_string(), c.at("gib").as_number());
-    fmt::print("{:<16}  {:>9.2f}  {:>9.2f}  {}\n", p.at("name").as_string(), p.at("total_gib").as_number(),
-               p.at("resident_gib").as_number(), t.empty() ? "-" : t);
+    for (const auto& c : p.temporaries)
+      t += fmt::format("{}{} {:.2f}", t.empty() ? "" : ", ", c.name, memory::gib(c.bytes));
+    fmt::print("{:<16}  {:>9.2f}  {:>9.2f}  {}\n", p.name, memory::gib(p.total()), memory::gib(p.resident),
+               t.empty() ? "-" : t);
   }
   fmt::print("\n");
   cli::print_table(
       {"weights", "gradients", "optimizer", "activations", "temporaries", "other", "peak GiB", "of GiB", "fits",
        "max batch", "max pow2"},
-      {{g2(d.at("weights_gib").as_number()), g2(d.at("gradients_gib").as_number()),
-        g2(d.at("optimizer_gib").as_number()), g2(d.at("activations_gib").as_number()),
-        g2(d.at("temporaries_gib").as_number()), g2(d.at("other_gib").as_number()), g2(d.at("peak_gib").as_number()),
-        g2(d.at("gpu_mem_gib").as_number()), d.at("fits").as_bool() ? "yes" : "OOM",
-        fmt::format("{}", d.at("max_batch").as_int()), fmt::format("{}", d.at("max_batch_pow2").as_int())}});
-  fmt::print("peak phase: {}\n", d.at("peak_phase").as_string());
+      {{g2(memory::gib(f.weights)), g2(memory::gib(f.gradients)), g2(memory::gib(f.optimizer())),
+        g2(memory::gib(f.activations_total)), g2(memory::gib(f.temporaries_at_peak())),
+        g2(memory::gib(f.other_persistent)), g2(memory::gib(f.peak)), g2(o.gpu_mem_gib), f.fits() ? "yes" : "OOM",
+        fmt::format("{}", d.max_batch.value()), fmt::format("{}", d.max_batch_pow2.value())}});
+  fmt::print("peak phase: {}\n", f.peak_phase);
 }
 
-void print_layer_detail(const Json& d) {
-  const Json& layer = d.at("activation_per_layer");
-  const double u = layer.at("u_bytes").as_number();
+void print_layer_detail(const memory::Footprint& f) {
+  const double u = static_cast<double>(f.unit_u_bytes);
   std::vector<std::vector<std::string>> rows;
-  for (const auto& s : layer.at("saved").as_array()) {
-    std::string shape;
-    for (const auto& x : s.at("shape").as_array()) {
-      if (!shape.empty()) shape += 'x';
-      shape += fmt::format("{}", x.as_int());
-    }
-    rows.push_back({s.at("op").as_string(), s.at("tensor").as_string(), s.at("role").as_string(), shape,
-                    s.at("storage").as_string(), s.at("table2_column").as_string(),
-                    fmt::format("{:.4f}", s.at("data_bytes").as_number() / u),
-                    fmt::format("{:.4f}", s.at("meta_bytes").as_number() / u)});
-  }
+  for (const auto& s : f.layer_saved)
+    rows.push_back({s.op, s.tensor, std::string(model::saved_role_name(s.role)),
+                    fmt::format("{}", fmt::join(s.shape, "x")), s.storage,
+                    std::string(model::table2_column_name(s.column)),
+                    fmt::format("{:.4f}", static_cast<double>(s.bytes.data) / u),
+                    fmt::format("{:.4f}", static_cast<double>(s.bytes.meta) / u)});
   fmt::print("\none decoder layer, saved for backward (U = batch*seq*hidden*2 B = {:.0f} B):\n", u);
   cli::print_table({"op", "tensor", "role", "shape", "storage", "Table 2", "data U", "meta U"}, rows);
-  const Json& units = layer.at("table2_units");
-  rows.clear();
   std::vector<std::string> header, row;
-  for (const auto& [k, v] : units.as_object()) {
-    header.push_back(k);
-    row.push_back(fmt::format("{:.3f}U", v.as_number()));
+  for (model::Table2Column c : model::kTable2Columns) {
+    header.emplace_back(model::table2_column_name(c));
+    row.push_back(fmt::format("{:.3f}U", f.table2_units(c)));
   }
+  header.emplace_back("total");
+  row.push_back(fmt::format("{:.3f}U", f.table2_total_units()));
   fmt::print("\n");
   cli::print_table(header, {row});
 }
 
-void print_compare(const Json& c) {
-  const Json& recipes = c.at("recipes");
+void print_compare(const memory::MemoryComparison& c) {
   std::vector<std::string> header = {"GiB per GPU"};
-  for (const auto& d : recipes.as_array()) header.push_back(d.at("recipe").as_string());
+  for (const auto& d : c.recipes) header.push_back(d.recipe);
   std::vector<std::vector<std::string>> rows;
-  const char* keys[] = {"weights_gib",     "gradients_gib", "optimizer_gib", "activations_gib",
-                        "temporaries_gib", "other_gib",     "peak_gib"};
-  for (const char* k : keys) {
-    std::vector<std::string> r = {std::string(k).substr(0, std::string(k).size() - 4)};
-    for (const auto& d : recipes.as_array()) r.push_back(g2(d.at(k).as_number()));
+  using GroupBytes = int64_t (*)(const memory::Footprint&);
+  const std::pair<const char*, GroupBytes> groups[] = {
+      {"weights", [](const memory::Footprint& f) { return f.weights; }},
+      {"gradients", [](const memory::Footprint& f) { return f.gradients; }},
+      {"optimizer", [](const memory::Footprint& f) { return f.optimizer(); }},
+      {"activations", [](const memory::Footprint& f) { return f.activations_total; }},
+      {"temporaries", [](const memory::Footprint& f) { return f.temporaries_at_peak(); }},
+      {"other", [](const memory::Footprint& f) { return f.other_persistent; }},
+      {"peak", [](const memory::Footprint& f) { return f.peak; }}};
+  for (const auto& [name, bytes] : groups) {
+    std::vector<std::string> r = {name};
+    for (const auto& d : c.recipes) r.push_back(g2(memory::gib(bytes(d.footprint))));
     rows.push_back(r);
   }
   std::vector<std::string> fits = {"fits"}, mb = {"max batch"}, mb2 = {"max batch (pow2)"};
-  for (const auto& d : recipes.as_array()) {
-    fits.push_back(d.at("fits").as_bool() ? "yes" : "OOM");
-    mb.push_back(fmt::format("{}", d.at("max_batch").as_int()));
-    mb2.push_back(fmt::format("{}", d.at("max_batch_pow2").as_int()));
+  for (const auto& d : c.recipes) {
+    fits.push_back(d.footprint.fits() ? "yes" : "OOM");
+    mb.push_back(fmt::format("{}", d.max_batch.value()));
+    mb2.push_back(fmt::format("{}", d.max_batch_pow2.value()));
   }
   rows.push_back(fits);
   rows.push_back(mb);
   rows.push_back(mb2);
-  for (const char* k : {"optimizer", "activations", "peak"}) {
-    std::vector<std::string> r = {fmt::format("BF16/x {}", k)};
-    for (const auto& d : recipes.as_array()) {
-      const Json& v = c.at("ratios_vs_bf16").at(d.at("recipe").as_string()).at(k);
-      r.push_back(v.is_null() ? "-" : fmt::format("{:.2f}x", v.as_number()));
-    }
+  using Ratio = std::optional<double> memory::RatiosVsBf16::*;
+  const std::pair<const char*, Ratio> ratios[] = {{"optimizer", &memory::RatiosVsBf16::optimizer},
+                                                  {"activations", &memory::RatiosVsBf16::activations},
+                                                  {"peak", &memory::RatiosVsBf16::peak}};
+  for (const auto& [name, ratio] : ratios) {
+    std::vector<std::string> r = {fmt::format("BF16/x {}", name)};
+    for (const auto& v : c.ratios_vs_bf16) r.push_back(v.*ratio ? fmt::format("{:.2f}x", *(v.*ratio)) : "-");
     rows.push_back(r);
   }
-  const Json& d0 = recipes.as_array().front();
-  fmt::print("{}: {} GPUs ({}), micro-batch {} x {}, budget {:.2f} GiB\n\n",
-             d0.at("model").at("display_name").as_string(), d0.at("gpus").as_int(), d0.at("sharding").as_string(),
-             d0.at("batch").as_int(), d0.at("seq").as_int(), d0.at("gpu_mem_gib").as_number());
+  const memory::Footprint& f0 = c.recipes.front().footprint;
+  fmt::print("{}: {} GPUs ({}), micro-batch {} x {}, budget {:.2f} GiB\n\n", f0.model.display_name, f0.opts.gpus,
+             c.recipes.front().sharding, f0.opts.batch, f0.opts.seq, f0.opts.gpu_mem_gib);
   cli::print_table(header, rows);
 }
 
-void print_paper(const Json& p) {
+// Table 2's columns, in the order the tables print them.
+using Table2Field = double memory::Table2Units::*;
+constexpr Table2Field kTable2Fields[] = {&memory::Table2Units::rmsnorm, &memory::Table2Units::silu_mul,
+                                         &memory::Table2Units::rope,    &memory::Table2Units::flash_attn,
+                                         &memory::Table2Units::linear,  &memory::Table2Units::total};
+
+void print_paper_table2(const memory::Table2Comparison& t2) {
   fmt::print("Table 2: activation memory of one Llama layer, units of U = batch*seq*hidden*2 B\n");
-  fmt::print("(fp8sim on {}; paper values in parentheses)\n", p.at("table2").at("model").as_string());
+  fmt::print("(fp8sim on {}; paper values in parentheses)\n", t2.model);
   std::vector<std::vector<std::string>> rows;
-  const char* cols[] = {"RMSNorm", "SiLU&Mul", "RoPE", "FlashAttn", "Linear", "total"};
-  for (const auto& r : p.at("table2").at("rows").as_array()) {
-    std::vector<std::string> row = {r.at("recipe").as_string()};
-    for (const char* c : cols)
-      row.push_back(fmt::format("{:.2f} ({:.2f})", r.at(c).as_number(), r.at("paper").at(c).as_number()));
-    row.push_back(fmt::format("{:.3f}", r.at("metadata_units").as_number()));
-    row.push_back(r.at("match").as_bool() ? "exact" : "MISS");
+  for (const auto& r : t2.rows) {
+    std::vector<std::string> row = {r.recipe};
+    for (Table2Field c : kTable2Fields) row.push_back(fmt::format("{:.2f} ({:.2f})", r.units.*c, r.paper.value().*c));
+    row.push_back(fmt::format("{:.3f}", r.metadata_units));
+    row.push_back(r.match.value() ? "exact" : "MISS");
     rows.push_back(row);
   }
   cli::print_table({"recipe", "RMSNorm", "SiLU&Mul", "RoPE", "FlashAttn", "Linear", "total", "+meta U", "match"}, rows);
   fmt::print("\nsame accounting with Llama-2-7B's real shapes (ffn 11008 = 2.6875 hidden):\n");
   rows.clear();
-  for (const auto& r : p.at("table2").at("llama2_7b_rows").as_array()) {
-    std::vector<std::string> row = {r.at("recipe").as_string()};
-    for (const char* c : cols) row.push_back(fmt::format("{:.3f}", r.at(c).as_number()));
-    row.push_back(fmt::format("{:.3f}", r.at("metadata_units").as_number()));
+  for (const auto& r : t2.llama2_7b_rows) {
+    std::vector<std::string> row = {r.recipe};
+    for (Table2Field c : kTable2Fields) row.push_back(fmt::format("{:.3f}", r.units.*c));
+    row.push_back(fmt::format("{:.3f}", r.metadata_units));
     rows.push_back(row);
   }
   cli::print_table({"recipe", "RMSNorm", "SiLU&Mul", "RoPE", "FlashAttn", "Linear", "total", "+meta U"}, rows);
+}
 
+void print_paper_fig1c(const std::vector<memory::Fig1cRow>& fig1c) {
   fmt::print("\nFigure 1(c): Llama-2-7B on 4 GPUs (FSDP), GiB per GPU: fp8sim (paper)\n");
-  rows.clear();
-  for (const auto& r : p.at("fig1c").as_array()) {
-    const Json& pp = r.at("paper");
-    rows.push_back(
-        {r.at("recipe").as_string(),
-         fmt::format("{:.2f} ({:.1f}) {}", r.at("weights_gib").as_number(), pp.at("weights_gib").as_number(),
-                     mark(r.at("weights_match"))),
-         fmt::format("{:.2f} ({:.1f}) {}", r.at("gradients_gib").as_number(), pp.at("gradients_gib").as_number(),
-                     mark(r.at("gradients_match"))),
-         fmt::format("{:.2f} ({:.1f}) {}", r.at("optimizer_gib").as_number(), pp.at("optimizer_gib").as_number(),
-                     mark(r.at("optimizer_match"))),
-         fmt::format("{:.2f} {}", r.at("optimizer_states_gib").as_number(), mark(r.at("optimizer_states_match"))),
-         fmt::format("{:.2f} ({:.1f})", r.at("activations_gib_batch2").as_number(),
-                     pp.at("activations_gib").as_number())});
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : fig1c) {
+    const memory::PaperFig1cEntry& pp = r.paper;
+    rows.push_back({r.recipe, fmt::format("{:.2f} ({:.1f}) {}", r.weights_gib, pp.weights_gib, mark(r.weights_match)),
+                    fmt::format("{:.2f} ({:.1f}) {}", r.gradients_gib, pp.gradients_gib, mark(r.gradients_match)),
+                    fmt::format("{:.2f} ({:.1f}) {}", r.optimizer_gib, pp.optimizer_gib, mark(r.optimizer_match)),
+                    fmt::format("{:.2f} {}", r.optimizer_states_gib, mark(r.optimizer_states_match)),
+                    fmt::format("{:.2f} ({:.1f})", r.activations_gib_batch2, pp.activations_gib)});
   }
   cli::print_table({"recipe", "weights", "weight grads", "optimizer (all)", "optimizer codes only",
                     "activations @batch 2 (paper: batch not stated)"},
                    rows);
+}
 
+// One Table 7 row's optimizer cell: fp8sim / paper, and the codes alone where all of it misses.
+std::string table7_optimizer(const memory::Table7Row& r) {
+  return fmt::format("{:.2f} / {} {} {}{}", r.optimizer_gib, opt_num(r.paper.optimizer_gib), pct(r.optimizer_rel),
+                     mark(r.optimizer_match),
+                     r.optimizer_match.value()
+                         ? ""
+                         : fmt::format(" (codes {:.2f} {} {})", r.optimizer_states_gib, pct(r.optimizer_states_rel),
+                                       mark(r.optimizer_states_match)));
+}
+
+void print_paper_table7(const std::vector<memory::Table7Row>& table7) {
   fmt::print("\nTable 7: per-GPU memory, FSDP, H100 80 GB budget (81559 MiB): fp8sim vs paper\n");
-  rows.clear();
-  for (const auto& r : p.at("table7").as_array()) {
-    const Json& pp = r.at("paper");
-    const bool oom = pp.at("oom").as_bool();
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : table7) {
+    const memory::PaperTable7Entry& pp = r.paper;
+    const bool oom = pp.oom;
     rows.push_back({
-        fmt::format("{} {}x{} b{}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int(),
-                    r.at("batch").as_int()),
-        r.at("recipe").as_string(),
+        fmt::format("{} {}x{} b{}", r.model, r.gpus, r.seq, r.batch),
+        r.recipe,
+        oom ? "-" : table7_optimizer(r),
         oom ? "-"
-            : fmt::format("{:.2f} / {} {} {}{}", r.at("optimizer_gib").as_number(), opt_num(pp.at("optimizer_gib")),
-                          pct(r.at("optimizer_rel")), mark(r.at("optimizer_match")),
-                          r.at("optimizer_match").as_bool()
-                              ? ""
-                              : fmt::format(" (codes {:.2f} {} {})", r.at("optimizer_states_gib").as_number(),
-                                            pct(r.at("optimizer_states_rel")), mark(r.at("optimizer_states_match")))),
-        oom ? "-"
-            : fmt::format("{:.2f} / {} {} {}", r.at("activations_gib").as_number(), opt_num(pp.at("activations_gib")),
-                          pct(r.at("activations_rel")), mark(r.at("activations_match"))),
-        fmt::format("{:.2f} / {} {} {}", r.at("peak_gib").as_number(), oom ? "OOM" : opt_num(pp.at("peak_gib")),
-                    oom ? (r.at("fits").as_bool() ? "fits" : "OOM") : pct(r.at("peak_rel")),
-                    oom ? mark(r.at("oom_match")) : mark(r.at("peak_match"))),
-        fmt::format("{} ({}) / {} {}", r.at("max_batch_pow2").as_int(), r.at("max_batch").as_int(),
-                    pp.at("max_batch").as_int(), mark(r.at("max_batch_pow2_match"))),
+            : fmt::format("{:.2f} / {} {} {}", r.activations_gib, opt_num(pp.activations_gib), pct(r.activations_rel),
+                          mark(r.activations_match)),
+        fmt::format("{:.2f} / {} {} {}", r.peak_gib, oom ? "OOM" : opt_num(pp.peak_gib),
+                    oom ? (r.fits ? "fits" : "OOM") : pct(r.peak_rel), oom ? mark(r.oom_match) : mark(r.peak_match)),
+        fmt::format("{} ({}) / {} {}", r.max_batch_pow2, r.max_batch, pp.max_batch, mark(r.max_batch_pow2_match)),
     });
   }
   cli::print_table({"model GPUs x ctx, batch", "recipe", "optimizer GiB fp8sim / paper", "activations", "peak",
@@ -209,59 +211,65 @@ void print_paper(const Json& p) {
                    rows);
 }
 
-void print_validate(const Json& v) {
-  const Json& c = v.at("config");
-  fmt::print("measured vs fp8sim: {} recipe {}, {} GPU(s), ZeRO-{}, micro-batch {} x {}{}\n\n",
-             c.at("model").as_string(), c.at("recipe").as_string(), c.at("gpus").as_int(), c.at("zero").as_int(),
-             c.at("batch").as_int(), c.at("seq").as_int(),
-             v.contains("device") ? ", " + v.at("device").as_string() : "");
+void print_paper(const memory::PaperComparison& p) {
+  print_paper_table2(p.table2);
+  print_paper_fig1c(p.fig1c);
+  print_paper_table7(p.table7);
+}
+
+void print_validate(const memory::MemoryValidation& v) {
+  const memory::ValidationConfig& c = v.config;
+  fmt::print("measured vs fp8sim: {} recipe {}, {} GPU(s), ZeRO-{}, micro-batch {} x {}{}\n\n", c.model, c.recipe,
+             c.gpus, c.zero, c.batch, c.seq, v.device ? ", " + v.device->as_string() : "");
   std::vector<std::vector<std::string>> rows;
-  for (const auto& r : v.at("rows").as_array())
-    rows.push_back({r.at("component").as_string(), fmt::format("{:.3f}", r.at("measured_gib").as_number()),
-                    fmt::format("{:.3f}", r.at("predicted_gib").as_number()), pct(r.at("rel")),
-                    r.at("ok").as_bool() ? "ok" : "MISS"});
+  for (const auto& r : v.rows)
+    rows.push_back({r.component, fmt::format("{:.3f}", r.measured_gib), fmt::format("{:.3f}", r.predicted_gib),
+                    pct(r.rel), r.ok ? "ok" : "MISS"});
   cli::print_table({"component", "measured GiB", "fp8sim GiB", "diff", "within 10%"}, rows);
 }
 
-void print_validate_steps(const Json& v) {
+// "hf compiled ckpt": the framework and how it ran.
+std::string step_setting(const std::string& framework, bool compile, bool checkpointing) {
+  std::string setting = framework;
+  if (compile) setting += " compiled";
+  if (checkpointing) setting += " ckpt";
+  return setting;
+}
+
+std::vector<std::string> step_run_cells(const memory::StepRun& r) {
+  const auto& p = r.prediction;
+  return {r.model,
+          step_setting(r.framework, r.compile, r.checkpointing),
+          fmt::format("{}x{}", r.batch, r.seq),
+          fmt::format("{:.2f}", r.measured_peak_gib),
+          p ? fmt::format("{:.2f}", p->predicted_peak_gib) : "-",
+          p ? pct(p->peak_rel) : "-",
+          fmt::format("{:.2f}", r.measured_retained_gib),
+          p ? fmt::format("{:.2f}", p->predicted_retained_gib) : "-",
+          p ? pct(p->retained_rel) : "-",
+          fmt::format("{:.2f}", r.measured_reserved_gib),
+          p ? (p->ok ? "ok" : "MISS") : r.why};
+}
+
+void print_validate_steps(const memory::StepValidation& v) {
   std::vector<std::vector<std::string>> rows;
-  for (const auto& r : v.at("rows").as_array()) {
-    const bool mod = r.at("modelled").as_bool();
-    std::string setting = r.at("framework").as_string();
-    if (r.at("compile").as_bool()) setting += " compiled";
-    if (r.at("checkpointing").as_bool()) setting += " ckpt";
-    rows.push_back(
-        {r.at("model").as_string(), setting, fmt::format("{}x{}", r.at("batch").as_int(), r.at("seq").as_int()),
-         fmt::format("{:.2f}", r.at("measured_peak_gib").as_number()),
-         mod ? fmt::format("{:.2f}", r.at("predicted_peak_gib").as_number()) : "-", mod ? pct(r.at("peak_rel")) : "-",
-         fmt::format("{:.2f}", r.at("measured_retained_gib").as_number()),
-         mod ? fmt::format("{:.2f}", r.at("predicted_retained_gib").as_number()) : "-",
-         mod ? pct(r.at("retained_rel")) : "-", fmt::format("{:.2f}", r.at("measured_reserved_gib").as_number()),
-         mod ? (r.at("ok").as_bool() ? "ok" : "MISS") : r.at("why").as_string()});
-  }
+  for (const auto& r : v.rows) rows.push_back(step_run_cells(r));
   cli::print_table({"model", "framework", "batch", "peak GiB", "fp8sim", "diff", "fwd-retained", "fp8sim", "diff",
                     "reserved", "verdict"},
                    rows);
-  fmt::print("\n{} runs modelled, {} outside the targets (peak {:.0f}%, forward-retained {:.0f}%)\n",
-             v.at("modelled").as_int(), v.at("missed").as_int(), 100 * memory::kStepPeakTolerance,
-             100 * memory::kStepActivationTolerance);
-  const auto& mx = v.at("max_batch").as_array();
-  if (mx.empty()) return;
+  fmt::print("\n{} runs modelled, {} outside the targets (peak {:.0f}%, forward-retained {:.0f}%)\n", v.modelled,
+             v.missed, 100 * memory::kStepPeakTolerance, 100 * memory::kStepActivationTolerance);
+  if (v.max_batch.empty()) return;
   rows.clear();
-  for (const auto& r : mx) {
-    std::string setting = r.at("framework").as_string();
-    if (r.at("compile").as_bool()) setting += " compiled";
-    if (r.at("checkpointing").as_bool()) setting += " ckpt";
-    rows.push_back({r.at("model").as_string(), setting, fmt::format("{}", r.at("seq").as_int()),
-                    fmt::format("{:g}", r.at("cap_gib").as_number()),
-                    fmt::format("{}{}", r.at("measured_max_batch").as_int(),
-                                r.at("limit_reached").as_bool() ? " (search limit)" : ""),
-                    fmt::format("{}", r.at("predicted_max_batch").as_int()), r.at("ok").as_bool() ? "ok" : "MISS"});
-  }
+  for (const auto& r : v.max_batch)
+    rows.push_back({r.model, step_setting(r.framework, r.compile, r.checkpointing), fmt::format("{}", r.seq),
+                    fmt::format("{:g}", r.cap_gib),
+                    fmt::format("{}{}", r.measured_max_batch, r.limit_reached ? " (search limit)" : ""),
+                    fmt::format("{}", r.predicted_max_batch), r.ok ? "ok" : "MISS"});
   fmt::print("\nLargest micro-batch under a memory cap (measured: the step runs with the allocator capped)\n");
   cli::print_table({"model", "framework", "seq", "cap GiB", "measured", "fp8sim", "verdict"}, rows);
-  fmt::print("\n{} max-batch searches, {} outside the target ({:.0f}% or 1)\n", mx.size(),
-             v.at("max_batch_missed").as_int(), 100 * memory::kMaxBatchTolerance);
+  fmt::print("\n{} max-batch searches, {} outside the target ({:.0f}% or 1)\n", v.max_batch.size(), v.max_batch_missed,
+             100 * memory::kMaxBatchTolerance);
 }
 
 bool is_step_validation(const std::string& path) {
@@ -341,6 +349,7 @@ int run_memory(const std::vector<std::string>& args) {
   if (!vm["recipe"].defaulted() && !recipe::is_registered(recipe_arg)) files.input("--recipe", recipe_arg);
   const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
   Json doc;
+  bool missed = false;  // --validate: a prediction outside its target
   if (vm.count("list-models")) {
     std::vector<std::vector<std::string>> rows;
     Json arr = Json::array();
@@ -367,14 +376,19 @@ int run_memory(const std::vector<std::string>& args) {
     doc = Json::object();
     doc["recipes"] = arr;
   } else if (vm.count("paper")) {
-    doc = memory::memory_paper_comparison();
-    print_paper(doc);
+    const memory::PaperComparison p = memory::memory_paper_comparison();
+    print_paper(p);
+    doc = p.to_json();
   } else if (step_validation) {
-    doc = memory::memory_validate_steps({validate_path});
-    print_validate_steps(doc);
+    const memory::StepValidation v = memory::memory_validate_steps({validate_path});
+    print_validate_steps(v);
+    doc = v.to_json();
+    missed = !v.ok;
   } else if (vm.count("validate")) {
-    doc = memory::memory_validate_file(validate_path);
-    print_validate(doc);
+    const memory::MemoryValidation v = memory::memory_validate_file(validate_path);
+    print_validate(v);
+    doc = v.to_json();
+    missed = !v.ok;
   } else {
     if (model_name.empty()) throw UsageError("--model is required (e.g. --model llama2-7b; see --list-models)");
     memory::MemoryOptions o;
@@ -391,21 +405,23 @@ int run_memory(const std::vector<std::string>& args) {
     memory::apply_framework_profile(o, !vm["recipe"].defaulted());
     memory::validate(o);
     if (vm.count("compare")) {
-      doc = memory::memory_compare(model_name, o);
-      print_compare(doc);
+      const memory::MemoryComparison c = memory::memory_compare(model_name, o);
+      print_compare(c);
       if (vm.count("detail"))
-        for (const auto& d : doc.at("recipes").as_array()) print_layer_detail(d);
+        for (const auto& d : c.recipes) print_layer_detail(d.footprint);
+      doc = c.to_json();
     } else {
-      doc = memory::memory_breakdown(model_name, o);
-      print_breakdown(doc);
-      if (vm.count("detail")) print_layer_detail(doc);
+      const memory::MemoryResult d = memory::memory_breakdown(model_name, o);
+      print_breakdown(d);
+      if (vm.count("detail")) print_layer_detail(d.footprint);
+      doc = d.to_json();
     }
   }
   if (json_id >= 0) files.write(json_id, doc.dump(2) + "\n");
   std::fflush(stdout);
   files.commit();
   // A verdict, not a failed run: the comparison is written, and the status says it missed.
-  if (vm.count("validate") && !doc.at("ok").as_bool())
+  if (missed)
     throw Error(fmt::format("prediction is off by more than {:.0f}% for at least one component (see table)",
                             100 * memory::kValidateTolerance));
   return 0;

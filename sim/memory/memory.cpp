@@ -30,8 +30,6 @@ constexpr int64_t kFp8GemmWorkspace = 32 * kMiB;
 // DeepSpeed ZeRO-1/2's default reduce_bucket_size (elements).
 constexpr int64_t kZeroReduceBucket = 500'000'000;
 
-double gib(int64_t b) { return static_cast<double>(b) / kGiB; }
-
 // FSDP2 / ZeRO shard a parameter along dim 0: each rank holds ceil(rows / N) rows (the last rank
 // fewer; the largest shard is what must fit).
 std::vector<int64_t> shard_shape(const std::vector<int64_t>& shape, int64_t n) {
@@ -402,20 +400,69 @@ Json saved_json(const SavedBytes& s) {
   return j;
 }
 
+Json components_json(const Footprint& f) {
+  Json comps = Json::array();
+  for (const auto& c : f.persistent) comps.push_back(component_json(c));
+  for (const auto& c : f.activations) comps.push_back(component_json(c));
+  return comps;
+}
+
+Json phases_json(const Footprint& f) {
+  Json phases = Json::array();
+  for (const auto& p : f.phases) {
+    Json pj = Json::object();
+    pj["name"] = p.name;
+    pj["what"] = p.what;
+    pj["resident_gib"] = gib(p.resident);
+    Json t = Json::array();
+    for (const auto& c : p.temporaries) t.push_back(component_json(c));
+    pj["temporaries"] = t;
+    pj["total_gib"] = gib(p.total());
+    phases.push_back(pj);
+  }
+  return phases;
+}
+
+Json layer_json(const Footprint& f) {
+  Json layer = Json::object();
+  layer["u_bytes"] = f.unit_u_bytes;
+  layer["bytes"] = f.layer_activation_bytes;
+  layer["gib"] = gib(f.layer_activation_bytes);
+  Json units = Json::object();
+  for (model::Table2Column c : model::kTable2Columns)
+    units[std::string(model::table2_column_name(c))] = f.table2_units(c);
+  units["total"] = f.table2_total_units();
+  layer["table2_units"] = units;
+  Json saved = Json::array();
+  for (const auto& s : f.layer_saved) saved.push_back(saved_json(s));
+  layer["saved"] = saved;
+  return layer;
+}
+
 }  // namespace
 
-Json footprint_to_json(const Footprint& f, bool with_max_batch) {
+MemoryResult memory_result(const Footprint& f, bool with_max_batch) {
+  const recipe::TrainingRecipe& r = find_recipe(f.opts.recipe);
+  MemoryResult res{f, r.name, r.memory->description, sharding_name(f.opts.zero, f.opts.gpus), {}, {}};
+  if (with_max_batch) {
+    res.max_batch = max_batch(f.model, f.opts, false);
+    res.max_batch_pow2 = max_batch(f.model, f.opts, true);
+  }
+  return res;
+}
+
+Json MemoryResult::to_json() const {
+  const Footprint& f = footprint;
   const MemoryOptions& o = f.opts;
-  const recipe::TrainingRecipe& r = find_recipe(o.recipe);
   Json j = Json::object();
   j["model"] = model::model_to_json(f.model);
-  j["recipe"] = r.name;
-  j["recipe_description"] = r.memory->description;
+  j["recipe"] = recipe;
+  j["recipe_description"] = recipe_description;
   j["gpus"] = o.gpus;
   j["batch"] = o.batch;
   j["seq"] = o.seq;
   j["zero"] = o.zero;
-  j["sharding"] = sharding_name(o.zero, o.gpus);
+  j["sharding"] = sharding;
   j["checkpointing"] = o.checkpointing;
   j["grads_persist"] = o.grads_persist;
   if (o.framework != "torch") j["framework"] = o.framework;
@@ -433,57 +480,28 @@ Json footprint_to_json(const Footprint& f, bool with_max_batch) {
   j["peak_gib"] = gib(f.peak);
   j["peak_phase"] = f.peak_phase;
   j["fits"] = f.fits();
-  if (with_max_batch) {
-    j["max_batch"] = max_batch(f.model, o, false);
-    j["max_batch_pow2"] = max_batch(f.model, o, true);
-  }
-  Json comps = Json::array();
-  for (const auto& c : f.persistent) comps.push_back(component_json(c));
-  for (const auto& c : f.activations) comps.push_back(component_json(c));
-  j["components"] = comps;
-  Json phases = Json::array();
-  for (const auto& p : f.phases) {
-    Json pj = Json::object();
-    pj["name"] = p.name;
-    pj["what"] = p.what;
-    pj["resident_gib"] = gib(p.resident);
-    Json t = Json::array();
-    for (const auto& c : p.temporaries) t.push_back(component_json(c));
-    pj["temporaries"] = t;
-    pj["total_gib"] = gib(p.total());
-    phases.push_back(pj);
-  }
-  j["phases"] = phases;
-  Json layer = Json::object();
-  layer["u_bytes"] = f.unit_u_bytes;
-  layer["bytes"] = f.layer_activation_bytes;
-  layer["gib"] = gib(f.layer_activation_bytes);
-  Json units = Json::object();
-  for (model::Table2Column c : model::kTable2Columns)
-    units[std::string(model::table2_column_name(c))] = f.table2_units(c);
-  units["total"] = f.table2_total_units();
-  layer["table2_units"] = units;
-  Json saved = Json::array();
-  for (const auto& s : f.layer_saved) saved.push_back(saved_json(s));
-  layer["saved"] = saved;
-  j["activation_per_layer"] = layer;
+  if (max_batch) j["max_batch"] = *max_batch;
+  if (max_batch_pow2) j["max_batch_pow2"] = *max_batch_pow2;
+  j["components"] = components_json(f);
+  j["phases"] = phases_json(f);
+  j["activation_per_layer"] = layer_json(f);
   Json outside = Json::array();
   for (const auto& s : f.outside_saved) outside.push_back(saved_json(s));
   j["activation_outside"] = outside;
   return j;
 }
 
-Json memory_breakdown(const std::string& model_name_or_file, const MemoryOptions& o) {
+MemoryResult memory_breakdown(const std::string& model_name_or_file, const MemoryOptions& o) {
   validate(o);
   return memory_breakdown(model::load_model(model_name_or_file), o);
 }
 
-Json memory_breakdown(const ModelConfig& m, const MemoryOptions& o) {
+MemoryResult memory_breakdown(const ModelConfig& m, const MemoryOptions& o) {
   validate(o);
-  return footprint_to_json(compute_footprint(m, o));
+  return memory_result(compute_footprint(m, o));
 }
 
-Json memory_compare(const std::string& model_name_or_file, const MemoryOptions& o) {
+MemoryComparison memory_compare(const std::string& model_name_or_file, const MemoryOptions& o) {
   validate(o);
   return memory_compare(model::load_model(model_name_or_file), o);
 }
@@ -495,28 +513,39 @@ void apply_framework_profile(MemoryOptions& o, bool recipe_given) {
   o.zero = 0;
 }
 
-Json memory_compare(const ModelConfig& m, const MemoryOptions& o) {
+MemoryComparison memory_compare(const ModelConfig& m, const MemoryOptions& o) {
   validate(o);
-  Json docs = Json::array();
-  Json ratios = Json::object();
+  MemoryComparison c{m, {}, {}};
   MemoryOptions base = o;
   base.recipe = "bf16";
   const Footprint fb = compute_footprint(m, base);
+  auto ratio = [](int64_t a, int64_t b) {
+    return b == 0 ? std::nullopt : std::optional<double>(static_cast<double>(a) / b);
+  };
   for (const auto& name : recipe_names()) {
     MemoryOptions oo = o;
     oo.recipe = name;
     const Footprint f = compute_footprint(m, oo);
-    docs.push_back(footprint_to_json(f));
-    Json r = Json::object();
-    auto ratio = [](int64_t a, int64_t b) { return b == 0 ? Json(nullptr) : Json(static_cast<double>(a) / b); };
-    // Ratios are BF16 / recipe: how many times less memory than BF16 (the paper's "mem ratio").
-    r["optimizer"] = ratio(fb.optimizer(), f.optimizer());
-    r["activations"] = ratio(fb.activations_total, f.activations_total);
-    r["peak"] = ratio(fb.peak, f.peak);
-    ratios[name] = r;
+    c.recipes.push_back(memory_result(f));
+    c.ratios_vs_bf16.push_back({name, ratio(fb.optimizer(), f.optimizer()),
+                                ratio(fb.activations_total, f.activations_total), ratio(fb.peak, f.peak)});
+  }
+  return c;
+}
+
+Json MemoryComparison::to_json() const {
+  Json docs = Json::array();
+  for (const auto& r : recipes) docs.push_back(r.to_json());
+  Json ratios = Json::object();
+  for (const auto& r : ratios_vs_bf16) {
+    Json j = Json::object();
+    j["optimizer"] = json_or_null(r.optimizer);
+    j["activations"] = json_or_null(r.activations);
+    j["peak"] = json_or_null(r.peak);
+    ratios[r.recipe] = j;
   }
   Json j = Json::object();
-  j["model"] = model::model_to_json(m);
+  j["model"] = model::model_to_json(model);
   j["recipes"] = docs;
   j["ratios_vs_bf16"] = ratios;
   return j;

@@ -1,8 +1,8 @@
 #pragma once
 // Per-GPU memory footprint of one training step: every term named, explained and computed from
 // the model's parameter and saved-tensor lists (sim/model) and the recipe's storage choices (its
-// memory model, sim/recipe/recipe.hpp). No fitted constants. The JSON documents returned here are exactly
-// what `fp8sim memory --json` writes.
+// memory model, sim/recipe/recipe.hpp). No fitted constants. The results' to_json() documents are
+// exactly what `fp8sim memory --json` writes.
 //
 // What is counted (per GPU, N = gpus, ZeRO stage z):
 //   persistent  master weights         recipe.master per parameter, sharded over N when z >= 1
@@ -43,6 +43,7 @@
 // The peak excludes the CUDA context and allocator fragmentation (torch.cuda.max_memory_allocated
 // semantics). GiB = 2^30 bytes.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -143,15 +144,51 @@ Footprint compute_footprint(const model::ModelConfig& m, const MemoryOptions& o)
 // powers of two are tried (how the COAT paper's max-batch column was found: 1, 2, 4, 8).
 int64_t max_batch(const model::ModelConfig& m, MemoryOptions o, bool pow2 = false);
 
-// The document `fp8sim memory` prints / writes: options, every component with its explanation,
-// the phases, per-layer Table 2 units, and the keys weights_gib, gradients_gib, optimizer_gib,
-// activations_gib, temporaries_gib, peak_gib, max_batch (+ max_batch_pow2, fits, ...).
-Json footprint_to_json(const Footprint& f, bool with_max_batch = true);
-Json memory_breakdown(const std::string& model_name_or_file, const MemoryOptions& o);
-Json memory_breakdown(const model::ModelConfig& m, const MemoryOptions& o);
-// All recipes side by side: {"recipes": [doc...], "ratios_vs_bf16": {recipe: {...}}}.
-Json memory_compare(const std::string& model_name_or_file, const MemoryOptions& o);
-Json memory_compare(const model::ModelConfig& m, const MemoryOptions& o);
+inline double gib(int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
+
+// The value, or null where it is absent (not computed, or not defined).
+template <class T>
+Json json_or_null(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
+}
+
+// What `fp8sim memory` reports for one recipe: the footprint with the recipe's name and memory
+// model, the sharding in words and the largest micro-batches that fit.
+struct MemoryResult {
+  Footprint footprint;
+  std::string recipe;              // the recipe's name
+  std::string recipe_description;  // its memory model's description
+  std::string sharding;            // "ZeRO-2 over 4 GPUs (+ gradients sharded)", ...
+  // Largest micro-batch whose peak fits (max_batch()), any and powers of two; absent where not
+  // computed.
+  std::optional<int64_t> max_batch, max_batch_pow2;
+  // The document `fp8sim memory` writes: options, every component with its explanation, the
+  // phases, per-layer Table 2 units, and the keys weights_gib, gradients_gib, optimizer_gib,
+  // activations_gib, temporaries_gib, peak_gib, fits (+ max_batch, max_batch_pow2 when computed).
+  Json to_json() const;
+};
+// `f` described; with_max_batch runs max_batch() twice (a footprint per micro-batch tried).
+MemoryResult memory_result(const Footprint& f, bool with_max_batch = true);
+MemoryResult memory_breakdown(const std::string& model_name_or_file, const MemoryOptions& o);
+MemoryResult memory_breakdown(const model::ModelConfig& m, const MemoryOptions& o);
+
+// BF16 / recipe: how many times less memory than BF16 (the paper's "mem ratio"); absent where the
+// recipe's term is 0.
+struct RatiosVsBf16 {
+  std::string recipe;  // the key of this entry in the document
+  std::optional<double> optimizer, activations, peak;
+};
+
+// All recipes side by side.
+struct MemoryComparison {
+  model::ModelConfig model;
+  std::vector<MemoryResult> recipes;
+  std::vector<RatiosVsBf16> ratios_vs_bf16;  // one per entry of `recipes`, in the same order
+  // {"model": ..., "recipes": [doc...], "ratios_vs_bf16": {recipe: {optimizer, activations, peak}}}.
+  Json to_json() const;
+};
+MemoryComparison memory_compare(const std::string& model_name_or_file, const MemoryOptions& o);
+MemoryComparison memory_compare(const model::ModelConfig& m, const MemoryOptions& o);
 
 // What a framework profile other than "torch" fixes (`fp8sim memory --framework`): one GPU,
 // gradients freed between steps (zero_grad(set_to_none=True)), and the profile's recipe unless

@@ -69,13 +69,11 @@ const std::vector<PaperTable2Entry>& paper_table2() {
 
 namespace {
 
-double gib(int64_t b) { return static_cast<double>(b) / kGiB; }
-
 Json num_or_null(double v) { return std::isnan(v) ? Json(nullptr) : Json(v); }
 
-Json rel(double ours, double paper) {
-  if (std::isnan(paper) || paper == 0) return Json(nullptr);
-  return Json(ours / paper - 1.0);
+std::optional<double> rel(double ours, double paper) {
+  if (std::isnan(paper) || paper == 0) return std::nullopt;
+  return ours / paper - 1.0;
 }
 
 bool within(double ours, double paper, double tol) {
@@ -100,8 +98,8 @@ model::ModelConfig table2_model() {
   return model::parse_model(j, "built-in Table 2 model");
 }
 
-Json table2_rows(const model::ModelConfig& m, bool with_paper) {
-  Json rows = Json::array();
+std::vector<Table2Row> table2_rows(const model::ModelConfig& m, bool with_paper) {
+  std::vector<Table2Row> rows;
   for (const auto& e : paper_table2()) {
     MemoryOptions o;
     o.recipe = e.recipe;
@@ -109,126 +107,203 @@ Json table2_rows(const model::ModelConfig& m, bool with_paper) {
     o.batch = 1;
     o.seq = 2048;
     const Footprint f = compute_footprint(m, o);
-    Json r = Json::object();
-    r["recipe"] = e.recipe;
-    r["RMSNorm"] = f.table2_units(model::Table2Column::RMSNorm);
-    r["SiLU&Mul"] = f.table2_units(model::Table2Column::SiLUMul);
-    r["RoPE"] = f.table2_units(model::Table2Column::RoPE);
-    r["FlashAttn"] = f.table2_units(model::Table2Column::FlashAttn);
-    r["Linear"] = f.table2_units(model::Table2Column::Linear);
-    r["total"] = f.table2_total_units();
+    Table2Row r{e.recipe,
+                {f.table2_units(model::Table2Column::RMSNorm), f.table2_units(model::Table2Column::SiLUMul),
+                 f.table2_units(model::Table2Column::RoPE), f.table2_units(model::Table2Column::FlashAttn),
+                 f.table2_units(model::Table2Column::Linear), f.table2_total_units()},
+                0.0,
+                std::nullopt,
+                std::nullopt};
     // Scales, norm statistics and the log-sum-exp are outside Table 2's element count.
     int64_t meta = 0;
     for (const auto& s : f.layer_saved) meta += s.column == model::Table2Column::None ? s.bytes.total() : s.bytes.meta;
-    r["metadata_units"] = static_cast<double>(meta) / static_cast<double>(f.unit_u_bytes);
+    r.metadata_units = static_cast<double>(meta) / static_cast<double>(f.unit_u_bytes);
     if (with_paper) {
-      Json p = Json::object();
-      p["RMSNorm"] = e.rmsnorm;
-      p["SiLU&Mul"] = e.silu_mul;
-      p["RoPE"] = e.rope;
-      p["FlashAttn"] = e.flash_attn;
-      p["Linear"] = e.linear;
-      p["total"] = e.total;
-      r["paper"] = p;
-      r["match"] = std::fabs(f.table2_total_units() - e.total) < 1e-9;
+      r.paper = Table2Units{e.rmsnorm, e.silu_mul, e.rope, e.flash_attn, e.linear, e.total};
+      r.match = std::fabs(f.table2_total_units() - e.total) < 1e-9;
     }
     rows.push_back(r);
   }
   return rows;
 }
 
+// Figure 1(c): Llama-2-7B on 4 GPUs (FSDP). The paper does not state the micro-batch.
+Fig1cRow fig1c_row(const model::ModelConfig& l7, const PaperFig1cEntry& e) {
+  MemoryOptions o;
+  o.recipe = e.recipe;
+  o.gpus = 4;
+  o.batch = 2;
+  o.seq = 2048;
+  o.zero = 3;
+  const Footprint f = compute_footprint(l7, o);
+  Fig1cRow r;
+  r.recipe = e.recipe;
+  r.weights_gib = gib(f.weights);
+  r.gradients_gib = gib(f.gradients);
+  r.optimizer_gib = gib(f.optimizer());
+  r.optimizer_states_gib = gib(f.optimizer_states);
+  r.activations_gib_batch2 = gib(f.activations_total);
+  r.paper = e;
+  r.weights_rel = rel(r.weights_gib, e.weights_gib);
+  r.gradients_rel = rel(r.gradients_gib, e.gradients_gib);
+  r.optimizer_rel = rel(r.optimizer_gib, e.optimizer_gib);
+  r.optimizer_states_rel = rel(r.optimizer_states_gib, e.optimizer_gib);
+  r.weights_match = within(r.weights_gib, e.weights_gib, 0.03);
+  r.gradients_match = within(r.gradients_gib, e.gradients_gib, 0.03);
+  r.optimizer_match = within(r.optimizer_gib, e.optimizer_gib, 0.03);
+  r.optimizer_states_match = within(r.optimizer_states_gib, e.optimizer_gib, 0.03);
+  return r;
+}
+
+Table7Row table7_row(const PaperTable7Entry& e) {
+  const model::ModelConfig m = model::load_model(e.model);
+  MemoryOptions o;
+  o.recipe = e.recipe;
+  o.gpus = e.gpus;
+  o.batch = e.batch;
+  o.seq = e.seq;
+  o.zero = 3;
+  const Footprint f = compute_footprint(m, o);
+  Table7Row r;
+  r.model = e.model;
+  r.gpus = e.gpus;
+  r.batch = e.batch;
+  r.seq = e.seq;
+  r.recipe = e.recipe;
+  r.optimizer_gib = gib(f.optimizer());
+  r.optimizer_states_gib = gib(f.optimizer_states);
+  r.activations_gib = gib(f.activations_total);
+  r.peak_gib = gib(f.peak);
+  r.fits = f.fits();
+  r.max_batch = max_batch(m, o, false);
+  r.max_batch_pow2 = max_batch(m, o, true);
+  r.paper = e;
+  r.optimizer_rel = rel(r.optimizer_gib, e.optimizer_gib);
+  r.optimizer_states_rel = rel(r.optimizer_states_gib, e.optimizer_gib);
+  r.activations_rel = rel(r.activations_gib, e.activations_gib);
+  r.peak_rel = rel(r.peak_gib, e.peak_gib);
+  if (!e.oom) {
+    r.optimizer_match = within(r.optimizer_gib, e.optimizer_gib, 0.05);
+    // The paper's COAT optimizer column is a quarter of BF16's: FP8 codes without DE's metadata.
+    r.optimizer_states_match = within(r.optimizer_states_gib, e.optimizer_gib, 0.05);
+    r.activations_match = within(r.activations_gib, e.activations_gib, 0.10);
+    r.peak_match = within(r.peak_gib, e.peak_gib, 0.10);
+  }
+  r.oom_match = e.oom == !f.fits();
+  r.max_batch_pow2_match = r.max_batch_pow2 == e.max_batch;
+  return r;
+}
+
+Json table2_rows_json(const std::vector<Table2Row>& rows) {
+  Json out = Json::array();
+  for (const auto& r : rows) {
+    Json j = Json::object();
+    j["recipe"] = r.recipe;
+    const Json units = r.units.to_json();
+    for (const auto& [k, v] : units.as_object()) j[k] = v;
+    j["metadata_units"] = r.metadata_units;
+    if (r.paper) j["paper"] = r.paper->to_json();
+    if (r.match) j["match"] = *r.match;
+    out.push_back(j);
+  }
+  return out;
+}
+
+Json fig1c_json(const Fig1cRow& r) {
+  Json j = Json::object();
+  j["recipe"] = r.recipe;
+  j["weights_gib"] = r.weights_gib;
+  j["gradients_gib"] = r.gradients_gib;
+  j["optimizer_gib"] = r.optimizer_gib;
+  j["optimizer_states_gib"] = r.optimizer_states_gib;
+  j["activations_gib_batch2"] = r.activations_gib_batch2;
+  Json p = Json::object();
+  p["weights_gib"] = r.paper.weights_gib;
+  p["gradients_gib"] = r.paper.gradients_gib;
+  p["activations_gib"] = r.paper.activations_gib;
+  p["optimizer_gib"] = r.paper.optimizer_gib;
+  p["total_gib"] = r.paper.total_gib;
+  j["paper"] = p;
+  j["weights_rel"] = json_or_null(r.weights_rel);
+  j["gradients_rel"] = json_or_null(r.gradients_rel);
+  j["optimizer_rel"] = json_or_null(r.optimizer_rel);
+  j["optimizer_states_rel"] = json_or_null(r.optimizer_states_rel);
+  j["weights_match"] = r.weights_match;
+  j["gradients_match"] = r.gradients_match;
+  j["optimizer_match"] = r.optimizer_match;
+  j["optimizer_states_match"] = r.optimizer_states_match;
+  return j;
+}
+
+Json table7_json(const Table7Row& r) {
+  Json j = Json::object();
+  j["model"] = r.model;
+  j["gpus"] = r.gpus;
+  j["batch"] = r.batch;
+  j["seq"] = r.seq;
+  j["recipe"] = r.recipe;
+  j["optimizer_gib"] = r.optimizer_gib;
+  j["optimizer_states_gib"] = r.optimizer_states_gib;
+  j["activations_gib"] = r.activations_gib;
+  j["peak_gib"] = r.peak_gib;
+  j["fits"] = r.fits;
+  j["max_batch"] = r.max_batch;
+  j["max_batch_pow2"] = r.max_batch_pow2;
+  Json p = Json::object();
+  p["optimizer_gib"] = num_or_null(r.paper.optimizer_gib);
+  p["activations_gib"] = num_or_null(r.paper.activations_gib);
+  p["peak_gib"] = num_or_null(r.paper.peak_gib);
+  p["oom"] = r.paper.oom;
+  p["max_batch"] = r.paper.max_batch;
+  j["paper"] = p;
+  j["optimizer_rel"] = json_or_null(r.optimizer_rel);
+  j["optimizer_states_rel"] = json_or_null(r.optimizer_states_rel);
+  j["activations_rel"] = json_or_null(r.activations_rel);
+  j["peak_rel"] = json_or_null(r.peak_rel);
+  j["optimizer_match"] = json_or_null(r.optimizer_match);
+  j["optimizer_states_match"] = json_or_null(r.optimizer_states_match);
+  j["activations_match"] = json_or_null(r.activations_match);
+  j["peak_match"] = json_or_null(r.peak_match);
+  j["oom_match"] = r.oom_match;
+  j["max_batch_pow2_match"] = r.max_batch_pow2_match;
+  return j;
+}
+
 }  // namespace
 
-Json memory_paper_comparison() {
-  Json out = Json::object();
+Json Table2Units::to_json() const {
+  Json j = Json::object();
+  j["RMSNorm"] = rmsnorm;
+  j["SiLU&Mul"] = silu_mul;
+  j["RoPE"] = rope;
+  j["FlashAttn"] = flash_attn;
+  j["Linear"] = linear;
+  j["total"] = total;
+  return j;
+}
+
+PaperComparison memory_paper_comparison() {
   const model::ModelConfig ideal = table2_model();
   const model::ModelConfig l7 = model::load_model("llama2-7b");
+  PaperComparison out;
+  out.table2 = {ideal.display_name, table2_rows(ideal, true), table2_rows(l7, false)};
+  for (const auto& e : paper_fig1c()) out.fig1c.push_back(fig1c_row(l7, e));
+  for (const auto& e : paper_table7()) out.table7.push_back(table7_row(e));
+  return out;
+}
 
+Json PaperComparison::to_json() const {
+  Json out = Json::object();
   Json t2 = Json::object();
-  t2["model"] = ideal.display_name;
-  t2["rows"] = table2_rows(ideal, true);
-  t2["llama2_7b_rows"] = table2_rows(l7, false);
+  t2["model"] = table2.model;
+  t2["rows"] = table2_rows_json(table2.rows);
+  t2["llama2_7b_rows"] = table2_rows_json(table2.llama2_7b_rows);
   out["table2"] = t2;
-
-  // Figure 1(c): Llama-2-7B on 4 GPUs (FSDP). The paper does not state the micro-batch.
   Json fig = Json::array();
-  for (const auto& e : paper_fig1c()) {
-    MemoryOptions o;
-    o.recipe = e.recipe;
-    o.gpus = 4;
-    o.batch = 2;
-    o.seq = 2048;
-    o.zero = 3;
-    const Footprint f = compute_footprint(l7, o);
-    Json r = Json::object();
-    r["recipe"] = e.recipe;
-    r["weights_gib"] = gib(f.weights);
-    r["gradients_gib"] = gib(f.gradients);
-    r["optimizer_gib"] = gib(f.optimizer());
-    r["optimizer_states_gib"] = gib(f.optimizer_states);
-    r["activations_gib_batch2"] = gib(f.activations_total);
-    Json p = Json::object();
-    p["weights_gib"] = e.weights_gib;
-    p["gradients_gib"] = e.gradients_gib;
-    p["activations_gib"] = e.activations_gib;
-    p["optimizer_gib"] = e.optimizer_gib;
-    p["total_gib"] = e.total_gib;
-    r["paper"] = p;
-    r["weights_rel"] = rel(gib(f.weights), e.weights_gib);
-    r["gradients_rel"] = rel(gib(f.gradients), e.gradients_gib);
-    r["optimizer_rel"] = rel(gib(f.optimizer()), e.optimizer_gib);
-    r["optimizer_states_rel"] = rel(gib(f.optimizer_states), e.optimizer_gib);
-    r["weights_match"] = within(gib(f.weights), e.weights_gib, 0.03);
-    r["gradients_match"] = within(gib(f.gradients), e.gradients_gib, 0.03);
-    r["optimizer_match"] = within(gib(f.optimizer()), e.optimizer_gib, 0.03);
-    r["optimizer_states_match"] = within(gib(f.optimizer_states), e.optimizer_gib, 0.03);
-    fig.push_back(r);
-  }
+  for (const auto& r : fig1c) fig.push_back(fig1c_json(r));
   out["fig1c"] = fig;
-
   Json t7 = Json::array();
-  for (const auto& e : paper_table7()) {
-    const model::ModelConfig m = model::load_model(e.model);
-    MemoryOptions o;
-    o.recipe = e.recipe;
-    o.gpus = e.gpus;
-    o.batch = e.batch;
-    o.seq = e.seq;
-    o.zero = 3;
-    const Footprint f = compute_footprint(m, o);
-    Json r = Json::object();
-    r["model"] = e.model;
-    r["gpus"] = e.gpus;
-    r["batch"] = e.batch;
-    r["seq"] = e.seq;
-    r["recipe"] = e.recipe;
-    r["optimizer_gib"] = gib(f.optimizer());
-    r["optimizer_states_gib"] = gib(f.optimizer_states);
-    r["activations_gib"] = gib(f.activations_total);
-    r["peak_gib"] = gib(f.peak);
-    r["fits"] = f.fits();
-    r["max_batch"] = max_batch(m, o, false);
-    r["max_batch_pow2"] = max_batch(m, o, true);
-    Json p = Json::object();
-    p["optimizer_gib"] = num_or_null(e.optimizer_gib);
-    p["activations_gib"] = num_or_null(e.activations_gib);
-    p["peak_gib"] = num_or_null(e.peak_gib);
-    p["oom"] = e.oom;
-    p["max_batch"] = e.max_batch;
-    r["paper"] = p;
-    r["optimizer_rel"] = rel(gib(f.optimizer()), e.optimizer_gib);
-    r["optimizer_states_rel"] = rel(gib(f.optimizer_states), e.optimizer_gib);
-    r["activations_rel"] = rel(gib(f.activations_total), e.activations_gib);
-    r["peak_rel"] = rel(gib(f.peak), e.peak_gib);
-    r["optimizer_match"] = e.oom ? Json(nullptr) : Json(within(gib(f.optimizer()), e.optimizer_gib, 0.05));
-    // The paper's COAT optimizer column is a quarter of BF16's: FP8 codes without DE's metadata.
-    r["optimizer_states_match"] = e.oom ? Json(nullptr) : Json(within(gib(f.optimizer_states), e.optimizer_gib, 0.05));
-    r["activations_match"] = e.oom ? Json(nullptr) : Json(within(gib(f.activations_total), e.activations_gib, 0.10));
-    r["peak_match"] = e.oom ? Json(nullptr) : Json(within(gib(f.peak), e.peak_gib, 0.10));
-    r["oom_match"] = e.oom == !f.fits();
-    r["max_batch_pow2_match"] = r["max_batch_pow2"].as_int() == e.max_batch;
-    t7.push_back(r);
-  }
+  for (const auto& r : table7) t7.push_back(table7_json(r));
   out["table7"] = t7;
   return out;
 }

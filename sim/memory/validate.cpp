@@ -39,7 +39,7 @@ double bytes_field(const Json& j, const std::string& origin, const char* key) {
 
 }  // namespace
 
-Json memory_validate(const Json& measured, const std::string& origin) {
+MemoryValidation memory_validate(const Json& measured, const std::string& origin) {
   FP8SIM_REQUIRE(measured.is_object(), "measurement {}: expected a JSON object", origin);
   const Json* fmt_name = measured.find("format");
   FP8SIM_REQUIRE(fmt_name && fmt_name->is_string() && fmt_name->as_string() == "fp8sim-memory-measurement",
@@ -75,43 +75,70 @@ Json memory_validate(const Json& measured, const std::string& origin) {
       {"activations", bytes_field(mb, origin, "activations"), f.activations_total},
       {"peak", bytes_field(mb, origin, "peak"), f.peak},
   };
+  auto carried = [&](const char* key) {
+    const Json* v = measured.find(key);
+    return v ? std::optional<Json>(*v) : std::nullopt;
+  };
+  MemoryValidation out{{m.name, o.recipe, o.gpus, o.zero, o.batch, o.seq, o.grads_persist},
+                       carried("device"),
+                       carried("torch_version"),
+                       carried("tool"),
+                       {},
+                       true,
+                       memory_result(f, false)};
+  for (const auto& r : rows) {
+    const double rel = r.measured > 0 ? static_cast<double>(r.predicted) / r.measured - 1.0 : 0.0;
+    const bool row_ok = r.measured > 0 ? std::fabs(rel) <= kValidateTolerance : r.predicted == 0;
+    out.rows.push_back({r.name, r.measured / kGiB, static_cast<double>(r.predicted) / kGiB,
+                        r.measured > 0 ? std::optional<double>(rel) : std::nullopt, row_ok});
+    out.ok = out.ok && row_ok;
+  }
+  return out;
+}
+
+Json MemoryValidation::to_json() const {
   Json out = Json::object();
   Json cfg = Json::object();
-  cfg["model"] = m.name;
-  cfg["recipe"] = o.recipe;
-  cfg["gpus"] = o.gpus;
-  cfg["zero"] = o.zero;
-  cfg["batch"] = o.batch;
-  cfg["seq"] = o.seq;
-  cfg["grads_persist"] = o.grads_persist;
+  cfg["model"] = config.model;
+  cfg["recipe"] = config.recipe;
+  cfg["gpus"] = config.gpus;
+  cfg["zero"] = config.zero;
+  cfg["batch"] = config.batch;
+  cfg["seq"] = config.seq;
+  cfg["grads_persist"] = config.grads_persist;
   out["config"] = cfg;
   out["tolerance"] = kValidateTolerance;
-  for (const char* k : {"device", "torch_version", "tool"})
-    if (const Json* v = measured.find(k)) out[k] = *v;
+  if (device) out["device"] = *device;
+  if (torch_version) out["torch_version"] = *torch_version;
+  if (tool) out["tool"] = *tool;
   Json jr = Json::array();
-  bool ok = true;
   for (const auto& r : rows) {
     Json j = Json::object();
-    j["component"] = r.name;
-    j["measured_gib"] = r.measured / kGiB;
-    j["predicted_gib"] = static_cast<double>(r.predicted) / kGiB;
-    const double rel = r.measured > 0 ? static_cast<double>(r.predicted) / r.measured - 1.0 : 0.0;
-    j["rel"] = r.measured > 0 ? Json(rel) : Json(nullptr);
-    const bool row_ok = r.measured > 0 ? std::fabs(rel) <= kValidateTolerance : r.predicted == 0;
-    j["ok"] = row_ok;
-    ok = ok && row_ok;
+    j["component"] = r.component;
+    j["measured_gib"] = r.measured_gib;
+    j["predicted_gib"] = r.predicted_gib;
+    j["rel"] = json_or_null(r.rel);
+    j["ok"] = r.ok;
     jr.push_back(j);
   }
   out["rows"] = jr;
   out["ok"] = ok;
-  out["prediction"] = footprint_to_json(f, false);
+  out["prediction"] = prediction.to_json();
   return out;
 }
 
 namespace {
 
-// The rows of one step measurement, and into `max_rows` its max-batch search when it has one.
-Json step_rows(const Json& d, const std::string& origin, Json& max_rows) {
+// How one step measurement ran, and which profile models it.
+struct StepSetting {
+  model::ModelConfig model;
+  std::string framework, profile;
+  bool compiled, checkpointing;
+  bool known;     // a profile of that name exists
+  bool modelled;  // known, not the torch reference, and not compiled unless the profile models it
+};
+
+StepSetting step_setting(const Json& d, const std::string& origin) {
   const model::ModelConfig m = model::parse_model(field(d, origin, "model_config"), origin + " model_config");
   const Json& fw = field(d, origin, "framework");
   FP8SIM_REQUIRE(fw.is_string(), "measurement {}: field 'framework' must be a string", origin);
@@ -120,9 +147,6 @@ Json step_rows(const Json& d, const std::string& origin, Json& max_rows) {
   FP8SIM_REQUIRE(compiled.is_bool() && ckpt.is_bool(),
                  "measurement {}: 'compile' and 'checkpointing' must be "
                  "true or false",
-                 origin);
-  const Json& runs = field(d, origin, "runs");
-  FP8SIM_REQUIRE(runs.is_array() && !runs.as_array().empty(), "measurement {}: 'runs' must be a non-empty array",
                  origin);
   // The profile that models this framework ("torchao-float8" and compiled runs have none).
   std::string profile = fw.as_string();
@@ -133,140 +157,207 @@ Json step_rows(const Json& d, const std::string& origin, Json& max_rows) {
   }
   bool known = false;
   for (const auto& f : frameworks()) known = known || f.name == profile;
-  const bool torch_ref = profile == "torch";
   const bool compile_modelled = profile == "hf" && !ckpt.as_bool();
-  const bool modelled = known && (!compiled.as_bool() || compile_modelled) && !torch_ref;
-  auto options = [&](int64_t batch) {
-    MemoryOptions o;
-    o.framework = profile;
-    o.recipe = find_framework(profile).recipe;
-    if (o.recipe.empty()) {
-      const Json& rec = field(d, origin, "recipe");
-      FP8SIM_REQUIRE(rec.is_string(), "measurement {}: field 'recipe' must be a string", origin);
-      o.recipe = rec.as_string();
-    }
-    o.gpus = 1;
-    o.zero = 0;
-    o.batch = batch;
-    o.seq = int_field(d, origin, "seq");
-    o.checkpointing = ckpt.as_bool();
-    o.compiled = compiled.as_bool();
-    o.grads_persist = profile == "torch";
-    return o;
-  };
-  if (const Json* mx = d.find("max_batch"); mx && modelled) {
-    const std::string where = origin + " max_batch";
-    const Json& cap = field(*mx, where, "cap_gib");
-    FP8SIM_REQUIRE(cap.is_number() && cap.as_number() > 0, "measurement {}: 'cap_gib' must be a positive number",
-                   where);
-    MemoryOptions o = options(1);
-    o.gpu_mem_gib = cap.as_number();
-    const int64_t measured = int_field(*mx, where, "max_batch");
-    const int64_t predicted = max_batch(m, o, false);
-    const Json* lim = mx->find("limit_reached");
-    Json row = Json::object();
-    row["file"] = std::filesystem::path(origin).filename().string();
-    row["model"] = m.name;
-    row["framework"] = fw.as_string();
-    row["profile"] = profile;
-    row["compile"] = compiled.as_bool();
-    row["checkpointing"] = ckpt.as_bool();
-    row["seq"] = o.seq;
-    row["cap_gib"] = cap.as_number();
-    row["measured_max_batch"] = measured;
-    row["predicted_max_batch"] = predicted;
-    row["limit_reached"] = lim && lim->is_bool() && lim->as_bool();
-    const double allowed = std::max(1.0, kMaxBatchTolerance * static_cast<double>(measured));
-    row["ok"] = !row.at("limit_reached").as_bool() && std::fabs(static_cast<double>(predicted - measured)) <= allowed;
-    max_rows.push_back(row);
+  const bool modelled = known && (!compiled.as_bool() || compile_modelled) && profile != "torch";
+  return {m, fw.as_string(), profile, compiled.as_bool(), ckpt.as_bool(), known, modelled};
+}
+
+// The options of the profile for one micro-batch of the measurement.
+MemoryOptions step_options(const Json& d, const std::string& origin, const StepSetting& s, int64_t batch) {
+  MemoryOptions o;
+  o.framework = s.profile;
+  o.recipe = find_framework(s.profile).recipe;
+  if (o.recipe.empty()) {
+    const Json& rec = field(d, origin, "recipe");
+    FP8SIM_REQUIRE(rec.is_string(), "measurement {}: field 'recipe' must be a string", origin);
+    o.recipe = rec.as_string();
   }
-  Json rows = Json::array();
-  for (const auto& r : runs.as_array()) {
-    const std::string where = origin + " runs[]";
-    const Json& mb = field(r, where, "measured_bytes");
-    const Json& db = field(r, where, "detail_bytes");
-    Json row = Json::object();
-    row["file"] = std::filesystem::path(origin).filename().string();
-    row["model"] = m.name;
-    row["framework"] = fw.as_string();
-    row["profile"] = known ? Json(profile) : Json(nullptr);
-    row["compile"] = compiled.as_bool();
-    row["checkpointing"] = ckpt.as_bool();
-    row["batch"] = int_field(r, where, "batch");
-    row["seq"] = int_field(d, origin, "seq");
-    const double peak = bytes_field(mb, where, "peak");
-    const double reserved = bytes_field(mb, where, "reserved");
-    const double retained =
-        bytes_field(db, where, "allocated_after_forward_and_loss") - bytes_field(db, where, "allocated_before_forward");
-    row["measured_peak_gib"] = peak / kGiB;
-    row["measured_reserved_gib"] = reserved / kGiB;
-    row["measured_retained_gib"] = retained / kGiB;
-    row["reserved_over_peak"] = peak > 0 ? Json(reserved / peak) : Json(nullptr);
-    // The torch reference accounting keeps the bf16 logits alive through backward, as a loop that
-    // holds `logits` does (scripts/measure_memory.py, validated with that file); measure_step.py's
-    // torch loop returns only the loss, so its runs are listed, not judged.
-    if (!modelled) {
-      row["modelled"] = false;
-      row["why"] = compiled.as_bool() ? "torch.compile: measured, not modelled for this framework"
-                   : torch_ref        ? "torch reference: validated with scripts/measure_memory.py"
-                                      : "no profile for this framework";
-      rows.push_back(row);
-      continue;
-    }
-    const MemoryOptions o = options(row.at("batch").as_int());
-    const Footprint f = compute_footprint(m, o);
-    // What forward leaves allocated: activations, plus the weight copies made during forward.
-    int64_t copies = 0;
-    for (const auto& c : f.persistent)
-      if (c.name == "autocast_weight_copies" || c.name == "working_weights") copies = c.bytes;
-    const double pred_retained = static_cast<double>(f.activations_total + copies);
-    row["modelled"] = true;
-    row["predicted_peak_gib"] = static_cast<double>(f.peak) / kGiB;
-    row["predicted_retained_gib"] = pred_retained / kGiB;
-    row["peak_phase"] = f.peak_phase;
-    const double rp = peak > 0 ? static_cast<double>(f.peak) / peak - 1 : 0;
-    const double ra = retained > 0 ? pred_retained / retained - 1 : 0;
-    row["peak_rel"] = rp;
-    row["retained_rel"] = ra;
-    row["ok"] = std::fabs(rp) <= kStepPeakTolerance && std::fabs(ra) <= kStepActivationTolerance;
-    rows.push_back(row);
+  o.gpus = 1;
+  o.zero = 0;
+  o.batch = batch;
+  o.seq = int_field(d, origin, "seq");
+  o.checkpointing = s.checkpointing;
+  o.compiled = s.compiled;
+  o.grads_persist = s.profile == "torch";
+  return o;
+}
+
+// The max-batch search `mx` of a modelled measurement beside fp8sim's.
+MaxBatchRow max_batch_row(const Json& d, const Json& mx, const std::string& origin, const StepSetting& s) {
+  const std::string where = origin + " max_batch";
+  const Json& cap = field(mx, where, "cap_gib");
+  FP8SIM_REQUIRE(cap.is_number() && cap.as_number() > 0, "measurement {}: 'cap_gib' must be a positive number", where);
+  MemoryOptions o = step_options(d, origin, s, 1);
+  o.gpu_mem_gib = cap.as_number();
+  const int64_t measured = int_field(mx, where, "max_batch");
+  const int64_t predicted = max_batch(s.model, o, false);
+  const Json* lim = mx.find("limit_reached");
+  const bool limit_reached = lim && lim->is_bool() && lim->as_bool();
+  const double allowed = std::max(1.0, kMaxBatchTolerance * static_cast<double>(measured));
+  return {std::filesystem::path(origin).filename().string(),
+          s.model.name,
+          s.framework,
+          s.profile,
+          s.compiled,
+          s.checkpointing,
+          o.seq,
+          cap.as_number(),
+          measured,
+          predicted,
+          limit_reached,
+          !limit_reached && std::fabs(static_cast<double>(predicted - measured)) <= allowed};
+}
+
+// fp8sim's prediction for one modelled run: the peak, and what forward leaves allocated
+// (activations, plus the weight copies made during forward).
+StepPrediction step_prediction(const Footprint& f, double peak, double retained) {
+  int64_t copies = 0;
+  for (const auto& c : f.persistent)
+    if (c.name == "autocast_weight_copies" || c.name == "working_weights") copies = c.bytes;
+  const double pred_retained = static_cast<double>(f.activations_total + copies);
+  const double rp = peak > 0 ? static_cast<double>(f.peak) / peak - 1 : 0;
+  const double ra = retained > 0 ? pred_retained / retained - 1 : 0;
+  return {static_cast<double>(f.peak) / kGiB,
+          pred_retained / kGiB,
+          f.peak_phase,
+          rp,
+          ra,
+          std::fabs(rp) <= kStepPeakTolerance && std::fabs(ra) <= kStepActivationTolerance};
+}
+
+StepRun step_run(const Json& d, const Json& r, const std::string& origin, const StepSetting& s) {
+  const std::string where = origin + " runs[]";
+  const Json& mb = field(r, where, "measured_bytes");
+  const Json& db = field(r, where, "detail_bytes");
+  const int64_t batch = int_field(r, where, "batch");
+  const int64_t seq = int_field(d, origin, "seq");
+  const double peak = bytes_field(mb, where, "peak");
+  const double reserved = bytes_field(mb, where, "reserved");
+  const double retained =
+      bytes_field(db, where, "allocated_after_forward_and_loss") - bytes_field(db, where, "allocated_before_forward");
+  StepRun run{std::filesystem::path(origin).filename().string(),
+              s.model.name,
+              s.framework,
+              s.known ? std::optional<std::string>(s.profile) : std::nullopt,
+              s.compiled,
+              s.checkpointing,
+              batch,
+              seq,
+              peak / kGiB,
+              reserved / kGiB,
+              retained / kGiB,
+              peak > 0 ? std::optional<double>(reserved / peak) : std::nullopt,
+              std::nullopt,
+              ""};
+  // The torch reference accounting keeps the bf16 logits alive through backward, as a loop that
+  // holds `logits` does (scripts/measure_memory.py, validated with that file); measure_step.py's
+  // torch loop returns only the loss, so its runs are listed, not judged.
+  if (!s.modelled) {
+    run.why = s.compiled             ? "torch.compile: measured, not modelled for this framework"
+              : s.profile == "torch" ? "torch reference: validated with scripts/measure_memory.py"
+                                     : "no profile for this framework";
+    return run;
   }
+  const Footprint f = compute_footprint(s.model, step_options(d, origin, s, batch));
+  run.prediction = step_prediction(f, peak, retained);
+  return run;
+}
+
+// The runs of one step measurement, and into `max_rows` its max-batch search when it has one.
+std::vector<StepRun> step_rows(const Json& d, const std::string& origin, std::vector<MaxBatchRow>& max_rows) {
+  const StepSetting s = step_setting(d, origin);
+  const Json& runs = field(d, origin, "runs");
+  FP8SIM_REQUIRE(runs.is_array() && !runs.as_array().empty(), "measurement {}: 'runs' must be a non-empty array",
+                 origin);
+  if (const Json* mx = d.find("max_batch"); mx && s.modelled) max_rows.push_back(max_batch_row(d, *mx, origin, s));
+  std::vector<StepRun> rows;
+  for (const auto& r : runs.as_array()) rows.push_back(step_run(d, r, origin, s));
   return rows;
+}
+
+Json step_run_json(const StepRun& r) {
+  Json row = Json::object();
+  row["file"] = r.file;
+  row["model"] = r.model;
+  row["framework"] = r.framework;
+  row["profile"] = json_or_null(r.profile);
+  row["compile"] = r.compile;
+  row["checkpointing"] = r.checkpointing;
+  row["batch"] = r.batch;
+  row["seq"] = r.seq;
+  row["measured_peak_gib"] = r.measured_peak_gib;
+  row["measured_reserved_gib"] = r.measured_reserved_gib;
+  row["measured_retained_gib"] = r.measured_retained_gib;
+  row["reserved_over_peak"] = json_or_null(r.reserved_over_peak);
+  row["modelled"] = r.modelled();
+  if (!r.prediction) {
+    row["why"] = r.why;
+    return row;
+  }
+  const StepPrediction& p = *r.prediction;
+  row["predicted_peak_gib"] = p.predicted_peak_gib;
+  row["predicted_retained_gib"] = p.predicted_retained_gib;
+  row["peak_phase"] = p.peak_phase;
+  row["peak_rel"] = p.peak_rel;
+  row["retained_rel"] = p.retained_rel;
+  row["ok"] = p.ok;
+  return row;
+}
+
+Json max_batch_json(const MaxBatchRow& r) {
+  Json row = Json::object();
+  row["file"] = r.file;
+  row["model"] = r.model;
+  row["framework"] = r.framework;
+  row["profile"] = r.profile;
+  row["compile"] = r.compile;
+  row["checkpointing"] = r.checkpointing;
+  row["seq"] = r.seq;
+  row["cap_gib"] = r.cap_gib;
+  row["measured_max_batch"] = r.measured_max_batch;
+  row["predicted_max_batch"] = r.predicted_max_batch;
+  row["limit_reached"] = r.limit_reached;
+  row["ok"] = r.ok;
+  return row;
 }
 
 }  // namespace
 
-Json memory_validate_steps(const std::vector<std::string>& paths) {
-  Json rows = Json::array(), max_rows = Json::array();
-  int64_t modelled = 0, missed = 0, max_missed = 0;
-  for (const StepMeasurement& m : read_step_measurements(paths)) {
-    const Json file_rows = step_rows(m.doc, m.file.string(), max_rows);
-    for (const auto& r : file_rows.as_array()) {
-      if (r.at("modelled").as_bool()) {
-        ++modelled;
-        missed += r.at("ok").as_bool() ? 0 : 1;
+StepValidation memory_validate_steps(const std::vector<std::string>& paths) {
+  StepValidation out{{}, 0, 0, {}, 0, false};
+  for (const StepMeasurement& m : read_step_measurements(paths))
+    for (StepRun& r : step_rows(m.doc, m.file.string(), out.max_batch)) {
+      if (r.prediction) {
+        ++out.modelled;
+        out.missed += r.prediction->ok ? 0 : 1;
       }
-      rows.push_back(r);
+      out.rows.push_back(std::move(r));
     }
-  }
-  FP8SIM_REQUIRE(!rows.as_array().empty(), "no step measurements in {}", fmt::join(paths, ", "));
+  FP8SIM_REQUIRE(!out.rows.empty(), "no step measurements in {}", fmt::join(paths, ", "));
+  for (const auto& r : out.max_batch) out.max_batch_missed += r.ok ? 0 : 1;
+  out.ok = out.missed == 0 && out.max_batch_missed == 0;
+  return out;
+}
+
+Json StepValidation::to_json() const {
   Json out = Json::object();
   Json tol = Json::object();
   tol["peak"] = kStepPeakTolerance;
   tol["retained"] = kStepActivationTolerance;
   out["tolerance"] = tol;
-  tol["max_batch"] = kMaxBatchTolerance;
-  for (const auto& r : max_rows.as_array()) max_missed += r.at("ok").as_bool() ? 0 : 1;
-  out["rows"] = rows;
+  Json jr = Json::array(), jm = Json::array();
+  for (const auto& r : rows) jr.push_back(step_run_json(r));
+  for (const auto& r : max_batch) jm.push_back(max_batch_json(r));
+  out["rows"] = jr;
   out["modelled"] = modelled;
   out["missed"] = missed;
-  out["max_batch"] = max_rows;
-  out["max_batch_missed"] = max_missed;
-  out["ok"] = missed == 0 && max_missed == 0;
+  out["max_batch"] = jm;
+  out["max_batch_missed"] = max_batch_missed;
+  out["ok"] = ok;
   return out;
 }
 
-Json memory_validate_file(const std::string& path) {
+MemoryValidation memory_validate_file(const std::string& path) {
   Json j;
   try {
     j = Json::parse(read_text_file(path));

@@ -11,21 +11,52 @@
 //                  and minus the bf16 weight copies, peak = torch.cuda.max_memory_allocated over
 //                  one full step (forward, backward, optimizer) after a warm-up step
 //   (anything else is carried along for the report)
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "sim/common/json.hpp"
 #include "sim/common/step_measurements.hpp"
+#include "sim/memory/memory.hpp"
 
 namespace fp8sim::memory {
 
 inline constexpr double kValidateTolerance = 0.10;
 
-// Returns {"config": ..., "rows": [{component, measured_gib, predicted_gib, rel, ok}], "ok": bool,
-// "prediction": <the footprint document>}. Throws Error (one line, naming `origin`) when the
-// document is not a measurement or lacks a field.
-Json memory_validate(const Json& measured, const std::string& origin);
-Json memory_validate_file(const std::string& path);
+// The configuration a measurement ran.
+struct ValidationConfig {
+  std::string model, recipe;
+  int64_t gpus;
+  int zero;
+  int64_t batch, seq;
+  bool grads_persist;
+};
+
+// One measured component beside fp8sim's prediction; rel absent where nothing was measured (then
+// ok says whether the prediction is 0 too).
+struct ValidationRow {
+  std::string component;  // weights | gradients | optimizer | activations | peak
+  double measured_gib, predicted_gib;
+  std::optional<double> rel;
+  bool ok;  // within kValidateTolerance
+};
+
+struct MemoryValidation {
+  ValidationConfig config;
+  // Carried over from the measurement as they are, where it has them.
+  std::optional<Json> device, torch_version, tool;
+  std::vector<ValidationRow> rows;
+  bool ok;
+  MemoryResult prediction;  // without max batch
+  // {"config", "tolerance", "device"?, "torch_version"?, "tool"?, "rows", "ok", "prediction"}.
+  Json to_json() const;
+};
+
+// Throws Error (one line, naming `origin`) when the document is not a measurement or lacks a
+// field.
+MemoryValidation memory_validate(const Json& measured, const std::string& origin);
+MemoryValidation memory_validate_file(const std::string& path);
 
 // Step measurements (scripts/measure_step.py, format "fp8sim-step-measurement": one framework,
 // compile and checkpointing setting, one or more micro-batches) against the framework profile
@@ -37,12 +68,53 @@ Json memory_validate_file(const std::string& path);
 // search (measure_step.py --max-batch CAP: the largest micro-batch whose step runs with the
 // caching allocator capped at CAP GiB) is also judged against fp8sim's largest micro-batch whose
 // peak fits in CAP: within kMaxBatchTolerance of the measured one, or 1, whichever is larger
-// (the allocator's fragmentation makes the measured one the smaller, when they differ). Returns
-// {"rows": [...], "max_batch": [...], "ok", "modelled", "missed", "max_batch_missed",
-// "tolerance": {...}}.
+// (the allocator's fragmentation makes the measured one the smaller, when they differ).
 inline constexpr double kStepPeakTolerance = 0.05;
 inline constexpr double kStepActivationTolerance = 0.10;
 inline constexpr double kMaxBatchTolerance = 0.05;
-Json memory_validate_steps(const std::vector<std::string>& paths);
+
+// fp8sim's numbers for a modelled run, and the verdict.
+struct StepPrediction {
+  double predicted_peak_gib, predicted_retained_gib;
+  std::string peak_phase;
+  double peak_rel, retained_rel;
+  bool ok;  // peak and forward-retained within their targets
+};
+
+// One run of a step measurement.
+struct StepRun {
+  std::string file, model, framework;
+  std::optional<std::string> profile;  // the profile that models the framework, if one does
+  bool compile, checkpointing;
+  int64_t batch, seq;
+  double measured_peak_gib, measured_reserved_gib, measured_retained_gib;
+  std::optional<double> reserved_over_peak;  // absent for a zero peak
+  std::optional<StepPrediction> prediction;  // absent: listed as measured, not modelled
+  std::string why;                           // why it is not modelled (without a prediction)
+  bool modelled() const { return prediction.has_value(); }
+};
+
+// One max-batch search beside fp8sim's largest micro-batch under the same cap.
+struct MaxBatchRow {
+  std::string file, model, framework, profile;
+  bool compile, checkpointing;
+  int64_t seq;
+  double cap_gib;
+  int64_t measured_max_batch, predicted_max_batch;
+  bool limit_reached;  // the search stopped at its limit: no answer, a miss
+  bool ok;
+};
+
+struct StepValidation {
+  std::vector<StepRun> rows;
+  int64_t modelled, missed;  // runs modelled, and those of them outside the targets
+  std::vector<MaxBatchRow> max_batch;
+  int64_t max_batch_missed;
+  bool ok;
+  // {"tolerance": {"peak", "retained"}, "rows", "modelled", "missed", "max_batch",
+  // "max_batch_missed", "ok"}.
+  Json to_json() const;
+};
+StepValidation memory_validate_steps(const std::vector<std::string>& paths);
 
 }  // namespace fp8sim::memory
