@@ -164,12 +164,13 @@ TEST(SpeedFramework, HfStepsMeasuredOnTheH200AreWithinTenPercent) {
   const StepOps ops = load_step_ops(kSource + "/reports/h200/step_ops/hf.json");
   std::vector<std::string> notes;
   const std::string dir = kSource + "/reports/h200/frameworks/";
-  const Json rows = framework_validate({dir + "hf__0.8b-gqa.json", dir + "hf__l3-8b-L4.json"}, cal, ops, notes);
-  ASSERT_EQ(rows.size(), 4u);
-  for (const Json& r : rows.as_array())
-    EXPECT_LT(std::abs(r.at("difference").as_number()), 0.10)
-        << r.at("model").as_string() << " b" << r.at("batch").as_int() << ": predicted " << r.at("step_ms").as_number()
-        << " ms, measured " << r.at("measured_step_ms").as_number();
+  const FrameworkValidation v =
+      framework_validate({dir + "hf__0.8b-gqa.json", dir + "hf__l3-8b-L4.json"}, cal, ops, notes);
+  ASSERT_EQ(v.rows.size(), 4u);
+  for (const FrameworkValidationRow& r : v.rows)
+    EXPECT_LT(std::abs(r.difference), 0.10)
+        << r.model << " b" << r.batch << ": predicted " << r.step_ms << " ms, measured " << r.measured_step_ms;
+  EXPECT_EQ(v.within_10_percent, 4);
 }
 
 // The same claim for transformers under torch.compile (Inductor's fused kernels, a masked
@@ -179,14 +180,13 @@ TEST(SpeedFramework, CompiledHfStepsMeasuredOnTheH200AreWithinTenPercent) {
   const StepOps ops = load_step_ops(kSource + "/reports/h200/step_ops/hf.json");
   std::vector<std::string> notes;
   const std::string dir = kSource + "/reports/h200/frameworks/";
-  const Json rows = framework_validate({dir + "hf-compiled__0.8b-gqa.json", dir + "hf-compiled__l3-8b-L4.json"}, cal,
-                                       ops, notes, true);
-  ASSERT_EQ(rows.size(), 4u);
-  for (const Json& r : rows.as_array()) {
-    EXPECT_TRUE(r.at("compiled").as_bool());
-    EXPECT_LT(std::abs(r.at("difference").as_number()), 0.10)
-        << r.at("model").as_string() << " b" << r.at("batch").as_int() << ": predicted " << r.at("step_ms").as_number()
-        << " ms, measured " << r.at("measured_step_ms").as_number();
+  const FrameworkValidation v = framework_validate(
+      {dir + "hf-compiled__0.8b-gqa.json", dir + "hf-compiled__l3-8b-L4.json"}, cal, ops, notes, true);
+  ASSERT_EQ(v.rows.size(), 4u);
+  for (const FrameworkValidationRow& r : v.rows) {
+    EXPECT_TRUE(r.compiled);
+    EXPECT_LT(std::abs(r.difference), 0.10)
+        << r.model << " b" << r.batch << ": predicted " << r.step_ms << " ms, measured " << r.measured_step_ms;
   }
   // Compiling removes the unfused elementwise work, and the masked attention costs twice the eager one.
   const ModelShape m = load_model_shape("tinyllama-1.1b");
@@ -202,8 +202,9 @@ TEST(SpeedFramework, ValidationLeavesOutAnotherVersionOfTheFramework) {
   const StepOps ops = load_step_ops(kSource + "/reports/h200/step_ops/hf.json");
   std::vector<std::string> notes;
   const std::string dir = kSource + "/reports/h200/frameworks/";
-  const Json rows = framework_validate({dir + "hf__0.8b-gqa.json", dir + "hf__0.8b-gqa__t445.json"}, cal, ops, notes);
-  EXPECT_EQ(rows.size(), 2u);  // the 4.45.2 run is left out, with a note
+  const FrameworkValidation v =
+      framework_validate({dir + "hf__0.8b-gqa.json", dir + "hf__0.8b-gqa__t445.json"}, cal, ops, notes);
+  EXPECT_EQ(v.rows.size(), 2u);  // the 4.45.2 run is left out, with a note
   ASSERT_EQ(notes.size(), 1u);
   EXPECT_NE(notes[0].find("transformers 4.45.2"), std::string::npos) << notes[0];
 }

@@ -354,9 +354,9 @@ TEST(SpeedModel, NewPlansAreFittedFromTheirOwnKernelsOnly) {
       }
     }
     SpeedOptions so;
-    const Json j = evaluate_recipe(m, {plan_name(r), r}, po(4, 2048), c, so, false);
-    EXPECT_NEAR(j.at("step_ms").as_number(), step, 1e-9 * step) << plan_name(r);
-    EXPECT_GT(j.at("breakdown_ms").at("quantize").as_number(), 0) << plan_name(r);
+    const RecipeSpeed e = evaluate_recipe(m, {plan_name(r), r}, po(4, 2048), c, so, false);
+    EXPECT_NEAR(e.step_ms, step, 1e-9 * step) << plan_name(r);
+    EXPECT_GT(e.breakdown_ms.quantize, 0) << plan_name(r);
   }
   // A block-scaled GEMM is never fitted from a per-tensor one: with TE's kernels only, DeepSeek's
   // first block-scaled GEMM has no data.
@@ -710,15 +710,15 @@ TEST(SpeedModel, StepIsTheCountWeightedSumOfKernelTimes) {
         if (op.per_layer && op.phase == Phase::Backward) bwd += synthetic_ms(op);
         if (op.kind == Kind::Optimizer) opt += op.count * synthetic_ms(op);
       }
-      const Json j = evaluate_recipe(m, {plan_name(r), r}, o, c, so, false);
-      EXPECT_NEAR(j.at("step_ms").as_number(), step, 1e-9 * step);
-      EXPECT_NEAR(j.at("layer_fwd_ms").as_number(), fwd, 1e-9 * fwd);
-      EXPECT_NEAR(j.at("layer_bwd_ms").as_number(), bwd, 1e-9 * bwd);
-      EXPECT_NEAR(j.at("optimizer_ms").as_number(), opt, 1e-9 * opt);
-      EXPECT_NEAR(j.at("tokens_per_s_per_gpu").as_number(), 2.0 * 2048 * accum / (step / 1000), 1e-6);
-      EXPECT_DOUBLE_EQ(j.at("measured_fraction").as_number(), 1.0);
+      const RecipeSpeed e = evaluate_recipe(m, {plan_name(r), r}, o, c, so, false);
+      EXPECT_NEAR(e.step_ms, step, 1e-9 * step);
+      EXPECT_NEAR(e.layer_fwd_ms, fwd, 1e-9 * fwd);
+      EXPECT_NEAR(e.layer_bwd_ms, bwd, 1e-9 * bwd);
+      EXPECT_NEAR(e.optimizer_ms, opt, 1e-9 * opt);
+      EXPECT_NEAR(e.tokens_per_s_per_gpu, 2.0 * 2048 * accum / (step / 1000), 1e-6);
+      EXPECT_DOUBLE_EQ(e.measured_fraction, 1.0);
       double parts = 0;
-      for (const auto& [k, v] : j.at("breakdown_ms").as_object()) parts += v.as_number();
+      for (const auto& [k, v] : e.breakdown_ms.items()) parts += v;
       EXPECT_NEAR(parts, step, 1e-9 * step);
     }
   }
@@ -730,15 +730,14 @@ TEST(SpeedModel, FsdpCommunicationModel) {
   Calibration c;
   add_plan(c, build_plan(m, Plan::BF16, o));
   SpeedOptions so;
-  const double compute = evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).at("step_ms").as_number();
+  const double compute = evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).step_ms;
   so.fsdp_comm = "serial";
   so.link_gbps = 200;
   const double comm = 6.0 * m.params * 3.0 / 4.0 / 200e9 * 1e3;  // ms
-  EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).at("step_ms").as_number(), compute + comm,
-              1e-6);
+  EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).step_ms, compute + comm, 1e-6);
   so.fsdp_comm = "overlap";
   const double first_layer = 2.0 * (static_cast<double>(m.params) / m.layers) * 3.0 / 4.0 / 200e9 * 1e3;
-  EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).at("comm_ms").as_number(),
+  EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).comm_ms,
               std::max(0.0, comm - compute) + first_layer, 1e-6);
 }
 
@@ -794,48 +793,51 @@ TEST(SpeedReport, ModelledFromACalibrationFile) {
   o.gpus = 4;
   o.table7 = true;
   o.calibration = full_calibration_file(true);
-  const Json doc = speed_report(o);
-  EXPECT_EQ(doc.at("timing").at("mode").as_string(), "modelled");
-  EXPECT_TRUE(doc.at("timing").at("modelled").as_bool());
-  EXPECT_NE(doc.at("timing").at("statement").as_string().find("MODELLED"), std::string::npos);
-  EXPECT_EQ(doc.at("timing").at("device").as_string(), "Synthetic GPU");
-  const auto& recipes = doc.at("recipes").as_array();
+  const SpeedResult res = speed_report(o);
+  EXPECT_EQ(res.timing.mode, "modelled");
+  EXPECT_TRUE(res.timing.modelled);
+  EXPECT_NE(res.timing.statement.find("MODELLED"), std::string::npos);
+  EXPECT_EQ(res.timing.device, "Synthetic GPU");
+  const auto& recipes = res.recipes;
   ASSERT_EQ(recipes.size(), registry_plans().size());
-  const double bf16_tps = recipes[0].at("tokens_per_s_per_gpu").as_number();
-  for (const Json& r : recipes) {
+  const double bf16_tps = recipes[0].tokens_per_s_per_gpu;
+  for (const RecipeSpeed& r : recipes) {
+    const Json rj = r.to_json();
     for (const char* k : {"recipe", "step_ms", "tokens_per_s_per_gpu", "speedup_vs_bf16"})
-      EXPECT_TRUE(r.contains(k)) << k;
-    EXPECT_NEAR(r.at("speedup_vs_bf16").as_number(), r.at("tokens_per_s_per_gpu").as_number() / bf16_tps, 1e-12);
-    EXPECT_DOUBLE_EQ(r.at("measured_fraction").as_number(), 1.0);
+      EXPECT_TRUE(rj.contains(k)) << k;
+    ASSERT_TRUE(r.speedup_vs_bf16.has_value());
+    EXPECT_NEAR(*r.speedup_vs_bf16, r.tokens_per_s_per_gpu / bf16_tps, 1e-12);
+    EXPECT_DOUBLE_EQ(r.measured_fraction, 1.0);
   }
-  EXPECT_EQ(recipes[2].at("batch").as_int(), 4);
+  EXPECT_EQ(recipes[2].batch, 4);
   // Table 7: eight rows, ratios where the paper has BF16.
-  const auto& t7 = doc.at("table7").as_array();
+  ASSERT_TRUE(res.table7.has_value());
+  const auto& t7 = *res.table7;
   ASSERT_EQ(t7.size(), 8u);
   int with_ratio = 0;
-  for (const Json& r : t7)
-    if (r.contains("coat_vs_bf16")) {
+  for (const Table7Row& r : t7)
+    if (r.coat_vs_bf16) {
       ++with_ratio;
-      const auto& ms = r.at("methods").as_array();
-      EXPECT_NEAR(r.at("coat_vs_bf16").as_number(),
-                  ms[2].at("tokens_per_s_per_gpu").as_number() / ms[0].at("tokens_per_s_per_gpu").as_number(), 1e-12);
+      const auto& ms = r.methods;
+      EXPECT_NEAR(*r.coat_vs_bf16, ms[2].tokens_per_s_per_gpu.value() / ms[0].tokens_per_s_per_gpu.value(), 1e-12);
     }
   EXPECT_EQ(with_ratio, 5);
-  EXPECT_NEAR(t7[2].at("paper_coat_vs_bf16").as_number(), 11257.0 / 7730.0, 1e-12);  // COAT Table 7
-  EXPECT_NEAR(t7[2].at("paper_te_vs_bf16").as_number(), 9577.0 / 7730.0, 1e-12);
+  EXPECT_NEAR(t7[2].paper_coat_vs_bf16.value(), 11257.0 / 7730.0, 1e-12);  // COAT Table 7
+  EXPECT_NEAR(t7[2].paper_te_vs_bf16.value(), 9577.0 / 7730.0, 1e-12);
   // Figure 4(b): four sizes, group scaling = stage-1 extra + stage 2.
-  const auto& f = doc.at("fig4b").as_array();
+  ASSERT_TRUE(res.fig4b.has_value());
+  const auto& f = *res.fig4b;
   ASSERT_EQ(f.size(), 4u);
-  for (const Json& r : f) {
-    EXPECT_NEAR(r.at("group_scaling_ms").as_number(),
-                r.at("group_stage1_overhead_ms").as_number() + r.at("group_stage2_ms").as_number(), 1e-12);
-    EXPECT_EQ(r.at("source").as_string(), "measured");
+  for (const Fig4bRow& r : f) {
+    EXPECT_NEAR(r.group_scaling_ms, r.group_stage1_overhead_ms + r.group_stage2_ms, 1e-12);
+    EXPECT_EQ(r.source, "measured");
   }
   // Validation against the (synthetic) PyTorch layer time.
-  const auto& v = doc.at("validation").at("rows").as_array();
+  ASSERT_TRUE(res.validation.has_value());
+  const auto& v = res.validation->rows;
   ASSERT_EQ(v.size(), 1u);
-  EXPECT_NEAR(v[0].at("difference").as_number(), v[0].at("fp8sim_bf16_layer_ms").as_number() / 100.0 - 1.0, 1e-12);
-  const std::string md = speed_markdown(doc);
+  EXPECT_NEAR(v[0].difference, v[0].fp8sim_bf16_layer_ms / 100.0 - 1.0, 1e-12);
+  const std::string md = speed_markdown(res);
   EXPECT_NE(md.find("MODELLED"), std::string::npos);
   EXPECT_NE(md.find("Figure 4(b)"), std::string::npos);
   EXPECT_NE(md.find("Table 7"), std::string::npos);

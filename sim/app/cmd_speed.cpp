@@ -68,24 +68,65 @@ void parse_batch(const std::string& s, SpeedOptions& o) {
 }
 
 std::string f(double v, int digits = 2) { return fmt::format("{:.{}f}", v, digits); }
-void print_report(const Json& doc, bool show_ops) {
-  const Json& model = doc.at("model");
-  fmt::print("{}\n\n", doc.at("timing").at("statement").as_string());
-  fmt::print("model {} ({} layers, {:.2f} B params), seq {}, {} GPU(s), grad-accum {}\n", model.at("name").as_string(),
-             model.at("layers").as_int(), model.at("params").as_number() / 1e9, doc.at("seq").as_int(),
-             doc.at("gpus").as_int(), doc.at("grad_accum").as_int());
-  if (const Json* cm = doc.at("timing").find("comm_model")) fmt::print("{}\n", cm->as_string());
+
+void print_ops(const RecipeSpeed& r) {
+  fmt::print("\nkernels, recipe {} (ms per launch; count = launches per step)\n", r.recipe);
+  std::vector<std::vector<std::string>> kr;
+  for (const SpeedOp& op : r.ops.value()) {
+    std::string dims;
+    for (int64_t d : op.dims) {
+      if (!dims.empty()) dims += 'x';
+      dims += std::to_string(d);
+    }
+    kr.push_back({op.name, op.phase, op.kind + " " + op.variant, dims, f(op.ms, 4), fmt::format("{:g}", op.count),
+                  op.tflops ? f(*op.tflops, 0) + " TFLOP/s" : f(op.gbps.value(), 0) + " GB/s",
+                  op.source == "measured" ? "measured" : "fitted"});
+  }
+  cli::print_table({"op", "phase", "kernel", "dims", "ms", "count", "achieved", "source"}, kr);
+}
+
+void print_fig4b(const std::vector<Fig4bRow>& fig4b) {
+  fmt::print("\nFigure 4(b): per-tensor max of a BF16 tensor, just-in-time pass vs Group Scaling\n");
+  std::vector<std::vector<std::string>> fr;
+  for (const Fig4bRow& r : fig4b)
+    fr.push_back({fmt::format("{}x{}", r.rows, r.cols), f(r.jit_amax_ms, 3), f(r.group_stage1_overhead_ms, 3),
+                  f(r.group_stage2_ms, 3), f(r.group_scaling_ms, 3), f(r.speedup, 1) + "x",
+                  r.torch_eager_amax_ms ? f(*r.torch_eager_amax_ms, 3) : std::string("-"),
+                  fmt::format("{:.2f} -> {:.2f}", r.paper_h100_jit_ms, r.paper_h100_group_ms)});
+  cli::print_table(
+      {"tensor", "JIT ms", "stage1 extra", "stage2 ms", "group ms", "JIT/group", "torch amax ms", "paper H100 ms"}, fr);
+}
+
+void print_validation(const SpeedValidation& v) {
+  fmt::print("\nValidation: BF16 layer forward+backward, fp8sim vs PyTorch ({})\n",
+             v.torch_version.is_string() ? "torch " + v.torch_version.as_string() : std::string("torch"));
+  std::vector<std::vector<std::string>> vr;
+  for (const SpeedValidationRow& r : v.rows)
+    vr.push_back({fmt::format("{} b{} s{}", r.model, r.batch, r.seq), f(r.torch_layer_ms, 3),
+                  f(r.fp8sim_bf16_layer_ms, 3), fmt::format("{:+.1f}%", 100 * r.difference),
+                  r.within_15_percent ? "yes" : "NO"});
+  cli::print_table({"config", "torch ms", "fp8sim ms", "diff", "within 15%"}, vr);
+}
+
+void print_notes(const std::vector<std::string>& notes) {
+  if (notes.empty()) return;
+  fmt::print("\nnotes:\n");
+  for (const std::string& s : notes) fmt::print("  - {}\n", s);
+}
+
+void print_report(const SpeedResult& res, bool show_ops) {
+  fmt::print("{}\n\n", res.timing.statement);
+  fmt::print("model {} ({} layers, {:.2f} B params), seq {}, {} GPU(s), grad-accum {}\n", res.model.name,
+             res.model.layers, static_cast<double>(res.model.params) / 1e9, res.seq, res.gpus, res.grad_accum);
+  if (res.timing.comm_model) fmt::print("{}\n", *res.timing.comm_model);
   fmt::print("\n");
   std::vector<std::vector<std::string>> rows;
-  for (const Json& r : doc.at("recipes").as_array()) {
-    const Json& b = r.at("breakdown_ms");
-    rows.push_back({r.at("recipe").as_string(), std::to_string(r.at("batch").as_int()),
-                    f(r.at("layer_fwd_ms").as_number(), 3), f(r.at("layer_bwd_ms").as_number(), 3),
-                    f(b.at("gemm").as_number(), 1), f(b.at("attention").as_number(), 1),
-                    f(b.at("quantize").as_number(), 1), f(b.at("nonlinear").as_number(), 1),
-                    f(r.at("optimizer_ms").as_number() + r.at("weight_cast_ms").as_number(), 1),
-                    f(r.at("comm_ms").as_number(), 1), f(r.at("step_ms").as_number(), 1),
-                    f(r.at("tokens_per_s_per_gpu").as_number(), 0), f(r.at("speedup_vs_bf16").as_number(), 3) + "x"});
+  for (const RecipeSpeed& r : res.recipes) {
+    const SpeedBreakdown& b = r.breakdown_ms;
+    rows.push_back({r.recipe, std::to_string(r.batch), f(r.layer_fwd_ms, 3), f(r.layer_bwd_ms, 3), f(b.gemm, 1),
+                    f(b.attention, 1), f(b.quantize, 1), f(b.nonlinear, 1), f(r.optimizer_ms + r.weight_cast_ms, 1),
+                    f(r.comm_ms, 1), f(r.step_ms, 1), f(r.tokens_per_s_per_gpu, 0),
+                    f(r.speedup_vs_bf16.value(), 3) + "x"});
   }
   cli::print_table({"recipe", "batch", "layer fwd ms", "layer bwd ms", "gemm", "attn", "quant", "nonlin", "opt+cast",
                     "comm", "step ms", "tok/s/GPU", "vs BF16"},
@@ -93,106 +134,57 @@ void print_report(const Json& doc, bool show_ops) {
   fmt::print("(gemm .. comm: milliseconds per optimizer step)\n");
 
   if (show_ops)
-    for (const Json& r : doc.at("recipes").as_array()) {
-      fmt::print("\nkernels, recipe {} (ms per launch; count = launches per step)\n", r.at("recipe").as_string());
-      std::vector<std::vector<std::string>> kr;
-      for (const Json& op : r.at("ops").as_array()) {
-        std::string dims;
-        for (const Json& d : op.at("dims").as_array()) {
-          if (!dims.empty()) dims += 'x';
-          dims += std::to_string(d.as_int());
-        }
-        const Json* tf = op.find("tflops");
-        kr.push_back({op.at("name").as_string(), op.at("phase").as_string(),
-                      op.at("kind").as_string() + " " + op.at("variant").as_string(), dims,
-                      f(op.at("ms").as_number(), 4), fmt::format("{:g}", op.at("count").as_number()),
-                      tf ? f(tf->as_number(), 0) + " TFLOP/s" : f(op.at("gbps").as_number(), 0) + " GB/s",
-                      op.at("source").as_string() == "measured" ? "measured" : "fitted"});
-      }
-      cli::print_table({"op", "phase", "kernel", "dims", "ms", "count", "achieved", "source"}, kr);
-    }
-
-  if (const Json* fb = doc.find("fig4b")) {
-    fmt::print("\nFigure 4(b): per-tensor max of a BF16 tensor, just-in-time pass vs Group Scaling\n");
-    std::vector<std::vector<std::string>> fr;
-    for (const Json& r : fb->as_array())
-      fr.push_back({fmt::format("{}x{}", r.at("rows").as_int(), r.at("cols").as_int()),
-                    f(r.at("jit_amax_ms").as_number(), 3), f(r.at("group_stage1_overhead_ms").as_number(), 3),
-                    f(r.at("group_stage2_ms").as_number(), 3), f(r.at("group_scaling_ms").as_number(), 3),
-                    f(r.at("speedup").as_number(), 1) + "x", num_or_dash(r.find("torch_eager_amax_ms"), "{:.3f}"),
-                    fmt::format("{:.2f} -> {:.2f}", r.at("paper_h100_jit_ms").as_number(),
-                                r.at("paper_h100_group_ms").as_number())});
-    cli::print_table(
-        {"tensor", "JIT ms", "stage1 extra", "stage2 ms", "group ms", "JIT/group", "torch amax ms", "paper H100 ms"},
-        fr);
-  }
-  if (const Json* t = doc.find("table7")) {
+    for (const RecipeSpeed& r : res.recipes) print_ops(r);
+  if (res.fig4b) print_fig4b(*res.fig4b);
+  if (res.table7) {
     fmt::print("\nCOAT Table 7 rows (paper: H100, FSDP; predicted: this calibration's GPU, kernels only{})\n",
-               doc.at("timing").at("fsdp_comm").as_string() == "none" ? ", no communication" : " + the FSDP model");
-    const std::vector<std::vector<std::string>> tr = speed::table7_cells(*t, "/", false);
+               res.timing.fsdp_comm == "none" ? ", no communication" : " + the FSDP model");
+    const std::vector<std::vector<std::string>> tr = speed::table7_cells(*res.table7, "/", false);
     cli::print_table({"row", "batch b/t/c", "tok/s/GPU b/t/c", "paper tok/s", "TE/BF16", "paper", "COAT/BF16", "paper",
                       "COAT same batch"},
                      tr);
   }
-  if (const Json* v = doc.find("validation")) {
-    fmt::print(
-        "\nValidation: BF16 layer forward+backward, fp8sim vs PyTorch ({})\n",
-        v->at("torch_version").is_string() ? "torch " + v->at("torch_version").as_string() : std::string("torch"));
-    std::vector<std::vector<std::string>> vr;
-    for (const Json& r : v->at("rows").as_array())
-      vr.push_back({fmt::format("{} b{} s{}", r.at("model").as_string(), r.at("batch").as_int(), r.at("seq").as_int()),
-                    f(r.at("torch_layer_ms").as_number(), 3), f(r.at("fp8sim_bf16_layer_ms").as_number(), 3),
-                    fmt::format("{:+.1f}%", 100 * r.at("difference").as_number()),
-                    r.at("within_15_percent").as_bool() ? "yes" : "NO"});
-    cli::print_table({"config", "torch ms", "fp8sim ms", "diff", "within 15%"}, vr);
-  }
-  if (const Json* n = doc.find("notes"); n && n->size()) {
-    fmt::print("\nnotes:\n");
-    for (const Json& s : n->as_array()) fmt::print("  - {}\n", s.as_string());
-  }
+  if (res.validation) print_validation(*res.validation);
+  print_notes(res.notes);
 }
 
-void print_framework(const Json& doc) {
-  fmt::print("{}\n\n", doc.at("statement").as_string());
-  const Json& so = doc.at("step_ops");
+void print_framework(const FrameworkResult& res) {
+  fmt::print("{}\n\n", res.statement);
+  const FrameworkInventory& so = res.step_ops;
   fmt::print(
       "framework {}: {}\nop inventory {} ({} configurations on {}; fit residual: other bytes {:.2g}, kernels "
       "{:.2g})\n\n",
-      doc.at("framework").as_string(), doc.at("framework_description").as_string(), so.at("file").as_string(),
-      so.at("configs").as_int(), so.at("device").as_string(), so.at("max_residual_bytes").as_number(),
-      so.at("max_residual_kernels").as_number());
-  auto row = [](const Json& r, std::vector<std::string> head) {
-    for (const char* k : {"gemm_ms", "attention_ms", "other_ms", "optimizer_ms", "host_ms", "step_ms"})
-      head.push_back(f(r.at(k).as_number(), 1));
-    head.push_back(f(r.at("other_bytes").as_number() / 1e9, 1));
-    head.push_back(f(r.at("kernels").as_number(), 0));
+      res.framework, res.framework_description, so.file, so.configs, so.device, so.max_residual_bytes,
+      so.max_residual_kernels);
+  auto row = [](const FrameworkStep& r, std::vector<std::string> head) {
+    for (double ms : {r.gemm_ms, r.attention_ms, r.other_ms, r.optimizer_ms, r.host_ms, r.step_ms})
+      head.push_back(f(ms, 1));
+    head.push_back(f(r.other_bytes / 1e9, 1));
+    head.push_back(f(r.kernels, 0));
     return head;
   };
-  if (const Json* p = doc.find("predictions")) {
+  if (res.predictions) {
     std::vector<std::vector<std::string>> rows;
-    for (const Json& r : p->as_array())
-      rows.push_back(row(r, {doc.at("model").at("name").as_string(), std::to_string(r.at("batch").as_int()),
-                             f(r.at("tokens_per_s").as_number(), 0)}));
+    for (const FrameworkStep& r : *res.predictions)
+      rows.push_back(row(r, {res.model.value().name, std::to_string(r.batch), f(r.tokens_per_s, 0)}));
     cli::print_table(
         {"model", "batch", "tok/s", "gemm", "attn", "other", "optim", "host", "step ms", "other GB", "launches"}, rows);
   }
-  if (const Json* v = doc.find("validation")) {
+  if (res.validation) {
+    const FrameworkValidation& v = *res.validation;
     std::vector<std::vector<std::string>> rows;
-    for (const Json& r : v->at("rows").as_array()) {
-      auto cells = row(r, {r.at("model").as_string(), std::to_string(r.at("batch").as_int())});
+    for (const FrameworkValidationRow& r : v.rows) {
+      auto cells = row(r, {r.model, std::to_string(r.batch)});
       cells.resize(8);
-      cells.push_back(f(r.at("measured_step_ms").as_number(), 1));
-      cells.push_back(fmt::format("{:+.1f}%", 100 * r.at("difference").as_number()));
+      cells.push_back(f(r.measured_step_ms, 1));
+      cells.push_back(fmt::format("{:+.1f}%", 100 * r.difference));
       rows.push_back(cells);
     }
     cli::print_table({"model", "batch", "gemm", "attn", "other", "optim", "host", "step ms", "measured", "diff"}, rows);
-    fmt::print("{} of {} steps within 10% (max |diff| {:.1f}%)\n", v->at("within_10_percent").as_int(),
-               v->at("rows").size(), 100 * v->at("max_abs_difference").as_number());
+    fmt::print("{} of {} steps within 10% (max |diff| {:.1f}%)\n", v.within_10_percent, v.rows.size(),
+               100 * v.max_abs_difference);
   }
-  if (const Json* n = doc.find("notes"); n && n->size()) {
-    fmt::print("\nnotes:\n");
-    for (const Json& s : n->as_array()) fmt::print("  - {}\n", s.as_string());
-  }
+  print_notes(res.notes);
 }
 
 // `speed --framework`: predictions at each --batch, or the comparison with measured steps.
@@ -230,65 +222,41 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
   if (ops.framework != framework)
     throw UsageError(fmt::format("--step-ops '{}' is the inventory of framework '{}', not '{}'", step_ops,
                                  ops.framework, framework));
-  std::vector<std::string> notes;
-  Json doc = Json::object();
-  doc["framework"] = framework;
-  doc["compiled"] = compiled;
-  doc["framework_description"] = description;
-  doc["statement"] = fmt::format(
+  FrameworkResult res;
+  res.framework = framework;
+  res.compiled = compiled;
+  res.framework_description = description;
+  res.statement = fmt::format(
       "MODELLED step times of {} ({}, BF16, one GPU) from calibration {} ({}) and the framework's op inventory",
       framework, compiled ? "torch.compile" : "eager", source_relative(calib),
       cal.device.is_object() && cal.device.contains("name") ? cal.device.at("name").as_string()
                                                             : std::string("unknown GPU"));
-  Json so = Json::object();
-  so["file"] = source_relative(step_ops);
-  so["device"] = ops.device;
-  so["versions"] = ops.versions;
-  so["configs"] = static_cast<int64_t>(ops.configs);
-  so["max_residual_bytes"] = ops.max_residual.at("elementwise_bytes");
-  so["max_residual_kernels"] = ops.max_residual.at("elementwise_kernels");
-  doc["step_ops"] = so;
-  std::string command = "fp8sim speed";
-  for (const auto& a : args) command += " " + a;
-  doc["command"] = command;
+  res.step_ops = {source_relative(step_ops),
+                  ops.device,
+                  ops.versions,
+                  static_cast<int64_t>(ops.configs),
+                  ops.max_residual.at("elementwise_bytes"),
+                  ops.max_residual.at("elementwise_kernels")};
+  res.command = "fp8sim speed";
+  for (const auto& a : args) res.command += " " + a;
   if (!validate.empty()) {
     if (!std::filesystem::exists(validate))
       throw UsageError(fmt::format("--validate '{}': no such file or folder", validate));
-    const Json rows = framework_validate({validate}, cal, ops, notes, compiled);
-    int64_t within = 0;
-    double worst = 0;
-    for (const Json& r : rows.as_array()) {
-      const double dd = std::abs(r.at("difference").as_number());
-      within += dd <= 0.10;
-      worst = std::max(worst, dd);
-    }
-    Json v = Json::object();
-    v["rows"] = rows;
-    v["within_10_percent"] = within;
-    v["max_abs_difference"] = worst;
-    doc["validation"] = v;
+    res.validation = framework_validate({validate}, cal, ops, res.notes, compiled);
   } else {
     const ModelShape m = load_model_shape(model);
     if (model.find('/') != std::string::npos || model.ends_with(".json")) files.input("--model", model);
-    Json mj = Json::object();
-    mj["name"] = m.name;
-    mj["layers"] = m.layers;
-    mj["params"] = m.params;
-    doc["model"] = mj;
-    doc["seq"] = seq;
-    Json preds = Json::array();
+    res.model = m;
+    res.seq = seq;
+    res.predictions.emplace();
     for (const std::string& b : split(batch, ',')) {
       const int64_t bb = parse_size("--batch", b);
       validate_run_sizes({.batch = bb, .seq = seq});
-      preds.push_back(framework_step(m, bb, seq, cal, ops, notes, compiled).to_json());
+      res.predictions->push_back(framework_step(m, bb, seq, cal, ops, res.notes, compiled));
     }
-    doc["predictions"] = preds;
   }
-  Json nj = Json::array();
-  for (const auto& n : notes) nj.push_back(n);
-  doc["notes"] = nj;
-  if (json_id >= 0) files.write(json_id, doc.dump(1) + "\n");
-  print_framework(doc);
+  if (json_id >= 0) files.write(json_id, res.to_json().dump(1) + "\n");
+  print_framework(res);
   std::fflush(stdout);
   files.commit();
   return 0;
@@ -431,18 +399,14 @@ int run_speed(const std::vector<std::string>& args) {
   if (!gpu && (!torch_times.empty() || !write_cal.empty()) && calib.empty())
     throw Error("--torch-times and --write-calibration need a GPU (this build or machine has none)");
 
-  const Json doc = speed_report(o, gpu);
+  const SpeedResult res = speed_report(o, gpu);
   if (bar) bar->finish();
-  if (json_id >= 0) files.write(json_id, doc.dump(1) + "\n");
-  if (md_id >= 0) files.write(md_id, speed_markdown(doc));
-  if (const Json* skipped = doc.find("skipped_recipes"))
-    for (const Json& r : skipped->as_array())
-      fmt::print(stderr, "fp8sim speed: warning: recipe {} left out: {}\n", r.at("recipe").as_string(),
-                 r.at("why").as_string());
-  if (const Json* stale = doc.at("timing").find("stale_kernels"))
-    for (const Json& f : stale->as_array())
-      fmt::print(stderr, "fp8sim speed: warning: {}\n", f.at("message").as_string());
-  print_report(doc, vm.count("ops") > 0);
+  if (json_id >= 0) files.write(json_id, res.to_json().dump(1) + "\n");
+  if (md_id >= 0) files.write(md_id, speed_markdown(res));
+  for (const SkippedRecipe& r : res.skipped_recipes)
+    fmt::print(stderr, "fp8sim speed: warning: recipe {} left out: {}\n", r.recipe, r.why);
+  for (const StaleKernels& k : res.timing.stale_kernels) fmt::print(stderr, "fp8sim speed: warning: {}\n", k.message);
+  print_report(res, vm.count("ops") > 0);
   std::fflush(stdout);
   files.commit();
   return 0;

@@ -17,11 +17,6 @@ namespace fp8sim::report {
 
 namespace {
 
-double num(const Json& j, const char* key) {
-  const Json* v = j.find(key);
-  return v && v->is_number() ? v->as_number() : std::nan("");
-}
-
 bool gpu_available(const Context& ctx) {
   const Json* a = ctx.device.find("available");
   return a && a->is_bool() && a->as_bool();
@@ -66,19 +61,16 @@ void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& a
     return;
   }
   // On a GPU these shapes are timed too (one more measuring run).
-  Json doc = speed::speed_report(so, measure ? &ctx.gpu : nullptr);
+  const speed::SpeedResult res = speed::speed_report(so, measure ? &ctx.gpu : nullptr);
   std::vector<Row> rows;
-  for (const auto& r : doc.at("recipes").as_array()) {
-    const std::string name = r.at("recipe").as_string();
-    rows.push_back({name, fmt::format("{}", r.at("batch").as_int()), fmt_num(num(r, "step_ms"), 4),
-                    fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")),
-                    fmt::format("{:.2f}x", num(r, "speedup_vs_bf16"))});
-    ctx.add_summary(name, col, fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")));
-    ctx.add_summary(name, "speedup vs bf16 at max batch", fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")));
-    ctx.add_figure(name, "tokens_per_s_at_max_batch", num(r, "tokens_per_s_per_gpu"),
-                   fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")), "speed");
-    ctx.add_figure(name, "speedup_at_max_batch", num(r, "speedup_vs_bf16"),
-                   fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")), "speed");
+  for (const speed::RecipeSpeed& r : res.recipes) {
+    const double tps = r.tokens_per_s_per_gpu, speedup = r.speedup_vs_bf16.value();
+    rows.push_back({r.recipe, fmt::format("{}", r.batch), fmt_num(r.step_ms, 4), fmt::format("{:.0f}", tps),
+                    fmt::format("{:.2f}x", speedup)});
+    ctx.add_summary(r.recipe, col, fmt::format("{:.0f}", tps));
+    ctx.add_summary(r.recipe, "speedup vs bf16 at max batch", fmt::format("{:.2f}x", speedup));
+    ctx.add_figure(r.recipe, "tokens_per_s_at_max_batch", tps, fmt::format("{:.0f}", tps), "speed");
+    ctx.add_figure(r.recipe, "speedup_at_max_batch", speedup, fmt::format("{:.2f}x", speedup), "speed");
   }
   const bool bf16_listed = std::any_of(so.recipes.begin(), so.recipes.end(),
                                        [](const speed::PlanRecipe& r) { return r.plan == speed::Plan::BF16; });
@@ -96,7 +88,7 @@ void max_batch_comparison(Context& ctx, Section& s, const speed::SpeedOptions& a
                            no_memory.size() == 1 ? "has" : "have");
   s.table("At each recipe's largest micro-batch (memory model)",
           {"recipe", "micro-batch", "step ms", "tokens/s/GPU", "speedup vs bf16"}, rows, caption);
-  ctx.data["speed_at_max_batch"] = std::move(doc);
+  ctx.data["speed_at_max_batch"] = res.to_json();
 }
 
 // The kind of work an op does, for the rows that gather the smaller ops (by the plan's kernel kind).
@@ -158,21 +150,21 @@ Json section_speed(Context& ctx) {
         return s.take();
       }
     }
-    Json doc = speed::speed_report(so, measure ? &ctx.gpu : nullptr);
-    const Json& timing = doc.at("timing");
-    const bool modelled = timing.at("modelled").as_bool();
-    s.para(fmt::format("**{}.**", timing.at("statement").as_string()));
-    if (const Json* stale = timing.find("stale_kernels"); stale && stale->size()) {
+    speed::SpeedResult res = speed::speed_report(so, measure ? &ctx.gpu : nullptr);
+    const speed::SpeedTiming& timing = res.timing;
+    const bool modelled = timing.modelled;
+    s.para(fmt::format("**{}.**", timing.statement));
+    if (!timing.stale_kernels.empty()) {
       std::vector<std::string> families;
-      for (const Json& f : stale->as_array()) {
+      for (const speed::StaleKernels& f : timing.stale_kernels) {
         std::string versions;
         // Appended piecewise: `"/" + std::string` trips GCC 12's false -Wrestrict positive.
-        for (const Json& v : f.at("calibration_versions").as_array()) {
+        for (int v : f.calibration_versions) {
           if (!versions.empty()) versions += '/';
-          versions += v.as_int() ? std::to_string(v.as_int()) : std::string("unrecorded");
+          versions += v ? std::to_string(v) : std::string("unrecorded");
         }
-        families.push_back(fmt::format("{} ({} kernels at version {}, this build's {})", f.at("family").as_string(),
-                                       f.at("kernels").as_int(), versions, f.at("build_version").as_int()));
+        families.push_back(fmt::format("{} ({} kernels at version {}, this build's {})", f.family, f.kernels, versions,
+                                       f.build_version));
       }
       s.para(fmt::format(
           "**Warning: the calibration is older than the kernels it models.** It times these kernel families at "
@@ -186,19 +178,14 @@ Json section_speed(Context& ctx) {
         "and loss, the FP8 weight casts and the optimizer step are timed as the recipe runs them; the step time is "
         "their sum. Tokens/s/GPU = micro-batch x sequence / step time.",
         o.model, o.batch, o.seq, o.gpus, o.gpus == 1 ? "" : "s",
-        timing.contains("fsdp_comm") && timing.at("fsdp_comm").as_string() != "none"
-            ? timing.at("fsdp_comm").as_string()
-            : std::string("not modelled")));
-    const auto& recs = doc.at("recipes").as_array();
+        timing.fsdp_comm != "none" ? timing.fsdp_comm : std::string("not modelled")));
+    const std::vector<speed::RecipeSpeed>& recs = res.recipes;
     std::vector<Row> rows;
-    for (const auto& r : recs) {
-      const std::string name = r.at("recipe").as_string();
-      rows.push_back({name, fmt_num(num(r, "step_ms"), 4), fmt_num(num(r, "layer_fwd_ms"), 3),
-                      fmt_num(num(r, "layer_bwd_ms"), 3), fmt_num(num(r, "optimizer_ms"), 3),
-                      fmt::format("{:.0f}", num(r, "tokens_per_s_per_gpu")),
-                      fmt::format("{:.2f}x", num(r, "speedup_vs_bf16")),
-                      fmt::format("{:.0f}%", 100 * num(r, "measured_fraction"))});
-    }
+    for (const speed::RecipeSpeed& r : recs)
+      rows.push_back({r.recipe, fmt_num(r.step_ms, 4), fmt_num(r.layer_fwd_ms, 3), fmt_num(r.layer_bwd_ms, 3),
+                      fmt_num(r.optimizer_ms, 3), fmt::format("{:.0f}", r.tokens_per_s_per_gpu),
+                      fmt::format("{:.2f}x", r.speedup_vs_bf16.value()),
+                      fmt::format("{:.0f}%", 100 * r.measured_fraction)});
     s.table("Per recipe",
             {"recipe", "step ms", "layer fwd ms", "layer bwd ms", "optimizer ms", "tokens/s/GPU", "speedup vs bf16",
              "time from exact-shape measurements"},
@@ -208,34 +195,28 @@ Json section_speed(Context& ctx) {
     max_batch_comparison(ctx, s, so, measure, modelled);
 
     // Time per category, then per op (summed over its occurrences in the step).
-    std::vector<std::string> cats;
-    for (const auto& r : recs)
-      for (const auto& [k, v] : r.at("breakdown_ms").as_object())
-        if (std::find(cats.begin(), cats.end(), k) == cats.end()) cats.push_back(k);
     std::vector<Row> crows;
-    for (const auto& c : cats) {
-      Row row{c};
-      for (const auto& r : recs) row.push_back(fmt_num(num(r.at("breakdown_ms"), c.c_str()), 4));
+    const auto cats = speed::SpeedBreakdown{}.items();
+    for (size_t i = 0; i < cats.size(); ++i) {
+      Row row{cats[i].first};
+      for (const speed::RecipeSpeed& r : recs) row.push_back(fmt_num(r.breakdown_ms.items()[i].second, 4));
       crows.push_back(std::move(row));
     }
     Row cheader{"ms per step"};
-    for (const auto& r : recs) cheader.push_back(r.at("recipe").as_string());
+    for (const speed::RecipeSpeed& r : recs) cheader.push_back(r.recipe);
     s.table("Step time by category", cheader, crows);
 
     // Per op: the op's contribution to the step (`step_ms` of each op entry), summed by name and phase.
     std::map<std::string, std::map<std::string, double>> per_op;  // op -> recipe -> ms
     std::map<std::string, std::string> group_of;                  // op -> op_group of its kind
     std::vector<std::string> op_order;
-    for (const auto& r : recs) {
-      const Json* ops = r.find("ops");
-      if (!ops) continue;
-      for (const auto& op : ops->as_array()) {
-        const std::string key = op.at("name").as_string() + " (" + op.at("phase").as_string() + ")";
+    for (const speed::RecipeSpeed& r : recs)
+      for (const speed::SpeedOp& op : r.ops.value()) {
+        const std::string key = op.name + " (" + op.phase + ")";
         if (!per_op.count(key)) op_order.push_back(key);
-        per_op[key][r.at("recipe").as_string()] += num(op, "step_ms");
-        group_of[key] = op_group(op.contains("kind") ? op.at("kind").as_string() : std::string());
+        per_op[key][r.recipe] += op.step_ms;
+        group_of[key] = op_group(op.kind);
       }
-    }
     // The ops that matter: largest first; the rest are summed by kind below.
     std::sort(op_order.begin(), op_order.end(), [&](const std::string& a, const std::string& b) {
       auto mx = [&](const std::string& k) {
@@ -254,12 +235,12 @@ Json section_speed(Context& ctx) {
     pd["modelled"] = modelled;
     Json ops_j = Json::array();
     Json per_recipe = Json::object();
-    for (const auto& r : recs) per_recipe[r.at("recipe").as_string()] = Json::array();
+    for (const speed::RecipeSpeed& r : recs) per_recipe[r.recipe] = Json::array();
     auto add_row = [&](const std::string& label, const std::map<std::string, double>& v) {
       Row row{label};
       ops_j.push_back(label);
-      for (const auto& r : recs) {
-        const std::string n = r.at("recipe").as_string();
+      for (const speed::RecipeSpeed& r : recs) {
+        const std::string& n = r.recipe;
         const auto it = v.find(n);
         const double ms = it == v.end() ? 0.0 : it->second;
         row.push_back(it == v.end() ? "-" : fmt_num(ms, 3));
@@ -290,23 +271,21 @@ Json section_speed(Context& ctx) {
     // Communication the compute does not hide (FSDP gathers and reduce-scatters), when modelled.
     bool any_comm = false;
     std::map<std::string, double> comm, total;
-    for (const auto& r : recs) {
-      const std::string n = r.at("recipe").as_string();
-      const double c = num(r, "comm_ms");  // the part of the step the compute does not hide
+    for (const speed::RecipeSpeed& r : recs) {
+      const double c = r.comm_ms;  // the part of the step the compute does not hide
       if (std::isfinite(c) && c > 0) any_comm = true;
-      comm[n] = std::isfinite(c) ? c : 0.0;
-      total[n] = num(r, "step_ms");
+      comm[r.recipe] = std::isfinite(c) ? c : 0.0;
+      total[r.recipe] = r.step_ms;
     }
     if (any_comm) add_row("communication (not overlapped)", comm);
     if (!orows.empty()) {
       Row oheader{"op (phase)"};
-      for (const auto& r : recs) oheader.push_back(r.at("recipe").as_string() + " ms");
+      for (const speed::RecipeSpeed& r : recs) oheader.push_back(r.recipe + " ms");
       Row total_row{"**total step**"};
       Json totals = Json::object();
-      for (const auto& r : recs) {
-        const std::string n = r.at("recipe").as_string();
-        total_row.push_back("**" + fmt_num(total[n], 4) + "**");
-        totals[n] = total[n];
+      for (const speed::RecipeSpeed& r : recs) {
+        total_row.push_back("**" + fmt_num(total[r.recipe], 4) + "**");
+        totals[r.recipe] = total[r.recipe];
       }
       orows.push_back(std::move(total_row));
       s.table("Largest ops, the rest by kind, and the total (time per step: per-layer ops x layers)", oheader, orows,
@@ -327,15 +306,13 @@ Json section_speed(Context& ctx) {
                                       modelled ? "modelled from the calibration" : "measured on this GPU"));
     }
 
-    if (const Json* f4 = doc.find("fig4b"); f4 && f4->is_array() && f4->size() > 0) {
+    if (res.fig4b && !res.fig4b->empty()) {
       std::vector<Row> frows;
-      for (const auto& r : f4->as_array())
-        frows.push_back({fmt::format("{}x{}", r.at("rows").as_int(), r.at("cols").as_int()),
-                         fmt_num(num(r, "jit_amax_ms"), 3), fmt_num(num(r, "group_scaling_ms"), 3),
-                         fmt::format("{:.1f}x", num(r, "speedup")),
-                         fmt::format("{} -> {}", fmt_num(num(r, "paper_h100_jit_ms"), 3),
-                                     fmt_num(num(r, "paper_h100_group_ms"), 3)),
-                         r.contains("source") ? r.at("source").as_string() : ""});
+      for (const speed::Fig4bRow& r : *res.fig4b)
+        frows.push_back({fmt::format("{}x{}", r.rows, r.cols), fmt_num(r.jit_amax_ms, 3),
+                         fmt_num(r.group_scaling_ms, 3), fmt::format("{:.1f}x", r.speedup),
+                         fmt::format("{} -> {}", fmt_num(r.paper_h100_jit_ms, 3), fmt_num(r.paper_h100_group_ms, 3)),
+                         r.source});
       s.table("COAT Figure 4(b): per-tensor max, just-in-time vs Group Scaling",
               {"bf16 tensor", "just-in-time ms", "group scaling ms", "speedup", "paper (H100) ms", "source"}, frows,
               "Group scaling's cost is the extra work of computing per-group maxima in the producing kernel plus the "
@@ -346,11 +323,9 @@ Json section_speed(Context& ctx) {
       for (const auto& r : skipped) l += (l.empty() ? "" : ", ") + r;
       s.para(fmt::format("Not in the speed replay (it models {}): {}.", join_prose(replayed, "and"), l));
     }
-    if (const Json* left_out = doc.find("skipped_recipes"))
-      for (const Json& r : left_out->as_array())
-        s.para(
-            fmt::format("Left out of the speed replay: {}: {}.", r.at("recipe").as_string(), r.at("why").as_string()));
-    ctx.data["speed"] = std::move(doc);
+    for (const speed::SkippedRecipe& r : res.skipped_recipes)
+      s.para(fmt::format("Left out of the speed replay: {}: {}.", r.recipe, r.why));
+    ctx.data["speed"] = res.to_json();
     return s.take();
   });
 }

@@ -309,9 +309,9 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
   return s;
 }
 
-Json framework_validate(const std::vector<std::string>& paths, const Calibration& cal, const StepOps& ops,
-                        std::vector<std::string>& notes, bool compiled) {
-  Json rows = Json::array();
+FrameworkValidation framework_validate(const std::vector<std::string>& paths, const Calibration& cal,
+                                       const StepOps& ops, std::vector<std::string>& notes, bool compiled) {
+  FrameworkValidation v;
   size_t chosen = 0;
   for (const StepMeasurement& sm : read_step_measurements(paths)) {
     const std::filesystem::path& path = sm.file;
@@ -354,26 +354,87 @@ Json framework_validate(const std::vector<std::string>& paths, const Calibration
       const int64_t batch = static_cast<int64_t>(number(r, where, "batch"));
       const FrameworkStep p = framework_step(m, batch, seq, cal, ops, notes, compiled);
       const double measured = number(*step, where, "median");
-      Json row = p.to_json();
-      row["model"] = m.name;
-      row["file"] = source_relative(path);
-      row["measured_step_ms"] = measured;
-      row["difference"] = p.step_ms / measured - 1;
+      FrameworkValidationRow row{p, m.name, source_relative(path), measured, p.step_ms / measured - 1, {}, {}};
       if (const Json* prof = r.find("profile"); prof && prof->is_object()) {
-        Json classes = Json::object();
+        row.profiled_ms_by_class.emplace();
         if (const Json* bc = prof->find("by_class"); bc && bc->is_object())
-          for (const auto& [k, v] : bc->as_object()) classes[k] = v.at("ms").as_number();
-        row["profiled_ms_by_class"] = classes;
-        row["profiled_kernels"] = number(*prof, where, "kernels");
+          for (const auto& [k, c] : bc->as_object()) row.profiled_ms_by_class->emplace_back(k, c.at("ms").as_number());
+        row.profiled_kernels = number(*prof, where, "kernels");
       }
-      rows.push_back(row);
+      v.within_10_percent += std::abs(row.difference) <= 0.10;
+      v.max_abs_difference = std::max(v.max_abs_difference, std::abs(row.difference));
+      v.rows.push_back(std::move(row));
     }
   }
   if (chosen == 0)
     throw UsageError(fmt::format("no {} step measurement of framework '{}' in {}", compiled ? "compiled" : "eager",
                                  ops.framework, fmt::join(paths, ", ")));
-  FP8SIM_REQUIRE(rows.size() > 0, "no timed run in the measurements given (measure_step.py --steps N)");
-  return rows;
+  FP8SIM_REQUIRE(!v.rows.empty(), "no timed run in the measurements given (measure_step.py --steps N)");
+  return v;
+}
+
+Json FrameworkValidationRow::to_json() const {
+  Json j = FrameworkStep::to_json();
+  j["model"] = model;
+  j["file"] = file;
+  j["measured_step_ms"] = measured_step_ms;
+  j["difference"] = difference;
+  if (profiled_ms_by_class) {
+    Json classes = Json::object();
+    for (const auto& [k, ms] : *profiled_ms_by_class) classes[k] = ms;
+    j["profiled_ms_by_class"] = classes;
+  }
+  if (profiled_kernels) j["profiled_kernels"] = *profiled_kernels;
+  return j;
+}
+
+Json FrameworkValidation::to_json() const {
+  Json j = Json::object();
+  Json a = Json::array();
+  for (const FrameworkValidationRow& r : rows) a.push_back(r.to_json());
+  j["rows"] = a;
+  j["within_10_percent"] = within_10_percent;
+  j["max_abs_difference"] = max_abs_difference;
+  return j;
+}
+
+Json FrameworkInventory::to_json() const {
+  Json j = Json::object();
+  j["file"] = file;
+  j["device"] = device;
+  j["versions"] = versions;
+  j["configs"] = configs;
+  j["max_residual_bytes"] = max_residual_bytes;
+  j["max_residual_kernels"] = max_residual_kernels;
+  return j;
+}
+
+Json FrameworkResult::to_json() const {
+  Json doc = Json::object();
+  doc["framework"] = framework;
+  doc["compiled"] = compiled;
+  doc["framework_description"] = framework_description;
+  doc["statement"] = statement;
+  doc["step_ops"] = step_ops.to_json();
+  doc["command"] = command;
+  if (validation) doc["validation"] = validation->to_json();
+  if (model) {
+    Json m = Json::object();
+    m["name"] = model->name;
+    m["layers"] = model->layers;
+    m["params"] = model->params;
+    doc["model"] = m;
+  }
+  if (seq) doc["seq"] = *seq;
+  if (predictions) {
+    Json a = Json::array();
+    for (const FrameworkStep& p : *predictions) a.push_back(p.to_json());
+    doc["predictions"] = a;
+  }
+  Json n = Json::array();
+  for (const std::string& s : notes) n.push_back(s);
+  doc["notes"] = n;
+  return doc;
 }
 
 }  // namespace fp8sim::speed

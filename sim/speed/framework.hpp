@@ -28,7 +28,9 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/common/json.hpp"
@@ -75,12 +77,56 @@ struct FrameworkStep {
 FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, const Calibration& cal,
                              const StepOps& ops, std::vector<std::string>& notes, bool compiled = false);
 
+// One measured step beside its prediction: the predicted terms, then the measurement.
+struct FrameworkValidationRow : FrameworkStep {
+  std::string model, file;
+  double measured_step_ms = 0;  // CUDA events, median
+  double difference = 0;        // step_ms / measured_step_ms - 1
+  // The profiled step, where the run has one: milliseconds per kernel class in the file's order,
+  // and the kernels launched.
+  std::optional<std::vector<std::pair<std::string, double>>> profiled_ms_by_class;
+  std::optional<double> profiled_kernels;
+  Json to_json() const;
+};
+
+struct FrameworkValidation {
+  std::vector<FrameworkValidationRow> rows;
+  int64_t within_10_percent = 0;  // rows with |difference| <= 0.10
+  double max_abs_difference = 0;
+  Json to_json() const;
+};
+
 // Checks measurements (scripts/measure_step.py, "fp8sim-step-measurement", one framework, eager
 // or compiled as `compiled` says) against the prediction: per run, the measured step (CUDA events,
 // median) and the profiled step's kernel classes beside the predicted terms. `paths` as
 // read_step_measurements takes them; in a folder, the measurements of other frameworks, of the
 // other compile setting and with checkpointing are passed over; a file named itself must match.
-Json framework_validate(const std::vector<std::string>& paths, const Calibration& cal, const StepOps& ops,
-                        std::vector<std::string>& notes, bool compiled = false);
+FrameworkValidation framework_validate(const std::vector<std::string>& paths, const Calibration& cal,
+                                       const StepOps& ops, std::vector<std::string>& notes, bool compiled = false);
+
+// The op inventory a `speed --framework` result was computed with.
+struct FrameworkInventory {
+  std::string file, device;
+  Json versions;  // the inventory's library versions, passed through as it has them
+  int64_t configs = 0;
+  double max_residual_bytes = 0, max_residual_kernels = 0;  // the elementwise fits' (StepOps::max_residual)
+  Json to_json() const;
+};
+
+// The whole `fp8sim speed --framework` result; to_json is the document --json writes. Either
+// `validation` (--validate) or the model, the sequence and one prediction per batch.
+struct FrameworkResult {
+  std::string framework;
+  bool compiled = false;
+  std::string framework_description, statement;
+  FrameworkInventory step_ops;
+  std::string command;
+  std::optional<FrameworkValidation> validation;
+  std::optional<ModelShape> model;  // the document names name, layers and params
+  std::optional<int64_t> seq;
+  std::optional<std::vector<FrameworkStep>> predictions;
+  std::vector<std::string> notes;
+  Json to_json() const;
+};
 
 }  // namespace fp8sim::speed

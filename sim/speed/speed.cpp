@@ -25,15 +25,15 @@ constexpr const char* kTorchSchema = "fp8sim-torch-times/1";
 
 // COAT Table 7 (Xi et al., ICLR 2025): H100 80 GB, FSDP. Throughput is at each method's
 // largest batch ("max batch" column); 0 = out of memory in the paper.
-struct Table7Row {
+struct Table7PaperRow {
   const char* model;
   int64_t gpus;
   int64_t seq;
   int64_t batch[3];     // by kTable7Plans: the BF16, TE and COAT plans
   double paper_tps[3];  // tokens/s/GPU
 };
-const std::vector<Table7Row>& table7_rows() {
-  static const std::vector<Table7Row> rows{
+const std::vector<Table7PaperRow>& table7_rows() {
+  static const std::vector<Table7PaperRow> rows{
       {"llama2-7b", 1, 2048, {0, 0, 1}, {0, 0, 5906}},        {"llama2-7b", 2, 2048, {1, 1, 4}, {6130, 6842, 11351}},
       {"llama2-7b", 4, 2048, {2, 2, 4}, {7730, 9577, 11257}}, {"llama2-7b", 8, 2048, {4, 4, 8}, {8238, 11704, 11241}},
       {"llama2-13b", 2, 1024, {0, 0, 1}, {0, 0, 2137}},       {"llama2-13b", 4, 2048, {1, 1, 2}, {2345, 2851, 5295}},
@@ -42,17 +42,18 @@ const std::vector<Table7Row>& table7_rows() {
   return rows;
 }
 
-// Table 7's methods, in its column order (Table7Row's batch and paper_tps index them).
+// Table 7's methods, in its column order (Table7PaperRow's batch and paper_tps index them).
 constexpr std::array<Plan, 3> kTable7Plans{Plan::BF16, Plan::TE, Plan::COAT};
 
-const char* category(Kind k) {
+// The breakdown term a kernel's time adds to.
+double SpeedBreakdown::*category(Kind k) {
   switch (k) {
     case Kind::Gemm:
-      return "gemm";
+      return &SpeedBreakdown::gemm;
     case Kind::Attention:
     case Kind::RopeFwd:
     case Kind::RopeBwd:
-      return "attention";
+      return &SpeedBreakdown::attention;
     case Kind::CastTranspose:
     case Kind::Transpose:
     case Kind::QuantizeG16:
@@ -61,21 +62,21 @@ const char* category(Kind k) {
     case Kind::Amax:
     case Kind::BlockQuantize:
     case Kind::Dequantize:
-      return "quantize";
+      return &SpeedBreakdown::quantize;
     case Kind::RmsNormFwd:
     case Kind::RmsNormBwd:
     case Kind::SiluMulFwd:
     case Kind::SiluMulBwd:
     case Kind::Add:
-      return "nonlinear";
+      return &SpeedBreakdown::nonlinear;
     case Kind::CrossEntropy:
     case Kind::EmbeddingFwd:
     case Kind::EmbeddingBwd:
-      return "embedding_loss";
+      return &SpeedBreakdown::embedding_loss;
     case Kind::Optimizer:
-      return "optimizer";
+      return &SpeedBreakdown::optimizer;
   }
-  return "other";
+  throw Error(fmt::format("kernel kind {} has no time category", static_cast<int>(k)));
 }
 
 Json dims_json(const std::vector<int64_t>& d) {
@@ -246,86 +247,144 @@ void add_torch_times(Calibration& cal, const Json& torch_doc, std::vector<std::s
 }
 
 // ------------------------------------------------------------------------------- evaluation
-Json evaluate_recipe(const ModelShape& m, const PlanRecipe& r, const PlanOptions& po, const Calibration& cal,
-                     const SpeedOptions& opts, bool with_ops) {
+namespace {
+
+// Null for an absent value.
+Json or_null(const std::optional<double>& v) { return v ? Json(*v) : Json(); }
+
+// One kernel of the plan priced by `p`, with what the calibration's measurement says of it.
+SpeedOp speed_op(const KernelOp& op, const Prediction& p, const Calibration& cal) {
+  SpeedOp s;
+  s.name = op.name;
+  s.phase = phase_name(op.phase);
+  s.per_layer = op.per_layer;
+  s.kind = kind_name(op.kind);
+  s.variant = op.variant;
+  s.dims = op.dims;
+  s.key = op.key();
+  s.count = op.count;
+  s.ms = p.ms;
+  s.step_ms = p.ms * op.count;
+  if (op.flops > 0) s.tflops = op.flops / (p.ms * 1e9);
+  else s.gbps = op.bytes / (p.ms * 1e6);
+  s.flops = op.flops;
+  s.bytes = op.bytes;
+  s.source = p.source;
+  if (const Measurement* meas = cal.find(op.key())) {
+    if (!meas->impl.empty()) s.impl = meas->impl;
+    if (!meas->note.empty()) s.measurement_note = meas->note;
+  }
+  if (!op.note.empty()) s.note = op.note;
+  if (!op.deviation.empty()) s.deviation = op.deviation;
+  return s;
+}
+
+}  // namespace
+
+Json SpeedOp::to_json() const {
+  Json j = Json::object();
+  j["name"] = name;
+  j["phase"] = phase;
+  j["per_layer"] = per_layer;
+  j["kind"] = kind;
+  j["variant"] = variant;
+  j["dims"] = dims_json(dims);
+  j["key"] = key;
+  j["count"] = count;
+  j["ms"] = ms;
+  j["step_ms"] = step_ms;
+  if (tflops) j["tflops"] = *tflops;
+  if (gbps) j["gbps"] = *gbps;
+  j["flops"] = flops;
+  j["bytes"] = bytes;
+  j["source"] = source;
+  if (impl) j["impl"] = *impl;
+  if (measurement_note) j["measurement_note"] = *measurement_note;
+  if (note) j["note"] = *note;
+  if (deviation) j["deviation"] = *deviation;
+  return j;
+}
+
+std::vector<std::pair<std::string, double>> SpeedBreakdown::items() const {
+  return {{"gemm", gemm},           {"attention", attention},           {"quantize", quantize},
+          {"nonlinear", nonlinear}, {"embedding_loss", embedding_loss}, {"optimizer", optimizer}};
+}
+
+Json SpeedBreakdown::to_json() const {
+  Json j = Json::object();
+  for (const auto& [k, v] : items()) j[k] = v;
+  return j;
+}
+
+Json RecipeSpeed::to_json() const {
+  Json j = Json::object();
+  j["recipe"] = recipe;
+  j["batch"] = batch;
+  j["seq"] = seq;
+  j["gpus"] = gpus;
+  j["grad_accum"] = grad_accum;
+  j["layer_fwd_ms"] = layer_fwd_ms;
+  j["layer_bwd_ms"] = layer_bwd_ms;
+  j["layer_ms"] = layer_ms;
+  j["layers_ms"] = layers_ms;
+  j["outside_ms"] = outside_ms;
+  j["weight_cast_ms"] = weight_cast_ms;
+  j["optimizer_ms"] = optimizer_ms;
+  j["compute_ms"] = compute_ms;
+  j["comm_ms"] = comm_ms;
+  j["comm_unoverlapped_ms"] = comm_unoverlapped_ms;
+  j["step_ms"] = step_ms;
+  j["tokens_per_step"] = tokens_per_step;
+  j["tokens_per_s_per_gpu"] = tokens_per_s_per_gpu;
+  j["model_tflops_per_gpu"] = model_tflops_per_gpu;
+  j["measured_fraction"] = measured_fraction;
+  j["breakdown_ms"] = breakdown_ms.to_json();
+  if (ops) {
+    Json a = Json::array();
+    for (const SpeedOp& op : *ops) a.push_back(op.to_json());
+    j["ops"] = std::move(a);
+  }
+  if (speedup_vs_bf16) j["speedup_vs_bf16"] = *speedup_vs_bf16;
+  return j;
+}
+
+RecipeSpeed evaluate_recipe(const ModelShape& m, const PlanRecipe& r, const PlanOptions& po, const Calibration& cal,
+                            const SpeedOptions& opts, bool with_ops) {
   const std::vector<KernelOp> plan = build_plan(m, r.plan, po);
-  double layer_fwd = 0, layer_bwd = 0, outside = 0, weight_cast = 0, optimizer = 0, compute = 0, flops = 0;
-  double measured_ms = 0;
-  std::map<std::string, double> by_category;
-  Json ops = Json::array();
+  RecipeSpeed e;
+  double flops = 0, measured_ms = 0;
+  if (with_ops) e.ops.emplace();
   for (const KernelOp& op : plan) {
     const Prediction p = cal.predict(op);
     const double step_ms = p.ms * op.count;
-    compute += step_ms;
+    e.compute_ms += step_ms;
     flops += op.flops * op.count;
     if (p.measured) measured_ms += step_ms;
-    by_category[category(op.kind)] += step_ms;
+    e.breakdown_ms.*category(op.kind) += step_ms;
     if (op.phase == Phase::Step) {
-      if (op.kind == Kind::Optimizer) optimizer += step_ms;
-      else weight_cast += step_ms;
+      if (op.kind == Kind::Optimizer) e.optimizer_ms += step_ms;
+      else e.weight_cast_ms += step_ms;
     } else if (op.per_layer) {
-      (op.phase == Phase::Forward ? layer_fwd : layer_bwd) += p.ms;
+      (op.phase == Phase::Forward ? e.layer_fwd_ms : e.layer_bwd_ms) += p.ms;
     } else {
-      outside += step_ms;
+      e.outside_ms += step_ms;
     }
-    if (with_ops) {
-      Json j = Json::object();
-      j["name"] = op.name;
-      j["phase"] = phase_name(op.phase);
-      j["per_layer"] = op.per_layer;
-      j["kind"] = kind_name(op.kind);
-      j["variant"] = op.variant;
-      j["dims"] = dims_json(op.dims);
-      j["key"] = op.key();
-      j["count"] = op.count;
-      j["ms"] = p.ms;
-      j["step_ms"] = step_ms;
-      if (op.flops > 0) j["tflops"] = op.flops / (p.ms * 1e9);
-      else j["gbps"] = op.bytes / (p.ms * 1e6);
-      j["flops"] = op.flops;
-      j["bytes"] = op.bytes;
-      j["source"] = p.source;
-      if (const Measurement* meas = cal.find(op.key())) {
-        if (!meas->impl.empty()) j["impl"] = meas->impl;
-        if (!meas->note.empty()) j["measurement_note"] = meas->note;
-      }
-      if (!op.note.empty()) j["note"] = op.note;
-      if (!op.deviation.empty()) j["deviation"] = op.deviation;
-      ops.push_back(j);
-    }
+    if (with_ops) e.ops->push_back(speed_op(op, p, cal));
   }
-  double comm_raw = 0;
-  const double comm = fsdp_comm_ms(m, po.gpus, opts, compute, &comm_raw);
-  const double step = compute + comm;
-  const double tokens = static_cast<double>(po.batch) * po.seq * po.grad_accum;
-
-  Json j = Json::object();
-  j["recipe"] = r.name;
-  j["batch"] = po.batch;
-  j["seq"] = po.seq;
-  j["gpus"] = po.gpus;
-  j["grad_accum"] = po.grad_accum;
-  j["layer_fwd_ms"] = layer_fwd;
-  j["layer_bwd_ms"] = layer_bwd;
-  j["layer_ms"] = layer_fwd + layer_bwd;
-  j["layers_ms"] = (layer_fwd + layer_bwd) * m.layers * po.grad_accum;
-  j["outside_ms"] = outside;
-  j["weight_cast_ms"] = weight_cast;
-  j["optimizer_ms"] = optimizer;
-  j["compute_ms"] = compute;
-  j["comm_ms"] = comm;
-  j["comm_unoverlapped_ms"] = comm_raw;
-  j["step_ms"] = step;
-  j["tokens_per_step"] = tokens;
-  j["tokens_per_s_per_gpu"] = tokens / (step * 1e-3);
-  j["model_tflops_per_gpu"] = flops / (step * 1e9);
-  j["measured_fraction"] = compute > 0 ? measured_ms / compute : 0.0;
-  Json cat = Json::object();
-  for (const char* c : {"gemm", "attention", "quantize", "nonlinear", "embedding_loss", "optimizer"})
-    cat[c] = by_category.count(c) ? by_category[c] : 0.0;
-  j["breakdown_ms"] = cat;
-  if (with_ops) j["ops"] = ops;
-  return j;
+  e.comm_ms = fsdp_comm_ms(m, po.gpus, opts, e.compute_ms, &e.comm_unoverlapped_ms);
+  e.step_ms = e.compute_ms + e.comm_ms;
+  e.recipe = r.name;
+  e.batch = po.batch;
+  e.seq = po.seq;
+  e.gpus = po.gpus;
+  e.grad_accum = po.grad_accum;
+  e.layer_ms = e.layer_fwd_ms + e.layer_bwd_ms;
+  e.layers_ms = e.layer_ms * m.layers * po.grad_accum;
+  e.tokens_per_step = static_cast<double>(po.batch) * po.seq * po.grad_accum;
+  e.tokens_per_s_per_gpu = e.tokens_per_step / (e.step_ms * 1e-3);
+  e.model_tflops_per_gpu = flops / (e.step_ms * 1e9);
+  e.measured_fraction = e.compute_ms > 0 ? measured_ms / e.compute_ms : 0.0;
+  return e;
 }
 
 // ------------------------------------------------------------------------------- the report
@@ -347,7 +406,7 @@ void check_options(const SpeedOptions& opts) {
 std::map<std::string, ModelShape> load_table7_models(const SpeedOptions& opts) {
   std::map<std::string, ModelShape> t7_models;
   if (opts.table7)
-    for (const Table7Row& row : table7_rows())
+    for (const Table7PaperRow& row : table7_rows())
       if (!t7_models.count(row.model)) t7_models.emplace(row.model, load_model_shape(row.model));
   return t7_models;
 }
@@ -380,7 +439,7 @@ std::vector<KernelOp> kernels_to_measure(const SpeedOptions& opts, const ModelSh
   if (!listed_baseline(opts))  // speedup's base
     want(build_plan(shape, Plan::BF16, plan_options(opts, opts.batch, opts.seq, opts.gpus)));
   if (opts.table7)
-    for (const Table7Row& row : table7_rows())
+    for (const Table7PaperRow& row : table7_rows())
       for (size_t i = 0; i < kTable7Plans.size(); ++i) {
         const Plan r = kTable7Plans[i];
         const int64_t b = row.batch[i];  // 0: out of memory in the paper, not evaluated
@@ -453,62 +512,43 @@ Timing measure_timing(const SpeedOptions& opts, gpu::Backend& gpu, const ModelSh
   return t;
 }
 
-// The document's head: command, model and the configuration.
-Json header_json(const SpeedOptions& opts, const ModelShape& shape) {
-  Json doc = Json::object();
-  doc["command"] = "speed";
-  if (!opts.command_line.empty()) doc["command_line"] = opts.command_line;
-  Json model = Json::object();
-  model["name"] = shape.name;
-  model["hidden"] = shape.hidden;
-  model["ffn"] = shape.ffn;
-  model["layers"] = shape.layers;
-  model["heads"] = shape.heads;
-  model["kv_heads"] = shape.kv_heads;
-  model["vocab"] = shape.vocab;
-  model["params"] = shape.params;
-  doc["model"] = model;
-  doc["seq"] = opts.seq;
-  doc["gpus"] = opts.gpus;
-  doc["grad_accum"] = opts.grad_accum;
-  return doc;
+// The result's head: the command line, the model and the configuration.
+SpeedResult header(const SpeedOptions& opts, const ModelShape& shape) {
+  SpeedResult res;
+  if (!opts.command_line.empty()) res.command_line = opts.command_line;
+  res.model = shape;
+  res.seq = opts.seq;
+  res.gpus = opts.gpus;
+  res.grad_accum = opts.grad_accum;
+  return res;
 }
 
 // The kernel families whose calibrated times were measured at another version than this build's
-// kernels, over every kernel the report evaluates: {family, calibration_versions, build_version,
-// kernels, message} each.
-Json stale_kernels_json(const SpeedOptions& opts, const ModelShape& shape,
-                        const std::map<std::string, ModelShape>& t7_models, const Calibration& cal) {
+// kernels, over every kernel the report evaluates.
+std::vector<StaleKernels> stale_kernels(const SpeedOptions& opts, const ModelShape& shape,
+                                        const std::map<std::string, ModelShape>& t7_models, const Calibration& cal) {
   std::vector<std::string> ignored;
   const Json tdoc = cal.torch.is_object() && cal.torch.contains("configs") ? cal.torch : Json();
-  Json out = Json::array();
-  for (const StaleFamily& f : cal.stale_families(kernels_to_measure(opts, shape, t7_models, tdoc, ignored))) {
-    Json j = Json::object();
-    j["family"] = f.family;
-    Json v = Json::array();
-    for (int x : f.calibration_versions) v.push_back(x);
-    j["calibration_versions"] = v;
-    j["build_version"] = f.build_version;
-    j["kernels"] = f.kernels;
-    j["message"] = f.message(source_relative(cal.origin));
-    out.push_back(j);
-  }
+  std::vector<StaleKernels> out;
+  for (const StaleFamily& f : cal.stale_families(kernels_to_measure(opts, shape, t7_models, tdoc, ignored)))
+    out.push_back(
+        {f.family, f.calibration_versions, f.build_version, f.kernels, f.message(source_relative(cal.origin))});
   return out;
 }
 
 // Where the times come from, said in one statement, and the communication model.
-Json timing_json(const SpeedOptions& opts, const Timing& t) {
+SpeedTiming speed_timing(const SpeedOptions& opts, const Timing& t) {
   const Calibration& cal = t.cal;
-  Json timing = Json::object();
-  timing["mode"] = t.mode;
-  timing["modelled"] = t.mode == "modelled";
+  SpeedTiming timing;
+  timing.mode = t.mode;
+  timing.modelled = t.mode == "modelled";
   const std::string dev = cal.device.is_object() && cal.device.contains("name") && cal.device.at("name").is_string()
                               ? cal.device.at("name").as_string()
                               : std::string("an unnamed GPU");
-  timing["device"] = dev;
-  timing["calibration"] = source_relative(cal.origin);
-  timing["calibration_created"] = cal.created;
-  timing["statement"] =
+  timing.device = dev;
+  timing.calibration = source_relative(cal.origin);
+  timing.calibration_created = cal.created;
+  timing.statement =
       t.mode == "measured"
           ? fmt::format(
                 "MEASURED: every kernel below was timed on this machine's {} just now (CUDA events, after "
@@ -518,10 +558,10 @@ Json timing_json(const SpeedOptions& opts, const Timing& t) {
                 "MODELLED, not measured on this machine: kernel times come from the calibration '{}' "
                 "(measured on {} at {}); shapes it did not measure are fitted from the nearest measured one",
                 source_relative(cal.origin), dev, cal.created.empty() ? "an unknown date" : cal.created);
-  timing["fsdp_comm"] = opts.fsdp_comm;
+  timing.fsdp_comm = opts.fsdp_comm;
   if (opts.fsdp_comm != "none") {
-    timing["link_gbps"] = opts.link_gbps;
-    timing["comm_model"] = fmt::format(
+    timing.link_gbps = opts.link_gbps;
+    timing.comm_model = fmt::format(
         "FSDP: per micro-batch 2 all-gathers of BF16 weights + 1 reduce-scatter of BF16 grads = 6 B x params x "
         "(gpus-1)/gpus per GPU at an assumed {} GB/s bus bandwidth; {}",
         opts.link_gbps,
@@ -533,54 +573,52 @@ Json timing_json(const SpeedOptions& opts, const Timing& t) {
 
 // The requested configuration: every recipe with its kernels, and its speedup over BF16 (the first
 // listed recipe that runs the BF16 plan, else that plan at the default micro-batch).
-Json recipes_json(const SpeedOptions& opts, const ModelShape& shape, const Calibration& cal) {
-  Json recipes = Json::array();
+std::vector<RecipeSpeed> recipe_speeds(const SpeedOptions& opts, const ModelShape& shape, const Calibration& cal) {
+  std::vector<RecipeSpeed> out;
   double bf16_tps = 0;
   const PlanRecipe* base = listed_baseline(opts);
   for (const PlanRecipe& r : opts.recipes) {
-    Json rj =
-        evaluate_recipe(shape, r, plan_options(opts, batch_for(opts, r.name), opts.seq, opts.gpus), cal, opts, true);
-    if (&r == base) bf16_tps = rj.at("tokens_per_s_per_gpu").as_number();
-    recipes.push_back(std::move(rj));
+    out.push_back(
+        evaluate_recipe(shape, r, plan_options(opts, batch_for(opts, r.name), opts.seq, opts.gpus), cal, opts, true));
+    if (&r == base) bf16_tps = out.back().tokens_per_s_per_gpu;
   }
   if (!base) {
     // Speedups are always against BF16: evaluate it even when not listed.
     bf16_tps =
         evaluate_recipe(shape, plain(Plan::BF16), plan_options(opts, opts.batch, opts.seq, opts.gpus), cal, opts, false)
-            .at("tokens_per_s_per_gpu")
-            .as_number();
+            .tokens_per_s_per_gpu;
   }
-  for (Json& rj : recipes.as_array()) rj["speedup_vs_bf16"] = rj.at("tokens_per_s_per_gpu").as_number() / bf16_tps;
-  return recipes;
+  for (RecipeSpeed& e : out) e.speedup_vs_bf16 = e.tokens_per_s_per_gpu / bf16_tps;
+  return out;
 }
 
 // COAT's Figure 4(b): the per-tensor max just in time against Group Scaling, with PyTorch's eager
 // amax where the calibration has it.
-Json fig4b_json(const Calibration& cal) {
-  Json rows = Json::array();
+std::vector<Fig4bRow> fig4b_rows(const Calibration& cal) {
+  std::vector<Fig4bRow> rows;
   for (const Fig4bPaperRow& pr : fig4b_paper()) {
     const Fig4bOps f = fig4b_ops(pr.rows, pr.cols);
     const Prediction jit = cal.predict(f.jit_amax), st2 = cal.predict(f.stage2_reduce),
                      plain = cal.predict(f.producer_plain), with = cal.predict(f.producer_with_gmax);
     const double stage1 = std::max(0.0, with.ms - plain.ms);
-    Json r = Json::object();
-    r["rows"] = pr.rows;
-    r["cols"] = pr.cols;
-    r["jit_amax_ms"] = jit.ms;
-    r["jit_amax_gbps"] = f.jit_amax.bytes / (jit.ms * 1e6);
-    r["group_stage1_overhead_ms"] = stage1;
-    r["group_stage2_ms"] = st2.ms;
-    r["group_scaling_ms"] = stage1 + st2.ms;
-    r["speedup"] = jit.ms / (stage1 + st2.ms);
-    r["paper_h100_jit_ms"] = pr.jit_ms;
-    r["paper_h100_group_ms"] = pr.group_ms;
-    r["source"] = jit.measured && st2.measured && plain.measured && with.measured ? "measured" : "fitted";
+    Fig4bRow r;
+    r.rows = pr.rows;
+    r.cols = pr.cols;
+    r.jit_amax_ms = jit.ms;
+    r.jit_amax_gbps = f.jit_amax.bytes / (jit.ms * 1e6);
+    r.group_stage1_overhead_ms = stage1;
+    r.group_stage2_ms = st2.ms;
+    r.group_scaling_ms = stage1 + st2.ms;
+    r.speedup = jit.ms / (stage1 + st2.ms);
+    r.paper_h100_jit_ms = pr.jit_ms;
+    r.paper_h100_group_ms = pr.group_ms;
+    r.source = jit.measured && st2.measured && plain.measured && with.measured ? "measured" : "fitted";
     if (cal.torch.is_object())
       if (const Json* am = cal.torch.find("amax"); am && am->is_array())
         for (const Json& a : am->as_array())
           if (a.is_object() && a.contains("rows") && a.at("rows").as_number() == pr.rows &&
               a.at("cols").as_number() == pr.cols && a.contains("median_ms"))
-            r["torch_eager_amax_ms"] = a.at("median_ms").as_number();
+            r.torch_eager_amax_ms = a.at("median_ms").as_number();
     rows.push_back(r);
   }
   return rows;
@@ -588,44 +626,43 @@ Json fig4b_json(const Calibration& cal) {
 
 // COAT's Table 7: each row's methods at the paper's batches beside the paper's throughput, and
 // COAT at BF16's batch.
-Json table7_json(const SpeedOptions& opts, const Calibration& cal, const std::map<std::string, ModelShape>& t7_models) {
-  Json rows = Json::array();
-  for (const Table7Row& row : table7_rows()) {
+std::vector<Table7Row> table7_comparison(const SpeedOptions& opts, const Calibration& cal,
+                                         const std::map<std::string, ModelShape>& t7_models) {
+  std::vector<Table7Row> rows;
+  for (const Table7PaperRow& row : table7_rows()) {
     const ModelShape& ms = t7_models.at(row.model);
-    Json r = Json::object();
-    r["model"] = row.model;
-    r["gpus"] = row.gpus;
-    r["seq"] = row.seq;
+    Table7Row r;
+    r.model = row.model;
+    r.gpus = row.gpus;
+    r.seq = row.seq;
     double tps[3] = {0, 0, 0};
-    Json methods = Json::array();
     for (size_t i = 0; i < kTable7Plans.size(); ++i) {
       const Plan rc = kTable7Plans[i];
-      Json mj = Json::object();
-      mj["recipe"] = plan_name(rc);
-      mj["batch"] = row.batch[i];
-      mj["paper_tokens_per_s_per_gpu"] = row.paper_tps[i] > 0 ? Json(row.paper_tps[i]) : Json();
+      Table7Method m;
+      m.recipe = plan_name(rc);
+      m.batch = row.batch[i];
+      if (row.paper_tps[i] > 0) m.paper_tokens_per_s_per_gpu = row.paper_tps[i];
       if (row.batch[i] > 0) {
-        Json ev = evaluate_recipe(ms, plain(rc), plan_options(opts, row.batch[i], row.seq, row.gpus), cal, opts, false);
-        tps[i] = ev.at("tokens_per_s_per_gpu").as_number();
-        mj["tokens_per_s_per_gpu"] = tps[i];
-        mj["step_ms"] = ev.at("step_ms").as_number();
-        mj["measured_fraction"] = ev.at("measured_fraction").as_number();
+        const RecipeSpeed ev =
+            evaluate_recipe(ms, plain(rc), plan_options(opts, row.batch[i], row.seq, row.gpus), cal, opts, false);
+        tps[i] = ev.tokens_per_s_per_gpu;
+        m.tokens_per_s_per_gpu = tps[i];
+        m.step_ms = ev.step_ms;
+        m.measured_fraction = ev.measured_fraction;
       } else {
-        mj["tokens_per_s_per_gpu"] = Json();
-        mj["oom_in_paper"] = true;
+        m.oom_in_paper = true;
       }
-      methods.push_back(mj);
+      r.methods.push_back(m);
     }
-    r["methods"] = methods;
     if (tps[0] > 0) {
-      r["te_vs_bf16"] = tps[1] / tps[0];
-      r["coat_vs_bf16"] = tps[2] / tps[0];
-      r["paper_te_vs_bf16"] = row.paper_tps[1] / row.paper_tps[0];
-      r["paper_coat_vs_bf16"] = row.paper_tps[2] / row.paper_tps[0];
+      r.te_vs_bf16 = tps[1] / tps[0];
+      r.coat_vs_bf16 = tps[2] / tps[0];
+      r.paper_te_vs_bf16 = row.paper_tps[1] / row.paper_tps[0];
+      r.paper_coat_vs_bf16 = row.paper_tps[2] / row.paper_tps[0];
       // COAT at BF16's batch separates the kernel speedup from the larger-batch effect.
-      Json same =
+      const RecipeSpeed same =
           evaluate_recipe(ms, plain(Plan::COAT), plan_options(opts, row.batch[0], row.seq, row.gpus), cal, opts, false);
-      r["coat_vs_bf16_same_batch"] = same.at("tokens_per_s_per_gpu").as_number() / tps[0];
+      r.coat_vs_bf16_same_batch = same.tokens_per_s_per_gpu / tps[0];
     }
     rows.push_back(r);
   }
@@ -633,10 +670,11 @@ Json table7_json(const SpeedOptions& opts, const Calibration& cal, const std::ma
 }
 
 // fp8sim's BF16 layer against PyTorch's at every configuration the calibration's PyTorch document
-// timed; null when it has none. A configuration whose model cannot be loaded is skipped with a note.
-Json validation_json(const SpeedOptions& opts, const Calibration& cal, std::vector<std::string>& notes) {
-  if (!cal.torch.is_object() || !cal.torch.contains("configs")) return Json();
-  Json rows = Json::array();
+// timed; none when it has none. A configuration whose model cannot be loaded is skipped with a note.
+std::optional<SpeedValidation> layer_validation(const SpeedOptions& opts, const Calibration& cal,
+                                                std::vector<std::string>& notes) {
+  if (!cal.torch.is_object() || !cal.torch.contains("configs")) return std::nullopt;
+  SpeedValidation v;
   for (const Json& c : cal.torch.at("configs").as_array()) {
     if (!c.is_object() || !c.contains("model") || !c.contains("layer_fwd_bwd_ms")) continue;
     ModelShape ms;
@@ -647,63 +685,58 @@ Json validation_json(const SpeedOptions& opts, const Calibration& cal, std::vect
       continue;
     }
     const int64_t b = c.at("batch").as_int(), s = c.at("seq").as_int();
-    Json ev = evaluate_recipe(ms, plain(Plan::BF16), plan_options(opts, b, s, 1), cal, opts, true);
+    const RecipeSpeed ev = evaluate_recipe(ms, plain(Plan::BF16), plan_options(opts, b, s, 1), cal, opts, true);
     double gemm = 0, attn = 0, other = 0;
-    for (const Json& op : ev.at("ops").as_array()) {
-      if (!op.at("per_layer").as_bool() || op.at("phase").as_string() == "step") continue;
-      const std::string k = op.at("kind").as_string();
-      (k == "gemm" ? gemm : k == "attention" ? attn : other) += op.at("ms").as_number();
+    for (const SpeedOp& op : *ev.ops) {
+      if (!op.per_layer || op.phase == "step") continue;
+      (op.kind == "gemm" ? gemm : op.kind == "attention" ? attn : other) += op.ms;
     }
     const double torch_ms = c.at("layer_fwd_bwd_ms").at("median").as_number();
-    const double ours = ev.at("layer_ms").as_number();
-    Json r = Json::object();
-    r["model"] = ms.name;
-    r["batch"] = b;
-    r["seq"] = s;
-    r["torch_layer_ms"] = torch_ms;
-    r["fp8sim_bf16_layer_ms"] = ours;
-    r["difference"] = ours / torch_ms - 1.0;
-    r["within_15_percent"] = std::fabs(ours / torch_ms - 1.0) <= 0.15;
-    r["fp8sim_gemm_ms"] = gemm;
-    r["fp8sim_attention_ms"] = attn;
-    r["fp8sim_other_ms"] = other;
-    r["measured_fraction"] = ev.at("measured_fraction").as_number();
-    if (const Json* g = c.find("gemm_ms_total"); g && g->is_number()) r["torch_gemm_ms"] = g->as_number();
+    SpeedValidationRow r;
+    r.model = ms.name;
+    r.batch = b;
+    r.seq = s;
+    r.torch_layer_ms = torch_ms;
+    r.fp8sim_bf16_layer_ms = ev.layer_ms;
+    r.difference = ev.layer_ms / torch_ms - 1.0;
+    r.within_15_percent = std::fabs(ev.layer_ms / torch_ms - 1.0) <= 0.15;
+    r.fp8sim_gemm_ms = gemm;
+    r.fp8sim_attention_ms = attn;
+    r.fp8sim_other_ms = other;
+    r.measured_fraction = ev.measured_fraction;
+    if (const Json* g = c.find("gemm_ms_total"); g && g->is_number()) r.torch_gemm_ms = g->as_number();
     if (c.contains("sdpa_fwd_ms") && c.contains("sdpa_bwd_ms"))
-      r["torch_sdpa_ms"] = c.at("sdpa_fwd_ms").at("median").as_number() + c.at("sdpa_bwd_ms").at("median").as_number();
-    rows.push_back(r);
+      r.torch_sdpa_ms = c.at("sdpa_fwd_ms").at("median").as_number() + c.at("sdpa_bwd_ms").at("median").as_number();
+    v.rows.push_back(r);
   }
-  Json v = Json::object();
-  v["torch_version"] = cal.torch.contains("torch_version") ? cal.torch.at("torch_version") : Json();
-  v["device"] = cal.torch.contains("device") ? cal.torch.at("device") : Json();
-  v["rows"] = rows;
+  v.torch_version = cal.torch.contains("torch_version") ? cal.torch.at("torch_version") : Json();
+  v.device = cal.torch.contains("device") ? cal.torch.at("device") : Json();
   return v;
 }
 
 // The run's notes, then what differs from the reference implementations per op (deviations,
 // measurement notes, stand-in implementations), each once.
-Json notes_json(const std::vector<std::string>& notes, const Json& recipes) {
-  std::set<std::string> seen_notes;
-  Json jn = Json::array();
+std::vector<std::string> run_notes(const std::vector<std::string>& notes, const std::vector<RecipeSpeed>& recipes) {
+  std::set<std::string> seen;
+  std::vector<std::string> out;
   for (const std::string& n : notes)
-    if (seen_notes.insert(n).second) jn.push_back(n);
-  for (const Json& rj : recipes.as_array())
-    for (const Json& op : rj.at("ops").as_array()) {
-      const std::string who = fmt::format("{} ({})", op.at("name").as_string(), rj.at("recipe").as_string());
-      for (const char* k : {"deviation", "measurement_note"})
-        if (const Json* n = op.find(k); n && n->is_string() && seen_notes.insert(n->as_string()).second)
-          jn.push_back(fmt::format("{}: {}", who, n->as_string()));
-      if (const Json* im = op.find("impl");
-          im && im->is_string() && im->as_string().find("stand-in") != std::string::npos)
-        if (seen_notes.insert(im->as_string()).second) jn.push_back(fmt::format("{}: {}", who, im->as_string()));
+    if (seen.insert(n).second) out.push_back(n);
+  for (const RecipeSpeed& r : recipes)
+    for (const SpeedOp& op : *r.ops) {
+      const std::string who = fmt::format("{} ({})", op.name, r.recipe);
+      for (const std::optional<std::string>* n : {&op.deviation, &op.measurement_note})
+        if (*n && seen.insert(**n).second) out.push_back(fmt::format("{}: {}", who, **n));
+      if (op.impl && op.impl->find("stand-in") != std::string::npos && seen.insert(*op.impl).second)
+        out.push_back(fmt::format("{}: {}", who, *op.impl));
     }
-  return jn;
+  return out;
 }
 
 // opts.drop_unmodelled: leaves out of `run` the recipes whose plan cannot run at this shape or, with
 // `cal`, whose kernels the calibration cannot predict, each added to `skipped` with why. When none
 // is left, the first recipe's error is thrown as it was (a usage error stays one).
-void drop_recipes(SpeedOptions& run, const ModelShape& shape, const Calibration* cal, Json& skipped) {
+void drop_recipes(SpeedOptions& run, const ModelShape& shape, const Calibration* cal,
+                  std::vector<SkippedRecipe>& skipped) {
   std::vector<PlanRecipe> kept;
   std::exception_ptr first;
   for (const PlanRecipe& r : run.recipes) {
@@ -714,50 +747,199 @@ void drop_recipes(SpeedOptions& run, const ModelShape& shape, const Calibration*
       kept.push_back(r);
     } catch (const Error& e) {
       if (!first) first = std::current_exception();
-      Json j = Json::object();
-      j["recipe"] = r.name;
-      j["why"] = e.what();
-      skipped.push_back(std::move(j));
+      skipped.push_back({r.name, e.what()});
     }
   }
   if (kept.empty()) std::rethrow_exception(first);
   run.recipes = std::move(kept);
 }
 
-// The document from the timing: head, timing, recipes, Figure 4(b), Table 7, validation, notes.
-Json assemble(const SpeedOptions& opts, const ModelShape& shape, const std::map<std::string, ModelShape>& t7_models,
-              Timing& t, const Json& skipped) {
-  Json doc = header_json(opts, shape);
-  doc["timing"] = timing_json(opts, t);
-  if (Json stale = stale_kernels_json(opts, shape, t7_models, t.cal); stale.size())
-    doc["timing"]["stale_kernels"] = std::move(stale);
-  doc["recipes"] = recipes_json(opts, shape, t.cal);
-  if (opts.fig4b) doc["fig4b"] = fig4b_json(t.cal);
-  if (opts.table7) doc["table7"] = table7_json(opts, t.cal, t7_models);
-  if (Json v = validation_json(opts, t.cal, t.notes); !v.is_null()) doc["validation"] = std::move(v);
-  doc["notes"] = notes_json(t.notes, doc.at("recipes"));
-  if (skipped.size()) doc["skipped_recipes"] = skipped;
-  return doc;
+// The result from the timing: head, timing, recipes, Figure 4(b), Table 7, validation, notes.
+SpeedResult assemble(const SpeedOptions& opts, const ModelShape& shape,
+                     const std::map<std::string, ModelShape>& t7_models, Timing& t,
+                     std::vector<SkippedRecipe> skipped) {
+  SpeedResult res = header(opts, shape);
+  res.timing = speed_timing(opts, t);
+  res.timing.stale_kernels = stale_kernels(opts, shape, t7_models, t.cal);
+  res.recipes = recipe_speeds(opts, shape, t.cal);
+  if (opts.fig4b) res.fig4b = fig4b_rows(t.cal);
+  if (opts.table7) res.table7 = table7_comparison(opts, t.cal, t7_models);
+  res.validation = layer_validation(opts, t.cal, t.notes);
+  res.notes = run_notes(t.notes, res.recipes);
+  res.skipped_recipes = std::move(skipped);
+  return res;
+}
+
+template <class T>
+Json array_json(const std::vector<T>& items) {
+  Json a = Json::array();
+  for (const T& x : items) a.push_back(x.to_json());
+  return a;
 }
 
 }  // namespace
 
-Json speed_report(const SpeedOptions& opts, gpu::Backend* gpu) {
+SpeedResult speed_report(const SpeedOptions& opts, gpu::Backend* gpu) {
   check_options(opts);
   const ModelShape shape = load_model_shape(opts.model);
   const std::map<std::string, ModelShape> t7_models = load_table7_models(opts);
   SpeedOptions run = opts;
-  Json skipped = Json::array();
+  std::vector<SkippedRecipe> skipped;
   if (opts.drop_unmodelled) drop_recipes(run, shape, nullptr, skipped);
   Timing t = !run.calibration.empty() || !gpu ? load_timing(run) : measure_timing(run, *gpu, shape, t7_models);
   if (opts.drop_unmodelled && t.mode == "modelled") drop_recipes(run, shape, &t.cal, skipped);
-  return assemble(run, shape, t7_models, t, skipped);
+  return assemble(run, shape, t7_models, t, std::move(skipped));
+}
+
+// ------------------------------------------------------------------------------- the document
+Json StaleKernels::to_json() const {
+  Json j = Json::object();
+  j["family"] = family;
+  Json v = Json::array();
+  for (int x : calibration_versions) v.push_back(x);
+  j["calibration_versions"] = v;
+  j["build_version"] = build_version;
+  j["kernels"] = kernels;
+  j["message"] = message;
+  return j;
+}
+
+Json SpeedTiming::to_json() const {
+  Json j = Json::object();
+  j["mode"] = mode;
+  j["modelled"] = modelled;
+  j["device"] = device;
+  j["calibration"] = calibration;
+  j["calibration_created"] = calibration_created;
+  j["statement"] = statement;
+  j["fsdp_comm"] = fsdp_comm;
+  if (link_gbps) j["link_gbps"] = *link_gbps;
+  if (comm_model) j["comm_model"] = *comm_model;
+  if (!stale_kernels.empty()) j["stale_kernels"] = array_json(stale_kernels);
+  return j;
+}
+
+Json Fig4bRow::to_json() const {
+  Json j = Json::object();
+  j["rows"] = rows;
+  j["cols"] = cols;
+  j["jit_amax_ms"] = jit_amax_ms;
+  j["jit_amax_gbps"] = jit_amax_gbps;
+  j["group_stage1_overhead_ms"] = group_stage1_overhead_ms;
+  j["group_stage2_ms"] = group_stage2_ms;
+  j["group_scaling_ms"] = group_scaling_ms;
+  j["speedup"] = speedup;
+  j["paper_h100_jit_ms"] = paper_h100_jit_ms;
+  j["paper_h100_group_ms"] = paper_h100_group_ms;
+  j["source"] = source;
+  if (torch_eager_amax_ms) j["torch_eager_amax_ms"] = *torch_eager_amax_ms;
+  return j;
+}
+
+Json Table7Method::to_json() const {
+  Json j = Json::object();
+  j["recipe"] = recipe;
+  j["batch"] = batch;
+  j["paper_tokens_per_s_per_gpu"] = or_null(paper_tokens_per_s_per_gpu);
+  j["tokens_per_s_per_gpu"] = or_null(tokens_per_s_per_gpu);
+  if (step_ms) j["step_ms"] = *step_ms;
+  if (measured_fraction) j["measured_fraction"] = *measured_fraction;
+  if (oom_in_paper) j["oom_in_paper"] = true;
+  return j;
+}
+
+Json Table7Row::to_json() const {
+  Json j = Json::object();
+  j["model"] = model;
+  j["gpus"] = gpus;
+  j["seq"] = seq;
+  j["methods"] = array_json(methods);
+  if (te_vs_bf16) j["te_vs_bf16"] = *te_vs_bf16;
+  if (coat_vs_bf16) j["coat_vs_bf16"] = *coat_vs_bf16;
+  if (paper_te_vs_bf16) j["paper_te_vs_bf16"] = *paper_te_vs_bf16;
+  if (paper_coat_vs_bf16) j["paper_coat_vs_bf16"] = *paper_coat_vs_bf16;
+  if (coat_vs_bf16_same_batch) j["coat_vs_bf16_same_batch"] = *coat_vs_bf16_same_batch;
+  return j;
+}
+
+Json SpeedValidationRow::to_json() const {
+  Json j = Json::object();
+  j["model"] = model;
+  j["batch"] = batch;
+  j["seq"] = seq;
+  j["torch_layer_ms"] = torch_layer_ms;
+  j["fp8sim_bf16_layer_ms"] = fp8sim_bf16_layer_ms;
+  j["difference"] = difference;
+  j["within_15_percent"] = within_15_percent;
+  j["fp8sim_gemm_ms"] = fp8sim_gemm_ms;
+  j["fp8sim_attention_ms"] = fp8sim_attention_ms;
+  j["fp8sim_other_ms"] = fp8sim_other_ms;
+  j["measured_fraction"] = measured_fraction;
+  if (torch_gemm_ms) j["torch_gemm_ms"] = *torch_gemm_ms;
+  if (torch_sdpa_ms) j["torch_sdpa_ms"] = *torch_sdpa_ms;
+  return j;
+}
+
+Json SpeedValidation::to_json() const {
+  Json j = Json::object();
+  j["torch_version"] = torch_version;
+  j["device"] = device;
+  j["rows"] = array_json(rows);
+  return j;
+}
+
+Json SkippedRecipe::to_json() const {
+  Json j = Json::object();
+  j["recipe"] = recipe;
+  j["why"] = why;
+  return j;
+}
+
+Json SpeedResult::to_json() const {
+  Json doc = Json::object();
+  doc["command"] = "speed";
+  if (command_line) doc["command_line"] = *command_line;
+  Json m = Json::object();
+  m["name"] = model.name;
+  m["hidden"] = model.hidden;
+  m["ffn"] = model.ffn;
+  m["layers"] = model.layers;
+  m["heads"] = model.heads;
+  m["kv_heads"] = model.kv_heads;
+  m["vocab"] = model.vocab;
+  m["params"] = model.params;
+  doc["model"] = m;
+  doc["seq"] = seq;
+  doc["gpus"] = gpus;
+  doc["grad_accum"] = grad_accum;
+  doc["timing"] = timing.to_json();
+  doc["recipes"] = array_json(recipes);
+  if (fig4b) doc["fig4b"] = array_json(*fig4b);
+  if (table7) doc["table7"] = array_json(*table7);
+  if (validation) doc["validation"] = validation->to_json();
+  Json n = Json::array();
+  for (const std::string& s : notes) n.push_back(s);
+  doc["notes"] = n;
+  if (!skipped_recipes.empty()) doc["skipped_recipes"] = array_json(skipped_recipes);
+  return doc;
 }
 
 // ------------------------------------------------------------------------------- markdown
 namespace {
 std::string f2(double v) { return fmt::format("{:.2f}", v); }
 std::string f3(double v) { return fmt::format("{:.3f}", v); }
+// The number formatted with `fmtspec`, or "-" when absent: a table cell.
+std::string num_or_dash(const std::optional<double>& v, const char* fmtspec) {
+  return v ? fmt::format(fmt::runtime(fmtspec), *v) : std::string("-");
+}
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string out;
+  for (int64_t d : dims) {
+    if (!out.empty()) out += 'x';
+    out += std::to_string(d);
+  }
+  return out;
+}
 void md_table(std::string& out, const std::vector<std::string>& header,
               const std::vector<std::vector<std::string>>& rows) {
   out += "|";
@@ -772,53 +954,17 @@ void md_table(std::string& out, const std::vector<std::string>& header,
   }
   out += "\n";
 }
-}  // namespace
 
-std::vector<std::vector<std::string>> table7_cells(const Json& table7, const std::string& sep, bool long_labels) {
+// The per-recipe table and each recipe's kernels.
+void recipes_markdown(std::string& out, const std::vector<RecipeSpeed>& recipes) {
   std::vector<std::vector<std::string>> rows;
-  for (const Json& r : table7.as_array()) {
-    std::string batches, pred, paper;
-    for (const Json& m : r.at("methods").as_array()) {
-      if (!batches.empty()) {
-        batches += sep;
-        pred += sep;
-        paper += sep;
-      }
-      batches += m.at("batch").as_int() ? std::to_string(m.at("batch").as_int()) : std::string("OOM");
-      pred += num_or_dash(m.find("tokens_per_s_per_gpu"), "{:.0f}");
-      paper += num_or_dash(m.find("paper_tokens_per_s_per_gpu"), "{:.0f}");
-    }
-    const std::string label =
-        long_labels
-            ? fmt::format("{}, {} GPU, seq {}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int())
-            : fmt::format("{} {}GPU s{}", r.at("model").as_string(), r.at("gpus").as_int(), r.at("seq").as_int());
-    rows.push_back({label, batches, pred, paper, num_or_dash(r.find("te_vs_bf16"), "{:.2f}x"),
-                    num_or_dash(r.find("paper_te_vs_bf16"), "{:.2f}x"), num_or_dash(r.find("coat_vs_bf16"), "{:.2f}x"),
-                    num_or_dash(r.find("paper_coat_vs_bf16"), "{:.2f}x"),
-                    num_or_dash(r.find("coat_vs_bf16_same_batch"), "{:.2f}x")});
-  }
-  return rows;
-}
-
-std::string speed_markdown(const Json& doc) {
-  std::string out;
-  const Json& model = doc.at("model");
-  out += fmt::format("## Step time: {} ({} layers), seq {}, {} GPU(s), grad-accum {}\n\n", model.at("name").as_string(),
-                     model.at("layers").as_int(), doc.at("seq").as_int(), doc.at("gpus").as_int(),
-                     doc.at("grad_accum").as_int());
-  out += "**" + doc.at("timing").at("statement").as_string() + ".**\n\n";
-  if (const Json* cm = doc.at("timing").find("comm_model")) out += cm->as_string() + ".\n\n";
-  std::vector<std::vector<std::string>> rows;
-  for (const Json& r : doc.at("recipes").as_array()) {
-    const Json& b = r.at("breakdown_ms");
-    rows.push_back(
-        {r.at("recipe").as_string(), std::to_string(r.at("batch").as_int()), f2(r.at("layer_fwd_ms").as_number()),
-         f2(r.at("layer_bwd_ms").as_number()), f2(b.at("gemm").as_number()), f2(b.at("attention").as_number()),
-         f2(b.at("quantize").as_number()), f2(b.at("nonlinear").as_number()),
-         f2(r.at("optimizer_ms").as_number() + r.at("weight_cast_ms").as_number()), f2(r.at("comm_ms").as_number()),
-         f2(r.at("step_ms").as_number()), fmt::format("{:.0f}", r.at("tokens_per_s_per_gpu").as_number()),
-         fmt::format("{:.3f}x", r.at("speedup_vs_bf16").as_number()),
-         fmt::format("{:.0f}%", 100 * r.at("measured_fraction").as_number())});
+  for (const RecipeSpeed& r : recipes) {
+    const SpeedBreakdown& b = r.breakdown_ms;
+    rows.push_back({r.recipe, std::to_string(r.batch), f2(r.layer_fwd_ms), f2(r.layer_bwd_ms), f2(b.gemm),
+                    f2(b.attention), f2(b.quantize), f2(b.nonlinear), f2(r.optimizer_ms + r.weight_cast_ms),
+                    f2(r.comm_ms), f2(r.step_ms), fmt::format("{:.0f}", r.tokens_per_s_per_gpu),
+                    fmt::format("{:.3f}x", r.speedup_vs_bf16.value()),
+                    fmt::format("{:.0f}%", 100 * r.measured_fraction)});
   }
   md_table(out,
            {"recipe", "batch", "layer fwd ms", "layer bwd ms", "GEMM ms/step", "attention ms/step", "quantize ms/step",
@@ -826,73 +972,92 @@ std::string speed_markdown(const Json& doc) {
             "time from exact-shape measurements"},
            rows);
 
-  for (const Json& r : doc.at("recipes").as_array()) {
-    out += fmt::format("### Kernels of one layer and one step: {} (batch {})\n\n", r.at("recipe").as_string(),
-                       r.at("batch").as_int());
+  for (const RecipeSpeed& r : recipes) {
+    out += fmt::format("### Kernels of one layer and one step: {} (batch {})\n\n", r.recipe, r.batch);
     std::vector<std::vector<std::string>> kr;
-    for (const Json& op : r.at("ops").as_array()) {
-      std::string dims;
-      for (const Json& d : op.at("dims").as_array()) {
-        if (!dims.empty()) dims += 'x';
-        dims += std::to_string(d.as_int());
-      }
-      const Json* tf = op.find("tflops");
-      kr.push_back(
-          {op.at("name").as_string(), op.at("phase").as_string(), op.at("kind").as_string(),
-           op.at("variant").as_string(), dims, f3(op.at("ms").as_number()),
-           fmt::format("{:g}", op.at("count").as_number()),
-           tf ? fmt::format("{:.0f} TFLOP/s", tf->as_number()) : fmt::format("{:.0f} GB/s", op.at("gbps").as_number()),
-           op.at("source").as_string()});
-    }
+    for (const SpeedOp& op : r.ops.value())
+      kr.push_back({op.name, op.phase, op.kind, op.variant, dims_text(op.dims), f3(op.ms),
+                    fmt::format("{:g}", op.count),
+                    op.tflops ? fmt::format("{:.0f} TFLOP/s", *op.tflops) : fmt::format("{:.0f} GB/s", op.gbps.value()),
+                    op.source});
     md_table(out, {"op", "phase", "kernel", "variant", "dims", "ms", "count/step", "achieved", "source"}, kr);
   }
+}
 
-  if (const Json* f = doc.find("fig4b")) {
-    out += "### Figure 4(b): per-tensor max, just-in-time vs Group Scaling\n\n";
-    std::vector<std::vector<std::string>> fr;
-    for (const Json& r : f->as_array())
-      fr.push_back({fmt::format("{}x{}", r.at("rows").as_int(), r.at("cols").as_int()),
-                    f3(r.at("jit_amax_ms").as_number()), fmt::format("{:.0f}", r.at("jit_amax_gbps").as_number()),
-                    f3(r.at("group_stage1_overhead_ms").as_number()), f3(r.at("group_stage2_ms").as_number()),
-                    f3(r.at("group_scaling_ms").as_number()), fmt::format("{:.1f}x", r.at("speedup").as_number()),
-                    num_or_dash(r.find("torch_eager_amax_ms"), "{:.3f}"),
-                    fmt::format("{:.2f} -> {:.2f}", r.at("paper_h100_jit_ms").as_number(),
-                                r.at("paper_h100_group_ms").as_number()),
-                    r.at("source").as_string()});
-    md_table(out,
-             {"tensor", "JIT amax ms", "JIT GB/s", "group stage 1 extra ms", "group stage 2 ms", "group total ms",
-              "JIT / group", "torch eager amax ms", "paper H100 JIT -> group ms", "source"},
-             fr);
+void fig4b_markdown(std::string& out, const std::vector<Fig4bRow>& fig4b) {
+  out += "### Figure 4(b): per-tensor max, just-in-time vs Group Scaling\n\n";
+  std::vector<std::vector<std::string>> fr;
+  for (const Fig4bRow& r : fig4b)
+    fr.push_back({fmt::format("{}x{}", r.rows, r.cols), f3(r.jit_amax_ms), fmt::format("{:.0f}", r.jit_amax_gbps),
+                  f3(r.group_stage1_overhead_ms), f3(r.group_stage2_ms), f3(r.group_scaling_ms),
+                  fmt::format("{:.1f}x", r.speedup), num_or_dash(r.torch_eager_amax_ms, "{:.3f}"),
+                  fmt::format("{:.2f} -> {:.2f}", r.paper_h100_jit_ms, r.paper_h100_group_ms), r.source});
+  md_table(out,
+           {"tensor", "JIT amax ms", "JIT GB/s", "group stage 1 extra ms", "group stage 2 ms", "group total ms",
+            "JIT / group", "torch eager amax ms", "paper H100 JIT -> group ms", "source"},
+           fr);
+}
+
+void validation_markdown(std::string& out, const SpeedValidation& v) {
+  out += "### Validation: fp8sim's BF16 layer vs a real PyTorch BF16 Llama layer (forward + backward)\n\n";
+  std::vector<std::vector<std::string>> vr;
+  for (const SpeedValidationRow& r : v.rows)
+    vr.push_back({fmt::format("{} b{} s{}", r.model, r.batch, r.seq), f3(r.torch_layer_ms), f3(r.fp8sim_bf16_layer_ms),
+                  fmt::format("{:+.1f}%", 100 * r.difference), r.within_15_percent ? "yes" : "NO",
+                  num_or_dash(r.torch_gemm_ms, "{:.3f}"), f3(r.fp8sim_gemm_ms), num_or_dash(r.torch_sdpa_ms, "{:.3f}"),
+                  f3(r.fp8sim_other_ms)});
+  md_table(out,
+           {"config", "PyTorch layer ms", "fp8sim BF16 layer ms", "difference", "within 15%", "PyTorch GEMMs ms",
+            "fp8sim GEMMs ms", "SDPA fwd+bwd ms", "fp8sim other ms"},
+           vr);
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> table7_cells(const std::vector<Table7Row>& table7, const std::string& sep,
+                                                   bool long_labels) {
+  std::vector<std::vector<std::string>> rows;
+  for (const Table7Row& r : table7) {
+    std::string batches, pred, paper;
+    for (const Table7Method& m : r.methods) {
+      if (!batches.empty()) {
+        batches += sep;
+        pred += sep;
+        paper += sep;
+      }
+      batches += m.batch ? std::to_string(m.batch) : std::string("OOM");
+      pred += num_or_dash(m.tokens_per_s_per_gpu, "{:.0f}");
+      paper += num_or_dash(m.paper_tokens_per_s_per_gpu, "{:.0f}");
+    }
+    const std::string label = long_labels ? fmt::format("{}, {} GPU, seq {}", r.model, r.gpus, r.seq)
+                                          : fmt::format("{} {}GPU s{}", r.model, r.gpus, r.seq);
+    rows.push_back({label, batches, pred, paper, num_or_dash(r.te_vs_bf16, "{:.2f}x"),
+                    num_or_dash(r.paper_te_vs_bf16, "{:.2f}x"), num_or_dash(r.coat_vs_bf16, "{:.2f}x"),
+                    num_or_dash(r.paper_coat_vs_bf16, "{:.2f}x"), num_or_dash(r.coat_vs_bf16_same_batch, "{:.2f}x")});
   }
+  return rows;
+}
 
-  if (const Json* t = doc.find("table7")) {
+std::string speed_markdown(const SpeedResult& res) {
+  std::string out;
+  out += fmt::format("## Step time: {} ({} layers), seq {}, {} GPU(s), grad-accum {}\n\n", res.model.name,
+                     res.model.layers, res.seq, res.gpus, res.grad_accum);
+  out += "**" + res.timing.statement + ".**\n\n";
+  if (res.timing.comm_model) out += *res.timing.comm_model + ".\n\n";
+  recipes_markdown(out, res.recipes);
+  if (res.fig4b) fig4b_markdown(out, *res.fig4b);
+  if (res.table7) {
     out += "### COAT Table 7 rows: predicted throughput beside the paper's (H100, FSDP)\n\n";
-    const std::vector<std::vector<std::string>> tr = table7_cells(*t, " / ", true);
+    const std::vector<std::vector<std::string>> tr = table7_cells(*res.table7, " / ", true);
     md_table(out,
              {"row", "batch BF16 / TE / COAT", "predicted tok/s/GPU", "paper tok/s/GPU", "TE/BF16", "paper TE/BF16",
               "COAT/BF16", "paper COAT/BF16", "COAT/BF16 same batch"},
              tr);
   }
-
-  if (const Json* v = doc.find("validation")) {
-    out += "### Validation: fp8sim's BF16 layer vs a real PyTorch BF16 Llama layer (forward + backward)\n\n";
-    std::vector<std::vector<std::string>> vr;
-    for (const Json& r : v->at("rows").as_array())
-      vr.push_back({fmt::format("{} b{} s{}", r.at("model").as_string(), r.at("batch").as_int(), r.at("seq").as_int()),
-                    f3(r.at("torch_layer_ms").as_number()), f3(r.at("fp8sim_bf16_layer_ms").as_number()),
-                    fmt::format("{:+.1f}%", 100 * r.at("difference").as_number()),
-                    r.at("within_15_percent").as_bool() ? "yes" : "NO", num_or_dash(r.find("torch_gemm_ms"), "{:.3f}"),
-                    f3(r.at("fp8sim_gemm_ms").as_number()), num_or_dash(r.find("torch_sdpa_ms"), "{:.3f}"),
-                    f3(r.at("fp8sim_other_ms").as_number())});
-    md_table(out,
-             {"config", "PyTorch layer ms", "fp8sim BF16 layer ms", "difference", "within 15%", "PyTorch GEMMs ms",
-              "fp8sim GEMMs ms", "SDPA fwd+bwd ms", "fp8sim other ms"},
-             vr);
-  }
-
-  if (const Json* n = doc.find("notes"); n && n->size()) {
+  if (res.validation) validation_markdown(out, *res.validation);
+  if (!res.notes.empty()) {
     out += "### Notes: where the replay differs from the reference implementations\n\n";
-    for (const Json& s : n->as_array()) out += "- " + s.as_string() + "\n";
+    for (const std::string& s : res.notes) out += "- " + s + "\n";
     out += "\n";
   }
   return out;
