@@ -114,85 +114,84 @@ TEST(Recipes, JsonFilesLayerRulesOverABaseAndRejectNonsense) {
 
 // ---- analysis of the committed sample -----------------------------------------------------------
 
-bool finite_num(const Json& j, const char* key) {
-  const Json* v = j.find(key);
-  return v && v->is_number() && std::isfinite(v->as_number());
-}
-
 class SampleAnalysis : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     reader_ = new trace::TraceReader(kSample);
     AnalyzeOptions o;
     o.progress = false;
-    coat_ = new Json(analyze_trace(*reader_, recipe::get("coat"), o));
+    coat_ = new AnalyzeResult(analyze_trace(*reader_, recipe::get("coat"), o));
   }
   static void TearDownTestSuite() {
     delete coat_;
     delete reader_;
   }
   static trace::TraceReader* reader_;
-  static Json* coat_;
+  static AnalyzeResult* coat_;
 };
 trace::TraceReader* SampleAnalysis::reader_ = nullptr;
-Json* SampleAnalysis::coat_ = nullptr;
+AnalyzeResult* SampleAnalysis::coat_ = nullptr;
 
 TEST_F(SampleAnalysis, EveryTensorHasFiniteMetrics) {
-  const Json& a = *coat_;
-  const int64_t step = a.at("step").as_int();
+  const AnalyzeResult& a = *coat_;
+  const int64_t step = a.step;
   EXPECT_EQ(step, reader_->header().grad_window->first) << "default step: the full snapshot";
-  const auto& ts = a.at("tensors").as_array();
+  const auto& ts = a.tensors;
   EXPECT_EQ(ts.size(), reader_->find_step(step)->tensors.size());
   int quantized = 0;
   std::set<std::string> roles;
-  for (const Json& t : ts) {
-    SCOPED_TRACE(t.at("name").as_string());
-    for (const char* k : {"name", "role", "op", "shape", "spec"}) EXPECT_TRUE(t.contains(k)) << k;
-    roles.insert(t.at("role").as_string());
-    for (const char* k : {"mse", "nmse", "max_abs_err", "cosine", "underflow_frac", "saturated_frac"})
-      EXPECT_TRUE(finite_num(t, k)) << k;
-    // snr_db is +Inf (null) only for an exact reproduction.
-    if (!finite_num(t, "snr_db")) {
-      EXPECT_EQ(t.at("mse").as_number(), 0.0);
+  for (const TensorRecord& t : ts) {
+    SCOPED_TRACE(t.name);
+    const Json tj = t.to_json();
+    for (const char* k : {"name", "role", "op", "shape", "spec"}) EXPECT_TRUE(tj.contains(k)) << k;
+    roles.insert(t.role);
+    const ErrorStats& s = t.stats;
+    for (double v : {s.mse(), s.nmse(), s.max_abs_err, s.cosine(), s.underflow_frac(), s.saturated_frac()})
+      EXPECT_TRUE(std::isfinite(v));
+    // snr_db is +Inf only for an exact reproduction.
+    if (!std::isfinite(s.snr_db())) {
+      EXPECT_EQ(s.mse(), 0.0);
     }
-    EXPECT_EQ(t.at("nan_count").as_int() + t.at("inf_count").as_int(), 0);
-    if (t.at("quantized").as_bool() && t.at("spec").as_string().rfind("e", 0) == 0) {
+    EXPECT_EQ(t.nan_count + t.inf_count, 0);
+    if (t.quantized && t.spec.rfind("e", 0) == 0) {
       ++quantized;
       // An 8-bit float keeps 3 (E4M3) or 2 (E5M2) mantissa bits: the relative error of a real
       // tensor is around 2^-5..2^-3, never zero, never order one.
-      EXPECT_GT(t.at("nmse").as_number(), 1e-3);
-      EXPECT_LT(t.at("nmse").as_number(), 0.2);
-      EXPECT_LT(t.at("bytes").at("total").as_number(), t.at("stored_bytes").as_number() / 3.0);
+      EXPECT_GT(s.nmse(), 1e-3);
+      EXPECT_LT(s.nmse(), 0.2);
+      EXPECT_LT(static_cast<double>(t.bytes.total), static_cast<double>(t.stored_bytes) / 3.0);
     }
   }
   EXPECT_GT(quantized, 100);
   EXPECT_EQ(roles, (std::set<std::string>{"weight", "grad", "exp_avg", "exp_avg_sq", "activation", "activation_grad"}));
   // Aggregates partition the tensors.
-  for (const char* by : {"by_role", "by_op", "by_layer"}) {
+  const std::pair<const char*, const std::vector<Aggregate>*> groupings[] = {
+      {"by_role", &a.aggregates.by_role}, {"by_op", &a.aggregates.by_op}, {"by_layer", &a.aggregates.by_layer}};
+  for (const auto& [by, groups] : groupings) {
     int64_t n = 0, el = 0;
-    for (const Json& g : a.at("aggregates").at(by).as_array()) {
-      n += g.at("tensors").as_int();
-      el += g.at("elements").as_int();
+    for (const Aggregate& g : *groups) {
+      n += g.tensors;
+      el += g.elements;
     }
     EXPECT_EQ(n, static_cast<int64_t>(ts.size())) << by;
-    EXPECT_EQ(el, a.at("totals").at("elements").as_int()) << by;
+    EXPECT_EQ(el, a.totals.elements) << by;
   }
-  EXPECT_TRUE(a.at("nonfinite_tensors").as_array().empty());
-  EXPECT_TRUE(a.at("unmatched_tensors").as_array().empty());
-  EXPECT_TRUE(a.at("skipped_gemms").as_array().empty());
+  EXPECT_TRUE(a.nonfinite_tensors.empty());
+  EXPECT_TRUE(a.unmatched_tensors.empty());
+  EXPECT_TRUE(a.skipped_gemms.empty());
 }
 
 TEST_F(SampleAnalysis, EveryLinearLayerHasAFiniteGemmError) {
-  const Json& a = *coat_;
+  const AnalyzeResult& a = *coat_;
   const int64_t layers = reader_->header().model_config.at("num_hidden_layers").as_int();
   std::map<int64_t, size_t> gemms;
-  for (const Json& l : a.at("layers").as_array()) {
-    gemms[l.at("layer").as_int()] = l.at("gemms").size();
-    EXPECT_TRUE(finite_num(l, "mse"));
-    EXPECT_TRUE(finite_num(l, "nmse"));
-    for (const Json& g : l.at("gemms").as_array()) {
-      EXPECT_TRUE(finite_num(g, "mse")) << g.at("module").as_string();
-      EXPECT_GT(g.at("mse").as_number(), 0.0) << g.at("module").as_string();
+  for (const LayerGemms& l : a.layers) {
+    gemms[l.layer] = l.gemms.size();
+    EXPECT_TRUE(std::isfinite(l.stats.mse()));
+    EXPECT_TRUE(std::isfinite(l.stats.nmse()));
+    for (const GemmRecord& g : l.gemms) {
+      EXPECT_TRUE(std::isfinite(g.stats.mse())) << g.module;
+      EXPECT_GT(g.stats.mse(), 0.0) << g.module;
     }
   }
   for (int64_t l = 0; l < layers; ++l) EXPECT_EQ(gemms[l], 7u) << "q, k, v, o, gate, up, down in layer " << l;
@@ -204,7 +203,7 @@ TEST_F(SampleAnalysis, EveryLinearLayerHasAFiniteGemmError) {
 // products accumulated in double. fp32 accumulation in the analysis changes the output by
 // ~1e-7 relative, so the two nmse agree to 1e-4 relative.
 TEST_F(SampleAnalysis, GemmErrorMatchesAnIndependentComputation) {
-  const int64_t step = coat_->at("step").as_int();
+  const int64_t step = coat_->step;
   const trace::TensorInfo* xt = reader_->find(step, Role::Activation, "layers.2.mlp.down_proj.input");
   const trace::TensorInfo* wt = reader_->find(step, Role::Weight, "layers.2.mlp.down_proj.weight");
   ASSERT_NE(xt, nullptr);
@@ -232,21 +231,21 @@ TEST_F(SampleAnalysis, GemmErrorMatchesAnIndependentComputation) {
       ref += yr * yr;
     }
   const double nmse = std::sqrt(err / ref);
-  const Json* found = nullptr;
-  for (const Json& l : coat_->at("layers").as_array())
-    for (const Json& g : l.at("gemms").as_array())
-      if (g.at("module").as_string() == "layers.2.mlp.down_proj") found = &g;
+  const GemmRecord* found = nullptr;
+  for (const LayerGemms& l : coat_->layers)
+    for (const GemmRecord& g : l.gemms)
+      if (g.module == "layers.2.mlp.down_proj") found = &g;
   ASSERT_NE(found, nullptr);
-  EXPECT_EQ(found->at("m").as_int(), m);
-  EXPECT_EQ(found->at("n").as_int(), n);
-  EXPECT_EQ(found->at("k").as_int(), k);
-  EXPECT_NEAR(found->at("nmse").as_number(), nmse, 1e-4 * nmse);
-  EXPECT_NEAR(found->at("mse").as_number(), err / static_cast<double>(m * n), 1e-3 * err / static_cast<double>(m * n));
+  EXPECT_EQ(found->m, m);
+  EXPECT_EQ(found->n, n);
+  EXPECT_EQ(found->k, k);
+  EXPECT_NEAR(found->stats.nmse(), nmse, 1e-4 * nmse);
+  EXPECT_NEAR(found->stats.mse(), err / static_cast<double>(m * n), 1e-3 * err / static_cast<double>(m * n));
 }
 
 // The per-tensor metrics are those of the spec the rule names, on the stored values.
 TEST_F(SampleAnalysis, PerTensorErrorMatchesAnIndependentFakeQuantization) {
-  const int64_t step = coat_->at("step").as_int();
+  const int64_t step = coat_->step;
   const trace::TensorInfo* wt = reader_->find(step, Role::Weight, "layers.1.self_attn.k_proj.weight");
   ASSERT_NE(wt, nullptr);
   const std::vector<float> w = reader_->read_f32(*wt);
@@ -260,9 +259,9 @@ TEST_F(SampleAnalysis, PerTensorErrorMatchesAnIndependentFakeQuantization) {
     const float d = decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(div_full(x, s), true)) * s;
     se += (static_cast<double>(x) - d) * (static_cast<double>(x) - d);
   }
-  for (const Json& t : coat_->at("tensors").as_array()) {
-    if (t.at("name").as_string() != wt->name || t.at("role").as_string() != "weight") continue;
-    EXPECT_NEAR(t.at("mse").as_number(), se / static_cast<double>(w.size()), 1e-9 * se / static_cast<double>(w.size()));
+  for (const TensorRecord& t : coat_->tensors) {
+    if (t.name != wt->name || t.role != "weight") continue;
+    EXPECT_NEAR(t.stats.mse(), se / static_cast<double>(w.size()), 1e-9 * se / static_cast<double>(w.size()));
     return;
   }
   ADD_FAILURE() << "tensor not in the analysis";
@@ -274,12 +273,12 @@ TEST_F(SampleAnalysis, EveryBuiltinRecipeRunsOnTheSample) {
     AnalyzeOptions o;
     o.progress = false;
     o.gemm = name == "bf16";  // one recipe with GEMMs is enough here; coat has them above
-    const Json a = analyze_trace(*reader_, recipe::get(name), o);
-    for (const Json& t : a.at("tensors").as_array()) {
-      ASSERT_TRUE(finite_num(t, "mse")) << t.at("name").as_string();
-      ASSERT_TRUE(finite_num(t, "nmse")) << t.at("name").as_string();
+    const AnalyzeResult a = analyze_trace(*reader_, recipe::get(name), o);
+    for (const TensorRecord& t : a.tensors) {
+      ASSERT_TRUE(std::isfinite(t.stats.mse())) << t.name;
+      ASSERT_TRUE(std::isfinite(t.stats.nmse())) << t.name;
     }
-    EXPECT_LE(a.at("totals").at("recipe_bytes").as_number(), a.at("totals").at("stored_bytes").as_number());
+    EXPECT_LE(a.totals.recipe_bytes, a.totals.stored_bytes);
   }
 }
 
@@ -319,16 +318,16 @@ TEST(Analyze, CountsNanAndInfAndKeepsMetricsFinite) {
   const trace::TraceReader r(p);
   AnalyzeOptions o;
   o.progress = false;
-  const Json a = analyze_trace(r, recipe::get("coat"), o);
-  ASSERT_EQ(a.at("nonfinite_tensors").size(), 1u);
-  EXPECT_EQ(a.at("nonfinite_tensors").as_array()[0].as_string(), "x.f32");
-  for (const Json& t : a.at("tensors").as_array()) {
-    if (t.at("name").as_string() != "x.f32") continue;
-    EXPECT_EQ(t.at("nan_count").as_int(), 1);
-    EXPECT_EQ(t.at("inf_count").as_int(), 2);
-    EXPECT_EQ(t.at("nonfinite").as_int(), 3) << "the quantize metrics skip the 3 non-finite references";
-    EXPECT_TRUE(finite_num(t, "mse"));
-    EXPECT_TRUE(finite_num(t, "nmse"));
+  const AnalyzeResult a = analyze_trace(r, recipe::get("coat"), o);
+  ASSERT_EQ(a.nonfinite_tensors.size(), 1u);
+  EXPECT_EQ(a.nonfinite_tensors[0], "x.f32");
+  for (const TensorRecord& t : a.tensors) {
+    if (t.name != "x.f32") continue;
+    EXPECT_EQ(t.nan_count, 1);
+    EXPECT_EQ(t.inf_count, 2);
+    EXPECT_EQ(t.stats.nonfinite, 3) << "the quantize metrics skip the 3 non-finite references";
+    EXPECT_TRUE(std::isfinite(t.stats.mse()));
+    EXPECT_TRUE(std::isfinite(t.stats.nmse()));
   }
 }
 
@@ -343,12 +342,12 @@ TEST(Analyze, Bf16DataUnderABf16RuleAreExact) {
   const trace::TraceReader r(p);
   AnalyzeOptions o;
   o.progress = false;
-  const Json a = analyze_trace(r, recipe::get("bf16"), o);
-  for (const Json& t : a.at("tensors").as_array()) {
-    if (t.at("name").as_string() != "x.bf16") continue;
-    EXPECT_EQ(t.at("spec").as_string(), canon("bf16"));
-    EXPECT_EQ(t.at("mse").as_number(), 0.0);
-    EXPECT_EQ(t.at("max_abs_err").as_number(), 0.0);
+  const AnalyzeResult a = analyze_trace(r, recipe::get("bf16"), o);
+  for (const TensorRecord& t : a.tensors) {
+    if (t.name != "x.bf16") continue;
+    EXPECT_EQ(t.spec, canon("bf16"));
+    EXPECT_EQ(t.stats.mse(), 0.0);
+    EXPECT_EQ(t.stats.max_abs_err, 0.0);
     return;
   }
   ADD_FAILURE() << "x.bf16 not analyzed";

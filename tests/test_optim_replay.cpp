@@ -23,7 +23,14 @@ namespace {
 
 const std::string kSample = std::string(FP8SIM_SOURCE_DIR) + "/traces/tiny-llama-s300.h5";
 
-double num(const Json& j) { return j.is_number() ? j.as_number() : std::numeric_limits<double>::quiet_NaN(); }
+// The steps of a drift run (empty when there is no such run).
+const std::vector<DriftStep>& drift_steps(const OptimResult& doc, const std::string& name) {
+  static const std::vector<DriftStep> none;
+  if (!doc.drift) return none;
+  for (const DriftRun& run : *doc.drift)
+    if (run.name == name) return run.steps;
+  return none;
+}
 
 OptimOptions opts_with(std::initializer_list<const char*> recipes, bool table1, bool drift) {
   OptimOptions o;
@@ -36,35 +43,43 @@ OptimOptions opts_with(std::initializer_list<const char*> recipes, bool table1, 
 
 // ---- Table 1 on the committed sample (a real training run) ----------------------------------------
 TEST(OptimReplaySample, Table1IsFiniteAndExpansionHelps) {
-  const Json doc = optim_replay(kSample, opts_with({"coat"}, true, false));
+  const OptimResult doc = optim_replay(kSample, opts_with({"coat"}, true, false));
   const auto& f = table1_formats();
-  const Json& t = doc.at("table1");
-  const Json& nf = doc.at("table1_details").at("mse_without_flushed_v");
-  for (const auto& a : f)
-    for (const auto& b : f) {
-      EXPECT_TRUE(std::isfinite(num(t.at(a.label).at(b.label)))) << a.label << "/" << b.label;
-      EXPECT_GE(num(t.at(a.label).at(b.label)), 0.0);
-      EXPECT_TRUE(std::isfinite(num(nf.at(a.label).at(b.label)))) << a.label << "/" << b.label;
+  ASSERT_TRUE(doc.table1.has_value());
+  // Indices into table1_formats().
+  constexpr size_t kE4M3 = 0, kE4M3Expand = 1, kE5M2 = 2;
+  ASSERT_EQ(std::string(f[kE4M3].label), "E4M3");
+  ASSERT_EQ(std::string(f[kE4M3Expand].label), "E4M3+Expand");
+  ASSERT_EQ(std::string(f[kE5M2].label), "E5M2");
+  const Table1Matrix& t = doc.table1->mse;
+  const Table1Details& det = doc.table1->details;
+  const Table1Matrix& nf = det.mse_without_flushed_v;
+  for (size_t a = 0; a < f.size(); ++a)
+    for (size_t b = 0; b < f.size(); ++b) {
+      EXPECT_TRUE(std::isfinite(t[a][b])) << f[a].label << "/" << f[b].label;
+      EXPECT_GE(t[a][b], 0.0);
+      EXPECT_TRUE(std::isfinite(nf[a][b])) << f[a].label << "/" << f[b].label;
     }
   // The paper's headline: E4M3+Expand for both moments is not worse than plain E4M3.
-  EXPECT_LE(num(t.at("E4M3+Expand").at("E4M3+Expand")), num(t.at("E4M3").at("E4M3")));
+  EXPECT_LE(t[kE4M3Expand][kE4M3Expand], t[kE4M3][kE4M3]);
   // Without the elements whose v flushed to 0, expanding the first moment helps in every column.
-  for (const auto& b : f) EXPECT_LT(num(nf.at("E4M3+Expand").at(b.label)), num(nf.at("E4M3").at(b.label))) << b.label;
+  for (size_t b = 0; b < f.size(); ++b) EXPECT_LT(nf[kE4M3Expand][b], nf[kE4M3][b]) << f[b].label;
   // Expansion never flushes a nonzero moment to zero on this trace; plain E4M3 does.
-  EXPECT_EQ(num(doc.at("table1_details").at("v_flushed_frac").at("E4M3+Expand")), 0.0);
-  EXPECT_GT(num(doc.at("table1_details").at("v_flushed_frac").at("E4M3")), 0.0);
+  EXPECT_EQ(det.v_flushed_frac[kE4M3Expand], 0.0);
+  EXPECT_GT(det.v_flushed_frac[kE4M3], 0.0);
   // Table 1 covers every parameter of the model (the "full" step), not only the window.
-  EXPECT_GT(doc.at("moments").at("elements").as_int(), doc.at("window").at("elements").as_int());
+  EXPECT_GT(doc.moments.elements, doc.window.elements);
   // The paper's matrix travels with the result (Xi et al., ICLR 2025, Table 1).
-  EXPECT_DOUBLE_EQ(num(doc.at("table1_paper").at("E4M3+Expand").at("E4M3+Expand")), 12.31);
-  EXPECT_DOUBLE_EQ(num(doc.at("table1_paper").at("E5M2").at("E5M2")), 40.30);
+  EXPECT_DOUBLE_EQ(doc.table1->paper[kE4M3Expand][kE4M3Expand], 12.31);
+  EXPECT_DOUBLE_EQ(doc.table1->paper[kE5M2][kE5M2], 40.30);
 }
 
 // Memory: exactly sim/quant's accounting summed over every parameter with moments.
 TEST(OptimReplaySample, MemoryIsTheQuantizersAccounting) {
-  const Json doc = optim_replay(kSample, opts_with({"coat", "te-fp8"}, false, false));
+  const OptimResult doc = optim_replay(kSample, opts_with({"coat", "te-fp8"}, false, false));
   const trace::TraceReader r(kSample);
-  const int64_t step = doc.at("moments").at("adamw_step").as_int() + 1;  // state entering update step
+  ASSERT_TRUE(doc.moments.adamw_step.has_value());
+  const int64_t step = *doc.moments.adamw_step + 1;  // state entering update step
   trace::Filter f;
   f.step = step;
   f.role = trace::Role::ExpAvg;
@@ -77,43 +92,43 @@ TEST(OptimReplaySample, MemoryIsTheQuantizersAccounting) {
     n += static_cast<double>(ti->numel());
   }
   ASSERT_GT(n, 0);
-  for (const Json& e : doc.at("memory").as_array()) {
-    const std::string name = e.at("recipe").as_string();
-    if (name == "fp32") {
-      EXPECT_DOUBLE_EQ(num(e.at("bytes_per_param")), 8.0);
-    } else if (name == "coat") {
-      EXPECT_DOUBLE_EQ(num(e.at("state_bytes")), coat);
-    } else if (name == "te-fp8") {
-      EXPECT_DOUBLE_EQ(num(e.at("state_bytes")), te);
+  for (const StateMemory& e : doc.memory) {
+    if (e.recipe == "fp32") {
+      EXPECT_DOUBLE_EQ(e.bytes_per_param, 8.0);
+    } else if (e.recipe == "coat") {
+      EXPECT_DOUBLE_EQ(e.state_bytes, coat);
+    } else if (e.recipe == "te-fp8") {
+      EXPECT_DOUBLE_EQ(e.state_bytes, te);
     }
   }
 }
 
 // ---- drift ----------------------------------------------------------------------------------------
 TEST(OptimReplaySample, DriftFp32IsExactAndCoatTracksIt) {
-  const Json doc = optim_replay(kSample, opts_with({"fp32", "coat", "coat-noexpand"}, false, true));
-  const Json& d = doc.at("drift");
-  const auto& fp32 = d.at("fp32").at("steps").as_array();
-  ASSERT_EQ(static_cast<int64_t>(fp32.size()), doc.at("window").at("steps").as_int());
-  for (const Json& s : fp32) {  // the same code path with fp32 moments: zero drift, by construction
-    EXPECT_EQ(num(s.at("param_rel_l2")), 0.0);
-    EXPECT_EQ(num(s.at("m_nmse")), 0.0);
-    EXPECT_DOUBLE_EQ(num(s.at("update_cosine")), 1.0);
+  const OptimResult doc = optim_replay(kSample, opts_with({"fp32", "coat", "coat-noexpand"}, false, true));
+  ASSERT_TRUE(doc.drift.has_value());
+  const std::vector<DriftStep>& fp32 = drift_steps(doc, "fp32");
+  ASSERT_EQ(static_cast<int64_t>(fp32.size()), doc.window.steps);
+  for (const DriftStep& s : fp32) {  // the same code path with fp32 moments: zero drift, by construction
+    EXPECT_EQ(s.param_rel_l2, 0.0);
+    EXPECT_EQ(s.m_nmse, 0.0);
+    EXPECT_DOUBLE_EQ(s.update_cosine, 1.0);
   }
-  const auto& coat = d.at("coat").at("steps").as_array();
-  const auto& noexp = d.at("coat-noexpand").at("steps").as_array();
+  const std::vector<DriftStep>& coat = drift_steps(doc, "coat");
+  const std::vector<DriftStep>& noexp = drift_steps(doc, "coat-noexpand");
   for (size_t k = 0; k < coat.size(); ++k) {
-    EXPECT_GT(num(coat[k].at("update_cosine")), 0.99) << "step " << k;  // COAT's claim: FP8 states track fp32
-    EXPECT_GT(num(coat[k].at("param_rel_l2")), 0.0);
-    EXPECT_LT(num(coat[k].at("m_quant_nmse")), num(noexp[k].at("m_quant_nmse")));
+    EXPECT_GT(coat[k].update_cosine, 0.99) << "step " << k;  // COAT's claim: FP8 states track fp32
+    EXPECT_GT(coat[k].param_rel_l2, 0.0);
+    EXPECT_LT(coat[k].m_quant_nmse, noexp[k].m_quant_nmse);
   }
-  EXPECT_LT(num(coat.back().at("displacement_rel_err")), num(noexp.back().at("displacement_rel_err")));
+  EXPECT_LT(coat.back().displacement_rel_err, noexp.back().displacement_rel_err);
 }
 
 // ---- the fp32 replay against the sample's captured end weights -------------------------------------
 TEST(OptimReplaySample, Fp32ReplayWithinTheSqrtBound) {
-  const Json doc = optim_replay(kSample, opts_with({"coat"}, false, false));
-  const Json& rp = doc.at("fp32_replay");
+  const OptimResult doc = optim_replay(kSample, opts_with({"coat"}, false, false));
+  ASSERT_TRUE(doc.fp32_replay.has_value());
+  const Fp32Replay& rp = *doc.fp32_replay;
   const trace::TraceReader r(kSample);
   const auto [first, last] = *r.header().grad_window;
   double pmax = 0;
@@ -127,10 +142,10 @@ TEST(OptimReplaySample, Fp32ReplayWithinTheSqrtBound) {
   const double K = static_cast<double>(last - first + 1);
   const float pm = static_cast<float>(pmax);
   const double ulp = std::nextafter(pm, INFINITY) - pm;
-  EXPECT_LE(num(rp.at("max_abs_err")), 2.0 * K * ulp);
-  EXPECT_LT(num(rp.at("mismatch_frac")), 0.05);
-  EXPECT_TRUE(std::isfinite(num(doc.at("fp32_replay_max_rel_err"))));
-  EXPECT_LE(num(doc.at("fp32_replay_max_rel_err")), 1e-4);
+  EXPECT_LE(rp.max_abs_err, 2.0 * K * ulp);
+  EXPECT_LT(rp.mismatch_frac, 0.05);
+  EXPECT_TRUE(std::isfinite(rp.max_rel_err));
+  EXPECT_LE(rp.max_rel_err, 1e-4);
 }
 
 // ---- a trace written from the real-torch fixture: the trace plumbing (per-step lr, step count,
@@ -222,13 +237,14 @@ double write_fixture_trace(const std::string& path, const FixtureTraceOptions& f
 TEST(OptimReplayFixtureTrace, TracePlumbingReproducesTheDirectReplay) {
   const std::string path = test::temp_dir() + "/fixture.h5";
   const double direct_max_err = write_fixture_trace(path);
-  const Json doc = optim_replay(path, opts_with({"fp32", "coat"}, true, true));
-  EXPECT_EQ(doc.at("window").at("step0").as_int(), 10);
-  EXPECT_EQ(doc.at("window").at("steps").as_int(), 6);
-  EXPECT_EQ(num(doc.at("fp32_replay").at("max_abs_err")), direct_max_err);
+  const OptimResult doc = optim_replay(path, opts_with({"fp32", "coat"}, true, true));
+  EXPECT_EQ(doc.window.step0, 10);
+  EXPECT_EQ(doc.window.steps, 6);
+  ASSERT_TRUE(doc.fp32_replay.has_value());
+  EXPECT_EQ(doc.fp32_replay->max_abs_err, direct_max_err);
   EXPECT_GT(direct_max_err, 0.0);  // torch's MKL sqrt does differ somewhere in this window
-  EXPECT_LE(num(doc.at("fp32_replay_max_rel_err")), 1e-5);
-  for (const Json& s : doc.at("drift").at("fp32").at("steps").as_array()) EXPECT_EQ(num(s.at("param_rel_l2")), 0.0);
+  EXPECT_LE(doc.fp32_replay->max_rel_err, 1e-5);
+  for (const DriftStep& s : drift_steps(doc, "fp32")) EXPECT_EQ(s.param_rel_l2, 0.0);
 }
 
 TEST(OptimReplayFixtureTrace, BadTracesGiveOneLineErrors) {
@@ -270,9 +286,9 @@ TEST(OptimReplayFixtureTrace, BadTracesGiveOneLineErrors) {
   no_end.write_end = false;
   const std::string path = dir + "/no_end.h5";
   write_fixture_trace(path, no_end);
-  const Json doc = optim_replay(path, o);
-  EXPECT_TRUE(doc.at("fp32_replay_max_rel_err").is_null());
-  EXPECT_TRUE(doc.at("drift").is_object());
+  const OptimResult doc = optim_replay(path, o);
+  EXPECT_FALSE(doc.fp32_replay.has_value());
+  EXPECT_TRUE(doc.drift.has_value());
 }
 
 // ---- determinism ----------------------------------------------------------------------------------
@@ -283,14 +299,13 @@ TEST(OptimReplaySample, SameBitsForAnyThreadCountAndSeed) {
   a.seed = 5;
   OptimOptions b = a;
   b.threads = 2;
-  const std::string ja = optim_replay(kSample, a).dump(), jb = optim_replay(kSample, b).dump();
+  const OptimResult da = optim_replay(kSample, a);
+  const std::string ja = da.to_json().dump(), jb = optim_replay(kSample, b).to_json().dump();
   EXPECT_EQ(ja, jb);
   OptimOptions c = a;
   c.seed = 6;
-  const Json dc = optim_replay(kSample, c);
-  const Json da = Json::parse(ja);
-  EXPECT_NE(num(da.at("drift").at("coat").at("steps").as_array()[1].at("param_rel_l2")),
-            num(dc.at("drift").at("coat").at("steps").as_array()[1].at("param_rel_l2")));
+  const OptimResult dc = optim_replay(kSample, c);
+  EXPECT_NE(drift_steps(da, "coat")[1].param_rel_l2, drift_steps(dc, "coat")[1].param_rel_l2);
 }
 
 // A parameter large enough (>= 2^18 elements) that the replay runs multi-threaded inside: the
@@ -328,7 +343,7 @@ TEST(OptimReplaySynthetic, LargeParameterSameBitsForAnyThreadCount) {
     OptimReplay r(meta, o);
     r.add_state("big", w.m0, w.v0, w.hyper, 100);
     r.add_param(w);
-    return r.finish().dump();
+    return r.finish().to_json().dump();
   };
   const std::string one = run(1), two = run(2), three = run(3);
   EXPECT_EQ(one, two);

@@ -6,7 +6,6 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <map>
-#include <set>
 
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
@@ -88,28 +87,20 @@ void copy_stats(Json& j, const ErrorStats& s) {
   for (const auto& [k, v] : sj.as_object()) j[k] = v;
 }
 
-struct Agg {
-  int64_t tensors = 0, quantized = 0, elements = 0;
-  uint64_t stored_bytes = 0, recipe_bytes = 0;
-  std::set<std::string> specs;
-  ErrorStats stats;
-  bool any_stats = false;
+Json string_array(const std::vector<std::string>& v) {
+  Json a = Json::array();
+  for (const auto& x : v) a.push_back(x);
+  return a;
+}
 
-  Json to_json(const std::string& key) const {
-    Json j = Json::object();
-    j["key"] = key;
-    j["tensors"] = tensors;
-    j["quantized_tensors"] = quantized;
-    j["elements"] = elements;
-    j["stored_bytes"] = stored_bytes;
-    j["recipe_bytes"] = recipe_bytes;
-    Json s = Json::array();
-    for (const auto& x : specs) s.push_back(x);
-    j["specs"] = std::move(s);
-    if (any_stats) copy_stats(j, stats);
-    return j;
-  }
-};
+template <class T>
+Json json_array(const std::vector<T>& v) {
+  Json a = Json::array();
+  for (const auto& x : v) a.push_back(x.to_json());
+  return a;
+}
+
+std::string spec_text(const std::optional<QuantSpec>& spec) { return spec ? spec->to_string() : std::string("none"); }
 
 int64_t default_step(const trace::TraceReader& r) {
   FP8SIM_REQUIRE(!r.steps().empty(), "trace '{}' has no captured steps", r.path().string());
@@ -132,30 +123,33 @@ const trace::StepInfo& resolve_step(const trace::TraceReader& r, const AnalyzeOp
   return *si;
 }
 
-// One tensor under its rule: the document's entry and what the aggregates take from it.
+// One tensor under its rule: its record and what the aggregates take from it.
 struct TensorResult {
-  Json entry;
+  TensorRecord record;
   std::optional<QuantSpec> spec;  // none: kept in its stored precision
-  ErrorStats stats;
   uint64_t recipe_bytes = 0;
   bool nonfinite = false;  // NaN or Inf among its values
   bool unmatched = false;  // no rule of the recipe matched it
 };
 
-// The entry's keys of a quantized tensor: those of `fp8sim quantize --json` but the spec and shape
-// (already there), the histogram unless asked for, and DE's per-group k and c arrays.
-void add_quantize_keys(Json& e, Json& quantize_json, const AnalyzeOptions& opts) {
-  for (auto& [k, v] : quantize_json.as_object()) {
-    if (k == "spec" || k == "shape") continue;
-    if (k == "histogram" && !opts.histograms) continue;
-    if (k == "expand" && v.is_object()) {
-      Json ex = Json::object();
-      for (auto& [ek, ev] : v.as_object())
-        if (ek != "k" && ek != "c") ex[ek] = std::move(ev);
-      e[k] = std::move(ex);
-      continue;
-    }
-    e[k] = std::move(v);
+// What a quantized tensor's record takes from the quantizer's result: the exact bytes, and from
+// its document the histograms (when asked for) and DE's summary without the per-group k and c.
+void add_quantized(TensorRecord& e, QuantizeResult& qr, const AnalyzeOptions& opts) {
+  const QuantizedTensor& q = qr.q;
+  e.groups = q.spec.is_passthrough() ? int64_t{0} : q.num_groups();
+  e.bytes.codes = q.code_bytes();
+  e.bytes.metadata = q.metadata_bytes();
+  e.bytes.total = q.total_bytes();
+  e.bytes.bits_per_element = e.numel ? 8.0 * static_cast<double>(q.total_bytes()) / static_cast<double>(e.numel) : 0.0;
+  e.stats = qr.stats;
+  e.tensor_amax = q.tensor_amax;
+  for (auto& [k, v] : qr.json.as_object()) {
+    if (k == "histogram" && opts.histograms) e.histogram = std::move(v);
+    if (k != "expand") continue;
+    Json ex = Json::object();
+    for (auto& [ek, ev] : v.as_object())
+      if (ek != "k" && ek != "c") ex[ek] = std::move(ev);
+    e.expand = std::move(ex);
   }
 }
 
@@ -170,24 +164,21 @@ TensorResult analyze_tensor(const trace::TraceReader& r, const TensorInfo& t, co
   res.unmatched = !rule;
   const std::optional<QuantSpec>& spec = res.spec;
 
-  Json& e = res.entry;
-  e = Json::object();
-  e["name"] = t.name;
-  e["role"] = std::string(trace::role_name(t.role));
-  e["op"] = t.op;
-  e["module"] = t.module;
-  e["layer"] = t.layer;
-  e["dtype"] = std::string(trace::dtype_name(t.dtype));
-  Json shape = Json::array();
-  for (int64_t x : t.shape) shape.push_back(x);
-  e["shape"] = std::move(shape);
-  e["spec"] = spec ? spec->to_string() : std::string("none");
-  e["rule"] = rule ? (rule->note.empty() ? rule->role + "/" + rule->op : rule->note) : std::string("no rule");
-  e["quantized"] = spec.has_value();
-  // Not "nonfinite": that key of the quantize metrics counts the skipped reference elements.
-  e["nan_count"] = nf.nan;
-  e["inf_count"] = nf.inf;
-  e["stored_bytes"] = t.bytes();
+  TensorRecord& e = res.record;
+  e.name = t.name;
+  e.role = std::string(trace::role_name(t.role));
+  e.op = t.op;
+  e.module = t.module;
+  e.layer = t.layer;
+  e.dtype = std::string(trace::dtype_name(t.dtype));
+  e.shape = t.shape;
+  e.spec = spec_text(spec);
+  e.rule = rule ? (rule->note.empty() ? rule->role + "/" + rule->op : rule->note) : std::string("no rule");
+  e.quantized = spec.has_value();
+  e.nan_count = nf.nan;
+  e.inf_count = nf.inf;
+  e.stored_bytes = t.bytes();
+  e.numel = t.numel();
 
   res.recipe_bytes = t.bytes();
   if (spec) {
@@ -197,80 +188,68 @@ TensorResult analyze_tensor(const trace::TraceReader& r, const TensorInfo& t, co
     if (spec->delayed.enabled()) xs = d.widened();
     const QuantizeOptions o = quant_options(*spec, xs.data(), xs.size(), scaler, opts.threads);
     QuantizeResult qr = run_quantize(raw(d), input_dtype(d.dtype), qshape, *spec, o);
-    res.stats = qr.stats;
     res.recipe_bytes = qr.q.total_bytes();
-    add_quantize_keys(e, qr.json, opts);
+    add_quantized(e, qr, opts);
   } else {
     // Kept in its stored precision: exact, but still counted (NaN/Inf included).
     const std::vector<float> x = d.widened();
-    res.stats = compute_error_stats(x.data(), x.data(), x.size(), opts.threads);
-    e["numel"] = t.numel();
-    e["groups"] = 0;
-    Json bytes = Json::object();
-    bytes["codes"] = t.bytes();
-    bytes["metadata"] = 0;
-    bytes["total"] = t.bytes();
-    bytes["bits_per_element"] = 8.0 * static_cast<double>(trace::dtype_bytes(t.dtype));
-    e["bytes"] = std::move(bytes);
-    copy_stats(e, res.stats);
+    e.stats = compute_error_stats(x.data(), x.data(), x.size(), opts.threads);
+    e.groups = 0;
+    e.bytes.codes = t.bytes();
+    e.bytes.metadata = 0;
+    e.bytes.total = t.bytes();
+    e.bytes.bits_per_element = 8.0 * static_cast<double>(trace::dtype_bytes(t.dtype));
   }
   return res;
 }
 
+void add_to(Aggregate& a, const TensorInfo& t, const TensorResult& res) {
+  a.tensors++;
+  a.elements += t.numel();
+  a.stored_bytes += t.bytes();
+  a.recipe_bytes += res.recipe_bytes;
+  const auto at = std::lower_bound(a.specs.begin(), a.specs.end(), res.record.spec);
+  if (at == a.specs.end() || *at != res.record.spec) a.specs.insert(at, res.record.spec);
+  if (!res.spec) return;
+  a.quantized_tensors++;
+  if (a.stats) a.stats->merge(res.record.stats);
+  else a.stats = res.record.stats;
+}
+
 // The aggregates per role, per role:op, per layer and over the whole step.
-struct Aggregates {
-  std::map<std::string, Agg> by_role, by_op, by_layer;
-  Agg total;
+struct AggregateSums {
+  std::map<std::string, Aggregate> by_role, by_op;
+  std::map<int64_t, Aggregate> by_layer;  // numeric order (-1 = outside the blocks)
+  Aggregate total;
 
   void add(const TensorInfo& t, const TensorResult& res) {
-    const std::string spec_text = res.spec ? res.spec->to_string() : std::string("none");
-    auto add_to = [&](Agg& a) {
-      a.tensors++;
-      a.elements += t.numel();
-      a.stored_bytes += t.bytes();
-      a.recipe_bytes += res.recipe_bytes;
-      a.specs.insert(spec_text);
-      if (res.spec) {
-        a.quantized++;
-        if (a.any_stats) a.stats.merge(res.stats);
-        else a.stats = res.stats;
-        a.any_stats = true;
+    const std::string role(trace::role_name(t.role));
+    add_to(by_role[role], t, res);
+    add_to(by_op[role + ":" + (t.op.empty() ? "?" : t.op)], t, res);
+    add_to(by_layer[t.layer], t, res);
+    add_to(total, t, res);
+  }
+
+  Aggregates aggregates() const {
+    Aggregates a;
+    auto take = [](const auto& m, std::vector<Aggregate>& out) {
+      for (const auto& [k, v] : m) {
+        out.push_back(v);
+        out.back().key = fmt::format("{}", k);
       }
     };
-    add_to(by_role[std::string(trace::role_name(t.role))]);
-    add_to(by_op[std::string(trace::role_name(t.role)) + ":" + (t.op.empty() ? "?" : t.op)]);
-    add_to(by_layer[fmt::format("{}", t.layer)]);
-    add_to(total);
+    take(by_role, a.by_role);
+    take(by_op, a.by_op);
+    take(by_layer, a.by_layer);
+    return a;
   }
 
-  // {"by_role", "by_op", "by_layer"}; layers in numeric order (-1 = outside the blocks), not
-  // string order.
-  Json to_json() const {
-    Json aggs = Json::object();
-    auto dump = [](const std::map<std::string, Agg>& m) {
-      Json a = Json::array();
-      for (const auto& [k, v] : m) a.push_back(v.to_json(k));
-      return a;
-    };
-    aggs["by_role"] = dump(by_role);
-    aggs["by_op"] = dump(by_op);
-    std::vector<std::pair<int, const Agg*>> ls;
-    for (const auto& [k, v] : by_layer) ls.push_back({std::stoi(k), &v});
-    std::sort(ls.begin(), ls.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    Json a = Json::array();
-    for (const auto& [l, v] : ls) a.push_back(v->to_json(fmt::format("{}", l)));
-    aggs["by_layer"] = std::move(a);
-    return aggs;
-  }
-
-  Json totals_json() const {
-    Json tot = Json::object();
-    tot["tensors"] = total.tensors;
-    tot["quantized_tensors"] = total.quantized;
-    tot["elements"] = total.elements;
-    tot["stored_bytes"] = total.stored_bytes;
-    tot["recipe_bytes"] = total.recipe_bytes;
-    return tot;
+  Totals totals() const {
+    return {.tensors = total.tensors,
+            .quantized_tensors = total.quantized_tensors,
+            .elements = total.elements,
+            .stored_bytes = total.stored_bytes,
+            .recipe_bytes = total.recipe_bytes};
   }
 };
 
@@ -286,19 +265,13 @@ std::map<std::string, const TensorInfo*> weights_by_module(const trace::TraceRea
   return weight_of;
 }
 
-// The forward GEMM error of every linear layer of the step (see the header): the "layers" array;
-// the GEMMs that cannot be formed are appended to `skipped`.
-Json gemm_errors(const trace::TraceReader& r, const trace::StepInfo& si, const recipe::TrainingRecipe& rec,
-                 const AnalyzeOptions& opts, Json& skipped) {
+// The forward GEMM error of every linear layer of the step (see the header), in layer order; the
+// GEMMs that cannot be formed are appended to `skipped`.
+std::vector<LayerGemms> gemm_errors(const trace::TraceReader& r, const trace::StepInfo& si,
+                                    const recipe::TrainingRecipe& rec, const AnalyzeOptions& opts,
+                                    std::vector<SkippedGemm>& skipped) {
   const std::map<std::string, const TensorInfo*> weight_of = weights_by_module(r, si);
-  std::map<int, std::pair<Json, ErrorStats>> per_layer;
-  auto skip = [&](const std::string& input, const std::string& module, const std::string& why) {
-    Json s = Json::object();
-    s["input"] = input;
-    s["module"] = module;
-    s["why"] = why;
-    skipped.push_back(std::move(s));
-  };
+  std::map<int64_t, LayerGemms> per_layer;
   for (size_t ti : si.tensors) {
     const TensorInfo& xt = r.tensors()[ti];
     if (xt.role != Role::Activation || xt.modules.empty()) continue;
@@ -311,12 +284,13 @@ Json gemm_errors(const trace::TraceReader& r, const trace::StepInfo& si, const r
     for (const std::string& mod : xt.modules) {
       auto it = weight_of.find(mod);
       if (it == weight_of.end()) {
-        skip(xt.name, mod, "no weight for this module in the step");
+        skipped.push_back({xt.name, mod, "no weight for this module in the step"});
         continue;
       }
       const TensorInfo& wt = *it->second;
       if (wt.cols() != k) {
-        skip(xt.name, mod, fmt::format("input has {} features, weight {} is {}", k, wt.name, wt.shape_str()));
+        skipped.push_back(
+            {xt.name, mod, fmt::format("input has {} features, weight {} is {}", k, wt.name, wt.shape_str())});
         continue;
       }
       const TensorData wd = r.read(wt);
@@ -333,76 +307,171 @@ Json gemm_errors(const trace::TraceReader& r, const trace::StepInfo& si, const r
       const RowMat Yr = Xr * Wr.transpose();                                        // (M, N)
       const RowMat Yq = Xq * Wq.transpose();
       const ErrorStats ys = compute_error_stats(Yr.data(), Yq.data(), static_cast<size_t>(m * n), opts.threads);
-      Json g = Json::object();
-      g["module"] = mod;
-      g["input"] = xt.name;
-      g["weight"] = wt.name;
-      g["m"] = m;
-      g["n"] = n;
-      g["k"] = k;
-      g["spec_input"] = xspec ? xspec->to_string() : std::string("none");
-      g["spec_weight"] = wspec ? wspec->to_string() : std::string("none");
-      copy_stats(g, ys);
-      auto& [gemms, agg] = per_layer[xt.layer];
-      if (gemms.is_null()) {
-        gemms = Json::array();
-        agg = ys;
-      } else {
-        agg.merge(ys);
-      }
-      gemms.push_back(std::move(g));
+      LayerGemms& l = per_layer[xt.layer];
+      l.layer = xt.layer;
+      if (l.gemms.empty()) l.stats = ys;
+      else l.stats.merge(ys);
+      l.gemms.push_back({.module = mod,
+                         .input = xt.name,
+                         .weight = wt.name,
+                         .m = m,
+                         .n = n,
+                         .k = k,
+                         .spec_input = spec_text(xspec),
+                         .spec_weight = spec_text(wspec),
+                         .stats = ys});
     }
   }
-  Json layers = Json::array();
-  for (auto& [layer, v] : per_layer) {
-    Json l = Json::object();
-    l["layer"] = layer;
-    copy_stats(l, v.second);
-    l["gemms"] = std::move(v.first);
-    layers.push_back(std::move(l));
-  }
+  std::vector<LayerGemms> layers;
+  for (auto& [_, l] : per_layer) layers.push_back(std::move(l));
   return layers;
 }
 
 }  // namespace
 
-Json analyze_trace(const trace::TraceReader& r, const recipe::TrainingRecipe& rec, const AnalyzeOptions& opts) {
-  const trace::StepInfo& si = resolve_step(r, opts);
-  Json out = Json::object();
-  out["trace"] = source_relative(r.path());
-  out["step"] = si.step;
-  out["recipe"] = rec.rules_json();
-  out["model"] = r.header().model_config;
+Json TensorBytes::to_json() const {
+  Json j = Json::object();
+  j["codes"] = codes;
+  j["metadata"] = metadata;
+  j["total"] = total;
+  j["bits_per_element"] = bits_per_element;
+  return j;
+}
 
-  Aggregates aggs;
-  Json tensors = Json::array();
-  Json nonfinite_names = Json::array();
-  Json unmatched = Json::array();
+Json TensorRecord::to_json() const {
+  Json e = Json::object();
+  e["name"] = name;
+  e["role"] = role;
+  e["op"] = op;
+  e["module"] = module;
+  e["layer"] = layer;
+  e["dtype"] = dtype;
+  Json s = Json::array();
+  for (int64_t x : shape) s.push_back(x);
+  e["shape"] = std::move(s);
+  e["spec"] = spec;
+  e["rule"] = rule;
+  e["quantized"] = quantized;
+  // Not "nonfinite": that key of the quantize metrics counts the skipped reference elements.
+  e["nan_count"] = nan_count;
+  e["inf_count"] = inf_count;
+  e["stored_bytes"] = stored_bytes;
+  e["numel"] = numel;
+  e["groups"] = groups;
+  e["bytes"] = bytes.to_json();
+  copy_stats(e, stats);
+  if (tensor_amax) e["tensor_amax"] = *tensor_amax;
+  if (histogram) e["histogram"] = *histogram;
+  if (expand) e["expand"] = *expand;
+  return e;
+}
+
+Json Aggregate::to_json() const {
+  Json j = Json::object();
+  j["key"] = key;
+  j["tensors"] = tensors;
+  j["quantized_tensors"] = quantized_tensors;
+  j["elements"] = elements;
+  j["stored_bytes"] = stored_bytes;
+  j["recipe_bytes"] = recipe_bytes;
+  j["specs"] = string_array(specs);
+  if (stats) copy_stats(j, *stats);
+  return j;
+}
+
+Json Aggregates::to_json() const {
+  Json j = Json::object();
+  j["by_role"] = json_array(by_role);
+  j["by_op"] = json_array(by_op);
+  j["by_layer"] = json_array(by_layer);
+  return j;
+}
+
+Json GemmRecord::to_json() const {
+  Json g = Json::object();
+  g["module"] = module;
+  g["input"] = input;
+  g["weight"] = weight;
+  g["m"] = m;
+  g["n"] = n;
+  g["k"] = k;
+  g["spec_input"] = spec_input;
+  g["spec_weight"] = spec_weight;
+  copy_stats(g, stats);
+  return g;
+}
+
+Json LayerGemms::to_json() const {
+  Json l = Json::object();
+  l["layer"] = layer;
+  copy_stats(l, stats);
+  l["gemms"] = json_array(gemms);
+  return l;
+}
+
+Json SkippedGemm::to_json() const {
+  Json s = Json::object();
+  s["input"] = input;
+  s["module"] = module;
+  s["why"] = why;
+  return s;
+}
+
+Json Totals::to_json() const {
+  Json t = Json::object();
+  t["tensors"] = tensors;
+  t["quantized_tensors"] = quantized_tensors;
+  t["elements"] = elements;
+  t["stored_bytes"] = stored_bytes;
+  t["recipe_bytes"] = recipe_bytes;
+  return t;
+}
+
+Json AnalyzeResult::to_json() const {
+  Json out = Json::object();
+  out["trace"] = trace;
+  out["step"] = step;
+  out["recipe"] = recipe.rules_json();
+  out["model"] = model;
+  out["tensors"] = json_array(tensors);
+  out["aggregates"] = aggregates.to_json();
+  out["layers"] = json_array(layers);
+  out["nonfinite_tensors"] = string_array(nonfinite_tensors);
+  out["unmatched_tensors"] = string_array(unmatched_tensors);
+  out["skipped_gemms"] = json_array(skipped_gemms);
+  out["totals"] = totals.to_json();
+  return out;
+}
+
+AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingRecipe& rec,
+                            const AnalyzeOptions& opts) {
+  const trace::StepInfo& si = resolve_step(r, opts);
+  AnalyzeResult out;
+  out.trace = source_relative(r.path());
+  out.step = si.step;
+  out.recipe = rec;
+  out.model = r.header().model_config;
+
+  AggregateSums sums;
   Progress progress("analyze", static_cast<double>(si.tensors.size()));
   size_t done = 0;
   for (size_t ti : si.tensors) {
     const TensorInfo& t = r.tensors()[ti];
     TensorResult res = analyze_tensor(r, t, rec, opts);
-    if (res.nonfinite) nonfinite_names.push_back(t.name);
-    if (res.unmatched) unmatched.push_back(t.name);
-    aggs.add(t, res);
-    tensors.push_back(std::move(res.entry));
+    if (res.nonfinite) out.nonfinite_tensors.push_back(t.name);
+    if (res.unmatched) out.unmatched_tensors.push_back(t.name);
+    sums.add(t, res);
+    out.tensors.push_back(std::move(res.record));
     progress.update(static_cast<double>(++done));
   }
   progress.finish();
-  out["tensors"] = std::move(tensors);
-  out["aggregates"] = aggs.to_json();
-
-  Json skipped = Json::array();
-  out["layers"] = opts.gemm ? gemm_errors(r, si, rec, opts, skipped) : Json::array();
-  out["nonfinite_tensors"] = std::move(nonfinite_names);
-  out["unmatched_tensors"] = std::move(unmatched);
-  out["skipped_gemms"] = std::move(skipped);
-  out["totals"] = aggs.totals_json();
+  out.aggregates = sums.aggregates();
+  if (opts.gemm) out.layers = gemm_errors(r, si, rec, opts, out.skipped_gemms);
+  out.totals = sums.totals();
   return out;
 }
 
-Json analyze_trace(const std::string& trace_path, const std::string& recipe_name, const AnalyzeOptions& opts) {
+AnalyzeResult analyze_trace(const std::string& trace_path, const std::string& recipe_name, const AnalyzeOptions& opts) {
   const recipe::TrainingRecipe& rec = recipe::get(recipe_name);
   const trace::TraceReader r(trace_path);
   return analyze_trace(r, rec, opts);

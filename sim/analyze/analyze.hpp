@@ -10,7 +10,7 @@
 // ErrorStats (sim/metrics/error_stats.hpp) between Y_ref and Y_q. An operand whose rule is
 // "none" enters unquantized.
 //
-// JSON document (what --json writes):
+// JSON document (AnalyzeResult::to_json, what --json writes):
 //   {"trace", "step", "recipe" {name, description, rules}, "model" (model_config),
 //    "tensors": [{"name", "role", "op", "module", "layer", "dtype", "shape", "spec" ("none" when
 //                 the recipe keeps it), "rule" (the rule's note), "quantized",
@@ -20,21 +20,23 @@
 //                 "bytes" {codes, metadata, total, bits_per_element}, "mse", "nmse", "snr_db",
 //                 "max_abs_err", "max_rel_err", "cosine", "underflow_frac", "saturated_frac",
 //                 "count", "nonzero", "nonfinite", "nonfinite_out", "underflow", "saturated",
-//                 "tensor_amax", with DE "expand" {k_min, k_max, k_mean, ...} (no per-group
-//                 arrays), and with `histograms` "histogram" {before, after}}],
+//                 "tensor_amax", with `histograms` "histogram" {before, after}, with DE
+//                 "expand" {k_min, k_max, k_mean, ...} (no per-group arrays)}],
 //    "aggregates": {"by_role" | "by_op" | "by_layer": [{"key", "tensors", "quantized_tensors",
 //                   "elements", "stored_bytes", "recipe_bytes", "specs" [...], + the
 //                   ErrorStats keys merged over the quantized tensors}]},
-//    "layers": [{"layer", "gemms": [{"module", "input", "weight", "m", "n", "k", "spec_input",
-//                "spec_weight", + ErrorStats keys of Y}], + ErrorStats keys merged over the
-//                layer's GEMMs}],
+//    "layers": [{"layer", + ErrorStats keys merged over the layer's GEMMs, "gemms": [{"module",
+//                "input", "weight", "m", "n", "k", "spec_input", "spec_weight", + ErrorStats
+//                keys of Y}]}],
 //    "nonfinite_tensors": [names with NaN/Inf], "unmatched_tensors": [names no rule matched],
 //    "skipped_gemms": [{"input", "module", "why"}],
 //    "totals": {"tensors", "quantized_tensors", "elements", "stored_bytes", "recipe_bytes"}}
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "sim/common/json.hpp"
+#include "sim/metrics/error_stats.hpp"
 #include "sim/recipe/recipe.hpp"
 #include "sim/trace/trace.hpp"
 
@@ -48,26 +50,116 @@ struct AnalyzeOptions {
   int threads = 0;              // 0: OpenMP default
 };
 
-Json analyze_trace(const trace::TraceReader& reader, const recipe::TrainingRecipe& recipe,
-                   const AnalyzeOptions& opts = {});
+// A tensor's bytes under the recipe (the quantizer's exact accounting; the stored bytes when kept).
+struct TensorBytes {
+  uint64_t codes = 0;
+  uint64_t metadata = 0;
+  uint64_t total = 0;
+  double bits_per_element = 0;
+  Json to_json() const;
+};
+
+// One tensor of the step under its rule.
+struct TensorRecord {
+  std::string name, role, op, module;
+  int64_t layer = -1;  // -1: outside the blocks
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string spec;  // canonical spec text, "none" when the recipe keeps the tensor
+  std::string rule;  // the rule's note ("no rule" when none matched)
+  bool quantized = false;
+  int64_t nan_count = 0, inf_count = 0;  // values in the tensor
+  uint64_t stored_bytes = 0;             // in the stored dtype
+  int64_t numel = 0;
+  int64_t groups = 0;
+  TensorBytes bytes;
+  ErrorStats stats;                   // against the stored values (exact when kept)
+  std::optional<double> tensor_amax;  // quantized tensors
+  // Passed through from the quantizer's document, never read back: the scaled-magnitude
+  // histograms {before, after} (AnalyzeOptions::histograms) and DE's summary without its
+  // per-group arrays.
+  std::optional<Json> histogram;
+  std::optional<Json> expand;
+  Json to_json() const;
+};
+
+// Tensors grouped by role, role:op or layer, with ErrorStats merged over the quantized ones.
+struct Aggregate {
+  std::string key;
+  int64_t tensors = 0, quantized_tensors = 0, elements = 0;
+  uint64_t stored_bytes = 0, recipe_bytes = 0;
+  std::vector<std::string> specs;   // distinct spec texts, sorted
+  std::optional<ErrorStats> stats;  // none when no tensor of the group is quantized
+  Json to_json() const;
+};
+
+struct Aggregates {
+  std::vector<Aggregate> by_role, by_op;  // in key order
+  std::vector<Aggregate> by_layer;        // in numeric layer order (-1 first)
+  Json to_json() const;
+};
+
+// The forward GEMM of one linear module: Y = X W^T against its quantized operands.
+struct GemmRecord {
+  std::string module, input, weight;
+  int64_t m = 0, n = 0, k = 0;
+  std::string spec_input, spec_weight;  // "none" for an unquantized operand
+  ErrorStats stats;                     // of Y
+  Json to_json() const;
+};
+
+struct LayerGemms {
+  int64_t layer = -1;
+  ErrorStats stats;  // merged over the layer's GEMMs
+  std::vector<GemmRecord> gemms;
+  Json to_json() const;
+};
+
+struct SkippedGemm {
+  std::string input, module, why;
+  Json to_json() const;
+};
+
+struct Totals {
+  int64_t tensors = 0, quantized_tensors = 0, elements = 0;
+  uint64_t stored_bytes = 0, recipe_bytes = 0;
+  Json to_json() const;
+};
+
+struct AnalyzeResult {
+  std::string trace;  // source-relative path
+  int64_t step = 0;
+  recipe::TrainingRecipe recipe;  // written as its rules_json()
+  Json model;                     // the trace's model_config, passed through
+  std::vector<TensorRecord> tensors;
+  Aggregates aggregates;
+  std::vector<LayerGemms> layers;  // in layer order; empty without AnalyzeOptions::gemm
+  std::vector<std::string> nonfinite_tensors, unmatched_tensors;
+  std::vector<SkippedGemm> skipped_gemms;
+  Totals totals;
+  Json to_json() const;
+};
+
+AnalyzeResult analyze_trace(const trace::TraceReader& reader, const recipe::TrainingRecipe& recipe,
+                            const AnalyzeOptions& opts = {});
 // Opens the trace and finds the recipe (a registry name or a recipe file, recipe::get) first.
-Json analyze_trace(const std::string& trace_path, const std::string& recipe, const AnalyzeOptions& opts = {});
+AnalyzeResult analyze_trace(const std::string& trace_path, const std::string& recipe, const AnalyzeOptions& opts = {});
 
 }  // namespace fp8sim::analyze
 
 namespace fp8sim::analyze {
 
-// Human tables of an analysis document: per op (role:op), per layer (tensor error) and the
-// per-layer GEMM output error. Each table is {header, rows}; used by the command's stdout and
-// by analysis_markdown().
+// Human tables of an analysis: per op (role:op), per layer (tensor error) and the per-layer GEMM
+// output error. Each table is {header, rows}; used by the command's stdout and by
+// analysis_markdown().
 struct Table {
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
 };
-Table op_table(const Json& analysis);
-Table layer_gemm_table(const Json& analysis);
-Table tensor_table(const Json& analysis);
+Table op_table(const AnalyzeResult& analysis);
+Table layer_gemm_table(const AnalyzeResult& analysis);
+Table tensor_table(const AnalyzeResult& analysis);
 // The --md document: recipe, the three tables, and the warnings (NaN/Inf, unmatched, skipped).
-std::string analysis_markdown(const Json& analysis);
+std::string analysis_markdown(const AnalyzeResult& analysis);
 
 }  // namespace fp8sim::analyze

@@ -1,7 +1,5 @@
-// Presentation of an analysis document (sim/analyze/analyze.hpp): tables and Markdown.
+// Presentation of an analysis (sim/analyze/analyze.hpp): tables and Markdown.
 #include <fmt/format.h>
-
-#include <cmath>
 
 #include "sim/analyze/analyze.hpp"
 
@@ -9,37 +7,17 @@ namespace fp8sim::analyze {
 
 namespace {
 
-std::string g4(const Json* v) {
-  if (!v || !v->is_number()) return "-";
-  return fmt::format("{:.4g}", v->as_number());
-}
-std::string g4(const Json& j, const char* key) { return g4(j.find(key)); }
+std::string g4(double v) { return fmt::format("{:.4g}", v); }
 
-// snr_db is +Inf (written as null) when the values are reproduced exactly.
-std::string snr(const Json& j) {
-  const Json* v = j.find("snr_db");
-  if (v && v->is_number()) return fmt::format("{:.2f}", v->as_number());
-  const Json* mse = j.find("mse");
-  if (mse && mse->is_number() && mse->as_number() == 0.0) return "exact";
-  return "-";
-}
+std::string snr(const ErrorStats& s) { return fmt::format("{:.2f}", s.snr_db()); }
 
-std::string pct(const Json& j, const char* key) {
-  const Json* v = j.find(key);
-  if (!v || !v->is_number()) return "-";
-  return fmt::format("{:.3f}%", 100.0 * v->as_number());
-}
+std::string pct(double v) { return fmt::format("{:.3f}%", 100.0 * v); }
 
-std::string kib(const Json& j, const char* key) {
-  const Json* v = j.find(key);
-  if (!v || !v->is_number()) return "-";
-  return fmt::format("{:.1f}", v->as_number() / 1024.0);
-}
+std::string kib(uint64_t bytes) { return fmt::format("{:.1f}", static_cast<double>(bytes) / 1024.0); }
 
-std::string join_specs(const Json& a) {
+std::string join_specs(const std::vector<std::string>& specs) {
   std::string s;
-  if (!a.is_array()) return s;
-  for (const Json& x : a.as_array()) s += (s.empty() ? "" : " | ") + x.as_string();
+  for (const auto& x : specs) s += (s.empty() ? "" : " | ") + x;
   return s;
 }
 
@@ -58,74 +36,66 @@ void md_table(std::string& out, const Table& t) {
 
 }  // namespace
 
-Table op_table(const Json& a) {
+Table op_table(const AnalyzeResult& a) {
   Table t{{"role:op", "tensors", "spec", "elements", "nmse", "snr_db", "underflow", "saturated", "KiB stored",
            "KiB recipe"},
           {}};
-  for (const Json& r : a.at("aggregates").at("by_op").as_array()) {
-    t.rows.push_back({r.at("key").as_string(), fmt::format("{}", r.at("tensors").as_int()), join_specs(r.at("specs")),
-                      fmt::format("{}", r.at("elements").as_int()),
-                      r.at("quantized_tensors").as_int() ? g4(r, "nmse") : "-",
-                      r.at("quantized_tensors").as_int() ? snr(r) : "-", pct(r, "underflow_frac"),
-                      pct(r, "saturated_frac"), kib(r, "stored_bytes"), kib(r, "recipe_bytes")});
+  for (const Aggregate& r : a.aggregates.by_op) {
+    const ErrorStats* s = r.stats ? &*r.stats : nullptr;
+    t.rows.push_back({r.key, fmt::format("{}", r.tensors), join_specs(r.specs), fmt::format("{}", r.elements),
+                      s ? g4(s->nmse()) : "-", s ? snr(*s) : "-", s ? pct(s->underflow_frac()) : "-",
+                      s ? pct(s->saturated_frac()) : "-", kib(r.stored_bytes), kib(r.recipe_bytes)});
   }
   return t;
 }
 
-Table layer_gemm_table(const Json& a) {
+Table layer_gemm_table(const AnalyzeResult& a) {
   Table t{{"layer", "GEMMs", "output mse", "output nmse", "output snr_db", "worst GEMM (nmse)"}, {}};
-  for (const Json& l : a.at("layers").as_array()) {
+  for (const LayerGemms& l : a.layers) {
     std::string worst = "-";
     double wn = -1;
-    for (const Json& g : l.at("gemms").as_array()) {
-      const Json* n = g.find("nmse");
-      if (n && n->is_number() && n->as_number() > wn) {
-        wn = n->as_number();
-        worst = fmt::format("{} ({:.3g})", g.at("module").as_string(), wn);
+    for (const GemmRecord& g : l.gemms) {
+      if (g.stats.nmse() > wn) {
+        wn = g.stats.nmse();
+        worst = fmt::format("{} ({:.3g})", g.module, wn);
       }
     }
-    const int64_t layer = l.at("layer").as_int();
-    t.rows.push_back({layer < 0 ? std::string("outside") : fmt::format("{}", layer),
-                      fmt::format("{}", l.at("gemms").size()), g4(l, "mse"), g4(l, "nmse"), snr(l), worst});
+    t.rows.push_back({l.layer < 0 ? std::string("outside") : fmt::format("{}", l.layer),
+                      fmt::format("{}", l.gemms.size()), g4(l.stats.mse()), g4(l.stats.nmse()), snr(l.stats), worst});
   }
   return t;
 }
 
-Table tensor_table(const Json& a) {
+Table tensor_table(const AnalyzeResult& a) {
   Table t{{"tensor", "role", "op", "layer", "dtype", "spec", "nmse", "snr_db", "underflow", "saturated", "NaN/Inf"},
           {}};
-  for (const Json& e : a.at("tensors").as_array()) {
-    const int64_t bad = e.at("nan_count").as_int() + e.at("inf_count").as_int();
-    t.rows.push_back({e.at("name").as_string(), e.at("role").as_string(), e.at("op").as_string(),
-                      e.at("layer").as_int() < 0 ? std::string("-") : fmt::format("{}", e.at("layer").as_int()),
-                      e.at("dtype").as_string(), e.at("spec").as_string(), g4(e, "nmse"), snr(e),
-                      pct(e, "underflow_frac"), pct(e, "saturated_frac"), bad ? fmt::format("{}", bad) : "0"});
+  for (const TensorRecord& e : a.tensors) {
+    const int64_t bad = e.nan_count + e.inf_count;
+    t.rows.push_back({e.name, e.role, e.op, e.layer < 0 ? std::string("-") : fmt::format("{}", e.layer), e.dtype,
+                      e.spec, g4(e.stats.nmse()), snr(e.stats), pct(e.stats.underflow_frac()),
+                      pct(e.stats.saturated_frac()), bad ? fmt::format("{}", bad) : "0"});
   }
   return t;
 }
 
-std::string analysis_markdown(const Json& a) {
-  const Json& rec = a.at("recipe");
-  std::string out = fmt::format("# fp8sim analyze: `{}` step {} under recipe `{}`\n\n", a.at("trace").as_string(),
-                                a.at("step").as_int(), rec.at("name").as_string());
-  out += rec.at("description").as_string() + "\n\n";
+std::string analysis_markdown(const AnalyzeResult& a) {
+  const recipe::TrainingRecipe& rec = a.recipe;
+  std::string out = fmt::format("# fp8sim analyze: `{}` step {} under recipe `{}`\n\n", a.trace, a.step, rec.name);
+  out += rec.description + "\n\n";
   out += "## Rules (first match wins)\n\n| role | op | module | spec | note |\n|---|---|---|---|---|\n";
-  for (const Json& r : rec.at("rules").as_array()) {
-    const Json* m = r.find("module");
-    const Json* n = r.find("note");
-    out += fmt::format("| {} | {} | {} | `{}` | {} |\n", r.at("role").as_string(), r.at("op").as_string(),
-                       m ? "`" + m->as_string() + "`" : std::string(""), r.at("spec").as_string(),
-                       n ? n->as_string() : std::string(""));
-  }
-  const Json& tot = a.at("totals");
+  for (const recipe::QuantRule& r : rec.rules)
+    out += fmt::format("| {} | {} | {} | `{}` | {} |\n", r.role, r.op,
+                       r.module.empty() ? std::string("") : "`" + r.module + "`",
+                       r.spec ? r.spec->to_string() : std::string("none"), r.note);
+  const Totals& tot = a.totals;
   out += fmt::format("\n{} tensors ({} quantized), {} elements; {:.1f} KiB as stored, {:.1f} KiB under the recipe.\n",
-                     tot.at("tensors").as_int(), tot.at("quantized_tensors").as_int(), tot.at("elements").as_int(),
-                     tot.at("stored_bytes").as_number() / 1024, tot.at("recipe_bytes").as_number() / 1024);
+                     tot.tensors, tot.quantized_tensors, tot.elements, static_cast<double>(tot.stored_bytes) / 1024,
+                     static_cast<double>(tot.recipe_bytes) / 1024);
   out +=
       "\n## Error per role and op\n\nnmse = ||x - deq(q(x))|| / ||x||; snr_db = 10 log10(sum x^2 / sum err^2); "
       "underflow = nonzeros flushed to zero; saturated = |x/s| above the format's max.\n\n";
   md_table(out, op_table(a));
-  if (!a.at("layers").as_array().empty()) {
+  if (!a.layers.empty()) {
     out +=
         "\n## Forward GEMM output error per layer (COAT Figure 4(a))\n\nY = X W^T in fp32 with both operands "
         "quantized by the recipe, against the unquantized product.\n\n";
@@ -133,16 +103,17 @@ std::string analysis_markdown(const Json& a) {
   }
   out += "\n## Tensors\n\n";
   md_table(out, tensor_table(a));
-  auto list = [&](const char* key, const char* title) {
-    const auto& arr = a.at(key).as_array();
-    if (arr.empty()) return;
-    out += fmt::format("\n**{}** ({}):", title, arr.size());
-    for (const Json& x : arr) out += " `" + (x.is_string() ? x.as_string() : x.dump(-1)) + "`";
+  auto list = [&](const std::vector<std::string>& items, const char* title) {
+    if (items.empty()) return;
+    out += fmt::format("\n**{}** ({}):", title, items.size());
+    for (const auto& x : items) out += " `" + x + "`";
     out += "\n";
   };
-  list("nonfinite_tensors", "Tensors with NaN/Inf values");
-  list("unmatched_tensors", "Tensors no rule matched (left unquantized)");
-  list("skipped_gemms", "GEMMs skipped");
+  list(a.nonfinite_tensors, "Tensors with NaN/Inf values");
+  list(a.unmatched_tensors, "Tensors no rule matched (left unquantized)");
+  std::vector<std::string> skipped;
+  for (const SkippedGemm& s : a.skipped_gemms) skipped.push_back(s.to_json().dump(-1));
+  list(skipped, "GEMMs skipped");
   return out;
 }
 

@@ -84,19 +84,19 @@ int run_analyze(const std::vector<std::string>& args) {
   o.threads = threads;
   const recipe::TrainingRecipe& rec = recipe::get(recipe_arg);
   const trace::TraceReader reader(trace_path);
-  const Json a = analyze::analyze_trace(reader, rec, o);
+  const analyze::AnalyzeResult a = analyze::analyze_trace(reader, rec, o);
   // Every output is staged before the tables are printed; they appear together at the end.
-  if (json_id >= 0) files.write(json_id, a.dump(2) + "\n");
+  if (json_id >= 0) files.write(json_id, a.to_json().dump(2) + "\n");
   if (md_id >= 0) files.write(md_id, analyze::analysis_markdown(a));
 
-  const Json& tot = a.at("totals");
+  const analyze::Totals& tot = a.totals;
   fmt::print(
       "trace {}  step {}  recipe {}: {} tensors ({} quantized), {:.1f} KiB stored -> {:.1f} KiB under the recipe\n\n",
-      trace_path, a.at("step").as_int(), rec.name, tot.at("tensors").as_int(), tot.at("quantized_tensors").as_int(),
-      tot.at("stored_bytes").as_number() / 1024, tot.at("recipe_bytes").as_number() / 1024);
+      trace_path, a.step, rec.name, tot.tensors, tot.quantized_tensors, static_cast<double>(tot.stored_bytes) / 1024,
+      static_cast<double>(tot.recipe_bytes) / 1024);
   const analyze::Table ops = analyze::op_table(a);
   cli::print_table(ops.header, ops.rows);
-  if (!a.at("layers").as_array().empty()) {
+  if (!a.layers.empty()) {
     fmt::print("\nforward GEMM output error per layer (Y = X W^T, both operands quantized vs unquantized, fp32)\n");
     const analyze::Table lt = analyze::layer_gemm_table(a);
     cli::print_table(lt.header, lt.rows);
@@ -106,19 +106,19 @@ int run_analyze(const std::vector<std::string>& args) {
     const analyze::Table tt = analyze::tensor_table(a);
     cli::print_table(tt.header, tt.rows);
   }
-  const auto& bad = a.at("nonfinite_tensors").as_array();
+  const std::vector<std::string>& bad = a.nonfinite_tensors;
   if (!bad.empty()) {
     std::string names;
-    for (size_t i = 0; i < bad.size() && i < 4; ++i) names += (i ? ", " : "") + bad[i].as_string();
+    for (size_t i = 0; i < bad.size() && i < 4; ++i) names += (i ? ", " : "") + bad[i];
     fmt::print(stderr,
                "fp8sim analyze: warning: {} tensor(s) hold NaN/Inf values ({}{}); their counts are in the "
                "per-tensor nan_count / inf_count fields\n",
                bad.size(), names, bad.size() > 4 ? ", ..." : "");
   }
-  if (const auto& un = a.at("unmatched_tensors").as_array(); !un.empty())
+  if (const auto& un = a.unmatched_tensors; !un.empty())
     fmt::print(stderr, "fp8sim analyze: note: {} tensor(s) matched no rule of recipe {} and stay unquantized\n",
                un.size(), rec.name);
-  if (const auto& sk = a.at("skipped_gemms").as_array(); !sk.empty())
+  if (const auto& sk = a.skipped_gemms; !sk.empty())
     fmt::print(stderr, "fp8sim analyze: note: {} GEMM(s) skipped (see skipped_gemms in --json)\n", sk.size());
   std::fflush(stdout);
   files.commit();

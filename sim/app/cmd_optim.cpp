@@ -19,66 +19,56 @@ namespace {
 namespace po = boost::program_options;
 using optim::StateRecipe;
 
-std::string num(const Json& v, const char* fmtspec = "{:.4g}") {
-  if (!v.is_number()) return "-";
-  const double x = v.as_number();
+std::string num(double x, const char* fmtspec = "{:.4g}") {
   if (std::isnan(x)) return "nan";
   return fmt::format(fmt::runtime(fmtspec), x);
 }
 
-void print_table1(const Json& doc) {
+void print_table1(const optim::OptimResult& doc) {
   const auto& labels = optim::table1_formats();
-  const Json& ours = doc.at("table1");
-  const Json& paper = doc.at("table1_paper");
-  const Json& ro = doc.at("table1_ratio_to_e4m3");
-  const Json& rp = doc.at("table1_paper_ratio_to_e4m3");
+  const optim::Table1& t1 = *doc.table1;
+  const optim::Table1Details& det = t1.details;
   std::vector<std::string> header{"m \\ v"};
   for (const auto& f : labels) header.push_back(f.label);
-  auto block = [&](const Json& t, const char* fmtspec) {
+  auto block = [&](const optim::Table1Matrix& t, const char* fmtspec) {
     std::vector<std::vector<std::string>> rows;
-    for (const auto& a : labels) {
-      std::vector<std::string> row{a.label};
-      for (const auto& b : labels) row.push_back(num(t.at(a.label).at(b.label), fmtspec));
+    for (size_t a = 0; a < 4; ++a) {
+      std::vector<std::string> row{labels[a].label};
+      for (size_t b = 0; b < 4; ++b) row.push_back(num(t[a][b], fmtspec));
       rows.push_back(row);
     }
     return rows;
   };
-  const Json& snap = doc.at("moments");
+  const optim::MomentsSummary& snap = doc.moments;
   fmt::print(
       "\nTable 1: MSE of the AdamW direction r = m_hat/(sqrt(v_hat)+eps) on this trace's moments ({} parameters, "
       "{} elements, AdamW step {})\n",
-      snap.at("params").as_int(), snap.at("elements").as_int(), num(snap.at("adamw_step"), "{:.0f}"));
-  cli::print_table(header, block(ours, "{:.4g}"));
+      snap.params, snap.elements, snap.adamw_step ? num(static_cast<double>(*snap.adamw_step), "{:.0f}") : "-");
+  cli::print_table(header, block(t1.mse, "{:.4g}"));
   fmt::print("\nThe same over the elements whose nonzero v did not flush to 0 (see 'v flushed' below)\n");
-  cli::print_table(header, block(doc.at("table1_details").at("mse_without_flushed_v"), "{:.4g}"));
+  cli::print_table(header, block(det.mse_without_flushed_v, "{:.4g}"));
   fmt::print("\nCOAT paper, Table 1 (its own states and units)\n");
-  cli::print_table(header, block(paper, "{:.2f}"));
+  cli::print_table(header, block(t1.paper, "{:.2f}"));
   // Shapes, not units: each matrix divided by its own E4M3/E4M3 cell.
-  const Json& nf = doc.at("table1_details").at("mse_without_flushed_v");
-  auto ratio_block = [&](const Json& ours_ratio_src, bool from_ratio) {
+  auto ratio_block = [&](const optim::Table1Matrix& ours, bool from_ratio) {
     std::vector<std::vector<std::string>> rows;
-    const double base = from_ratio ? 1.0 : ours_ratio_src.at("E4M3").at("E4M3").as_number();
-    for (const auto& a : labels) {
-      std::vector<std::string> row{a.label};
-      for (const auto& b : labels) {
-        const Json& o = ours_ratio_src.at(a.label).at(b.label);
-        const std::string ours_s = o.is_number() ? fmt::format("{:.3g}", o.as_number() / base) : "-";
-        row.push_back(ours_s + " / " + num(rp.at(a.label).at(b.label), "{:.3g}"));
-      }
+    const double base = from_ratio ? 1.0 : ours[0][0];
+    for (size_t a = 0; a < 4; ++a) {
+      std::vector<std::string> row{labels[a].label};
+      for (size_t b = 0; b < 4; ++b)
+        row.push_back(fmt::format("{:.3g}", ours[a][b] / base) + " / " + num(t1.paper_ratio_to_e4m3[a][b], "{:.3g}"));
       rows.push_back(row);
     }
     return rows;
   };
   fmt::print("\nRelative to E4M3/E4M3: this trace / paper\n");
-  cli::print_table(header, ratio_block(ro, true));
+  cli::print_table(header, ratio_block(t1.ratio_to_e4m3, true));
   fmt::print("\nRelative to E4M3/E4M3, elements whose v did not flush: this trace / paper\n");
-  cli::print_table(header, ratio_block(nf, false));
-  const Json& det = doc.at("table1_details");
+  cli::print_table(header, ratio_block(det.mse_without_flushed_v, false));
   std::vector<std::vector<std::string>> frows;
-  for (const auto& f : labels)
-    frows.push_back({f.label, det.at("specs").at(f.label).as_string(), num(det.at("m_nmse").at(f.label)),
-                     num(det.at("v_nmse").at(f.label)), num(det.at("m_flushed_frac").at(f.label)),
-                     num(det.at("v_flushed_frac").at(f.label))});
+  for (size_t a = 0; a < 4; ++a)
+    frows.push_back({labels[a].label, det.specs[a], num(det.m_nmse[a]), num(det.v_nmse[a]), num(det.m_flushed_frac[a]),
+                     num(det.v_flushed_frac[a])});
   fmt::print("\nPer-format state error (window-start moments)\n");
   cli::print_table({"format", "spec", "m nmse", "v nmse", "m flushed", "v flushed"}, frows);
 }
@@ -157,57 +147,50 @@ int run_optim(const std::vector<std::string>& args) {
   if (vm.count("table1-step")) o.table1_step = table1_step;
   Progress progress("optim", 1.0);
   o.progress = [&](double done, double total) { progress.update(total > 0 ? done / total : 1.0); };
-  const Json doc = optim::optim_replay(trace, o);
+  const optim::OptimResult doc = optim::optim_replay(trace, o);
   progress.finish();
-  if (json_id >= 0) files.write(json_id, doc.dump(2) + "\n");
-  if (const Json* dropped = doc.at("window").find("dropped_params"); dropped && dropped->size() > 0) {
+  if (json_id >= 0) files.write(json_id, doc.to_json().dump(2) + "\n");
+  const optim::WindowSummary& win = doc.window;
+  if (win.dropped_params && !win.dropped_params->empty()) {
     std::string names;
-    const auto& arr = dropped->as_array();
+    const auto& arr = *win.dropped_params;
     for (size_t i = 0; i < arr.size() && i < 3; ++i)
-      names += fmt::format("{}'{}' (no grad at step {})", i ? ", " : "", arr[i].at("name").as_string(),
-                           arr[i].at("missing_grad_step").as_int());
+      names += fmt::format("{}'{}' (no grad at step {})", i ? ", " : "", arr[i].name, arr[i].missing_grad_step);
     fmt::print(stderr,
                "fp8sim optim: warning: {} parameter(s) left out of the grad-window replay because a grad is missing: "
                "{}{}\n",
                arr.size(), names, arr.size() > 3 ? ", ..." : "");
   }
 
-  const Json& win = doc.at("window");
   fmt::print("{}: grad window of {} steps from step {}, {} parameters, {} elements; drift over {} steps, {} rule\n",
-             trace, win.at("steps").as_int(), win.at("step0").as_int(), win.at("params").as_int(),
-             win.at("elements").as_int(), win.at("drift_steps").as_int(), doc.at("update_rule").as_string());
-  if (doc.at("table1").is_object()) print_table1(doc);
-  else fmt::print("\nTable 1 skipped: {}\n", doc.at("table1_skipped").as_string());
+             trace, win.steps, win.step0, win.params, win.elements, win.drift_steps, doc.update_rule);
+  if (doc.table1) print_table1(doc);
+  else fmt::print("\nTable 1 skipped: {}\n", doc.table1_skipped);
 
-  const Json& rp = doc.at("fp32_replay");
-  if (rp.contains("max_rel_err"))
+  if (const auto& rp = doc.fp32_replay)
     fmt::print(
         "\nfp32 replay (torch's rule) vs the captured end-of-window weights: max rel err {}, max abs err {} "
         "({} of the largest weight change), {} of elements differ (torch's CPU sqrt is not correctly rounded)\n",
-        num(rp.at("max_rel_err")), num(rp.at("max_abs_err")), num(rp.at("max_abs_err_over_max_move")),
-        num(rp.at("mismatch_frac")));
-  else fmt::print("\nfp32 replay skipped: {}\n", rp.at("skipped").as_string());
+        num(rp->max_rel_err), num(rp->max_abs_err), num(rp->max_abs_err_over_max_move), num(rp->mismatch_frac));
+  else fmt::print("\nfp32 replay skipped: {}\n", doc.fp32_replay_skipped);
 
   std::vector<std::vector<std::string>> mrows;
-  for (const Json& e : doc.at("memory").as_array())
-    mrows.push_back({e.at("recipe").as_string(), e.at("spec").as_string(), num(e.at("bytes_per_param"), "{:.4f}")});
+  for (const optim::StateMemory& e : doc.memory) mrows.push_back({e.recipe, e.spec, num(e.bytes_per_param, "{:.4f}")});
   fmt::print("\nOptimizer state memory (m + v, codes + metadata)\n");
   cli::print_table({"recipe", "m, v", "B/param"}, mrows);
 
-  if (doc.at("drift").is_object()) {
+  if (doc.drift) {
     std::vector<std::vector<std::string>> drows;
     std::vector<std::string> notes;
-    for (const auto& [name, e] : doc.at("drift").as_object()) {
-      const auto& st = e.at("steps").as_array();
-      const Json& last = st.back();
+    for (const optim::DriftRun& run : *doc.drift) {
+      const optim::DriftStep& last = run.steps.back();
       double min_cos = 1.0;
-      for (const Json& s : st)
-        if (s.at("update_cosine").is_number()) min_cos = std::min(min_cos, s.at("update_cosine").as_number());
-      drows.push_back({name, num(last.at("param_rel_l2")), num(last.at("displacement_rel_err")),
-                       fmt::format("{:.6f}", min_cos), num(last.at("m_nmse")), num(last.at("v_nmse"))});
-      if (e.contains("note")) notes.push_back(fmt::format("* {}: {}", name, e.at("note").as_string()));
+      for (const optim::DriftStep& s : run.steps) min_cos = std::min(min_cos, s.update_cosine);
+      drows.push_back({run.name, num(last.param_rel_l2), num(last.displacement_rel_err), fmt::format("{:.6f}", min_cos),
+                       num(last.m_nmse), num(last.v_nmse)});
+      if (run.note) notes.push_back(fmt::format("* {}: {}", run.name, *run.note));
     }
-    fmt::print("\nDrift from the fp32 run after {} steps\n", win.at("drift_steps").as_int());
+    fmt::print("\nDrift from the fp32 run after {} steps\n", win.drift_steps);
     cli::print_table({"recipe", "|p-p32|/|p32|", "|p-p32|/|p32-p0|", "min cos(update)", "m nmse", "v nmse"}, drows);
     for (const auto& n : notes) fmt::print("{}\n", n);
   }

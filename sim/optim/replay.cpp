@@ -31,20 +31,23 @@ const std::vector<Table1Format>& table1_formats() {
   return f;
 }
 
-Json paper_table1() {
-  // COAT (arXiv 2410.19313) Table 1, rows = first moment, columns = second moment.
-  static const double kPaper[4][4] = {{20.10, 18.08, 25.65, 18.16},
-                                      {15.13, 12.31, 21.96, 12.43},
-                                      {37.02, 35.96, 40.30, 36.00},
-                                      {17.79, 15.48, 23.84, 15.57}};
-  Json t = Json::object();
+Json table1_json(const Table1Matrix& m) {
   const auto& f = table1_formats();
+  Json t = Json::object();
   for (size_t a = 0; a < 4; ++a) {
     Json row = Json::object();
-    for (size_t b = 0; b < 4; ++b) row[f[b].label] = kPaper[a][b];
-    t[f[a].label] = row;
+    for (size_t b = 0; b < 4; ++b) row[f[b].label] = m[a][b];
+    t[f[a].label] = std::move(row);
   }
   return t;
+}
+
+Table1Matrix paper_table1() {
+  // COAT (arXiv 2410.19313) Table 1, rows = first moment, columns = second moment.
+  return {{{20.10, 18.08, 25.65, 18.16},
+           {15.13, 12.31, 21.96, 12.43},
+           {37.02, 35.96, 40.30, 36.00},
+           {17.79, 15.48, 23.84, 15.57}}};
 }
 
 namespace {
@@ -147,6 +150,15 @@ struct OptimReplay::Impl {
   void add_table1(const std::vector<float>& m, const std::vector<float>& v, const AdamwHyper& h, int64_t t);
   void add_replay(const ParamWindow& w);
   void add_drift(const ParamWindow& w);
+
+  // The moments' AdamW step count, when every add_state call had the same one.
+  std::optional<int64_t> t1_step() const {
+    return t1_steps.size() == 1 ? std::optional<int64_t>(t1_steps[0]) : std::nullopt;
+  }
+  Table1 table1() const;
+  Fp32Replay fp32_replay() const;
+  std::vector<StateMemory> memory() const;
+  std::vector<DriftRun> drift_runs() const;
 };
 
 OptimReplay::OptimReplay(const WindowMeta& meta, const OptimOptions& opts) : impl_(std::make_unique<Impl>()) {
@@ -415,188 +427,284 @@ void OptimReplay::Impl::add_drift(const ParamWindow& w) {
   }
 }
 
-Json OptimReplay::finish() const {
+Table1 OptimReplay::Impl::table1() const {
+  const double N = static_cast<double>(t1_elements);
+  Table1 t;
+  const Table1Matrix paper = paper_table1();
+  Table1Details& det = t.details;
+  for (size_t a = 0; a < 4; ++a) {
+    for (size_t b = 0; b < 4; ++b) {
+      t.mse[a][b] = t1_sse[a][b] / N;
+      t.ratio_to_e4m3[a][b] = ratio(t1_sse[a][b], t1_sse[0][0]);
+      t.paper_ratio_to_e4m3[a][b] = paper[a][b] / paper[0][0];
+      det.mse_without_flushed_v[a][b] = ratio(t1_sse_nf[a][b], t1_cnt_nf[a][b]);
+      det.mse_without_flushed_v_ratio_to_e4m3[a][b] =
+          ratio(ratio(t1_sse_nf[a][b], t1_cnt_nf[a][b]), ratio(t1_sse_nf[0][0], t1_cnt_nf[0][0]));
+    }
+    det.specs[a] = t1_specs[a].to_string();
+    det.m_nmse[a] = ratio(t1_m_err2[a], t1_m_ref2);
+    det.v_nmse[a] = ratio(t1_v_err2[a], t1_v_ref2);
+    det.m_flushed_frac[a] = ratio(t1_m_flush[a], t1_m_nonzero);
+    det.v_flushed_frac[a] = ratio(t1_v_flush[a], t1_v_nonzero);
+  }
+  t.paper = paper;
+  det.adamw_step = t1_step();
+  det.params = t1_params;
+  det.elements = t1_elements;
+  det.mean_r2 = t1_ref2 / N;
+  return t;
+}
+
+Fp32Replay OptimReplay::Impl::fp32_replay() const {
+  Fp32Replay rp;
+  rp.steps = meta.steps;
+  rp.max_rel_err = rp_max_rel;
+  rp.max_abs_err = rp_max_abs;
+  rp.max_ulp = rp_max_ulp;
+  rp.max_abs_err_over_max_move = ratio(rp_max_abs, rp_max_move);
+  rp.mismatch_frac = ratio(static_cast<double>(rp_mismatch), static_cast<double>(rp_compared));
+  rp.coat_rule_max_rel_err = rp_coat_max_rel;
+  return rp;
+}
+
+// Over the moments snapshot (normally the whole model), else over the window's parameters.
+std::vector<StateMemory> OptimReplay::Impl::memory() const {
+  const bool on_state = mem_state_elements > 0;
+  const auto& bytes = on_state ? mem_state : mem_window;
+  const double n = static_cast<double>(on_state ? mem_state_elements : elements);
+  std::vector<StateMemory> out;
+  for (size_t r = 0; r < memory_recipes.size(); ++r) {
+    const double total = bytes[r][0] + bytes[r][1];
+    out.push_back({.recipe = memory_recipes[r].name,
+                   .spec = memory_recipes[r].to_string(),
+                   .m_bytes = bytes[r][0],
+                   .v_bytes = bytes[r][1],
+                   .state_bytes = total,
+                   .bytes_per_param = total / n});
+  }
+  return out;
+}
+
+std::vector<DriftRun> OptimReplay::Impl::drift_runs() const {
+  std::vector<DriftRun> out;
+  for (size_t r = 0; r < recipes.size(); ++r) {
+    const StateRecipe& rc = recipes[r];
+    DriftRun run;
+    run.name = rc.name;
+    run.spec = rc.to_string();
+    if (!rc.note.empty()) run.note = rc.note;
+    for (int k = 0; k < drift_steps; ++k) {
+      const DriftSums& s = drift[r][static_cast<size_t>(k)];
+      run.steps.push_back({.step = meta.step0 + k + 1,
+                           .param_rel_l2 = ratio(std::sqrt(s[kDiff2]), std::sqrt(s[kBase2])),
+                           .displacement_rel_err = ratio(std::sqrt(s[kDiff2]), std::sqrt(s[kDisp2])),
+                           .update_cosine = ratio(s[kDot], std::sqrt(s[kUr2]) * std::sqrt(s[kUb2])),
+                           .m_nmse = ratio(s[kEm2], s[kMb2]),
+                           .v_nmse = ratio(s[kEv2], s[kVb2]),
+                           .m_quant_nmse = ratio(s[kMq2], s[kMn2]),
+                           .v_quant_nmse = ratio(s[kVq2], s[kVn2])});
+    }
+    out.push_back(std::move(run));
+  }
+  return out;
+}
+
+OptimResult OptimReplay::finish() const {
   const Impl& I = *impl_;
   FP8SIM_REQUIRE(I.elements > 0 || I.t1_elements > 0, "no parameters were given (neither moments nor a grad window)");
-  Json doc = Json::object();
-  doc["source"] = source_relative(I.meta.source);
-  Json win = Json::object();
+  OptimResult doc;
+  doc.source = source_relative(I.meta.source);
   const bool have_window = I.elements > 0;
-  win["step0"] = I.meta.step0;
-  win["steps"] = have_window ? I.meta.steps : 0;
-  win["drift_steps"] = have_window ? I.drift_steps : 0;
-  win["params"] = static_cast<int64_t>(I.names.size());
-  win["elements"] = I.elements;
-  win["implementation"] = I.meta.implementation;
-  doc["window"] = win;
-  Json snap = Json::object();
-  snap["params"] = I.t1_params;
-  snap["elements"] = I.t1_elements;
-  snap["adamw_step"] = I.t1_steps.size() == 1 ? Json(I.t1_steps[0]) : Json();
-  doc["moments"] = snap;
-  doc["update_rule"] = std::string(update_rule_name(I.opts.rule));
-  doc["rounding"] = std::string(rounding_name(I.opts.rounding));
-  doc["seed"] = I.opts.seed;
+  WindowSummary& win = doc.window;
+  win.step0 = I.meta.step0;
+  win.steps = have_window ? I.meta.steps : 0;
+  win.drift_steps = have_window ? I.drift_steps : 0;
+  win.params = static_cast<int64_t>(I.names.size());
+  win.elements = I.elements;
+  win.implementation = I.meta.implementation;
+  doc.moments = {.params = I.t1_params, .elements = I.t1_elements, .adamw_step = I.t1_step()};
+  doc.update_rule = std::string(update_rule_name(I.opts.rule));
+  doc.rounding = std::string(rounding_name(I.opts.rounding));
+  doc.seed = I.opts.seed;
 
-  Json defs = Json::object();
-  defs["table1"] =
-      "MSE over all elements of all parameters of r = (m/bc1)/(sqrt(v/bc2)+eps), bc1 = 1-b1^t, bc2 = 1-b2^t with t the "
-      "moments' AdamW step count, between the captured fp32 moments and the same moments quantized (1x128 groups of "
-      "the "
-      "flattened parameter; +Expand = DE coat mode), computed in double; eps = the trace's AdamW eps, so v = 0 needs "
-      "no "
-      "special case (a v flushed to 0 under a nonzero m gives m/(bc1*eps), what AdamW would apply)";
-  defs["param_rel_l2"] = "||p_recipe - p_fp32|| / ||p_fp32|| over all parameters after the step";
-  defs["displacement_rel_err"] = "||p_recipe - p_fp32|| / ||p_fp32 - p_window_start||";
-  defs["update_cosine"] = "cosine between this step's update (p_t - p_{t-1}) of the recipe's run and of the fp32 run";
-  defs["m_nmse"] = "||m_stored - m_fp32||^2 / ||m_fp32||^2, m_stored = the recipe's dequantized state after the step";
-  defs["v_nmse"] = "as m_nmse for the second moment";
-  defs["m_quant_nmse"] = "||m_stored - m_new||^2 / ||m_new||^2: this step's requantization error alone";
-  defs["v_quant_nmse"] = "as m_quant_nmse for the second moment";
-  defs["fp32_replay_max_rel_err"] =
-      "max over elements of |p_replay - p_captured| / |p_captured| after the whole window, fp32 moments, torch's rule";
-  defs["bytes_per_param"] = "exact bytes of m and v (codes + scales + DE k, c) divided by the parameter count";
-  doc["definitions"] = defs;
+  if (I.opts.table1 && I.t1_elements > 0) doc.table1 = I.table1();
+  else
+    doc.table1_skipped =
+        I.opts.table1 ? "the trace holds no AdamW moments (exp_avg / exp_avg_sq)" : "disabled (--no-table1)";
+  if (have_window && I.replay_possible && I.replay_params > 0) doc.fp32_replay = I.fp32_replay();
+  else
+    doc.fp32_replay_skipped =
+        have_window ? "the trace does not store the end-of-window weights" : "the trace has no grad window";
+  doc.memory = I.memory();
+  doc.memory_params =
+      I.mem_state_elements > 0 ? "every parameter with captured moments" : "the grad window's parameters";
+  if (I.opts.drift && have_window) doc.drift = I.drift_runs();
+  else doc.drift_skipped = I.opts.drift ? "the trace has no grad window" : "disabled (--no-drift)";
+  return doc;
+}
 
-  // ---- Table 1
+namespace {
+
+template <class T>
+Json per_format(const std::array<T, 4>& v) {
   const auto& f = table1_formats();
-  if (I.opts.table1 && I.t1_elements > 0) {
-    const double N = static_cast<double>(I.t1_elements);
-    Json t1 = Json::object(), ratio_ours = Json::object();
-    for (size_t a = 0; a < 4; ++a) {
-      Json row = Json::object(), rrow = Json::object();
-      for (size_t b = 0; b < 4; ++b) {
-        row[f[b].label] = I.t1_sse[a][b] / N;
-        rrow[f[b].label] = ratio(I.t1_sse[a][b], I.t1_sse[0][0]);
-      }
-      t1[f[a].label] = row;
-      ratio_ours[f[a].label] = rrow;
-    }
-    doc["table1"] = t1;
-    doc["table1_ratio_to_e4m3"] = ratio_ours;
-    const Json paper = paper_table1();
-    const double p00 = paper.at("E4M3").at("E4M3").as_number();
-    Json ratio_paper = Json::object();
-    for (size_t a = 0; a < 4; ++a) {
-      Json rrow = Json::object();
-      for (size_t b = 0; b < 4; ++b) rrow[f[b].label] = paper.at(f[a].label).at(f[b].label).as_number() / p00;
-      ratio_paper[f[a].label] = rrow;
-    }
-    doc["table1_paper"] = paper;
-    doc["table1_paper_ratio_to_e4m3"] = ratio_paper;
-    Json det = Json::object();
-    det["adamw_step"] = I.t1_steps.size() == 1 ? Json(I.t1_steps[0]) : Json();
-    det["params"] = I.t1_params;
-    det["elements"] = I.t1_elements;
-    det["mean_r2"] = I.t1_ref2 / N;
-    Json specs = Json::object(), mn = Json::object(), vn = Json::object(), mf = Json::object(), vf = Json::object();
-    for (size_t a = 0; a < 4; ++a) {
-      specs[f[a].label] = I.t1_specs[a].to_string();
-      mn[f[a].label] = ratio(I.t1_m_err2[a], I.t1_m_ref2);
-      vn[f[a].label] = ratio(I.t1_v_err2[a], I.t1_v_ref2);
-      mf[f[a].label] = ratio(I.t1_m_flush[a], I.t1_m_nonzero);
-      vf[f[a].label] = ratio(I.t1_v_flush[a], I.t1_v_nonzero);
-    }
-    det["specs"] = specs;
-    det["m_nmse"] = mn;
-    det["v_nmse"] = vn;
-    det["m_flushed_frac"] = mf;  // nonzero m whose quantized value is 0
-    det["v_flushed_frac"] = vf;  // nonzero v whose quantized value is 0
-    Json nf = Json::object();
-    for (size_t a = 0; a < 4; ++a) {
-      Json row = Json::object();
-      for (size_t b = 0; b < 4; ++b) row[f[b].label] = ratio(I.t1_sse_nf[a][b], I.t1_cnt_nf[a][b]);
-      nf[f[a].label] = row;
-    }
-    det["mse_without_flushed_v"] = nf;  // same metric over the elements whose nonzero v did not flush to 0
-    Json nfr = Json::object();
-    for (size_t a = 0; a < 4; ++a) {
-      Json row = Json::object();
-      for (size_t b = 0; b < 4; ++b)
-        row[f[b].label] =
-            ratio(ratio(I.t1_sse_nf[a][b], I.t1_cnt_nf[a][b]), ratio(I.t1_sse_nf[0][0], I.t1_cnt_nf[0][0]));
-      nfr[f[a].label] = row;
-    }
-    det["mse_without_flushed_v_ratio_to_e4m3"] = nfr;
-    doc["table1_details"] = det;
+  Json j = Json::object();
+  for (size_t a = 0; a < 4; ++a) j[f[a].label] = v[a];
+  return j;
+}
+
+Json optional_int(const std::optional<int64_t>& v) { return v ? Json(*v) : Json(); }
+
+}  // namespace
+
+Json DroppedParam::to_json() const {
+  Json d = Json::object();
+  d["name"] = name;
+  d["missing_grad_step"] = missing_grad_step;
+  return d;
+}
+
+Json WindowSummary::to_json() const {
+  Json win = Json::object();
+  win["step0"] = step0;
+  win["steps"] = steps;
+  win["drift_steps"] = drift_steps;
+  win["params"] = params;
+  win["elements"] = elements;
+  win["implementation"] = implementation;
+  if (dropped_params) {
+    Json d = Json::array();
+    for (const auto& p : *dropped_params) d.push_back(p.to_json());
+    win["dropped_params"] = std::move(d);
+  }
+  return win;
+}
+
+Json MomentsSummary::to_json() const {
+  Json snap = Json::object();
+  snap["params"] = params;
+  snap["elements"] = elements;
+  snap["adamw_step"] = optional_int(adamw_step);
+  return snap;
+}
+
+Json OptimDefinitions::to_json() const {
+  Json defs = Json::object();
+  defs["table1"] = table1;
+  defs["param_rel_l2"] = param_rel_l2;
+  defs["displacement_rel_err"] = displacement_rel_err;
+  defs["update_cosine"] = update_cosine;
+  defs["m_nmse"] = m_nmse;
+  defs["v_nmse"] = v_nmse;
+  defs["m_quant_nmse"] = m_quant_nmse;
+  defs["v_quant_nmse"] = v_quant_nmse;
+  defs["fp32_replay_max_rel_err"] = fp32_replay_max_rel_err;
+  defs["bytes_per_param"] = bytes_per_param;
+  return defs;
+}
+
+Json Table1Details::to_json() const {
+  Json det = Json::object();
+  det["adamw_step"] = optional_int(adamw_step);
+  det["params"] = params;
+  det["elements"] = elements;
+  det["mean_r2"] = mean_r2;
+  det["specs"] = per_format(specs);
+  det["m_nmse"] = per_format(m_nmse);
+  det["v_nmse"] = per_format(v_nmse);
+  det["m_flushed_frac"] = per_format(m_flushed_frac);
+  det["v_flushed_frac"] = per_format(v_flushed_frac);
+  det["mse_without_flushed_v"] = table1_json(mse_without_flushed_v);
+  det["mse_without_flushed_v_ratio_to_e4m3"] = table1_json(mse_without_flushed_v_ratio_to_e4m3);
+  return det;
+}
+
+Json Fp32Replay::to_json() const {
+  Json rp = Json::object();
+  rp["rule"] = rule;
+  rp["steps"] = steps;
+  rp["max_rel_err"] = max_rel_err;
+  rp["max_abs_err"] = max_abs_err;
+  rp["max_ulp"] = max_ulp;
+  rp["max_abs_err_over_max_move"] = max_abs_err_over_max_move;
+  rp["mismatch_frac"] = mismatch_frac;
+  rp["coat_rule_max_rel_err"] = coat_rule_max_rel_err;
+  rp["note"] = note;
+  return rp;
+}
+
+Json StateMemory::to_json() const {
+  Json e = Json::object();
+  e["recipe"] = recipe;
+  e["spec"] = spec;
+  e["m_bytes"] = m_bytes;
+  e["v_bytes"] = v_bytes;
+  e["state_bytes"] = state_bytes;
+  e["bytes_per_param"] = bytes_per_param;
+  return e;
+}
+
+Json DriftStep::to_json() const {
+  Json st = Json::object();
+  st["step"] = step;
+  st["param_rel_l2"] = param_rel_l2;
+  st["displacement_rel_err"] = displacement_rel_err;
+  st["update_cosine"] = update_cosine;
+  st["m_nmse"] = m_nmse;
+  st["v_nmse"] = v_nmse;
+  st["m_quant_nmse"] = m_quant_nmse;
+  st["v_quant_nmse"] = v_quant_nmse;
+  return st;
+}
+
+Json DriftRun::to_json() const {
+  Json e = Json::object();
+  e["spec"] = spec;
+  if (note) e["note"] = *note;
+  Json st = Json::array();
+  for (const auto& s : steps) st.push_back(s.to_json());
+  e["steps"] = std::move(st);
+  return e;
+}
+
+Json OptimResult::to_json() const {
+  Json doc = Json::object();
+  doc["source"] = source;
+  doc["window"] = window.to_json();
+  doc["moments"] = moments.to_json();
+  doc["update_rule"] = update_rule;
+  doc["rounding"] = rounding;
+  doc["seed"] = seed;
+  doc["definitions"] = definitions.to_json();
+  if (table1) {
+    doc["table1"] = table1_json(table1->mse);
+    doc["table1_ratio_to_e4m3"] = table1_json(table1->ratio_to_e4m3);
+    doc["table1_paper"] = table1_json(table1->paper);
+    doc["table1_paper_ratio_to_e4m3"] = table1_json(table1->paper_ratio_to_e4m3);
+    doc["table1_details"] = table1->details.to_json();
   } else {
     doc["table1"] = nullptr;
-    doc["table1_skipped"] =
-        I.opts.table1 ? "the trace holds no AdamW moments (exp_avg / exp_avg_sq)" : "disabled (--no-table1)";
+    doc["table1_skipped"] = table1_skipped;
   }
-
-  // ---- fp32 replay
-  if (have_window && I.replay_possible && I.replay_params > 0) {
-    doc["fp32_replay_max_rel_err"] = I.rp_max_rel;
-    Json rp = Json::object();
-    rp["rule"] = "torch";
-    rp["steps"] = I.meta.steps;
-    rp["max_rel_err"] = I.rp_max_rel;
-    rp["max_abs_err"] = I.rp_max_abs;
-    rp["max_ulp"] = I.rp_max_ulp;
-    rp["max_abs_err_over_max_move"] = ratio(I.rp_max_abs, I.rp_max_move);
-    rp["mismatch_frac"] = ratio(static_cast<double>(I.rp_mismatch), static_cast<double>(I.rp_compared));
-    rp["coat_rule_max_rel_err"] = I.rp_coat_max_rel;
-    rp["note"] =
-        "torch's CPU sqrt (MKL vsSqrt, VML_HA) is not correctly rounded; the replay's is. That 1-ulp difference is the "
-        "only source of mismatch (tests/test_optim_adamw.cpp bounds it per element)";
-    doc["fp32_replay"] = rp;
+  if (fp32_replay) {
+    doc["fp32_replay_max_rel_err"] = fp32_replay->max_rel_err;
+    doc["fp32_replay"] = fp32_replay->to_json();
   } else {
     doc["fp32_replay_max_rel_err"] = nullptr;
     doc["fp32_replay"] = Json::object();
-    doc["fp32_replay"]["skipped"] =
-        have_window ? "the trace does not store the end-of-window weights" : "the trace has no grad window";
+    doc["fp32_replay"]["skipped"] = fp32_replay_skipped;
   }
-
-  // ---- memory
-  // Over the moments snapshot (normally the whole model), else over the window's parameters.
-  const bool mem_on_state = I.mem_state_elements > 0;
-  const auto& mem_bytes = mem_on_state ? I.mem_state : I.mem_window;
-  const double mem_elements = static_cast<double>(mem_on_state ? I.mem_state_elements : I.elements);
   Json mem = Json::array();
-  for (size_t r = 0; r < I.memory_recipes.size(); ++r) {
-    const StateRecipe& rc = I.memory_recipes[r];
-    Json e = Json::object();
-    e["recipe"] = rc.name;
-    e["spec"] = rc.to_string();
-    e["m_bytes"] = mem_bytes[r][0];
-    e["v_bytes"] = mem_bytes[r][1];
-    e["state_bytes"] = mem_bytes[r][0] + mem_bytes[r][1];
-    e["bytes_per_param"] = (mem_bytes[r][0] + mem_bytes[r][1]) / mem_elements;
-    mem.push_back(e);
-  }
-  doc["memory"] = mem;
-  doc["memory_params"] = mem_on_state ? "every parameter with captured moments" : "the grad window's parameters";
-
-  // ---- drift
-  if (I.opts.drift && have_window) {
-    Json drift = Json::object();
-    for (size_t r = 0; r < I.recipes.size(); ++r) {
-      const StateRecipe& rc = I.recipes[r];
-      Json e = Json::object();
-      e["spec"] = rc.to_string();
-      if (!rc.note.empty()) e["note"] = rc.note;
-      Json steps = Json::array();
-      for (int k = 0; k < I.drift_steps; ++k) {
-        const DriftSums& s = I.drift[r][static_cast<size_t>(k)];
-        Json st = Json::object();
-        st["step"] = I.meta.step0 + k + 1;
-        st["param_rel_l2"] = ratio(std::sqrt(s[kDiff2]), std::sqrt(s[kBase2]));
-        st["displacement_rel_err"] = ratio(std::sqrt(s[kDiff2]), std::sqrt(s[kDisp2]));
-        st["update_cosine"] = ratio(s[kDot], std::sqrt(s[kUr2]) * std::sqrt(s[kUb2]));
-        st["m_nmse"] = ratio(s[kEm2], s[kMb2]);
-        st["v_nmse"] = ratio(s[kEv2], s[kVb2]);
-        st["m_quant_nmse"] = ratio(s[kMq2], s[kMn2]);
-        st["v_quant_nmse"] = ratio(s[kVq2], s[kVn2]);
-        steps.push_back(st);
-      }
-      e["steps"] = steps;
-      drift[rc.name] = e;
-    }
-    doc["drift"] = drift;
+  for (const auto& e : memory) mem.push_back(e.to_json());
+  doc["memory"] = std::move(mem);
+  doc["memory_params"] = memory_params;
+  if (drift) {
+    Json d = Json::object();
+    for (const auto& run : *drift) d[run.name] = run.to_json();
+    doc["drift"] = std::move(d);
   } else {
     doc["drift"] = nullptr;
-    doc["drift_skipped"] = I.opts.drift ? "the trace has no grad window" : "disabled (--no-drift)";
+    doc["drift_skipped"] = drift_skipped;
   }
   return doc;
 }

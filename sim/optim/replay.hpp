@@ -21,7 +21,8 @@
 //
 // Everything is elementwise per parameter, so parameters are streamed one at a time
 // (OptimReplay::add_param) and only sums are kept; sums are taken in double in a fixed order
-// (chunks of 4096 elements, combined sequentially), so the JSON does not depend on threads.
+// (chunks of 4096 elements, combined sequentially), so the result does not depend on threads.
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -78,8 +79,146 @@ struct Table1Format {
   const char* spec;   // "e4m3:g128", "e4m3:g128:de=coat", ...
 };
 const std::vector<Table1Format>& table1_formats();
-// COAT's published Table 1 (Xi et al., ICLR 2025), keyed like our `table1`.
-Json paper_table1();
+// A Table 1 matrix: [first moment's format][second moment's format], both in table1_formats()
+// order; written as {row label: {column label: value}}.
+using Table1Matrix = std::array<std::array<double, 4>, 4>;
+// A value per format of table1_formats(); written as {label: value}.
+using Table1Row = std::array<double, 4>;
+Json table1_json(const Table1Matrix& m);
+// COAT's published Table 1 (Xi et al., ICLR 2025), laid out like our `table1`.
+Table1Matrix paper_table1();
+
+struct DroppedParam {
+  std::string name;
+  int64_t missing_grad_step = 0;  // the first window step without its grad
+  Json to_json() const;
+};
+
+// The grad window the drift and the fp32 replay ran over.
+struct WindowSummary {
+  int64_t step0 = 0;
+  int64_t steps = 0;        // 0 without a grad window
+  int64_t drift_steps = 0;  // 0 without a grad window
+  int64_t params = 0;
+  int64_t elements = 0;
+  std::string implementation;
+  // Window parameters left out because a grad is missing (optim_replay only, on a trace with
+  // a grad window).
+  std::optional<std::vector<DroppedParam>> dropped_params;
+  Json to_json() const;
+};
+
+// The moments snapshot Table 1 and the memory table are about.
+struct MomentsSummary {
+  int64_t params = 0;
+  int64_t elements = 0;
+  std::optional<int64_t> adamw_step;  // none when the parameters' step counts differ
+  Json to_json() const;
+};
+
+// What each metric of the document means (constant texts).
+struct OptimDefinitions {
+  std::string table1 =
+      "MSE over all elements of all parameters of r = (m/bc1)/(sqrt(v/bc2)+eps), bc1 = 1-b1^t, bc2 = 1-b2^t with t "
+      "the moments' AdamW step count, between the captured fp32 moments and the same moments quantized (1x128 groups "
+      "of the flattened parameter; +Expand = DE coat mode), computed in double; eps = the trace's AdamW eps, so v = 0 "
+      "needs no special case (a v flushed to 0 under a nonzero m gives m/(bc1*eps), what AdamW would apply)";
+  std::string param_rel_l2 = "||p_recipe - p_fp32|| / ||p_fp32|| over all parameters after the step";
+  std::string displacement_rel_err = "||p_recipe - p_fp32|| / ||p_fp32 - p_window_start||";
+  std::string update_cosine =
+      "cosine between this step's update (p_t - p_{t-1}) of the recipe's run and of the fp32 run";
+  std::string m_nmse =
+      "||m_stored - m_fp32||^2 / ||m_fp32||^2, m_stored = the recipe's dequantized state after the step";
+  std::string v_nmse = "as m_nmse for the second moment";
+  std::string m_quant_nmse = "||m_stored - m_new||^2 / ||m_new||^2: this step's requantization error alone";
+  std::string v_quant_nmse = "as m_quant_nmse for the second moment";
+  std::string fp32_replay_max_rel_err =
+      "max over elements of |p_replay - p_captured| / |p_captured| after the whole window, fp32 moments, torch's rule";
+  std::string bytes_per_param = "exact bytes of m and v (codes + scales + DE k, c) divided by the parameter count";
+  Json to_json() const;
+};
+
+struct Table1Details {
+  std::optional<int64_t> adamw_step;  // none when the parameters' step counts differ
+  int64_t params = 0;
+  int64_t elements = 0;
+  double mean_r2 = 0;  // mean of r^2 with the fp32 moments
+  std::array<std::string, 4> specs;
+  Table1Row m_nmse{}, v_nmse{};
+  Table1Row m_flushed_frac{}, v_flushed_frac{};  // nonzero moments whose quantized value is 0
+  // Table 1 over the elements whose nonzero v did not flush to 0.
+  Table1Matrix mse_without_flushed_v{}, mse_without_flushed_v_ratio_to_e4m3{};
+  Json to_json() const;
+};
+
+// COAT's Table 1 on the trace's moments beside the paper's (each written under its key with the
+// prefix "table1": table1, table1_ratio_to_e4m3, table1_paper, ...).
+struct Table1 {
+  Table1Matrix mse{};
+  Table1Matrix ratio_to_e4m3{};
+  Table1Matrix paper{};
+  Table1Matrix paper_ratio_to_e4m3{};
+  Table1Details details;
+};
+
+// torch's AdamW replayed with fp32 moments against the captured end-of-window weights.
+struct Fp32Replay {
+  std::string rule = "torch";
+  int64_t steps = 0;
+  double max_rel_err = 0, max_abs_err = 0, max_ulp = 0, max_abs_err_over_max_move = 0, mismatch_frac = 0;
+  double coat_rule_max_rel_err = 0;
+  std::string note =
+      "torch's CPU sqrt (MKL vsSqrt, VML_HA) is not correctly rounded; the replay's is. That 1-ulp difference is the "
+      "only source of mismatch (tests/test_optim_adamw.cpp bounds it per element)";
+  Json to_json() const;
+};
+
+// Exact bytes of both moments under one state recipe.
+struct StateMemory {
+  std::string recipe;
+  std::string spec;
+  double m_bytes = 0, v_bytes = 0, state_bytes = 0;
+  double bytes_per_param = 0;
+  Json to_json() const;
+};
+
+// One drift step of a recipe's run against the fp32 run (OptimDefinitions says what each is).
+struct DriftStep {
+  int64_t step = 0;  // AdamW's step count after the update
+  double param_rel_l2 = 0, displacement_rel_err = 0, update_cosine = 0;
+  double m_nmse = 0, v_nmse = 0, m_quant_nmse = 0, v_quant_nmse = 0;
+  Json to_json() const;
+};
+
+// A state recipe's drift run; written under its name.
+struct DriftRun {
+  std::string name;
+  std::string spec;
+  std::optional<std::string> note;  // the recipe's note, when it has one
+  std::vector<DriftStep> steps;
+  Json to_json() const;
+};
+
+// The whole result (to_json: what `fp8sim optim --json` writes). A part that did not run says why
+// in its *_skipped text.
+struct OptimResult {
+  std::string source;
+  WindowSummary window;
+  MomentsSummary moments;
+  std::string update_rule;
+  std::string rounding;
+  uint64_t seed = 0;
+  OptimDefinitions definitions;
+  std::optional<Table1> table1;
+  std::string table1_skipped;
+  std::optional<Fp32Replay> fp32_replay;  // its max_rel_err is also fp32_replay_max_rel_err
+  std::string fp32_replay_skipped;
+  std::vector<StateMemory> memory;
+  std::string memory_params;  // the parameters the memory table counts
+  std::optional<std::vector<DriftRun>> drift;
+  std::string drift_skipped;
+  Json to_json() const;
+};
 
 class OptimReplay {
  public:
@@ -97,8 +236,8 @@ class OptimReplay {
   // fp8sim::Error naming the parameter when a shape or length does not match, or values are not
   // finite). Without any add_state call, the memory table counts the window's parameters.
   void add_param(const ParamWindow& w);
-  // The whole document (what `fp8sim optim --json` writes).
-  Json finish() const;
+  // The whole result.
+  OptimResult finish() const;
 
  private:
   struct Impl;
@@ -110,6 +249,6 @@ class OptimReplay {
 // the fp32 replay on the grad window (root attribute grad_window = [a, b]: weights and moments
 // at step a, grads of steps a..b, weights after update b at step b+1). Throws fp8sim::Error with
 // one line for a trace without a grad window or without the hyper-parameters.
-Json optim_replay(const std::string& trace_path, const OptimOptions& opts);
+OptimResult optim_replay(const std::string& trace_path, const OptimOptions& opts);
 
 }  // namespace fp8sim::optim

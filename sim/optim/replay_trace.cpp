@@ -33,7 +33,7 @@ int64_t pick_moments_step(const trace::TraceReader& r) {
 
 }  // namespace
 
-Json optim_replay(const std::string& path, const OptimOptions& opts) {
+OptimResult optim_replay(const std::string& path, const OptimOptions& opts) {
   for (const StateRecipe& rec : opts.recipes) rec.check_supported();
   const trace::TraceReader r(path);
   const trace::TraceHeader& H = r.header();
@@ -86,7 +86,7 @@ Json optim_replay(const std::string& path, const OptimOptions& opts) {
     moment_tensors = r.select(f);
   }
   std::vector<const trace::TensorInfo*> window_weights;
-  Json dropped = Json::array();  // window parameters whose grad is missing at some window step
+  std::vector<DroppedParam> dropped;  // window parameters whose grad is missing at some window step
   if (H.grad_window) {
     trace::Filter f;
     f.step = first;
@@ -106,10 +106,7 @@ Json optim_replay(const std::string& path, const OptimOptions& opts) {
         // the replay, and said so (the document lists it, the command warns). A parameter without
         // grads after the first step is outside the window by the capture's choice (the first,
         // "full" step holds every parameter's grad) and is left out silently.
-        Json d = Json::object();
-        d["name"] = t->name;
-        d["missing_grad_step"] = missing;
-        dropped.push_back(std::move(d));
+        dropped.push_back({t->name, missing});
       }
     }
     FP8SIM_REQUIRE(!window_weights.empty(), "'{}': no parameter has weights at step {} and grads at every step {}..{}",
@@ -160,8 +157,8 @@ Json optim_replay(const std::string& path, const OptimOptions& opts) {
     done += static_cast<double>(wt->numel());
     if (opts.progress) opts.progress(done, total);
   }
-  Json doc = replay.finish();
-  if (H.grad_window) doc["window"]["dropped_params"] = std::move(dropped);
+  OptimResult doc = replay.finish();
+  if (H.grad_window) doc.window.dropped_params = std::move(dropped);
   return doc;
 }
 

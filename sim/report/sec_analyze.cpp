@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "sim/analyze/analyze.hpp"
 #include "sim/report/sections.hpp"
@@ -14,17 +15,14 @@ namespace fp8sim::report {
 
 namespace {
 
-double num(const Json& j, const char* key) {
-  const Json* v = j.find(key);
-  return v && v->is_number() ? v->as_number() : std::nan("");
-}
+using Analyses = std::vector<std::pair<std::string, analyze::AnalyzeResult>>;
 
 // The per-layer x GEMM heatmap's plot data: for each recipe with a quantized GEMM, its relative
 // forward output error at every (layer, GEMM) pair, the GEMM named by its module's last component
 // (q_proj, ..., down_proj; lm_head outside the layers); null where the recipe has no such GEMM.
 // One panel per recipe, one shared log colour scale (scripts/plots.py, plot_layer_gemm_heatmap).
 template <class LayerOf>
-void add_layer_gemm_heatmap(Context& ctx, Section& s, const Json::Object& recs, const std::vector<int64_t>& layers,
+void add_layer_gemm_heatmap(Context& ctx, Section& s, const Analyses& recs, const std::vector<int64_t>& layers,
                             const LayerOf& layer_of) {
   auto short_name = [](const std::string& module) {
     const auto dot = module.rfind('.');
@@ -32,10 +30,10 @@ void add_layer_gemm_heatmap(Context& ctx, Section& s, const Json::Object& recs, 
   };
   std::vector<std::string> gemms;
   for (const auto& [_, doc] : recs)
-    for (const auto& l : doc.at("layers").as_array())
-      for (const auto& g : l.at("gemms").as_array())
-        if (std::find(gemms.begin(), gemms.end(), short_name(g.at("module").as_string())) == gemms.end())
-          gemms.push_back(short_name(g.at("module").as_string()));
+    for (const auto& l : doc.layers)
+      for (const auto& g : l.gemms)
+        if (std::find(gemms.begin(), gemms.end(), short_name(g.module)) == gemms.end())
+          gemms.push_back(short_name(g.module));
   if (gemms.empty() || layers.empty()) return;
   // A layer's GEMMs in execution order where the name is a known one, the rest after them.
   static const std::vector<std::string> order = {"q_proj",    "k_proj",  "v_proj",       "qkv_proj",  "o_proj",
@@ -54,11 +52,11 @@ void add_layer_gemm_heatmap(Context& ctx, Section& s, const Json::Object& recs, 
       Json row = Json::array();
       for (const auto& name : gemms) {
         Json cell(nullptr);
-        if (const Json* l = layer_of(doc, L))
-          for (const auto& g : l->at("gemms").as_array())
-            if (short_name(g.at("module").as_string()) == name && std::isfinite(num(g, "nmse"))) {
-              cell = num(g, "nmse");
-              any = any || num(g, "nmse") > 0;
+        if (const analyze::LayerGemms* l = layer_of(doc, L))
+          for (const auto& g : l->gemms)
+            if (short_name(g.module) == name && std::isfinite(g.stats.nmse())) {
+              cell = g.stats.nmse();
+              any = any || g.stats.nmse() > 0;
             }
         row.push_back(std::move(cell));
       }
@@ -82,31 +80,35 @@ void add_layer_gemm_heatmap(Context& ctx, Section& s, const Json::Object& recs, 
          "recipe, one colour scale for all (darker = larger error; blank = no such GEMM in that layer).");
 }
 
-// SNR in dB as a cell: "exact" when nothing was lost (JSON writes +Inf as null).
-std::string snr_cell(const Json& stats) {
-  const Json* snr = stats.find("snr_db");
-  if (snr && snr->is_number()) return fmt::format("{:.1f}", snr->as_number());
-  const double rel = num(stats, "nmse");
-  if (rel == 0) return "exact";
-  return "n/a";
-}
+// SNR in dB as a cell (+Inf when nothing was lost).
+std::string snr_cell(const ErrorStats& stats) { return fmt::format("{:.1f}", stats.snr_db()); }
 
-// Runs (once) fp8sim analyze for every recipe; both accuracy sections read the result.
-const Json& analyses(Context& ctx) {
-  if (ctx.data.contains("analyze")) return ctx.data.at("analyze");
+// Runs (once) fp8sim analyze for every recipe, in --recipes order; both accuracy sections read the
+// result, data.analyze holds the documents.
+const Analyses& analyses(Context& ctx) {
+  if (ctx.analyses) return *ctx.analyses;
   // Every recipe has analyze rules.
   const auto& recipes = ctx.opts.recipes;
-  Json all = Json::object();
+  Analyses all;
+  Json docs = Json::object();
   analyze::AnalyzeOptions ao;
   ao.progress = false;  // the report draws one bar for the phase
   const trace::TraceReader reader(ctx.opts.trace);
   for (size_t i = 0; i < recipes.size(); ++i) {
     const recipe::TrainingRecipe& rec = recipe_of(recipes[i]);
-    all[rec.name] = analyze::analyze_trace(reader, rec, ao);
+    all.emplace_back(rec.name, analyze::analyze_trace(reader, rec, ao));
+    docs[rec.name] = all.back().second.to_json();
     ctx.progress(static_cast<double>(i + 1), static_cast<double>(recipes.size()));
   }
-  ctx.data["analyze"] = std::move(all);
-  return ctx.data.at("analyze");
+  ctx.data["analyze"] = std::move(docs);
+  ctx.analyses = std::move(all);
+  return *ctx.analyses;
+}
+
+const analyze::Aggregate* find_agg(const std::vector<analyze::Aggregate>& table, const std::string& key) {
+  for (const auto& a : table)
+    if (a.key == key) return &a;
+  return nullptr;
 }
 
 }  // namespace
@@ -116,14 +118,13 @@ Json section_tensors(Context& ctx) {
   const char* title = "Quantization error of the trace's tensors";
   return guarded(id, title, [&] {
     Section s(id, title);
-    const Json& all = analyses(ctx);
-    if (all.size() == 0) {
+    const Analyses& recs = analyses(ctx);
+    if (recs.empty()) {
       s.unavailable("none of the recipes in --recipes is an analyze recipe",
                     "add one of the recipes `fp8sim analyze --list-recipes` shows to --recipes");
       return s.take();
     }
-    const auto& recs = all.as_object();
-    const Json& first = recs.front().second;
+    const analyze::AnalyzeResult& first = recs.front().second;
     s.para(fmt::format(
         "Every tensor of step {} of the trace (weights, grads, AdamW moments, activations and activation grads "
         "captured "
@@ -131,29 +132,23 @@ Json section_tensors(Context& ctx) {
         "measured against the stored value (bf16 tensors are quantized from their bf16 bits: one rounding). "
         "SNR = 10 log10(sum x^2 / sum (x - q(x))^2) in dB, higher is better; `exact`: nothing lost (the recipe keeps "
         "the tensor, or every value is representable). Aggregates merge the sums of the quantized tensors.",
-        first.contains("step") ? fmt::format("{}", first.at("step").as_int()) : std::string("?")));
+        first.step));
 
     // By role:op, SNR per recipe.
     std::vector<std::string> keys;
     for (const auto& [_, doc] : recs)
-      for (const auto& a : doc.at("aggregates").at("by_op").as_array())
-        if (std::find(keys.begin(), keys.end(), a.at("key").as_string()) == keys.end())
-          keys.push_back(a.at("key").as_string());
-    auto find_agg = [](const Json& doc, const char* table, const std::string& key) -> const Json* {
-      for (const auto& a : doc.at("aggregates").at(table).as_array())
-        if (a.at("key").as_string() == key) return &a;
-      return nullptr;
-    };
+      for (const auto& a : doc.aggregates.by_op)
+        if (std::find(keys.begin(), keys.end(), a.key) == keys.end()) keys.push_back(a.key);
     Row header{"role:op"};
     for (const auto& [r, _] : recs) header.push_back(r);
     std::vector<Row> rows;
     for (const auto& k : keys) {
       Row row{k};
       for (const auto& [r, doc] : recs) {
-        const Json* a = find_agg(doc, "by_op", k);
+        const analyze::Aggregate* a = find_agg(doc.aggregates.by_op, k);
         if (!a) row.push_back("-");
-        else if (a->at("quantized_tensors").as_int() == 0) row.push_back("kept");
-        else row.push_back(snr_cell(*a));
+        else if (a->quantized_tensors == 0) row.push_back("kept");
+        else row.push_back(snr_cell(*a->stats));
       }
       rows.push_back(std::move(row));
     }
@@ -166,11 +161,10 @@ Json section_tensors(Context& ctx) {
     for (const auto& k : keys) {
       Row row{k};
       for (const auto& [r, doc] : recs) {
-        const Json* a = find_agg(doc, "by_op", k);
+        const analyze::Aggregate* a = find_agg(doc.aggregates.by_op, k);
         std::string specs;
-        if (a && a->contains("specs"))
-          for (const auto& sp : a->at("specs").as_array())
-            specs += (specs.empty() ? "" : ", ") + ("`" + sp.as_string() + "`");
+        if (a)
+          for (const auto& sp : a->specs) specs += (specs.empty() ? "" : ", ") + ("`" + sp + "`");
         row.push_back(specs.empty() ? "-" : specs);
       }
       srows.push_back(std::move(row));
@@ -182,29 +176,27 @@ Json section_tensors(Context& ctx) {
     // Bytes: what the recipe would store for the trace's tensors.
     std::vector<Row> brows;
     for (const auto& [r, doc] : recs) {
-      const Json& t = doc.at("totals");
-      const double el = num(t, "elements");
-      brows.push_back({r, fmt::format("{}", t.at("tensors").as_int()),
-                       fmt::format("{}", t.at("quantized_tensors").as_int()), fmt::format("{:.0f}", el),
-                       fmt::format("{:.2f}", 8.0 * num(t, "stored_bytes") / el),
-                       fmt::format("{:.2f}", 8.0 * num(t, "recipe_bytes") / el)});
+      const analyze::Totals& t = doc.totals;
+      const double el = static_cast<double>(t.elements);
+      brows.push_back({r, fmt::format("{}", t.tensors), fmt::format("{}", t.quantized_tensors),
+                       fmt::format("{:.0f}", el), fmt::format("{:.2f}", 8.0 * static_cast<double>(t.stored_bytes) / el),
+                       fmt::format("{:.2f}", 8.0 * static_cast<double>(t.recipe_bytes) / el)});
     }
     // By role, SNR per recipe: the activation row is the verdict's and the summary's activation error.
     std::vector<std::string> roles;
     for (const auto& [_, doc] : recs)
-      for (const auto& a : doc.at("aggregates").at("by_role").as_array())
-        if (std::find(roles.begin(), roles.end(), a.at("key").as_string()) == roles.end())
-          roles.push_back(a.at("key").as_string());
+      for (const auto& a : doc.aggregates.by_role)
+        if (std::find(roles.begin(), roles.end(), a.key) == roles.end()) roles.push_back(a.key);
     std::vector<Row> rrows;
     for (const auto& role : roles) {
       Row row{role};
       for (const auto& [r, doc] : recs) {
-        const Json* a = find_agg(doc, "by_role", role);
-        const bool kept = a && a->at("quantized_tensors").as_int() == 0;
-        row.push_back(!a ? "-" : kept ? "kept" : snr_cell(*a));
+        const analyze::Aggregate* a = find_agg(doc.aggregates.by_role, role);
+        const bool kept = a && a->quantized_tensors == 0;
+        row.push_back(!a ? "-" : kept ? "kept" : snr_cell(*a->stats));
         if (a && role == "activation") {
           ctx.add_summary(r, "activation SNR dB", row.back());
-          ctx.add_figure(r, "activation_snr_db", kept ? std::nan("") : num(*a, "snr_db"), row.back(), id);
+          ctx.add_figure(r, "activation_snr_db", kept ? std::nan("") : a->stats->snr_db(), row.back(), id);
         }
       }
       rrows.push_back(std::move(row));
@@ -219,15 +211,12 @@ Json section_tensors(Context& ctx) {
             "Recipe bits include the scales and DE metadata (exact, from the quantizer's accounting).");
     // Warnings the analyses raised, so nothing is silently dropped.
     for (const auto& [r, doc] : recs) {
-      for (const char* k : {"nonfinite_tensors", "unmatched_tensors", "skipped_gemms"}) {
-        const Json* w = doc.find(k);
-        if (w && w->is_array() && w->size() > 0)
-          s.para(fmt::format("{}: {} {} (listed in `data.analyze.{}.{}`).", r, w->size(),
-                             std::string(k) == "nonfinite_tensors"   ? "tensors hold NaN/Inf"
-                             : std::string(k) == "unmatched_tensors" ? "tensors matched no rule and stay unquantized"
-                                                                     : "GEMMs could not be paired and were skipped",
-                             r, k));
-      }
+      const std::tuple<size_t, const char*, const char*> warnings[] = {
+          {doc.nonfinite_tensors.size(), "nonfinite_tensors", "tensors hold NaN/Inf"},
+          {doc.unmatched_tensors.size(), "unmatched_tensors", "tensors matched no rule and stay unquantized"},
+          {doc.skipped_gemms.size(), "skipped_gemms", "GEMMs could not be paired and were skipped"}};
+      for (const auto& [n, k, what] : warnings)
+        if (n > 0) s.para(fmt::format("{}: {} {} (listed in `data.analyze.{}.{}`).", r, n, what, r, k));
     }
     return s.take();
   });
@@ -238,13 +227,12 @@ Json section_gemm(Context& ctx) {
   const char* title = "Per-layer forward GEMM error";
   return guarded(id, title, [&] {
     Section s(id, title);
-    const Json& all = analyses(ctx);
-    if (all.size() == 0) {
+    const Analyses& recs = analyses(ctx);
+    if (recs.empty()) {
       s.unavailable("none of the recipes in --recipes is an analyze recipe",
                     "add one of the recipes `fp8sim analyze --list-recipes` shows to --recipes");
       return s.take();
     }
-    const auto& recs = all.as_object();
     s.para(
         "For every linear layer with captured input X (T, K) and weight W (N, K): Y = X W^T in fp32 against "
         "Y_q = deq(q(X)) deq(q(W))^T, both computed the same way (Eigen, fp32), so the difference is the "
@@ -253,13 +241,12 @@ Json section_gemm(Context& ctx) {
     // Per layer: rows = layer, columns = recipes.
     std::vector<int64_t> layers;
     for (const auto& [_, doc] : recs)
-      for (const auto& l : doc.at("layers").as_array())
-        if (std::find(layers.begin(), layers.end(), l.at("layer").as_int()) == layers.end())
-          layers.push_back(l.at("layer").as_int());
+      for (const auto& l : doc.layers)
+        if (std::find(layers.begin(), layers.end(), l.layer) == layers.end()) layers.push_back(l.layer);
     std::sort(layers.begin(), layers.end());
-    auto layer_of = [](const Json& doc, int64_t layer) -> const Json* {
-      for (const auto& l : doc.at("layers").as_array())
-        if (l.at("layer").as_int() == layer) return &l;
+    auto layer_of = [](const analyze::AnalyzeResult& doc, int64_t layer) -> const analyze::LayerGemms* {
+      for (const auto& l : doc.layers)
+        if (l.layer == layer) return &l;
       return nullptr;
     };
     Row header{"layer"};
@@ -270,8 +257,8 @@ Json section_gemm(Context& ctx) {
     for (int64_t L : layers) {
       Row row{L < 0 ? std::string("outside") : fmt::format("{}", L)};
       for (const auto& [r, doc] : recs) {
-        const Json* l = layer_of(doc, L);
-        const double e = l ? num(*l, "nmse") : std::nan("");
+        const analyze::LayerGemms* l = layer_of(doc, L);
+        const double e = l ? l->stats.nmse() : std::nan("");
         row.push_back(l ? fmt_num(e, 3) : "-");
         per_recipe[r].push_back(e);
       }
@@ -282,8 +269,8 @@ Json section_gemm(Context& ctx) {
     for (const auto& [r, doc] : recs) {
       double sum = 0;
       int n = 0;
-      for (const auto& l : doc.at("layers").as_array()) {
-        const double e = num(l, "nmse");
+      for (const auto& l : doc.layers) {
+        const double e = l.stats.nmse();
         if (std::isfinite(e)) sum += e, ++n;
       }
       mean_row.push_back(n ? fmt_num(sum / n, 3) : "-");
@@ -299,21 +286,19 @@ Json section_gemm(Context& ctx) {
     for (int64_t L : layers) {
       std::vector<std::string> modules;
       for (const auto& [_, doc] : recs)
-        if (const Json* l = layer_of(doc, L))
-          for (const auto& g : l->at("gemms").as_array())
-            if (std::find(modules.begin(), modules.end(), g.at("module").as_string()) == modules.end())
-              modules.push_back(g.at("module").as_string());
+        if (const analyze::LayerGemms* l = layer_of(doc, L))
+          for (const auto& g : l->gemms)
+            if (std::find(modules.begin(), modules.end(), g.module) == modules.end()) modules.push_back(g.module);
       for (const auto& m : modules) {
         Row row{m};
         std::string shape;
         for (const auto& [r, doc] : recs) {
-          const Json* hit = nullptr;
-          if (const Json* l = layer_of(doc, L))
-            for (const auto& g : l->at("gemms").as_array())
-              if (g.at("module").as_string() == m) hit = &g;
-          row.push_back(hit ? fmt_num(num(*hit, "nmse"), 3) : "-");
-          if (hit && shape.empty())
-            shape = fmt::format("{}x{}x{}", hit->at("m").as_int(), hit->at("n").as_int(), hit->at("k").as_int());
+          const analyze::GemmRecord* hit = nullptr;
+          if (const analyze::LayerGemms* l = layer_of(doc, L))
+            for (const auto& g : l->gemms)
+              if (g.module == m) hit = &g;
+          row.push_back(hit ? fmt_num(hit->stats.nmse(), 3) : "-");
+          if (hit && shape.empty()) shape = fmt::format("{}x{}x{}", hit->m, hit->n, hit->k);
         }
         row.insert(row.begin() + 1, shape);
         grows.push_back(std::move(row));
@@ -344,8 +329,9 @@ Json section_gemm(Context& ctx) {
       if (any) drawn[r] = v;
       else exact.push_back(r);
     }
+    const bool any_drawn = drawn.size() > 0;
     pd["recipes"] = std::move(drawn);
-    if (pd.at("recipes").size() > 0) {
+    if (any_drawn) {
       ctx.plot_data["gemm_error"] = std::move(pd);
       std::string caption = "Relative forward GEMM output error per layer, one line per recipe (log scale).";
       if (!exact.empty()) {

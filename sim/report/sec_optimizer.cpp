@@ -19,11 +19,6 @@ namespace fp8sim::report {
 
 namespace {
 
-double num(const Json& j, const char* key) {
-  const Json* v = j.find(key);
-  return v && v->is_number() ? v->as_number() : std::nan("");
-}
-
 // The spec of Figure 3: COAT's optimizer-state quantizer.
 constexpr const char* kFig3Spec = "e4m3:g128:de=coat";
 
@@ -95,22 +90,12 @@ Json plot_moment(const MomentHist& h) {
 
 void optim_part(Context& ctx, Section& s);
 
-// Where Table 1's numbers come from, from whatever details the optim document gives.
-std::string table1_note(const Json& det) {
-  std::string note;
-  if (const Json* e = det.find("elements"); e && e->is_number())
-    note += fmt::format("{} elements", static_cast<int64_t>(e->as_number()));
-  if (const Json* p = det.find("params"); p && p->is_number())
-    note += fmt::format(" of {} parameters", static_cast<int64_t>(p->as_number()));
-  for (const char* k : {"adamw_step", "step"})
-    if (const Json* t = det.find(k); t && t->is_number()) {
-      note += fmt::format(" at AdamW step {}", static_cast<int64_t>(t->as_number()));
-      break;
-    }
-  if (const Json* r = det.find("mean_r2"); r && r->is_number())
-    note += fmt::format("; mean (m/sqrt(v))^2 = {}", fmt_num(r->as_number(), 4));
-  return note.empty() ? std::string()
-                      : note + ". Details (flush fractions, per-moment NMSE) in `data.optim.table1_details`.";
+// Where Table 1's numbers come from.
+std::string table1_note(const optim::Table1Details& det) {
+  std::string note = fmt::format("{} elements of {} parameters", det.elements, det.params);
+  if (det.adamw_step) note += fmt::format(" at AdamW step {}", *det.adamw_step);
+  note += fmt::format("; mean (m/sqrt(v))^2 = {}", fmt_num(det.mean_r2, 4));
+  return note + ". Details (flush fractions, per-moment NMSE) in `data.optim.table1_details`.";
 }
 void fig3_part(Context& ctx, Section& s, const trace::TraceReader& reader);
 
@@ -177,43 +162,42 @@ void optim_part(Context& ctx, Section& s) {
     oo.recipes = optim::default_state_recipes();
     for (const auto& st : extra) oo.recipes.push_back(optim::StateRecipe::parse(st));
   }
-  Json doc = optim::optim_replay(o.trace.string(), oo);
+  const optim::OptimResult doc = optim::optim_replay(o.trace.string(), oo);
 
-  const Json& defs = doc.at("definitions");
+  const optim::OptimDefinitions& defs = doc.definitions;
   const auto& formats = optim::table1_formats();
-  if (doc.at("table1").is_object()) {
-    const Json& t1 = doc.at("table1");
-    const Json& paper = doc.at("table1_paper");
-    const Json& ratio = doc.at("table1_ratio_to_e4m3");
-    const Json& pratio = doc.at("table1_paper_ratio_to_e4m3");
+  if (doc.table1) {
+    const optim::Table1Matrix& t1 = doc.table1->mse;
+    const optim::Table1Matrix& paper = doc.table1->paper;
+    const optim::Table1Matrix& ratio = doc.table1->ratio_to_e4m3;
+    const optim::Table1Matrix& pratio = doc.table1->paper_ratio_to_e4m3;
     Row header{"m \\ v"};
     for (const auto& f : formats) header.push_back(f.label);
     std::vector<Row> rows, rrows, prow;
     // The best cell of each matrix in bold, as the paper marks it.
-    auto best_of = [&](const Json& m) {
+    auto best_of = [&](const optim::Table1Matrix& m) {
       double b = INFINITY;
-      for (const auto& a : formats)
-        for (const auto& c : formats) b = std::min(b, num(m.at(a.label), c.label));
+      for (const auto& row : m)
+        for (double v : row) b = std::min(b, v);
       return b;
     };
     const double best = best_of(t1), pbest = best_of(paper);
-    for (const auto& a : formats) {
-      Row r{a.label}, rr{a.label}, pr{a.label};
-      for (const auto& c : formats) {
-        const double v = num(t1.at(a.label), c.label);
+    for (size_t a = 0; a < 4; ++a) {
+      Row r{formats[a].label}, rr{formats[a].label}, pr{formats[a].label};
+      for (size_t c = 0; c < 4; ++c) {
+        const double v = t1[a][c];
         r.push_back(v == best ? "**" + fmt_num(v, 4) + "**" : fmt_num(v, 4));
-        rr.push_back(fmt_num(num(ratio.at(a.label), c.label), 3) + " / " +
-                     fmt_num(num(pratio.at(a.label), c.label), 3));
-        const double p = num(paper.at(a.label), c.label);
+        rr.push_back(fmt_num(ratio[a][c], 3) + " / " + fmt_num(pratio[a][c], 3));
+        const double p = paper[a][c];
         pr.push_back(p == pbest ? "**" + fmt_num(p, 4) + "**" : fmt_num(p, 4));
       }
       rows.push_back(std::move(r));
       rrows.push_back(std::move(rr));
       prow.push_back(std::move(pr));
     }
-    s.para("**COAT Table 1.** " + defs.at("table1").as_string() + ".");
+    s.para("**COAT Table 1.** " + defs.table1 + ".");
     s.table("This run: MSE of m/sqrt(v), first moment (rows) x second moment (columns)", header, rows,
-            table1_note(doc.at("table1_details")));
+            table1_note(doc.table1->details));
     s.table("COAT paper, Table 1 (their model's states)", header, prow);
     s.table("Ratio to E4M3 / E4M3: this run / paper", header, rrows,
             "The paper's absolute MSE depends on its model and step; ratios compare the recipes' relative quality.");
@@ -224,11 +208,11 @@ void optim_part(Context& ctx, Section& s) {
     for (const auto& f : formats) labels.push_back(f.label);
     pd["rows"] = labels;
     pd["cols"] = labels;
-    auto matrix = [&](const Json& m) {
+    auto matrix = [&](const optim::Table1Matrix& m) {
       Json mat = Json::array();
-      for (const auto& a : formats) {
+      for (const auto& r : m) {
         Json row = Json::array();
-        for (const auto& c : formats) row.push_back(num(m.at(a.label), c.label));
+        for (double v : r) row.push_back(v);
         mat.push_back(std::move(row));
       }
       return mat;
@@ -239,33 +223,28 @@ void optim_part(Context& ctx, Section& s) {
     ctx.plot_data["table1"] = std::move(pd);
     s.plot("table1.png", "Table 1 as heatmaps: this run (left) beside the COAT paper (right); the best cell in bold.");
   } else {
-    s.para(fmt::format("Table 1 was not computed: {}.", doc.contains("table1_skipped")
-                                                            ? doc.at("table1_skipped").as_string()
-                                                            : std::string("no moments")));
+    s.para(fmt::format("Table 1 was not computed: {}.", doc.table1_skipped));
   }
 
   // ---- drift over the grad window, and bytes per parameter
   std::map<std::string, double> bytes_per_param;
-  if (const Json* mem = doc.find("memory"); mem && mem->is_array())
-    for (const auto& e : mem->as_array()) bytes_per_param[e.at("recipe").as_string()] = num(e, "bytes_per_param");
-  if (const Json* drift = doc.find("drift"); drift && drift->is_object()) {
+  for (const optim::StateMemory& e : doc.memory) bytes_per_param[e.recipe] = e.bytes_per_param;
+  if (const auto& drift = doc.drift) {
     std::vector<Row> rows;
-    for (const auto& [name, e] : drift->as_object()) {
-      const auto& steps = e.at("steps").as_array();
-      if (steps.empty()) continue;
-      const Json& last = steps.back();
-      const auto bp = bytes_per_param.find(name);
-      rows.push_back({name, bp == bytes_per_param.end() ? "n/a" : fmt_num(bp->second, 4),
-                      fmt::format("{}", steps.size()), fmt_num(num(last, "param_rel_l2"), 3),
-                      fmt_num(num(last, "displacement_rel_err"), 3), fmt_num(num(last, "update_cosine"), 6),
-                      fmt_num(num(last, "m_nmse"), 3), fmt_num(num(last, "v_nmse"), 3)});
+    for (const optim::DriftRun& run : *drift) {
+      if (run.steps.empty()) continue;
+      const optim::DriftStep& last = run.steps.back();
+      const auto bp = bytes_per_param.find(run.name);
+      rows.push_back({run.name, bp == bytes_per_param.end() ? "n/a" : fmt_num(bp->second, 4),
+                      fmt::format("{}", run.steps.size()), fmt_num(last.param_rel_l2, 3),
+                      fmt_num(last.displacement_rel_err, 3), fmt_num(last.update_cosine, 6), fmt_num(last.m_nmse, 3),
+                      fmt_num(last.v_nmse, 3)});
     }
     s.para(
         "**Multi-step drift.** From the start of the trace's grad window, every state recipe runs AdamW on the "
         "same captured grads in lockstep with an fp32-state run; after the last step: " +
-        defs.at("param_rel_l2").as_string() + " (param rel. L2); " + defs.at("displacement_rel_err").as_string() +
-        " (displacement err.); " + defs.at("update_cosine").as_string() + " (update cosine); " +
-        defs.at("m_nmse").as_string() + " (m NMSE; v likewise).");
+        defs.param_rel_l2 + " (param rel. L2); " + defs.displacement_rel_err + " (displacement err.); " +
+        defs.update_cosine + " (update cosine); " + defs.m_nmse + " (m NMSE; v likewise).");
     s.table("Drift from the fp32-state run after the window",
             {"state recipe", "state bytes/param", "steps", "param rel. L2", "displacement err.", "update cosine",
              "m NMSE", "v NMSE"},
@@ -279,9 +258,9 @@ void optim_part(Context& ctx, Section& s) {
       ctx.add_summary(r, "optimizer states",
                       fmt::format("{} ({} B/param)", sr,
                                   bp == bytes_per_param.end() ? (sr == "fp32" ? "8" : "n/a") : fmt_num(bp->second, 3)));
-      const Json* e = drift->find(sr);
-      if (e && !e->at("steps").as_array().empty()) {
-        const double d = num(e->at("steps").as_array().back(), "param_rel_l2");
+      const auto e = std::find_if(drift->begin(), drift->end(), [&](const optim::DriftRun& d) { return d.name == sr; });
+      if (e != drift->end() && !e->steps.empty()) {
+        const double d = e->steps.back().param_rel_l2;
         ctx.add_summary(r, "param drift vs fp32 states", fmt_num(d, 3));
         ctx.add_figure(r, "param_drift", d, fmt_num(d, 3), "optimizer");
       } else if (sr == "fp32") {
@@ -290,12 +269,12 @@ void optim_part(Context& ctx, Section& s) {
       }
     }
   }
-  if (const Json* rp = doc.find("fp32_replay_max_rel_err"); rp && rp->is_number())
+  if (const auto& rp = doc.fp32_replay)
     s.para(
         fmt::format("Faithfulness: replaying torch's AdamW with fp32 states over the window reproduces the captured "
                     "end-of-window weights to a max relative error of {} ({}).",
-                    fmt_num(rp->as_number(), 3), defs.at("fp32_replay_max_rel_err").as_string()));
-  ctx.data["optim"] = std::move(doc);
+                    fmt_num(rp->max_rel_err, 3), defs.fp32_replay_max_rel_err));
+  ctx.data["optim"] = doc.to_json();
 }
 
 // ---- Figure 3 histograms from the trace's moments

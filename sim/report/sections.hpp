@@ -3,9 +3,12 @@
 // function per section. Each section function catches its own failures and returns a section
 // with status "error" instead of throwing, so one failed analysis never hides the others.
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "sim/analyze/analyze.hpp"
 #include "sim/backend/backend.hpp"
 #include "sim/common/json.hpp"
 #include "sim/recipe/recipe.hpp"
@@ -30,6 +33,9 @@ struct Context {
   Json figures;
   // Progress of the running phase (done, total): drives that phase's bar on stderr.
   std::function<void(double, double)> progress = [](double, double) {};
+  // The trace's analysis per recipe (in --recipes order), run once for the accuracy sections;
+  // data.analyze holds their documents.
+  std::optional<std::vector<std::pair<std::string, analyze::AnalyzeResult>>> analyses = std::nullopt;
   void add_summary(const std::string& recipe, const std::string& column, std::string cell);
   void add_figure(const std::string& recipe, const std::string& key, double value, std::string cell,
                   const std::string& section);
