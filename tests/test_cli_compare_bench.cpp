@@ -224,7 +224,7 @@ TEST(CliBench, FromReevaluatesTheTargetsOfASavedRunWithoutAGpu) {
 }
 
 TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
-  Json doc = Json::object();
+  Json json_doc = Json::object();
   Json ks = Json::array();
   Json q = kernel("quantize|a", "quantize", 0.10);
   q["fraction_of_ceiling"] = 0.93;
@@ -242,7 +242,7 @@ TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
   Json gm = kernel("gemm|x", "gemm", 2.0);
   gm["x_format"] = "e4m3";
   ks.push_back(gm);
-  doc["kernels"] = ks;
+  json_doc["kernels"] = ks;
   Json peers = Json::object();
   Json es = Json::array();
   es.push_back(peer("quantize|a", "torch-eager", 1.0));
@@ -252,32 +252,33 @@ TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
   es.push_back(peer("adamw|coat|1", "coat-kernel", 2.5));
   es.push_back(peer("quantize|b", "torch.compile", 0.12));
   peers["entries"] = es;
-  EXPECT_EQ(bench::merge_peers(doc, peers), 3);  // gemm has no peer
-  const auto& k0 = doc.at("kernels").as_array()[0];
-  EXPECT_EQ(k0.at("peer").as_string(), "torch.compile");
-  EXPECT_DOUBLE_EQ(k0.at("speedup_vs_peer").as_number(), 1.5);
-  EXPECT_EQ(k0.at("peers").as_array().size(), 3u);  // failures are listed, never chosen
+  bench::BenchDoc doc = bench::BenchDoc::from_json(json_doc);
+  EXPECT_EQ(bench::merge_peers(doc, bench::Peers::from_json(peers)), 3);  // gemm has no peer
+  const auto& k0 = doc.kernels[0];
+  EXPECT_EQ(k0.peer, "torch.compile");
+  EXPECT_DOUBLE_EQ(k0.speedup_vs_peer.value(), 1.5);
+  EXPECT_EQ(k0.peers.value().size(), 3u);  // failures are listed, never chosen
   bench::evaluate_targets(doc);
-  const auto& t0 = doc.at("kernels").as_array()[0].at("targets");
-  EXPECT_TRUE(t0.at("copy_bandwidth").at("met").as_bool());
-  EXPECT_TRUE(t0.at("vs_torch_compile").at("met").as_bool());  // 1.5 >= 1.25
-  EXPECT_NEAR(t0.at("vs_torch_compile").at("needs_fraction_of_ceiling").as_number(), 0.625, 1e-12);
-  EXPECT_TRUE(t0.at("vs_torch_compile").at("reachable").as_bool());
-  const auto& tb = doc.at("kernels").as_array()[1].at("targets");
-  EXPECT_FALSE(tb.at("copy_bandwidth").at("met").as_bool());    // 0.80 < 0.90
-  EXPECT_FALSE(tb.at("vs_torch_compile").at("met").as_bool());  // 0.4 < 1.25
-  EXPECT_NEAR(tb.at("vs_torch_compile").at("needs_fraction_of_ceiling").as_number(),
+  const auto& t0 = doc.kernels[0].targets.value();
+  EXPECT_TRUE(t0.copy_bandwidth.value().met.value());
+  EXPECT_TRUE(t0.vs_torch_compile.value().met.value());  // 1.5 >= 1.25
+  EXPECT_NEAR(t0.vs_torch_compile.value().needs_fraction_of_ceiling.value(), 0.625, 1e-12);
+  EXPECT_TRUE(t0.vs_torch_compile.value().reachable.value());
+  const auto& tb = doc.kernels[1].targets.value();
+  EXPECT_FALSE(tb.copy_bandwidth.value().met.value());    // 0.80 < 0.90
+  EXPECT_FALSE(tb.vs_torch_compile.value().met.value());  // 0.4 < 1.25
+  EXPECT_NEAR(tb.vs_torch_compile.value().needs_fraction_of_ceiling.value(),
               4.0e8 / (0.12 / 1.25 * 1e-3) / 1e9 / 4000.0, 1e-12);
-  EXPECT_FALSE(tb.at("vs_torch_compile").at("reachable").as_bool());
-  const auto& t1 = doc.at("kernels").as_array()[2].at("targets");
-  EXPECT_FALSE(t1.at("vs_torch_fused").at("met").as_bool());  // 1.5 < 1.8
-  EXPECT_TRUE(t1.at("vs_coat_kernel").at("met").as_bool());   // 2.5 >= 2
-  const auto& t2 = doc.at("kernels").as_array()[3].at("targets");
-  EXPECT_TRUE(t2.at("vs_scaled_mm").at("met").is_null());  // no peer: unmeasured, not met
-  const auto& s = doc.at("targets_summary");
-  EXPECT_EQ(s.at("met").as_int(), 3);
-  EXPECT_EQ(s.at("missed").as_int(), 3);
-  EXPECT_EQ(s.at("unmeasured").as_int(), 1);
+  EXPECT_FALSE(tb.vs_torch_compile.value().reachable.value());
+  const auto& t1 = doc.kernels[2].targets.value();
+  EXPECT_FALSE(t1.vs_torch_fused.value().met.value());  // 1.5 < 1.8
+  EXPECT_TRUE(t1.vs_coat_kernel.value().met.value());   // 2.5 >= 2
+  const auto& t2 = doc.kernels[3].targets.value();
+  EXPECT_FALSE(t2.vs_scaled_mm.value().met.has_value());  // no peer: unmeasured, not met
+  const auto& s = doc.targets_summary.value();
+  EXPECT_EQ(s.met, 3);
+  EXPECT_EQ(s.missed, 3);
+  EXPECT_EQ(s.unmeasured, 1);
   const std::string md = bench::render_markdown(doc);
   EXPECT_NE(md.find("vs_torch_compile MISSED (needs 104% of copy)"), std::string::npos) << md;
   EXPECT_NE(md.find("| kernel |"), std::string::npos);
@@ -288,7 +289,7 @@ TEST(BenchLib, SameBytesCeilingAndOlderRunsRenderInTheirOwnColumns) {
   // A run with the same-bytes ceiling: both fractions shown, the target says which ceiling it
   // used. A run from before (no ceiling_kind: its fraction was against the large copy): the
   // fraction goes under "of large copy" and the same-bytes column stays empty.
-  Json doc = Json::object();
+  Json json_doc = Json::object();
   Json ks = Json::array();
   Json now = kernel("quantize|new", "quantize", 0.03);
   now["ceiling_kind"] = "same-bytes copy";
@@ -301,15 +302,15 @@ TEST(BenchLib, SameBytesCeilingAndOlderRunsRenderInTheirOwnColumns) {
   old["ceiling_gbps"] = 4300.0;
   old["fraction_of_ceiling"] = 0.77;
   ks.push_back(old);
-  doc["kernels"] = ks;
+  json_doc["kernels"] = ks;
+  bench::BenchDoc doc = bench::BenchDoc::from_json(json_doc);
   bench::evaluate_targets(doc);
-  const auto& t0 = doc.at("kernels").as_array()[0].at("targets").at("copy_bandwidth");
-  EXPECT_TRUE(t0.at("met").as_bool());
-  EXPECT_NE(t0.at("what").as_string().find("same-run device copy of as many bytes"), std::string::npos)
-      << t0.at("what").as_string();
-  const auto& t1 = doc.at("kernels").as_array()[1].at("targets").at("copy_bandwidth");
-  EXPECT_FALSE(t1.at("met").as_bool());
-  EXPECT_EQ(t1.at("what").as_string().find("as many bytes"), std::string::npos);
+  const auto& t0 = doc.kernels[0].targets.value().copy_bandwidth.value();
+  EXPECT_TRUE(t0.met.value());
+  EXPECT_NE(t0.what.find("same-run device copy of as many bytes"), std::string::npos) << t0.what;
+  const auto& t1 = doc.kernels[1].targets.value().copy_bandwidth.value();
+  EXPECT_FALSE(t1.met.value());
+  EXPECT_EQ(t1.what.find("as many bytes"), std::string::npos);
   const auto rows = bench::table_rows(doc);
   const auto& h = bench::table_header();
   const auto col = [&](const char* name) {
@@ -324,28 +325,23 @@ TEST(BenchLib, SameBytesCeilingAndOlderRunsRenderInTheirOwnColumns) {
 }
 
 TEST(BenchLib, LaunchLeadIsReportedForNewRunsAndNamedAbsentInOldOnes) {
-  Json doc = Json::object();
-  doc["l2_flush"] = "256 MiB read";
-  doc["launch_lead_us"] = 500.0;
-  doc["peers_launch_lead_us"] = "not recorded";  // a peers file from before the lead
-  Json ks = Json::array();
-  ks.push_back(kernel("quantize|x", "quantize", 0.03));
-  doc["kernels"] = ks;
+  bench::BenchDoc doc;
+  doc.l2_flush = "256 MiB read";
+  doc.launch_lead_us = 500.0;
+  doc.peers_launch_lead_us = "not recorded";  // a peers file from before the lead
+  doc.kernels.push_back(bench::BenchKernel::from_json(kernel("quantize|x", "quantize", 0.03)));
   bench::evaluate_targets(doc);
   std::string md = bench::render_markdown(doc);
   EXPECT_NE(md.find("- launch lead: a 500 us GPU-side wait"), std::string::npos)
       << md;  // a document measured with an idle wait
   EXPECT_NE(md.find("(the peers' file: \"not recorded\")"), std::string::npos) << md;
-  doc["launch_lead_flushes"] = 8;
+  doc.launch_lead_flushes = 8;
   md = bench::render_markdown(doc);
   EXPECT_NE(md.find("- launch lead: the L2 flush runs 8 times before each timed launch, at least 500 us"),
             std::string::npos)
       << md;
-  auto& obj = doc.as_object();  // a document measured without a lead: no launch_lead_us
-  obj.erase(
-      std::remove_if(obj.begin(), obj.end(),
-                     [](const auto& kv) { return kv.first == "launch_lead_us" || kv.first == "launch_lead_flushes"; }),
-      obj.end());
+  doc.launch_lead_us.reset();  // a document measured without a lead: no launch_lead_us
+  doc.launch_lead_flushes.reset();
   md = bench::render_markdown(doc);
   EXPECT_NE(md.find("- launch lead: none"), std::string::npos) << md;
   EXPECT_EQ(md.find("GPU-side wait"), std::string::npos) << md;
@@ -365,7 +361,7 @@ TEST(CompareLib, NoGpuBackendIsAnError) {
   const std::unique_ptr<gpu::Backend> none = gpu::no_gpu_backend("no GPU in this test");
   EXPECT_FALSE(none->available());
   EXPECT_EQ(none->why_not(), "no GPU in this test");
-  EXPECT_EQ(none->device().at("why_not").as_string(), "no GPU in this test");
+  EXPECT_EQ(none->device().why_not, "no GPU in this test");
   try {
     none->require("compare needs one");
     ADD_FAILURE() << "require() passed without a GPU";
@@ -382,26 +378,22 @@ TEST(CompareLib, NoGpuBackendIsAnError) {
 }
 
 TEST(CompareLib, SummaryAndMarkdownFromADocument) {
-  Json doc = Json::object();
-  doc["command"] = "fp8sim compare t.h5";
-  Json ops = Json::array();
-  Json a = Json::object();
-  a["op"] = "quantize";
-  a["spec"] = "e4m3:g128";
-  a["elements"] = 100;
-  a["differing_codes"] = 0;
-  a["passed"] = true;
-  ops.push_back(a);
-  Json b = a;
-  b["differing_codes"] = 3;
-  b["passed"] = false;
-  ops.push_back(b);
-  doc["ops"] = ops;
-  Json s = Json::object();
-  s["entries"] = 2;
-  s["failed"] = 1;
-  s["passed"] = false;
-  doc["summary"] = s;
+  compare::CompareResult doc;
+  doc.command = "fp8sim compare t.h5";
+  doc.machine = Json::object();
+  compare::QuantizeEntry a;
+  a.spec = "e4m3:g128";
+  a.elements = 100;
+  a.differing_codes = 0;
+  a.passed = true;
+  doc.ops.push_back(a);
+  compare::QuantizeEntry b = a;
+  b.differing_codes = 3;
+  b.passed = false;
+  doc.ops.push_back(b);
+  doc.summary.entries = 2;
+  doc.summary.failed = 1;
+  doc.summary.passed = false;
   const auto rows = compare::summary_rows(doc);
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0][2], "2");    // entries
@@ -425,14 +417,9 @@ namespace {
 class CpuAsGpu final : public gpu::Backend {
  public:
   bool corrupt_quantize = false, corrupt_adamw = false, corrupt_gemm = false;
-  Json device() override {
-    Json d = Json::object();
-    d["available"] = true;
-    d["name"] = "the CPU reference";
-    return d;
-  }
+  gpu::DeviceStatus device() override { return {.available = true, .name = "the CPU reference"}; }
   Json machine() override { return Json::object(); }
-  Json run_bench(const bench::BenchOptions&) override { throw Error("CpuAsGpu: no bench"); }
+  bench::BenchDoc run_bench(const bench::BenchOptions&) override { throw Error("CpuAsGpu: no bench"); }
   speed::Calibration measure_kernels(const std::vector<speed::KernelOp>&, const speed::MeasureSettings&,
                                      const std::function<void(double, double)>&) override {
     throw Error("CpuAsGpu: no kernel timing");
@@ -497,16 +484,17 @@ TEST(CompareLib, EndToEndOnTheSampleTraceWithTheCpuAsTheGpu) {
   compare::CompareOptions o;
   o.trace_path = kTrace;
   o.max_tensors = 1;
-  const Json doc = compare::compare_trace(o, ops);
-  const Json& s = doc.at("summary");
-  EXPECT_TRUE(s.at("passed").as_bool()) << compare::render_markdown(doc);
+  const compare::CompareResult doc = compare::compare_trace(o, ops);
+  const compare::CompareSummary& s = doc.summary;
+  EXPECT_TRUE(s.passed) << compare::render_markdown(doc);
   for (const char* op : {"cast", "quantize", "adamw", "gemm"}) {
-    ASSERT_TRUE(s.find(op)) << op << " did not run";
-    EXPECT_GT(s.at(op).at("entries").as_int(), 0) << op;
+    ASSERT_TRUE(s.ops.count(op)) << op << " did not run";
+    EXPECT_GT(s.ops.at(op).entries, 0) << op;
   }
-  for (const auto& e : doc.at("ops").as_array()) {
-    ASSERT_TRUE(e.find("elements") && e.at("elements").as_int() > 0) << e.dump(-1);
-    ASSERT_TRUE(e.find("differing_codes")) << e.dump(-1);
+  for (const auto& e : doc.ops) {
+    const Json j = compare::entry_json(e);
+    ASSERT_TRUE(j.find("elements") && j.at("elements").as_int() > 0) << j.dump(-1);
+    ASSERT_TRUE(j.find("differing_codes")) << j.dump(-1);
   }
 }
 
@@ -518,27 +506,28 @@ TEST(CompareLib, CatchesACorruptCodeParameterOrGemmScale) {
     CpuAsGpu ops;
     ops.corrupt_quantize = true;
     o.ops = {"quantize"};
-    const Json doc = compare::compare_trace(o, ops);
-    EXPECT_GT(doc.at("summary").at("failed").as_int(), 0);
+    const compare::CompareResult doc = compare::compare_trace(o, ops);
+    EXPECT_GT(doc.summary.failed, 0);
   }
   {
     CpuAsGpu ops;
     ops.corrupt_adamw = true;
     o.ops = {"adamw"};
-    const Json doc = compare::compare_trace(o, ops);
-    EXPECT_EQ(doc.at("summary").at("failed").as_int(), doc.at("summary").at("entries").as_int());
+    const compare::CompareResult doc = compare::compare_trace(o, ops);
+    EXPECT_EQ(doc.summary.failed, doc.summary.entries);
   }
   {
     CpuAsGpu ops;
     ops.corrupt_gemm = true;
     o.ops = {"gemm"};
-    const Json doc = compare::compare_trace(o, ops);
+    const compare::CompareResult doc = compare::compare_trace(o, ops);
     // Every FP8 configuration scales W: a doubled W scale fails them all (BF16 has no scale).
     int64_t fp8_entries = 0, fp8_failed = 0;
-    for (const auto& e : doc.at("ops").as_array()) {
-      if (e.at("config").as_string() == "bf16") continue;
+    for (const auto& entry : doc.ops) {
+      const auto& e = std::get<compare::GemmEntry>(entry);
+      if (e.config == "bf16") continue;
       ++fp8_entries;
-      fp8_failed += e.at("passed").as_bool() ? 0 : 1;
+      fp8_failed += e.passed ? 0 : 1;
     }
     EXPECT_GT(fp8_entries, 0);
     EXPECT_EQ(fp8_failed, fp8_entries);

@@ -33,24 +33,19 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend() = default;
 
-  Json device() override {
+  DeviceStatus device() override {
     const auto& d = device_info();
-    Json j = Json::object();
-    j["available"] = d.available;
-    if (d.available) {
-      j["name"] = d.name;
-      j["compute_capability"] = fmt::format("{}.{}", d.cc_major, d.cc_minor);
-      j["sm_count"] = d.sm_count;
-      j["memory_gib"] = static_cast<double>(d.total_mem) / double(1ull << 30);
-    } else {
-      j["why_not"] = d.why_not;
-    }
-    return j;
+    if (!d.available) return {.available = false, .why_not = d.why_not};
+    return {.available = true,
+            .name = d.name,
+            .compute_capability = fmt::format("{}.{}", d.cc_major, d.cc_minor),
+            .sm_count = d.sm_count,
+            .memory_gib = static_cast<double>(d.total_mem) / double(1ull << 30)};
   }
 
   Json machine() override { return machine_json(); }
 
-  Json run_bench(const bench::BenchOptions& opts) override {
+  bench::BenchDoc run_bench(const bench::BenchOptions& opts) override {
     require("bench times CUDA kernels and needs a GPU");
     return gpu::run_bench(opts);
   }

@@ -43,12 +43,6 @@ std::string now_text() {
   return buf;
 }
 
-Json shape_json(const std::vector<int64_t>& s) {
-  Json a = Json::array();
-  for (auto d : s) a.push_back(d);
-  return a;
-}
-
 struct Ctx {
   BenchTimer& timer;
   CublasLt& lt;
@@ -85,28 +79,28 @@ double same_bytes_copy_gbps(Ctx& c, double bytes) {
 // Fills the entry's timing and rate fields and, for memory-bound kernels (bytes > 0), the ceiling:
 // a copy of the same number of bytes measured in this run (a kernel moving 96 MiB is held to what a
 // 96 MiB copy reaches, not to a 1 GiB copy's steadier rate), with the large copy's rate beside it.
-void put_timing(Ctx& c, Json& e, const Timing& t, double bytes) {
-  e["median_ms"] = t.median_ms;
-  e["min_ms"] = t.min_ms;
-  e["max_ms"] = t.max_ms;
-  e["reps"] = t.reps;
+void put_timing(Ctx& c, bench::BenchKernel& e, const Timing& t, double bytes) {
+  e.median_ms = t.median_ms;
+  e.min_ms = t.min_ms;
+  e.max_ms = t.max_ms;
+  e.reps = t.reps;
   if (bytes > 0) {
-    e["bytes"] = bytes;
+    e.bytes = bytes;
     const double gbps = bytes / (t.median_ms * 1e-3) / 1e9;
-    e["gbps"] = gbps;
+    e.gbps = gbps;
     const double ceiling = same_bytes_copy_gbps(c, bytes);
     if (ceiling > 0) {
-      e["ceiling_gbps"] = ceiling;
-      e["ceiling_kind"] = bench::kSameBytesCeiling;
-      e["fraction_of_ceiling"] = gbps / ceiling;
+      e.ceiling_gbps = ceiling;
+      e.ceiling_kind = bench::kSameBytesCeiling;
+      e.fraction_of_ceiling = gbps / ceiling;
     } else if (c.large_copy_gbps > 0) {  // the same-bytes copy could not run: the large copy
-      e["ceiling_gbps"] = c.large_copy_gbps;
-      e["ceiling_kind"] = "large copy (no memory for a same-bytes copy)";
-      e["fraction_of_ceiling"] = gbps / c.large_copy_gbps;
+      e.ceiling_gbps = c.large_copy_gbps;
+      e.ceiling_kind = "large copy (no memory for a same-bytes copy)";
+      e.fraction_of_ceiling = gbps / c.large_copy_gbps;
     }
     if (c.large_copy_gbps > 0) {
-      e["large_copy_gbps"] = c.large_copy_gbps;
-      e["fraction_of_large_copy"] = gbps / c.large_copy_gbps;
+      e.large_copy_gbps = c.large_copy_gbps;
+      e.fraction_of_large_copy = gbps / c.large_copy_gbps;
     }
   }
 }
@@ -124,7 +118,7 @@ void fill_input(void* x, const std::string& dtype, size_t n, bool lognormal, cud
 }
 
 // ---- per-op runners --------------------------------------------------------------------------------
-void run_copy(Ctx& c, const bench::BenchItem& it, Json& e) {
+void run_copy(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
   const Timing t = time_device_copy(c.timer, static_cast<size_t>(it.n), c.opts.warmup, c.opts.reps);
   const double bytes = 2.0 * static_cast<double>(it.n);
   c.large_copy_gbps = bytes / (t.median_ms * 1e-3) / 1e9;
@@ -132,7 +126,7 @@ void run_copy(Ctx& c, const bench::BenchItem& it, Json& e) {
   put_timing(c, e, t, bytes);
 }
 
-void run_cast(Ctx& c, const bench::BenchItem& it, Json& e) {
+void run_cast(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
   const size_t n = static_cast<size_t>(numel_of(it.shape));
   cudaStream_t s = c.timer.stream();
   if (it.variant == "decode") {
@@ -186,7 +180,7 @@ QuantBuffers make_quant_buffers(const QuantSpec& spec, const std::vector<int64_t
   return b;
 }
 
-void run_quantize(Ctx& c, const bench::BenchItem& it, Json& e) {
+void run_quantize(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
   const QuantSpec spec = QuantSpec::parse(it.spec);
   const QuantizedSize qs = quantized_size(spec, it.shape);
   cudaStream_t s = c.timer.stream();
@@ -201,13 +195,13 @@ void run_quantize(Ctx& c, const bench::BenchItem& it, Json& e) {
     chunk_maxima_cuda(b.x.get(), dtype_of(it.dtype), static_cast<size_t>(qs.numel), chunk, producer.get(), s);
     go.producer_maxima = producer.get();
     go.producer_maxima_count = producer.size();
-    e["note"] = "per-group maxima emitted by the producing kernel (computed outside the timing); one pass";
+    e.note = "per-group maxima emitted by the producing kernel (computed outside the timing); one pass";
   } else if (it.variant == "delayed") {
     go.delayed_scale = 64.0f;  // a scale from the amax history (the value does not change the cost)
     go.delayed_scale_inv = 1.0f / 64.0f;
-    e["note"] = "scale from the amax history; the tensor amax for the history is emitted in the same pass";
+    e.note = "scale from the amax history; the tensor amax for the history is emitted in the same pass";
   } else if (it.variant == "jit") {
-    e["note"] = "just-in-time amax: stage-1 maxima pass + encode pass (reads the input twice)";
+    e.note = "just-in-time amax: stage-1 maxima pass + encode pass (reads the input twice)";
   }
   QuantGpuOut out = b.out();
   const Timing t = c.timer.time(
@@ -216,7 +210,7 @@ void run_quantize(Ctx& c, const bench::BenchItem& it, Json& e) {
   put_timing(c, e, t, static_cast<double>(qs.numel) * dsize(it.dtype) + static_cast<double>(qs.total_bytes()));
 }
 
-void run_dequantize(Ctx& c, const bench::BenchItem& it, Json& e) {
+void run_dequantize(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
   const QuantSpec spec = QuantSpec::parse(it.spec);
   const QuantizedSize qs = quantized_size(spec, it.shape);
   cudaStream_t s = c.timer.stream();
@@ -233,7 +227,7 @@ void run_dequantize(Ctx& c, const bench::BenchItem& it, Json& e) {
   put_timing(c, e, t, static_cast<double>(qs.total_bytes()) + 4.0 * static_cast<double>(qs.numel));
 }
 
-void run_amax(Ctx& c, const bench::BenchItem& it, Json& e) {
+void run_amax(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
   const size_t n = static_cast<size_t>(numel_of(it.shape));
   cudaStream_t s = c.timer.stream();
   DeviceBuffer<uint16_t> x(n);
@@ -246,7 +240,7 @@ void run_amax(Ctx& c, const bench::BenchItem& it, Json& e) {
     const Timing t = c.timer.time([&](cudaStream_t st) { reduce_maxima_cuda(maxima.get(), m, amax.get(), st); },
                                   c.opts.warmup, c.opts.reps);
     put_timing(c, e, t, 4.0 * static_cast<double>(m));
-    e["note"] = fmt::format("group scaling: max of {} per-1x128-group maxima emitted by the producer", m);
+    e.note = fmt::format("group scaling: max of {} per-1x128-group maxima emitted by the producer", m);
     return;
   }
   DeviceBuffer<unsigned char> ws(amax_workspace_bytes(n));
@@ -254,10 +248,10 @@ void run_amax(Ctx& c, const bench::BenchItem& it, Json& e) {
       c.timer.time([&](cudaStream_t st) { tensor_amax_cuda(x.get(), InputDtype::BF16, n, amax.get(), ws.get(), st); },
                    c.opts.warmup, c.opts.reps);
   put_timing(c, e, t, 2.0 * static_cast<double>(n));
-  e["note"] = "just-in-time: one full read of the tensor";
+  e.note = "just-in-time: one full read of the tensor";
 }
 
-void run_adamw(Ctx& c, const bench::BenchItem& it, Json& e) {
+void run_adamw(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
   const int64_t n = it.n;
   cudaStream_t s = c.timer.stream();
   const optim::StateRecipe r = optim::StateRecipe::parse(it.spec);
@@ -311,7 +305,7 @@ void run_adamw(Ctx& c, const bench::BenchItem& it, Json& e) {
           adamw_fp32_cuda(p.get(), g.get(), dm.fp32, dv.fp32, static_cast<size_t>(n), consts, st);
         },
         c.opts.warmup, c.opts.reps);
-    e["kernel_path"] = "fp32 elementwise";
+    e.kernel_path = "fp32 elementwise";
   } else if (optim::grouped_step_supported(r) && r.m.spec->group_size <= kFusedMaxGroup) {
     const auto cm = group_moment_consts(*r.m.spec, optim::state_rounding_key(r.m.spec->seed, 0, 100, 0));
     const auto cv = group_moment_consts(*r.v.spec, optim::state_rounding_key(r.v.spec->seed, 0, 100, 1));
@@ -323,21 +317,21 @@ void run_adamw(Ctx& c, const bench::BenchItem& it, Json& e) {
                                  static_cast<int>(r.m.spec->group_size), consts, cm, cv, st);
         },
         c.opts.warmup, c.opts.reps);
-    e["kernel_path"] = "fused one-pass (warp per group)";
+    e.kernel_path = "fused one-pass (warp per group)";
   } else {
     DeviceBuffer<unsigned char> scratch(lowp_scratch_bytes(r, n));
     t = c.timer.time(
         [&](cudaStream_t st) { adamw_lowp_cuda(p.get(), g.get(), dm, dv, n, consts, 0, 100, scratch.get(), st); },
         c.opts.warmup, c.opts.reps);
-    e["kernel_path"] = "three phases (dequantize, update, quantize)";
+    e.kernel_path = "three phases (dequantize, update, quantize)";
   }
   put_timing(c, e, t, bytes);
-  e["params"] = n;
-  e["gparams_per_s"] = static_cast<double>(n) / (t.median_ms * 1e-3) / 1e9;
-  e["state_bytes_per_param"] = state_bytes / static_cast<double>(n);
+  e.params = n;
+  e.gparams_per_s = static_cast<double>(n) / (t.median_ms * 1e-3) / 1e9;
+  e.state_bytes_per_param = state_bytes / static_cast<double>(n);
 }
 
-void run_gemm(Ctx& c, const bench::BenchItem& it, Json& e) {
+void run_gemm(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
   cudaStream_t s = c.timer.stream();
   GemmShape sh{it.m, it.gn, it.k};
   GemmConfig cfg;
@@ -381,9 +375,9 @@ void run_gemm(Ctx& c, const bench::BenchItem& it, Json& e) {
   a.w_scale = bf16 ? nullptr : wsc.get();
   FP8SIM_CUDA_CHECK(cudaStreamSynchronize(s));
   GemmPlan plan = c.lt.plan(sh, cfg, a, s, 8, 5, c.opts.gemm_search);
-  e["gemm"] = plan.to_json();
+  e.gemm = plan.to_json();
   if (!plan.supported()) {
-    e["status"] = "unsupported: " + plan.status();
+    e.status = "unsupported: " + plan.status();
     return;
   }
   // Idle first (bench_peers.py does the same before each GEMM peer): the tensor cores' clock
@@ -393,9 +387,35 @@ void run_gemm(Ctx& c, const bench::BenchItem& it, Json& e) {
   const Timing t = c.timer.time([&](cudaStream_t st) { c.lt.run(plan, a, st); }, c.opts.warmup, c.opts.reps);
   put_timing(c, e, t, 0);
   const double flops = 2.0 * static_cast<double>(it.m) * static_cast<double>(it.gn) * static_cast<double>(it.k);
-  e["flops"] = flops;
-  e["tflops"] = flops / (t.median_ms * 1e-3) / 1e12;
+  e.flops = flops;
+  e.tflops = flops / (t.median_ms * 1e-3) / 1e12;
 }
+
+// A plan item's entry before it runs: what it is, no timing yet.
+bench::BenchKernel kernel_entry(const bench::BenchItem& it) {
+  bench::BenchKernel e;
+  e.kernel = it.label;
+  e.key = it.key;
+  e.op = it.op;
+  if (!it.spec.empty()) e.spec = it.spec;
+  e.dtype = it.dtype;
+  if (!it.variant.empty()) e.variant = it.variant;
+  if (!it.shape.empty()) e.shape = it.shape;
+  if (it.op == "gemm") {
+    e.m = it.m;
+    e.n = it.gn;
+    e.k = it.k;
+    e.x_format = it.x_format;
+    e.w_format = it.w_format;
+    e.scaling = it.scaling;
+    e.accum = it.accum;
+  }
+  if (!it.extra_peer_keys.empty()) e.extra_peer_keys = it.extra_peer_keys;
+  return e;
+}
+
+// The peers' timing setting beside ours: its value, or "not recorded".
+Json peers_setting(const std::optional<double>& v) { return v ? Json(*v) : Json("not recorded"); }
 
 }  // namespace
 
@@ -419,7 +439,7 @@ Json machine_json() {
   return m;
 }
 
-Json run_bench(const bench::BenchOptions& opts) {
+bench::BenchDoc run_bench(const bench::BenchOptions& opts) {
   const DeviceInfo& dev = device_info();
   FP8SIM_REQUIRE(dev.available, "no usable CUDA device: {}", dev.why_not);
   FP8SIM_CUDA_CHECK(cudaSetDevice(0));
@@ -428,51 +448,29 @@ Json run_bench(const bench::BenchOptions& opts) {
   CublasLt lt;
   Ctx ctx{timer, lt, opts, 0.0, {}};
 
-  Json doc = Json::object();
-  doc["command"] = opts.command_line;
-  doc["date"] = now_text();
-  doc["machine"] = machine_json();
-  doc["warmup"] = opts.warmup;
-  doc["reps"] = opts.reps;
-  doc["l2_flush"] = opts.flush_write ? "256 MiB write" : "256 MiB read";
-  doc["gemm_search"] = opts.gemm_search;
-  doc["gemm_cooldown_s"] = opts.gemm_cooldown_s;
-  doc["launch_lead_us"] = opts.launch_lead_us;
-  doc["launch_lead_flushes"] = timer.lead_flushes();
-  doc["smoke"] = opts.smoke;
-  Json kernels = Json::array();
+  bench::BenchDoc doc;
+  doc.command = opts.command_line;
+  doc.date = now_text();
+  doc.machine = machine_json();
+  doc.warmup = opts.warmup;
+  doc.reps = opts.reps;
+  doc.l2_flush = opts.flush_write ? "256 MiB write" : "256 MiB read";
+  doc.gemm_search = opts.gemm_search;
+  doc.gemm_cooldown_s = opts.gemm_cooldown_s;
+  doc.launch_lead_us = opts.launch_lead_us;
+  doc.launch_lead_flushes = timer.lead_flushes();
+  doc.smoke = opts.smoke;
   const auto plan = bench::make_plan(opts);
   Progress progress("bench", static_cast<double>(plan.size()));
   size_t done = 0;
   bool device_lost = false;
   for (const auto& it : plan) {
-    Json e = Json::object();
-    e["kernel"] = it.label;
-    e["key"] = it.key;
-    e["op"] = it.op;
-    if (!it.spec.empty()) e["spec"] = it.spec;
-    e["dtype"] = it.dtype;
-    if (!it.variant.empty()) e["variant"] = it.variant;
-    if (!it.shape.empty()) e["shape"] = shape_json(it.shape);
-    if (it.op == "gemm") {
-      e["m"] = it.m;
-      e["n"] = it.gn;
-      e["k"] = it.k;
-      e["x_format"] = it.x_format;
-      e["w_format"] = it.w_format;
-      e["scaling"] = it.scaling;
-      e["accum"] = it.accum;
-    }
-    if (!it.extra_peer_keys.empty()) {
-      Json ks = Json::array();
-      for (const auto& k : it.extra_peer_keys) ks.push_back(k);
-      e["extra_peer_keys"] = std::move(ks);
-    }
+    bench::BenchKernel e = kernel_entry(it);
     if (device_lost) {
-      e["status"] = "skipped: the device reported a fatal error earlier in this run";
+      e.status = "skipped: the device reported a fatal error earlier in this run";
     } else {
       try {
-        e["status"] = "ok";
+        e.status = "ok";
         if (it.op == "copy") run_copy(ctx, it, e);
         else if (it.op == "cast") run_cast(ctx, it, e);
         else if (it.op == "quantize") run_quantize(ctx, it, e);
@@ -480,49 +478,46 @@ Json run_bench(const bench::BenchOptions& opts) {
         else if (it.op == "amax") run_amax(ctx, it, e);
         else if (it.op == "adamw") run_adamw(ctx, it, e);
         else if (it.op == "gemm") run_gemm(ctx, it, e);
-        else e["status"] = "error: unknown op";
+        else e.status = "error: unknown op";
       } catch (const std::exception& ex) {
-        e["status"] = std::string("error: ") + ex.what();
+        e.status = std::string("error: ") + ex.what();
         // A sticky error (illegal address, ...) poisons the context: stop timing, keep the report.
         const cudaError_t err = cudaDeviceSynchronize();
         if (err != cudaSuccess && cudaGetLastError() != cudaSuccess) device_lost = true;
         if (err != cudaSuccess) device_lost = true;
       }
     }
-    kernels.push_back(std::move(e));
+    doc.kernels.push_back(std::move(e));
     progress.update(static_cast<double>(++done));
   }
   progress.finish();
-  doc["kernels"] = std::move(kernels);
-  if (const Json* k0 = doc.at("kernels").as_array().empty() ? nullptr : &doc.at("kernels").as_array()[0];
-      k0 && k0->find("ceiling_gbps")) {
-    Json c = Json::object();
-    c["what"] = "cudaMemcpyAsync device to device, bytes read + written";
-    c["bytes"] = k0->find("bytes") ? k0->at("bytes") : Json(nullptr);
-    c["median_ms"] = k0->find("median_ms") ? k0->at("median_ms") : Json(nullptr);
-    c["gbps"] = k0->at("ceiling_gbps");
-    doc["ceiling"] = std::move(c);
+  if (!doc.kernels.empty() && doc.kernels[0].ceiling_gbps) {
+    const bench::BenchKernel& k0 = doc.kernels[0];
+    bench::Ceiling c;
+    c.what = "cudaMemcpyAsync device to device, bytes read + written";
+    c.bytes = k0.bytes.value_or(NAN);
+    c.median_ms = k0.median_ms.value_or(NAN);
+    c.gbps = *k0.ceiling_gbps;
+    doc.ceiling = c;
   }
   if (!opts.peers_path.empty()) {
-    const Json& peers = opts.peers;
-    doc["peers_file"] = opts.peers_path;
-    if (const Json* pd = peers.find("torch")) doc["peers_torch"] = *pd;
+    const bench::Peers& peers = opts.peers;
+    doc.peers_file = opts.peers_path;
+    doc.peers_torch = peers.torch;
     // The peers' timing settings beside ours (cmd_bench warns before timing when they differ): the
     // GEMM comparison is fair only if the peers idled as long before each GEMM, and without the
     // launch lead a peer's host-side launch work beyond one flush is timed as GPU time.
-    for (const char* key : {"gemm_cooldown_s", "launch_lead_us"}) {
-      const Json* v = peers.find(key);
-      doc[std::string("peers_") + key] = v && v->is_number() ? *v : Json("not recorded");
-    }
+    doc.peers_gemm_cooldown_s = peers_setting(peers.gemm_cooldown_s);
+    doc.peers_launch_lead_us = peers_setting(peers.launch_lead_us);
     bench::merge_peers(doc, peers);
   }
   if (!opts.coat_states_dir.empty()) {
     try {
-      doc["coat_agreement"] = coat_agreement(opts.coat_states_dir);
+      doc.coat_agreement = coat_agreement(opts.coat_states_dir);
     } catch (const std::exception& ex) {
-      Json a = Json::object();
-      a["status"] = std::string("error: ") + ex.what();
-      doc["coat_agreement"] = std::move(a);
+      bench::CoatAgreement a;
+      a.detail["status"] = std::string("error: ") + ex.what();
+      doc.coat_agreement = std::move(a);
     }
   }
   bench::evaluate_targets(doc);

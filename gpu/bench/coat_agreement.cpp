@@ -89,7 +89,25 @@ std::vector<uint8_t> degenerate_groups(const std::vector<float>& p, const std::v
   return bad;
 }
 
-Json agree(const Moment& ours, const Moment& coat, const std::vector<uint8_t>& degenerate) {
+// One moment's agreement: the fractions of equal codes (all, and on non-degenerate groups),
+// scales, k and c, and the scales' largest distance.
+struct MomentAgreement {
+  double codes_equal_frac = 0, codes_equal_frac_nondegenerate = 0, scales_equal_frac = 0, k_equal_frac = 0,
+         c_equal_frac = 0;
+  uint64_t scales_max_ulp = 0;
+  Json to_json() const {
+    Json j = Json::object();
+    j["codes_equal_frac"] = codes_equal_frac;
+    j["codes_equal_frac_nondegenerate"] = codes_equal_frac_nondegenerate;
+    j["scales_equal_frac"] = scales_equal_frac;
+    j["k_equal_frac"] = k_equal_frac;
+    j["c_equal_frac"] = c_equal_frac;
+    j["scales_max_ulp"] = scales_max_ulp;
+    return j;
+  }
+};
+
+MomentAgreement agree(const Moment& ours, const Moment& coat, const std::vector<uint8_t>& degenerate) {
   const size_t n = ours.codes.size(), groups = ours.s.size();
   int64_t eq = 0, eq_nd = 0, n_nd = 0;
   for (size_t i = 0; i < n; ++i) {
@@ -107,19 +125,19 @@ Json agree(const Moment& ours, const Moment& coat, const std::vector<uint8_t>& d
   };
   uint64_t max_ulp_s = 0;
   for (size_t i = 0; i < groups; ++i) max_ulp_s = std::max(max_ulp_s, compare::ulp_distance(ours.s[i], coat.s[i]));
-  Json j = Json::object();
-  j["codes_equal_frac"] = static_cast<double>(eq) / static_cast<double>(n);
-  j["codes_equal_frac_nondegenerate"] = n_nd ? static_cast<double>(eq_nd) / static_cast<double>(n_nd) : 1.0;
-  j["scales_equal_frac"] = frac_equal(ours.s, coat.s);
-  j["k_equal_frac"] = frac_equal(ours.k, coat.k);
-  j["c_equal_frac"] = frac_equal(ours.c, coat.c);
-  j["scales_max_ulp"] = max_ulp_s;
-  return j;
+  MomentAgreement a;
+  a.codes_equal_frac = static_cast<double>(eq) / static_cast<double>(n);
+  a.codes_equal_frac_nondegenerate = n_nd ? static_cast<double>(eq_nd) / static_cast<double>(n_nd) : 1.0;
+  a.scales_equal_frac = frac_equal(ours.s, coat.s);
+  a.k_equal_frac = frac_equal(ours.k, coat.k);
+  a.c_equal_frac = frac_equal(ours.c, coat.c);
+  a.scales_max_ulp = max_ulp_s;
+  return a;
 }
 
 }  // namespace
 
-Json coat_agreement(const std::string& states_dir) {
+bench::CoatAgreement coat_agreement(const std::string& states_dir) {
   const fs::path d(states_dir);
   const Json meta = Json::parse(read_text_file(d / "meta.json"));
   const size_t n = static_cast<size_t>(meta.at("n").as_int()), groups = (n + 127) / 128;
@@ -131,10 +149,10 @@ Json coat_agreement(const std::string& states_dir) {
   h.weight_decay = meta.at("wd").as_number();
   const QuantSpec spec = QuantSpec::parse("e4m3:g128:de=coat");  // COAT's kernel: E4M3, 128, eps 1e-30 (fp64)
   const auto p0 = load<float>(d, "p0", n), g1 = load<float>(d, "g1", n), g2 = load<float>(d, "g2", n);
-  Json out = Json::object();
-  out["n"] = static_cast<int64_t>(n);
-  out["groups"] = static_cast<int64_t>(groups);
-  out["source"] = "COAT fp8_adamw_expand_step (PyPI fp8-coat) vs fp8sim adamw_fp8_grouped_cuda, same inputs";
+  bench::CoatAgreement out;
+  out.detail["n"] = static_cast<int64_t>(n);
+  out.detail["groups"] = static_cast<int64_t>(groups);
+  out.detail["source"] = "COAT fp8_adamw_expand_step (PyPI fp8-coat) vs fp8sim adamw_fp8_grouped_cuda, same inputs";
   double worst = 1.0;
   for (int step = 1; step <= 2; ++step) {
     // Inputs of this step: COAT's initial state (step 1) or COAT's state after step 1.
@@ -159,9 +177,10 @@ Json coat_agreement(const std::string& states_dir) {
     Json js = Json::object();
     int64_t ndeg = 0;
     for (auto b : degenerate) ndeg += b;
+    const MomentAgreement am = agree(m, cm, degenerate), av = agree(v, cv, degenerate);
     js["degenerate_groups"] = ndeg;
-    js["m"] = agree(m, cm, degenerate);
-    js["v"] = agree(v, cv, degenerate);
+    js["m"] = am.to_json();
+    js["v"] = av.to_json();
     int64_t peq = 0;
     uint64_t pulp = 0;
     for (size_t i = 0; i < n; ++i) {
@@ -170,16 +189,14 @@ Json coat_agreement(const std::string& states_dir) {
     }
     js["params_equal_frac"] = static_cast<double>(peq) / static_cast<double>(n);
     js["params_max_ulp"] = pulp;
-    worst = std::min({worst, js.at("m").at("codes_equal_frac_nondegenerate").as_number(),
-                      js.at("v").at("codes_equal_frac_nondegenerate").as_number()});
-    out[fmt::format("step{}", step)] = std::move(js);
+    worst = std::min({worst, am.codes_equal_frac_nondegenerate, av.codes_equal_frac_nondegenerate});
+    out.detail[fmt::format("step{}", step)] = std::move(js);
   }
-  Json t = Json::object();
-  t["what"] = ">= 99.9% of codes equal to COAT's on non-degenerate groups (both moments, both steps)";
-  t["target"] = 0.999;
-  t["value"] = worst;
-  t["met"] = worst >= 0.999;
-  out["target"] = std::move(t);
+  bench::Target& t = out.target.emplace();
+  t.what = ">= 99.9% of codes equal to COAT's on non-degenerate groups (both moments, both steps)";
+  t.target = 0.999;
+  t.value = worst;
+  t.met = worst >= 0.999;
   return out;
 }
 

@@ -7,10 +7,10 @@
 // them, docs/numerics.md, "Dynamic Range Expansion") and are reported apart.
 #include <string>
 
-#include "sim/common/json.hpp"
+#include "sim/bench/bench.hpp"
 
 namespace fp8sim::gpu {
 
-Json coat_agreement(const std::string& states_dir);
+bench::CoatAgreement coat_agreement(const std::string& states_dir);
 
 }  // namespace fp8sim::gpu

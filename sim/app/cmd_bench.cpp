@@ -136,24 +136,25 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   }
   // The end of both paths: the targets line, then the document to --json and its Markdown to --md
   // (rendered by the caller first, so a document that cannot be rendered writes nothing).
-  auto render = [&](const Json& doc) { return md_id < 0 ? std::string() : bench::render_markdown(doc); };
-  auto emit = [&](const Json& doc, const std::string& md) {
-    if (const Json* t = doc.find("targets_summary"))
-      fmt::print("targets: {} met, {} missed, {} unmeasured\n", t->at("met").dump(-1), t->at("missed").dump(-1),
-                 t->at("unmeasured").dump(-1));
-    if (json_id >= 0) files.write(json_id, doc.dump(2) + "\n");
+  auto render = [&](const bench::BenchDoc& doc) { return md_id < 0 ? std::string() : bench::render_markdown(doc); };
+  auto emit = [&](const bench::BenchDoc& doc, const std::string& md) {
+    if (const auto& t = doc.targets_summary)
+      fmt::print("targets: {} met, {} missed, {} unmeasured\n", t->met, t->missed, t->unmeasured);
+    if (json_id >= 0) files.write(json_id, doc.to_json().dump(2) + "\n");
     if (md_id >= 0) files.write(md_id, md);
     std::fflush(stdout);
     files.commit();
   };
   if (!from.empty()) {
     if (json_id < 0 && md_id < 0) throw UsageError("--from needs --json or --md (where to write the result)");
-    Json doc = Json::parse(read_text_file(from));
-    FP8SIM_REQUIRE(doc.is_object() && doc.find("kernels") && doc.at("kernels").is_array(),
+    const Json j = Json::parse(read_text_file(from));
+    FP8SIM_REQUIRE(j.is_object() && j.find("kernels") && j.at("kernels").is_array(),
                    "'{}' is not a bench document (no 'kernels' list; written by fp8sim bench --json?)", from);
-    doc["rerendered"] = o.command_line;  // the timing and its command stay the original run's
+    bench::BenchDoc doc;
     std::string md;
     try {
+      doc = bench::BenchDoc::from_json(j);
+      doc.rerendered = o.command_line;  // the timing and its command stay the original run's
       bench::evaluate_targets(doc);
       md = render(doc);
     } catch (const Error& e) {
@@ -165,25 +166,24 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   std::string peer_warnings;  // printed once the GPU is known to be there
   if (!peers.empty()) {
     // Validate early: a bad peers file should fail before minutes of timing.
-    o.peers = Json::parse(read_text_file(peers));
-    const Json& pj = o.peers;
+    const Json pj = Json::parse(read_text_file(peers));
     FP8SIM_REQUIRE(pj.find("entries"), "'{}' has no 'entries' list (not written by scripts/bench_peers.py?)", peers);
+    o.peers = bench::Peers::from_json(pj);
     // The peers' timing settings the plan carried: the value they recorded with its unit, when it
     // differs from this run's ("" when it is the same).
-    auto differs = [&](const char* key, double ours, const char* unit) -> std::string {
-      const Json* v = pj.find(key);
-      if (v && v->is_number() && v->as_number() == ours) return "";
-      return v && v->is_number() ? v->dump(-1) + " " + unit : std::string("not recorded");
+    auto differs = [](const std::optional<double>& v, double ours, const char* unit) -> std::string {
+      if (v && *v == ours) return "";
+      return v ? Json(*v).dump(-1) + " " + unit : std::string("not recorded");
     };
     // The GEMM ratios compare like with like only if the peers idled as long before each GEMM.
     const bool gemm = o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), "gemm") != o.ops.end();
-    if (const std::string p = differs("gemm_cooldown_s", o.gemm_cooldown_s, "s"); gemm && !p.empty())
+    if (const std::string p = differs(o.peers.gemm_cooldown_s, o.gemm_cooldown_s, "s"); gemm && !p.empty())
       peer_warnings += fmt::format(
           "fp8sim bench: warning: the peers' idle before each GEMM: {}, this run's {} s: the GEMM ratios "
           "compare different thermal states\n",
           p, o.gemm_cooldown_s);
     // Likewise the lead before each timed launch (without it, host-side launch work can be timed).
-    if (const std::string p = differs("launch_lead_us", o.launch_lead_us, "us"); !p.empty())
+    if (const std::string p = differs(o.peers.launch_lead_us, o.launch_lead_us, "us"); !p.empty())
       peer_warnings += fmt::format(
           "fp8sim bench: warning: the peers' launch lead: {}, this run's {} us: "
           "a peer's host-side launch work may be in its times\n",
@@ -192,18 +192,17 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   gpu::Backend& gpu = gpu_api::backend();
   gpu.require("bench times CUDA kernels and needs a GPU");
   fmt::print(stderr, "{}", peer_warnings);
-  const Json doc = gpu.run_bench(o);
+  const bench::BenchDoc doc = gpu.run_bench(o);
   const auto rows = bench::table_rows(doc);
   cli::print_table(bench::table_header(), rows);
-  if (const Json* c = doc.find("ceiling"))
-    fmt::print("ceiling: device-to-device copy {:.0f} GB/s\n", c->at("gbps").as_number());
-  if (const Json* a = doc.find("coat_agreement"); a && a->find("target"))
+  if (doc.ceiling) fmt::print("ceiling: device-to-device copy {:.0f} GB/s\n", doc.ceiling->gbps);
+  if (doc.coat_agreement && doc.coat_agreement->target)
     fmt::print("codes equal to COAT's kernel (non-degenerate groups, worst moment and step): {:.5f}\n",
-               a->at("target").at("value").as_number());
+               doc.coat_agreement->target->value);
   emit(doc, render(doc));
   int failed = 0;
-  for (const auto& k : doc.at("kernels").as_array())
-    if (k.at("status").as_string().rfind("error", 0) == 0) ++failed;
+  for (const auto& k : doc.kernels)
+    if (k.status && k.status->rfind("error", 0) == 0) ++failed;
   if (failed) fmt::print(stderr, "fp8sim bench: {} kernel(s) failed (see their status)\n", failed);
   return failed ? 1 : 0;
 }

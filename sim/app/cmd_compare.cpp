@@ -71,17 +71,16 @@ int run_compare_cmd(const std::vector<std::string>& args) {
   { trace::TraceReader probe(trace); }  // a bad trace fails first, in well under a second
   gpu::Backend& gpu = gpu_api::backend();
   gpu.require("compare runs the CUDA kernels against the CPU reference and needs a GPU");
-  const Json doc = compare::compare_trace(o, gpu);
-  cli::print_table(compare::summary_header(), compare::summary_rows(doc));
-  const Json& s = doc.at("summary");
-  fmt::print("{} of {} comparisons passed\n", s.at("entries").as_int() - s.at("failed").as_int(),
-             s.at("entries").as_int());
-  if (json_id >= 0) files.write(json_id, doc.dump(2) + "\n");
-  if (md_id >= 0) files.write(md_id, compare::render_markdown(doc));
+  const compare::CompareResult res = compare::compare_trace(o, gpu);
+  cli::print_table(compare::summary_header(), compare::summary_rows(res));
+  const compare::CompareSummary& s = res.summary;
+  fmt::print("{} of {} comparisons passed\n", s.entries - s.failed, s.entries);
+  if (json_id >= 0) files.write(json_id, res.to_json().dump(2) + "\n");
+  if (md_id >= 0) files.write(md_id, compare::render_markdown(res));
   std::fflush(stdout);
   files.commit();
   // A verdict: the documents are written either way, the status says whether everything agreed.
-  return s.at("passed").as_bool() ? 0 : 1;
+  return s.passed ? 0 : 1;
 }
 
 }  // namespace

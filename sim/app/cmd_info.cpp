@@ -22,6 +22,12 @@ std::string human_bytes(double b) {
   return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
 }
 
+// A step attribute formatted with fmtspec as a double, or "-" when the trace has none.
+template <class T>
+std::string or_dash(const std::optional<T>& v, const char* fmtspec) {
+  return v ? fmt::format(fmt::runtime(fmtspec), static_cast<double>(*v)) : std::string("-");
+}
+
 std::string model_line(const Json& m) {
   if (!m.is_object()) return "(no model_config attribute)";
   auto get = [&](const char* k) -> std::string {
@@ -174,8 +180,8 @@ int run_info(const std::vector<std::string>& args) {
   const trace::TraceReader r(trace_path);
   if (filter.step || filter.role || filter.layer || !filter.op.empty() || !filter.name_contains.empty())
     check_filter_matches(r, filter);
-  const Json j = trace::trace_info_json(r, filter, true);
-  if (json_id >= 0) files.write(json_id, j.dump(2) + "\n");
+  const trace::TraceInfo info = trace::trace_info(r, filter, true);
+  if (json_id >= 0) files.write(json_id, info.to_json().dump(2) + "\n");
 
   const auto& h = r.header();
   fmt::print("trace      {}  ({}, {} v{})\n", trace_path, human_bytes(static_cast<double>(r.file_bytes())),
@@ -202,56 +208,51 @@ int run_info(const std::vector<std::string>& args) {
     for (size_t i = 0; i < r.ignored().size() && i < 5; ++i) fmt::print(" {}", r.ignored()[i]);
     fmt::print("{}\n", r.ignored().size() > 5 ? " ..." : "");
   }
-  const Json& tot = j.at("totals");
-  fmt::print("tensors    {} ({} elements, {} in memory, {} stored)\n", tot.at("tensors").as_int(),
-             tot.at("elements").as_int(), human_bytes(tot.at("bytes").as_number()),
-             human_bytes(tot.at("stored_bytes").as_number()));
+  const trace::TraceTotals& tot = info.totals;
+  fmt::print("tensors    {} ({} elements, {} in memory, {} stored)\n", tot.tensors, tot.elements,
+             human_bytes(static_cast<double>(tot.bytes)), human_bytes(static_cast<double>(tot.stored_bytes)));
 
-  for (const Json& s : j.at("steps").as_array()) {
-    fmt::print("\nstep {}{}  lr {}  loss {}  adamw_step {}  {} tensors, {} ({} stored)\n", s.at("step").as_int(),
-               s.at("contents").as_string().empty() ? "" : " [" + s.at("contents").as_string() + "]",
-               num_or_dash(&s.at("lr"), "{:.4g}"), num_or_dash(&s.at("loss"), "{:.4f}"),
-               num_or_dash(&s.at("adamw_step"), "{:g}"), s.at("tensor_count").as_int(),
-               human_bytes(s.at("bytes").as_number()), human_bytes(s.at("stored_bytes").as_number()));
+  for (const trace::StepSummary& s : info.steps) {
+    fmt::print("\nstep {}{}  lr {}  loss {}  adamw_step {}  {} tensors, {} ({} stored)\n", s.step,
+               s.contents.empty() ? "" : " [" + s.contents + "]", or_dash(s.lr, "{:.4g}"), or_dash(s.loss, "{:.4f}"),
+               or_dash(s.adamw_step, "{:g}"), s.tensor_count, human_bytes(static_cast<double>(s.bytes)),
+               human_bytes(static_cast<double>(s.stored_bytes)));
     if (summary) {
       std::vector<std::vector<std::string>> rows;
-      for (const Json& rj : s.at("roles").as_array()) {
+      for (const trace::RoleSummary& rs : s.roles) {
         std::string dtypes, ops;
-        for (const Json& d : rj.at("dtypes").as_array()) dtypes += (dtypes.empty() ? "" : ",") + d.as_string();
-        for (const Json& d : rj.at("ops").as_array()) ops += (ops.empty() ? "" : ",") + d.as_string();
-        rows.push_back({"  " + rj.at("role").as_string(), fmt::format("{}", rj.at("tensors").as_int()),
-                        fmt::format("{}", rj.at("elements").as_int()), human_bytes(rj.at("bytes").as_number()),
-                        human_bytes(rj.at("stored_bytes").as_number()), dtypes, ops});
+        for (const auto& d : rs.dtypes) dtypes += (dtypes.empty() ? "" : ",") + d;
+        for (const auto& o : rs.ops) ops += (ops.empty() ? "" : ",") + o;
+        rows.push_back({"  " + std::string(trace::role_name(rs.role)), fmt::format("{}", rs.tensors),
+                        fmt::format("{}", rs.elements), human_bytes(static_cast<double>(rs.bytes)),
+                        human_bytes(static_cast<double>(rs.stored_bytes)), dtypes, ops});
       }
       cli::print_table({"  role", "tensors", "elements", "bytes", "stored", "dtypes", "ops"}, rows);
       continue;
     }
-    std::string current_role;
+    std::optional<trace::Role> current_role;
     std::vector<std::vector<std::string>> rows;
     auto flush = [&] {
       if (rows.empty()) return;
       cli::print_table({"    name", "op", "layer", "dtype", "shape", "bytes", "stored"}, rows);
       rows.clear();
     };
-    for (const Json& t : s.at("tensors").as_array()) {
-      const std::string role = t.at("role").as_string();
-      if (role != current_role) {
+    for (const trace::TensorInfo& t : *s.tensors) {
+      if (t.role != current_role) {
         flush();
-        current_role = role;
-        for (const Json& rj : s.at("roles").as_array())
-          if (rj.at("role").as_string() == role)
-            fmt::print("  {}: {} tensors, {} elements\n", role, rj.at("tensors").as_int(), rj.at("elements").as_int());
+        current_role = t.role;
+        for (const trace::RoleSummary& rs : s.roles)
+          if (rs.role == t.role)
+            fmt::print("  {}: {} tensors, {} elements\n", trace::role_name(rs.role), rs.tensors, rs.elements);
       }
       std::string shape = "(";
-      const auto& sh = t.at("shape").as_array();
-      for (size_t i = 0; i < sh.size(); ++i) shape += fmt::format("{}{}", i ? ", " : "", sh[i].as_int());
-      shape += sh.size() == 1 ? ",)" : ")";
-      std::string name = t.at("name").as_string();
-      if (const Json* m = t.find("modules"); m && m->size() > 1) name += fmt::format("  [-> {} linears]", m->size());
-      rows.push_back({"    " + name, t.at("op").as_string(),
-                      t.at("layer").as_int() < 0 ? "-" : fmt::format("{}", t.at("layer").as_int()),
-                      t.at("dtype").as_string(), shape, human_bytes(t.at("bytes").as_number()),
-                      human_bytes(t.at("stored_bytes").as_number())});
+      for (size_t i = 0; i < t.shape.size(); ++i) shape += fmt::format("{}{}", i ? ", " : "", t.shape[i]);
+      shape += t.shape.size() == 1 ? ",)" : ")";
+      std::string name = t.name;
+      if (t.modules.size() > 1) name += fmt::format("  [-> {} linears]", t.modules.size());
+      rows.push_back({"    " + name, t.op, t.layer < 0 ? "-" : fmt::format("{}", t.layer),
+                      std::string(trace::dtype_name(t.dtype)), shape, human_bytes(static_cast<double>(t.bytes())),
+                      human_bytes(static_cast<double>(t.stored_bytes))});
     }
     flush();
   }

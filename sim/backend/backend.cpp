@@ -6,17 +6,26 @@
 
 namespace fp8sim::gpu {
 
-bool Backend::available() {
-  const Json d = device();
-  const Json* a = d.find("available");
-  return a && a->is_bool() && a->as_bool();
+Json DeviceStatus::to_json() const {
+  Json j = Json::object();
+  j["available"] = available;
+  if (available) {
+    j["name"] = name;
+    j["compute_capability"] = compute_capability;
+    j["sm_count"] = sm_count;
+    j["memory_gib"] = memory_gib;
+  } else {
+    j["why_not"] = why_not;
+  }
+  return j;
 }
 
+bool Backend::available() { return device().available; }
+
 std::string Backend::why_not() {
-  if (available()) return {};
-  const Json d = device();
-  const Json* w = d.find("why_not");
-  return w && w->is_string() && !w->as_string().empty() ? w->as_string() : std::string("no GPU was found");
+  const DeviceStatus d = device();
+  if (d.available) return {};
+  return d.why_not.empty() ? std::string("no GPU was found") : d.why_not;
 }
 
 void Backend::require(std::string_view needs) {
@@ -29,13 +38,8 @@ class NoGpu final : public Backend {
  public:
   explicit NoGpu(std::string why) : why_(std::move(why)) {}
 
-  Json device() override {
-    Json d = Json::object();
-    d["available"] = false;
-    d["why_not"] = why_;
-    return d;
-  }
-  Json machine() override { return device(); }
+  DeviceStatus device() override { return {.available = false, .why_not = why_}; }
+  Json machine() override { return device().to_json(); }
   void cast_f32(const float*, size_t, const CastOptions&, uint8_t*) override { refuse(); }
   void cast_bf16(const uint16_t*, size_t, const CastOptions&, uint8_t*) override { refuse(); }
   QuantizedTensor quantize(const void*, InputDtype, std::span<const int64_t>, const QuantSpec&,
@@ -49,7 +53,7 @@ class NoGpu final : public Backend {
     refuse();
   }
   GemmOutcome gemm(const GemmRequest&) override { refuse(); }
-  Json run_bench(const bench::BenchOptions&) override { refuse(); }
+  bench::BenchDoc run_bench(const bench::BenchOptions&) override { refuse(); }
   speed::Calibration measure_kernels(const std::vector<speed::KernelOp>&, const speed::MeasureSettings&,
                                      const std::function<void(double, double)>&) override {
     refuse();

@@ -9,7 +9,7 @@
 // and tests pass a backend of their own.
 //
 // Every operation takes and returns host memory; the implementation uploads, runs and downloads.
-// On a backend whose device() says `available: false`, every operation throws Error naming why.
+// On a backend whose device() is not available, every operation throws Error naming why.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -43,6 +43,18 @@ struct GemmRequest {
                  // 1x128 x 1x128: (m, ceil(k/128)) + (n, ceil(k/128))
 };
 
+// What device() says: the usable GPU, or why there is none.
+struct DeviceStatus {
+  bool available = false;
+  std::string name{};                // available: the device's name
+  std::string compute_capability{};  // available: "9.0"
+  int64_t sm_count = 0;              // available
+  double memory_gib = 0;             // available
+  std::string why_not{};             // unavailable: the reason, in one line
+  // {available: true, name, compute_capability, sm_count, memory_gib} or {available: false, why_not}.
+  Json to_json() const;
+};
+
 struct GemmOutcome {
   bool supported = false;
   std::string status;    // cuBLASLt's verdict when unsupported
@@ -56,13 +68,13 @@ class Backend {
   virtual ~Backend() = default;
 
   // ---- the device
-  // {available: true, name, compute_capability, sm_count, memory_gib} or {available: false, why_not}.
-  virtual Json device() = 0;
-  // The machine a result document records (device, driver, runtime, libraries).
+  virtual DeviceStatus device() = 0;
+  // The machine a result document records (device, driver, runtime, libraries): free-form
+  // {key: value} that the documents keep and render verbatim, never read by key.
   virtual Json machine() = 0;
   // device()'s `available`.
   bool available();
-  // device()'s `why_not` ("" when available).
+  // device()'s `why_not` ("" when available; "no GPU was found" when it gives no reason).
   std::string why_not();
   // Throws Error "<why_not> (<needs>)" unless available(); `needs` says what wanted the GPU.
   void require(std::string_view needs);
@@ -79,7 +91,7 @@ class Backend {
   virtual GemmOutcome gemm(const GemmRequest& r) = 0;
 
   // ---- bench: fp8sim bench's whole document
-  virtual Json run_bench(const bench::BenchOptions& opts) = 0;
+  virtual bench::BenchDoc run_bench(const bench::BenchOptions& opts) = 0;
 
   // ---- speed: times every distinct kernel of `ops` (attention and the fp32 AdamW baseline
   // excepted: PyTorch times them) and returns the measurements with the device description.
@@ -89,8 +101,8 @@ class Backend {
                                              const std::function<void(double, double)>& progress) = 0;
 };
 
-// The backend of a build or machine without a usable GPU: device() is {available: false,
-// why_not}, machine() the same, and every operation throws Error(why_not).
+// The backend of a build or machine without a usable GPU: device() is unavailable with
+// `why_not`, machine() its JSON, and every operation throws Error(why_not).
 std::unique_ptr<Backend> no_gpu_backend(std::string why_not);
 
 }  // namespace fp8sim::gpu

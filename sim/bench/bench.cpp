@@ -240,40 +240,311 @@ Json plan_json(const BenchOptions& o) {
   return j;
 }
 
-int merge_peers(Json& doc, const Json& peers_doc) {
-  const Json* entries = peers_doc.find("entries");
+namespace {
+
+// ---- reading and writing the document's members -------------------------------------------------
+
+void read(const Json& v, std::string& out) { out = v.as_string(); }
+void read(const Json& v, double& out) { out = v.is_null() ? NAN : v.as_number(); }
+void read(const Json& v, int64_t& out) { out = v.as_int(); }
+void read(const Json& v, bool& out) { out = v.as_bool(); }
+void read(const Json& v, Json& out) { out = v; }
+template <class T>
+requires requires(const Json& j) { T::from_json(j); }
+void read(const Json& v, T& out) { out = T::from_json(v); }
+template <class T>
+void read(const Json& v, std::vector<T>& out) {
+  out.clear();
+  for (const auto& e : v.as_array()) read(e, out.emplace_back());
+}
+
+Json json_of(const Json& v) { return v; }
+template <class T>
+requires requires(const T& t) { t.to_json(); }
+Json json_of(const T& v) { return v.to_json(); }
+template <class T>
+Json json_of(const std::vector<T>& v) {
+  Json a = Json::array();
+  for (const auto& e : v) a.push_back(json_of(e));
+  return a;
+}
+
+// A number the document holds: present and not NaN (null).
+bool is_num(const std::optional<double>& x) { return x && !std::isnan(*x); }
+
+// Visitors of (key, member) pairs: Reader fills the members from an object (a plain member must
+// be there, an optional one may be absent), Writer puts them into one (an absent optional is left out).
+struct Reader {
+  const Json& j;
+  template <class T>
+  void operator()(const char* key, T& field) const {
+    read(j.at(key), field);
+  }
+  template <class T>
+  void operator()(const char* key, std::optional<T>& field) const {
+    if (const Json* v = j.find(key)) read(*v, field.emplace());
+  }
+};
+
+struct Writer {
+  Json& j;
+  template <class T>
+  void operator()(const char* key, const T& field) const {
+    j[key] = json_of(field);
+  }
+  template <class T>
+  void operator()(const char* key, const std::optional<T>& field) const {
+    if (field) j[key] = json_of(*field);
+  }
+};
+
+// The members of each struct as (key, member) pairs in the document's order, for a Reader or a Writer.
+void target_fields(auto& t, auto&& f) {
+  f("copy_bandwidth", t.copy_bandwidth);
+  f("vs_torch_compile", t.vs_torch_compile);
+  f("vs_torch_fused", t.vs_torch_fused);
+  f("vs_coat_kernel", t.vs_coat_kernel);
+  f("vs_scaled_mm", t.vs_scaled_mm);
+}
+
+void kernel_fields(auto& k, auto&& f) {
+  f("kernel", k.kernel);
+  f("key", k.key);
+  f("op", k.op);
+  f("spec", k.spec);
+  f("dtype", k.dtype);
+  f("variant", k.variant);
+  f("shape", k.shape);
+  f("m", k.m);
+  f("n", k.n);
+  f("k", k.k);
+  f("x_format", k.x_format);
+  f("w_format", k.w_format);
+  f("scaling", k.scaling);
+  f("accum", k.accum);
+  f("extra_peer_keys", k.extra_peer_keys);
+  f("status", k.status);
+  const bool note_after_timing = k.op == "amax";
+  if (!note_after_timing) f("note", k.note);
+  f("kernel_path", k.kernel_path);
+  f("gemm", k.gemm);
+  f("median_ms", k.median_ms);
+  f("min_ms", k.min_ms);
+  f("max_ms", k.max_ms);
+  f("reps", k.reps);
+  f("bytes", k.bytes);
+  f("gbps", k.gbps);
+  f("ceiling_gbps", k.ceiling_gbps);
+  f("ceiling_kind", k.ceiling_kind);
+  f("fraction_of_ceiling", k.fraction_of_ceiling);
+  f("large_copy_gbps", k.large_copy_gbps);
+  f("fraction_of_large_copy", k.fraction_of_large_copy);
+  if (note_after_timing) f("note", k.note);
+  f("params", k.params);
+  f("gparams_per_s", k.gparams_per_s);
+  f("state_bytes_per_param", k.state_bytes_per_param);
+  f("flops", k.flops);
+  f("tflops", k.tflops);
+  f("peers", k.peers);
+  f("peer", k.peer);
+  f("peer_median_ms", k.peer_median_ms);
+  f("speedup_vs_peer", k.speedup_vs_peer);
+  f("targets", k.targets);
+}
+
+void ceiling_fields(auto& c, auto&& f) {
+  f("what", c.what);
+  f("bytes", c.bytes);
+  f("median_ms", c.median_ms);
+  f("gbps", c.gbps);
+}
+
+void summary_fields(auto& t, auto&& f) {
+  f("met", t.met);
+  f("missed", t.missed);
+  f("unmeasured", t.unmeasured);
+}
+
+void doc_fields(auto& d, auto&& f) {
+  f("command", d.command);
+  f("date", d.date);
+  f("machine", d.machine);
+  f("warmup", d.warmup);
+  f("reps", d.reps);
+  f("l2_flush", d.l2_flush);
+  f("gemm_search", d.gemm_search);
+  f("gemm_cooldown_s", d.gemm_cooldown_s);
+  f("launch_lead_us", d.launch_lead_us);
+  f("launch_lead_flushes", d.launch_lead_flushes);
+  f("smoke", d.smoke);
+  f("kernels", d.kernels);
+  f("ceiling", d.ceiling);
+  f("peers_file", d.peers_file);
+  f("peers_torch", d.peers_torch);
+  f("peers_gemm_cooldown_s", d.peers_gemm_cooldown_s);
+  f("peers_launch_lead_us", d.peers_launch_lead_us);
+  f("coat_agreement", d.coat_agreement);
+  f("targets_summary", d.targets_summary);
+  f("rerendered", d.rerendered);
+}
+
+}  // namespace
+
+PeerTiming PeerTiming::from_json(const Json& j) {
+  PeerTiming p;
+  const Json* peer = j.find("peer");
+  const Json* status = j.find("status");
+  p.peer = peer ? peer->as_string() : "?";
+  p.status = status ? status->as_string() : "?";
+  const Reader r{j};
+  r("median_ms", p.median_ms);
+  r("min_ms", p.min_ms);
+  r("max_ms", p.max_ms);
+  return p;
+}
+
+Json PeerTiming::to_json() const {
+  Json j = Json::object();
+  const Writer w{j};
+  w("peer", peer);
+  w("status", status);
+  w("median_ms", median_ms);
+  w("min_ms", min_ms);
+  w("max_ms", max_ms);
+  return j;
+}
+
+Peers Peers::from_json(const Json& j) {
+  const Json* entries = j.find("entries");
   FP8SIM_REQUIRE(entries && entries->is_array(), "peers file has no 'entries' list (not written by bench_peers.py?)");
-  Json* kernels = doc.is_object() ? const_cast<Json*>(doc.find("kernels")) : nullptr;
-  if (!kernels || !kernels->is_array()) return 0;
+  Peers p;
+  for (const auto& e : entries->as_array())
+    if (const Json* key = e.find("key")) p.entries.push_back({key->as_string(), PeerTiming::from_json(e)});
+  Reader{j}("torch", p.torch);
+  for (auto [key, field] : {std::pair{"gemm_cooldown_s", &p.gemm_cooldown_s}, {"launch_lead_us", &p.launch_lead_us}})
+    if (const Json* v = j.find(key); v && v->is_number()) *field = v->as_number();
+  return p;
+}
+
+Target Target::from_json(const Json& j) {
+  Target t;
+  const Reader r{j};
+  r("what", t.what);
+  r("target", t.target);
+  r("value", t.value);
+  if (const Json& met = j.at("met"); !met.is_null()) t.met = met.as_bool();
+  r("needs_fraction_of_ceiling", t.needs_fraction_of_ceiling);
+  r("reachable", t.reachable);
+  return t;
+}
+
+Json Target::to_json() const {
+  Json j = Json::object();
+  const Writer w{j};
+  w("what", what);
+  w("target", target);
+  w("value", value);
+  j["met"] = met ? Json(*met) : Json(nullptr);
+  w("needs_fraction_of_ceiling", needs_fraction_of_ceiling);
+  w("reachable", reachable);
+  return j;
+}
+
+KernelTargets KernelTargets::from_json(const Json& j) {
+  KernelTargets t;
+  target_fields(t, Reader{j});
+  return t;
+}
+
+Json KernelTargets::to_json() const {
+  Json j = Json::object();
+  target_fields(*this, Writer{j});
+  return j;
+}
+
+BenchKernel BenchKernel::from_json(const Json& j) {
+  BenchKernel k;
+  kernel_fields(k, Reader{j});
+  return k;
+}
+
+Json BenchKernel::to_json() const {
+  Json j = Json::object();
+  kernel_fields(*this, Writer{j});
+  return j;
+}
+
+Ceiling Ceiling::from_json(const Json& j) {
+  Ceiling c;
+  ceiling_fields(c, Reader{j});
+  return c;
+}
+
+Json Ceiling::to_json() const {
+  Json j = Json::object();
+  ceiling_fields(*this, Writer{j});
+  return j;
+}
+
+CoatAgreement CoatAgreement::from_json(const Json& j) {
+  CoatAgreement a;
+  for (const auto& [key, v] : j.as_object()) {
+    if (key == "target") a.target = Target::from_json(v);
+    else a.detail[key] = v;
+  }
+  return a;
+}
+
+Json CoatAgreement::to_json() const {
+  Json j = detail;
+  Writer{j}("target", target);
+  return j;
+}
+
+TargetsSummary TargetsSummary::from_json(const Json& j) {
+  TargetsSummary t;
+  summary_fields(t, Reader{j});
+  return t;
+}
+
+Json TargetsSummary::to_json() const {
+  Json j = Json::object();
+  summary_fields(*this, Writer{j});
+  return j;
+}
+
+BenchDoc BenchDoc::from_json(const Json& j) {
+  BenchDoc d;
+  doc_fields(d, Reader{j});
+  return d;
+}
+
+Json BenchDoc::to_json() const {
+  Json j = Json::object();
+  doc_fields(*this, Writer{j});
+  return j;
+}
+
+int merge_peers(BenchDoc& doc, const Peers& peers) {
   int merged = 0;
-  for (auto& k : kernels->as_array()) {
+  for (auto& k : doc.kernels) {
     std::vector<std::string> keys;
-    if (const Json* kk = k.find("key")) keys.push_back(kk->as_string());
-    if (const Json* ex = k.find("extra_peer_keys"))
-      for (const auto& e : ex->as_array()) keys.push_back(e.as_string());
-    Json list = Json::array();
-    const Json* best = nullptr;
-    for (const auto& e : entries->as_array()) {
-      const Json* ek = e.find("key");
-      if (!ek || std::find(keys.begin(), keys.end(), ek->as_string()) == keys.end()) continue;
-      Json p = Json::object();
-      p["peer"] = e.find("peer") ? e.at("peer") : Json("?");
-      p["status"] = e.find("status") ? e.at("status") : Json("?");
-      if (const Json* m = e.find("median_ms")) p["median_ms"] = *m;
-      if (const Json* m = e.find("min_ms")) p["min_ms"] = *m;
-      if (const Json* m = e.find("max_ms")) p["max_ms"] = *m;
-      list.push_back(p);
-      const bool ok = e.find("status") && e.at("status").as_string() == "ok" && e.find("median_ms") &&
-                      e.at("median_ms").is_number();
-      if (ok && (!best || e.at("median_ms").as_number() < best->at("median_ms").as_number())) best = &e;
+    if (k.key) keys.push_back(*k.key);
+    if (k.extra_peer_keys) keys.insert(keys.end(), k.extra_peer_keys->begin(), k.extra_peer_keys->end());
+    std::vector<PeerTiming> list;
+    const PeerTiming* best = nullptr;
+    for (const auto& e : peers.entries) {
+      if (std::find(keys.begin(), keys.end(), e.key) == keys.end()) continue;
+      list.push_back(e.timing);
+      const bool ok = e.timing.status == "ok" && is_num(e.timing.median_ms);
+      if (ok && (!best || *e.timing.median_ms < *best->median_ms)) best = &e.timing;
     }
-    if (list.size() == 0) continue;
-    k["peers"] = std::move(list);
+    if (list.empty()) continue;
+    k.peers = std::move(list);
     if (best) {
-      k["peer"] = best->at("peer");
-      k["peer_median_ms"] = best->at("median_ms");
-      if (const Json* ours = k.find("median_ms"); ours && ours->is_number() && ours->as_number() > 0)
-        k["speedup_vs_peer"] = best->at("median_ms").as_number() / ours->as_number();
+      k.peer = best->peer;
+      k.peer_median_ms = best->median_ms;
+      if (is_num(k.median_ms) && *k.median_ms > 0) k.speedup_vs_peer = *best->median_ms / *k.median_ms;
       ++merged;
     }
   }
@@ -283,136 +554,132 @@ int merge_peers(Json& doc, const Json& peers_doc) {
 namespace {
 
 // The median of the named peer among a kernel's peers, or NaN.
-double peer_ms(const Json& k, const std::string& prefix) {
-  const Json* ps = k.find("peers");
-  if (!ps) return NAN;
+double peer_ms(const BenchKernel& k, const std::string& prefix) {
+  if (!k.peers) return NAN;
   double best = NAN;
-  for (const auto& p : ps->as_array()) {
-    if (!p.find("status") || p.at("status").as_string() != "ok" || !p.find("median_ms")) continue;
-    if (p.at("peer").as_string().rfind(prefix, 0) != 0) continue;
-    const double v = p.at("median_ms").as_number();
+  for (const auto& p : *k.peers) {
+    if (p.status != "ok" || !p.median_ms) continue;
+    if (p.peer.rfind(prefix, 0) != 0) continue;
+    const double v = *p.median_ms;
     if (std::isnan(best) || v < best) best = v;
   }
   return best;
 }
 
-Json target(double value, double threshold, const std::string& what) {
-  Json t = Json::object();
-  t["what"] = what;
-  t["target"] = threshold;
-  if (std::isnan(value)) {
-    t["value"] = nullptr;
-    t["met"] = nullptr;  // unmeasured (the peer did not run)
-  } else {
-    t["value"] = value;
-    t["met"] = value >= threshold;
-  }
+Target target(double value, double threshold, const std::string& what) {
+  Target t;
+  t.what = what;
+  t.target = threshold;
+  t.value = value;
+  if (!std::isnan(value)) t.met = value >= threshold;  // else unmeasured (the peer did not run)
   return t;
 }
 
-bool same_bytes_ceiling(const Json& k) {
-  const Json* kind = k.find("ceiling_kind");
-  return kind && kind->is_string() && kind->as_string() == kSameBytesCeiling;
+bool same_bytes_ceiling(const BenchKernel& k) { return k.ceiling_kind == kSameBytesCeiling; }
+
+// A member that the targets need: a document without it is not usable (Json::at's message).
+template <class T>
+const T& member(const std::optional<T>& v, const char* key) {
+  FP8SIM_REQUIRE(v, "json: missing key '{}'", key);
+  return *v;
+}
+
+// The targets that apply to a kernel that ran (none set: no target applies).
+KernelTargets targets_of(const BenchKernel& k) {
+  const double ours = member(k.median_ms, "median_ms");
+  KernelTargets ts;
+  if (k.op == "quantize") {
+    ts.copy_bandwidth =
+        target(is_num(k.fraction_of_ceiling) ? *k.fraction_of_ceiling : NAN, 0.90,
+               same_bytes_ceiling(k) ? "bytes moved / time >= 90% of a same-run device copy of as many bytes"
+                                     : "bytes moved / time >= 90% of the same-run device copy bandwidth");
+    const double pm = peer_ms(k, "torch.compile");
+    Target& t = ts.vs_torch_compile.emplace(target(pm / ours, 1.25, "speedup over torch.compile >= 1.25x"));
+    // How fast the peer's time says we would have to be, as a fraction of the same-run copy
+    // bandwidth (this kernel's bytes in peer_ms / 1.25): above 1 the target is out of reach
+    // for any kernel that moves these bytes, whatever it computes.
+    if (is_num(k.bytes) && is_num(k.ceiling_gbps) && *k.ceiling_gbps > 0 && !std::isnan(pm) && pm > 0) {
+      const double need = *k.bytes / (pm / 1.25 * 1e-3) / 1e9 / *k.ceiling_gbps;
+      t.needs_fraction_of_ceiling = need;
+      t.reachable = need <= 1.0;
+    }
+  } else if (k.op == "adamw" && member(k.spec, "spec") == "coat") {
+    ts.vs_torch_fused = target(peer_ms(k, "torch.optim.AdamW") / ours, 1.8,
+                               "params/s >= 1.8x torch.optim.AdamW(fused=True) with fp32 states");
+    ts.vs_coat_kernel = target(peer_ms(k, "coat-kernel") / ours, 2.0, "params/s >= 2x COAT's fp8_adamw_expand_step");
+  } else if (k.op == "gemm" && member(k.x_format, "x_format") != "bf16") {
+    ts.vs_scaled_mm = target(peer_ms(k, "torch._scaled_mm") / ours, 0.98, "TFLOP/s >= 0.98x torch._scaled_mm");
+  }
+  return ts;
+}
+
+// A kernel's targets with their names, in the document's order.
+std::vector<std::pair<std::string, const Target*>> named_targets(const KernelTargets& ts) {
+  std::vector<std::pair<std::string, const Target*>> out;
+  target_fields(ts, [&](const char* name, const std::optional<Target>& t) {
+    if (t) out.emplace_back(name, &*t);
+  });
+  return out;
 }
 
 }  // namespace
 
-void evaluate_targets(Json& doc) {
-  Json* kernels = const_cast<Json*>(doc.find("kernels"));
-  int met = 0, missed = 0, unmeasured = 0;
-  auto count = [&](const Json& t) {
-    const Json& m = t.at("met");
-    if (m.is_null()) ++unmeasured;
-    else if (m.as_bool()) ++met;
-    else ++missed;
+void evaluate_targets(BenchDoc& doc) {
+  TargetsSummary s;
+  auto count = [&](const Target& t) {
+    if (!t.met) ++s.unmeasured;
+    else if (*t.met) ++s.met;
+    else ++s.missed;
   };
-  if (kernels && kernels->is_array()) {
-    for (auto& k : kernels->as_array()) {
-      if (!k.find("status") || k.at("status").as_string() != "ok") continue;
-      const std::string op = k.at("op").as_string();
-      const double ours = k.at("median_ms").as_number();
-      Json ts = Json::object();
-      if (op == "quantize") {
-        const Json* f = k.find("fraction_of_ceiling");
-        ts["copy_bandwidth"] =
-            target(f && f->is_number() ? f->as_number() : NAN, 0.90,
-                   same_bytes_ceiling(k) ? "bytes moved / time >= 90% of a same-run device copy of as many bytes"
-                                         : "bytes moved / time >= 90% of the same-run device copy bandwidth");
-        const double pm = peer_ms(k, "torch.compile");
-        ts["vs_torch_compile"] = target(pm / ours, 1.25, "speedup over torch.compile >= 1.25x");
-        // How fast the peer's time says we would have to be, as a fraction of the same-run copy
-        // bandwidth (this kernel's bytes in peer_ms / 1.25): above 1 the target is out of reach
-        // for any kernel that moves these bytes, whatever it computes.
-        const Json* bytes = k.find("bytes");
-        const Json* ceil = k.find("ceiling_gbps");
-        if (bytes && bytes->is_number() && ceil && ceil->is_number() && ceil->as_number() > 0 && !std::isnan(pm) &&
-            pm > 0) {
-          const double need = bytes->as_number() / (pm / 1.25 * 1e-3) / 1e9 / ceil->as_number();
-          Json& t = ts["vs_torch_compile"];
-          t["needs_fraction_of_ceiling"] = need;
-          t["reachable"] = need <= 1.0;
-        }
-      } else if (op == "adamw" && (k.at("spec").as_string() == "coat")) {
-        ts["vs_torch_fused"] = target(peer_ms(k, "torch.optim.AdamW") / ours, 1.8,
-                                      "params/s >= 1.8x torch.optim.AdamW(fused=True) with fp32 states");
-        ts["vs_coat_kernel"] =
-            target(peer_ms(k, "coat-kernel") / ours, 2.0, "params/s >= 2x COAT's fp8_adamw_expand_step");
-      } else if (op == "gemm" && k.at("x_format").as_string() != "bf16") {
-        ts["vs_scaled_mm"] = target(peer_ms(k, "torch._scaled_mm") / ours, 0.98, "TFLOP/s >= 0.98x torch._scaled_mm");
-      }
-      if (ts.as_object().empty()) continue;
-      for (const auto& [name, t] : ts.as_object()) count(t);
-      k["targets"] = std::move(ts);
-    }
+  for (auto& k : doc.kernels) {
+    if (k.status != "ok") continue;
+    KernelTargets ts = targets_of(k);
+    const auto named = named_targets(ts);
+    if (named.empty()) continue;
+    for (const auto& [name, t] : named) count(*t);
+    k.targets = std::move(ts);
   }
-  if (const Json* a = doc.find("coat_agreement"); a && a->find("target")) count(a->at("target"));
-  Json s = Json::object();
-  s["met"] = met;
-  s["missed"] = missed;
-  s["unmeasured"] = unmeasured;
-  doc["targets_summary"] = std::move(s);
+  if (doc.coat_agreement && doc.coat_agreement->target) count(*doc.coat_agreement->target);
+  doc.targets_summary = s;
 }
 
 namespace {
 
-std::string num(const Json* v, const char* f = "{:.4g}") { return num_or_dash(v, f); }
+std::string num(const std::optional<double>& v, const char* f = "{:.4g}") {
+  return is_num(v) ? fmt::format(fmt::runtime(f), *v) : "-";
+}
 
-std::vector<std::string> row_of(const Json& k) {
-  const bool ok = k.find("status") && k.at("status").as_string() == "ok";
+std::vector<std::string> row_of(const BenchKernel& k) {
+  const bool ok = k.status == "ok";
   std::string rate = "-";
-  if (const Json* g = k.find("gbps"); g && g->is_number()) rate = fmt::format("{:.0f} GB/s", g->as_number());
-  if (const Json* t = k.find("tflops"); t && t->is_number()) rate = fmt::format("{:.0f} TFLOP/s", t->as_number());
-  if (const Json* p = k.find("gparams_per_s"); p && p->is_number())
-    rate = fmt::format("{:.1f} Gparam/s", p->as_number());
+  if (is_num(k.gbps)) rate = fmt::format("{:.0f} GB/s", *k.gbps);
+  if (is_num(k.tflops)) rate = fmt::format("{:.0f} TFLOP/s", *k.tflops);
+  if (is_num(k.gparams_per_s)) rate = fmt::format("{:.1f} Gparam/s", *k.gparams_per_s);
   std::string targets;
-  if (const Json* ts = k.find("targets")) {
-    for (const auto& [name, t] : ts->as_object()) {
-      const Json& m = t.at("met");
-      targets += fmt::format("{}{} {}", targets.empty() ? "" : "; ", name,
-                             m.is_null() ? "n/a" : (m.as_bool() ? "met" : "MISSED"));
-      if (const Json* need = t.find("needs_fraction_of_ceiling"); need && need->is_number() && need->as_number() > 1.0)
-        targets += fmt::format(" (needs {:.0f}% of copy)", 100.0 * need->as_number());
+  if (k.targets) {
+    for (const auto& [name, t] : named_targets(*k.targets)) {
+      targets +=
+          fmt::format("{}{} {}", targets.empty() ? "" : "; ", name, !t->met ? "n/a" : (*t->met ? "met" : "MISSED"));
+      if (is_num(t->needs_fraction_of_ceiling) && *t->needs_fraction_of_ceiling > 1.0)
+        targets += fmt::format(" (needs {:.0f}% of copy)", 100.0 * *t->needs_fraction_of_ceiling);
     }
   }
   // Runs before the same-bytes ceiling held every kernel to the large copy: their fraction goes in
   // the large-copy column.
-  auto pct = [&](const char* key) {
-    const Json* f = ok ? k.find(key) : nullptr;
-    return f && f->is_number() ? fmt::format("{:.0f}%", 100.0 * f->as_number()) : std::string("-");
+  auto pct = [&](const std::optional<double>& f) {
+    return ok && is_num(f) ? fmt::format("{:.0f}%", 100.0 * *f) : std::string("-");
   };
-  const bool same = same_bytes_ceiling(k) || k.at("op").as_string() == "copy";
-  return {k.at("kernel").as_string(),
-          ok ? num(k.find("median_ms")) : "-",
-          ok ? num(k.find("min_ms")) : "-",
-          ok ? num(k.find("max_ms")) : "-",
-          ok                 ? rate
-          : k.find("status") ? k.at("status").as_string()
-                             : "?",
-          same ? pct("fraction_of_ceiling") : "-",
-          same ? pct("fraction_of_large_copy") : pct("fraction_of_ceiling"),
-          k.find("peer") ? k.at("peer").as_string() : "-",
-          num(k.find("peer_median_ms")),
-          num(k.find("speedup_vs_peer"), "{:.2f}x"),
+  const bool same = same_bytes_ceiling(k) || k.op == "copy";
+  return {k.kernel,
+          ok ? num(k.median_ms) : "-",
+          ok ? num(k.min_ms) : "-",
+          ok ? num(k.max_ms) : "-",
+          ok ? rate : k.status.value_or("?"),
+          same ? pct(k.fraction_of_ceiling) : "-",
+          same ? pct(k.fraction_of_large_copy) : pct(k.fraction_of_ceiling),
+          k.peer.value_or("-"),
+          num(k.peer_median_ms),
+          num(k.speedup_vs_peer, "{:.2f}x"),
           targets.empty() ? "-" : targets};
 }
 
@@ -424,77 +691,68 @@ const std::vector<std::string> kHeader = {
 
 const std::vector<std::string>& table_header() { return kHeader; }
 
-std::vector<std::vector<std::string>> table_rows(const Json& doc) {
+std::vector<std::vector<std::string>> table_rows(const BenchDoc& doc) {
   std::vector<std::vector<std::string>> rows;
-  if (const Json* ks = doc.find("kernels"))
-    for (const auto& k : ks->as_array()) rows.push_back(row_of(k));
+  for (const auto& k : doc.kernels) rows.push_back(row_of(k));
   return rows;
 }
 
-std::string render_markdown(const Json& doc) {
+std::string render_markdown(const BenchDoc& doc) {
   std::string md = "# fp8sim bench\n\n";
-  auto field = [&](const char* key) {
-    return doc.find(key) && doc.at(key).is_string() ? doc.at(key).as_string() : std::string("-");
-  };
-  md += fmt::format("- command: `{}`\n- date: {}\n", field("command"), field("date"));
-  if (doc.find("rerendered"))
-    md += fmt::format("- targets re-evaluated from this run's JSON by: `{}`\n", field("rerendered"));
-  if (const Json* m = doc.find("machine")) {
-    for (const auto& [key, v] : m->as_object())
+  md += fmt::format("- command: `{}`\n- date: {}\n", doc.command.value_or("-"), doc.date.value_or("-"));
+  if (doc.rerendered) md += fmt::format("- targets re-evaluated from this run's JSON by: `{}`\n", *doc.rerendered);
+  if (doc.machine) {
+    for (const auto& [key, v] : doc.machine->as_object())
       md += fmt::format("- {}: {}\n", key, v.is_string() ? v.as_string() : v.dump(-1));
   }
-  if (const Json* c = doc.find("ceiling"))
+  if (doc.ceiling)
     md += fmt::format("- large copy (same run): device-to-device copy {} GB/s (bytes read + written)\n",
-                      num(c->find("gbps"), "{:.0f}"));
+                      num(doc.ceiling->gbps, "{:.0f}"));
   md +=
       "- ceiling of each memory-bound kernel: a device-to-device copy moving the same number of bytes, timed in "
       "the same run the same way (older runs, whose JSON has no ceiling_kind, held every kernel to the large "
       "copy: their fractions appear under \"of large copy\")\n";
-  if (const Json* t = doc.find("targets_summary"))
-    md += fmt::format("- targets: {} met, {} missed, {} unmeasured (peer absent)\n", t->at("met").dump(-1),
-                      t->at("missed").dump(-1), t->at("unmeasured").dump(-1));
-  if (doc.find("l2_flush")) md += fmt::format("- L2 flush before each timed launch: {}\n", field("l2_flush"));
+  if (const auto& t = doc.targets_summary)
+    md += fmt::format("- targets: {} met, {} missed, {} unmeasured (peer absent)\n", t->met, t->missed, t->unmeasured);
+  if (doc.l2_flush) md += fmt::format("- L2 flush before each timed launch: {}\n", *doc.l2_flush);
   // A timing setting as the peers' file recorded it.
-  auto peers_value = [&](const char* key) {
-    const Json* v = doc.find(key);
-    return v ? v->dump(-1) : std::string("no peers");
-  };
-  if (const Json* ll = doc.find("launch_lead_us")) {
-    const std::string peer = peers_value("peers_launch_lead_us");
-    if (const Json* lf = doc.find("launch_lead_flushes"))
+  auto peers_value = [](const std::optional<Json>& v) { return v ? v->dump(-1) : std::string("no peers"); };
+  if (doc.launch_lead_us) {
+    const std::string lead = Json(*doc.launch_lead_us).dump(-1), peer = peers_value(doc.peers_launch_lead_us);
+    if (doc.launch_lead_flushes)
       md += fmt::format(
           "- launch lead: the L2 flush runs {} times before each timed launch, at least {} us of GPU "
           "work (the peers' file: {}): the host enqueues the launch meanwhile, so host-side launch "
           "work (argument set-up, Python, torch.compile's guards and launchers) is not timed, and "
           "the GPU is busy up to the launch as in training\n",
-          lf->dump(-1), ll->dump(-1), peer);
+          *doc.launch_lead_flushes, lead, peer);
     else  // a document measured with an idle GPU-side wait instead of repeated flushes
       md += fmt::format(
           "- launch lead: a {} us GPU-side wait after the flush, before each timed launch (the peers' "
           "file: {}): the host enqueues the launch meanwhile, so host-side launch work is not timed\n",
-          ll->dump(-1), peer);
-  } else if (doc.find("l2_flush")) {
+          lead, peer);
+  } else if (doc.l2_flush) {
     md +=
         "- launch lead: none (a document measured without one): host-side launch work that outlasted the L2 flush "
         "was timed with the kernel\n";
   }
-  if (const Json* gc = doc.find("gemm_cooldown_s")) {
-    const std::string peer = peers_value("peers_gemm_cooldown_s");
-    if (gc->is_number() && gc->as_number() > 0)
+  if (doc.gemm_cooldown_s) {
+    const std::string peer = peers_value(doc.peers_gemm_cooldown_s);
+    if (*doc.gemm_cooldown_s > 0)
       md += fmt::format(
           "- GEMM timing: each GEMM starts after {} s idle (the peers' file: {}), so that every one "
           "starts from a similar thermal state instead of after whatever ran before it\n",
-          gc->dump(-1), peer);
+          Json(*doc.gemm_cooldown_s).dump(-1), peer);
     else md += fmt::format("- GEMM timing: no idle before each GEMM (the peers' file: {})\n", peer);
   }
-  if (const Json* gs = doc.find("gemm_search")) {
-    if (gs->is_number() && gs->as_number() == 0)
+  if (doc.gemm_search) {
+    if (*doc.gemm_search == 0)
       md += "- GEMM algorithm: the fastest of cuBLASLt's 8 heuristic candidates, each timed unflushed\n";
     else
       md += fmt::format(
           "- GEMM algorithm: the fastest of cuBLASLt's 8 heuristic candidates and of up to {} more "
           "configurations it accepts (bench --gemm-search), each timed unflushed\n",
-          gs->dump(-1));
+          *doc.gemm_search);
   }
   md +=
       "\nTimes are CUDA-event medians over warm, L2-flushed repeats. Rates count each input byte once "
@@ -504,15 +762,13 @@ std::string render_markdown(const Json& doc) {
   md += "\n|";
   for (size_t i = 0; i < kHeader.size(); ++i) md += i == 0 ? "---|" : "---:|";
   md += "\n";
-  if (const Json* ks = doc.find("kernels")) {
-    for (const auto& k : ks->as_array()) {
-      md += "|";
-      for (const auto& c : row_of(k)) md += " " + c + " |";
-      md += "\n";
-    }
+  for (const auto& k : doc.kernels) {
+    md += "|";
+    for (const auto& c : row_of(k)) md += " " + c + " |";
+    md += "\n";
   }
-  if (const Json* a = doc.find("coat_agreement"))
-    md += "\n## Agreement with COAT's kernel\n\n```\n" + a->dump(2) + "\n```\n";
+  if (doc.coat_agreement)
+    md += "\n## Agreement with COAT's kernel\n\n```\n" + doc.coat_agreement->to_json().dump(2) + "\n```\n";
   return md;
 }
 

@@ -37,6 +37,8 @@ Json shape_json(const std::vector<int64_t>& s) {
   return a;
 }
 
+using Entries = std::vector<CompareEntry>;
+
 bool wanted(const CompareOptions& o, const std::string& op) {
   return o.ops.empty() || std::find(o.ops.begin(), o.ops.end(), op) != o.ops.end();
 }
@@ -61,48 +63,29 @@ uint64_t max_ulp(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-// Codes, scales, k, c and the dequantized values of two quantizations of the same tensor.
-Json compare_quantized(gpu::Backend& gpu, const QuantizedTensor& cq, const QuantizedTensor& gq) {
-  Json e = Json::object();
-  e["elements"] = cq.numel();
+// Codes, scales, k, c and the dequantized values of two quantizations of the same tensor (the
+// entry's other members are the caller's).
+QuantizeEntry compare_quantized(gpu::Backend& gpu, const QuantizedTensor& cq, const QuantizedTensor& gq) {
+  QuantizeEntry e;
+  e.elements = cq.numel();
   int64_t first = -1;
-  const int64_t dc = count_diff(cq.codes, gq.codes, &first);
-  const int64_t bytes_per = cq.spec.code_bytes_per_element();
-  e["differing_codes"] =
-      bytes_per == 1 ? dc : dc;  // code bytes; for 16-bit formats a differing element may count twice
-  if (first >= 0) {
-    Json f = Json::object();
-    f["index"] = first / bytes_per;
-    f["cpu"] = static_cast<int>(cq.codes[static_cast<size_t>(first)]);
-    f["gpu"] = static_cast<int>(gq.codes[static_cast<size_t>(first)]);
-    e["first_difference"] = std::move(f);
-  }
-  e["groups"] = cq.num_groups();
-  const int64_t ds = count_diff(cq.scales, gq.scales);
-  const int64_t dk = count_diff(cq.expand_k, gq.expand_k);
-  const int64_t dcc = count_diff(cq.expand_c, gq.expand_c);
-  e["differing_scales"] = ds;
-  e["differing_k"] = dk;
-  e["differing_c"] = dcc;
+  e.differing_codes = count_diff(cq.codes, gq.codes, &first);
+  if (first >= 0)
+    e.first_difference = FirstDifference{.index = first / cq.spec.code_bytes_per_element(),
+                                         .cpu = static_cast<int>(cq.codes[static_cast<size_t>(first)]),
+                                         .gpu = static_cast<int>(gq.codes[static_cast<size_t>(first)])};
+  e.groups = cq.num_groups();
+  e.differing_scales = count_diff(cq.scales, gq.scales);
+  e.differing_k = count_diff(cq.expand_k, gq.expand_k);
+  e.differing_c = count_diff(cq.expand_c, gq.expand_c);
   const std::vector<float> deq_cpu = dequantize(cq);
   const std::vector<float> deq_gpu = gpu.dequantize(gq);
   const std::vector<float> deq_gpu_of_cpu = gpu.dequantize(cq);  // the dequantize kernel alone
-  const uint64_t u1 = max_ulp(deq_cpu, deq_gpu), u2 = max_ulp(deq_cpu, deq_gpu_of_cpu);
-  e["max_ulp_dequantized"] = u1;
-  e["max_ulp_dequantize_kernel"] = u2;
-  e["passed"] = dc == 0 && ds == 0 && dk == 0 && dcc == 0 && u1 == 0 && u2 == 0;
+  e.max_ulp_dequantized = max_ulp(deq_cpu, deq_gpu);
+  e.max_ulp_dequantize_kernel = max_ulp(deq_cpu, deq_gpu_of_cpu);
+  e.passed = e.differing_codes == 0 && e.differing_scales == 0 && e.differing_k == 0 && e.differing_c == 0 &&
+             e.max_ulp_dequantized == 0 && e.max_ulp_dequantize_kernel == 0;
   return e;
-}
-
-struct Counter {
-  int64_t entries = 0, failed = 0;
-};
-
-void add_entry(Json& ops, Json e, std::map<std::string, Counter>& per_op) {
-  auto& c = per_op[e.at("op").as_string()];
-  ++c.entries;
-  if (!e.at("passed").as_bool()) ++c.failed;
-  ops.push_back(std::move(e));
 }
 
 // ---- the op families ----------------------------------------------------------------------------------
@@ -112,7 +95,7 @@ struct TensorRef {
   std::vector<float> f32;  // widened
 };
 
-void run_casts(gpu::Backend& gpu, const TensorRef& t, Json& ops, std::map<std::string, Counter>& per_op) {
+void run_casts(gpu::Backend& gpu, const TensorRef& t, Entries& ops) {
   struct CastCase {
     const char* name;
     Format f;
@@ -149,26 +132,23 @@ void run_casts(gpu::Backend& gpu, const TensorRef& t, Json& ops, std::map<std::s
       cast_f32_to_fp8(t.f32.data(), ref.data(), n, o);
       gpu.cast_f32(t.f32.data(), n, o, got.data());
     }
-    Json e = Json::object();
-    e["op"] = "cast";
-    e["spec"] = cc.name;
-    e["tensor"] = t.info->name;
-    e["role"] = std::string(trace::role_name(t.info->role));
-    e["shape"] = shape_json(t.info->shape);
-    e["elements"] = static_cast<int64_t>(n);
+    CastEntry e;
+    e.spec = cc.name;
+    e.tensor = t.info->name;
+    e.role = std::string(trace::role_name(t.info->role));
+    e.shape = t.info->shape;
+    e.elements = static_cast<int64_t>(n);
     int64_t first = -1;
-    const int64_t d = count_diff(ref, got, &first);
-    e["differing_codes"] = d;
+    e.differing_codes = count_diff(ref, got, &first);
     if (first >= 0) {
-      Json f = Json::object();
-      f["index"] = first;
-      f["input_bits"] = fmt::format("0x{:08X}", f32_bits(t.f32[static_cast<size_t>(first)]));
-      f["cpu"] = static_cast<int>(ref[static_cast<size_t>(first)]);
-      f["gpu"] = static_cast<int>(got[static_cast<size_t>(first)]);
-      e["first_difference"] = std::move(f);
+      const auto i = static_cast<size_t>(first);
+      e.first_difference = FirstDifference{.index = first,
+                                           .input_bits = fmt::format("0x{:08X}", f32_bits(t.f32[i])),
+                                           .cpu = static_cast<int>(ref[i]),
+                                           .gpu = static_cast<int>(got[i])};
     }
-    e["passed"] = d == 0;
-    add_entry(ops, std::move(e), per_op);
+    e.passed = e.differing_codes == 0;
+    ops.push_back(std::move(e));
   }
 }
 
@@ -218,7 +198,7 @@ std::vector<std::string> specs_for(Role r) {
   return {};
 }
 
-void run_quantize(gpu::Backend& gpu, const TensorRef& t, Json& ops, std::map<std::string, Counter>& per_op) {
+void run_quantize(gpu::Backend& gpu, const TensorRef& t, Entries& ops) {
   const bool state = t.info->role == Role::ExpAvg || t.info->role == Role::ExpAvgSq;
   for (const auto& text : specs_for(t.info->role)) {
     const QuantSpec spec = QuantSpec::parse(text);
@@ -233,19 +213,17 @@ void run_quantize(gpu::Backend& gpu, const TensorRef& t, Json& ops, std::map<std
     qo.index_offset = 0;
     const QuantizedTensor cq = quantize_any(x, dt, shape, spec, qo);
     const QuantizedTensor gq = gpu.quantize(x, dt, shape, spec, qo);
-    Json e = compare_quantized(gpu, cq, gq);
-    e["op"] = "quantize";
-    e["spec"] = spec.to_string();
-    e["tensor"] = t.info->name;
-    e["role"] = std::string(trace::role_name(t.info->role));
-    e["shape"] = shape_json(shape);
-    add_entry(ops, std::move(e), per_op);
+    QuantizeEntry e = compare_quantized(gpu, cq, gq);
+    e.spec = spec.to_string();
+    e.tensor = t.info->name;
+    e.role = std::string(trace::role_name(t.info->role));
+    e.shape = shape;
+    ops.push_back(std::move(e));
   }
 }
 
 // Delayed scaling is stateful: the same scaler walks a sequence of tensors on each side.
-void run_delayed(gpu::Backend& gpu, const std::vector<TensorRef>& seq, Json& ops,
-                 std::map<std::string, Counter>& per_op) {
+void run_delayed(gpu::Backend& gpu, const std::vector<TensorRef>& seq, Entries& ops) {
   for (const char* text : {"e4m3:tensor:delayed=4,max", "e4m3:tensor:delayed=3,recent,margin=1"}) {
     const QuantSpec spec = QuantSpec::parse(text);
     DelayedScaler cpu_s(spec), gpu_s(spec);
@@ -255,38 +233,33 @@ void run_delayed(gpu::Backend& gpu, const std::vector<TensorRef>& seq, Json& ops
       qg.delayed = &gpu_s;
       const QuantizedTensor cq = quantize_any(t.f32.data(), InputDtype::F32, t.info->shape, spec, qc);
       const QuantizedTensor gq = gpu.quantize(t.f32.data(), InputDtype::F32, t.info->shape, spec, qg);
-      Json e = compare_quantized(gpu, cq, gq);
+      QuantizeEntry e = compare_quantized(gpu, cq, gq);
       const bool same_state = f32_bits(cpu_s.scale()) == f32_bits(gpu_s.scale());
-      e["op"] = "quantize";
-      e["spec"] = spec.to_string();
-      e["tensor"] = t.info->name;
-      e["role"] = std::string(trace::role_name(t.info->role));
-      e["shape"] = shape_json(t.info->shape);
-      e["scaler_state_equal"] = same_state;
-      e["passed"] = e.at("passed").as_bool() && same_state;
-      add_entry(ops, std::move(e), per_op);
+      e.spec = spec.to_string();
+      e.tensor = t.info->name;
+      e.role = std::string(trace::role_name(t.info->role));
+      e.shape = t.info->shape;
+      e.scaler_state_equal = same_state;
+      e.passed = e.passed && same_state;
+      ops.push_back(std::move(e));
     }
   }
 }
 
-void compare_moment(const optim::MomentState& a, const optim::MomentState& b, const char* name, Json& e, bool& ok) {
-  if (a.spec.is_fp32()) {
-    const int64_t d = count_diff(a.fp32, b.fp32);
-    e[fmt::format("{}_differing_values", name)] = d;
-    ok = ok && d == 0;
-    return;
-  }
-  const int64_t dc = count_diff(a.q.codes, b.q.codes), ds = count_diff(a.q.scales, b.q.scales),
-                dk = count_diff(a.q.expand_k, b.q.expand_k), dcc = count_diff(a.q.expand_c, b.q.expand_c);
-  e[fmt::format("{}_differing_codes", name)] = dc;
-  e[fmt::format("{}_differing_scales", name)] = ds;
-  e[fmt::format("{}_differing_k", name)] = dk;
-  e[fmt::format("{}_differing_c", name)] = dcc;
-  ok = ok && dc == 0 && ds == 0 && dk == 0 && dcc == 0;
+MomentComparison compare_moment(const optim::MomentState& a, const optim::MomentState& b) {
+  if (a.spec.is_fp32()) return {.fp32 = true, .differing_values = count_diff(a.fp32, b.fp32)};
+  return {.differing_codes = count_diff(a.q.codes, b.q.codes),
+          .differing_scales = count_diff(a.q.scales, b.q.scales),
+          .differing_k = count_diff(a.q.expand_k, b.q.expand_k),
+          .differing_c = count_diff(a.q.expand_c, b.q.expand_c)};
 }
 
-void run_adamw(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Json& ops,
-               std::map<std::string, Counter>& per_op, int max_tensors) {
+bool identical(const MomentComparison& c) {
+  return c.differing_values == 0 && c.differing_codes == 0 && c.differing_scales == 0 && c.differing_k == 0 &&
+         c.differing_c == 0;
+}
+
+void run_adamw(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Entries& ops, int max_tensors) {
   const trace::StepInfo* si = r.find_step(step);
   const auto& hdr = r.header();
   optim::AdamwHyper h;
@@ -325,23 +298,19 @@ void run_adamw(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Jso
                                       : optim::StateRecipe::parse(rc.recipe);
       const optim::AdamwStepConsts consts = optim::make_step_consts(h, t_after, rc.rule);
       std::vector<float> pc = p0, pg = p0;
-      Json e = Json::object();
-      e["op"] = "adamw";
-      e["recipe"] = rc.recipe;
-      e["rule"] = std::string(optim::update_rule_name(rc.rule));
-      e["kernel"] = recipe.is_fp32() ? "fp32 elementwise" : (rc.fused ? "fused one-pass" : "three phases");
-      e["tensor"] = w->name;
-      e["shape"] = shape_json(w->shape);
-      e["elements"] = n;
-      bool ok = true;
+      AdamwEntry e;
+      e.recipe = rc.recipe;
+      e.rule = std::string(optim::update_rule_name(rc.rule));
+      e.kernel = recipe.is_fp32() ? "fp32 elementwise" : (rc.fused ? "fused one-pass" : "three phases");
+      e.tensor = w->name;
+      e.shape = w->shape;
+      e.elements = n;
       if (recipe.is_fp32()) {
         std::vector<float> mc = m0, vc = v0, mg = m0, vg = v0;
         optim::adamw_step_fp32(pc.data(), g0.data(), mc.data(), vc.data(), static_cast<size_t>(n), consts);
         gpu.adamw_fp32(pg.data(), g0.data(), mg.data(), vg.data(), static_cast<size_t>(n), consts);
-        const int64_t dm = count_diff(mc, mg), dv = count_diff(vc, vg);
-        e["m_differing_values"] = dm;
-        e["v_differing_values"] = dv;
-        ok = dm == 0 && dv == 0;
+        e.m = {.fp32 = true, .differing_values = count_diff(mc, mg)};
+        e.v = {.fp32 = true, .differing_values = count_diff(vc, vg)};
       } else {
         if (rc.fused && !optim::grouped_step_supported(recipe)) continue;
         optim::ParamOptimState sc =
@@ -350,17 +319,14 @@ void run_adamw(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Jso
         optim::LowpScratch scratch;
         optim::lowp_adamw_step(pc.data(), g0.data(), sc, consts, param_index, static_cast<uint64_t>(t_after), scratch);
         gpu.adamw_lowp(pg.data(), g0.data(), sg, consts, param_index, static_cast<uint64_t>(t_after), rc.fused);
-        compare_moment(sc.m, sg.m, "m", e, ok);
-        compare_moment(sc.v, sg.v, "v", e, ok);
+        e.m = compare_moment(sc.m, sg.m);
+        e.v = compare_moment(sc.v, sg.v);
       }
-      const int64_t dp = count_diff(pc, pg);
-      e["differing_params"] = dp;
-      e["max_ulp_params"] = max_ulp(pc, pg);
-      e["differing_codes"] = e.find("m_differing_codes")
-                                 ? e.at("m_differing_codes").as_int() + e.at("v_differing_codes").as_int()
-                                 : int64_t{0};
-      e["passed"] = ok && dp == 0;
-      add_entry(ops, std::move(e), per_op);
+      e.differing_params = count_diff(pc, pg);
+      e.max_ulp_params = max_ulp(pc, pg);
+      e.differing_codes = e.m.differing_codes + e.v.differing_codes;
+      e.passed = identical(e.m) && identical(e.v) && e.differing_params == 0;
+      ops.push_back(std::move(e));
     }
     ++param_index;
   }
@@ -389,7 +355,7 @@ std::vector<float> transpose(const std::vector<float>& a, int64_t rows, int64_t 
 
 void run_gemm_case(gpu::Backend& gpu, const std::string& layer, const std::string& config, const std::vector<float>& x,
                    const std::vector<float>& w, int64_t M, int64_t N, int64_t K, Format xf, Format wf, int scaling,
-                   bool fast, Json& ops, std::map<std::string, Counter>& per_op) {
+                   bool fast, Entries& ops) {
   gpu::GemmRequest req;
   req.m = M;
   req.n = N;
@@ -428,25 +394,22 @@ void run_gemm_case(gpu::Backend& gpu, const std::string& layer, const std::strin
   gemm::gemm_ref_f32(xd.data(), wd.data(), yref.data(), M, N, K);
   gemm::gemm_abs_f32(xd.data(), wd.data(), sabs.data(), M, N, K);
   const gpu::GemmOutcome out = gpu.gemm(req);
-  Json e = Json::object();
-  e["op"] = "gemm";
-  e["config"] = config;
-  e["tensor"] = layer;
-  e["m"] = M;
-  e["n"] = N;
-  e["k"] = K;
-  e["elements"] = M * N;
-  e["differing_codes"] = 0;  // inputs are the CPU's codes; only the product is compared
-  e["plan"] = out.plan;
+  GemmEntry e;
+  e.config = config;
+  e.tensor = layer;
+  e.m = M;
+  e.n = N;
+  e.k = K;
+  e.elements = M * N;
+  e.plan = out.plan;
   if (!out.supported) {
-    e["status"] = "unsupported on this device: " + out.status;
-    e["passed"] = true;  // reported, not faked: an unsupported mode is not a mismatch
-    e["supported"] = false;
-    add_entry(ops, std::move(e), per_op);
+    e.status = "unsupported on this device: " + out.status;
+    e.passed = true;  // reported, not faked: an unsupported mode is not a mismatch
+    ops.push_back(std::move(e));
     return;
   }
-  e["supported"] = true;
-  e["padded"] = out.padded;
+  e.supported = true;
+  e.padded = out.padded;
   gemm::GemmNumerics num;
   num.x_format = xf;
   num.w_format = wf;
@@ -454,18 +417,13 @@ void run_gemm_case(gpu::Backend& gpu, const std::string& layer, const std::strin
   num.fp8 = scaling != 0;
   num.fast_accum = fast;
   num.block_scaled = scaling == 3;
-  const gemm::GemmTolerance tol = gemm::gemm_tolerance(K, num);
-  const gemm::GemmCheck chk = gemm::check_gemm(out.y.data(), yref.data(), sabs.data(), M, N, tol);
-  e["tolerance"] = tol.to_json();
-  e["check"] = chk.to_json();
-  e["max_err_over_tol"] = chk.max_err_over_tol;
-  e["rel_fro_err"] = chk.rel_fro_err;
-  e["passed"] = chk.passed();
-  add_entry(ops, std::move(e), per_op);
+  e.tolerance = gemm::gemm_tolerance(K, num);
+  e.check = gemm::check_gemm(out.y.data(), yref.data(), sabs.data(), M, N, e.tolerance);
+  e.passed = e.check.passed();
+  ops.push_back(std::move(e));
 }
 
-void run_gemms(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Json& ops,
-               std::map<std::string, Counter>& per_op, int max_tensors) {
+void run_gemms(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Entries& ops, int max_tensors) {
   int done = 0;
   for (const TensorInfo* a : r.select(trace::Filter{.step = step, .role = Role::Activation, .op = "linear_input"})) {
     const std::vector<float> x = r.read_f32(*a);
@@ -477,26 +435,217 @@ void run_gemms(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Jso
       ++done;
       const int64_t N = w->shape[0];
       const std::vector<float> wv = r.read_f32(*w);
-      run_gemm_case(gpu, mod, "bf16", x, wv, M, N, K, Format::BF16, Format::BF16, 0, false, ops, per_op);
-      run_gemm_case(gpu, mod, "e4m3 tensor split", x, wv, M, N, K, Format::E4M3, Format::E4M3, 1, false, ops, per_op);
-      run_gemm_case(gpu, mod, "e4m3 tensor fast", x, wv, M, N, K, Format::E4M3, Format::E4M3, 1, true, ops, per_op);
-      run_gemm_case(gpu, mod, "e4m3 row split", x, wv, M, N, K, Format::E4M3, Format::E4M3, 2, false, ops, per_op);
-      run_gemm_case(gpu, mod, "e4m3 block1x128x128x128", x, wv, M, N, K, Format::E4M3, Format::E4M3, 3, false, ops,
-                    per_op);
+      run_gemm_case(gpu, mod, "bf16", x, wv, M, N, K, Format::BF16, Format::BF16, 0, false, ops);
+      run_gemm_case(gpu, mod, "e4m3 tensor split", x, wv, M, N, K, Format::E4M3, Format::E4M3, 1, false, ops);
+      run_gemm_case(gpu, mod, "e4m3 tensor fast", x, wv, M, N, K, Format::E4M3, Format::E4M3, 1, true, ops);
+      run_gemm_case(gpu, mod, "e4m3 row split", x, wv, M, N, K, Format::E4M3, Format::E4M3, 2, false, ops);
+      run_gemm_case(gpu, mod, "e4m3 block1x128x128x128", x, wv, M, N, K, Format::E4M3, Format::E4M3, 3, false, ops);
       // dgrad: dX (M, K) = dY (M, N) * W (N, K) = dY * (W^T stored (K, N))^T, E5M2 x E4M3.
       if (const TensorInfo* dy = r.find(step, Role::ActivationGrad, mod + ".output_grad");
           dy && dy->cols() == N && dy->rows() == M) {
         const std::vector<float> dyv = r.read_f32(*dy);
         run_gemm_case(gpu, mod + " (dgrad)", "e5m2xe4m3 tensor split", dyv, transpose(wv, N, K), M, K, N, Format::E5M2,
-                      Format::E4M3, 1, false, ops, per_op);
+                      Format::E4M3, 1, false, ops);
       }
     }
   }
 }
 
-std::string cell_num(const Json* v) { return v && v->is_number() ? fmt::format("{}", v->as_number()) : "-"; }
+// What summary_rows adds up for an entry.
+struct Facts {
+  std::string what{};  // spec, config, or recipe (kernel, rule)
+  int64_t elements = 0, codes = 0;
+  int64_t meta = 0;  // differing scales, k, c, parameters and fp32 moment values
+  uint64_t ulp = 0;
+  std::optional<double> err_over_tol{};
+  bool unsupported = false;
+};
+
+Facts facts(const CastEntry& e) { return {.what = e.spec, .elements = e.elements, .codes = e.differing_codes}; }
+
+Facts facts(const QuantizeEntry& e) {
+  return {.what = e.spec,
+          .elements = e.elements,
+          .codes = e.differing_codes,
+          .meta = e.differing_scales + e.differing_k + e.differing_c,
+          .ulp = std::max(e.max_ulp_dequantized, e.max_ulp_dequantize_kernel)};
+}
+
+Facts facts(const AdamwEntry& e) {
+  int64_t meta = e.differing_params;
+  for (const MomentComparison* c : {&e.m, &e.v})
+    meta += c->differing_scales + c->differing_k + c->differing_c + c->differing_values;
+  return {.what = fmt::format("{} ({}, {})", e.recipe, e.kernel, e.rule),
+          .elements = e.elements,
+          .codes = e.differing_codes,
+          .meta = meta,
+          .ulp = e.max_ulp_params};
+}
+
+Facts facts(const GemmEntry& e) {
+  Facts f{.what = e.config, .elements = e.elements, .codes = e.differing_codes, .unsupported = !e.supported};
+  if (e.supported) f.err_over_tol = e.check.max_err_over_tol;
+  return f;
+}
+
+CompareSummary summarize(const Entries& ops) {
+  CompareSummary s;
+  for (const auto& e : ops) {
+    OpCount& c = s.ops[entry_op(e)];
+    ++c.entries;
+    ++s.entries;
+    if (!entry_passed(e)) {
+      ++c.failed;
+      ++s.failed;
+    }
+  }
+  s.passed = s.failed == 0;
+  return s;
+}
+
+// A moment's members of an AdamW entry, named "<name>_...".
+void put_moment(Json& j, const char* name, const MomentComparison& c) {
+  if (c.fp32) {
+    j[fmt::format("{}_differing_values", name)] = c.differing_values;
+    return;
+  }
+  j[fmt::format("{}_differing_codes", name)] = c.differing_codes;
+  j[fmt::format("{}_differing_scales", name)] = c.differing_scales;
+  j[fmt::format("{}_differing_k", name)] = c.differing_k;
+  j[fmt::format("{}_differing_c", name)] = c.differing_c;
+}
 
 }  // namespace
+
+Json FirstDifference::to_json() const {
+  Json j = Json::object();
+  j["index"] = index;
+  if (input_bits) j["input_bits"] = *input_bits;
+  j["cpu"] = cpu;
+  j["gpu"] = gpu;
+  return j;
+}
+
+Json CastEntry::to_json() const {
+  Json j = Json::object();
+  j["op"] = "cast";
+  j["spec"] = spec;
+  j["tensor"] = tensor;
+  j["role"] = role;
+  j["shape"] = shape_json(shape);
+  j["elements"] = elements;
+  j["differing_codes"] = differing_codes;
+  if (first_difference) j["first_difference"] = first_difference->to_json();
+  j["passed"] = passed;
+  return j;
+}
+
+Json QuantizeEntry::to_json() const {
+  Json j = Json::object();
+  j["elements"] = elements;
+  j["differing_codes"] = differing_codes;
+  if (first_difference) j["first_difference"] = first_difference->to_json();
+  j["groups"] = groups;
+  j["differing_scales"] = differing_scales;
+  j["differing_k"] = differing_k;
+  j["differing_c"] = differing_c;
+  j["max_ulp_dequantized"] = max_ulp_dequantized;
+  j["max_ulp_dequantize_kernel"] = max_ulp_dequantize_kernel;
+  j["passed"] = passed;
+  j["op"] = "quantize";
+  j["spec"] = spec;
+  j["tensor"] = tensor;
+  j["role"] = role;
+  j["shape"] = shape_json(shape);
+  if (scaler_state_equal) j["scaler_state_equal"] = *scaler_state_equal;
+  return j;
+}
+
+Json AdamwEntry::to_json() const {
+  Json j = Json::object();
+  j["op"] = "adamw";
+  j["recipe"] = recipe;
+  j["rule"] = rule;
+  j["kernel"] = kernel;
+  j["tensor"] = tensor;
+  j["shape"] = shape_json(shape);
+  j["elements"] = elements;
+  put_moment(j, "m", m);
+  put_moment(j, "v", v);
+  j["differing_params"] = differing_params;
+  j["max_ulp_params"] = max_ulp_params;
+  j["differing_codes"] = differing_codes;
+  j["passed"] = passed;
+  return j;
+}
+
+Json GemmEntry::to_json() const {
+  Json j = Json::object();
+  j["op"] = "gemm";
+  j["config"] = config;
+  j["tensor"] = tensor;
+  j["m"] = m;
+  j["n"] = n;
+  j["k"] = k;
+  j["elements"] = elements;
+  j["differing_codes"] = differing_codes;
+  j["plan"] = plan;
+  if (!supported) {
+    j["status"] = status;
+    j["passed"] = passed;
+    j["supported"] = false;
+    return j;
+  }
+  j["supported"] = true;
+  j["padded"] = padded;
+  j["tolerance"] = tolerance.to_json();
+  j["check"] = check.to_json();
+  j["max_err_over_tol"] = check.max_err_over_tol;
+  j["rel_fro_err"] = check.rel_fro_err;
+  j["passed"] = passed;
+  return j;
+}
+
+Json entry_json(const CompareEntry& e) {
+  return std::visit([](const auto& x) { return x.to_json(); }, e);
+}
+
+const char* entry_op(const CompareEntry& e) {
+  static constexpr const char* kOps[] = {"cast", "quantize", "adamw", "gemm"};  // the variant's order
+  return kOps[e.index()];
+}
+
+bool entry_passed(const CompareEntry& e) {
+  return std::visit([](const auto& x) { return x.passed; }, e);
+}
+
+Json CompareSummary::to_json() const {
+  Json j = Json::object();
+  for (const auto& [op, c] : ops) {
+    Json o = Json::object();
+    o["entries"] = c.entries;
+    o["failed"] = c.failed;
+    j[op] = std::move(o);
+  }
+  j["entries"] = entries;
+  j["failed"] = failed;
+  j["passed"] = passed;
+  return j;
+}
+
+Json CompareResult::to_json() const {
+  Json j = Json::object();
+  j["command"] = command;
+  j["date"] = date;
+  j["machine"] = machine;
+  j["trace"] = trace;
+  j["step"] = step;
+  j["summary"] = summary.to_json();
+  Json a = Json::array();
+  for (const auto& e : ops) a.push_back(entry_json(e));
+  j["ops"] = std::move(a);
+  return j;
+}
 
 uint64_t ulp_distance(float a, float b) {
   if (std::isnan(a) && std::isnan(b)) return 0;
@@ -520,7 +669,7 @@ void validate_ops(const std::vector<std::string>& ops) {
   }
 }
 
-Json compare_trace(const CompareOptions& opts, gpu::Backend& gpu) {
+CompareResult compare_trace(const CompareOptions& opts, gpu::Backend& gpu) {
   validate_ops(opts.ops);
   trace::TraceReader r(opts.trace_path);  // validates before any work
   int64_t step = opts.step;
@@ -534,14 +683,13 @@ Json compare_trace(const CompareOptions& opts, gpu::Backend& gpu) {
   }
   FP8SIM_REQUIRE(r.find_step(step), "trace '{}' has no step {}", opts.trace_path, step);
 
-  Json doc = Json::object();
-  doc["command"] = opts.command_line;
-  doc["date"] = now_text();
-  doc["machine"] = gpu.machine();
-  doc["trace"] = source_relative(opts.trace_path);
-  doc["step"] = step;
-  Json ops = Json::array();
-  std::map<std::string, Counter> per_op;
+  CompareResult res;
+  res.command = opts.command_line;
+  res.date = now_text();
+  res.machine = gpu.machine();
+  res.trace = source_relative(opts.trace_path);
+  res.step = step;
+  Entries& ops = res.ops;
 
   const auto infos = r.select(trace::Filter{.step = step});
   Progress progress("compare", static_cast<double>(infos.size()) + 2);
@@ -554,33 +702,19 @@ Json compare_trace(const CompareOptions& opts, gpu::Backend& gpu) {
     ++count_by_role[role];
     TensorRef t{ti, r.read(*ti), {}};
     t.f32 = t.data.widened();
-    if (wanted(opts, "cast")) run_casts(gpu, t, ops, per_op);
-    if (wanted(opts, "quantize")) run_quantize(gpu, t, ops, per_op);
+    if (wanted(opts, "cast")) run_casts(gpu, t, ops);
+    if (wanted(opts, "quantize")) run_quantize(gpu, t, ops);
     if (ti->role == Role::Activation && ti->op == "linear_input") activations.push_back(std::move(t));
     progress.update(static_cast<double>(++done));
   }
-  if (wanted(opts, "quantize")) run_delayed(gpu, activations, ops, per_op);
-  if (wanted(opts, "adamw")) run_adamw(gpu, r, step, ops, per_op, opts.max_tensors);
+  if (wanted(opts, "quantize")) run_delayed(gpu, activations, ops);
+  if (wanted(opts, "adamw")) run_adamw(gpu, r, step, ops, opts.max_tensors);
   progress.update(static_cast<double>(++done));
-  if (wanted(opts, "gemm")) run_gemms(gpu, r, step, ops, per_op, opts.max_tensors);
+  if (wanted(opts, "gemm")) run_gemms(gpu, r, step, ops, opts.max_tensors);
   progress.finish();
 
-  Json summary = Json::object();
-  int64_t total = 0, failed = 0;
-  for (const auto& [op, c] : per_op) {
-    Json s = Json::object();
-    s["entries"] = c.entries;
-    s["failed"] = c.failed;
-    summary[op] = std::move(s);
-    total += c.entries;
-    failed += c.failed;
-  }
-  summary["entries"] = total;
-  summary["failed"] = failed;
-  summary["passed"] = failed == 0;
-  doc["summary"] = std::move(summary);
-  doc["ops"] = std::move(ops);
-  return doc;
+  res.summary = summarize(ops);
+  return res;
 }
 
 const std::vector<std::string>& summary_header() {
@@ -590,7 +724,7 @@ const std::vector<std::string>& summary_header() {
   return h;
 }
 
-std::vector<std::vector<std::string>> summary_rows(const Json& doc) {
+std::vector<std::vector<std::string>> summary_rows(const CompareResult& r) {
   struct Agg {
     int64_t entries = 0, elements = 0, codes = 0, meta = 0, failed = 0, unsupported = 0;
     uint64_t ulp = 0;
@@ -599,30 +733,22 @@ std::vector<std::vector<std::string>> summary_rows(const Json& doc) {
   };
   std::vector<std::string> order;
   std::map<std::string, Agg> agg;
-  for (const auto& e : doc.at("ops").as_array()) {
-    const std::string op = e.at("op").as_string();
-    std::string what = e.find("spec") ? e.at("spec").as_string()
-                                      : (e.find("config") ? e.at("config").as_string() : e.at("recipe").as_string());
-    if (op == "adamw") what += fmt::format(" ({}, {})", e.at("kernel").as_string(), e.at("rule").as_string());
-    const std::string key = op + "\x1f" + what;
+  for (const auto& e : r.ops) {
+    const Facts f = std::visit([](const auto& x) { return facts(x); }, e);
+    const std::string key = entry_op(e) + std::string("\x1f") + f.what;
     if (!agg.count(key)) order.push_back(key);
     Agg& a = agg[key];
     ++a.entries;
-    a.elements += e.find("elements") ? e.at("elements").as_int() : 0;
-    a.codes += e.find("differing_codes") ? e.at("differing_codes").as_int() : 0;
-    for (const char* k : {"differing_scales", "differing_k", "differing_c", "m_differing_scales", "m_differing_k",
-                          "m_differing_c", "v_differing_scales", "v_differing_k", "v_differing_c", "differing_params",
-                          "m_differing_values", "v_differing_values"})
-      if (const Json* v = e.find(k)) a.meta += v->as_int();
-    for (const char* k : {"max_ulp_dequantized", "max_ulp_dequantize_kernel", "max_ulp_params"})
-      if (const Json* v = e.find(k); v && v->is_number())
-        a.ulp = std::max<uint64_t>(a.ulp, static_cast<uint64_t>(v->as_number()));
-    if (const Json* w = e.find("max_err_over_tol"); w && w->is_number()) {
-      a.worst = std::max(a.worst, w->as_number());
+    a.elements += f.elements;
+    a.codes += f.codes;
+    a.meta += f.meta;
+    a.ulp = std::max(a.ulp, f.ulp);
+    if (f.err_over_tol) {
+      a.worst = std::max(a.worst, *f.err_over_tol);
       a.has_worst = true;
     }
-    if (e.find("supported") && !e.at("supported").as_bool()) ++a.unsupported;
-    if (!e.at("passed").as_bool()) ++a.failed;
+    if (f.unsupported) ++a.unsupported;
+    if (!entry_passed(e)) ++a.failed;
   }
   std::vector<std::vector<std::string>> rows;
   for (const auto& key : order) {
@@ -637,19 +763,14 @@ std::vector<std::vector<std::string>> summary_rows(const Json& doc) {
   return rows;
 }
 
-std::string render_markdown(const Json& doc) {
+std::string render_markdown(const CompareResult& r) {
   std::string md = "# fp8sim compare: GPU kernels vs. the CPU reference\n\n";
-  auto str = [&](const char* k) {
-    return doc.find(k) && doc.at(k).is_string() ? doc.at(k).as_string() : std::string("-");
-  };
-  md += fmt::format("- command: `{}`\n- date: {}\n- trace: `{}`, step {}\n", str("command"), str("date"), str("trace"),
-                    cell_num(doc.find("step")));
-  if (const Json* m = doc.find("machine"))
-    for (const auto& [k, v] : m->as_object())
-      md += fmt::format("- {}: {}\n", k, v.is_string() ? v.as_string() : v.dump(-1));
-  const Json& s = doc.at("summary");
-  md += fmt::format("- result: {} of {} comparisons passed{}\n\n", s.at("entries").as_int() - s.at("failed").as_int(),
-                    s.at("entries").as_int(), s.at("passed").as_bool() ? " (all)" : "");
+  md += fmt::format("- command: `{}`\n- date: {}\n- trace: `{}`, step {}\n", r.command, r.date, r.trace, r.step);
+  for (const auto& [k, v] : r.machine.as_object())
+    md += fmt::format("- {}: {}\n", k, v.is_string() ? v.as_string() : v.dump(-1));
+  const CompareSummary& s = r.summary;
+  md += fmt::format("- result: {} of {} comparisons passed{}\n\n", s.entries - s.failed, s.entries,
+                    s.passed ? " (all)" : "");
   md +=
       "Casts, quantizers (incl. DE), dequantization and the optimizer step must be bit-identical: 0 differing\n"
       "codes, scales, k, c and parameter bits, 0 ulp between dequantized values. GEMMs are compared with the\n"
@@ -660,27 +781,28 @@ std::string render_markdown(const Json& doc) {
   md += "\n|";
   for (size_t i = 0; i < summary_header().size(); ++i) md += i < 2 ? "---|" : "---:|";
   md += "\n";
-  for (const auto& row : summary_rows(doc)) {
+  for (const auto& row : summary_rows(r)) {
     md += "|";
     for (const auto& c : row) md += " " + c + " |";
     md += "\n";
   }
   int shown = 0;
-  for (const auto& e : doc.at("ops").as_array()) {
-    if (e.at("passed").as_bool()) continue;
+  for (const auto& e : r.ops) {
+    if (entry_passed(e)) continue;
     if (shown == 0) md += "\n## Failures (first 20)\n\n```\n";
     if (++shown > 20) break;
-    md += e.dump(-1) + "\n";
+    md += entry_json(e).dump(-1) + "\n";
   }
   if (shown) md += "```\n";
   // GEMM detail: every unsupported mode with cuBLASLt's message.
   bool head = false;
   std::map<std::string, int> refused;  // config -> layers
   std::map<std::string, std::string> why;
-  for (const auto& e : doc.at("ops").as_array()) {
-    if (e.at("op").as_string() != "gemm" || !e.find("status")) continue;
-    ++refused[e.at("config").as_string()];
-    why[e.at("config").as_string()] = e.at("status").as_string();
+  for (const auto& e : r.ops) {
+    const GemmEntry* g = std::get_if<GemmEntry>(&e);
+    if (!g || g->supported) continue;
+    ++refused[g->config];
+    why[g->config] = g->status;
   }
   for (const auto& [config, layers] : refused) {
     if (!head) md += "\n## GEMM modes cuBLASLt refused\n\n";

@@ -13,14 +13,19 @@
 // The GPU side is the gpu::Backend (sim/backend/backend.hpp); the caller makes sure it has a GPU
 // (Backend::require), and an operation on a backend without one throws an Error saying why.
 //
-// JSON (reports/h200/compare.json): command, date, machine, trace, step, summary{...},
-// ops: [{op, spec | recipe | config, tensor, role, shape, elements, differing_codes, ..., passed}]
+// JSON (reports/h200/compare.json, CompareResult::to_json): command, date, machine, trace, step,
+// summary{...}, ops: [{op, spec | recipe | config, tensor, role, shape, elements, differing_codes,
+// ..., passed}]
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "sim/backend/backend.hpp"
 #include "sim/common/json.hpp"
+#include "sim/gemm/gemm_ref.hpp"
 
 namespace fp8sim::compare {
 
@@ -35,13 +40,120 @@ struct CompareOptions {
 const std::vector<std::string>& known_ops();  // cast, quantize, adamw, gemm
 void validate_ops(const std::vector<std::string>& ops);
 
-// Runs the comparison, each op on the CPU reference and on `gpu`.
-Json compare_trace(const CompareOptions& opts, gpu::Backend& gpu);
+// The first element where the two sides differ.
+struct FirstDifference {
+  int64_t index = 0;
+  std::optional<std::string> input_bits{};  // cast: the fp32 input's bits, "0x3F800000"
+  int cpu = 0, gpu = 0;                     // the codes
+  Json to_json() const;
+};
 
-std::string render_markdown(const Json& doc);
+// One cast of a tensor: {op: "cast", spec, tensor, role, shape, elements, differing_codes,
+// first_difference?, passed}.
+struct CastEntry {
+  std::string spec;  // e.g. "e4m3 rne sat"
+  std::string tensor, role;
+  std::vector<int64_t> shape;
+  int64_t elements = 0, differing_codes = 0;
+  std::optional<FirstDifference> first_difference;
+  bool passed = false;
+  Json to_json() const;
+};
+
+// One quantization of a tensor, both sides dequantized too: {elements, differing_codes,
+// first_difference?, groups, differing_scales, differing_k, differing_c, max_ulp_dequantized,
+// max_ulp_dequantize_kernel, passed, op: "quantize", spec, tensor, role, shape, scaler_state_equal?}.
+struct QuantizeEntry {
+  int64_t elements = 0;
+  int64_t differing_codes = 0;  // code bytes; for 16-bit formats a differing element may count twice
+  std::optional<FirstDifference> first_difference;
+  int64_t groups = 0, differing_scales = 0, differing_k = 0, differing_c = 0;
+  uint64_t max_ulp_dequantized = 0;        // the CPU's dequantized values vs the GPU's
+  uint64_t max_ulp_dequantize_kernel = 0;  // vs the GPU's dequantize kernel on the CPU's codes
+  bool passed = false;
+  std::string spec;  // QuantSpec text
+  std::string tensor, role;
+  std::vector<int64_t> shape;
+  std::optional<bool> scaler_state_equal;  // delayed scaling: the two scalers' state after the tensor
+  Json to_json() const;
+};
+
+// One moment of an AdamW step: fp32 values, or a quantized moment's codes, scales, k and c.
+struct MomentComparison {
+  bool fp32 = false;
+  int64_t differing_values = 0;                                                         // fp32
+  int64_t differing_codes = 0, differing_scales = 0, differing_k = 0, differing_c = 0;  // quantized
+};
+
+// One AdamW step of a parameter: {op: "adamw", recipe, rule, kernel, tensor, shape, elements,
+// m_differing_values | m_differing_codes, m_differing_scales, m_differing_k, m_differing_c, the
+// same for v, differing_params, max_ulp_params, differing_codes, passed}.
+struct AdamwEntry {
+  std::string recipe;  // optimizer-state recipe
+  std::string rule;    // update rule
+  std::string kernel;  // "fp32 elementwise", "fused one-pass" or "three phases"
+  std::string tensor;
+  std::vector<int64_t> shape;
+  int64_t elements = 0;
+  MomentComparison m, v;
+  int64_t differing_params = 0;
+  uint64_t max_ulp_params = 0;
+  int64_t differing_codes = 0;  // both moments' (quantized moments; 0 for fp32)
+  bool passed = false;
+  Json to_json() const;
+};
+
+// One linear layer's GEMM through cuBLASLt against the Eigen reference: {op: "gemm", config,
+// tensor, m, n, k, elements, differing_codes, plan, then status, passed, supported (refused) or
+// supported, padded, tolerance, check, max_err_over_tol, rel_fro_err, passed}.
+struct GemmEntry {
+  std::string config;  // e.g. "e4m3 tensor split"
+  std::string tensor;  // the layer
+  int64_t m = 0, n = 0, k = 0, elements = 0;
+  int64_t differing_codes = 0;  // inputs are the CPU's codes; only the product is compared
+  Json plan;                    // the backend's chosen algorithm (GemmOutcome::plan), kept verbatim
+  bool supported = false;
+  std::string status;  // refused: "unsupported on this device: <cuBLASLt's verdict>"
+  bool padded = false;
+  gemm::GemmTolerance tolerance;  // supported only
+  gemm::GemmCheck check;          // supported only
+  bool passed = false;            // a refused mode passes: reported, not a mismatch
+  Json to_json() const;
+};
+
+using CompareEntry = std::variant<CastEntry, QuantizeEntry, AdamwEntry, GemmEntry>;
+Json entry_json(const CompareEntry& e);
+const char* entry_op(const CompareEntry& e);  // cast, quantize, adamw, gemm
+bool entry_passed(const CompareEntry& e);
+
+struct OpCount {
+  int64_t entries = 0, failed = 0;
+};
+
+struct CompareSummary {
+  std::map<std::string, OpCount> ops;  // per op family
+  int64_t entries = 0, failed = 0;
+  bool passed = true;
+  Json to_json() const;  // {<op>: {entries, failed}, ..., entries, failed, passed}
+};
+
+struct CompareResult {
+  std::string command, date;
+  Json machine;  // Backend::machine(), kept verbatim
+  std::string trace;
+  int64_t step = 0;
+  CompareSummary summary;
+  std::vector<CompareEntry> ops;
+  Json to_json() const;
+};
+
+// Runs the comparison, each op on the CPU reference and on `gpu`.
+CompareResult compare_trace(const CompareOptions& opts, gpu::Backend& gpu);
+
+std::string render_markdown(const CompareResult& r);
 // One row per (op, spec/recipe/config): header + rows, for the terminal.
 const std::vector<std::string>& summary_header();
-std::vector<std::vector<std::string>> summary_rows(const Json& doc);
+std::vector<std::vector<std::string>> summary_rows(const CompareResult& r);
 
 // Distance in units in the last place between two floats (0 for equal bits, and for two NaNs);
 // +0 and -0 are 1 apart.

@@ -141,14 +141,11 @@ Json section_inputs(Context& ctx, const ReportOptions& o) {
       {"micro-batch per GPU x sequence", fmt::format("{} x {}", o.batch, o.seq)},
   };
   s.table("What this report was run on", {"input", "value"}, rows);
-  const Json& d = ctx.device;
-  const bool gpu = d.find("available") && d.at("available").as_bool();
+  const gpu::DeviceStatus& d = ctx.device;
   std::vector<Row> mrows = {
       {"host", host_name()},
       {"CPU", fmt::format("{} ({} hardware threads)", cpu_model(), std::thread::hardware_concurrency())},
-      {"GPU", gpu ? (d.find("name") && d.at("name").is_string() ? d.at("name").as_string() : "yes")
-                  : "none: " + (d.find("why_not") && d.at("why_not").is_string() ? d.at("why_not").as_string()
-                                                                                 : std::string("not available"))},
+      {"GPU", d.available ? d.name : "none: " + d.why_not},
   };
   s.table("Machine", {"machine", ""}, mrows);
   return s.take();
@@ -246,7 +243,7 @@ Json build_report(const ReportOptions& opts, gpu::Backend& gpu) {
   meta["command"] = opts.command_line;
   meta["host"] = host_name();
   meta["cpu"] = cpu_model();
-  meta["device"] = ctx.device;
+  meta["device"] = ctx.device.to_json();
   meta["trace"] = display_path(opts.trace);
   meta["model"] = opts.model;
   Json recipes = Json::array(), colours = Json::object();

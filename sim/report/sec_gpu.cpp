@@ -13,14 +13,8 @@ namespace fp8sim::report {
 
 namespace {
 
-bool gpu_available(const Context& ctx) {
-  const Json* a = ctx.device.find("available");
-  return a && a->is_bool() && a->as_bool();
-}
-
 std::string why_no_gpu(const Context& ctx) {
-  const Json* w = ctx.device.find("why_not");
-  return w && w->is_string() && !w->as_string().empty() ? w->as_string() : std::string("no GPU was found");
+  return ctx.device.why_not.empty() ? std::string("no GPU was found") : ctx.device.why_not;
 }
 
 const char* kHowToGetGpu =
@@ -29,17 +23,21 @@ const char* kHowToGetGpu =
     "packages, `scripts/device/report.sh` runs the packaged binary there and writes the report "
     "(the committed example is `reports/h200/`).";
 
+std::string number_cell(double x, int sig = 4) {
+  if (x == static_cast<double>(static_cast<long long>(x)) && std::fabs(x) < 1e15)
+    return fmt::format("{}", static_cast<long long>(x));
+  return fmt_num(x, sig);
+}
+
+std::string cell(const std::optional<double>& v) { return v ? number_cell(*v) : ""; }
+
+// The cell of one member of a JSON object (compare's entries, whose columns are their members).
 std::string cell(const Json& obj, const char* key, int sig = 4) {
   const Json* v = obj.find(key);
   if (!v || v->is_null()) return "";
   if (v->is_string()) return v->as_string();
   if (v->is_bool()) return v->as_bool() ? "yes" : "no";
-  if (v->is_number()) {
-    const double x = v->as_number();
-    if (x == static_cast<double>(static_cast<long long>(x)) && std::fabs(x) < 1e15)
-      return fmt::format("{}", static_cast<long long>(x));
-    return fmt_num(x, sig);
-  }
+  if (v->is_number()) return number_cell(v->as_number(), sig);
   if (v->is_array()) {
     std::string s;
     for (const auto& e : v->as_array()) s += (s.empty() ? "" : "x") + (e.is_number() ? fmt_num(e.as_number(), 6) : "?");
@@ -59,7 +57,7 @@ Json section_compare(Context& ctx) {
         "Every op runs on the CPU emulator and on the GPU over the trace's real tensors. Casts, quantizers, "
         "dynamic range expansion and the optimizer step must produce identical codes (0 differing); GEMMs "
         "are checked against the CPU reference GEMM within a tolerance derived from K and the formats.");
-    if (!gpu_available(ctx)) {
+    if (!ctx.device.available) {
       s.unavailable("no GPU: " + why_no_gpu(ctx), kHowToGetGpu);
       return s.take();
     }
@@ -69,9 +67,11 @@ Json section_compare(Context& ctx) {
     co.trace_path = ctx.opts.trace.string();
     co.max_tensors = kCompareTensorsPerOp;
     co.command_line = ctx.opts.command_line;
-    Json doc = compare::compare_trace(co, ctx.gpu);
-    const auto& ops = doc.at("ops").as_array();
-    // Columns: what ran, on what, and how far apart the two sides are.
+    const compare::CompareResult res = compare::compare_trace(co, ctx.gpu);
+    std::vector<Json> ops;
+    for (const auto& e : res.ops) ops.push_back(compare::entry_json(e));
+    // Columns: what ran, on what, and how far apart the two sides are: every entry's members of
+    // these kinds, whichever op families ran.
     std::vector<std::string> keys = {"op"};
     for (const char* k : {"spec", "recipe", "config"})
       for (const auto& op : ops)
@@ -83,19 +83,16 @@ Json section_compare(Context& ctx) {
             (k.find("differ") != std::string::npos || k.find("ulp") != std::string::npos || k == "passed"))
           keys.push_back(k);
     std::vector<Row> rows;
-    size_t bad = 0;
     for (const auto& op : ops) {
       Row r;
       for (const auto& k : keys) r.push_back(cell(op, k.c_str()));
-      const Json* passed = op.find("passed");
-      if (passed && passed->is_bool() && !passed->as_bool()) ++bad;
       rows.push_back(std::move(r));
     }
     Row header(keys.begin(), keys.end());
     s.para(
         fmt::format("{} op/tensor pairs compared ({} tensors per op family: the quick run; `fp8sim compare TRACE` "
                     "compares every tensor); {} failed.",
-                    ops.size(), kCompareTensorsPerOp, bad));
+                    ops.size(), kCompareTensorsPerOp, res.summary.failed));
     s.table("CPU vs GPU, per op and tensor", header, rows);
     Json pd;
     pd["file"] = "compare.png";
@@ -113,7 +110,7 @@ Json section_compare(Context& ctx) {
     pd["rows"] = std::move(rs);
     ctx.plot_data["compare"] = std::move(pd);
     s.plot("compare.png", "CPU vs GPU compare table (red rows have differing codes).");
-    ctx.data["compare"] = std::move(doc);
+    ctx.data["compare"] = res.to_json();
     return s.take();
   });
 }
@@ -127,7 +124,7 @@ Json section_bench(Context& ctx) {
         "Each kernel's median time over warm, L2-flushed repeats, its bandwidth or FLOP rate, the device-to-device "
         "copy bandwidth measured in the same run as the ceiling, and the best peer (PyTorch eager, torch.compile, "
         "torch._scaled_mm, torch's fused AdamW, COAT's kernels) where one ran.");
-    if (!gpu_available(ctx)) {
+    if (!ctx.device.available) {
       s.unavailable("no GPU: " + why_no_gpu(ctx), kHowToGetGpu);
       return s.take();
     }
@@ -135,26 +132,28 @@ Json section_bench(Context& ctx) {
     bench::BenchOptions bo;
     bo.smoke = true;
     bo.command_line = ctx.opts.command_line;
-    Json doc = ctx.gpu.run_bench(bo);
+    const bench::BenchDoc doc = ctx.gpu.run_bench(bo);
     s.para(
         "Quick (smoke) sizes and repetitions, so the report stays within minutes: the full measurement on large "
         "tensors and Llama-2-7B shapes, with PyTorch and COAT peers, is `fp8sim bench` (see `reports/h200/bench.md`).");
-    const auto& ks = doc.at("kernels").as_array();
     std::vector<Row> rows;
-    for (const auto& k : ks) {
-      Row r{cell(k, "kernel"),       cell(k, "median_ms"), cell(k, "gbps"),          cell(k, "tflops"),
-            cell(k, "ceiling_gbps"), cell(k, "peer"),      cell(k, "peer_median_ms")};
-      const Json* pm = k.find("peer_median_ms");
-      const Json* m = k.find("median_ms");
-      r.push_back(pm && m && pm->is_number() && m->is_number() && m->as_number() > 0
-                      ? fmt::format("{:.2f}x", pm->as_number() / m->as_number())
+    for (const auto& k : doc.kernels) {
+      Row r{k.kernel,
+            cell(k.median_ms),
+            cell(k.gbps),
+            cell(k.tflops),
+            cell(k.ceiling_gbps),
+            k.peer.value_or(""),
+            cell(k.peer_median_ms)};
+      r.push_back(k.peer_median_ms && k.median_ms && *k.median_ms > 0
+                      ? fmt::format("{:.2f}x", *k.peer_median_ms / *k.median_ms)
                       : "");
       rows.push_back(std::move(r));
     }
     s.table("Kernels",
             {"kernel", "median ms", "GB/s", "TFLOP/s", "copy ceiling GB/s", "peer", "peer ms", "speedup vs peer"},
             rows);
-    ctx.data["bench"] = std::move(doc);
+    ctx.data["bench"] = doc.to_json();
     return s.take();
   });
 }

@@ -17,10 +17,7 @@ namespace fp8sim::report {
 
 namespace {
 
-bool gpu_available(const Context& ctx) {
-  const Json* a = ctx.device.find("available");
-  return a && a->is_bool() && a->as_bool();
-}
+bool gpu_available(const Context& ctx) { return ctx.device.available; }
 
 // The memory section's largest micro-batch that fits for `recipe`: -1 when the memory section has
 // no document for it (no memory model, or the section did not run).
@@ -139,14 +136,11 @@ Json section_speed(Context& ctx) {
       const std::filesystem::path cal = speed::default_calibration_path();
       std::error_code ec;
       if (!std::filesystem::exists(cal, ec)) {
-        s.unavailable(fmt::format("no GPU here ({}) and no calibration file at `{}`",
-                                  ctx.device.contains("why_not") && ctx.device.at("why_not").is_string()
-                                      ? ctx.device.at("why_not").as_string()
-                                      : std::string("not built with CUDA"),
-                                  display_path(cal)),
-                      "run `fp8sim report` on a GPU machine (it measures the kernels there), or measure a calibration "
-                      "once on a GPU (`scripts/device/calibrate.sh` writes `reports/h200/calibration.json`) and point "
-                      "`FP8SIM_CALIBRATION` at it; the report then models the step from it.");
+        s.unavailable(
+            fmt::format("no GPU here ({}) and no calibration file at `{}`", ctx.device.why_not, display_path(cal)),
+            "run `fp8sim report` on a GPU machine (it measures the kernels there), or measure a calibration "
+            "once on a GPU (`scripts/device/calibrate.sh` writes `reports/h200/calibration.json`) and point "
+            "`FP8SIM_CALIBRATION` at it; the report then models the step from it.");
         return s.take();
       }
     }

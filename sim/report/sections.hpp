@@ -20,7 +20,8 @@ namespace fp8sim::report {
 struct Context {
   const ReportOptions& opts;
   gpu::Backend& gpu;
-  Json device;     // gpu.device(): {available, name, ...} or {available: false, why_not}
+  // gpu.device(), asked once for every section
+  gpu::DeviceStatus device;
   Json data;       // report.json's `data`: each piece's document, verbatim
   Json plot_data;  // report.json's `plot_data`: what scripts/plots.py draws
   // Headline numbers per recipe for the summary, filled by the sections as they run:

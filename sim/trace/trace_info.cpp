@@ -32,13 +32,69 @@ Json tensor_json(const TensorInfo& t) {
   j["stored_bytes"] = t.stored_bytes;
   return j;
 }
+
+// The tensors of `role` in step `s` that match `filter` (appended to `tensors` when given).
+RoleSummary role_summary(const TraceReader& r, const StepInfo& s, Role role, const Filter& filter,
+                         std::vector<TensorInfo>* tensors) {
+  RoleSummary rs;
+  rs.role = role;
+  std::set<std::string> dtypes, ops;
+  for (size_t i : s.tensors) {
+    const TensorInfo& t = r.tensors()[i];
+    if (t.role != role || !filter.matches(t)) continue;
+    ++rs.tensors;
+    rs.elements += static_cast<uint64_t>(t.numel());
+    rs.bytes += t.bytes();
+    rs.stored_bytes += t.stored_bytes;
+    dtypes.insert(std::string(dtype_name(t.dtype)));
+    if (!t.op.empty()) ops.insert(t.op);
+    if (tensors) tensors->push_back(t);
+  }
+  rs.dtypes.assign(dtypes.begin(), dtypes.end());
+  rs.ops.assign(ops.begin(), ops.end());
+  return rs;
+}
 }  // namespace
 
-Json trace_info_json(const TraceReader& r, const Filter& filter, bool with_tensors) {
-  const TraceHeader& h = r.header();
+Json RoleSummary::to_json() const {
   Json j = Json::object();
-  j["file"] = r.path().string();
-  j["file_bytes"] = r.file_bytes();
+  j["role"] = std::string(role_name(role));
+  j["tensors"] = tensors;
+  j["elements"] = elements;
+  j["bytes"] = bytes;
+  j["stored_bytes"] = stored_bytes;
+  j["dtypes"] = string_array(dtypes);
+  j["ops"] = string_array(ops);
+  return j;
+}
+
+Json StepSummary::to_json() const {
+  Json j = Json::object();
+  j["step"] = step;
+  j["contents"] = contents;
+  j["lr"] = opt_num(lr);
+  j["loss"] = opt_num(loss);
+  j["adamw_step"] = opt_int(adamw_step);
+  j["tensor_count"] = tensor_count;
+  j["elements"] = elements;
+  j["bytes"] = bytes;
+  j["stored_bytes"] = stored_bytes;
+  Json rs = Json::array();
+  for (const auto& r : roles) rs.push_back(r.to_json());
+  j["roles"] = std::move(rs);
+  if (tensors) {
+    Json ts = Json::array();
+    for (const auto& t : *tensors) ts.push_back(tensor_json(t));
+    j["tensors"] = std::move(ts);
+  }
+  return j;
+}
+
+Json TraceInfo::to_json() const {
+  const TraceHeader& h = header;
+  Json j = Json::object();
+  j["file"] = file;
+  j["file_bytes"] = file_bytes;
   j["format"] = kFormatName;
   j["format_version"] = h.version;
   j["producer"] = h.producer;
@@ -64,71 +120,52 @@ Json trace_info_json(const TraceReader& r, const Filter& filter, bool with_tenso
   } else {
     j["grad_window"] = Json();
   }
-  j["ignored"] = string_array(r.ignored());
+  j["ignored"] = string_array(ignored);
+  Json t = Json::object();
+  t["tensors"] = totals.tensors;
+  t["elements"] = totals.elements;
+  t["bytes"] = totals.bytes;
+  t["stored_bytes"] = totals.stored_bytes;
+  j["totals"] = std::move(t);
+  Json steps_json = Json::array();
+  for (const auto& s : steps) steps_json.push_back(s.to_json());
+  j["steps"] = std::move(steps_json);
+  return j;
+}
 
-  uint64_t tot_n = 0, tot_el = 0, tot_b = 0, tot_s = 0;
-  Json steps = Json::array();
+TraceInfo trace_info(const TraceReader& r, const Filter& filter, bool with_tensors) {
+  TraceInfo info;
+  info.file = r.path().string();
+  info.file_bytes = r.file_bytes();
+  info.header = r.header();
+  info.ignored = r.ignored();
   for (const StepInfo& s : r.steps()) {
     if (filter.step && *filter.step != s.step) continue;
-    Json sj = Json::object();
-    sj["step"] = s.step;
-    sj["contents"] = s.contents;
-    sj["lr"] = opt_num(s.lr);
-    sj["loss"] = opt_num(s.loss);
-    sj["adamw_step"] = opt_int(s.adamw_step);
-    uint64_t n = 0, el = 0, b = 0, st = 0;
-    Json roles = Json::array();
-    Json tensors = Json::array();
+    StepSummary ss;
+    ss.step = s.step;
+    ss.contents = s.contents;
+    ss.lr = s.lr;
+    ss.loss = s.loss;
+    ss.adamw_step = s.adamw_step;
+    if (with_tensors) ss.tensors.emplace();
     for (Role role : kAllRoles) {
-      uint64_t rn = 0, rel = 0, rb = 0, rst = 0;
-      std::set<std::string> dtypes, ops;
-      for (size_t i : s.tensors) {
-        const TensorInfo& t = r.tensors()[i];
-        if (t.role != role || !filter.matches(t)) continue;
-        ++rn;
-        rel += static_cast<uint64_t>(t.numel());
-        rb += t.bytes();
-        rst += t.stored_bytes;
-        dtypes.insert(std::string(dtype_name(t.dtype)));
-        if (!t.op.empty()) ops.insert(t.op);
-        if (with_tensors) tensors.push_back(tensor_json(t));
-      }
-      if (!rn) continue;
-      Json rj = Json::object();
-      rj["role"] = std::string(role_name(role));
-      rj["tensors"] = rn;
-      rj["elements"] = rel;
-      rj["bytes"] = rb;
-      rj["stored_bytes"] = rst;
-      rj["dtypes"] = string_array({dtypes.begin(), dtypes.end()});
-      rj["ops"] = string_array({ops.begin(), ops.end()});
-      roles.push_back(std::move(rj));
-      n += rn;
-      el += rel;
-      b += rb;
-      st += rst;
+      RoleSummary rs = role_summary(r, s, role, filter, with_tensors ? &*ss.tensors : nullptr);
+      if (!rs.tensors) continue;
+      ss.tensor_count += rs.tensors;
+      ss.elements += rs.elements;
+      ss.bytes += rs.bytes;
+      ss.stored_bytes += rs.stored_bytes;
+      ss.roles.push_back(std::move(rs));
     }
-    if (!n && (filter.role || filter.layer || !filter.op.empty() || !filter.name_contains.empty())) continue;
-    sj["tensor_count"] = n;
-    sj["elements"] = el;
-    sj["bytes"] = b;
-    sj["stored_bytes"] = st;
-    sj["roles"] = std::move(roles);
-    if (with_tensors) sj["tensors"] = std::move(tensors);
-    steps.push_back(std::move(sj));
-    tot_n += n;
-    tot_el += el;
-    tot_b += b;
-    tot_s += st;
+    if (!ss.tensor_count && (filter.role || filter.layer || !filter.op.empty() || !filter.name_contains.empty()))
+      continue;
+    info.totals.tensors += ss.tensor_count;
+    info.totals.elements += ss.elements;
+    info.totals.bytes += ss.bytes;
+    info.totals.stored_bytes += ss.stored_bytes;
+    info.steps.push_back(std::move(ss));
   }
-  Json totals = Json::object();
-  totals["tensors"] = tot_n;
-  totals["elements"] = tot_el;
-  totals["bytes"] = tot_b;
-  totals["stored_bytes"] = tot_s;
-  j["totals"] = std::move(totals);
-  j["steps"] = std::move(steps);
-  return j;
+  return info;
 }
 
 }  // namespace fp8sim::trace
