@@ -171,8 +171,7 @@ TEST(QuantRht, RowsMustBeWholeBlocks) {
     quantize(x.data(), shape, QuantSpec::parse("e4m3:g8:rht=16"));
     FAIL() << "no error";
   } catch (const UsageError& e) {
-    EXPECT_NE(std::string(e.what()).find("last dimension (40) is not a multiple of 16"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("last dimension (40) is not a multiple of 16"), std::string::npos) << e.what();
   }
 }
 

@@ -165,8 +165,8 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
   std::vector<std::vector<std::string>> rows = {
       {"spec", spec.to_string()},
       {"elements", fmt::format("{}", in.numel())},
-      {"groups", fmt::format("{}", r.json.at("groups").as_int())},
-      {"bits/element", num(r.json.at("bytes").at("bits_per_element").as_number())},
+      {"groups", fmt::format("{}", r.groups())},
+      {"bits/element", num(r.bits_per_element())},
       {"mse", num(s.mse())},
       {"nmse", num(s.nmse())},
       {"snr_db", num(s.snr_db())},

@@ -71,12 +71,12 @@ QuantizeResult run_quantize(const void* data, InputDtype dtype, std::span<const 
   for (int64_t d : shape) shp.push_back(d);
   j["shape"] = std::move(shp);
   j["numel"] = n;
-  j["groups"] = r.q.spec.is_passthrough() ? int64_t{0} : r.q.num_groups();
+  j["groups"] = r.groups();
   Json bytes = Json::object();
   bytes["codes"] = r.q.code_bytes();
   bytes["metadata"] = r.q.metadata_bytes();
   bytes["total"] = r.q.total_bytes();
-  bytes["bits_per_element"] = n ? 8.0 * static_cast<double>(r.q.total_bytes()) / static_cast<double>(n) : 0.0;
+  bytes["bits_per_element"] = r.bits_per_element();
   j["bytes"] = std::move(bytes);
   const Json metrics = r.stats.to_json();
   for (const auto& [k, v] : metrics.as_object()) j[k] = v;

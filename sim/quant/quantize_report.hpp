@@ -31,6 +31,12 @@ struct QuantizeResult {
   std::vector<float> dequantized;  // dequantize(q)
   ErrorStats stats;
   Json json;  // the document `fp8sim quantize --json` writes
+  // Scale groups (0 for unscaled 16-bit storage, which has none).
+  int64_t groups() const { return q.spec.is_passthrough() ? 0 : q.num_groups(); }
+  // Storage bits per element, codes and metadata together (0 for an empty tensor).
+  double bits_per_element() const {
+    return q.numel() ? 8.0 * static_cast<double>(q.total_bytes()) / static_cast<double>(q.numel()) : 0.0;
+  }
 };
 
 // Runs quantize -> dequantize -> metrics. The JSON holds: "spec" (canonical text), "shape",
