@@ -306,7 +306,9 @@ class Stepper:
         n = 0
         busy = 0.0
         for e in prof.events():
-            if e.device_type != DeviceType.CUDA:
+            # record_function ranges (the optimizer's "Optimizer.step#AdamW.step", ...) also appear
+            # on the GPU timeline, spanning the kernels they launched: they are not kernels
+            if e.device_type != DeviceType.CUDA or is_user_annotation(e):
                 continue
             dur = e.time_range.elapsed_us() / 1e3
             n += 1
@@ -325,6 +327,12 @@ class Stepper:
 
 
 TOP_KERNELS = 60  # kernel names kept per profiled step, by total time
+
+
+def is_user_annotation(event):
+    """A profiler range opened by record_function (torch.optim names its steps
+    "Optimizer.step#<class>.step"), as opposed to a kernel, memcpy or memset."""
+    return bool(getattr(event, "is_user_annotation", False)) or event.name.startswith(("Optimizer.", "ProfilerStep#"))
 
 
 def kernel_class(name):
