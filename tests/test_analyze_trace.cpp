@@ -34,7 +34,8 @@ std::string spec_of(const Recipe& r, Role role, const std::string& op, const std
 std::string canon(const char* s) { return QuantSpec::parse(s).to_string(); }
 
 TEST(Recipes, BuiltinsMapRolesAndOpsToThePublishedSpecs) {
-  ASSERT_EQ(recipe::names(), (std::vector<std::string>{"bf16", "te", "coat", "fp8lm", "deepseek", "mxfp8"}));
+  ASSERT_EQ(recipe::names(),
+            (std::vector<std::string>{"bf16", "te", "coat", "fp8lm", "deepseek", "mxfp8", "nvfp4", "mxfp4"}));
   // COAT (Xi et al., ICLR 2025, section 5 and its code): per-tensor linear inputs and weights,
   // 1x16 E4M3 with bf16 scales for non-linear inputs (COAT's Triton quantizers: coat-act, coat-w),
   // E5M2 gradients, E4M3 g128 + expansion for both moments (its optimizer kernel: coat-opt).
@@ -57,6 +58,19 @@ TEST(Recipes, BuiltinsMapRolesAndOpsToThePublishedSpecs) {
   EXPECT_EQ(spec_of(te, Role::Activation, "linear_input"), canon("e4m3:tensor"));
   EXPECT_EQ(spec_of(te, Role::Activation, "norm_input"), canon("bf16"));
   EXPECT_EQ(spec_of(te, Role::ActivationGrad, "linear_output_grad"), canon("e5m2:tensor"));
+  // NVFP4 (TE's NVFP4BlockScaling): 16x16 E2M1 weight blocks, 1x16 GEMM inputs, stochastically
+  // rounded 1x16 gradients, E4M3 scales under an fp32 tensor scale; BF16 elsewhere (from te).
+  const Recipe nv = recipe::get("nvfp4");
+  EXPECT_EQ(spec_of(nv, Role::Weight, "linear"), canon("e2m1:b16x16:scale=e4m3"));
+  EXPECT_EQ(spec_of(nv, Role::Activation, "linear_input"), canon("e2m1:g16:scale=e4m3"));
+  EXPECT_EQ(spec_of(nv, Role::ActivationGrad, "linear_output_grad"), canon("e2m1:g16:scale=e4m3:round=stochastic"));
+  EXPECT_EQ(spec_of(nv, Role::Activation, "norm_input"), canon("bf16"));
+  EXPECT_EQ(spec_of(nv, Role::Weight, "linear", "lm_head"), canon("bf16"));
+  // MXFP4: every GEMM operand in 1x32 E2M1 blocks with E8M0 (floor) scales.
+  const Recipe mx4 = recipe::get("mxfp4");
+  EXPECT_EQ(spec_of(mx4, Role::Weight, "linear"), canon("e2m1:g32:scale=e8m0:mx=floor"));
+  EXPECT_EQ(spec_of(mx4, Role::Activation, "linear_input"), canon("e2m1:g32:scale=e8m0:mx=floor"));
+  EXPECT_EQ(spec_of(mx4, Role::ActivationGrad, "linear_output_grad"), canon("e2m1:g32:scale=e8m0:mx=floor"));
   EXPECT_EQ(spec_of(te, Role::ExpAvg, "linear"), "none");
   // DeepSeek-V3: 1x128 activations, 128x128 weights (DeepGEMM's casts), E4M3 gradients, BF16 moments.
   const Recipe ds = recipe::get("deepseek");

@@ -58,6 +58,36 @@ TEST(CliInfo, JsonCountsWhatTheReaderSees) {
   EXPECT_EQ(j.at("model_config").at("num_hidden_layers").as_int(), 4);
 }
 
+TEST(CliInfoAnalyze, FourBitRecipesAnalyzeTheSampleBesideFp8) {
+  // nvfp4 and mxfp4 quantize the linear weights to packed 4-bit codes with one byte of scale per
+  // block (16x16 E4M3 under a 4-byte fp32 tensor scale; 1x32 E8M0) and lose more than TE's
+  // per-tensor FP8 on the same weights.
+  auto linear_weights = [](const std::string& recipe) {
+    const auto r = run_fp8sim({"analyze", kSample, "--recipe", recipe, "--json", "-", "-q"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const Json doc = Json::parse(r.out);
+    std::vector<Json> out;
+    for (const Json& t : doc.at("tensors").as_array())
+      if (t.at("role").as_string() == "weight" && t.at("op").as_string() == "linear" &&
+          t.at("module").as_string().find("lm_head") == std::string::npos)
+        out.push_back(t);
+    return out;
+  };
+  const std::vector<Json> te = linear_weights("te");
+  ASSERT_FALSE(te.empty());
+  for (const auto& [recipe, tensor_scale_bytes] : {std::pair{"nvfp4", 4}, std::pair{"mxfp4", 0}}) {
+    SCOPED_TRACE(recipe);
+    const std::vector<Json> w = linear_weights(recipe);
+    ASSERT_EQ(w.size(), te.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      EXPECT_EQ(w[i].at("spec").as_string().rfind("e2m1:", 0), 0u) << w[i].at("name").as_string();
+      const double n = w[i].at("numel").as_number(), groups = w[i].at("groups").as_number();
+      EXPECT_EQ(w[i].at("bytes").at("total").as_number(), n / 2 + groups + tensor_scale_bytes);
+      EXPECT_GT(w[i].at("nmse").as_number(), 4 * te[i].at("nmse").as_number()) << w[i].at("name").as_string();
+    }
+  }
+}
+
 TEST(CliInfoAnalyze, BadInputsGiveOneLineAndNonZeroExit) {
   const std::string dir = test::temp_dir();
   { std::ofstream(dir + "/text.h5") << "not hdf5\n"; }

@@ -57,7 +57,7 @@ TEST(CliMemory, CompareHasEveryRecipeAndRatios) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("BF16/x peak"), std::string::npos) << r.out;
   const Json j = Json::parse(read_text_file(out));
-  ASSERT_EQ(j.at("recipes").size(), 5u);
+  ASSERT_EQ(j.at("recipes").size(), memory::recipe_names().size());
   EXPECT_DOUBLE_EQ(j.at("ratios_vs_bf16").at("bf16").at("peak").as_number(), 1.0);
   EXPECT_GT(j.at("ratios_vs_bf16").at("coat").at("peak").as_number(), 1.2);
   fs::remove(out);
@@ -134,8 +134,9 @@ TEST(CliMemory, BadInputGivesOneLineErrors) {
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--gpus", "0"}), "--gpus must be >= 1", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--zero", "4"}), "--zero must be 0, 1, 2 or 3",
                         2);
-  expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--recipe", "fp4"}),
-                        "unknown recipe 'fp4' (valid: bf16, te, coat, fp8lm, deepseek; or a recipe .json file)", 2);
+  expect_one_line_error(
+      run_fp8sim({"memory", "--model", "llama2-7b", "--recipe", "fp4"}),
+      "unknown recipe 'fp4' (valid: bf16, te, coat, fp8lm, deepseek, nvfp4, mxfp4; or a recipe .json file)", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--batch", "x"}), "batch", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--gpu-mem-gib", "-1"}), "--gpu-mem-gib", 2);
   expect_one_line_error(run_fp8sim({"memory", "--recipe", "coat"}), "--model is required", 2);

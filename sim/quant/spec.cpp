@@ -108,7 +108,9 @@ struct Alias {
   const char* name;
   const char* expansion;
 };
-// Whole specs under a recipe's name. Keys given after an alias override or extend it.
+// Whole specs under one name (a format's or a peer kernel's). Keys given after an alias override
+// or extend it.
+// NOT-RECIPES: spec aliases (several share a training recipe's name: the recipe uses that spec).
 constexpr Alias kAliases[] = {
     // OCP MXFP8 with TE's MXFP8 rounding (= torchao RCEIL): E8M0 = amax * RN(1/fmax) rounded up.
     {"mxfp8", "e4m3:g32:scale=e8m0:scale_div=rcp"},
@@ -144,7 +146,7 @@ constexpr Alias kAliases[] = {
 // NOT-RECIPES: formats and spec aliases.
 constexpr const char* kValidFormats =
     "e4m3, e5m2, e2m1 (fp4), e2m3, e3m2, bf16, fp16 (or an alias: mxfp8, mxfp8-e5m2, te-mxfp8, torchao-mxfp8, "
-    "torchao-mxfp8-rceil, mxfp4, mxfp6-e2m3, mxfp6-e3m2, "
+    "torchao-mxfp8-rceil, mxfp4, mxfp6-e2m3, mxfp6-e3m2, nvfp4, nvfp4-w, "
     "coat-opt, coat-opt-noexpand, coat-act, coat-w, deepseek-act, deepseek-act-ue8m0, deepseek-w, "
     "deepseek-w-ue8m0, te-current, te-current-pow2, te-delayed)";
 constexpr const char* kValidKeys =
