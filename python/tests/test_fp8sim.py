@@ -256,16 +256,18 @@ TE_SIGNS16 = np.array([1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1]
 
 def hadamard_rows(x, signs, inverse=False):
     """The random Hadamard transform of each row's 16-element blocks, written from its definition
-    y = H (D x) / 4 with the butterfly order fp8sim documents: numpy fp32 adds, stage h = 1, 2, 4, 8."""
+    y = H (D x) / 4 in the order fp8sim documents: numpy fp32 adds, stage h = 1, 2, 4, 8, halving
+    before stages 2 and 8."""
     f32 = np.float32
     v = x.reshape(-1, 16).astype(f32)
     if not inverse:
         v = v * signs
     for h in (1, 2, 4, 8):
+        if h in (2, 8):
+            v = v * f32(0.5)
         w = v.reshape(-1, 16 // (2 * h), 2, h)
         a, b = w[:, :, 0, :], w[:, :, 1, :]
         v = np.stack([a + b, a - b], axis=2).reshape(-1, 16)
-    v = v * f32(0.25)
     if inverse:
         v = v * signs
     return v.reshape(x.shape)

@@ -24,8 +24,7 @@ bool Backend::available() { return device().available; }
 
 std::string Backend::why_not() {
   const DeviceStatus d = device();
-  if (d.available) return {};
-  return d.why_not.empty() ? std::string("no GPU was found") : d.why_not;
+  return d.available ? std::string() : d.reason();
 }
 
 void Backend::require(std::string_view needs) {

@@ -51,6 +51,8 @@ struct DeviceStatus {
   int64_t sm_count = 0;              // available
   double memory_gib = 0;             // available
   std::string why_not{};             // unavailable: the reason, in one line
+  // Unavailable: why_not, or "no GPU was found" when the backend gave no reason.
+  std::string reason() const { return why_not.empty() ? std::string("no GPU was found") : why_not; }
   // {available: true, name, compute_capability, sm_count, memory_gib} or {available: false, why_not}.
   Json to_json() const;
 };

@@ -12,11 +12,15 @@
 // constant. The signs: TransformerEngine's fixed weight-gradient vector for n = 16 unless the
 // spec names rht_seed=S; otherwise sign i is bit 0 of philox_word(S, i) (1 = negate).
 //
-// Arithmetic order (one order, so the CPU and the GPU give the same bits): the signs are applied
-// first (exact), then log2(n) butterfly stages in place, stage h = 1, 2, 4, ...: for each pair
-// (j, j + h) with j's bit h clear, (a, b) -> (a + b, a - b), each a correctly rounded fp32 add;
-// then every element is multiplied by 1/sqrt(n) (exact unless the result is subnormal). The
-// inverse runs the same stages on y, the same multiplication, then the signs. TransformerEngine
+// Arithmetic order (the CPU's, and the one a GPU kernel must follow to give the same bits): the
+// signs are applied first (exact), then log2(n) butterfly stages in place, stage h = 1, 2, 4, ...:
+// for each pair (j, j + h) with j's bit h clear, (a, b) -> (a + b, a - b), each a correctly
+// rounded fp32 add; before every second stage (h = 2, 8, 32, 128) every element is multiplied by
+// 1/2 (exact unless the result is subnormal). No partial sum then exceeds the largest magnitude
+// the transform can produce, and in the normal range the bits equal one multiplication by
+// 1/sqrt(n) at the end. The
+// inverse runs the same stages on y, then the signs. A NaN or an infinity in a block makes every
+// element of that block NaN or infinite: the transform mixes all of them. TransformerEngine
 // computes the product as a BF16 tensor-core matrix multiply with fp32 accumulation, whose
 // summation order differs: its values agree with these to fp32 rounding, not bit for bit.
 #include <cstdint>
@@ -49,21 +53,19 @@ inline RhtSigns rht_signs(int n, bool seeded, uint64_t seed) {
   return s;
 }
 
-// 1/sqrt(n) for n = 4^k: 2^-k.
-FP8SIM_HD float rht_scale(int n) {
-  float s = 1.0f;
-  for (int m = n; m > 1; m >>= 2) s *= 0.5f;
-  return s;
-}
-
+// H v / sqrt(n), in place: the butterfly stages with a halving before every second one.
 FP8SIM_HD void rht_butterfly(float* v, int n) {
-  for (int h = 1; h < n; h <<= 1)
+  int stage = 0;
+  for (int h = 1; h < n; h <<= 1, ++stage) {
+    if (stage % 2 == 1)
+      for (int i = 0; i < n; ++i) v[i] = mul_rn(v[i], 0.5f);
     for (int i = 0; i < n; i += 2 * h)
       for (int j = i; j < i + h; ++j) {
         const float a = v[j], b = v[j + h];
         v[j] = add_rn(a, b);
         v[j + h] = add_rn(a, -b);
       }
+  }
 }
 
 // y = H (D v) / sqrt(n), in place.
@@ -71,18 +73,13 @@ FP8SIM_HD void rht_forward(float* v, int n, const RhtSigns& s) {
   for (int i = 0; i < n; ++i)
     if (s.negate(i)) v[i] = -v[i];
   rht_butterfly(v, n);
-  const float k = rht_scale(n);
-  for (int i = 0; i < n; ++i) v[i] = mul_rn(v[i], k);
 }
 
 // v = D (H y) / sqrt(n), in place.
 FP8SIM_HD void rht_inverse(float* v, int n, const RhtSigns& s) {
   rht_butterfly(v, n);
-  const float k = rht_scale(n);
-  for (int i = 0; i < n; ++i) {
-    v[i] = mul_rn(v[i], k);
+  for (int i = 0; i < n; ++i)
     if (s.negate(i)) v[i] = -v[i];
-  }
 }
 
 }  // namespace fp8sim

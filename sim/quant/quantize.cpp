@@ -872,6 +872,7 @@ void quantize_core(const Load& ld, std::span<const int64_t> shape, const QuantSp
 // place. Throws UsageError when a row is not a whole number of blocks.
 void rht_rows(float* data, const GroupGeometry& g, const QuantSpec& spec, int threads, bool inverse) {
   const int n = spec.rht;
+  FP8SIM_REQUIRE(n == 4 || n == 16 || n == 64 || n == 256, "rht={} is not a Hadamard block of 4, 16, 64 or 256", n);
   if (g.cols % n != 0)
     throw UsageError(
         fmt::format("rht={} transforms rows in blocks of {} elements: the last dimension ({}) is not a "

@@ -137,7 +137,8 @@ std::vector<float> group_absmax(const float* x, std::span<const int64_t> shape, 
 // out: numel values. NaN codes give NaN; all other codes give finite values (or +-Inf for the
 // E5M2 Inf code with sat=none).
 // With rht=N the decoded values are transformed back (sim/quant/hadamard.hpp), so `out` is in the
-// input's domain, with the inverse transform's fp32 roundings.
+// input's domain, with the inverse transform's fp32 roundings; a NaN or infinite input then makes
+// its whole N-element block NaN or infinite (nonfinite_count counts the transformed elements).
 void dequantize(const QuantizedTensor& q, float* out, int threads = 0);
 std::vector<float> dequantize(const QuantizedTensor& q, int threads = 0);
 

@@ -17,6 +17,9 @@ ErrorStats quantization_error_stats(const float* x, const QuantizedTensor& q, co
   ErrorStats s = acc.stats();
   // The quantizer counted |x/s| > fmax over the finite elements while encoding.
   s.saturated = q.saturated_count;
+  // With rht the output is transformed back, so an exact zero there is not a flushed code: the
+  // quantizer's count of nonzero (transformed) values encoded as zero is.
+  if (q.spec.rht) s.underflow = q.underflow_count;
   s.scaled_count = s.count;
   return s;
 }

@@ -145,7 +145,7 @@ Json section_inputs(Context& ctx, const ReportOptions& o) {
   std::vector<Row> mrows = {
       {"host", host_name()},
       {"CPU", fmt::format("{} ({} hardware threads)", cpu_model(), std::thread::hardware_concurrency())},
-      {"GPU", d.available ? d.name : "none: " + d.why_not},
+      {"GPU", d.available ? d.name : "none: " + d.reason()},
   };
   s.table("Machine", {"machine", ""}, mrows);
   return s.take();

@@ -13,9 +13,7 @@ namespace fp8sim::report {
 
 namespace {
 
-std::string why_no_gpu(const Context& ctx) {
-  return ctx.device.why_not.empty() ? std::string("no GPU was found") : ctx.device.why_not;
-}
+std::string why_no_gpu(const Context& ctx) { return ctx.device.reason(); }
 
 const char* kHowToGetGpu =
     "run `fp8sim report` on a machine with an NVIDIA Hopper GPU and an fp8sim built with CUDA "

@@ -137,7 +137,7 @@ Json section_speed(Context& ctx) {
       std::error_code ec;
       if (!std::filesystem::exists(cal, ec)) {
         s.unavailable(
-            fmt::format("no GPU here ({}) and no calibration file at `{}`", ctx.device.why_not, display_path(cal)),
+            fmt::format("no GPU here ({}) and no calibration file at `{}`", ctx.device.reason(), display_path(cal)),
             "run `fp8sim report` on a GPU machine (it measures the kernels there), or measure a calibration "
             "once on a GPU (`scripts/device/calibrate.sh` writes `reports/h200/calibration.json`) and point "
             "`FP8SIM_CALIBRATION` at it; the report then models the step from it.");
