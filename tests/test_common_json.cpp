@@ -222,11 +222,12 @@ TEST(Json, AccessorErrors) {
   EXPECT_EQ(msg([&] { s["k"] = 1; }), "json: expected an object, found string");
 }
 
-TEST(Json, NumOrDash) {
-  const Json j = Json::parse(R"({"x": 1.23456, "s": "a"})");
-  EXPECT_EQ(num_or_dash(j.find("x"), "{:.2f}"), "1.23");
-  EXPECT_EQ(num_or_dash(j.find("s"), "{:.2f}"), "-");
-  EXPECT_EQ(num_or_dash(j.find("y"), "{:.2f}"), "-");
+TEST(Json, OptionalsAsNullsAndDashes) {
+  EXPECT_EQ(num_or_dash(std::optional<double>(1.23456), "{:.2f}"), "1.23");
+  EXPECT_EQ(num_or_dash(std::optional<int64_t>(7), "{:g}"), "7");
+  EXPECT_EQ(num_or_dash(std::optional<double>(), "{:.2f}"), "-");
+  EXPECT_EQ(json_or_null(std::optional<int64_t>(3)).as_int(), 3);
+  EXPECT_TRUE(json_or_null(std::optional<double>()).is_null());
 }
 
 }  // namespace

@@ -136,11 +136,11 @@ struct TensorResult {
 // its document the histograms (when asked for) and DE's summary without the per-group k and c.
 void add_quantized(TensorRecord& e, QuantizeResult& qr, const AnalyzeOptions& opts) {
   const QuantizedTensor& q = qr.q;
-  e.groups = q.spec.is_passthrough() ? int64_t{0} : q.num_groups();
+  e.groups = qr.groups();
   e.bytes.codes = q.code_bytes();
   e.bytes.metadata = q.metadata_bytes();
   e.bytes.total = q.total_bytes();
-  e.bytes.bits_per_element = e.numel ? 8.0 * static_cast<double>(q.total_bytes()) / static_cast<double>(e.numel) : 0.0;
+  e.bytes.bits_per_element = qr.bits_per_element();
   e.stats = qr.stats;
   e.tensor_amax = q.tensor_amax;
   for (auto& [k, v] : qr.json.as_object()) {

@@ -22,12 +22,6 @@ std::string human_bytes(double b) {
   return fmt::format("{:.2f} GiB", b / (1024.0 * 1024 * 1024));
 }
 
-// A step attribute formatted with fmtspec as a double, or "-" when the trace has none.
-template <class T>
-std::string or_dash(const std::optional<T>& v, const char* fmtspec) {
-  return v ? fmt::format(fmt::runtime(fmtspec), static_cast<double>(*v)) : std::string("-");
-}
-
 std::string model_line(const Json& m) {
   if (!m.is_object()) return "(no model_config attribute)";
   auto get = [&](const char* k) -> std::string {
@@ -214,9 +208,9 @@ int run_info(const std::vector<std::string>& args) {
 
   for (const trace::StepSummary& s : info.steps) {
     fmt::print("\nstep {}{}  lr {}  loss {}  adamw_step {}  {} tensors, {} ({} stored)\n", s.step,
-               s.contents.empty() ? "" : " [" + s.contents + "]", or_dash(s.lr, "{:.4g}"), or_dash(s.loss, "{:.4f}"),
-               or_dash(s.adamw_step, "{:g}"), s.tensor_count, human_bytes(static_cast<double>(s.bytes)),
-               human_bytes(static_cast<double>(s.stored_bytes)));
+               s.contents.empty() ? "" : " [" + s.contents + "]", num_or_dash(s.lr, "{:.4g}"),
+               num_or_dash(s.loss, "{:.4f}"), num_or_dash(s.adamw_step, "{:g}"), s.tensor_count,
+               human_bytes(static_cast<double>(s.bytes)), human_bytes(static_cast<double>(s.stored_bytes)));
     if (summary) {
       std::vector<std::vector<std::string>> rows;
       for (const trace::RoleSummary& rs : s.roles) {

@@ -23,7 +23,6 @@ namespace fp8sim {
 namespace {
 
 namespace po = boost::program_options;
-using memory::kGiB;
 
 std::string g2(double v) { return fmt::format("{:.2f}", v); }
 std::string pct(const std::optional<double>& rel) { return rel ? fmt::format("{:+.1f}%", 100.0 * *rel) : ""; }

@@ -306,9 +306,8 @@ Json Json::parse(std::string_view text) {
   throw Error(fmt::format("json: {} at line {} column {}", b.error(), line, col));
 }
 
-std::string num_or_dash(const Json* j, const char* fmtspec) {
-  if (!j || !j->is_number()) return "-";
-  return fmt::format(fmt::runtime(fmtspec), j->as_number());
+std::string num_or_dash(std::optional<double> v, const char* fmtspec) {
+  return v ? fmt::format(fmt::runtime(fmtspec), *v) : std::string("-");
 }
 
 }  // namespace fp8sim

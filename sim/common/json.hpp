@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -80,8 +81,18 @@ class Json {
   void dump_to(std::string& out, int indent, int depth) const;
 };
 
-// The number at j formatted with fmtspec (an fmt format string), or "-" when j is absent or not a
-// number: the cell of every report table.
-std::string num_or_dash(const Json* j, const char* fmtspec);
+// The value, or null where it is absent (not computed, or not defined).
+template <class T>
+Json json_or_null(const std::optional<T>& v) {
+  return v ? Json(*v) : Json(nullptr);
+}
+
+// The value formatted with fmtspec (an fmt format string) as a double, or "-" when absent: the
+// cell of every table.
+std::string num_or_dash(std::optional<double> v, const char* fmtspec);
+template <class T>
+std::string num_or_dash(const std::optional<T>& v, const char* fmtspec) {
+  return num_or_dash(v ? std::optional<double>(static_cast<double>(*v)) : std::nullopt, fmtspec);
+}
 
 }  // namespace fp8sim

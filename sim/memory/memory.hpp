@@ -146,12 +146,6 @@ int64_t max_batch(const model::ModelConfig& m, MemoryOptions o, bool pow2 = fals
 
 inline double gib(int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
 
-// The value, or null where it is absent (not computed, or not defined).
-template <class T>
-Json json_or_null(const std::optional<T>& v) {
-  return v ? Json(*v) : Json(nullptr);
-}
-
 // What `fp8sim memory` reports for one recipe: the footprint with the recipe's name and memory
 // model, the sharding in words and the largest micro-batches that fit.
 struct MemoryResult {

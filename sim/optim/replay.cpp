@@ -553,8 +553,6 @@ Json per_format(const std::array<T, 4>& v) {
   return j;
 }
 
-Json optional_int(const std::optional<int64_t>& v) { return v ? Json(*v) : Json(); }
-
 }  // namespace
 
 Json DroppedParam::to_json() const {
@@ -584,7 +582,7 @@ Json MomentsSummary::to_json() const {
   Json snap = Json::object();
   snap["params"] = params;
   snap["elements"] = elements;
-  snap["adamw_step"] = optional_int(adamw_step);
+  snap["adamw_step"] = json_or_null(adamw_step);
   return snap;
 }
 
@@ -605,7 +603,7 @@ Json OptimDefinitions::to_json() const {
 
 Json Table1Details::to_json() const {
   Json det = Json::object();
-  det["adamw_step"] = optional_int(adamw_step);
+  det["adamw_step"] = json_or_null(adamw_step);
   det["params"] = params;
   det["elements"] = elements;
   det["mean_r2"] = mean_r2;

@@ -250,7 +250,6 @@ void add_torch_times(Calibration& cal, const Json& torch_doc, std::vector<std::s
 namespace {
 
 // Null for an absent value.
-Json or_null(const std::optional<double>& v) { return v ? Json(*v) : Json(); }
 
 // One kernel of the plan priced by `p`, with what the calibration's measurement says of it.
 SpeedOp speed_op(const KernelOp& op, const Prediction& p, const Calibration& cal) {
@@ -840,8 +839,8 @@ Json Table7Method::to_json() const {
   Json j = Json::object();
   j["recipe"] = recipe;
   j["batch"] = batch;
-  j["paper_tokens_per_s_per_gpu"] = or_null(paper_tokens_per_s_per_gpu);
-  j["tokens_per_s_per_gpu"] = or_null(tokens_per_s_per_gpu);
+  j["paper_tokens_per_s_per_gpu"] = json_or_null(paper_tokens_per_s_per_gpu);
+  j["tokens_per_s_per_gpu"] = json_or_null(tokens_per_s_per_gpu);
   if (step_ms) j["step_ms"] = *step_ms;
   if (measured_fraction) j["measured_fraction"] = *measured_fraction;
   if (oom_in_paper) j["oom_in_paper"] = true;
@@ -928,10 +927,6 @@ Json SpeedResult::to_json() const {
 namespace {
 std::string f2(double v) { return fmt::format("{:.2f}", v); }
 std::string f3(double v) { return fmt::format("{:.3f}", v); }
-// The number formatted with `fmtspec`, or "-" when absent: a table cell.
-std::string num_or_dash(const std::optional<double>& v, const char* fmtspec) {
-  return v ? fmt::format(fmt::runtime(fmtspec), *v) : std::string("-");
-}
 std::string dims_text(const std::vector<int64_t>& dims) {
   std::string out;
   for (int64_t d : dims) {

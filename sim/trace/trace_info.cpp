@@ -5,8 +5,6 @@
 namespace fp8sim::trace {
 
 namespace {
-Json opt_num(const std::optional<double>& v) { return v ? Json(*v) : Json(); }
-Json opt_int(const std::optional<int64_t>& v) { return v ? Json(*v) : Json(); }
 
 Json string_array(const std::vector<std::string>& v) {
   Json a = Json::array();
@@ -72,9 +70,9 @@ Json StepSummary::to_json() const {
   Json j = Json::object();
   j["step"] = step;
   j["contents"] = contents;
-  j["lr"] = opt_num(lr);
-  j["loss"] = opt_num(loss);
-  j["adamw_step"] = opt_int(adamw_step);
+  j["lr"] = json_or_null(lr);
+  j["loss"] = json_or_null(loss);
+  j["adamw_step"] = json_or_null(adamw_step);
   j["tensor_count"] = tensor_count;
   j["elements"] = elements;
   j["bytes"] = bytes;
@@ -104,11 +102,11 @@ Json TraceInfo::to_json() const {
   j["model_config"] = h.model_config;
   Json o = Json::object();
   o["name"] = h.optimizer.name;
-  o["lr"] = opt_num(h.optimizer.lr);
-  o["beta1"] = opt_num(h.optimizer.beta1);
-  o["beta2"] = opt_num(h.optimizer.beta2);
-  o["eps"] = opt_num(h.optimizer.eps);
-  o["weight_decay"] = opt_num(h.optimizer.weight_decay);
+  o["lr"] = json_or_null(h.optimizer.lr);
+  o["beta1"] = json_or_null(h.optimizer.beta1);
+  o["beta2"] = json_or_null(h.optimizer.beta2);
+  o["eps"] = json_or_null(h.optimizer.eps);
+  o["weight_decay"] = json_or_null(h.optimizer.weight_decay);
   o["options"] = h.optimizer.options;
   j["optimizer"] = std::move(o);
   j["training"] = h.training;
