@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Count what an eager training step launches: every ATen op of one step of a framework
-(scripts/measure_step.py's torch and hf), with the bytes it reads and writes, and fit those totals
-to the model's dimensions.
+(scripts/measure_step.py's torch, hf and coat), with the bytes it reads and writes, and fit those
+totals to the model's dimensions.
 
 `fp8sim speed --framework` prices a framework's step from this inventory: the GEMMs and the
 attention at their calibrated rates, and everything else (casts, norms, RoPE, residual adds, the
@@ -20,6 +20,25 @@ written = the outputs (for an in-place op, the tensor it mutates). Ops are group
   optimizer   the fused AdamW step, and the _foreach_ ops of the non-fused one (one op = one
               multi-tensor launch per 320 x 65536 elements of its first tensor list, or part)
   elementwise everything else (casts, pointwise, reductions, copies, fills, embedding, loss)
+
+COAT (--framework coat, COAT's own model and optimizer from its sdist, --coat) launches most of its
+work outside ATen: Triton kernels called from its autograd functions, and its optimizer's CUDA
+extension. Those launches are counted where they are made: every Triton launch
+(JITFunction.run) and every call of the optimizer extension (qoptim_cuda) is one kernel whose bytes
+are the distinct bytes of its tensor arguments (read and written together: an argument updated in
+place counts once). Triton kernels named *matmul* are COAT's FP8 GEMMs (group gemm, priced from
+the model's shapes, not from bytes); the others are elementwise; the extension is the optimizer.
+Counting runs COAT's autotuned kernels with their first configuration only (the launches are the
+same; autotuning each small shape would take minutes).
+
+Host time (every framework): after counting, the script times the step's two phases with the GPU
+synchronised after each (zero_grad + forward + loss + backward, then the optimizer step), median
+of HOST_REPS steps. At these small shapes every kernel takes a few microseconds, so the wall time
+is what the host spends issuing the phase: Python, autograd, autocast and the launches. Fitted to
+L and 1 like the kernel counts, it is the host cost `fp8sim speed --framework` compares with the
+GPU time. For COAT the script also times its optimizer step over one 2^26-element parameter
+(coat_optimizer: COAT's DE AdamW kernel is compute-bound, so its bytes do not give its time).
+Allocations (empty, empty_like, ...) launch nothing and are not counted.
 
 The fit: the step's elementwise and optimizer bytes and kernel counts are linear in a few products
 of the dimensions (FEATURES below; L layers, T = batch x seq tokens, H hidden, KV = kv_heads x
@@ -53,8 +72,11 @@ except ImportError:  # --help works without torch; main() says it is missing in 
 GEMM = {"mm", "addmm", "bmm", "baddbmm", "_scaled_mm"}
 ATTENTION_PREFIX = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
                     "_scaled_dot_product_cudnn_attention", "_flash_attention", "_efficient_attention")
+# Allocations without a fill launch nothing (COAT allocates its kernels' outputs this way).
+NO_LAUNCH = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"}
 FUSED_OPTIM = {"_fused_adamw_", "_fused_adam_", "_fused_adamw", "_fused_adam"}
 FOREACH_CHUNK = 320 * 65536  # elements per multi-tensor launch (320 blocks of 65536) counted for a _foreach op
+HOST_REPS = 5  # timed steps per configuration for the host time (median)
 
 # name -> function of the configuration dict (whole step). Bytes are fitted to all of them (S*d: the
 # RoPE tables, one row per position); kernel counts to KERNEL_FEATURES (per layer and per step).
@@ -144,12 +166,23 @@ class Counter(TorchDispatchMode):
         self.groups = {}
         self.ops = {}
 
+    def launch(self, group_name, name, args):
+        """One launch made outside ATen (a Triton kernel, an extension call) with tensor `args`."""
+        ins = list({view_key(t): t for t in tensors(args) if t.device.type == self.device.type}.values())
+        read = sum(distinct_bytes(t) for t in ins)
+        for key, table in ((group_name, self.groups), (f"{group_name}:{name}", self.ops)):
+            e = table.setdefault(key, {"kernels": 0, "read": 0, "written": 0})
+            e["kernels"] += 1
+            e["read"] += read
+
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if func.is_view or func.namespace == "prim" or func._schema.name == "aten::_unsafe_view":
             return out
         name = func._schema.name.split("::")[-1]
+        if name in NO_LAUNCH:
+            return out
         # A tensor passed twice (x * x, addcmul(g, g)) is read from memory once.
         ins = list({view_key(t): t for t in tensors((args, kwargs)) if t.device.type == self.device.type}.values())
         if not ins and not any(t.device.type == self.device.type for t in tensors(out)):
@@ -173,35 +206,128 @@ class Counter(TorchDispatchMode):
         return out
 
 
+ACTIVE = []  # the Counter that launch hooks report to, while one counts
+
+
+def install_launch_hooks():
+    """Counts COAT's launches made outside ATen: every Triton kernel run and every call into its
+    optimizer extension, while a Counter is active. Also runs autotuned Triton kernels with their
+    first configuration (same launches, no per-shape benchmarking)."""
+    import triton
+    from triton.runtime import autotuner, jit
+
+    if getattr(jit.JITFunction, "_fp8sim_hooked", False):
+        return
+    run = jit.JITFunction.run
+
+    def counted_run(self, *args, **kwargs):
+        if ACTIVE:
+            name = getattr(self.fn, "__name__", "triton")
+            ACTIVE[-1].launch("gemm" if "matmul" in name else "elementwise", name, (args, kwargs))
+        return run(self, *args, **kwargs)
+
+    jit.JITFunction.run = counted_run
+    jit.JITFunction._fp8sim_hooked = True
+    init = autotuner.Autotuner.__init__
+
+    def first_config(self, fn, arg_names, configs, *a, **k):
+        init(self, fn, arg_names, configs[:1], *a, **k)
+
+    autotuner.Autotuner.__init__ = first_config
+    del triton
+
+
+def hook_extension(module):
+    """Wraps every function of COAT's optimizer extension module so that a call counts as one
+    optimizer launch."""
+    for name in dir(module):
+        f = getattr(module, name)
+        if name.startswith("_") or not callable(f) or getattr(f, "_fp8sim_hooked", False):
+            continue
+
+        def counted(*args, _f=f, _name=name, **kwargs):
+            if ACTIVE:
+                ACTIVE[-1].launch("optimizer", _name, (args, kwargs))
+            return _f(*args, **kwargs)
+
+        counted._fp8sim_hooked = True
+        setattr(module, name, counted)
+
+
 def config_dims(layers, batch, seq, hidden, heads, kv, ffn, vocab):
     d = hidden // heads
     return {"L": layers, "B": batch, "S": seq, "T": batch * seq, "H": hidden, "NH": heads, "KV": kv * d, "d": d,
             "F": ffn, "V": vocab, "W": 2 * hidden * hidden + 2 * hidden * kv * d + 3 * hidden * ffn}
 
 
-def count_one(framework, dims, device):
+def host_times(st, inp, tgt, reps=HOST_REPS):
+    """Median wall milliseconds of the two phases of a step, the GPU synchronised after each."""
+    import statistics
+    import time
+    fb, opt = [], []
+    for _ in range(reps):
+        st.sync()
+        t0 = time.perf_counter()
+        st.s.opt.zero_grad(set_to_none=st.s.set_to_none)
+        loss = st.forward_loss(inp, tgt)
+        loss.backward()
+        del loss
+        st.sync()
+        t1 = time.perf_counter()
+        st.s.opt.step()
+        st.sync()
+        t2 = time.perf_counter()
+        fb.append((t1 - t0) * 1e3)
+        opt.append((t2 - t1) * 1e3)
+    return statistics.median(fb), statistics.median(opt)
+
+
+def count_one(framework, dims, device, coat=None):
     import measure_step as ms
     cfg = {"name": "count", "hidden_size": dims["H"], "intermediate_size": dims["F"], "num_hidden_layers": dims["L"],
            "num_attention_heads": dims["NH"], "num_key_value_heads": dims["KV"] // dims["d"],
            "vocab_size": dims["V"], "norm": "rmsnorm", "activation": "swiglu", "tie_word_embeddings": False,
            "norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": dims["S"], "attention_bias": False}
-    args = types.SimpleNamespace(framework=framework, checkpointing=False, compile=False, coat=None)
+    args = types.SimpleNamespace(framework=framework, checkpointing=False, compile=False, coat=coat)
     s = ms.build(args, cfg, device)
+    if framework == "coat":
+        import sys as _sys
+        hook_extension(_sys.modules["qoptim_cuda"])
     st = ms.Stepper(s, cfg, device)
     inp, tgt = st.batch(dims["B"], dims["S"])
     st.step(inp, tgt)  # the first step creates the gradients and the optimizer states
     st.sync()
     c = Counter(device)
-    with c:
-        st.step(inp, tgt)
+    ACTIVE.append(c)
+    try:
+        with c:
+            st.step(inp, tgt)
+    finally:
+        ACTIVE.pop()
     st.sync()
-    return {"groups": c.groups, "ops": c.ops, "versions": s.versions, "training": s.training}
+    fb, opt = host_times(st, inp, tgt) if device.type == "cuda" else (0.0, 0.0)
+    return {"groups": c.groups, "ops": c.ops, "versions": s.versions, "training": s.training,
+            "host_ms": {"forward_backward": round(fb, 4), "optimizer": round(opt, 4)}}
+
+
+def totals_of(ops, host_ms=None):
+    """A row's totals from its per-op table (group:name -> kernels, read, written), allocations
+    that launch nothing left out; the host times where measured."""
+    totals = {}
+    for g in ("elementwise", "optimizer"):
+        es = [e for k, e in ops.items() if k.split(":", 1)[0] == g and k.split(":", 1)[1] not in NO_LAUNCH]
+        totals[f"{g}_bytes"] = sum(e["read"] + e["written"] for e in es)
+        totals[f"{g}_kernels"] = sum(e["kernels"] for e in es)
+    if host_ms:
+        totals["host_forward_backward_ms"] = host_ms["forward_backward"]
+        totals["host_optimizer_ms"] = host_ms["optimizer"]
+    return totals
 
 
 def fit(rows, key):
     """Least-squares coefficients of the features for rows[i]['totals'][key]; largest relative residual."""
     import numpy as np
-    names = KERNEL_FEATURES if key.endswith("_kernels") else list(FEATURES)
+    names = KERNEL_FEATURES if key.endswith(("_kernels", "_ms")) else list(FEATURES)
     a = np.array([[float(FEATURES[f](r["dims"])) for f in names] for r in rows])
     y = np.array([float(r["totals"][key]) for r in rows])
     scale = np.abs(a).max(axis=0)
@@ -217,45 +343,98 @@ def fit(rows, key):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--framework", choices=["torch", "hf"], required=True)
+    ap.add_argument("--framework", choices=["torch", "hf", "coat"])
+    ap.add_argument("--refit", metavar="IN", help="re-derive the totals and the fit of a counted file (no GPU)")
+    ap.add_argument("--coat", help="fp8-coat sdist (.tar.gz) or unpacked directory (framework coat)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--configs", type=int, default=len(CONFIGS), help=f"how many of the {len(CONFIGS)} configurations")
     ap.add_argument("--out", required=True, help="output JSON path")
     args = ap.parse_args()
+    if args.refit:
+        return refit(args.refit, args.out)
+    if not args.framework:
+        ap.error("--framework is required (or --refit)")
     if torch is None:
         sys.exit("count_step_ops.py: error: PyTorch is not installed")
+    if args.framework == "coat" and not args.coat:
+        sys.exit("count_step_ops.py: error: --framework coat needs --coat SDIST_OR_DIR")
     if args.configs < 1 or args.configs > len(CONFIGS):
         sys.exit(f"count_step_ops.py: error: --configs must be 1..{len(CONFIGS)}")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         sys.exit("count_step_ops.py: error: no CUDA device (counts on the CPU differ: pass --device cpu for a smoke test)")
     torch.manual_seed(0)
+    if args.framework == "coat":
+        install_launch_hooks()
     rows = []
     for i, c in enumerate(CONFIGS[:args.configs]):
         dims = config_dims(*c)
-        r = count_one(args.framework, dims, device)
-        totals = {}
-        for g in ("elementwise", "optimizer"):
-            e = r["groups"].get(g, {"kernels": 0, "read": 0, "written": 0})
-            totals[f"{g}_bytes"] = e["read"] + e["written"]
-            totals[f"{g}_kernels"] = e["kernels"]
-        rows.append({"dims": dims, "totals": totals, "groups": r["groups"], "ops": r["ops"]})
+        r = count_one(args.framework, dims, device, args.coat)
+        totals = totals_of(r["ops"], r["host_ms"] if device.type == "cuda" else None)
+        rows.append({"dims": dims, "totals": totals, "groups": r["groups"], "ops": r["ops"], "host_ms": r["host_ms"]})
         print(f"[{i + 1}/{args.configs}] {c}: elementwise {totals['elementwise_bytes'] / 1e6:.2f} MB in "
-              f"{totals['elementwise_kernels']} kernels", file=sys.stderr)
+              f"{totals['elementwise_kernels']} kernels; host {r['host_ms']}", file=sys.stderr, flush=True)
     doc = {"format": SCHEMA, "framework": args.framework, "device": str(device),
            "device_name": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
            "versions": r["versions"], "training": r["training"],
            "command": "python3 scripts/count_step_ops.py " + " ".join(sys.argv[1:]),
            "features": list(FEATURES), "kernel_features": KERNEL_FEATURES, "configs": rows}
+    if args.framework == "coat" and device.type == "cuda":
+        doc["coat_optimizer"] = coat_optimizer_rate(device)
+        print(f"COAT optimizer: {doc['coat_optimizer']}", file=sys.stderr, flush=True)
+    write(doc, rows, args.out)
+
+
+def write(doc, rows, out):
+    """Fits the totals (when there are enough rows) and writes `doc` atomically."""
     if len(rows) >= len(FEATURES):
         doc["fit"] = {k: fit(rows, k) for k in rows[0]["totals"]}
         for k, f in doc["fit"].items():
             print(f"{k}: rank {f['rank']}/{f['features']}, max residual {f['max_relative_residual']:.2e}: "
                   f"{f['coefficients']}", file=sys.stderr)
-    tmp = args.out + ".tmp"
+    tmp = out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f, indent=1)
-    os.replace(tmp, args.out)
+    os.replace(tmp, out)
+
+
+def refit(src, out):
+    """Re-derives every row's totals from its stored per-op table under this script's rules, and the
+    fit; no GPU needed."""
+    with open(src) as f:
+        doc = json.load(f)
+    if doc.get("format") != SCHEMA:
+        sys.exit(f"count_step_ops.py: error: {src} is not an {SCHEMA} file")
+    for row in doc["configs"]:
+        row["totals"] = totals_of(row["ops"], row.get("host_ms") or (
+            {"forward_backward": row["totals"]["host_forward_backward_ms"],
+             "optimizer": row["totals"]["host_optimizer_ms"]} if "host_forward_backward_ms" in row["totals"] else None))
+    doc["refit"] = "python3 scripts/count_step_ops.py --refit " + os.path.basename(src)
+    write(doc, doc["configs"], out)
+
+
+def coat_optimizer_rate(device, numel=1 << 26, reps=10):
+    """COAT's optimizer step (CoatAdamW, its DE kernel) over one fp32 parameter of `numel`
+    elements: median milliseconds, and per 2^28 parameters. The optimizer's one launch per
+    parameter tensor is the host side (host_optimizer_ms); this is the GPU's rate."""
+    import statistics
+    import measure_coat
+    p = torch.nn.Parameter(torch.randn(numel, device=device) * 0.02)
+    p.grad = torch.randn_like(p) * 1e-3
+    model = torch.nn.Module()
+    model.w = p
+    opt = measure_coat.build_optimizer(model, 1e-4)
+    opt.step()  # creates the state
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        opt.step()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    ms = statistics.median(times)
+    return {"params": numel, "median_ms": ms, "ms_per_2p28_params": ms * (1 << 28) / numel, "reps": reps}
 
 
 if __name__ == "__main__":

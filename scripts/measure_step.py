@@ -280,11 +280,13 @@ class Stepper:
             for _ in range(n):
                 self.step(inp, tgt)
             return [(time.perf_counter() - t0) * 1e3 / n]
-        times = []
+        times, self.host_ms = [], []
         for _ in range(n):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
+            t0 = time.perf_counter()
             self.step(inp, tgt)
+            self.host_ms.append((time.perf_counter() - t0) * 1e3)  # until the host has issued the step
             b.record()
             b.synchronize()
             times.append(a.elapsed_time(b))
@@ -450,6 +452,10 @@ def run(args):
             r["step_ms"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times),
                             "all": [round(x, 4) for x in times]}
             r["tokens_per_s"] = b * args.seq / (r["step_ms"]["median"] / 1e3)
+            if st.cuda:
+                # Host time to issue one step (Python, autograd, launches), median: a step whose
+                # host time is close to its CUDA-event time is host-bound.
+                r["host_issue_ms"] = statistics.median(st.host_ms)
         if args.profile:
             r["profile"] = st.profiled(inp, tgt)
         del inp, tgt

@@ -172,15 +172,21 @@ void print_framework(const FrameworkResult& res) {
   }
   if (res.validation) {
     const FrameworkValidation& v = *res.validation;
+    // The measured host time beside the predicted one, where the runs recorded it.
+    const bool host = std::any_of(v.rows.begin(), v.rows.end(), [](const auto& r) { return r.measured_host_ms; });
     std::vector<std::vector<std::string>> rows;
     for (const FrameworkValidationRow& r : v.rows) {
       auto cells = row(r, {r.model, std::to_string(r.batch)});
       cells.resize(8);
+      if (host) cells.insert(cells.begin() + 7, r.measured_host_ms ? f(*r.measured_host_ms, 1) : "-");
       cells.push_back(f(r.measured_step_ms, 1));
       cells.push_back(fmt::format("{:+.1f}%", 100 * r.difference));
       rows.push_back(cells);
     }
-    cli::print_table({"model", "batch", "gemm", "attn", "other", "optim", "host", "step ms", "measured", "diff"}, rows);
+    std::vector<std::string> head{"model", "batch", "gemm",    "attn",     "other",
+                                  "optim", "host",  "step ms", "measured", "diff"};
+    if (host) head.insert(head.begin() + 7, "host meas");
+    cli::print_table(head, rows);
     fmt::print("{} of {} steps within 10% (max |diff| {:.1f}%)\n", v.within_10_percent, v.rows.size(),
                100 * v.max_abs_difference);
   }

@@ -109,6 +109,9 @@ std::vector<double> least_squares(const Eigen::MatrixXd& a, const Eigen::VectorX
   return {c.data(), c.data() + c.size()};
 }
 
+// Kernel counts and host times are fitted to the per-layer and per-step features only.
+bool per_layer_total(const std::string& key) { return key.ends_with("_kernels") || key.ends_with("_ms"); }
+
 double calibration_number(const Calibration& cal, const char* section, const char* key) {
   const Json* s = cal.torch.find(section);
   if (!s || !s->is_object()) return 0;
@@ -122,6 +125,9 @@ const std::vector<std::pair<std::string, std::string>>& speed_frameworks() {
   static const std::vector<std::pair<std::string, std::string>> f{
       {"torch", "the project's plain PyTorch loop: fp32 params + bf16 autocast, SDPA, AdamW(foreach=True)"},
       {"hf", "Hugging Face transformers LlamaForCausalLM (sdpa), fp32 params + bf16 autocast, AdamW(fused=True)"},
+      {"coat",
+       "COAT's own CoatLlamaForCausalLM and CoatAdamW (fp8-coat 1.0.11, transformers 4.45.2): FP8 linears and "
+       "activations, fp32 params + bf16 autocast, FP8 optimizer states with dynamic range expansion"},
   };
   return f;
 }
@@ -150,12 +156,18 @@ StepOps load_step_ops(const std::filesystem::path& p) {
   s.features = names(doc, where, "features");
   s.kernel_features = names(doc, where, "kernel_features");
   s.masked_when_compiled = s.framework == "hf";  // transformers' mask under torch.compile (framework.hpp)
+  if (const Json* co = doc.find("coat_optimizer")) s.optimizer_ms_per_2p28 = number(*co, where, "ms_per_2p28_params");
   const Json& configs = need(doc, where, "configs");
   FP8SIM_REQUIRE(configs.is_array() && configs.size() >= s.features.size() + 2,
                  "{}: 'configs' needs at least {} rows (features + 2) for the fit", where, s.features.size() + 2);
   s.configs = configs.size();
-  const std::vector<std::string> totals{"elementwise_bytes", "elementwise_kernels", "optimizer_bytes",
-                                        "optimizer_kernels", "gemm_bytes",          "attention_bytes"};
+  std::vector<std::string> totals{"elementwise_bytes", "elementwise_kernels", "optimizer_bytes",
+                                  "optimizer_kernels", "gemm_bytes",          "attention_bytes"};
+  // Host times of the two phases, where the inventory measured them (fitted like the kernel counts).
+  if (const Json* t0 = configs.as_array().front().find("totals"); t0 && t0->contains("host_forward_backward_ms")) {
+    totals.insert(totals.end(), {"host_forward_backward_ms", "host_optimizer_ms"});
+    s.host_times = true;
+  }
   std::vector<Dims> dims;
   std::map<std::string, std::vector<double>> y;
   size_t i = 0;
@@ -181,7 +193,7 @@ StepOps load_step_ops(const std::filesystem::path& p) {
     }
   }
   for (const std::string& k : totals) {
-    const std::vector<std::string>& fs = k.ends_with("_kernels") ? s.kernel_features : s.features;
+    const std::vector<std::string>& fs = per_layer_total(k) ? s.kernel_features : s.features;
     Eigen::MatrixXd a(static_cast<Eigen::Index>(dims.size()), static_cast<Eigen::Index>(fs.size()));
     for (size_t r = 0; r < dims.size(); ++r)
       for (size_t c = 0; c < fs.size(); ++c)
@@ -195,7 +207,7 @@ StepOps load_step_ops(const std::filesystem::path& p) {
 double StepOps::eval(const std::string& key, const ModelShape& m, int64_t batch, int64_t seq) const {
   const auto it = coef.find(key);
   FP8SIM_REQUIRE(it != coef.end(), "step ops: no fitted total '{}'", key);
-  const std::vector<std::string>& fs = key.ends_with("_kernels") ? kernel_features : features;
+  const std::vector<std::string>& fs = per_layer_total(key) ? kernel_features : features;
   const Dims d = dims_of(m, batch, seq);
   double v = 0;
   for (size_t i = 0; i < fs.size(); ++i) v += it->second[i] * feature(fs[i], d);
@@ -247,7 +259,13 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
   po.seq = seq;
   double launches = 0;
   bool default_attention = true;
-  for (const KernelOp& op : build_plan(m, Plan::BF16, po)) {
+  // COAT's linears run FP8 GEMMs (per-tensor scaled, E4M3 forward, E5M2 x E4M3 backward): the coat
+  // plan's GEMMs at the calibrated cuBLASLt times stand in for COAT's own Triton GEMM kernel.
+  const bool coat = ops.framework == "coat";
+  if (coat && compiled)
+    throw UsageError("--framework coat: COAT's published training does not compile; drop --compile");
+  if (coat) note("GEMMs: cuBLASLt's FP8 times stand in for COAT's own Triton FP8 GEMM kernel");
+  for (const KernelOp& op : build_plan(m, coat ? Plan::COAT : Plan::BF16, po)) {
     if (op.kind == Kind::Gemm) {
       s.gemm_ms += cal.predict(op).ms * op.count;
       launches += op.count;
@@ -286,8 +304,11 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
   s.optimizer_bytes = ops.eval("optimizer_bytes", m, batch, seq);
   // The inventory counts each optimizer op once at its small sizes; at the model's size each
   // multi-tensor op launches once per chunk of the parameters.
-  s.optimizer_kernels = ops.eval("optimizer_kernels", m, batch, seq) * std::max(1.0, std::ceil(params / kForeachChunk));
-  if (ops.fused_optimizer) {
+  s.optimizer_kernels = ops.eval("optimizer_kernels", m, batch, seq);
+  if (!ops.optimizer_ms_per_2p28) s.optimizer_kernels *= std::max(1.0, std::ceil(params / kForeachChunk));
+  if (ops.optimizer_ms_per_2p28) {  // one launch per tensor at the framework's measured rate
+    s.optimizer_ms = params * *ops.optimizer_ms_per_2p28 / 268435456.0;
+  } else if (ops.fused_optimizer) {
     double rate = calibration_number(cal, "adamw_fused_fp32_model", "gparams_per_s");
     if (rate <= 0) {
       rate = calibration_number(cal, "adamw_fused_fp32", "gparams_per_s");
@@ -301,10 +322,21 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
   launches += s.other_kernels + s.optimizer_kernels;
   s.kernels = launches;
   s.gpu_ms = s.gemm_ms + s.attention_ms + s.other_ms + s.optimizer_ms;
-  const double issue_ms = calibration_number(cal, "elementwise", "issue_interval_ms");
-  if (issue_ms > 0) s.host_ms = launches * issue_ms;
-  else note("host: the calibration has no eager issue interval; the host side is not modelled");
-  s.step_ms = std::max(s.gpu_ms, s.host_ms);
+  if (ops.host_times) {
+    // The inventory's measured host time per phase. The optimizer's kernels queue behind the
+    // backward's, so the step ends when the host has issued everything or when the GPU has run
+    // the forward and backward (started no earlier than the host issued them) and then the
+    // optimizer.
+    const double h_fb = ops.eval("host_forward_backward_ms", m, batch, seq),
+                 h_opt = ops.eval("host_optimizer_ms", m, batch, seq);
+    s.host_ms = h_fb + h_opt;
+    s.step_ms = std::max(s.host_ms, std::max(h_fb, s.gpu_ms - s.optimizer_ms) + s.optimizer_ms);
+  } else {
+    const double issue_ms = calibration_number(cal, "elementwise", "issue_interval_ms");
+    if (issue_ms > 0) s.host_ms = launches * issue_ms;
+    else note("host: the calibration has no eager issue interval; the host side is not modelled");
+    s.step_ms = std::max(s.gpu_ms, s.host_ms);
+  }
   s.tokens_per_s = static_cast<double>(batch * seq) / (s.step_ms / 1e3);
   return s;
 }
@@ -354,7 +386,8 @@ FrameworkValidation framework_validate(const std::vector<std::string>& paths, co
       const int64_t batch = static_cast<int64_t>(number(r, where, "batch"));
       const FrameworkStep p = framework_step(m, batch, seq, cal, ops, notes, compiled);
       const double measured = number(*step, where, "median");
-      FrameworkValidationRow row{p, m.name, source_relative(path), measured, p.step_ms / measured - 1, {}, {}};
+      FrameworkValidationRow row{p, m.name, source_relative(path), measured, p.step_ms / measured - 1, {}, {}, {}};
+      if (const Json* h = r.find("host_issue_ms"); h && h->is_number()) row.measured_host_ms = h->as_number();
       if (const Json* prof = r.find("profile"); prof && prof->is_object()) {
         row.profiled_ms_by_class.emplace();
         if (const Json* bc = prof->find("by_class"); bc && bc->is_object())
@@ -385,6 +418,7 @@ Json FrameworkValidationRow::to_json() const {
     j["profiled_ms_by_class"] = classes;
   }
   if (profiled_kernels) j["profiled_kernels"] = *profiled_kernels;
+  if (measured_host_ms) j["measured_host_ms"] = *measured_host_ms;
   return j;
 }
 

@@ -6,6 +6,8 @@
 //          fp32 parameters + bf16 autocast, SDPA, cross-entropy on fp32 logits, AdamW(foreach=True))
 //   hf     Hugging Face transformers LlamaForCausalLM, attn_implementation "sdpa", fp32 parameters
 //          + bf16 autocast, loss from model(labels=...), AdamW(fused=True)
+//   coat   COAT's own CoatLlamaForCausalLM and CoatAdamW (fp8-coat 1.0.11 under transformers
+//          4.45.2), fp32 parameters + bf16 autocast, as scripts/measure_coat.py builds them
 //
 // step = max(GPU time, host issue time), GPU time = GEMMs + attention + other ops + optimizer:
 //  * GEMMs: the BF16 plan's GEMMs at their calibrated cuBLASLt times (plan.hpp);
@@ -24,6 +26,11 @@
 // kernel. transformers 5.17 passes SDPA an explicit causal mask while compiling (it skips the mask
 // only in eager mode), so the kernels cannot skip the masked half: attention costs twice the
 // causal time. The optimizer step stays outside the graph, as in eager mode.
+// COAT launches most of its work from Python (Triton kernels inside its autograd functions, one
+// optimizer-extension call per parameter tensor), so its step is often host-bound. Its inventory
+// carries what the host spends per phase (measured at small shapes, where every kernel is short)
+// and its optimizer kernel's measured rate; its GEMMs are the coat plan's FP8 GEMMs; the step is
+// max(host, max(host forward+backward, GPU forward+backward) + GPU optimizer).
 // Nothing here is fitted to the end-to-end steps it is validated against (docs/speed-model.md).
 #include <cstdint>
 #include <filesystem>
@@ -53,6 +60,11 @@ struct StepOps {
   size_t configs = 0;
   bool fused_optimizer = false;       // the inventory's optimizer is one fused AdamW launch
   bool masked_when_compiled = false;  // the framework passes SDPA an explicit mask under compile
+  // The host time of each phase ("host_forward_backward_ms", "host_optimizer_ms") was measured.
+  bool host_times = false;
+  // The optimizer's GPU time per 2^28 parameters, measured on its own kernel where its bytes do
+  // not give its time (COAT's DE AdamW); one launch per parameter tensor.
+  std::optional<double> optimizer_ms_per_2p28;
   // The fitted total `key` ("elementwise_bytes", "elementwise_kernels", "optimizer_bytes",
   // "optimizer_kernels", "gemm_bytes", "attention_bytes": operands read and written) for one step of `m` at batch x
   // seq.
@@ -86,6 +98,8 @@ struct FrameworkValidationRow : FrameworkStep {
   // and the kernels launched.
   std::optional<std::vector<std::pair<std::string, double>>> profiled_ms_by_class;
   std::optional<double> profiled_kernels;
+  // The host time to issue one step (measure_step.py's host_issue_ms, median), where recorded.
+  std::optional<double> measured_host_ms;
   Json to_json() const;
 };
 
