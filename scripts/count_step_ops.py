@@ -377,7 +377,8 @@ def main():
     doc = {"format": SCHEMA, "framework": args.framework, "device": str(device),
            "device_name": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
            "versions": r["versions"], "training": r["training"],
-           "command": "python3 scripts/count_step_ops.py " + " ".join(sys.argv[1:]),
+           "command": "python3 scripts/count_step_ops.py " + " ".join(
+               os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:]),
            "features": list(FEATURES), "kernel_features": KERNEL_FEATURES, "configs": rows}
     if args.framework == "coat" and device.type == "cuda":
         doc["coat_optimizer"] = coat_optimizer_rate(device)

@@ -233,8 +233,8 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
   res.compiled = compiled;
   res.framework_description = description;
   res.statement = fmt::format(
-      "MODELLED step times of {} ({}, BF16, one GPU) from calibration {} ({}) and the framework's op inventory",
-      framework, compiled ? "torch.compile" : "eager", source_relative(calib),
+      "MODELLED step times of {} ({}, {}, one GPU) from calibration {} ({}) and the framework's op inventory",
+      framework, compiled ? "torch.compile" : "eager", framework == "coat" ? "FP8" : "BF16", source_relative(calib),
       cal.device.is_object() && cal.device.contains("name") ? cal.device.at("name").as_string()
                                                             : std::string("unknown GPU"));
   res.step_ops = {source_relative(step_ops),
@@ -305,8 +305,8 @@ int run_speed(const std::vector<std::string>& args) {
       "reps", po::value(&reps)->default_value(10), "measuring run: timed repetitions per kernel")(
       "warmup", po::value(&warmup)->default_value(3), "measuring run: untimed warm-up launches per kernel")(
       "framework", po::value(&framework),
-      "predict an eager BF16 step as this framework runs it: torch or hf (from the calibration and the framework's "
-      "op inventory; --batch may list several, e.g. 1,2,4)")(
+      "predict an eager step as this framework runs it: torch or hf (BF16), or coat (COAT's own FP8 code) (from the "
+      "calibration and the framework's op inventory; --batch may list several, e.g. 1,2,4)")(
       "step-ops", po::value(&step_ops),
       "--framework: the op inventory (scripts/count_step_ops.py; default reports/h200/step_ops/FRAMEWORK.json)")(
       "compile", "--framework: the step under torch.compile (Inductor's fused kernels) instead of eager")(
@@ -337,7 +337,8 @@ int run_speed(const std::vector<std::string>& args) {
           "  fp8sim speed --model llama2-7b --batch 2 --torch-times torch.json --write-calibration cal.json  (GPU)\n"
           "  fp8sim speed --framework hf --model tinyllama-1.1b --batch 1,2,4\n"
           "  fp8sim speed --framework hf --validate reports/h200/frameworks\n"
-          "  fp8sim speed --framework hf --compile --validate reports/h200/frameworks"))
+          "  fp8sim speed --framework hf --compile --validate reports/h200/frameworks\n"
+          "  fp8sim speed --framework coat --validate reports/h200/frameworks"))
     return 0;
   if (vm.count("framework"))
     return run_speed_framework(vm, args, model, batch, seq, calib, step_ops, validate, json_out);
