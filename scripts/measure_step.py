@@ -18,7 +18,8 @@ Frameworks (--framework):
   coat           COAT's own published model and optimizer (fp8-coat; scripts/measure_coat.py)
 
 Every run: --warmup steps (allocate gradients and optimizer states; compile), then one step with
-memory instrumentation, then --steps timed steps (CUDA events), then optionally one step under the
+memory instrumentation, then --steps timed steps (CUDA events; host_issue_ms is the median time the
+host takes to issue a step, close to the step time when the host is the bottleneck), then optionally one step under the
 PyTorch profiler (--profile): kernel count, GPU busy time, time per kernel class, the 60 kernels
 that take the most time by name. --max-batch CAP_GIB
 then searches the largest micro-batch whose step runs with torch.cuda.set_per_process_memory_fraction
