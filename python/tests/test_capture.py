@@ -385,9 +385,13 @@ def test_ddp_ranks_write_one_file_each(cli, tmp_path):
 def test_bring_your_own_model_example(tmp_path):
     """python/examples/byo_model.py, the README's example, as a user runs it."""
     example = os.path.join(os.path.dirname(__file__), "..", "examples", "byo_model.py")
+    with open(example) as fh:
+        code = fh.read().split('"""', 2)[2].lstrip("\n")  # the script without its docstring
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")) as fh:
+        assert "```python\n" + code + "```" in fh.read(), "README.md shows another script"
     p = subprocess.run([sys.executable, example, str(tmp_path / "llama.h5")], capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     lines = p.stdout.splitlines()
     assert [ln.split(":")[0] for ln in lines[:3]] == ["layer -1", "layer  0", "layer  1"], p.stdout
-    assert "GEMM output SNR" in lines[1] and "parameters; peak" in lines[-1], p.stdout
+    assert "GEMM output SNR" in lines[1] and "GiB/GPU at peak" in lines[-1], p.stdout
