@@ -298,7 +298,8 @@ def optim_replay(trace: Optional[PathLike] = None, *, state_dict: Optional[Mappi
     (AdamW's, or Adam's without weight decay; a checkpoint's as ``torch.load`` returns it) and
     ``params``, the parameters in the order the optimizer holds them: ``model.named_parameters()``
     when the optimizer was built from ``model.parameters()``, a dict ``{name: parameter}``, or
-    just their names (shapes are checked against the moments). Table 1 and the memory table
+    just their names (shapes are checked against the moments; None: ``param.0``, ``param.1``,
+    ...). Table 1 and the memory table
     use the moments (step count t) with the param groups' betas and eps. ``grads`` (``True``:
     each parameter's ``.grad``; or a dict ``{name: grad}``) adds the update the moments enter
     next -- weights, grads and the group's current ``lr`` -- as a grad window of one step, and
@@ -374,7 +375,7 @@ def report(trace: Optional[TraceLike] = None, *, model: Union[PathLike, Mapping[
             with open(model_arg, "w") as fh:
                 json.dump(model, fh)
         else:
-            model_arg = os.fspath(model)
+            model_arg = _config(model)[0]  # a missing config file is an OSError here
         res = _core.report(path, model_arg, names, int(gpus), int(batch), int(seq), os.fspath(out), plots, keep_going,
                            python, "fp8sim.report (Python)")
     res["report"] = os.path.join(res["dir"], "report.json")

@@ -145,6 +145,8 @@ def state_dict_trace(state_dict: Mapping[str, Any], params: Any = None,
         raise ValueError("grads need the weights too: give params as name -> parameter (model.named_parameters())")
     if grads is True:
         grad_of = {n: getattr(v, "grad", None) for n, v in zip(names, values)}
+        if all(g is None for g in grad_of.values()):
+            raise ValueError("grads=True, but no parameter has a .grad (call it after backward())")
     elif isinstance(grads, Mapping):
         unknown = sorted(set(grads) - set(names))
         if unknown:
