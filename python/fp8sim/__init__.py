@@ -265,8 +265,9 @@ def analyze(trace: TraceLike, recipe: PathLike = "coat", *, step: Optional[int] 
     ``.safetensors`` checkpoint, a folder of ``.npy`` files, or a dict ``{name: array}`` of
     float32 / float16 / bfloat16 NumPy arrays or torch tensors, read in memory (nothing is
     written) and named by the rules of a ``.npy`` folder: ``X.grad``, ``X.exp_avg``,
-    ``X.exp_avg_sq`` are those roles of parameter ``X``, any other name a weight (the document's
-    ``trace`` is then ``"<tensors>"``). ``recipe``: a name (``fp8sim recipes``) or a recipe
+    ``X.exp_avg_sq`` are those roles of parameter ``X``, any other name a weight; integer and
+    bool tensors (buffers) are left out, as from a file (the document's ``trace`` is then
+    ``"<tensors>"``). ``dict(model.state_dict())`` works as it is. ``recipe``: a name (``fp8sim recipes``) or a recipe
     .json file. ``step``: the captured step (default: the one with the most tensors);
     ``gemm=False`` skips the GEMM error (``--no-gemm``); ``histograms=True`` keeps the
     per-tensor histograms; ``threads=0`` uses every core.

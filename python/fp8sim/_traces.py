@@ -46,12 +46,21 @@ def array_of(x: Any, what: str) -> tuple[np.ndarray, str]:
         raise TypeError(f"{what}: {e}") from None
 
 
+def _integral(x: Any) -> bool:
+    """An integer or bool tensor (a buffer such as position ids), which a trace has no use for."""
+    dt = str(x.dtype).replace("torch.", "") if is_torch_tensor(x) else np.asarray(x).dtype.name
+    return dt == "bool" or dt.startswith(("int", "uint"))
+
+
 def named_arrays(tensors: Mapping[str, Any]) -> Named:
-    """The mapping's arrays, in its order, for the core."""
+    """The mapping's float arrays, in its order, for the core; integer and bool tensors are left
+    out, as the readers of .npy folders and checkpoints leave them."""
     out: Named = []
     for name, x in tensors.items():
         if not isinstance(name, str):
             raise TypeError(f"tensor names must be strings, not {type(name).__name__} ({name!r})")
+        if _integral(x):
+            continue
         a, kind = array_of(x, name)
         out.append((name, a, kind))
     return out

@@ -64,6 +64,7 @@ def tensors():
         "model.layers.1.self_attn.q_proj.weight": rng.standard_normal((64, 64)).astype(ml_dtypes.bfloat16),
         "model.norm.weight": (1 + rng.standard_normal(64) * 0.1).astype(np.float16),
         "model.embed_tokens.weight": rng.standard_normal((100, 64)).astype(np.float32),
+        "position_ids": np.arange(16),  # ignored by both
     }
 
 
@@ -80,7 +81,7 @@ def test_analyze_of_tensors_in_memory_equals_a_npy_folder(cli, tmp_path):
     want = cli_json(cli, tmp_path, "analyze", folder, "--recipe", "coat")
     assert got.pop("trace") == "<tensors>" and want.pop("trace")
     assert got == want
-    assert len(got["tensors"]) == len(ts)
+    assert len(got["tensors"]) == len(ts) - 1
     for k, v in ts.items():  # read in place, left alone
         assert v.tobytes() == before[k].tobytes()
 
@@ -215,8 +216,10 @@ def test_trace_errors(tmp_path):
         fp8sim.analyze(SAMPLE, "nope")
     with pytest.raises(ValueError, match="does not record the optimizer's beta1"):
         fp8sim.optim_replay(tensors_folder(tmp_path))
-    with pytest.raises(TypeError, match="int64"):
-        fp8sim.analyze({"w": np.ones((4, 4), np.int64)})
+    with pytest.raises(TypeError, match="float64"):
+        fp8sim.analyze({"w": np.ones((4, 4))})
+    with pytest.raises(ValueError, match="holds no float32"):  # integer buffers are left out
+        fp8sim.analyze({"position_ids": np.arange(4)})
     with pytest.raises(TypeError, match="state_dict="):
         fp8sim.optim_replay({"w": np.ones((4, 4), np.float32)})
     with pytest.raises(ValueError, match="empty name"):

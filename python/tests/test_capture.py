@@ -352,6 +352,9 @@ def test_optimizer_state_dict_equals_the_recorded_trace(cli, tmp_path):
     names = [n for n, _ in model.named_parameters()]
     loaded = fp8sim.optim_replay(state_dict=torch.load(buf), params=names)
     assert loaded["table1_details"]["adamw_step"] == 3 and loaded["drift"] is None
+    # A model's state dict as it is: its weights under a recipe, in memory.
+    weights = fp8sim.analyze(dict(model.state_dict()), "coat")
+    assert len(weights["tensors"]) == len(model.state_dict()) and weights["trace"] == "<tensors>"
 
 
 @needs_torch
