@@ -1,7 +1,8 @@
 // Tensors as they come (sim/trace/tensor_files.hpp): a safetensors checkpoint and a folder of .npy
 // files read as a one-step trace, every value bit for bit, names mapped to roles, ops and layers,
-// non-float tensors listed as ignored, and every malformed file a one-line error; the CLI's info,
-// analyze and report take them where they take a trace.
+// non-float tensors listed as ignored, and every malformed file a one-line error; tensors in
+// memory (the Python package's dicts) read the same way; the CLI's info, analyze and report take
+// them where they take a trace.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "sim/common/io.hpp"
 #include "sim/common/json.hpp"
 #include "sim/common/npy.hpp"
+#include "sim/trace/tensor_files.hpp"
 #include "sim/trace/trace.hpp"
 #include "tests/support/test_util.hpp"
 
@@ -134,6 +136,39 @@ TEST(TensorFiles, NpyFolderReadsAsAOneStepTrace) {
   expect_sample(r, src);
 }
 
+TEST(TensorFiles, TensorsInMemoryReadAsAOneStepTrace) {
+  const auto src = sample();
+  std::vector<trace::MemoryTensor> mem;
+  for (const auto& s : src) {
+    if (s.dtype == "I64") {
+      mem.push_back({s.name, trace::DType::F32, {}, s.bytes.data()});  // 0-D: ignored, as a .npy folder's
+      continue;
+    }
+    const trace::DType d =
+        s.dtype == "F32" ? trace::DType::F32 : (s.dtype == "BF16" ? trace::DType::BF16 : trace::DType::F16);
+    mem.push_back({s.name, d, s.shape, s.bytes.data()});
+  }
+  const trace::TraceReader r(trace::tensors_in_memory(mem, "<tensors>"), "<tensors>");
+  EXPECT_EQ(r.path().string(), "<tensors>");
+  expect_sample(r, src);
+
+  // Another step number; two tensors of one role and parameter, or none at all, are refused.
+  const trace::TraceReader r7(trace::tensors_in_memory({mem[0]}, "<t>", 7), "<t>");
+  ASSERT_EQ(r7.steps().size(), 1u);
+  EXPECT_EQ(r7.steps()[0].step, 7);
+  EXPECT_NE(r7.find(7, trace::Role::Weight, "model.embed_tokens.weight"), nullptr);
+  auto fails = [](std::vector<trace::MemoryTensor> ts, const std::string& needle) {
+    try {
+      trace::tensors_in_memory(std::move(ts), "<tensors>");
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  fails({mem[0], mem[0]}, "two tensors are the weight of 'model.embed_tokens.weight'");
+  fails({}, "holds no float32");
+}
+
 TEST(TensorFiles, MalformedFilesAreOneLineErrors) {
   const std::string dir = test::temp_dir();
   auto src = sample();
@@ -182,6 +217,15 @@ TEST(TensorFiles, CommandsTakeACheckpointWhereTheyTakeATrace) {
     if (s.at("id").as_string() == "optimizer") {
       EXPECT_EQ(s.at("status").as_string(), "unavailable");
     }
+  // A folder of .npy files makes a report too.
+  std::filesystem::create_directories(dir + "/npy");
+  for (const auto& s : sample())
+    if (s.dtype == "F32")
+      write_npy(dir + "/npy/" + s.name + ".npy", NpyDtype::F32, s.shape, s.bytes.data(), s.bytes.size());
+  r = test::run_shell(std::string(FP8SIM_BINARY) + " report " + dir +
+                      "/npy --recipes bf16,coat --no-plots --quiet --out " + dir + "/rep2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::filesystem::exists(dir + "/rep2/report.json"));
   std::ofstream(dir + "/bad.safetensors") << "abcdefghijk";
   r = test::run_shell(std::string(FP8SIM_BINARY) + " info " + dir + "/bad.safetensors");
   EXPECT_EQ(r.exit_code, 1);

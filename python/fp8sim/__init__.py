@@ -2,10 +2,11 @@
 
 The same C++ core as the ``fp8sim`` command line, so every result equals the command's bit for
 bit: :func:`quantize` is ``fp8sim quantize``, :func:`cast` is ``fp8sim cast``, :func:`memory` is
-``fp8sim memory --json``. Arrays are NumPy arrays; float32, float16 and bfloat16 (``ml_dtypes``)
-inputs are read in place when C-contiguous. Bad specs, shapes and configs raise ``ValueError``
-with the library's one-line message; a config file that cannot be read raises ``OSError``.
-The GIL is released while the library computes.
+``fp8sim memory --json``, :func:`analyze`, :func:`optim_replay` and :func:`report` are
+``fp8sim analyze``, ``optim`` and ``report``. Arrays are NumPy arrays; float32, float16 and
+bfloat16 (``ml_dtypes``) inputs are read in place when C-contiguous. Bad specs, shapes, configs
+and traces raise ``ValueError`` with the library's one-line message; a file that cannot be read
+raises ``OSError``. The GIL is released while the library computes.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+import sys
+import tempfile
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from . import _core
 
 __all__ = ["Spec", "QuantizeResult", "quantize", "dequantize", "cast", "decode", "memory", "model", "list_models",
-           "data_root"]
+           "data_root", "analyze", "optim_replay", "report"]
 __version__ = "0.1.0"
 
 # The installed package carries its data (models, recipes, calibration, plots script); a source
@@ -240,3 +243,145 @@ def memory(config: ConfigLike, *, recipe: Optional[str] = None, gpus: int = 1, b
     return json.loads(_core.memory(text, is_json, origin, recipe, gpus, batch, seq, zero, checkpointing, free_grads,
                                    compile, framework,
                                    None if gpu_mem_gib is None else float(gpu_mem_gib), compare))
+
+
+# ---- traces: analyze, optim, report ----------------------------------------------------------------
+
+PathLike = Union[str, "os.PathLike[str]"]
+# A trace: a path (HDF5 trace, .safetensors checkpoint, folder of .npy files) or a dict of named
+# tensors (NumPy arrays or torch tensors), named as in a .npy folder (docs/python.md).
+TraceLike = Union[PathLike, Mapping[str, Any]]
+
+_TENSORS = "<tensors>"  # what the documents name a dict of tensors as
+
+
+def analyze(trace: TraceLike, recipe: PathLike = "coat", *, step: Optional[int] = None, gemm: bool = True,
+            histograms: bool = False, threads: int = 0) -> dict[str, Any]:
+    """Every tensor of one step of ``trace`` through a training recipe: the document of
+    ``fp8sim analyze TRACE --recipe RECIPE --json`` (``tensors``, ``aggregates``, ``layers``
+    with the per-layer forward GEMM error, ``totals``, ...).
+
+    ``trace``: a trace file (HDF5, as :class:`fp8sim.capture.TraceRecorder` writes it), a
+    ``.safetensors`` checkpoint, a folder of ``.npy`` files, or a dict ``{name: array}`` of
+    float32 / float16 / bfloat16 NumPy arrays or torch tensors, read in memory (nothing is
+    written) and named by the rules of a ``.npy`` folder: ``X.grad``, ``X.exp_avg``,
+    ``X.exp_avg_sq`` are those roles of parameter ``X``, any other name a weight; integer and
+    bool tensors (buffers) are left out, as from a file (the document's ``trace`` is then
+    ``"<tensors>"``). ``dict(model.state_dict())`` works as it is. ``recipe``: a name (``fp8sim recipes``) or a recipe
+    .json file. ``step``: the captured step (default: the one with the most tensors);
+    ``gemm=False`` skips the GEMM error (``--no-gemm``); ``histograms=True`` keeps the
+    per-tensor histograms; ``threads=0`` uses every core.
+    """
+    from . import _traces
+    if isinstance(trace, Mapping):
+        return json.loads(_core.analyze(None, _traces.named_arrays(trace), _TENSORS, os.fspath(recipe), step, gemm,
+                                        histograms, threads))
+    return json.loads(_core.analyze(_traces.trace_path(trace), [], "", os.fspath(recipe), step, gemm, histograms,
+                                    threads))
+
+
+def optim_replay(trace: Optional[PathLike] = None, *, state_dict: Optional[Mapping[str, Any]] = None,
+                 params: Any = None, grads: Union[None, bool, Mapping[str, Any]] = None,
+                 recipes: Sequence[str] = (), steps: int = 0, update: str = "coat", rounding: str = "nearest",
+                 seed: int = 0, table1: bool = True, table1_step: Optional[int] = None, drift: Optional[bool] = None,
+                 threads: int = 0) -> dict[str, Any]:
+    """AdamW with low-precision moments against fp32: the document of ``fp8sim optim TRACE
+    --json`` (COAT's Table 1 on the moments, the drift of each state recipe over the grad window,
+    the fp32 replay, the state memory).
+
+    From a trace file (HDF5 with a grad window, as ``TraceRecorder(..., window=(first,
+    count))`` writes it), with the command's options: ``recipes`` (``--recipe``, repeatable:
+    presets or ``m=SPEC,v=SPEC``), ``steps``, ``update`` (coat or torch), ``rounding``,
+    ``seed``, ``table1=False`` (``--no-table1``), ``table1_step``, ``drift`` (None: as the
+    command, True; False is ``--no-drift``) and ``threads``.
+
+    Or from a PyTorch optimizer state dict, in memory: ``state_dict=optimizer.state_dict()``
+    (AdamW's, or Adam's without weight decay; a checkpoint's as ``torch.load`` returns it) and
+    ``params``, the parameters in the order the optimizer holds them: ``model.named_parameters()``
+    when the optimizer was built from ``model.parameters()``, a dict ``{name: parameter}``, or
+    just their names (shapes are checked against the moments; None: ``param.0``, ``param.1``,
+    ...). Table 1 and the memory table
+    use the moments (step count t) with the param groups' betas and eps. ``grads`` (``True``:
+    each parameter's ``.grad``; or a dict ``{name: grad}``) adds the update the moments enter
+    next -- weights, grads and the group's current ``lr`` -- as a grad window of one step, and
+    ``drift`` (None: on when grads are given) replays it; the fp32 replay needs the weights after
+    it, so it is skipped. Param groups must agree on betas and eps (and, with grads, on lr and
+    weight_decay); the document's ``source`` is ``"<state_dict>"``.
+    """
+    from . import _traces
+    if (trace is None) == (state_dict is None):
+        raise ValueError("optim_replay takes a trace or a state_dict (one of them)")
+    if isinstance(recipes, str):
+        recipes = [recipes]
+    common = ([str(r) for r in recipes], int(steps), update, rounding, int(seed), table1, table1_step)
+    if state_dict is None:
+        if isinstance(trace, Mapping):
+            raise TypeError("optim_replay reads a trace file; for tensors in memory give state_dict= (and params=)")
+        return json.loads(_core.optim(_traces.trace_path(trace), [], "", "", *common,
+                                      True if drift is None else drift, threads))
+    tensors, meta = _traces.state_dict_trace(state_dict, params, grads)
+    window = "grad_window" in meta
+    return json.loads(_core.optim(None, tensors, "<state_dict>", json.dumps(meta), *common,
+                                  window if drift is None else drift, threads))
+
+
+def _summary_table(doc: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """The report's summary section as {recipe: {column: cell}}."""
+    for sec in doc.get("sections", []):
+        if sec.get("id") != "summary":
+            continue
+        for block in sec.get("blocks", []):
+            table = block.get("table")
+            if table:
+                header = table["header"]
+                return {row[0]: dict(zip(header[1:], row[1:])) for row in table["rows"]}
+    return {}
+
+
+def report(trace: Optional[TraceLike] = None, *, model: Union[PathLike, Mapping[str, Any]] = "llama2-7b",
+           recipes: Union[None, str, Iterable[str]] = None, gpus: int = 4, batch: int = 2, seq: int = 2048,
+           out: PathLike = "report", plots: bool = True, keep_going: bool = False) -> dict[str, Any]:
+    """``fp8sim report``: writes the report folder ``out`` (report.json, report.md, report.html,
+    plots) and returns what it concluded:
+
+    ``dir``, ``files``, ``plots`` ({status, reason}), ``sections`` ([{title, status, reason}],
+    what the command prints), ``summary`` ({recipe: {column: cell}}, the report's Summary
+    table), ``verdict`` (report.json's ``data.verdict``: the recommendation, its rule and each
+    recipe's figures and decision) and ``report`` (the path of report.json).
+
+    ``trace`` as for :func:`analyze` (None: the committed sample trace; a dict of tensors is
+    written to a temporary .safetensors file for the run and removed after); ``model``: a
+    name, a config file, or a dict (a Hugging Face config, written to a temporary file);
+    ``recipes``: names or recipe files (a list, or one comma-separated string; None: the
+    command's default); the other keywords are the command's options (``plots=False`` is
+    ``--no-plots``). The plots are drawn with this Python (``$FP8SIM_PYTHON`` overrides it) and
+    need matplotlib. The package has no GPU backend, so the GPU sections (compare, bench,
+    measured speed) say so, as the command does on a machine without a GPU.
+    """
+    from . import _traces
+    names: list[str] = []
+    for r in [recipes] if isinstance(recipes, str) else (recipes or []):
+        names.extend(p.strip() for p in os.fspath(r).split(","))
+    if any(not n for n in names):
+        raise ValueError(f"recipes {recipes!r} has an empty name")
+    python = "" if os.environ.get("FP8SIM_PYTHON") else sys.executable
+    with tempfile.TemporaryDirectory(prefix="fp8sim-report-") as tmp:
+        if isinstance(trace, Mapping):
+            path: Optional[str] = os.path.join(tmp, "tensors.safetensors")
+            _traces.write_safetensors(path, _traces.named_arrays(trace))
+        else:
+            path = None if trace is None else _traces.trace_path(trace)
+        if isinstance(model, Mapping):
+            model_arg = os.path.join(tmp, "config.json")
+            with open(model_arg, "w") as fh:
+                json.dump(model, fh)
+        else:
+            model_arg = _config(model)[0]  # a missing config file is an OSError here
+        res = _core.report(path, model_arg, names, int(gpus), int(batch), int(seq), os.fspath(out), plots, keep_going,
+                           python, "fp8sim.report (Python)")
+    res["report"] = os.path.join(res["dir"], "report.json")
+    with open(res["report"]) as fh:
+        doc = json.load(fh)
+    res["summary"] = _summary_table(doc)
+    res["verdict"] = doc.get("data", {}).get("verdict")
+    return res

@@ -347,8 +347,11 @@ class TraceRecorder:
       training mode: the input of every linear layer (one tensor for q/k/v and gate/up, with all
       consumers in ``modules``; the o_proj input as ``attn_output``), the input of every norm and
       the output of a norm that no linear layer consumes (``norm_output``), the input of every
-      activation function (``silu_input`` / ``act_input``), the gradient of every linear
-      output, and the inputs of the modules that ``modules`` adds. Under ``torch.autocast`` a
+      activation function (``silu_input`` / ``act_input``), the operands of a Hugging Face
+      SwiGLU multiply (``mul_input``) and the branches its blocks add to the residual stream
+      (``residual_add``), which have no module (:meth:`_attach_moduleless` says what maps to
+      what), the gradient of every linear output, and the inputs of the modules that
+      ``modules`` adds. Under ``torch.autocast`` a
       linear input is stored in the dtype the matmul computes in (``cast_from`` names the dtype
       it arrived in); bf16 models store bf16 tensors as they are.
 
@@ -549,6 +552,44 @@ class TraceRecorder:
             elif _act_op(mod) is not None:
                 self._handles.append(mod.register_forward_pre_hook(self._input_hook(name, _act_op(mod)),
                                                                    with_kwargs=True))
+        self._attach_moduleless()
+
+    def _attach_moduleless(self):
+        """The ops that Hugging Face blocks compute in ``forward`` without a module of their own,
+        recorded from the outputs of the modules that feed them, under the names a model with
+        such modules gets (scripts/capture_models.py):
+
+        - the SwiGLU multiply ``down_proj(act_fn(gate_proj(x)) * up_proj(x))`` of a module with
+          children ``gate_proj``, ``up_proj``, ``down_proj`` and ``act_fn`` (Llama, Mistral,
+          Qwen2, OLMo): its operands as ``<mlp>.mul.input0`` (the ``act_fn`` output) and
+          ``<mlp>.mul.input1`` (the ``up_proj`` output), op ``mul_input``; its product is the
+          ``down_proj`` input (``linear_input``);
+        - the residual adds ``x + self_attn(input_layernorm(x))`` and ``x + mlp(...)`` of a
+          pre-norm block (children ``input_layernorm``, ``mlp`` and ``self_attn`` or
+          ``attention``; Llama, Mistral, Qwen2, OLMo, GPT-NeoX): the branch added, i.e. the
+          attention and MLP outputs, as ``<block>.attn_residual.branch`` and
+          ``<block>.mlp_residual.branch``, op ``residual_add``; the residual stream itself is the
+          next norm's input (``norm_input``; the last block's is the final norm's).
+
+        Blocks with post-norms (OLMo-2, Gemma 2/3: a ``post_feedforward_layernorm`` child) add the
+        post-norms' outputs, which are recorded as ``norm_output``; a model whose multiply or
+        residual adds are modules of their own (``mul``, ``attn_residual``, ``mlp_residual``) is
+        recorded through ``modules=`` instead."""
+        for raw, mod in self.model.named_modules():
+            name = clean_name(raw)
+            kids = dict(mod.named_children())
+            if {"gate_proj", "up_proj", "down_proj", "act_fn"} <= kids.keys() and "mul" not in kids:
+                mul = f"{name}.mul" if name else "mul"
+                for child, operand in (("act_fn", "input0"), ("up_proj", "input1")):
+                    self._handles.append(kids[child].register_forward_hook(
+                        self._output_hook(f"{mul}.{operand}", "mul_input", mul)))
+            attn = "self_attn" if "self_attn" in kids else "attention" if "attention" in kids else None
+            if (attn and {"mlp", "input_layernorm"} <= kids.keys() and "post_feedforward_layernorm" not in kids
+                    and not {"attn_residual", "mlp_residual"} & kids.keys()):
+                for child, add in ((attn, "attn_residual"), ("mlp", "mlp_residual")):
+                    res = f"{name}.{add}" if name else add
+                    self._handles.append(kids[child].register_forward_hook(
+                        self._output_hook(f"{res}.branch", "residual_add", res)))
 
     # -- activations --
 
@@ -676,6 +717,18 @@ class TraceRecorder:
             x = self._first_tensor(args, kwargs)
             if x is not None:
                 self._act(self._armed, "activation", f"{name}.input", op, name, x)
+        return hook
+
+    def _output_hook(self, name, op, module):
+        """Forward hook storing the module's output (the first tensor of a tuple) as ``name``."""
+        torch = _torch()
+
+        def hook(mod, args, out):
+            if self._armed is None:
+                return
+            t = out if isinstance(out, torch.Tensor) else self._first_tensor(out if isinstance(out, tuple) else ())
+            if t is not None:
+                self._act(self._armed, "activation", name, op, module, t)
         return hook
 
     def _custom_hook(self, name, op, picks):

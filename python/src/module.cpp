@@ -2,29 +2,40 @@
 // function the matching command calls, so results equal the command line's bit for bit. Inputs
 // arrive as C-contiguous CPU arrays (float32, or uint16 bits of bfloat16 / float16, which the
 // Python layer views without a copy); outputs are NumPy arrays that own the library's buffers.
+// Traces: analyze, optim and report read a trace by path, or (analyze, optim) named arrays in
+// memory that the Python layer passes as (name, array, kind) and keeps alive for the call.
 // Errors: UsageError and Error become ValueError with the library's one-line message; the GIL is
 // released around every computation.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cstring>
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "sim/analyze/analyze.hpp"
+#include "sim/backend/backend.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/json.hpp"
 #include "sim/common/paths.hpp"
 #include "sim/formats/cast.hpp"
 #include "sim/memory/memory.hpp"
 #include "sim/model/model.hpp"
+#include "sim/optim/replay.hpp"
 #include "sim/quant/quantize.hpp"
 #include "sim/quant/quantize_report.hpp"
 #include "sim/quant/spec.hpp"
+#include "sim/recipe/recipe.hpp"
+#include "sim/report/report.hpp"
+#include "sim/trace/tensor_files.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -239,6 +250,144 @@ std::string model_info(const std::string& config, bool is_json, const std::strin
   return model::model_to_json(m).dump();
 }
 
+// ---- traces ------------------------------------------------------------------------------------
+
+// Named arrays in memory: (name, C-contiguous array, kind as for quantize).
+using Tensors = std::vector<std::tuple<std::string, InArray, std::string>>;
+
+trace::DType trace_dtype(const InArray& a, const std::string& kind) {
+  const InputDtype d = input_dtype(a, kind);
+  return d == InputDtype::F32 ? trace::DType::F32 : (d == InputDtype::BF16 ? trace::DType::BF16 : trace::DType::F16);
+}
+
+// The tensors as a one-step trace read in place (the arrays outlive the reader: they are the
+// call's arguments). `meta` (JSON text, may be empty) adds what a trace's attributes say: the
+// step number `step`, the step's `lr` and `adamw_step`, the `optimizer` {name, beta1, beta2, eps,
+// weight_decay, options} and the `grad_window` [first, last].
+trace::TraceReader memory_reader(const Tensors& tensors, const std::string& label, const std::string& meta_text) {
+  const Json meta = meta_text.empty() ? Json::object() : Json::parse(meta_text);
+  const Json* st = meta.find("step");
+  const int64_t step = st && st->is_number() ? st->as_int() : 0;
+  std::vector<trace::MemoryTensor> mem;
+  for (const auto& [name, a, kind] : tensors) mem.push_back({name, trace_dtype(a, kind), shape_of(a), a.data()});
+  std::unique_ptr<trace::TensorFiles> files = trace::tensors_in_memory(std::move(mem), label, step);
+  trace::StepInfo& s = files->steps.front();
+  if (const Json* v = meta.find("lr"); v && v->is_number()) s.lr = v->as_number();
+  if (const Json* v = meta.find("adamw_step"); v && v->is_number()) s.adamw_step = v->as_int();
+  if (const Json* v = meta.find("contents"); v && v->is_string()) s.contents = v->as_string();
+  trace::TraceHeader& h = files->header;
+  if (const Json* o = meta.find("optimizer"); o && o->is_object()) {
+    trace::OptimizerInfo& oi = h.optimizer;
+    if (const Json* v = o->find("name"); v && v->is_string()) oi.name = v->as_string();
+    auto num = [&](const char* key, std::optional<double>& out) {
+      if (const Json* v = o->find(key); v && v->is_number()) out = v->as_number();
+    };
+    num("lr", oi.lr);
+    num("beta1", oi.beta1);
+    num("beta2", oi.beta2);
+    num("eps", oi.eps);
+    num("weight_decay", oi.weight_decay);
+    if (const Json* v = o->find("options")) oi.options = *v;
+  }
+  if (const Json* w = meta.find("grad_window"); w && w->is_array() && w->size() == 2)
+    h.grad_window = std::make_pair(w->as_array()[0].as_int(), w->as_array()[1].as_int());
+  if (const Json* v = meta.find("producer"); v && v->is_string()) h.producer = v->as_string();
+  return trace::TraceReader(std::move(files), label);
+}
+
+// `fp8sim analyze PATH --recipe R --json` (path given) or the same over `tensors`: the document
+// as JSON text.
+std::string analyze(const std::optional<std::string>& path, const Tensors& tensors, const std::string& label,
+                    const std::string& recipe_arg, std::optional<int64_t> step, bool gemm, bool histograms,
+                    int threads) {
+  FP8SIM_REQUIRE(threads >= 0, "threads must be >= 0, not {}", threads);
+  std::optional<trace::TraceReader> mem;
+  if (!path) mem.emplace(memory_reader(tensors, label, ""));
+  nb::gil_scoped_release nogil;
+  analyze::AnalyzeOptions o;
+  o.step = step;
+  o.gemm = gemm;
+  o.histograms = histograms;
+  o.threads = threads;
+  const recipe::TrainingRecipe& rec = recipe::get(recipe_arg);
+  if (path) return analyze::analyze_trace(trace::TraceReader(*path), rec, o).to_json().dump(2);
+  return analyze::analyze_trace(*mem, rec, o).to_json().dump(2);
+}
+
+// `fp8sim optim PATH --json` with the command's options (path given), or the same over `tensors`
+// with `meta` (memory_reader): the document as JSON text.
+std::string optim(const std::optional<std::string>& path, const Tensors& tensors, const std::string& label,
+                  const std::string& meta, const std::vector<std::string>& recipes, int steps,
+                  const std::string& update, const std::string& rounding, uint64_t seed, bool table1,
+                  std::optional<int64_t> table1_step, bool drift, int threads) {
+  FP8SIM_REQUIRE(steps >= 0, "steps must be >= 0, not {}", steps);
+  FP8SIM_REQUIRE(threads >= 0, "threads must be >= 0, not {}", threads);
+  optim::OptimOptions o;
+  for (const auto& r : recipes) o.recipes.push_back(optim::StateRecipe::parse(r));
+  o.steps = steps;
+  o.rule = optim::parse_update_rule(update);
+  o.rounding = parse_rounding(rounding);
+  o.seed = seed;
+  o.table1 = table1;
+  o.table1_step = table1_step;
+  o.drift = drift;
+  o.threads = threads;
+  std::optional<trace::TraceReader> mem;
+  if (!path) mem.emplace(memory_reader(tensors, label, meta));
+  nb::gil_scoped_release nogil;
+  return (path ? optim::optim_replay(*path, o) : optim::optim_replay(*mem, o)).to_json().dump(2);
+}
+
+// `fp8sim report` (one report, not --compare) without a GPU: what the command prints, as a dict.
+nb::dict report(const std::optional<std::string>& trace, const std::string& model,
+                const std::vector<std::string>& recipes, int gpus, int batch, int seq, const std::string& out,
+                bool plots, bool keep_going, const std::string& python, const std::string& command_line) {
+  report::ReportOptions o;
+  if (trace) {
+    FP8SIM_REQUIRE(!trace->empty(), "the trace path is empty (give None for the sample trace)");
+    o.trace = *trace;
+  }
+  o.model = model;
+  o.recipes = recipes;
+  o.gpus = gpus;
+  o.batch = batch;
+  o.seq = seq;
+  o.out_dir = out;
+  o.plots = plots;
+  o.keep_going = keep_going;
+  o.python = python;
+  o.command_line = command_line;
+#ifdef FP8SIM_VERSION
+  o.version = FP8SIM_VERSION;
+#endif
+  report::WriteResult wr;
+  {
+    nb::gil_scoped_release nogil;
+    // The package is built for the CPU: the GPU sections say so, as the command does on a
+    // machine without a GPU.
+    static const std::unique_ptr<gpu::Backend> cpu = gpu::no_gpu_backend(
+        "the Python package has no GPU backend (run `fp8sim report` on a GPU host for the GPU sections)");
+    wr = report::run_report(o, *cpu);
+  }
+  nb::dict d;
+  d["dir"] = wr.dir.string();
+  d["files"] = nb::cast(wr.files);
+  nb::dict pl;
+  pl["status"] = wr.plots_status;
+  pl["reason"] = wr.plots_reason;
+  d["plots"] = pl;
+  nb::list secs;
+  for (const auto& s : wr.sections) {
+    nb::dict e;
+    e["title"] = s.title;
+    e["status"] = s.status;
+    e["reason"] = s.reason;
+    secs.append(e);
+  }
+  d["sections"] = secs;
+  return d;
+}
+
 }  // namespace
 }  // namespace fp8sim::py
 
@@ -261,6 +410,12 @@ NB_MODULE(_core, m) {
   m.def("memory", &memory, "config"_a, "is_json"_a, "origin"_a, "recipe"_a.none(), "gpus"_a, "batch"_a, "seq"_a,
         "zero"_a, "checkpointing"_a, "free_grads"_a, "compiled"_a, "framework"_a, "gpu_mem_gib"_a.none(), "compare"_a);
   m.def("model_info", &model_info, "config"_a, "is_json"_a, "origin"_a);
+  m.def("analyze", &analyze, "path"_a.none(), "tensors"_a, "label"_a, "recipe"_a, "step"_a.none(), "gemm"_a,
+        "histograms"_a, "threads"_a = 0);
+  m.def("optim", &optim, "path"_a.none(), "tensors"_a, "label"_a, "meta"_a, "recipes"_a, "steps"_a, "update"_a,
+        "rounding"_a, "seed"_a, "table1"_a, "table1_step"_a.none(), "drift"_a, "threads"_a = 0);
+  m.def("report", &report, "trace"_a.none(), "model"_a, "recipes"_a, "gpus"_a, "batch"_a, "seq"_a, "out"_a, "plots"_a,
+        "keep_going"_a, "python"_a, "command_line"_a);
   m.def(
       "set_data_root", [](const std::string& d) { fp8sim::set_data_root(d); }, "dir"_a);
   m.def("data_root", []() { return fp8sim::data_root().string(); });

@@ -127,13 +127,16 @@ def test_hf_model_trace_through_the_cli(family, cli, tmp_path):
     assert len(by_role["weight"]) == len(by_role["exp_avg_sq"]) == n_params
     acts = {t["name"]: t for t in by_role["activation"]}
     # Per block: q/k/v input (once), o_proj input, gate/up input (once), down input, two norm
-    # inputs, SiLU input; then the final norm input and the LM-head input.
-    assert len(acts) == 2 * 7 + 2
+    # inputs, SiLU input, the SwiGLU multiply's two operands and the two residual branches; then
+    # the final norm input and the LM-head input.
+    assert len(acts) == 2 * 11 + 2
     qkv = acts["model.layers.1.self_attn.q_proj.input"]
     assert qkv["op"] == "linear_input" and qkv["layer"] == 1
     assert acts["model.layers.0.self_attn.o_proj.input"]["op"] == "attn_output"
     assert acts["model.layers.0.mlp.act_fn.input"]["op"] == "silu_input"
     assert acts["model.norm.input"]["op"] == "norm_input"
+    assert acts["model.layers.1.mlp.mul.input1"]["op"] == "mul_input"
+    assert acts["model.layers.1.attn_residual.branch"]["op"] == "residual_add"
     assert len(by_role["activation_grad"]) == 2 * 7 + 1  # every linear output, the LM head's too
     assert all(t["op"] == "linear_output_grad" for t in by_role["activation_grad"])
 
@@ -287,3 +290,111 @@ def test_explicit_modules_and_errors(tmp_path):
         with TraceRecorder(net, opt, tmp_path / "x.h5", steps=[2]):
             raise RuntimeError("boom")
     assert not (tmp_path / "x.h5").exists() and not list(tmp_path.glob("x.h5.tmp*"))
+
+
+@needs_torch
+def test_ops_without_a_module_are_what_the_block_computes(tmp_path):
+    """The SwiGLU multiply's operands and the residual branches (no module of their own in Hugging
+    Face blocks): their product is the down_proj input, and each branch plus the residual stream
+    entering it is the next norm's input, bit for bit."""
+    import h5py
+    import numpy as np
+    import torch
+    from fp8sim.capture import TraceRecorder
+    model = tiny("llama")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with TraceRecorder(model, opt, tmp_path / "m.h5", steps=[1], roles=["activation"]) as rec:
+        train(model, rec, 1)
+    with h5py.File(tmp_path / "m.h5") as f:
+        a = {k: v[()] for k, v in f["steps/step_000001/activation"].items()}
+        ops = {k: v.attrs["op"] for k, v in f["steps/step_000001/activation"].items()}
+    for L in (0, 1):
+        p = f"model.layers.{L}."
+        assert ops[p + "mlp.mul.input0"] == ops[p + "mlp.mul.input1"] == "mul_input"
+        np.testing.assert_array_equal(a[p + "mlp.mul.input0"] * a[p + "mlp.mul.input1"], a[p + "mlp.down_proj.input"])
+        silu = torch.nn.functional.silu(torch.from_numpy(a[p + "mlp.act_fn.input"])).numpy()
+        np.testing.assert_array_equal(silu, a[p + "mlp.mul.input0"])
+        assert ops[p + "attn_residual.branch"] == ops[p + "mlp_residual.branch"] == "residual_add"
+        mid = a[p + "input_layernorm.input"] + a[p + "attn_residual.branch"]
+        np.testing.assert_array_equal(mid, a[p + "post_attention_layernorm.input"])
+        nxt = a["model.norm.input"] if L == 1 else a["model.layers.1.input_layernorm.input"]
+        np.testing.assert_array_equal(mid + a[p + "mlp_residual.branch"], nxt)
+
+
+@needs_torch
+def test_optimizer_state_dict_equals_the_recorded_trace(cli, tmp_path):
+    """fp8sim.optim_replay on optimizer.state_dict() with the parameters and their grads, taken
+    just before update 3, gives the Table 1, memory and one-step drift that `fp8sim optim` gives
+    on a trace recorded around that update."""
+    import torch
+    import fp8sim
+    from fp8sim.capture import TraceRecorder
+    model = tiny("llama")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
+    got = {}
+
+    def before_update(o, args, kwargs):
+        if sum(1 for _ in o.state.values()) and next(iter(o.state.values()))["step"] == 2:
+            got["doc"] = fp8sim.optim_replay(state_dict=o.state_dict(), params=model.named_parameters(), grads=True)
+    opt.register_step_pre_hook(before_update)
+    path = tmp_path / "w.h5"
+    with TraceRecorder(model, opt, path, steps=[3], window=(3, 1), roles=["weight", "grad", "exp_avg",
+                                                                         "exp_avg_sq"]) as rec:
+        train(model, rec, 3)
+    want = run_json(cli, "optim", path, "--table1-step", 3, tmp=tmp_path)
+    doc = got["doc"]
+    for key in ("table1", "table1_details", "memory", "drift"):
+        assert doc[key] == want[key], key
+    assert doc["window"]["params"] == want["window"]["params"] == len(list(model.parameters()))
+    # A checkpoint's state dict (tensors saved and loaded) reads the same.
+    buf = tmp_path / "opt.pt"
+    torch.save(opt.state_dict(), buf)
+    names = [n for n, _ in model.named_parameters()]
+    loaded = fp8sim.optim_replay(state_dict=torch.load(buf), params=names)
+    assert loaded["table1_details"]["adamw_step"] == 3 and loaded["drift"] is None
+    # A model's state dict as it is: its weights under a recipe, in memory.
+    weights = fp8sim.analyze(dict(model.state_dict()), "coat")
+    assert len(weights["tensors"]) == len(model.state_dict()) and weights["trace"] == "<tensors>"
+
+
+@needs_torch
+def test_ddp_ranks_write_one_file_each(cli, tmp_path):
+    """Two processes (gloo) train a DDP-wrapped model: each rank writes its file, with its rank."""
+    import socket
+    import h5py
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    worker = os.path.join(os.path.dirname(__file__), "ddp_record.py")
+    p = subprocess.run([sys.executable, worker, str(tmp_path), str(port)], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    files = sorted(os.listdir(tmp_path))
+    assert files == ["run.rank0.h5", "run.rank1.h5"], files
+    for rank in (0, 1):
+        path = tmp_path / f"run.rank{rank}.h5"
+        with h5py.File(path) as f:
+            assert f.attrs["rank"] == rank and f.attrs["world_size"] == 2
+            assert "model.layers.0.mlp.up_proj.weight" in f["steps/step_000002/weight"]  # no DDP "module."
+            inputs = f["steps/step_000002/activation/model.layers.0.self_attn.q_proj.input"][()]
+        info = run_json(cli, "info", path, tmp=tmp_path)
+        assert info["model_kind"] == "llama" and [s["step"] for s in info["steps"]] == [2]
+        if rank == 0:
+            first = inputs
+    assert not (first == inputs).all()  # each rank saw its own batch
+
+
+@needs_torch
+def test_bring_your_own_model_example(tmp_path):
+    """python/examples/byo_model.py, the README's example, as a user runs it."""
+    example = os.path.join(os.path.dirname(__file__), "..", "examples", "byo_model.py")
+    with open(example) as fh:
+        code = fh.read().split('"""', 2)[2].lstrip("\n")  # the script without its docstring
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md")) as fh:
+        assert "```python\n" + code + "```" in fh.read(), "README.md shows another script"
+    p = subprocess.run([sys.executable, example, str(tmp_path / "llama.h5")], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.splitlines()
+    assert [ln.split(":")[0] for ln in lines[:3]] == ["layer -1", "layer  0", "layer  1"], p.stdout
+    assert "GEMM output SNR" in lines[1] and "GiB/GPU at peak" in lines[-1], p.stdout

@@ -34,6 +34,10 @@
 #include "sim/optim/adamw.hpp"
 #include "sim/optim/state_recipe.hpp"
 
+namespace fp8sim::trace {
+class TraceReader;  // sim/trace/trace.hpp
+}
+
 namespace fp8sim::optim {
 
 // One parameter's window: everything the replay needs, flattened (numel = product of shape).
@@ -250,5 +254,8 @@ class OptimReplay {
 // at step a, grads of steps a..b, weights after update b at step b+1). Throws fp8sim::Error with
 // one line for a trace without a grad window or without the hyper-parameters.
 OptimResult optim_replay(const std::string& trace_path, const OptimOptions& opts);
+// The same over a trace already open (a file, or tensors in memory with the optimizer's
+// hyper-parameters in the header); messages and `source` name reader.path().
+OptimResult optim_replay(const trace::TraceReader& reader, const OptimOptions& opts);
 
 }  // namespace fp8sim::optim

@@ -34,8 +34,13 @@ int64_t pick_moments_step(const trace::TraceReader& r) {
 }  // namespace
 
 OptimResult optim_replay(const std::string& path, const OptimOptions& opts) {
+  for (const StateRecipe& rec : opts.recipes) rec.check_supported();  // before the trace is opened
+  return optim_replay(trace::TraceReader(path), opts);
+}
+
+OptimResult optim_replay(const trace::TraceReader& r, const OptimOptions& opts) {
   for (const StateRecipe& rec : opts.recipes) rec.check_supported();
-  const trace::TraceReader r(path);
+  const std::string path = r.path().string();
   const trace::TraceHeader& H = r.header();
   const trace::OptimizerInfo& oi = H.optimizer;
   FP8SIM_REQUIRE(oi.name.empty() || oi.name.find("AdamW") != std::string::npos,

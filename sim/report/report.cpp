@@ -187,7 +187,8 @@ ReportOptions resolve_options(ReportOptions o) {
   std::error_code ec;
   const auto st = fs::status(o.trace, ec);
   FP8SIM_REQUIRE(fs::exists(st), "cannot open trace '{}': no such file", o.trace.string());
-  FP8SIM_REQUIRE(fs::is_regular_file(st), "trace '{}' is not a regular file", o.trace.string());
+  FP8SIM_REQUIRE(fs::is_regular_file(st) || fs::is_directory(st),
+                 "trace '{}' is neither a file nor a folder of .npy files", o.trace.string());
   FP8SIM_REQUIRE(::access(o.trace.c_str(), R_OK) == 0, "cannot read trace '{}'", o.trace.string());
   if (o.recipes.empty()) o.recipes = default_recipes();
   validate_pieces(o);
@@ -321,7 +322,7 @@ struct PlotRun {
   Json info;
 };
 
-PlotRun draw_plots(Json& doc, const fs::path& dir) {
+PlotRun draw_plots(Json& doc, const fs::path& dir, const fs::path& given_python) {
   PlotRun run;
   const Json& plot_data = doc.at("plot_data");
   if (plot_data.size() == 0) {
@@ -330,7 +331,7 @@ PlotRun draw_plots(Json& doc, const fs::path& dir) {
     return run;
   }
   std::string why;
-  const fs::path python = find_python(&why);
+  const fs::path python = given_python.empty() ? find_python(&why) : given_python;
   if (python.empty()) {
     run.status = "skipped";
     run.reason = why;
@@ -385,14 +386,14 @@ PlotRun draw_plots(Json& doc, const fs::path& dir) {
 
 }  // namespace
 
-WriteResult write_report(Json& doc, StagingDir& staging, bool plots) {
+WriteResult write_report(Json& doc, StagingDir& staging, bool plots, const fs::path& python) {
   const fs::path dir = staging.path();
   PlotRun pr;
   if (!plots) {
     pr.status = "skipped";
     pr.reason = "--no-plots was given";
   } else {
-    pr = draw_plots(doc, dir);
+    pr = draw_plots(doc, dir, python);
   }
   const Json* per_plot = pr.info.find("plots");
   mark_plots(doc, [&](const std::string& file) -> std::pair<std::string, std::string> {
@@ -483,7 +484,7 @@ WriteResult run_report(const ReportOptions& raw, gpu::Backend& gpu) {
   }
   StagingDir staging(opts.out_dir);  // fails now, not after minutes of analysis
   Json doc = build_report(opts, gpu);
-  return write_report(doc, staging, opts.plots);
+  return write_report(doc, staging, opts.plots, opts.python);
 }
 
 }  // namespace fp8sim::report

@@ -22,7 +22,7 @@ class Backend;  // sim/backend/backend.hpp
 namespace fp8sim::report {
 
 struct ReportOptions {
-  std::filesystem::path trace;       // HDF5 trace; empty: the committed sample (default_trace())
+  std::filesystem::path trace;       // trace (HDF5, .safetensors, .npy folder); empty: the committed sample
   std::string model = "llama2-7b";   // models/NAME.json or a path, for memory and speed
   std::vector<std::string> recipes;  // empty: default_recipes()
   int gpus = 4;                      // data-parallel GPUs for memory and speed (FSDP)
@@ -30,6 +30,9 @@ struct ReportOptions {
   int seq = 2048;                    // sequence length for memory and speed
   std::filesystem::path out_dir = "report";
   bool plots = true;  // false: --no-plots (tables only; the report says so)
+  // The Python that draws the plots; empty: find_python() ($FP8SIM_PYTHON, the project venv,
+  // python3 on PATH). The Python package passes its own interpreter.
+  std::filesystem::path python;
   // false: a section that fails with an error (not one that is unavailable, e.g. for want of a
   // GPU) ends the run with an Error naming it, and no report is written; true (--keep-going):
   // the report is written with the error in that section.
@@ -66,10 +69,10 @@ struct WriteResult {
   std::vector<SectionStatus> sections;
 };
 
-// Draws the plots (unless `plots` is false), renders report.md and report.html into `staging`
-// and commits it, so the report appears at its target only once complete. Updates `doc` (plot
-// status, file list) so report.json records what happened.
-WriteResult write_report(Json& doc, StagingDir& staging, bool plots);
+// Draws the plots (unless `plots` is false; with `python`, or find_python() when it is empty), renders report.md and
+// report.html into `staging` and commits it, so the report appears at its target only once complete. Updates `doc`
+// (plot status, file list) so report.json records what happened.
+WriteResult write_report(Json& doc, StagingDir& staging, bool plots, const std::filesystem::path& python = {});
 
 // The whole command: resolve_options, a staging folder for opts.out_dir (so an unwritable or
 // forbidden --out fails before any work; an --out folder that holds one of the run's inputs is

@@ -82,7 +82,7 @@ void finish(TensorFiles& f, std::vector<T>& per_tensor, const std::string& produ
   f.header.command = path.string();
   f.header.model_kind = "generic";
   StepInfo s;
-  s.step = 0;
+  s.step = f.tensors.empty() ? 0 : f.tensors.front().step;
   s.group = "tensors";
   s.contents = "tensors";
   for (size_t i = 0; i < f.tensors.size(); ++i) s.tensors.push_back(i);
@@ -243,7 +243,53 @@ class NpyFolder : public TensorFiles {
   std::vector<fs::path> files_;  // parallel to tensors
 };
 
+// ---- tensors in memory ---------------------------------------------------------------------------------
+class InMemory : public TensorFiles {
+ public:
+  InMemory(std::vector<MemoryTensor> in, const std::string& label, int64_t step) {
+    for (auto& m : in) {
+      int64_t numel = 1;
+      for (int64_t d : m.shape) numel *= d;
+      if (m.shape.empty() || numel <= 0) {
+        ignored.push_back(fmt::format("{} ({})", m.name, m.shape.empty() ? "0-D" : "empty"));
+        continue;
+      }
+      FP8SIM_REQUIRE(m.data != nullptr, "{}: tensor '{}' has no data", label, m.name);
+      TensorInfo t = describe(m.name, m.dtype, m.shape);
+      t.step = step;
+      bytes += t.bytes();
+      tensors.push_back(std::move(t));
+      data_.push_back(m.data);
+    }
+    finish(*this, data_, "tensors in memory", label);
+  }
+
+  TensorData read(size_t i) const override {
+    const TensorInfo& t = tensors.at(i);
+    TensorData d;
+    d.dtype = t.dtype;
+    d.shape = t.shape;
+    const size_t n = static_cast<size_t>(t.numel());
+    if (t.dtype == DType::F32) {
+      const float* p = static_cast<const float*>(data_.at(i));
+      d.f32.assign(p, p + n);
+    } else {
+      const uint16_t* p = static_cast<const uint16_t*>(data_.at(i));
+      d.bits.assign(p, p + n);
+    }
+    return d;
+  }
+
+ private:
+  std::vector<const void*> data_;  // parallel to tensors
+};
+
 }  // namespace
+
+std::unique_ptr<TensorFiles> tensors_in_memory(std::vector<MemoryTensor> tensors, const std::string& label,
+                                               int64_t step) {
+  return std::make_unique<InMemory>(std::move(tensors), label, step);
+}
 
 bool is_tensor_files(const fs::path& path) {
   std::error_code ec;

@@ -43,4 +43,21 @@ class TensorFiles {
 // line naming the file and the problem.
 std::unique_ptr<TensorFiles> open_tensor_files(const std::filesystem::path& path);
 
+// A tensor in memory, named by the rules above: `data` points to numel floats (F32) or 16-bit
+// patterns (BF16, F16), row-major, and is not owned.
+struct MemoryTensor {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+};
+
+// Tensors in memory as a one-step trace (the Python package's dicts of arrays): names map to
+// roles, modules, ops and layers as for the files above, every tensor belongs to step `step`, and
+// `label` stands for the path in messages. The data are read in place, so they must outlive the
+// result. A tensor with a zero dimension or no dimension is listed as ignored. Throws Error with one
+// line for two tensors of the same role and parameter, or no tensor at all.
+std::unique_ptr<TensorFiles> tensors_in_memory(std::vector<MemoryTensor> tensors, const std::string& label,
+                                               int64_t step = 0);
+
 }  // namespace fp8sim::trace

@@ -752,21 +752,28 @@ void TraceReader::Impl::validate_in_child() {
                     path.string(), WEXITSTATUS(status)));
 }
 
-TraceReader::TraceReader(const fs::path& path) : impl_(std::make_unique<Impl>()) {
-  impl_->path = path;
+TraceReader::TraceReader(const fs::path& path) {
   if (is_tensor_files(path)) {
-    auto& im = *impl_;
-    im.files = open_tensor_files(path);
-    im.header = im.files->header;
-    im.steps = im.files->steps;
-    im.tensors = im.files->tensors;
-    im.ignored = im.files->ignored;
-    im.file_bytes = im.files->bytes;
+    *this = TraceReader(open_tensor_files(path), path);
     return;
   }
+  impl_ = std::make_unique<Impl>();
+  impl_->path = path;
   impl_->precheck();
   impl_->validate_in_child();
   impl_->open();
+}
+
+TraceReader::TraceReader(std::unique_ptr<TensorFiles> files, const fs::path& label) : impl_(std::make_unique<Impl>()) {
+  FP8SIM_CHECK(files != nullptr, "TraceReader of no tensors");
+  auto& im = *impl_;
+  im.path = label;
+  im.files = std::move(files);
+  im.header = im.files->header;
+  im.steps = im.files->steps;
+  im.tensors = im.files->tensors;
+  im.ignored = im.files->ignored;
+  im.file_bytes = im.files->bytes;
 }
 TraceReader::~TraceReader() {
   if (impl_ && !impl_->files) {

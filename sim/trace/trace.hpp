@@ -129,6 +129,8 @@ struct Filter {
 };
 
 // ---- reader ---------------------------------------------------------------------------------------
+class TensorFiles;  // tensor_files.hpp
+
 class TraceReader {
  public:
   // Opens and validates an HDF5 trace, or a safetensors file / a folder of .npy files as a one-step
@@ -136,6 +138,9 @@ class TraceReader {
   // missing file, not HDF5, truncated or corrupt HDF5, missing trace attributes, unsupported
   // format version, a dataset with a missing role/dtype, an unsupported dtype or a zero-size shape.
   explicit TraceReader(const std::filesystem::path& path);
+  // A trace of tensors already opened (tensor_files.hpp: files, or tensors in memory), with its
+  // header and steps as `files` holds them; `label` is what path() returns.
+  TraceReader(std::unique_ptr<TensorFiles> files, const std::filesystem::path& label);
   ~TraceReader();
   TraceReader(TraceReader&&) noexcept;
   TraceReader& operator=(TraceReader&&) noexcept;
