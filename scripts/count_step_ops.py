@@ -28,8 +28,8 @@ extension. Those launches are counted where they are made: every Triton launch
 are the distinct bytes of its tensor arguments (read and written together: an argument updated in
 place counts once). Triton kernels named *matmul* are COAT's FP8 GEMMs (group gemm, priced from
 the model's shapes, not from bytes); the others are elementwise; the extension is the optimizer.
-Counting runs COAT's autotuned kernels with their first configuration only (the launches are the
-same; autotuning each small shape would take minutes).
+Counting runs COAT's autotuned kernels with their first configuration only: the launches are the
+same, and autotuning each small shape would take minutes (docs/dev-notes/coat-speed-profile.md).
 
 Host time (every framework): after counting, the script times the step's two phases with the GPU
 synchronised after each (zero_grad + forward + loss + backward, then the optimizer step), median
@@ -212,7 +212,8 @@ ACTIVE = []  # the Counter that launch hooks report to, while one counts
 def install_launch_hooks():
     """Counts COAT's launches made outside ATen: every Triton kernel run and every call into its
     optimizer extension, while a Counter is active. Also runs autotuned Triton kernels with their
-    first configuration (same launches, no per-shape benchmarking)."""
+    first configuration: the same launches without per-shape benchmarking, so the host times leave
+    out the autotuner's per-launch key lookup."""
     import triton
     from triton.runtime import autotuner, jit
 
@@ -347,6 +348,8 @@ def main():
     ap.add_argument("--refit", metavar="IN", help="re-derive the totals and the fit of a counted file (no GPU)")
     ap.add_argument("--coat", help="fp8-coat sdist (.tar.gz) or unpacked directory (framework coat)")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--host-probe", action="store_true",
+                    help="coat: also time the host phases at one and two model-sized layers (host_probe)")
     ap.add_argument("--configs", type=int, default=len(CONFIGS), help=f"how many of the {len(CONFIGS)} configurations")
     ap.add_argument("--out", required=True, help="output JSON path")
     args = ap.parse_args()
@@ -366,6 +369,7 @@ def main():
     torch.manual_seed(0)
     if args.framework == "coat":
         install_launch_hooks()
+    probe = host_probe(args.coat, device) if args.framework == "coat" and args.host_probe else None
     rows = []
     for i, c in enumerate(CONFIGS[:args.configs]):
         dims = config_dims(*c)
@@ -383,6 +387,8 @@ def main():
     if args.framework == "coat" and device.type == "cuda":
         doc["coat_optimizer"] = coat_optimizer_rate(device)
         print(f"COAT optimizer: {doc['coat_optimizer']}", file=sys.stderr, flush=True)
+        if probe:
+            doc["host_probe"] = probe
     write(doc, rows, args.out)
 
 
@@ -412,6 +418,34 @@ def refit(src, out):
              "optimizer": row["totals"]["host_optimizer_ms"]} if "host_forward_backward_ms" in row["totals"] else None))
     doc["refit"] = "python3 scripts/count_step_ops.py --refit " + os.path.basename(src)
     write(doc, doc["configs"], out)
+
+
+def host_probe(coat, device, layers=(1, 2)):
+    """COAT's host time per phase at a model-sized layer (Llama-2-7B's: hidden 4096, ffn 11008,
+    32 heads; micro-batch 1 x 2048 tokens) for each layer count, to compare with the small
+    configurations' fit (the shapes autotune once; the GPU is not the bottleneck at one or two
+    layers)."""
+    out = []
+    for L in layers:
+        dims = config_dims(L, 1, 2048, 4096, 32, 32, 11008, 32000)
+        import measure_step as ms
+        cfg = {"name": "probe", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": L,
+               "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000, "norm": "rmsnorm",
+               "activation": "swiglu", "tie_word_embeddings": False, "norm_eps": 1e-5, "rope_theta": 10000.0,
+               "max_position_embeddings": 2048, "attention_bias": False}
+        args = types.SimpleNamespace(framework="coat", checkpointing=False, compile=False, coat=coat)
+        s = ms.build(args, cfg, device)
+        st = ms.Stepper(s, cfg, device)
+        inp, tgt = st.batch(1, 2048)
+        for _ in range(2):
+            st.step(inp, tgt)
+        st.sync()
+        fb, opt = host_times(st, inp, tgt, reps=7)
+        out.append({"dims": dims, "host_ms": {"forward_backward": round(fb, 4), "optimizer": round(opt, 4)}})
+        print(f"host probe L={L}: {out[-1]['host_ms']}", file=sys.stderr, flush=True)
+        del s, st, inp, tgt
+        torch.cuda.empty_cache()
+    return out
 
 
 def coat_optimizer_rate(device, numel=1 << 26, reps=10):
