@@ -317,6 +317,35 @@ TEST(HuggingFaceConfig, GptNeoXIsLayerNormGeluWithBiases) {
 
 // A committed model with fp8sim's own keys replaced by what its Hugging Face config.json states
 // (model_type and hidden_act instead of norm and activation, no name) is the same model.
+// Gemma: a gated GELU MLP (GeGLU, the SwiGLU structure), head_dim 256 independent of the width,
+// multi-query attention on the 2B, and tied embeddings by GemmaConfig's default (its config.json
+// does not say).
+TEST(HuggingFaceConfig, GemmaIsAGatedGeluMlpWithTiedEmbeddingsByDefault) {
+  const ModelConfig m = load_hf("gemma-2b");
+  EXPECT_EQ(m.norm, model::NormKind::RMSNorm);
+  EXPECT_EQ(m.act, model::ActKind::SwiGLU);
+  EXPECT_TRUE(m.tied_embeddings);
+  EXPECT_FALSE(m.qkv_bias || m.o_bias || m.mlp_bias);
+  EXPECT_EQ(m.q_dim(), 2048);
+  EXPECT_EQ(m.kv_dim(), 256);
+  // By hand, H = 2048, Q = 8 x 256 = 2048, KV = 1 x 256, F = 16384: per layer 2 norms 4,096;
+  //   q and o 2 x 2048 x 2048 = 8,388,608; k and v 2 x 256 x 2048 = 1,048,576; gate, up, down
+  //   3 x 2048 x 16384 = 100,663,296; sum 110,104,576. 18 layers 1,981,882,368; tied embedding
+  //   256000 x 2048 = 524,288,000; final norm 2,048. Total 2,506,172,416, the published count.
+  EXPECT_EQ(m.layer_param_count(), 110104576);
+  EXPECT_EQ(m.param_count(), 2506172416);
+  // Gemma-7B: H = 3072, Q = KV = 16 x 256 = 4096 (wider than H), F = 24576: per layer 6,144
+  //   + 4 x 3072 x 4096 = 50,331,648 + 3 x 3072 x 24576 = 226,492,416, sum 276,830,208; 28 layers
+  //   7,751,245,824; embedding 786,432,000; final norm 3,072. Total 8,537,680,896 (published).
+  const ModelConfig g7 = load_hf("gemma-7b");
+  EXPECT_EQ(g7.q_dim(), 4096);
+  EXPECT_EQ(g7.param_count(), 8537680896);
+  ASSERT_TRUE(m.source.is_object());
+  ASSERT_NE(m.source.find("activation"), nullptr);
+  EXPECT_NE(m.source.at("activation").as_string().find("gated GELU"), std::string::npos);
+  EXPECT_EQ(m.source.at("tie_word_embeddings").as_string(), "true: model_type 'gemma' default");
+}
+
 TEST(HuggingFaceConfig, CommittedModelsFromTheirHuggingFaceKeys) {
   for (const auto& [name, type, eps_key] :
        {std::tuple{"llama2-7b", "llama", "rms_norm_eps"}, std::tuple{"llama3-8b", "llama", "rms_norm_eps"},
@@ -371,8 +400,11 @@ TEST(HuggingFaceConfig, RefusesWhatTheExpansionDoesNotDescribe) {
   j["num_local_experts"] = 8;
   expect_error(j, "mixture-of-experts layers ('num_local_experts') are not modelled");
   j = without(j, "num_local_experts");
-  j["model_type"] = "gemma";
-  expect_error(j, "model_type 'gemma' is not one whose norm fp8sim knows (llama, mistral, qwen2, olmo, gpt_neox)");
+  j["model_type"] = "gemma";  // Gemma's gated MLP is GELU's
+  expect_error(j, "hidden_act 'silu' with model_type 'gemma' is not modelled (gated MLP)");
+  j["model_type"] = "phi3";
+  expect_error(j,
+               "model_type 'phi3' is not one whose norm fp8sim knows (llama, mistral, qwen2, olmo, gpt_neox, gemma)");
   j = without(j, "model_type");
   j["hidden_act"] = "gelu";
   expect_error(j, "hidden_act 'gelu' without a known model_type");

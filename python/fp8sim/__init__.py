@@ -4,9 +4,12 @@ The same C++ core as the ``fp8sim`` command line, so every result equals the com
 bit: :func:`quantize` is ``fp8sim quantize``, :func:`cast` is ``fp8sim cast``, :func:`memory` is
 ``fp8sim memory --json``, :func:`analyze`, :func:`optim_replay` and :func:`report` are
 ``fp8sim analyze``, ``optim`` and ``report``. Arrays are NumPy arrays; float32, float16 and
-bfloat16 (``ml_dtypes``) inputs are read in place when C-contiguous. Bad specs, shapes, configs
-and traces raise ``ValueError`` with the library's one-line message; a file that cannot be read
-raises ``OSError``. The GIL is released while the library computes.
+bfloat16 (``ml_dtypes``) inputs are read in place when C-contiguous; so are torch CPU tensors,
+and then the results are torch tensors too (a tensor on a GPU is refused with a TypeError: this
+package computes on the CPU). Bad specs, shapes, configs and traces raise ``ValueError`` with the
+library's one-line message; a file that cannot be read raises ``OSError``. The GIL is released
+while the library computes, and Ctrl-C stops :func:`analyze`, :func:`optim_replay` and
+:func:`report` at the next tensor with ``KeyboardInterrupt``.
 """
 
 from __future__ import annotations
@@ -52,8 +55,32 @@ def _contig(x: Any, dtype: Any = None) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
+def _is_torch(x: Any) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach") and hasattr(x, "device")
+
+
+def _host_tensor(x: Any) -> None:
+    """Refuses a torch tensor that is not in host memory: the package computes on the CPU."""
+    if _is_torch(x) and x.device.type != "cpu":
+        raise TypeError(f"a torch tensor on '{x.device}': this fp8sim package computes on the CPU; pass x.cpu() "
+                        "(the fp8sim command line runs the GPU kernels)")
+
+
+def _like(x: Any, a: Optional[np.ndarray]) -> Any:
+    """``a`` as a torch tensor sharing its memory when ``x`` is one, else ``a``."""
+    if a is None or not _is_torch(x):
+        return a
+    import torch
+    return torch.from_numpy(a)
+
+
 def _input(x: Any) -> tuple[np.ndarray, str]:
-    """A C-contiguous view of ``x`` the core reads, and its kind (f32, bf16 or fp16)."""
+    """A C-contiguous view of ``x`` the core reads, and its kind (f32, bf16 or fp16). A torch CPU
+    tensor is read in place (bfloat16 as its 16-bit patterns)."""
+    if _is_torch(x):
+        _host_tensor(x)
+        from . import _traces
+        return _traces.array_of(x, "x")
     a = np.asarray(x)
     if a.dtype == np.float32:
         kind = "f32"
@@ -156,16 +183,18 @@ class QuantizeResult:
 def quantize(x: Any, spec: Union[str, Spec], *, threads: int = 0) -> QuantizeResult:
     """Quantize ``x`` through ``spec``, dequantize it, and measure the error.
 
-    ``x``: float32, float16 or bfloat16 array of any shape (groups follow the last dimension).
+    ``x``: float32, float16 or bfloat16 array of any shape (groups follow the last dimension), or
+    a torch CPU tensor of those types (read in place; the result's arrays are then torch tensors).
     A delayed-scaling spec sees one step, as the command does. ``threads=0`` uses every core.
     """
     a, kind = _input(x)
+    shape = tuple(x.shape) if _is_torch(x) else a.shape
     d = _core.quantize(a, kind, str(spec), threads)
     metrics = json.loads(d["metrics"])
     metrics["input_dtype"] = d["input_dtype"]
     # reshape: a 0-d input's results are 0-d too (views, no copies).
-    return QuantizeResult(Spec(d["spec"]), d["codes"].reshape(a.shape), d["scales"], d["k"], d["c"],
-                          d["dequantized"].reshape(a.shape), metrics)
+    return QuantizeResult(Spec(d["spec"]), _like(x, d["codes"].reshape(shape)), _like(x, d["scales"]),
+                          _like(x, d["k"]), _like(x, d["c"]), _like(x, d["dequantized"].reshape(shape)), metrics)
 
 
 def dequantize(codes: Any, scales: Any = None, spec: Union[str, Spec, None] = None, *, k: Any = None, c: Any = None,
@@ -177,12 +206,15 @@ def dequantize(codes: Any, scales: Any = None, spec: Union[str, Spec, None] = No
         codes, scales, spec, k, c = r.codes, r.scales, r.spec, r.k, r.c
     if spec is None:
         raise ValueError("dequantize needs the spec the codes were made with")
+    for v in (codes, scales, k, c):
+        _host_tensor(v)
 
     def f32(v: Any) -> Optional[np.ndarray]:
         return None if v is None else _contig(v, np.float32)
 
+    given = codes
     codes = _contig(codes)
-    return _core.dequantize(codes, f32(scales), str(spec), f32(k), f32(c), threads).reshape(codes.shape)
+    return _like(given, _core.dequantize(codes, f32(scales), str(spec), f32(k), f32(c), threads).reshape(codes.shape))
 
 
 # ---- casts -------------------------------------------------------------------------------------
@@ -195,14 +227,15 @@ def cast(x: Any, format: str = "e4m3", *, saturate: bool = True, rounding: str =
     +max). ``saturate=False`` lets FP8 overflow become NaN (e4m3) or Inf (e5m2);
     ``rounding="stochastic"`` draws Philox word i for element i under ``seed``."""
     a, kind = _input(x)
-    return _core.cast(a, kind, format, saturate, rounding, int(seed), threads).reshape(a.shape)
+    return _like(x, _core.cast(a, kind, format, saturate, rounding, int(seed), threads).reshape(a.shape))
 
 
 def decode(codes: Any, format: str = "e4m3", *, threads: int = 0) -> np.ndarray:
     """The exact float32 values of ``codes`` (uint8) of a cast format: ``fp8sim cast --decode``
     (for the 4- and 6-bit formats, bits above the format's width are ignored)."""
+    _host_tensor(codes)
     c = _contig(codes, np.uint8)
-    return _core.decode(c, format, threads).reshape(c.shape)
+    return _like(codes, _core.decode(c, format, threads).reshape(c.shape))
 
 
 # ---- models and memory -------------------------------------------------------------------------

@@ -13,6 +13,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <csignal>
 #include <cstring>
 #include <memory>
 #include <span>
@@ -23,6 +24,7 @@
 #include "sim/analyze/analyze.hpp"
 #include "sim/backend/backend.hpp"
 #include "sim/common/check.hpp"
+#include "sim/common/interrupt.hpp"
 #include "sim/common/json.hpp"
 #include "sim/common/paths.hpp"
 #include "sim/formats/cast.hpp"
@@ -44,6 +46,31 @@ namespace fp8sim::py {
 namespace {
 
 using InArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
+
+// Ctrl-C during long work (analyze, optim_replay, report), which runs without the GIL so that
+// Python's own handler cannot act: for the guard's lifetime SIGINT requests an interrupt, the
+// library stops at its next boundary (a tensor, a parameter) by throwing Interrupted, and Python
+// sees KeyboardInterrupt. The previous handler (Python's) comes back when the call returns.
+class SigintGuard {
+ public:
+  SigintGuard() {
+    clear_interrupt();
+    struct sigaction sa {};
+    sa.sa_handler = [](int) { request_interrupt(); };
+    sigemptyset(&sa.sa_mask);
+    installed_ = sigaction(SIGINT, &sa, &previous_) == 0;
+  }
+  ~SigintGuard() {
+    if (installed_) sigaction(SIGINT, &previous_, nullptr);
+    clear_interrupt();
+  }
+  SigintGuard(const SigintGuard&) = delete;
+  SigintGuard& operator=(const SigintGuard&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+  bool installed_ = false;
+};
 
 // A NumPy array that owns `v` (moved to the heap; freed when the array is).
 template <typename T>
@@ -303,6 +330,7 @@ std::string analyze(const std::optional<std::string>& path, const Tensors& tenso
   FP8SIM_REQUIRE(threads >= 0, "threads must be >= 0, not {}", threads);
   std::optional<trace::TraceReader> mem;
   if (!path) mem.emplace(memory_reader(tensors, label, ""));
+  SigintGuard sigint;
   nb::gil_scoped_release nogil;
   analyze::AnalyzeOptions o;
   o.step = step;
@@ -334,6 +362,7 @@ std::string optim(const std::optional<std::string>& path, const Tensors& tensors
   o.threads = threads;
   std::optional<trace::TraceReader> mem;
   if (!path) mem.emplace(memory_reader(tensors, label, meta));
+  SigintGuard sigint;
   nb::gil_scoped_release nogil;
   return (path ? optim::optim_replay(*path, o) : optim::optim_replay(*mem, o)).to_json().dump(2);
 }
@@ -362,6 +391,7 @@ nb::dict report(const std::optional<std::string>& trace, const std::string& mode
 #endif
   report::WriteResult wr;
   {
+    SigintGuard sigint;
     nb::gil_scoped_release nogil;
     // The package is built for the CPU: the GPU sections say so, as the command does on a
     // machine without a GPU.
@@ -397,6 +427,8 @@ NB_MODULE(_core, m) {
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
+    } catch (const fp8sim::Interrupted&) {
+      PyErr_SetNone(PyExc_KeyboardInterrupt);
     } catch (const fp8sim::Error& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     }

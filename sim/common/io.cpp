@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "sim/common/check.hpp"
+#include "sim/common/interrupt.hpp"
 
 namespace fp8sim {
 
@@ -27,6 +28,7 @@ Progress::Progress(std::string label, double total) : label_(std::move(label)), 
 Progress::~Progress() { finish(); }
 
 void Progress::update(double done) {
+  check_interrupt();
   if (!enabled_ || finished_) return;
   const double t = now_seconds() - start_;
   if (t < 1.0 || t - last_draw_ < 0.1) return;  // quiet for short work, at most 10 redraws/s

@@ -17,7 +17,8 @@ inline constexpr uint64_t kMaxTextFileBytes = uint64_t{64} << 20;
 std::string read_text_file(const std::filesystem::path& p);
 
 // A progress bar on stderr for work that runs longer than about a second. Silent when stderr is
-// not a terminal unless FP8SIM_PROGRESS=1; never writes to stdout.
+// not a terminal unless FP8SIM_PROGRESS=1; never writes to stdout. update() is also where long
+// work stops on an interrupt request (interrupt.hpp).
 class Progress {
  public:
   Progress(std::string label, double total);

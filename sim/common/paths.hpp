@@ -18,8 +18,10 @@ std::filesystem::path data_root();
 void set_data_root(const std::filesystem::path& dir);
 
 // The source tree is $FP8SIM_SOURCE_DIR when set (a binary run beside another copy of the tree),
-// else the tree the binary was built from.
+// else the tree the binary was built from. A name in angle brackets ("<tensors>": an in-memory
+// trace of the Python package) is a label, not a path, and stays as it is.
 inline std::string source_relative(const std::filesystem::path& p) {
+  if (const std::string& s = p.native(); s.size() >= 2 && s.front() == '<' && s.back() == '>') return s;
   std::string root_text;
   if (const char* env = std::getenv("FP8SIM_SOURCE_DIR"); env && *env) root_text = env;
 #ifdef FP8SIM_SOURCE_DIR

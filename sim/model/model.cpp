@@ -151,8 +151,9 @@ void require_product_fits(const std::string& origin, std::initializer_list<int64
 
 // The Hugging Face `model_type`s whose layer fp8sim's expansion describes, with what each
 // transformers class fixes in code rather than in config.json: the norm, whether the MLP is gated
-// (gate/up/down with SiLU: SwiGLU) or plain (up/act/down), and its biases. `bias_key_default` is
-// the default of the config's `attention_bias` key (q/k/v/o biases) when the family reads one.
+// (gate/up/down: act(gate) * up) or plain (up/act/down), the gate's activation, and its biases.
+// `bias_key_default` is the default of the config's `attention_bias` key (q/k/v/o biases) when
+// the family reads one; `tied_default` is the *Config class's tie_word_embeddings default.
 struct HfFamily {
   std::string_view model_type;
   NormKind norm;
@@ -160,6 +161,8 @@ struct HfFamily {
   bool qkv_bias;  // fixed q/k/v biases (Qwen2), independent of attention_bias
   bool mlp_bias;  // fixed MLP biases (GPT-NeoX)
   bool bias_key_default;
+  bool gelu_gate = false;  // the gated MLP's activation is GELU (Gemma's GeGLU), not SiLU
+  bool tied_default = false;
 };
 constexpr HfFamily kHfFamilies[] = {
     {"llama", NormKind::RMSNorm, true, false, false, false},
@@ -167,6 +170,9 @@ constexpr HfFamily kHfFamilies[] = {
     {"qwen2", NormKind::RMSNorm, true, true, false, false},
     {"olmo", NormKind::LayerNormNonParam, true, false, false, false},
     {"gpt_neox", NormKind::LayerNorm, false, false, true, true},
+    // GemmaRMSNorm scales by (1 + weight): one weight per channel, as RMSNorm. The embedding's
+    // sqrt(hidden) multiplier has no parameter.
+    {"gemma", NormKind::RMSNorm, true, false, false, false, true, true},
 };
 
 const HfFamily* hf_family(std::string_view model_type) {
@@ -264,7 +270,13 @@ ModelConfig parse_model(const Json& j, const std::string& origin) {
     const bool gelu = hact && hact->starts_with("gelu");
     if (!hact) {
       if (!field(j, "hidden_act")) pr.miss("activation");
-    } else if (family && family->gated_mlp != silu) {
+    } else if (family && family->gated_mlp && family->gelu_gate && gelu) {
+      // GeGLU: the gated MLP's weights, GEMMs and saved tensors are SwiGLU's; only the gate's
+      // elementwise function differs.
+      m.act = ActKind::SwiGLU;
+      inferred["activation"] = fmt::format(
+          "swiglu: hidden_act '{}', model_type '{}' (gated GELU MLP, modelled as the gated MLP)", *hact, *model_type);
+    } else if (family && (family->gated_mlp != silu || family->gelu_gate)) {
       pr.add("hidden_act '{}' with model_type '{}' is not modelled ({} MLP)", *hact, *model_type,
              family->gated_mlp ? "gated" : "plain");
     } else if (silu) {
@@ -280,11 +292,16 @@ ModelConfig parse_model(const Json& j, const std::string& origin) {
     }
   }
 
-  // Embeddings: every known family defaults to untied (transformers' *Config classes).
+  // Embeddings: the family's default where the config does not say (transformers' *Config classes).
   if (auto tied = bool_field(j, pr, "tie_word_embeddings")) m.tied_embeddings = *tied;
   else if (!field(j, "tie_word_embeddings")) {
-    if (family) inferred["tie_word_embeddings"] = fmt::format("false: model_type '{}' default", *model_type);
-    else pr.miss("tie_word_embeddings");
+    if (family) {
+      m.tied_embeddings = family->tied_default;
+      inferred["tie_word_embeddings"] =
+          fmt::format("{}: model_type '{}' default", family->tied_default ? "true" : "false", *model_type);
+    } else {
+      pr.miss("tie_word_embeddings");
+    }
   }
 
   // Biases: `attention_bias` (q/k/v/o) with the family's default, plus what the family fixes.

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "sim/common/check.hpp"
+#include "sim/common/interrupt.hpp"
 #include "sim/optim/replay.hpp"
 #include "sim/trace/trace.hpp"
 
@@ -134,6 +135,7 @@ OptimResult optim_replay(const trace::TraceReader& r, const OptimOptions& opts) 
       replay.add_state(t->name, r.read_f32(*t), r.read_f32(*tv), hyper, *st->adamw_step);
       done += static_cast<double>(t->numel());
       if (opts.progress) opts.progress(done, total);
+      check_interrupt();
     }
   }
   for (const auto* wt : window_weights) {
@@ -161,6 +163,7 @@ OptimResult optim_replay(const trace::TraceReader& r, const OptimOptions& opts) 
     replay.add_param(w);
     done += static_cast<double>(wt->numel());
     if (opts.progress) opts.progress(done, total);
+    check_interrupt();
   }
   OptimResult doc = replay.finish();
   if (H.grad_window) doc.window.dropped_params = std::move(dropped);
