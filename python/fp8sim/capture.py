@@ -265,6 +265,15 @@ def _act_op(mod) -> Optional[str]:
     return None
 
 
+def _class_name(m):
+    """The model's class name. FSDP2's fully_shard swaps a module's class for a subclass named
+    FSDP<name>; the trace names the model's own class."""
+    name = type(m).__name__
+    if name.startswith("FSDP") and any(c.__name__ == name[4:] for c in type(m).__mro__[1:]):
+        return name[4:]
+    return name
+
+
 def _unwrap_model(model):
     """The module under DDP / FSDP / compile wrappers (for its Hugging Face config)."""
     seen = 0
@@ -456,13 +465,13 @@ class TraceRecorder:
         cfg = getattr(inner, "config", None)
         if cfg is not None and hasattr(cfg, "to_dict"):
             d = cfg.to_dict()
-            arch = d.get("architectures") or [type(inner).__name__]
+            arch = d.get("architectures") or [_class_name(inner)]
             d.setdefault("name", d.get("_name_or_path") or arch[0])
             kind = d.get("model_type") or "generic"
             model_config = json.dumps(d, default=str)
         else:
             kind = "generic"
-            model_config = json.dumps({"name": type(inner).__name__, "kind": "generic", "modules": str(inner)[:4000]})
+            model_config = json.dumps({"name": _class_name(inner), "kind": "generic", "modules": str(inner)[:4000]})
         opt = self.optimizer
         g = opt.param_groups[0]
         attrs = {

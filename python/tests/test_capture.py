@@ -385,6 +385,37 @@ def test_ddp_ranks_write_one_file_each(cli, tmp_path):
 
 
 @needs_torch
+def test_fsdp_ranks_write_their_shards(cli, tmp_path):
+    """FSDP2 (fully_shard over two gloo processes): each rank writes the shards it holds (dim 0
+    halved), with its rank, under the model's own class name."""
+    import json as _json
+    import socket
+    import h5py
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    worker = os.path.join(os.path.dirname(__file__), "ddp_record.py")
+    p = subprocess.run([sys.executable, worker, str(tmp_path), str(port), "fsdp"], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path)) == ["run.rank0.h5", "run.rank1.h5"]
+    shards = []
+    for rank in (0, 1):
+        path = tmp_path / f"run.rank{rank}.h5"
+        with h5py.File(path) as f:
+            assert f.attrs["rank"] == rank and f.attrs["world_size"] == 2
+            cfg = _json.loads(f.attrs["model_config"])
+            assert cfg["name"] == "LlamaForCausalLM", cfg["name"]  # not fully_shard's FSDPLlamaForCausalLM
+            w = f["steps/step_000002/weight/model.layers.0.mlp.up_proj.weight"][()]
+            assert w.shape == (32, 32)  # this rank's half of the (64, 32) weight
+            assert f["steps/step_000002/exp_avg/model.layers.0.mlp.up_proj.weight"].shape == (32, 32)
+            shards.append(w)
+        info = run_json(cli, "info", path, tmp=tmp_path)
+        assert info["model_kind"] == "llama" and [s["step"] for s in info["steps"]] == [2]
+    assert not (shards[0] == shards[1]).all()  # two different halves
+
+
+@needs_torch
 def test_bring_your_own_model_example(tmp_path):
     """python/examples/byo_model.py, the README's example, as a user runs it."""
     example = os.path.join(os.path.dirname(__file__), "..", "examples", "byo_model.py")
