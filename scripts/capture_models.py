@@ -7,7 +7,12 @@ from __future__ import annotations
 import glob
 import math
 import os
+import sys
 import sysconfig
+
+if __name__ == "__main__":  # a module of capture_trace.py, not a command: say so, without PyTorch
+    print(__doc__.strip() + "\n\nRun scripts/capture_trace.py --help.")
+    sys.exit(0)
 
 import numpy as np
 import torch
