@@ -509,3 +509,7 @@ def saved_tensor_terms(cfg, batch, seq, checkpointing=False):
     add("CoatAdamW step counters", "optimizer", "param_tensor", len(shapes), (), "float32",
         C + "coat/optimizer/fp8_adamw.py:119", "CPU tensors (torch.tensor(0.0)): no GPU memory", nbytes=0)
     return terms
+
+
+if __name__ == "__main__":  # a module of measure_step.py, not a command
+    print(__doc__.strip() + "\n\nRun scripts/measure_step.py --framework coat --help.")
