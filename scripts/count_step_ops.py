@@ -357,10 +357,10 @@ def main():
         return refit(args.refit, args.out)
     if not args.framework:
         ap.error("--framework is required (or --refit)")
+    if args.framework == "coat" and not args.coat:
+        ap.error("--framework coat needs --coat SDIST_OR_DIR")
     if torch is None:
         sys.exit("count_step_ops.py: error: PyTorch is not installed")
-    if args.framework == "coat" and not args.coat:
-        sys.exit("count_step_ops.py: error: --framework coat needs --coat SDIST_OR_DIR")
     if args.configs < 1 or args.configs > len(CONFIGS):
         sys.exit(f"count_step_ops.py: error: --configs must be 1..{len(CONFIGS)}")
     device = torch.device(args.device)
@@ -408,9 +408,12 @@ def write(doc, rows, out):
 def refit(src, out):
     """Re-derives every row's totals from its stored per-op table under this script's rules, and the
     fit; no GPU needed."""
-    with open(src) as f:
-        doc = json.load(f)
-    if doc.get("format") != SCHEMA:
+    try:
+        with open(src) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"count_step_ops.py: error: cannot read {src}: {e.strerror if isinstance(e, OSError) else e}")
+    if not isinstance(doc, dict) or doc.get("format") != SCHEMA or not isinstance(doc.get("configs"), list):
         sys.exit(f"count_step_ops.py: error: {src} is not an {SCHEMA} file")
     for row in doc["configs"]:
         row["totals"] = totals_of(row["ops"], row.get("host_ms") or (
