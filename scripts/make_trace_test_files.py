@@ -9,13 +9,13 @@ recomputes, plus one file per way a trace can be wrong.
 Usage: .venv/bin/python scripts/make_trace_test_files.py [OUT_DIR]   (default tests/data)
 Needs numpy and h5py only.
 """
+import argparse
 import os
-import sys
 
 import h5py
 import numpy as np
 
-OUT = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "data")
+OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "data")  # main() sets it from the arguments
 
 
 def pattern32(n):
@@ -59,6 +59,10 @@ def add(g, role, name, data, **attrs):
 
 
 def main():
+    global OUT
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out_dir", nargs="?", default=OUT, help="where to write the files (default tests/data)")
+    OUT = ap.parse_args().out_dir
     os.makedirs(OUT, exist_ok=True)
     p = lambda name: os.path.join(OUT, name)
 

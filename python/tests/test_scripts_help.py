@@ -1,5 +1,6 @@
-"""Every script in scripts/ answers --help without PyTorch: run each one with `torch` and
-`transformers` made unimportable (stub packages that raise ImportError, first on the path)."""
+"""Every script in scripts/ answers --help without PyTorch and without writing anything: run each
+one in an empty folder with `torch` and `transformers` made unimportable (stub packages that raise
+ImportError, first on the path)."""
 
 import subprocess
 import sys
@@ -20,9 +21,10 @@ def no_torch_path(tmp_path_factory):
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
-def test_help_works_without_torch(script, no_torch_path):
+def test_help_works_without_torch(script, no_torch_path, tmp_path):
     p = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, timeout=120,
-                       env={"PYTHONPATH": no_torch_path, "PATH": "/usr/bin:/bin"})
+                       env={"PYTHONPATH": no_torch_path, "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert list(tmp_path.iterdir()) == [], "--help wrote files"  # not taken for an output path
     missing = [m for m in ("h5py", "matplotlib") if f"No module named '{m}'" in p.stderr]
     if missing:
         pytest.skip(f"{script.name} needs {missing[0]}, which this environment lacks")
