@@ -169,11 +169,15 @@ class Counter(TorchDispatchMode):
     def launch(self, group_name, name, args):
         """One launch made outside ATen (a Triton kernel, an extension call) with tensor `args`."""
         ins = list({view_key(t): t for t in tensors(args) if t.device.type == self.device.type}.values())
-        read = sum(distinct_bytes(t) for t in ins)
+        self.add(group_name, name, 1, sum(distinct_bytes(t) for t in ins), 0)
+
+    def add(self, group_name, name, kernels, read, written):
+        """Adds to the group's totals and to the op's."""
         for key, table in ((group_name, self.groups), (f"{group_name}:{name}", self.ops)):
             e = table.setdefault(key, {"kernels": 0, "read": 0, "written": 0})
-            e["kernels"] += 1
+            e["kernels"] += kernels
             e["read"] += read
+            e["written"] += written
 
     def __torch_dispatch__(self, func, types_, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -198,11 +202,7 @@ class Counter(TorchDispatchMode):
             kernels = max(1, math.ceil(sum(t.numel() for t in tensors(args[0])) / FOREACH_CHUNK))
         else:
             kernels = 1
-        for key, table in ((g, self.groups), (f"{g}:{name}", self.ops)):
-            e = table.setdefault(key, {"kernels": 0, "read": 0, "written": 0})
-            e["kernels"] += kernels
-            e["read"] += read
-            e["written"] += written
+        self.add(g, name, kernels, read, written)
         return out
 
 
@@ -283,7 +283,8 @@ def host_times(st, inp, tgt, reps=HOST_REPS):
     return statistics.median(fb), statistics.median(opt)
 
 
-def count_one(framework, dims, device, coat=None):
+def stepper(framework, dims, device, coat=None):
+    """measure_step.py's setup and stepper for a Llama of `dims`, and a batch of its shape."""
     import measure_step as ms
     cfg = {"name": "count", "hidden_size": dims["H"], "intermediate_size": dims["F"], "num_hidden_layers": dims["L"],
            "num_attention_heads": dims["NH"], "num_key_value_heads": dims["KV"] // dims["d"],
@@ -291,11 +292,18 @@ def count_one(framework, dims, device, coat=None):
            "norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": dims["S"], "attention_bias": False}
     args = types.SimpleNamespace(framework=framework, checkpointing=False, compile=False, coat=coat)
     s = ms.build(args, cfg, device)
-    if framework == "coat":
-        import sys as _sys
-        hook_extension(_sys.modules["qoptim_cuda"])
     st = ms.Stepper(s, cfg, device)
-    inp, tgt = st.batch(dims["B"], dims["S"])
+    return s, st, st.batch(dims["B"], dims["S"])
+
+
+def host_ms(fb, opt):
+    return {"forward_backward": round(fb, 4), "optimizer": round(opt, 4)}
+
+
+def count_one(framework, dims, device, coat=None):
+    s, st, (inp, tgt) = stepper(framework, dims, device, coat)
+    if framework == "coat":
+        hook_extension(sys.modules["qoptim_cuda"])
     st.step(inp, tgt)  # the first step creates the gradients and the optimizer states
     st.sync()
     c = Counter(device)
@@ -306,22 +314,21 @@ def count_one(framework, dims, device, coat=None):
     finally:
         ACTIVE.pop()
     st.sync()
-    fb, opt = host_times(st, inp, tgt) if device.type == "cuda" else (0.0, 0.0)
     return {"groups": c.groups, "ops": c.ops, "versions": s.versions, "training": s.training,
-            "host_ms": {"forward_backward": round(fb, 4), "optimizer": round(opt, 4)}}
+            "host_ms": host_ms(*host_times(st, inp, tgt)) if device.type == "cuda" else None}
 
 
-def totals_of(ops, host_ms=None):
+def totals_of(ops, host=None):
     """A row's totals from its per-op table (group:name -> kernels, read, written), allocations
-    that launch nothing left out; the host times where measured."""
+    that launch nothing left out; the host times (host_ms()) where measured."""
     totals = {}
     for g in ("elementwise", "optimizer"):
         es = [e for k, e in ops.items() if k.split(":", 1)[0] == g and k.split(":", 1)[1] not in NO_LAUNCH]
         totals[f"{g}_bytes"] = sum(e["read"] + e["written"] for e in es)
         totals[f"{g}_kernels"] = sum(e["kernels"] for e in es)
-    if host_ms:
-        totals["host_forward_backward_ms"] = host_ms["forward_backward"]
-        totals["host_optimizer_ms"] = host_ms["optimizer"]
+    if host:
+        totals["host_forward_backward_ms"] = host["forward_backward"]
+        totals["host_optimizer_ms"] = host["optimizer"]
     return totals
 
 
@@ -374,7 +381,7 @@ def main():
     for i, c in enumerate(CONFIGS[:args.configs]):
         dims = config_dims(*c)
         r = count_one(args.framework, dims, device, args.coat)
-        totals = totals_of(r["ops"], r["host_ms"] if device.type == "cuda" else None)
+        totals = totals_of(r["ops"], r["host_ms"])
         rows.append({"dims": dims, "totals": totals, "groups": r["groups"], "ops": r["ops"], "host_ms": r["host_ms"]})
         print(f"[{i + 1}/{args.configs}] {c}: elementwise {totals['elementwise_bytes'] / 1e6:.2f} MB in "
               f"{totals['elementwise_kernels']} kernels; host {r['host_ms']}", file=sys.stderr, flush=True)
@@ -416,9 +423,8 @@ def refit(src, out):
     if not isinstance(doc, dict) or doc.get("format") != SCHEMA or not isinstance(doc.get("configs"), list):
         sys.exit(f"count_step_ops.py: error: {src} is not an {SCHEMA} file")
     for row in doc["configs"]:
-        row["totals"] = totals_of(row["ops"], row.get("host_ms") or (
-            {"forward_backward": row["totals"]["host_forward_backward_ms"],
-             "optimizer": row["totals"]["host_optimizer_ms"]} if "host_forward_backward_ms" in row["totals"] else None))
+        host = {k: v for k, v in row["totals"].items() if k.startswith("host_")}  # measured, not derived
+        row["totals"] = {**totals_of(row["ops"]), **host}
     doc["refit"] = "python3 scripts/count_step_ops.py --refit " + os.path.basename(src)
     write(doc, doc["configs"], out)
 
@@ -431,20 +437,11 @@ def host_probe(coat, device, layers=(1, 2)):
     out = []
     for L in layers:
         dims = config_dims(L, 1, 2048, 4096, 32, 32, 11008, 32000)
-        import measure_step as ms
-        cfg = {"name": "probe", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": L,
-               "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32000, "norm": "rmsnorm",
-               "activation": "swiglu", "tie_word_embeddings": False, "norm_eps": 1e-5, "rope_theta": 10000.0,
-               "max_position_embeddings": 2048, "attention_bias": False}
-        args = types.SimpleNamespace(framework="coat", checkpointing=False, compile=False, coat=coat)
-        s = ms.build(args, cfg, device)
-        st = ms.Stepper(s, cfg, device)
-        inp, tgt = st.batch(1, 2048)
+        s, st, (inp, tgt) = stepper("coat", dims, device, coat)
         for _ in range(2):
             st.step(inp, tgt)
         st.sync()
-        fb, opt = host_times(st, inp, tgt, reps=7)
-        out.append({"dims": dims, "host_ms": {"forward_backward": round(fb, 4), "optimizer": round(opt, 4)}})
+        out.append({"dims": dims, "host_ms": host_ms(*host_times(st, inp, tgt, reps=7))})
         print(f"host probe L={L}: {out[-1]['host_ms']}", file=sys.stderr, flush=True)
         del s, st, inp, tgt
         torch.cuda.empty_cache()

@@ -276,22 +276,24 @@ class Stepper:
         return out
 
     def timed(self, inp, tgt, n):
+        """Milliseconds per step (CUDA events), and per step the host's time to issue it (None on
+        the CPU)."""
         if not self.cuda:
             t0 = time.perf_counter()
             for _ in range(n):
                 self.step(inp, tgt)
-            return [(time.perf_counter() - t0) * 1e3 / n]
-        times, self.host_ms = [], []
+            return [(time.perf_counter() - t0) * 1e3 / n], None
+        times, host = [], []
         for _ in range(n):
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             t0 = time.perf_counter()
             self.step(inp, tgt)
-            self.host_ms.append((time.perf_counter() - t0) * 1e3)  # until the host has issued the step
+            host.append((time.perf_counter() - t0) * 1e3)  # until the host has issued the step
             b.record()
             b.synchronize()
             times.append(a.elapsed_time(b))
-        return times
+        return times, host
 
     def profiled(self, inp, tgt):
         """One step under the PyTorch profiler: kernels launched, GPU busy time, time per class."""
@@ -449,14 +451,14 @@ def run(args):
                               "peak_during_forward_backward": m["bwd_peak"], "peak_whole_step": m["step_peak"],
                               "reserved_peak": m["reserved_peak"]}}
         if args.steps > 0:
-            times = st.timed(inp, tgt, args.steps)
+            times, host = st.timed(inp, tgt, args.steps)
             r["step_ms"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times),
                             "all": [round(x, 4) for x in times]}
             r["tokens_per_s"] = b * args.seq / (r["step_ms"]["median"] / 1e3)
-            if st.cuda:
+            if host:
                 # Host time to issue one step (Python, autograd, launches), median: a step whose
                 # host time is close to its CUDA-event time is host-bound.
-                r["host_issue_ms"] = statistics.median(st.host_ms)
+                r["host_issue_ms"] = statistics.median(host)
         if args.profile:
             r["profile"] = st.profiled(inp, tgt)
         del inp, tgt

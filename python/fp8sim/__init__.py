@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from . import _core
+from . import _core, _traces
 
 __all__ = ["Spec", "QuantizeResult", "quantize", "dequantize", "cast", "decode", "memory", "model", "list_models",
            "data_root", "analyze", "optim_replay", "report"]
@@ -55,20 +55,16 @@ def _contig(x: Any, dtype: Any = None) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
-def _is_torch(x: Any) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach") and hasattr(x, "device")
-
-
 def _host_tensor(x: Any) -> None:
     """Refuses a torch tensor that is not in host memory: the package computes on the CPU."""
-    if _is_torch(x) and x.device.type != "cpu":
+    if _traces.is_torch_tensor(x) and x.device.type != "cpu":
         raise TypeError(f"a torch tensor on '{x.device}': this fp8sim package computes on the CPU; pass x.cpu() "
                         "(the fp8sim command line runs the GPU kernels)")
 
 
 def _like(x: Any, a: Optional[np.ndarray]) -> Any:
     """``a`` as a torch tensor sharing its memory when ``x`` is one, else ``a``."""
-    if a is None or not _is_torch(x):
+    if a is None or not _traces.is_torch_tensor(x):
         return a
     import torch
     return torch.from_numpy(a)
@@ -77,9 +73,8 @@ def _like(x: Any, a: Optional[np.ndarray]) -> Any:
 def _input(x: Any) -> tuple[np.ndarray, str]:
     """A C-contiguous view of ``x`` the core reads, and its kind (f32, bf16 or fp16). A torch CPU
     tensor is read in place (bfloat16 as its 16-bit patterns)."""
-    if _is_torch(x):
+    if _traces.is_torch_tensor(x):
         _host_tensor(x)
-        from . import _traces
         return _traces.array_of(x, "x")
     a = np.asarray(x)
     if a.dtype == np.float32:
@@ -188,7 +183,7 @@ def quantize(x: Any, spec: Union[str, Spec], *, threads: int = 0) -> QuantizeRes
     A delayed-scaling spec sees one step, as the command does. ``threads=0`` uses every core.
     """
     a, kind = _input(x)
-    shape = tuple(x.shape) if _is_torch(x) else a.shape
+    shape = tuple(x.shape) if _traces.is_torch_tensor(x) else a.shape
     d = _core.quantize(a, kind, str(spec), threads)
     metrics = json.loads(d["metrics"])
     metrics["input_dtype"] = d["input_dtype"]
@@ -305,7 +300,6 @@ def analyze(trace: TraceLike, recipe: PathLike = "coat", *, step: Optional[int] 
     ``gemm=False`` skips the GEMM error (``--no-gemm``); ``histograms=True`` keeps the
     per-tensor histograms; ``threads=0`` uses every core.
     """
-    from . import _traces
     if isinstance(trace, Mapping):
         return json.loads(_core.analyze(None, _traces.named_arrays(trace), _TENSORS, os.fspath(recipe), step, gemm,
                                         histograms, threads))
@@ -341,7 +335,6 @@ def optim_replay(trace: Optional[PathLike] = None, *, state_dict: Optional[Mappi
     it, so it is skipped. Param groups must agree on betas and eps (and, with grads, on lr and
     weight_decay); the document's ``source`` is ``"<state_dict>"``.
     """
-    from . import _traces
     if (trace is None) == (state_dict is None):
         raise ValueError("optim_replay takes a trace or a state_dict (one of them)")
     if isinstance(recipes, str):
@@ -391,7 +384,6 @@ def report(trace: Optional[TraceLike] = None, *, model: Union[PathLike, Mapping[
     need matplotlib. The package has no GPU backend, so the GPU sections (compare, bench,
     measured speed) say so, as the command does on a machine without a GPU.
     """
-    from . import _traces
     names: list[str] = []
     for r in [recipes] if isinstance(recipes, str) else (recipes or []):
         names.extend(p.strip() for p in os.fspath(r).split(","))
