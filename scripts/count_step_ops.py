@@ -209,11 +209,11 @@ class Counter(TorchDispatchMode):
 ACTIVE = []  # the Counter that launch hooks report to, while one counts
 
 
-def install_launch_hooks():
+def install_launch_hooks(first_config=True):
     """Counts COAT's launches made outside ATen: every Triton kernel run and every call into its
-    optimizer extension, while a Counter is active. Also runs autotuned Triton kernels with their
-    first configuration: the same launches without per-shape benchmarking, so the host times leave
-    out the autotuner's per-launch key lookup."""
+    optimizer extension, while a Counter is active. With `first_config`, also runs autotuned Triton
+    kernels with their first configuration: the same launches without per-shape benchmarking, so
+    the host times leave out the autotuner's per-launch key lookup."""
     import triton
     from triton.runtime import autotuner, jit
 
@@ -229,6 +229,8 @@ def install_launch_hooks():
 
     jit.JITFunction.run = counted_run
     jit.JITFunction._fp8sim_hooked = True
+    if not first_config:
+        return
     init = autotuner.Autotuner.__init__
 
     def first_config(self, fn, arg_names, configs, *a, **k):
@@ -356,7 +358,16 @@ def main():
     ap.add_argument("--coat", help="fp8-coat sdist (.tar.gz) or unpacked directory (framework coat)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--host-probe", action="store_true",
-                    help="coat: also time the host phases at one and two model-sized layers (host_probe)")
+                    help="coat: also time the host phases at one and two layers of a small, a 1 B and a "
+                         "Llama-2-7B-sized layer, with the GPU time and a cProfile (host_probe)")
+    ap.add_argument("--probe-only", action="store_true",
+                    help="coat: run only the host probe (no count, no optimizer rate); implies --host-probe")
+    ap.add_argument("--probe-shapes", default=",".join(n for n, *_ in PROBE_SHAPES),
+                    help="comma-separated probe shapes (default: %(default)s)")
+    ap.add_argument("--probe-layers", default="1,2", help="comma-separated layer counts of the probe (default: %(default)s)")
+    ap.add_argument("--autotune", action="store_true",
+                    help="coat: keep COAT's Triton autotuning (default: each autotuned kernel runs its first "
+                         "configuration, as the count does)")
     ap.add_argument("--configs", type=int, default=len(CONFIGS), help=f"how many of the {len(CONFIGS)} configurations")
     ap.add_argument("--out", required=True, help="output JSON path")
     args = ap.parse_args()
@@ -366,6 +377,17 @@ def main():
         ap.error("--framework is required (or --refit)")
     if args.framework == "coat" and not args.coat:
         ap.error("--framework coat needs --coat SDIST_OR_DIR")
+    if args.framework != "coat" and (args.host_probe or args.probe_only or args.autotune):
+        ap.error("--host-probe, --probe-only and --autotune are for --framework coat")
+    shapes = [sh for sh in PROBE_SHAPES if sh[0] in args.probe_shapes.split(",")]
+    if len(shapes) != len(set(args.probe_shapes.split(","))):
+        ap.error(f"--probe-shapes: choose from {','.join(n for n, *_ in PROBE_SHAPES)}")
+    try:
+        layers = sorted({int(x) for x in args.probe_layers.split(",")})
+    except ValueError:
+        layers = [0]
+    if not layers or layers[0] < 1:
+        ap.error("--probe-layers: comma-separated positive layer counts")
     if torch is None:
         sys.exit("count_step_ops.py: error: PyTorch is not installed")
     if args.configs < 1 or args.configs > len(CONFIGS):
@@ -375,8 +397,15 @@ def main():
         sys.exit("count_step_ops.py: error: no CUDA device (counts on the CPU differ: pass --device cpu for a smoke test)")
     torch.manual_seed(0)
     if args.framework == "coat":
-        install_launch_hooks()
-    probe = host_probe(args.coat, device) if args.framework == "coat" and args.host_probe else None
+        install_launch_hooks(first_config=not args.autotune)
+    probe = (host_probe(args.coat, device, layers=layers, shapes=shapes)
+             if args.framework == "coat" and (args.host_probe or args.probe_only) else None)
+    if args.probe_only:
+        doc = {"format": SCHEMA + "+host-probe", "framework": "coat", "device_name": torch.cuda.get_device_name(),
+               "autotune": args.autotune, "host_probe": probe["rows"], "versions": probe["versions"],
+               "command": "python3 scripts/count_step_ops.py " + " ".join(
+                   os.path.basename(a) if os.path.isabs(a) else a for a in sys.argv[1:])}
+        return write(doc, [], args.out)
     rows = []
     for i, c in enumerate(CONFIGS[:args.configs]):
         dims = config_dims(*c)
@@ -395,7 +424,7 @@ def main():
         doc["coat_optimizer"] = coat_optimizer_rate(device)
         print(f"COAT optimizer: {doc['coat_optimizer']}", file=sys.stderr, flush=True)
         if probe:
-            doc["host_probe"] = probe
+            doc["host_probe"] = probe["rows"]
     write(doc, rows, args.out)
 
 
@@ -429,23 +458,69 @@ def refit(src, out):
     write(doc, doc["configs"], out)
 
 
-def host_probe(coat, device, layers=(1, 2)):
-    """COAT's host time per phase at a model-sized layer (Llama-2-7B's: hidden 4096, ffn 11008,
-    32 heads; micro-batch 1 x 2048 tokens) for each layer count, to compare with the small
-    configurations' fit (the shapes autotune once; the GPU is not the bottleneck at one or two
-    layers)."""
-    out = []
-    for L in layers:
-        dims = config_dims(L, 1, 2048, 4096, 32, 32, 11008, 32000)
-        s, st, (inp, tgt) = stepper("coat", dims, device, coat)
-        for _ in range(2):
-            st.step(inp, tgt)
+# The host probe's shapes: (name, hidden, heads, kv_heads, ffn), each at 1 x 2048 tokens, vocabulary
+# 32000, one and two layers: a small layer, a 1 B model's and Llama-2-7B's.
+PROBE_SHAPES = [("small", 256, 4, 4, 704), ("h2048", 2048, 32, 4, 5632), ("h4096", 4096, 32, 32, 11008)]
+
+
+def host_probe(coat, device, layers=(1, 2), shapes=PROBE_SHAPES, profile_top=25):
+    """COAT's host time per phase at one and two layers of each probe shape, with the GPU time of
+    the same phases (CUDA events), and a cProfile of one forward+backward at two layers (the top
+    functions by own time): whether the host's cost per layer grows with the layer's width, and
+    where. The difference between the one- and two-layer times is one layer's host cost."""
+    import cProfile
+    import pstats
+    out, versions = [], {}
+    for name, hidden, heads, kv, ffn in shapes:
+        for L in layers:
+            dims = config_dims(L, 1, 2048, hidden, heads, kv, ffn, 32000)
+            s, st, (inp, tgt) = stepper("coat", dims, device, coat)
+            versions = s.versions
+            for _ in range(3):  # the first steps create the states and autotune the shapes
+                st.step(inp, tgt)
+            st.sync()
+            row = {"shape": name, "dims": dims, "host_ms": host_ms(*host_times(st, inp, tgt, reps=9)),
+                   "gpu_forward_backward_ms": gpu_forward_backward_ms(st, inp, tgt)}
+            if L == max(layers):
+                prof = cProfile.Profile()
+                st.sync()
+                prof.enable()
+                st.s.opt.zero_grad(set_to_none=st.s.set_to_none)
+                loss = st.forward_loss(inp, tgt)
+                loss.backward()
+                prof.disable()
+                del loss
+                st.sync()
+                stats = pstats.Stats(prof)
+                top = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:profile_top]
+                row["profile_top"] = [{"function": f"{os.path.basename(f)}:{line}({fn})", "calls": nc,
+                                       "own_ms": round(tt * 1e3, 3), "cumulative_ms": round(ct * 1e3, 3)}
+                                      for (f, line, fn), (cc, nc, tt, ct, _) in top]
+                row["profile_total_ms"] = round(sum(v[2] for v in stats.stats.values()) * 1e3, 3)
+            out.append(row)
+            print(f"host probe {name} L={L}: {row['host_ms']}, GPU forward+backward "
+                  f"{row['gpu_forward_backward_ms']:.2f} ms", file=sys.stderr, flush=True)
+            del s, st, inp, tgt
+            torch.cuda.empty_cache()
+    return {"rows": out, "versions": versions}
+
+
+def gpu_forward_backward_ms(st, inp, tgt, reps=5):
+    """Median GPU milliseconds (CUDA events) of zero_grad + forward + loss + backward."""
+    import statistics
+    times = []
+    for _ in range(reps):
         st.sync()
-        out.append({"dims": dims, "host_ms": host_ms(*host_times(st, inp, tgt, reps=7))})
-        print(f"host probe L={L}: {out[-1]['host_ms']}", file=sys.stderr, flush=True)
-        del s, st, inp, tgt
-        torch.cuda.empty_cache()
-    return out
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        st.s.opt.zero_grad(set_to_none=st.s.set_to_none)
+        loss = st.forward_loss(inp, tgt)
+        loss.backward()
+        b.record()
+        del loss
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return round(statistics.median(times), 4)
 
 
 def coat_optimizer_rate(device, numel=1 << 26, reps=10):

@@ -272,16 +272,18 @@ def time_config(cfg, name, batch, seq, device, dtype, timer, args, backend, back
     return out
 
 
-def time_adamw(sizes, device, timer, args):
-    """torch.optim.AdamW(fused=True on a GPU) over fp32 parameters of these sizes (numels)."""
+def time_adamw(sizes, device, timer, args, foreach=False):
+    """torch.optim.AdamW over fp32 parameters of these sizes (numels): fused on a GPU, or the
+    multi-tensor for-each implementation with `foreach`."""
     ps = [torch.nn.Parameter(torch.empty(n, device=device, dtype=torch.float32).normal_(0, 0.02)) for n in sizes]
     for p in ps:
         p.grad = torch.empty_like(p).normal_(0, 1e-3)
-    fused = device.type == "cuda"
-    opt = torch.optim.AdamW(ps, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1, fused=fused)
+    fused = device.type == "cuda" and not foreach
+    opt = torch.optim.AdamW(ps, lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                            **({"foreach": True} if foreach else {"fused": fused}))
     r = timer.measure(opt.step, args.warmup, args.reps)
     n = sum(sizes)
-    r.update(params=n, fused=fused, gparams_per_s=n / (r["median"] * 1e6))
+    r.update(params=n, fused=fused, foreach=foreach, gparams_per_s=n / (r["median"] * 1e6))
     del opt, ps
     return r
 
@@ -297,11 +299,11 @@ def model_param_sizes(cfg):
     return sizes
 
 
-def time_adamw_model(name, cfg, device, timer, args):
+def time_adamw_model(name, cfg, device, timer, args, foreach=False):
     """AdamW over the model's own list of fp32 parameters: the multi-tensor launches and the small
     tensors (norms) of a real step, which one large tensor does not have."""
     sizes = model_param_sizes(cfg)
-    return dict(time_adamw(sizes, device, timer, args), model=name, tensors=len(sizes))
+    return dict(time_adamw(sizes, device, timer, args, foreach), model=name, tensors=len(sizes))
 
 
 # Eager PyTorch elementwise ops at a size where bandwidth, not launch, decides (ELEMENTWISE_N
@@ -369,7 +371,7 @@ def main():
     ap.add_argument("--adamw-params", type=int, default=1 << 28,
                     help="parameters for the fused AdamW timing (0 skips it; fp8sim's plan uses 2^28)")
     ap.add_argument("--adamw-model", metavar="MODEL",
-                    help="also time fused AdamW over MODEL's own parameter list (models/MODEL.json or a JSON path)")
+                    help="also time fused and for-each AdamW over MODEL's own parameter list (models/MODEL.json or a JSON path)")
     ap.add_argument("--elementwise", action="store_true",
                     help="also time eager elementwise ops (bandwidth) and a tiny op (per-kernel floor)")
     ap.add_argument("--amax", action="store_true", help="also time eager x.abs().max() at COAT Fig. 4(b)'s sizes")
@@ -432,6 +434,13 @@ def main():
                                                          device, timer, args)
         a = doc["adamw_fused_fp32_model"]
         print(f"AdamW fused fp32 over {a['model']} ({a['tensors']} tensors): {a['gparams_per_s']:.1f} G params/s",
+              file=sys.stderr)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        doc["adamw_foreach_fp32_model"] = time_adamw_model(
+            args.adamw_model, load_model(args.models_dir, args.adamw_model), device, timer, args, foreach=True)
+        a = doc["adamw_foreach_fp32_model"]
+        print(f"AdamW for-each fp32 over {a['model']} ({a['tensors']} tensors): {a['gparams_per_s']:.1f} G params/s",
               file=sys.stderr)
         if device.type == "cuda":
             torch.cuda.empty_cache()
