@@ -276,8 +276,9 @@ class Stepper:
         return out
 
     def timed(self, inp, tgt, n):
-        """Milliseconds per step (CUDA events), and per step the host's time to issue it (None on
-        the CPU)."""
+        """Milliseconds per step (CUDA events), and per step the host's time to issue it and each of
+        its phases (forward with the loss, backward, optimizer; None on the CPU). A phase's host time
+        includes any wait for the GPU that the phase's code makes (a .item() in the loss, say)."""
         if not self.cuda:
             t0 = time.perf_counter()
             for _ in range(n):
@@ -288,11 +289,19 @@ class Stepper:
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             t0 = time.perf_counter()
-            self.step(inp, tgt)
-            host.append((time.perf_counter() - t0) * 1e3)  # until the host has issued the step
+            self.s.opt.zero_grad(set_to_none=self.s.set_to_none)
+            loss = self.forward_loss(inp, tgt)
+            t1 = time.perf_counter()
+            loss.backward()
+            t2 = time.perf_counter()
+            self.s.opt.step()
+            t3 = time.perf_counter()  # until the host has issued the step
             b.record()
+            del loss
             b.synchronize()
             times.append(a.elapsed_time(b))
+            host.append({"total": (t3 - t0) * 1e3, "forward": (t1 - t0) * 1e3, "backward": (t2 - t1) * 1e3,
+                         "optimizer": (t3 - t2) * 1e3})
         return times, host
 
     def profiled(self, inp, tgt):
@@ -458,7 +467,9 @@ def run(args):
             if host:
                 # Host time to issue one step (Python, autograd, launches), median: a step whose
                 # host time is close to its CUDA-event time is host-bound.
-                r["host_issue_ms"] = statistics.median(host)
+                r["host_issue_ms"] = statistics.median(h["total"] for h in host)
+                r["host_issue_phases_ms"] = {k: round(statistics.median(h[k] for h in host), 4)
+                                             for k in ("forward", "backward", "optimizer")}
         if args.profile:
             r["profile"] = st.profiled(inp, tgt)
         del inp, tgt

@@ -189,7 +189,10 @@ StepOps load_step_ops(const std::filesystem::path& p) {
     }
     if (i == 1) {
       const Json* ops = row.find("ops");
-      s.fused_optimizer = ops && ops->is_object() && (ops->contains("optimizer:_fused_adamw_"));
+      const bool table = ops && ops->is_object();
+      s.fused_optimizer = table && ops->contains("optimizer:_fused_adamw_");
+      s.foreach_optimizer = table && ops->contains("optimizer:_foreach_addcdiv_");
+      s.zero_grad_memset = table && ops->contains("optimizer:_foreach_zero_");
     }
   }
   for (const std::string& k : totals) {
@@ -316,7 +319,17 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
     }
     FP8SIM_REQUIRE(rate > 0, "the calibration has no fused AdamW rate (torch.adamw_fused_fp32)");
     s.optimizer_ms = params / (rate * 1e6);
+  } else if (const double rate = calibration_number(cal, "adamw_foreach_fp32_model", "gparams_per_s");
+             ops.foreach_optimizer && rate > 0 && cal.copy_gbps > 0) {
+    // The for-each AdamW at its rate over a model's parameter list: its fp32 streams run near the
+    // copy rate, which the elementwise median (mostly bf16 ops) understates. zero_grad's memset
+    // writes each 4-byte gradient once.
+    s.optimizer_ms = params / (rate * 1e6) + (ops.zero_grad_memset ? params * 4.0 / (cal.copy_gbps * 1e6) : 0.0);
   } else {
+    if (ops.foreach_optimizer)
+      note(
+          "optimizer: the calibration has no for-each AdamW over a model's parameter list; its bytes at the "
+          "elementwise rate stand in");
     s.optimizer_ms = s.optimizer_bytes / (gbps * 1e6) + s.optimizer_kernels * floor_ms;
   }
   launches += s.other_kernels + s.optimizer_kernels;

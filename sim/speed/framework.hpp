@@ -59,6 +59,8 @@ struct StepOps {
   std::map<std::string, double> max_residual;       // per total: largest |fit - count| / count
   size_t configs = 0;
   bool fused_optimizer = false;       // the inventory's optimizer is one fused AdamW launch
+  bool foreach_optimizer = false;     // ... or torch.optim's multi-tensor (for-each) AdamW
+  bool zero_grad_memset = false;      // zero_grad(set_to_none=False) zeroes every gradient
   bool masked_when_compiled = false;  // the framework passes SDPA an explicit mask under compile
   // The host time of each phase ("host_forward_backward_ms", "host_optimizer_ms") was measured.
   bool host_times = false;
