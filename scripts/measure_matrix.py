@@ -118,6 +118,12 @@ def entries(plan, coat):
             raise SystemExit("measure_matrix.py: error: plan speed-coat needs --coat")
         for c, b in [("1b-mha", 2), ("l2-7b-L4", 1), ("0.3b-v152k", 4), ("1b-gqa", 4), ("0.8b-gqa", 8), ("l2-7b-L4", 2)]:
             add(c, "coat", steps=6, profile=True, batches=[b], tag=f"__b{b}")
+    elif plan == "speed-torchao":
+        # torchao's float8 training and its BF16 baseline (the same model compiled), each config's
+        # two in the same call so that their ratio compares one machine's steps
+        for c in ["1b-mha", "l2-7b-L4", "0.8b-gqa", "l3-8b-L4", "0.3b-v152k", "1b-gqa"]:
+            add(c, "torchao-float8", True, steps=6, profile=True)
+            add(c, "hf", True, steps=6, profile=True)
     elif plan == "speed":
         # COAT and its BF16 baseline (transformers 4.45.2) first, then the current frameworks
         for c in ["0.8b-gqa", "l3-8b-L4"]:
@@ -137,7 +143,7 @@ def entries(plan, coat):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plan", required=True, choices=["memory", "maxbatch", "coat", "speed", "speed-core", "speed-frameworks",
-                                                   "speed-coat"])
+                                                   "speed-coat", "speed-torchao"])
     ap.add_argument("--out", help="output directory")
     ap.add_argument("--jobs", type=int, default=4, help="memory-only entries at once (default 4)")
     ap.add_argument("--deadline", type=float, default=540, help="seconds after which no entry starts")

@@ -351,6 +351,11 @@ def is_user_annotation(event):
 
 def kernel_class(name):
     n = name.lower()
+    # Inductor's fused pointwise/reduction kernels (triton_poi_, triton_red_, triton_per_) are named
+    # after the ops they fuse, which can include the GEMM they feed ("..._scaled_mm_..."); its GEMM
+    # templates are triton_tem_.
+    if n.startswith("triton_") and not n.startswith("triton_tem"):
+        return "triton"
     if any(k in n for k in ("flash", "fmha", "attention", "sdpa", "efficient_attention")):
         return "attention"
     if any(k in n for k in ("gemm", "nvjet", "cutlass", "sm90_xmma", "matmul", "_mm_", "scaled_mm", "cublas")):

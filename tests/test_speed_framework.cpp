@@ -293,6 +293,60 @@ TEST(SpeedFramework, CoatGpuTermsMatchTheProfiledKernels) {
   }
 }
 
+// torchao's float8 training: the hf inventory with FP8 linears. Its casts move 8 bytes per
+// element of each linear's input, 6 per element of its output gradient and 18 per weight; the
+// weights' share is 18 bytes per parameter of the layers' linears (the model's parameters less
+// the embedding, the LM head and the norms), whatever the batch.
+TEST(SpeedFramework, TorchaoFloat8PricesFp8GemmsAndItsCasts) {
+  const Calibration cal = Calibration::load(kSource + "/reports/h200/calibration.json");
+  const StepOps hf = load_step_ops(kSource + "/reports/h200/step_ops/hf.json");
+  const StepOps ao = for_profile(hf, "torchao-float8");
+  EXPECT_TRUE(ao.torchao_float8);
+  EXPECT_EQ(ao.profile, "torchao-float8");
+  EXPECT_EQ(inventory_framework("torchao-float8"), "hf");
+  EXPECT_THROW(for_profile(load_step_ops(kSource + "/reports/h200/step_ops/coat.json"), "torchao-float8"), Error);
+  const ModelShape m = load_model_shape("llama2-7b");
+  std::vector<std::string> notes;
+  EXPECT_THROW(framework_step(m, 1, 2048, cal, ao, notes, false), UsageError);  // torchao runs compiled
+  const FrameworkStep b1 = framework_step(m, 1, 2048, cal, ao, notes, true),
+                      b2 = framework_step(m, 2, 2048, cal, ao, notes, true),
+                      bf16 = framework_step(m, 1, 2048, cal, hf, notes, true);
+  const double H = static_cast<double>(m.hidden), V = static_cast<double>(m.vocab);
+  const double linear_params = static_cast<double>(m.params) - 2 * V * H - (2.0 * m.layers + 1) * H;
+  EXPECT_NEAR(2 * b1.cast_bytes - b2.cast_bytes, 18 * linear_params, 1e-6 * linear_params);
+  const double per_token_layer = (b2.cast_bytes - b1.cast_bytes) / (2048.0 * m.layers);
+  // llama2-7b: every linear's input and output gradient is 4096 wide but the MLP's 11008.
+  EXPECT_DOUBLE_EQ(per_token_layer, 8 * (6 * H + 11008) + 6 * (5 * H + 2 * 11008));
+  EXPECT_DOUBLE_EQ(b1.cast_kernels, 63.0 * m.layers);
+  EXPECT_DOUBLE_EQ(b1.other_bytes, bf16.other_bytes + b1.cast_bytes);
+  EXPECT_LT(b1.gemm_ms, 0.8 * bf16.gemm_ms);  // FP8 linears, a BF16 LM head
+  EXPECT_DOUBLE_EQ(b1.attention_ms, bf16.attention_ms);
+  EXPECT_DOUBLE_EQ(b1.optimizer_ms, bf16.optimizer_ms);
+}
+
+// The claim of docs/speed-model.md for torchao: its compiled steps measured on the H200 within 10%,
+// and its speedup over the BF16 hf model compiled (measured in the same device calls) too.
+TEST(SpeedFramework, TorchaoFloat8StepsAndSpeedupsMeasuredOnTheH200) {
+  const Calibration cal = Calibration::load(kSource + "/reports/h200/calibration.json");
+  const StepOps hf = load_step_ops(kSource + "/reports/h200/step_ops/hf.json");
+  const std::string dir = kSource + "/reports/h200/frameworks/";
+  std::vector<std::string> notes;
+  FrameworkValidation v = framework_validate({dir}, cal, for_profile(hf, "torchao-float8"), notes, true);
+  ASSERT_GE(v.rows.size(), 8u);
+  for (const FrameworkValidationRow& r : v.rows)
+    EXPECT_LT(std::abs(r.difference), 0.10)
+        << r.model << " b" << r.batch << ": predicted " << r.step_ms << " ms, measured " << r.measured_step_ms;
+  add_speedups(v, framework_validate({dir}, cal, hf, notes, true), speedup_baseline("torchao-float8"));
+  EXPECT_EQ(v.baseline, "hf");
+  ASSERT_EQ(v.speedups.size(), v.rows.size());  // every torchao run has its baseline
+  int within = 0;
+  for (const SpeedupRow& s : v.speedups) {
+    EXPECT_GT(s.measured, 1.0) << s.model << " b" << s.batch;  // torchao is faster on every config measured
+    within += std::abs(s.difference) <= 0.10;
+  }
+  EXPECT_GE(within, 7);
+}
+
 TEST(SpeedFramework, ValidationLeavesOutAnotherVersionOfTheFramework) {
   const Calibration cal = Calibration::load(kSource + "/reports/h200/calibration.json");
   const StepOps ops = load_step_ops(kSource + "/reports/h200/step_ops/hf.json");
@@ -333,6 +387,7 @@ TEST(SpeedFrameworkCli, PredictsValidatesAndRefusesBadInput) {
            {{"--framework", "hf", "--step-ops", kSource + "/models/llama2-7b.json", "--json", out}, 1, "'format'"},
            {{"--validate", "x"}, 2, "goes with --framework"},
            {{"--compile"}, 2, "goes with --framework"},
+           {{"--framework", "torchao-float8", "--model", "tinyllama-1.1b"}, 2, "pass --compile"},
            {{"--framework", "hf", "--model", "olmo-1b"}, 2, "Llama-style"},
            {{"--framework", "hf", "--compile", "--validate", kSource + "/reports/h200/frameworks/hf__l3-8b-L4.json"},
             2,

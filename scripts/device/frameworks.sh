@@ -3,7 +3,7 @@
 # machine and leaves $OUT/frameworks_PLAN.tgz per plan (each measurement's JSON and log, index.json).
 #   usage: OUT=DIR bash scripts/device/frameworks.sh PLAN[,PLAN...] [DEADLINE_S [MEASURE_MATRIX_ARGS...]]
 #   (for example `frameworks.sh coat 500 --only coat-ckpt__l2-7b-L4__b1,coat__1b-gqa__b2`)
-# Plans: memory, maxbatch, coat, speed (measure_matrix.py --help). Wheels the GPU machine lacks travel
+# Plans: memory, maxbatch, coat, speed, speed-torchao, ... (measure_matrix.py --help). Wheels the GPU machine lacks travel
 # in .whl/ (git-ignored; carry it): .whl/ao/ torchao, .whl/t445/ transformers 4.45.2 with tokenizers
 # 0.20 and huggingface_hub < 1.0 (COAT's model code needs them), .whl/coat/ the fp8-coat sdist.
 # The deadline (default 500 s, counted after the setup) is shared by the plans and stops new entries, not running ones (each may
@@ -26,9 +26,18 @@ if ls .whl/t445/*.whl >/dev/null 2>&1 && ls .whl/coat/*.tar.gz >/dev/null 2>&1; 
   PYTHONPATH=/tmp/site45:${PYTHONPATH:-} python3 -c "import sys; sys.path.insert(0, 'scripts'); import measure_coat; \
 measure_coat.setup('$coat', '/tmp/fp8sim_coat')" || echo "COAT setup failed: coat entries will fail"
 fi
-# Whatever finished is packed even when the caller's time limit stops this script midway.
-pack() { for d in /tmp/frameworks/*/; do [ -d "$d" ] && tar czf "$OUT/frameworks_$(basename "$d").tgz" -C "$d" .; done; }
-trap pack EXIT
+# Whatever finished is packed even when the caller's time limit kills this script midway: every
+# 20 s (each archive replaced whole) and at the end.
+pack() {
+  for d in /tmp/frameworks/*/; do
+    [ -d "$d" ] || continue
+    local a="$OUT/frameworks_$(basename "$d").tgz"
+    tar czf "$a.part" -C "$d" . && mv -f "$a.part" "$a"
+  done
+}
+( while sleep 20; do pack; done ) &
+packer=$!
+trap 'kill $packer 2>/dev/null; pack' EXIT
 trap 'exit 124' TERM INT
 # The deadline counts from here, after the wheels and COAT's build (about 75 s).
 start=$(date +%s)

@@ -189,6 +189,19 @@ void print_framework(const FrameworkResult& res) {
     cli::print_table(head, rows);
     fmt::print("{} of {} steps within 10% (max |diff| {:.1f}%)\n", v.within_10_percent, v.rows.size(),
                100 * v.max_abs_difference);
+    if (!v.baseline.empty()) {
+      fmt::print("\nspeedup over {}{} (BF16) at the same model and batch, where both were measured\n\n", v.baseline,
+                 res.compiled ? " compiled" : "");
+      std::vector<std::vector<std::string>> sp;
+      int64_t within = 0;
+      for (const SpeedupRow& r : v.speedups) {
+        sp.push_back({r.model, std::to_string(r.batch), f(r.predicted, 3) + "x", f(r.measured, 3) + "x",
+                      fmt::format("{:+.1f}%", 100 * r.difference)});
+        within += std::abs(r.difference) <= 0.10;
+      }
+      cli::print_table({"model", "batch", "predicted", "measured", "diff"}, sp);
+      fmt::print("{} of {} speedups within 10%\n", within, v.speedups.size());
+    }
   }
   print_notes(res.notes);
 }
@@ -224,17 +237,19 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
   const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
 
   const Calibration cal = Calibration::load(calib);
-  const StepOps ops = load_step_ops(step_ops);
-  if (ops.framework != framework)
+  StepOps loaded = load_step_ops(step_ops);
+  if (loaded.framework != inventory_framework(framework))
     throw UsageError(fmt::format("--step-ops '{}' is the inventory of framework '{}', not '{}'", step_ops,
-                                 ops.framework, framework));
+                                 loaded.framework, inventory_framework(framework)));
+  const StepOps ops = for_profile(std::move(loaded), framework);
   FrameworkResult res;
   res.framework = framework;
   res.compiled = compiled;
   res.framework_description = description;
   res.statement = fmt::format(
       "MODELLED step times of {} ({}, {}, one GPU) from calibration {} ({}) and the framework's op inventory",
-      framework, compiled ? "torch.compile" : "eager", framework == "coat" ? "FP8" : "BF16", source_relative(calib),
+      framework, compiled ? "torch.compile" : "eager", framework == "coat" || ops.torchao_float8 ? "FP8" : "BF16",
+      source_relative(calib),
       cal.device.is_object() && cal.device.contains("name") ? cal.device.at("name").as_string()
                                                             : std::string("unknown GPU"));
   res.step_ops = {source_relative(step_ops),
@@ -249,6 +264,11 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
     if (!std::filesystem::exists(validate))
       throw UsageError(fmt::format("--validate '{}': no such file or folder", validate));
     res.validation = framework_validate({validate}, cal, ops, res.notes, compiled);
+    if (const std::string base = speedup_baseline(framework); !base.empty()) {
+      std::vector<std::string> base_notes;  // the baseline's notes are its own validation's
+      add_speedups(*res.validation, framework_validate({validate}, cal, for_profile(ops, base), base_notes, compiled),
+                   base);
+    }
   } else {
     const ModelShape m = load_model_shape(model);
     if (model.find('/') != std::string::npos || model.ends_with(".json")) files.input("--model", model);
@@ -305,7 +325,8 @@ int run_speed(const std::vector<std::string>& args) {
       "reps", po::value(&reps)->default_value(10), "measuring run: timed repetitions per kernel")(
       "warmup", po::value(&warmup)->default_value(3), "measuring run: untimed warm-up launches per kernel")(
       "framework", po::value(&framework),
-      "predict an eager step as this framework runs it: torch or hf (BF16), or coat (COAT's own FP8 code) (from the "
+      "predict a step as this framework runs it: torch or hf (BF16), coat (COAT's own FP8 code), or torchao-float8 "
+      "(torchao's float8 training of the hf model, with --compile) (from the "
       "calibration and the framework's op inventory; --batch may list several, e.g. 1,2,4)")(
       "step-ops", po::value(&step_ops),
       "--framework: the op inventory (scripts/count_step_ops.py; default reports/h200/step_ops/FRAMEWORK.json)")(
@@ -338,7 +359,8 @@ int run_speed(const std::vector<std::string>& args) {
           "  fp8sim speed --framework hf --model tinyllama-1.1b --batch 1,2,4\n"
           "  fp8sim speed --framework hf --validate reports/h200/frameworks\n"
           "  fp8sim speed --framework hf --compile --validate reports/h200/frameworks\n"
-          "  fp8sim speed --framework coat --validate reports/h200/frameworks"))
+          "  fp8sim speed --framework coat --validate reports/h200/frameworks\n"
+          "  fp8sim speed --framework torchao-float8 --compile --validate reports/h200/frameworks"))
     return 0;
   if (vm.count("framework"))
     return run_speed_framework(vm, args, model, batch, seq, calib, step_ops, validate, json_out);

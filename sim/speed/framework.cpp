@@ -128,12 +128,25 @@ const std::vector<std::pair<std::string, std::string>>& speed_frameworks() {
       {"coat",
        "COAT's own CoatLlamaForCausalLM and CoatAdamW (fp8-coat 1.0.11, transformers 4.45.2): FP8 linears and "
        "activations, fp32 params + bf16 autocast, FP8 optimizer states with dynamic range expansion"},
+      {"torchao-float8",
+       "the hf model with torchao 0.16's float8 training (tensorwise dynamic scaling, every linear but the LM head) "
+       "under torch.compile, AdamW(fused=True)"},
   };
   return f;
 }
 
-std::filesystem::path default_step_ops_path(const std::string& framework) {
-  return default_calibration_path().parent_path() / "step_ops" / (framework + ".json");
+std::string inventory_framework(const std::string& profile) { return profile == "torchao-float8" ? "hf" : profile; }
+
+StepOps for_profile(StepOps ops, const std::string& profile) {
+  FP8SIM_REQUIRE(inventory_framework(profile) == ops.framework, "profile '{}' does not read the inventory of '{}'",
+                 profile, ops.framework);
+  ops.profile = profile;
+  ops.torchao_float8 = profile == "torchao-float8";
+  return ops;
+}
+
+std::filesystem::path default_step_ops_path(const std::string& profile) {
+  return default_calibration_path().parent_path() / "step_ops" / (inventory_framework(profile) + ".json");
 }
 
 StepOps load_step_ops(const std::filesystem::path& p) {
@@ -150,6 +163,7 @@ StepOps load_step_ops(const std::filesystem::path& p) {
                  "{}: 'format' must be \"{}\" (written by scripts/count_step_ops.py)", where, kStepOpsFormat);
   StepOps s;
   s.framework = need(doc, where, "framework").as_string();
+  s.profile = s.framework;
   s.device = doc.contains("device_name") ? doc.at("device_name").as_string() : "";
   s.command = doc.contains("command") ? doc.at("command").as_string() : "";
   s.versions = doc.contains("versions") ? doc.at("versions") : Json::object();
@@ -235,6 +249,10 @@ Json FrameworkStep::to_json() const {
   j["optimizer_bytes"] = optimizer_bytes;
   j["optimizer_kernels"] = optimizer_kernels;
   j["kernels"] = kernels;
+  if (cast_kernels > 0) {
+    j["cast_bytes"] = cast_bytes;
+    j["cast_kernels"] = cast_kernels;
+  }
   return j;
 }
 
@@ -268,7 +286,12 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
   if (coat && compiled)
     throw UsageError("--framework coat: COAT's published training does not compile; drop --compile");
   if (coat) note("GEMMs: cuBLASLt's FP8 times stand in for COAT's own Triton FP8 GEMM kernel");
-  for (const KernelOp& op : build_plan(m, coat ? Plan::COAT : Plan::BF16, po)) {
+  if (ops.torchao_float8 && !compiled)
+    throw UsageError(
+        "--framework torchao-float8 is modelled as torchao's float8 training runs, under torch.compile: "
+        "pass --compile");
+  const Plan plan = coat ? Plan::COAT : ops.torchao_float8 ? Plan::TE : Plan::BF16;
+  for (const KernelOp& op : build_plan(m, plan, po)) {
     if (op.kind == Kind::Gemm) {
       s.gemm_ms += cal.predict(op).ms * op.count;
       launches += op.count;
@@ -300,6 +323,18 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
   } else {
     s.other_bytes = ops.eval("elementwise_bytes", m, batch, seq);
     s.other_kernels = ops.eval("elementwise_kernels", m, batch, seq);
+  }
+  if (ops.torchao_float8) {  // the casts of each linear's operands (framework.hpp)
+    const double T = static_cast<double>(batch * seq), L = static_cast<double>(m.layers),
+                 H = static_cast<double>(m.hidden), Q = static_cast<double>(m.heads * m.head_dim),
+                 KV = static_cast<double>(m.kv_heads * m.head_dim), F = static_cast<double>(m.ffn);
+    const double inputs = 5 * H + Q + F;              // q, k, v, gate, up read H; o reads Q; down reads F
+    const double grads = Q + 2 * KV + H + 2 * F + H;  // their outputs
+    const double weights = dims_of(m, batch, seq).W;
+    s.cast_bytes = L * (T * (8 * inputs + 6 * grads) + 18 * weights);
+    s.cast_kernels = L * 7 * 9;
+    s.other_bytes += s.cast_bytes;
+    s.other_kernels += s.cast_kernels;
   }
   s.other_ms = s.other_bytes / (gbps * 1e6) + s.other_kernels * floor_ms;
 
@@ -364,16 +399,16 @@ FrameworkValidation framework_validate(const std::vector<std::string>& paths, co
     const std::string where = fmt::format("measurement '{}'", source_relative(path));
     if (sm.in_dir) {  // a folder holds every framework's runs: take this profile's
       const Json *fw = d.find("framework"), *comp = d.find("compile"), *ckpt = d.find("checkpointing");
-      const bool mine = fw && fw->is_string() && fw->as_string() == ops.framework &&
+      const bool mine = fw && fw->is_string() && fw->as_string() == ops.profile &&
                         (comp && comp->is_bool() && comp->as_bool()) == compiled &&
                         !(ckpt && ckpt->is_bool() && ckpt->as_bool());
       if (!mine) continue;
     }
     ++chosen;
     const std::string fw = need(d, where, "framework").as_string();
-    if (fw != ops.framework)
+    if (fw != ops.profile)
       throw UsageError(
-          fmt::format("{} is framework '{}', the profile is '{}' (pass --framework {})", where, fw, ops.framework, fw));
+          fmt::format("{} is framework '{}', the profile is '{}' (pass --framework {})", where, fw, ops.profile, fw));
     if (need(d, where, "checkpointing").as_bool())
       throw UsageError(fmt::format("{}: a checkpointed run; the profile models steps without checkpointing", where));
     if (need(d, where, "compile").as_bool() != compiled)
@@ -414,7 +449,7 @@ FrameworkValidation framework_validate(const std::vector<std::string>& paths, co
   }
   if (chosen == 0)
     throw UsageError(fmt::format("no {} step measurement of framework '{}' in {}", compiled ? "compiled" : "eager",
-                                 ops.framework, fmt::join(paths, ", ")));
+                                 ops.profile, fmt::join(paths, ", ")));
   FP8SIM_REQUIRE(!v.rows.empty(), "no timed run in the measurements given (measure_step.py --steps N)");
   return v;
 }
@@ -435,6 +470,19 @@ Json FrameworkValidationRow::to_json() const {
   return j;
 }
 
+std::string speedup_baseline(const std::string& profile) { return profile == "torchao-float8" ? "hf" : ""; }
+
+void add_speedups(FrameworkValidation& v, const FrameworkValidation& base, const std::string& baseline) {
+  v.baseline = baseline;
+  for (const FrameworkValidationRow& r : v.rows)
+    for (const FrameworkValidationRow& b : base.rows)
+      if (b.model == r.model && b.batch == r.batch && b.seq == r.seq) {
+        const double predicted = b.step_ms / r.step_ms, measured = b.measured_step_ms / r.measured_step_ms;
+        v.speedups.push_back({r.model, r.batch, predicted, measured, predicted / measured - 1});
+        break;  // the first baseline run of the pair (the folder's order)
+      }
+}
+
 Json FrameworkValidation::to_json() const {
   Json j = Json::object();
   Json a = Json::array();
@@ -442,6 +490,20 @@ Json FrameworkValidation::to_json() const {
   j["rows"] = a;
   j["within_10_percent"] = within_10_percent;
   j["max_abs_difference"] = max_abs_difference;
+  if (!baseline.empty()) {
+    j["baseline"] = baseline;
+    Json sp = Json::array();
+    for (const SpeedupRow& r : speedups) {
+      Json o = Json::object();
+      o["model"] = r.model;
+      o["batch"] = r.batch;
+      o["predicted"] = r.predicted;
+      o["measured"] = r.measured;
+      o["difference"] = r.difference;
+      sp.push_back(o);
+    }
+    j["speedups"] = sp;
+  }
   return j;
 }
 

@@ -8,6 +8,8 @@
 //          + bf16 autocast, loss from model(labels=...), AdamW(fused=True)
 //   coat   COAT's own CoatLlamaForCausalLM and CoatAdamW (fp8-coat 1.0.11 under transformers
 //          4.45.2), fp32 parameters + bf16 autocast, as scripts/measure_coat.py builds them
+//   torchao-float8  the hf model with torchao's float8 training (convert_to_float8_training,
+//          tensorwise dynamic scaling, every linear but the LM head) under torch.compile
 //
 // step = max(GPU time, host issue time), GPU time = GEMMs + attention + other ops + optimizer:
 //  * GEMMs: the BF16 plan's GEMMs at their calibrated cuBLASLt times (plan.hpp);
@@ -31,6 +33,15 @@
 // carries what the host spends per phase (measured at small shapes, where every kernel is short)
 // and its optimizer kernel's measured rate; its GEMMs are the coat plan's FP8 GEMMs; the step is
 // max(host, max(host forward+backward, GPU forward+backward) + GPU optimizer).
+// torchao's float8 training is the hf step with its linears' GEMMs in FP8 (the te plan's per-tensor
+// scaled GEMMs; the LM head stays BF16) and, per linear, the casts torchao's autograd function
+// makes (torchao/float8/float8_linear.py): the input, the weight and the output gradient each cast
+// twice, once per layout a GEMM needs. Inductor fuses the amax of a tensor a fused kernel produces
+// into that kernel, but not of a saved input or a parameter, so the bytes per element are
+//   input (bf16, saved):  forward cast 2 + 1; backward amax 2 and transposed cast 2 + 1   = 8
+//   output gradient (bf16, produced in the backward): two casts of 2 + 1                    = 6
+//   weight (fp32 parameter): amax 4 and cast 4 + 1, in the forward and again in the backward = 18
+// in nine kernels per linear, priced like the other fused kernels.
 // Nothing here is fitted to the end-to-end steps it is validated against (docs/speed-model.md).
 #include <cstdint>
 #include <filesystem>
@@ -53,6 +64,9 @@ const std::vector<std::pair<std::string, std::string>>& speed_frameworks();
 // inventory's features over its configurations.
 struct StepOps {
   std::string framework, device, command;
+  // The profile the inventory serves: `framework`, or one built on it (torchao-float8 on hf's).
+  std::string profile;
+  bool torchao_float8 = false;  // the profile swaps the linears for torchao's float8 ones
   Json versions;
   std::vector<std::string> features, kernel_features;
   std::map<std::string, std::vector<double>> coef;  // per total: one coefficient per feature
@@ -73,8 +87,12 @@ struct StepOps {
   double eval(const std::string& key, const ModelShape& m, int64_t batch, int64_t seq) const;
 };
 StepOps load_step_ops(const std::filesystem::path& p);
-// reports/h200/step_ops/FRAMEWORK.json beside the default calibration.
-std::filesystem::path default_step_ops_path(const std::string& framework);
+// The framework whose op inventory a profile reads: torchao-float8 runs the hf model and optimizer.
+std::string inventory_framework(const std::string& profile);
+// The inventory `ops` as the profile `profile` uses it (inventory_framework(profile) must be ops.framework).
+StepOps for_profile(StepOps ops, const std::string& profile);
+// reports/h200/step_ops/FRAMEWORK.json beside the default calibration, FRAMEWORK the profile's inventory.
+std::filesystem::path default_step_ops_path(const std::string& profile);
 
 // One predicted step and its terms (milliseconds unless named otherwise).
 struct FrameworkStep {
@@ -82,6 +100,7 @@ struct FrameworkStep {
   bool compiled = false;
   double gemm_ms = 0, attention_ms = 0, other_ms = 0, optimizer_ms = 0, gpu_ms = 0, host_ms = 0, step_ms = 0;
   double other_bytes = 0, other_kernels = 0, optimizer_bytes = 0, optimizer_kernels = 0, kernels = 0;
+  double cast_bytes = 0, cast_kernels = 0;  // torchao-float8: its casts (part of other_*)
   double tokens_per_s = 0;
   Json to_json() const;
 };
@@ -105,12 +124,29 @@ struct FrameworkValidationRow : FrameworkStep {
   Json to_json() const;
 };
 
+// A profile's step against its BF16 baseline's at the same model and batch: step_ms(baseline) /
+// step_ms(profile), predicted and measured.
+struct SpeedupRow {
+  std::string model;
+  int64_t batch = 0;
+  double predicted = 0, measured = 0, difference = 0;  // difference = predicted / measured - 1
+};
+
 struct FrameworkValidation {
   std::vector<FrameworkValidationRow> rows;
   int64_t within_10_percent = 0;  // rows with |difference| <= 0.10
   double max_abs_difference = 0;
+  // torchao-float8: the speedup over the hf model compiled in BF16, for every run whose baseline
+  // was measured too (same model and batch).
+  std::string baseline;
+  std::vector<SpeedupRow> speedups;
   Json to_json() const;
 };
+
+// The profile a profile's speedup is measured against ("" where none: only torchao-float8 has one,
+// hf under torch.compile), and the speedup rows of `v` over the baseline's validation `base`.
+std::string speedup_baseline(const std::string& profile);
+void add_speedups(FrameworkValidation& v, const FrameworkValidation& base, const std::string& baseline);
 
 // Checks measurements (scripts/measure_step.py, "fp8sim-step-measurement", one framework, eager
 // or compiled as `compiled` says) against the prediction: per run, the measured step (CUDA events,
