@@ -147,6 +147,21 @@ TEST(MemoryFrameworks, CompiledLayersKeepOneCastPerNormAndNoLogSoftmax) {
     }
 }
 
+// Compiled, transformers' eager attention keeps its probabilities as eager mode does (6 bytes per
+// score: the fp32 softmax output and its bf16 copy) where the SDPA path keeps a log-sum-exp; the
+// rest of the compiled layer is the same. Every committed compiled hf-eager run is modelled.
+TEST(MemoryFrameworks, CompiledEagerAttentionKeepsItsProbabilities) {
+  const model::ModelConfig m = llama(4);
+  const Footprint sdpa = run("hf", m, false, 2, true), eager = run("hf-eager", m, false, 2, true);
+  const int64_t T = 2 * 2048, scores = 2 * m.heads * int64_t{2048} * 2048;
+  EXPECT_EQ(eager.layer_activation_bytes, sdpa.layer_activation_bytes - T * m.heads * 4 + scores * 6);
+  const memory::StepValidation v =
+      memory::memory_validate_steps({std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/frameworks"});
+  int compiled_eager = 0;
+  for (const auto& r : v.rows) compiled_eager += r.modelled() && r.compile && r.framework == "hf-eager";
+  EXPECT_GE(compiled_eager, 10);
+}
+
 int64_t component(const std::vector<memory::Component>& cs, const std::string& name) {
   for (const auto& c : cs)
     if (c.name == name) return c.bytes;
@@ -250,7 +265,11 @@ TEST(MemoryFrameworks, ProfilesRefuseWhatTheyDoNotModel) {
   EXPECT_THROW(compute_footprint(m, o), UsageError);  // measured, not modelled
   o.framework = "hf-eager";
   o.checkpointing = false;
+  EXPECT_NO_THROW(compute_footprint(m, o));  // hf-eager compiled is modelled
+  o.framework = "coat";
+  o.recipe = "coat";
   EXPECT_THROW(compute_footprint(m, o), UsageError);
+  o.recipe = "bf16";
   o.framework = "megatron-te";
   EXPECT_THROW(compute_footprint(m, o), UsageError);  // compiled
   o.compiled = false;

@@ -299,7 +299,8 @@ int run_memory(const std::vector<std::string>& args) {
       "checkpointing", "full activation checkpointing of every decoder layer")(
       "free-grads",
       "gradients are freed between steps (zero_grad(set_to_none=True)): not resident in forward/backward")(
-      "compile", "the model runs under torch.compile (modelled for --framework hf)")(
+      "compile",
+      "the model runs under torch.compile (modelled for --framework hf and hf-eager, without --checkpointing)")(
       "framework", po::value(&framework)->default_value("torch"),
       "what the training code keeps: torch (the reference accounting, any recipe), hf (transformers 5.x, SDPA), "
       "hf-4.45, hf-eager, coat (COAT's own code), megatron-te (Megatron-LM on TransformerEngine layers, BF16 or "

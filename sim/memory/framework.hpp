@@ -18,8 +18,8 @@
 //             mixed-precision optimizer; BF16 (recipe bf16) or TE FP8 delayed scaling (recipe te).
 //             DERIVED from the source, not measured (neither is installed on the GPU host).
 // The framework profiles model one GPU without sharding (tensor parallel 1, no sequence
-// parallelism), eager mode; torch.compile is modelled for hf only (measured in
-// reports/h200/frameworks).
+// parallelism), eager mode; torch.compile is modelled for hf and hf-eager without checkpointing
+// (measured in reports/h200/frameworks).
 #include <cstdint>
 #include <string>
 #include <vector>

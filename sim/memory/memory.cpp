@@ -185,7 +185,8 @@ void Footprint::pick_peak() {
 Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   validate(o);
   if (o.framework != "torch") return framework_footprint(m, o);
-  if (o.compiled) throw UsageError("torch.compile is modelled for the hf profile only (give --framework hf)");
+  if (o.compiled)
+    throw UsageError("torch.compile is modelled for the hf and hf-eager profiles only (give --framework hf)");
   const recipe::MemoryModel& r = *find_recipe(o.recipe).memory;
   Footprint f;
   f.model = m;
