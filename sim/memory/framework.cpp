@@ -443,7 +443,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   // Compiled and checkpointed, the recomputation happens inside Inductor's backward graph, whose
   // working set this profile does not model: what forward keeps is the eager checkpointed layers'
   // plus the compiled loss's (within 2% on the H200 runs), but the peak comes out 0.5-5.2% low
-  // (docs/dev-notes/compiled-checkpointing.md).
+  // (docs/dev-notes/framework-measurements.md).
   if (o.compiled && o.checkpointing)
     throw UsageError("torch.compile with checkpointing is measured but not modelled; drop one of them");
   const std::vector<FrameworkTensor> layer =
