@@ -76,6 +76,8 @@ TEST(OptimCli, BadInputOneLineErrorNoPartialOutput) {
       {{"optim", kSample, "--rounding", "up", "--json", json}, 2, "up"},
       {{"optim", kSample, "--rounding", "stochastic", "--seed", "-1", "--json", json}, 2, "bad --seed '-1'"},
       {{"optim", kSample, "--table1-step", "7", "--json", json}, 1, "step 7"},
+      {{"optim", kSample, "--table1-lowbit", "--no-table1", "--json", json}, 2, "--table1-lowbit"},
+      {{"optim", kSample, "--recipe", "m=e2m1:g32:de=robust,v=fp32", "--json", json}, 2, "de=robust"},
       {{"optim", kSample, "--frobnicate"}, 2, "frobnicate"},
       {{"optim", kSample, "--json", dir}, 1, dir},  // the output path is a directory
   };

@@ -74,6 +74,34 @@ TEST(OptimReplaySample, Table1IsFiniteAndExpansionHelps) {
   EXPECT_DOUBLE_EQ(doc.table1->paper[kE5M2][kE5M2], 40.30);
 }
 
+// The 4- and 6-bit moments in Table 1's measure: the FP8 Table 1 is unchanged by it; a second
+// moment stored without expansion flushes (a nonzero v decoded as 0 divides m by eps), so every
+// column without DE is far worse than its DE column on this trace; the ratios are to Table 1's
+// E4M3/E4M3 cell.
+TEST(OptimReplaySample, Table1LowBitMomentsNeedExpansionForV) {
+  OptimOptions o = opts_with({"coat"}, true, false);
+  const OptimResult base = optim_replay(kSample, o);
+  o.table1_lowbit = true;
+  const OptimResult doc = optim_replay(kSample, o);
+  ASSERT_TRUE(doc.table1 && doc.table1_lowbit && base.table1);
+  EXPECT_EQ(doc.table1->mse, base.table1->mse);
+  EXPECT_FALSE(base.table1_lowbit.has_value());
+  const auto& f = table1_lowbit_formats();
+  const Table1LowBit& lb = *doc.table1_lowbit;
+  ASSERT_EQ(lb.mse.size(), f.size());
+  for (size_t a = 0; a < f.size(); ++a)
+    for (size_t b = 0; b + 1 < f.size(); b += 2) {  // columns: plain, then +Expand
+      EXPECT_GT(lb.mse[a][b], 100 * lb.mse[a][b + 1]) << f[a].label << " / " << f[b].label;
+      EXPECT_DOUBLE_EQ(lb.ratio_to_e4m3[a][b], lb.mse[a][b] / doc.table1->mse[0][0]);
+    }
+  for (size_t b = 0; b < f.size(); b += 2) {
+    EXPECT_GT(lb.v_flushed_frac[b], 0.0) << f[b].label;
+    EXPECT_EQ(lb.v_flushed_frac[b + 1], 0.0) << f[b + 1].label;
+  }
+  const Json j = doc.to_json();
+  EXPECT_EQ(j.at("table1_lowbit").at("specs").at("E2M1+Expand").as_string(), "e2m1:g128:de=coat");
+}
+
 // Memory: exactly sim/quant's accounting summed over every parameter with moments.
 TEST(OptimReplaySample, MemoryIsTheQuantizersAccounting) {
   const OptimResult doc = optim_replay(kSample, opts_with({"coat", "te-fp8"}, false, false));

@@ -3,11 +3,13 @@
 // definition. (python/tests/test_fp8sim.py compares whole tensors with numpy + ml_dtypes.)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "sim/common/check.hpp"
+#include "sim/quant/expand.hpp"
 #include "sim/quant/quantize.hpp"
 #include "sim/quant/spec.hpp"
 
@@ -30,9 +32,50 @@ TEST(QuantFp4Fp6, AliasesAndValidation) {
   EXPECT_EQ(QuantSpec::parse("mxfp6-e2m3").to_string(), "e2m3:g32:scale=e8m0:mx=floor");
   EXPECT_EQ(QuantSpec::parse("mxfp6-e3m2").to_string(), "e3m2:g32:scale=e8m0:mx=floor");
   EXPECT_EQ(QuantSpec::parse("fp4:g16").format, Format::E2M1);
-  for (const char* bad : {"e2m1:g32:de=coat", "e2m1:tensor:delayed=16", "e2m3:g32:scale=bf16", "e3m2:g32:scale=none",
-                          "e2m1:g32:sat=none"})
+  for (const char* bad : {"e2m1:g32:de=robust", "e2m1:tensor:delayed=16", "e2m3:g32:scale=bf16", "e3m2:g32:scale=none",
+                          "e2m1:g32:sat=none", "e2m1:g32:de=coat:scale=e8m0", "e2m1:g32:de_target=bf16"})
     EXPECT_THROW(QuantSpec::parse(bad), UsageError) << bad;
+  // DE's coat mode takes the 4- and 6-bit formats, its ratio bound from the storage format by default.
+  EXPECT_EQ(QuantSpec::parse("e2m1:g128:de=coat").expand_target, Format::E2M1);
+  EXPECT_EQ(QuantSpec::parse("e3m2:g32:de=coat:de_target=e4m3").to_string(), "e3m2:g32:de=coat:de_target=e4m3");
+}
+
+// COAT's expansion on E2M1 codes: per group k, c and s are COAT's formulas with E2M1's fmax (6) as
+// both the storage and the target maximum (ratio bound 6^2 / 2 = 18), the codes are the E2M1
+// encoding of sign(x) |x/c|^k / s, and the group's extremes come back within one E2M1 step of
+// the expanded value. A group of spread 2^20 that plain absmax scaling flushes to zero keeps every
+// element nonzero.
+TEST(QuantFp4Fp6, CoatExpansionOnE2M1) {
+  std::vector<float> x(128);
+  for (int i = 0; i < 128; ++i) x[i] = (i % 2 ? -1.0f : 1.0f) * std::ldexp(1.0f + i / 128.0f, -(i % 21));
+  const Result de = run(x, "e2m1:g128:de=coat");
+  const Result plain = run(x, "e2m1:g128");
+  float amax = 0, amin = INFINITY;
+  for (float v : x) {
+    amax = std::max(amax, std::fabs(v));
+    amin = std::min(amin, std::fabs(v));
+  }
+  const ExpandParams p = coat_expand_params(amax, amin, 6.0f, 6.0f);
+  ASSERT_EQ(de.q.expand_k.size(), 1u);
+  EXPECT_EQ(de.q.expand_k[0], p.k);
+  EXPECT_EQ(de.q.expand_c[0], p.c);
+  EXPECT_EQ(de.q.scales[0], p.s);
+  EXPECT_GT(p.k, 0.0f);
+  EXPECT_LT(p.k, 1.0f);  // a spread of 2^20 is compressed into the bound 18
+  int zeros_de = 0, zeros_plain = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    zeros_de += de.dequantized[i] == 0.0f;
+    zeros_plain += plain.dequantized[i] == 0.0f;
+    EXPECT_EQ(std::signbit(de.dequantized[i]), std::signbit(x[i])) << i;
+  }
+  EXPECT_EQ(zeros_de, 0);
+  EXPECT_GT(zeros_plain, 40);
+  EXPECT_EQ(plain.q.underflow_count, zeros_plain);  // negative flushes count too (the -0 code)
+  EXPECT_EQ(de.q.underflow_count, 0);
+  // The largest magnitude: expanded to fmax, stored exactly, decoded within fp32 rounding of pow.
+  const size_t top = static_cast<size_t>(
+      std::max_element(x.begin(), x.end(), [](float a, float b) { return std::fabs(a) < std::fabs(b); }) - x.begin());
+  EXPECT_NEAR(std::fabs(de.dequantized[top]) / amax, 1.0, 1e-5);
 }
 
 TEST(QuantFp4Fp6, StorageIsPacked) {

@@ -71,6 +71,31 @@ void print_table1(const optim::OptimResult& doc) {
                      num(det.v_flushed_frac[a])});
   fmt::print("\nPer-format state error (window-start moments)\n");
   cli::print_table({"format", "spec", "m nmse", "v nmse", "m flushed", "v flushed"}, frows);
+  if (!doc.table1_lowbit) return;
+  // The same measure with the 4- and 6-bit element formats.
+  const auto& low = optim::table1_lowbit_formats();
+  const optim::Table1LowBit& lb = *doc.table1_lowbit;
+  std::vector<std::string> lheader{"m \\ v"};
+  for (const auto& f : low) lheader.push_back(f.label);
+  auto lblock = [&](const std::vector<std::vector<double>>& t) {
+    std::vector<std::vector<std::string>> rows;
+    for (size_t a = 0; a < t.size(); ++a) {
+      std::vector<std::string> row{low[a].label};
+      for (double x : t[a]) row.push_back(num(x));
+      rows.push_back(row);
+    }
+    return rows;
+  };
+  fmt::print("\nTable 1 with 4- and 6-bit moments (OCP MX element formats, 1x128 groups, fp32 scales), MSE of r\n");
+  cli::print_table(lheader, lblock(lb.mse));
+  fmt::print("\nRelative to Table 1's E4M3/E4M3\n");
+  cli::print_table(lheader, lblock(lb.ratio_to_e4m3));
+  std::vector<std::vector<std::string>> lrows;
+  for (size_t a = 0; a < low.size(); ++a)
+    lrows.push_back({low[a].label, low[a].spec, num(lb.m_nmse[a]), num(lb.v_nmse[a]), num(lb.m_flushed_frac[a]),
+                     num(lb.v_flushed_frac[a])});
+  fmt::print("\nPer-format state error, 4- and 6-bit\n");
+  cli::print_table({"format", "spec", "m nmse", "v nmse", "m flushed", "v flushed"}, lrows);
 }
 
 int run_optim(const std::vector<std::string>& args) {
@@ -93,30 +118,34 @@ int run_optim(const std::vector<std::string>& args) {
       "AdamW update rule of the drift runs: coat (COAT's kernel formula) or torch (torch.optim.AdamW's order)")(
       "rounding", po::value(&rounding)->default_value("nearest"), "FP8 moments: nearest or stochastic")(
       "seed", po::value(&seed_text)->default_value("0"), "Philox seed for --rounding stochastic")(
-      "no-table1", "skip COAT's Table 1")("table1-step", po::value(&table1_step),
-                                          "trace step whose moments feed Table 1 and the memory table "
-                                          "(default: the step with the most captured moments)")(
-      "no-drift", "skip the multi-step drift runs")("threads", po::value(&threads)->default_value(0),
-                                                    "OpenMP threads (0 = all)")(
+      "no-table1", "skip COAT's Table 1")(
+      "table1-lowbit",
+      "also Table 1's measure with both moments in E2M1 / E2M3 / E3M2 (1x128 groups, with and without DE)")(
+      "table1-step", po::value(&table1_step),
+      "trace step whose moments feed Table 1 and the memory table "
+      "(default: the step with the most captured moments)")("no-drift", "skip the multi-step drift runs")(
+      "threads", po::value(&threads)->default_value(0), "OpenMP threads (0 = all)")(
       "list-recipes", "list the state recipe presets and exit")("trace", po::value(&trace),
                                                                 "HDF5 trace with a grad window (positional)");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
-  if (!cli::parse("optim", args, opts, pos, vm, "TRACE [--recipe R ...] [--steps N] [--json OUT]",
-                  "Replays AdamW over the trace's captured grad window with fp32 and with low-precision moments:\n"
-                  "  * COAT's Table 1: MSE of the update direction m_hat/(sqrt(v_hat)+eps) when the captured moments\n"
-                  "    of every parameter are stored as E4M3 / E5M2 (1x128 groups), with and without Dynamic Range\n"
-                  "    Expansion, beside the paper's matrix (and the same without elements whose v flushed to 0);\n"
-                  "  * drift: per step, how far each recipe's weights move from the fp32 run (relative L2), the\n"
-                  "    cosine of the updates and the state errors (the same captured grads feed every run);\n"
-                  "  * fp32_replay_max_rel_err: torch.optim.AdamW replayed against the captured end weights;\n"
-                  "  * memory: exact bytes per parameter of m and v (codes + scales + DE metadata).\n"
-                  "Examples:\n"
-                  "  fp8sim optim traces/tiny-llama-s300.h5\n"
-                  "  fp8sim optim traces/tiny-llama-s300.h5 --recipe coat --recipe te-fp8 --steps 4 --json optim.json\n"
-                  "  fp8sim optim traces/tiny-llama-s300.h5 --recipe m=e4m3:g128:de=coat,v=e5m2:g128 --no-table1\n"
-                  "  fp8sim optim traces/tiny-llama-s300.h5 --recipe coat --rounding stochastic --seed 7"))
+  if (!cli::parse(
+          "optim", args, opts, pos, vm, "TRACE [--recipe R ...] [--steps N] [--json OUT]",
+          "Replays AdamW over the trace's captured grad window with fp32 and with low-precision moments:\n"
+          "  * COAT's Table 1: MSE of the update direction m_hat/(sqrt(v_hat)+eps) when the captured moments\n"
+          "    of every parameter are stored as E4M3 / E5M2 (1x128 groups), with and without Dynamic Range\n"
+          "    Expansion, beside the paper's matrix (and the same without elements whose v flushed to 0);\n"
+          "  * drift: per step, how far each recipe's weights move from the fp32 run (relative L2), the\n"
+          "    cosine of the updates and the state errors (the same captured grads feed every run);\n"
+          "  * fp32_replay_max_rel_err: torch.optim.AdamW replayed against the captured end weights;\n"
+          "  * memory: exact bytes per parameter of m and v (codes + scales + DE metadata).\n"
+          "Examples:\n"
+          "  fp8sim optim traces/tiny-llama-s300.h5\n"
+          "  fp8sim optim traces/tiny-llama-s300.h5 --recipe coat --recipe te-fp8 --steps 4 --json optim.json\n"
+          "  fp8sim optim traces/tiny-llama-s300.h5 --recipe m=e4m3:g128:de=coat,v=e5m2:g128 --no-table1\n"
+          "  fp8sim optim traces/tiny-llama-s300.h5 --recipe coat --rounding stochastic --seed 7\n"
+          "  fp8sim optim traces/tiny-llama-s300.h5 --table1-lowbit --recipe m=e2m1:g128:de=coat,v=e2m1:g128:de=coat"))
     return 0;
 
   if (vm.count("list-recipes")) {
@@ -142,6 +171,8 @@ int run_optim(const std::vector<std::string>& args) {
   o.rounding = parse_rounding(rounding);
   o.seed = parse_seed(seed_text, "--seed");
   o.table1 = vm.count("no-table1") == 0;
+  o.table1_lowbit = vm.count("table1-lowbit") > 0;
+  if (o.table1_lowbit && !o.table1) throw UsageError("--table1-lowbit extends Table 1: drop --no-table1");
   o.drift = vm.count("no-drift") == 0;
   o.threads = threads;
   if (vm.count("table1-step")) o.table1_step = table1_step;

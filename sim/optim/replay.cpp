@@ -31,6 +31,15 @@ const std::vector<Table1Format>& table1_formats() {
   return f;
 }
 
+const std::vector<LowBitFormat>& table1_lowbit_formats() {
+  static const std::vector<LowBitFormat> f = {
+      {"E2M1", "e2m1:g128"}, {"E2M1+Expand", "e2m1:g128:de=coat"},
+      {"E2M3", "e2m3:g128"}, {"E2M3+Expand", "e2m3:g128:de=coat"},
+      {"E3M2", "e3m2:g128"}, {"E3M2+Expand", "e3m2:g128:de=coat"},
+  };
+  return f;
+}
+
 Json table1_json(const Table1Matrix& m) {
   const auto& f = table1_formats();
   Json t = Json::object();
@@ -105,6 +114,105 @@ using DriftSums = std::array<double, kDriftSums>;
 
 }  // namespace
 
+// The sums behind a direction-MSE matrix over F formats (Table 1's measure): per cell (m in
+// format a, v in format b) the squared error of r, and the same over the elements whose nonzero
+// v did not flush; per format the moments' squared errors and flush counts; the references.
+struct DirectionSums {
+  std::vector<QuantSpec> specs;
+  std::vector<double> sse, sse_nf, cnt_nf;               // F x F, row-major
+  std::vector<double> m_err2, v_err2, m_flush, v_flush;  // F
+  double m_ref2 = 0, v_ref2 = 0, m_nonzero = 0, v_nonzero = 0, ref2 = 0;
+
+  explicit DirectionSums(std::vector<QuantSpec> s = {}) : specs(std::move(s)) {
+    const size_t F = specs.size();
+    sse.assign(F * F, 0.0);
+    sse_nf.assign(F * F, 0.0);
+    cnt_nf.assign(F * F, 0.0);
+    m_err2.assign(F, 0.0);
+    v_err2.assign(F, 0.0);
+    m_flush.assign(F, 0.0);
+    v_flush.assign(F, 0.0);
+  }
+  size_t formats() const { return specs.size(); }
+
+  // One parameter's moments after `step` AdamW updates. Sums in fixed chunks combined in order
+  // (the result does not depend on the thread count).
+  void add(const std::vector<float>& m0, const std::vector<float>& v0, const AdamwHyper& h, int64_t step, int nt) {
+    const size_t F = formats();
+    const int64_t n = static_cast<int64_t>(m0.size());
+    const Shape shape{n};
+    QuantizeOptions qo;
+    qo.threads = nt;
+    std::vector<std::vector<float>> mq(F), vq(F);
+    for (size_t a = 0; a < F; ++a) {
+      mq[a] = dequantize(quantize(m0.data(), shape, specs[a], qo), nt);
+      vq[a] = dequantize(quantize(v0.data(), shape, specs[a], qo), nt);
+    }
+    // The direction AdamW applies with moments after t updates (their bias corrections).
+    const double t = static_cast<double>(step);
+    const double bc1 = 1.0 - std::pow(h.beta1, t), bc2 = 1.0 - std::pow(h.beta2, t);
+    const double eps = h.eps;
+    // Layout of one chunk's sums: F*F cells, 4F per-format errors and flushes, 5 references,
+    // then F*F flush-excluded cells and their counts.
+    const size_t kPer = F * F, kFmt = kPer, kRef = kFmt + 4 * F, kX = kRef + 5, K = kX + 2 * kPer;
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    std::vector<double> part(static_cast<size_t>(chunks) * K, 0.0);
+#pragma omp parallel for schedule(static) num_threads(nt) if (chunks > 1)
+    for (int64_t c = 0; c < chunks; ++c) {
+      double* acc = part.data() + static_cast<size_t>(c) * K;
+      std::vector<double> num(F), den(F);
+      const int64_t i1 = std::min(n, (c + 1) * kChunk);
+      for (int64_t i = c * kChunk; i < i1; ++i) {
+        const size_t u = static_cast<size_t>(i);
+        const double m = m0[u], v = v0[u];
+        const double r = (m / bc1) / (std::sqrt(v / bc2) + eps);
+        for (size_t a = 0; a < F; ++a) {
+          const double mqa = mq[a][u], vqa = vq[a][u];
+          num[a] = mqa / bc1;
+          den[a] = std::sqrt(vqa / bc2) + eps;
+          acc[kFmt + a] += (mqa - m) * (mqa - m);
+          acc[kFmt + F + a] += (vqa - v) * (vqa - v);
+          acc[kFmt + 2 * F + a] += (m != 0 && mqa == 0) ? 1.0 : 0.0;
+          acc[kFmt + 3 * F + a] += (v != 0 && vqa == 0) ? 1.0 : 0.0;
+        }
+        for (size_t a = 0; a < F; ++a)
+          for (size_t b = 0; b < F; ++b) {
+            const double d = num[a] / den[b] - r;
+            acc[a * F + b] += d * d;
+            if (!(v != 0 && vq[b][u] == 0)) {
+              acc[kX + a * F + b] += d * d;
+              acc[kX + kPer + a * F + b] += 1.0;
+            }
+          }
+        acc[kRef] += m * m;
+        acc[kRef + 1] += v * v;
+        acc[kRef + 2] += m != 0 ? 1.0 : 0.0;
+        acc[kRef + 3] += v != 0 ? 1.0 : 0.0;
+        acc[kRef + 4] += r * r;
+      }
+    }
+    std::vector<double> s(K, 0.0);
+    for (int64_t c = 0; c < chunks; ++c)
+      for (size_t k = 0; k < K; ++k) s[k] += part[static_cast<size_t>(c) * K + k];
+    for (size_t i = 0; i < kPer; ++i) {
+      sse[i] += s[i];
+      sse_nf[i] += s[kX + i];
+      cnt_nf[i] += s[kX + kPer + i];
+    }
+    for (size_t a = 0; a < F; ++a) {
+      m_err2[a] += s[kFmt + a];
+      v_err2[a] += s[kFmt + F + a];
+      m_flush[a] += s[kFmt + 2 * F + a];
+      v_flush[a] += s[kFmt + 3 * F + a];
+    }
+    m_ref2 += s[kRef];
+    v_ref2 += s[kRef + 1];
+    m_nonzero += s[kRef + 2];
+    v_nonzero += s[kRef + 3];
+    ref2 += s[kRef + 4];
+  }
+};
+
 struct OptimReplay::Impl {
   WindowMeta meta;
   OptimOptions opts;
@@ -123,10 +231,7 @@ struct OptimReplay::Impl {
   int64_t t1_elements = 0;
   int64_t t1_params = 0;
   std::vector<int64_t> t1_steps;  // distinct adamw_step values seen
-  std::vector<QuantSpec> t1_specs;
-  std::array<std::array<double, 4>, 4> t1_sse{}, t1_sse_nf{}, t1_cnt_nf{};
-  std::array<double, 4> t1_m_err2{}, t1_v_err2{}, t1_m_flush{}, t1_v_flush{};
-  double t1_m_ref2 = 0, t1_v_ref2 = 0, t1_m_nonzero = 0, t1_v_nonzero = 0, t1_ref2 = 0;
+  DirectionSums t1, t1_lowbit;    // Table 1's four FP8 formats; the 4- and 6-bit ones
 
   // fp32 replay
   bool replay_possible = true;  // every parameter had end weights
@@ -156,6 +261,7 @@ struct OptimReplay::Impl {
     return t1_steps.size() == 1 ? std::optional<int64_t>(t1_steps[0]) : std::nullopt;
   }
   Table1 table1() const;
+  Table1LowBit table1_lowbit_result() const;
   Fp32Replay fp32_replay() const;
   std::vector<StateMemory> memory() const;
   std::vector<DriftRun> drift_runs() const;
@@ -184,7 +290,14 @@ OptimReplay::OptimReplay(const WindowMeta& meta, const OptimOptions& opts) : imp
   I.mem_state.assign(I.memory_recipes.size(), {0.0, 0.0});
   I.mem_window.assign(I.memory_recipes.size(), {0.0, 0.0});
   I.drift.assign(I.recipes.size(), std::vector<DriftSums>(static_cast<size_t>(I.drift_steps), DriftSums{}));
-  for (const auto& f : table1_formats()) I.t1_specs.push_back(QuantSpec::parse(f.spec));
+  std::vector<QuantSpec> specs;
+  for (const auto& f : table1_formats()) specs.push_back(QuantSpec::parse(f.spec));
+  I.t1 = DirectionSums(std::move(specs));
+  if (opts.table1_lowbit) {
+    std::vector<QuantSpec> low;
+    for (const auto& f : table1_lowbit_formats()) low.push_back(QuantSpec::parse(f.spec));
+    I.t1_lowbit = DirectionSums(std::move(low));
+  }
 }
 
 OptimReplay::~OptimReplay() = default;
@@ -262,69 +375,8 @@ void OptimReplay::add_state(const std::string& name, const std::vector<float>& m
 void OptimReplay::Impl::add_table1(const std::vector<float>& m0, const std::vector<float>& v0, const AdamwHyper& h,
                                    int64_t step) {
   const int nt = threads_for(static_cast<int64_t>(m0.size()));
-  const int64_t n = static_cast<int64_t>(m0.size());
-  const Shape shape{n};
-  QuantizeOptions qo;
-  qo.threads = nt;
-  std::array<std::vector<float>, 4> mq, vq;
-  for (size_t a = 0; a < 4; ++a) {
-    mq[a] = dequantize(quantize(m0.data(), shape, t1_specs[a], qo), nt);
-    vq[a] = dequantize(quantize(v0.data(), shape, t1_specs[a], qo), nt);
-  }
-  // The direction AdamW applies with moments after t updates (their bias corrections).
-  const double t = static_cast<double>(step);
-  const double bc1 = 1.0 - std::pow(h.beta1, t), bc2 = 1.0 - std::pow(h.beta2, t);
-  const double eps = h.eps;
-  auto dir = [&](double m, double v) { return (m / bc1) / (std::sqrt(v / bc2) + eps); };
-  // 16 SSEs + m, v errors per spec + flush counts + references + 16 SSEs and counts over the
-  // elements whose quantized v is nonzero or whose m and v are both zero (no flush).
-  constexpr size_t K = 16 + 4 * 4 + 5 + 32;
-  constexpr size_t kX = 37;  // first index of the flush-excluded sums
-  const auto s = det_sums<K>(n, nt, [&](int64_t i, std::array<double, K>& acc) {
-    const double m = m0[static_cast<size_t>(i)], v = v0[static_cast<size_t>(i)];
-    const double r = dir(m, v);
-    std::array<double, 4> num, den;
-    for (size_t a = 0; a < 4; ++a) {
-      const double mqa = mq[a][static_cast<size_t>(i)], vqa = vq[a][static_cast<size_t>(i)];
-      num[a] = mqa / bc1;
-      den[a] = std::sqrt(vqa / bc2) + eps;
-      acc[16 + a] += (mqa - m) * (mqa - m);
-      acc[20 + a] += (vqa - v) * (vqa - v);
-      acc[24 + a] += (m != 0 && mqa == 0) ? 1.0 : 0.0;
-      acc[28 + a] += (v != 0 && vqa == 0) ? 1.0 : 0.0;
-    }
-    for (size_t a = 0; a < 4; ++a)
-      for (size_t b = 0; b < 4; ++b) {
-        const double d = num[a] / den[b] - r;
-        acc[a * 4 + b] += d * d;
-        const bool flushed = v != 0 && vq[b][static_cast<size_t>(i)] == 0;
-        if (!flushed) {
-          acc[kX + a * 4 + b] += d * d;
-          acc[kX + 16 + a * 4 + b] += 1.0;
-        }
-      }
-    acc[32] += m * m;
-    acc[33] += v * v;
-    acc[34] += m != 0 ? 1.0 : 0.0;
-    acc[35] += v != 0 ? 1.0 : 0.0;
-    acc[36] += r * r;
-  });
-  for (size_t a = 0; a < 4; ++a) {
-    for (size_t b = 0; b < 4; ++b) {
-      t1_sse[a][b] += s[a * 4 + b];
-      t1_sse_nf[a][b] += s[kX + a * 4 + b];
-      t1_cnt_nf[a][b] += s[kX + 16 + a * 4 + b];
-    }
-    t1_m_err2[a] += s[16 + a];
-    t1_v_err2[a] += s[20 + a];
-    t1_m_flush[a] += s[24 + a];
-    t1_v_flush[a] += s[28 + a];
-  }
-  t1_m_ref2 += s[32];
-  t1_v_ref2 += s[33];
-  t1_m_nonzero += s[34];
-  t1_v_nonzero += s[35];
-  t1_ref2 += s[36];
+  t1.add(m0, v0, h, step, nt);
+  if (t1_lowbit.formats() > 0) t1_lowbit.add(m0, v0, h, step, nt);
 }
 
 void OptimReplay::Impl::add_replay(const ParamWindow& w) {
@@ -432,26 +484,47 @@ Table1 OptimReplay::Impl::table1() const {
   Table1 t;
   const Table1Matrix paper = paper_table1();
   Table1Details& det = t.details;
+  const auto cell = [](const std::vector<double>& v, size_t a, size_t b) { return v[a * 4 + b]; };
   for (size_t a = 0; a < 4; ++a) {
     for (size_t b = 0; b < 4; ++b) {
-      t.mse[a][b] = t1_sse[a][b] / N;
-      t.ratio_to_e4m3[a][b] = ratio(t1_sse[a][b], t1_sse[0][0]);
+      t.mse[a][b] = cell(t1.sse, a, b) / N;
+      t.ratio_to_e4m3[a][b] = ratio(cell(t1.sse, a, b), t1.sse[0]);
       t.paper_ratio_to_e4m3[a][b] = paper[a][b] / paper[0][0];
-      det.mse_without_flushed_v[a][b] = ratio(t1_sse_nf[a][b], t1_cnt_nf[a][b]);
+      det.mse_without_flushed_v[a][b] = ratio(cell(t1.sse_nf, a, b), cell(t1.cnt_nf, a, b));
       det.mse_without_flushed_v_ratio_to_e4m3[a][b] =
-          ratio(ratio(t1_sse_nf[a][b], t1_cnt_nf[a][b]), ratio(t1_sse_nf[0][0], t1_cnt_nf[0][0]));
+          ratio(ratio(cell(t1.sse_nf, a, b), cell(t1.cnt_nf, a, b)), ratio(t1.sse_nf[0], t1.cnt_nf[0]));
     }
-    det.specs[a] = t1_specs[a].to_string();
-    det.m_nmse[a] = ratio(t1_m_err2[a], t1_m_ref2);
-    det.v_nmse[a] = ratio(t1_v_err2[a], t1_v_ref2);
-    det.m_flushed_frac[a] = ratio(t1_m_flush[a], t1_m_nonzero);
-    det.v_flushed_frac[a] = ratio(t1_v_flush[a], t1_v_nonzero);
+    det.specs[a] = t1.specs[a].to_string();
+    det.m_nmse[a] = ratio(t1.m_err2[a], t1.m_ref2);
+    det.v_nmse[a] = ratio(t1.v_err2[a], t1.v_ref2);
+    det.m_flushed_frac[a] = ratio(t1.m_flush[a], t1.m_nonzero);
+    det.v_flushed_frac[a] = ratio(t1.v_flush[a], t1.v_nonzero);
   }
   t.paper = paper;
   det.adamw_step = t1_step();
   det.params = t1_params;
   det.elements = t1_elements;
-  det.mean_r2 = t1_ref2 / N;
+  det.mean_r2 = t1.ref2 / N;
+  return t;
+}
+
+Table1LowBit OptimReplay::Impl::table1_lowbit_result() const {
+  const double N = static_cast<double>(t1_elements);
+  const DirectionSums& d = t1_lowbit;
+  const size_t F = d.formats();
+  Table1LowBit t;
+  t.mse.assign(F, std::vector<double>(F));
+  t.ratio_to_e4m3.assign(F, std::vector<double>(F));
+  for (size_t a = 0; a < F; ++a) {
+    for (size_t b = 0; b < F; ++b) {
+      t.mse[a][b] = d.sse[a * F + b] / N;
+      t.ratio_to_e4m3[a][b] = ratio(d.sse[a * F + b], t1.sse[0]);
+    }
+    t.m_nmse.push_back(ratio(d.m_err2[a], d.m_ref2));
+    t.v_nmse.push_back(ratio(d.v_err2[a], d.v_ref2));
+    t.m_flushed_frac.push_back(ratio(d.m_flush[a], d.m_nonzero));
+    t.v_flushed_frac.push_back(ratio(d.v_flush[a], d.v_nonzero));
+  }
   return t;
 }
 
@@ -527,8 +600,10 @@ OptimResult OptimReplay::finish() const {
   doc.rounding = std::string(rounding_name(I.opts.rounding));
   doc.seed = I.opts.seed;
 
-  if (I.opts.table1 && I.t1_elements > 0) doc.table1 = I.table1();
-  else
+  if (I.opts.table1 && I.t1_elements > 0) {
+    doc.table1 = I.table1();
+    if (I.opts.table1_lowbit) doc.table1_lowbit = I.table1_lowbit_result();
+  } else
     doc.table1_skipped =
         I.opts.table1 ? "the trace holds no AdamW moments (exp_avg / exp_avg_sq)" : "disabled (--no-table1)";
   if (have_window && I.replay_possible && I.replay_params > 0) doc.fp32_replay = I.fp32_replay();
@@ -554,6 +629,35 @@ Json per_format(const std::array<T, 4>& v) {
 }
 
 }  // namespace
+
+Json Table1LowBit::to_json() const {
+  const auto& f = table1_lowbit_formats();
+  auto matrix = [&f](const std::vector<std::vector<double>>& m) {
+    Json t = Json::object();
+    for (size_t a = 0; a < m.size(); ++a) {
+      Json row = Json::object();
+      for (size_t b = 0; b < m[a].size(); ++b) row[f[b].label] = m[a][b];
+      t[f[a].label] = std::move(row);
+    }
+    return t;
+  };
+  auto per = [&f](const std::vector<double>& v) {
+    Json j = Json::object();
+    for (size_t a = 0; a < v.size(); ++a) j[f[a].label] = v[a];
+    return j;
+  };
+  Json j = Json::object();
+  Json specs = Json::object();
+  for (const auto& x : f) specs[x.label] = QuantSpec::parse(x.spec).to_string();
+  j["specs"] = std::move(specs);
+  j["mse"] = matrix(mse);
+  j["ratio_to_e4m3"] = matrix(ratio_to_e4m3);
+  j["m_nmse"] = per(m_nmse);
+  j["v_nmse"] = per(v_nmse);
+  j["m_flushed_frac"] = per(m_flushed_frac);
+  j["v_flushed_frac"] = per(v_flushed_frac);
+  return j;
+}
 
 Json DroppedParam::to_json() const {
   Json d = Json::object();
@@ -680,6 +784,7 @@ Json OptimResult::to_json() const {
     doc["table1_paper"] = table1_json(table1->paper);
     doc["table1_paper_ratio_to_e4m3"] = table1_json(table1->paper_ratio_to_e4m3);
     doc["table1_details"] = table1->details.to_json();
+    if (table1_lowbit) doc["table1_lowbit"] = table1_lowbit->to_json();
   } else {
     doc["table1"] = nullptr;
     doc["table1_skipped"] = table1_skipped;

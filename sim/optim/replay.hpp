@@ -67,6 +67,8 @@ struct OptimOptions {
   Rounding rounding = Rounding::Nearest;  // FP8 moments of every recipe
   uint64_t seed = 0;                      // stochastic rounding seed
   bool table1 = true;
+  // Also Table 1's direction MSE with both moments in the 4- and 6-bit formats (table1_lowbit).
+  bool table1_lowbit = false;
   std::optional<int64_t> table1_step;  // trace step whose moments feed Table 1 (default: see optim_replay)
   bool drift = true;
   int threads = 0;  // 0 = OpenMP default
@@ -165,6 +167,23 @@ struct Table1 {
   Table1Details details;
 };
 
+// Table 1's measure with the moments in the OCP MX 4- and 6-bit element formats (E2M1, E2M3,
+// E3M2), each in 1x128 groups with an fp32 scale as Table 1's FP8 formats, with and without DE
+// (COAT's coat mode, its ratio bound fmax^2/2 of the storage format): rows the first moment's
+// format, columns the second's, over the same elements as Table 1.
+struct LowBitFormat {
+  const char* label;
+  const char* spec;
+};
+const std::vector<LowBitFormat>& table1_lowbit_formats();
+
+struct Table1LowBit {
+  std::vector<std::vector<double>> mse;                                // [m format][v format]
+  std::vector<std::vector<double>> ratio_to_e4m3;                      // mse / Table 1's E4M3 x E4M3 cell
+  std::vector<double> m_nmse, v_nmse, m_flushed_frac, v_flushed_frac;  // per format
+  Json to_json() const;
+};
+
 // torch's AdamW replayed with fp32 moments against the captured end-of-window weights.
 struct Fp32Replay {
   std::string rule = "torch";
@@ -215,7 +234,8 @@ struct OptimResult {
   OptimDefinitions definitions;
   std::optional<Table1> table1;
   std::string table1_skipped;
-  std::optional<Fp32Replay> fp32_replay;  // its max_rel_err is also fp32_replay_max_rel_err
+  std::optional<Table1LowBit> table1_lowbit;  // with OptimOptions::table1_lowbit
+  std::optional<Fp32Replay> fp32_replay;      // its max_rel_err is also fp32_replay_max_rel_err
   std::string fp32_replay_skipped;
   std::vector<StateMemory> memory;
   std::string memory_params;  // the parameters the memory table counts

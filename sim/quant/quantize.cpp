@@ -376,8 +376,8 @@ __attribute__((always_inline)) inline void encode_range(const Load& ld, int64_t 
     out[base + i] = c;
     const uint32_t ax = f32_bits(x) & 0x7FFFFFFFu;
     const bool fin = ax < 0x7F800000u;
-    sc += (fin && dmath::abs_bits(v) > fmax) ? 1 : 0;  // fmax here: saturation_bound()
-    uc += (fin && ax != 0u && (c & 0x7Fu) == 0u) ? 1 : 0;
+    sc += (fin && dmath::abs_bits(v) > fmax) ? 1 : 0;                   // fmax here: saturation_bound()
+    uc += (fin && ax != 0u && (c & (T::kSignBit - 1u)) == 0u) ? 1 : 0;  // +-0 code of a nonzero x
   }
   nsat += sc;
   nunder += uc;
@@ -814,7 +814,7 @@ void quantize_core(const Load& ld, std::span<const int64_t> shape, const QuantSp
   q.scales.resize(ng);
   GroupParams gp;
   const bool e4 = spec.format == Format::E4M3;
-  if (spec.expand == ExpandMode::Robust) {
+  if (spec.expand == ExpandMode::Robust) {  // e4m3 / e5m2 only (QuantSpec::validate)
     q.expand_k.resize(ng);
     q.expand_c.resize(ng);
     if (e4) encode_robust<E4M3Traits>(ld, q, st, opts, threads);

@@ -356,7 +356,10 @@ QuantSpec QuantSpec::parse(std::string_view raw) {
     } else if (key == "de_target") {
       if (value == "e4m3") s.expand_target = Format::E4M3;
       else if (value == "e5m2") s.expand_target = Format::E5M2;
-      else bad(raw, fmt::format("unknown de_target '{}' (valid: e4m3, e5m2)", value));
+      else if (value == "e2m1") s.expand_target = Format::E2M1;
+      else if (value == "e2m3") s.expand_target = Format::E2M3;
+      else if (value == "e3m2") s.expand_target = Format::E3M2;
+      else bad(raw, fmt::format("unknown de_target '{}' (valid: e4m3, e5m2, e2m1, e2m3, e3m2)", value));
       target_set = true;
     } else if (key == "delayed") {
       s.delayed = DelayedSpec{};
@@ -420,7 +423,7 @@ QuantSpec QuantSpec::parse(std::string_view raw) {
   if (!scale_set) s.scale = s.is_16bit() ? ScaleMode::None : ScaleMode::Fp32;
   if (!eps_set) s.eps = default_eps(s.expand);
   if (!eps_add_set) s.eps_add = default_eps_add(s.expand);
-  if (!target_set) s.expand_target = is_fp8(s.format) ? s.format : Format::E4M3;
+  if (!target_set) s.expand_target = is_fp8(s.format) || is_fp4_fp6(s.format) ? s.format : Format::E4M3;
   try {
     s.validate();
   } catch (const UsageError& e) {
@@ -478,8 +481,8 @@ void QuantSpec::validate() const {
     fail(fmt::format("format must be e4m3, e5m2, e2m1, e2m3, e3m2, bf16 or fp16, not {}", format_name(format)));
   if (is_fp4_fp6(format)) {
     const std::string f(format_name(format));
-    if (expand != ExpandMode::None || delayed.enabled())
-      fail(fmt::format("{}: de and delayed scaling are defined for e4m3 / e5m2 only", f));
+    if (expand == ExpandMode::Robust || delayed.enabled())
+      fail(fmt::format("{}: de=robust and delayed scaling are defined for e4m3 / e5m2 only", f));
     if (scale != ScaleMode::E8M0 && scale != ScaleMode::E4M3 && scale != ScaleMode::Fp32 && scale != ScaleMode::Pow2)
       fail(fmt::format("{} takes scale=e8m0 (OCP MX), e4m3 (NVFP4), fp32 or pow2, not {}", f, scale_mode_name(scale)));
     if (scale == ScaleMode::E4M3 && eps != 0.0) fail("scale=e4m3 follows NVFP4's own arithmetic: eps does not apply");
@@ -493,7 +496,9 @@ void QuantSpec::validate() const {
   if (granularity == Granularity::Group && group_size < 1) fail("group size must be >= 1");
   if (granularity == Granularity::Block && (block_rows < 1 || block_cols < 1)) fail("block sides must be >= 1");
   if (!std::isfinite(eps) || eps < 0 || eps > kMaxEps) fail(fmt::format("eps must be a number in [0, {:g}]", kMaxEps));
-  if (!is_fp8(expand_target)) fail("de_target must be e4m3 or e5m2");
+  if (!is_fp8(expand_target) && !is_fp4_fp6(expand_target)) fail("de_target must be e4m3, e5m2, e2m1, e2m3 or e3m2");
+  if (is_fp8(format) && !is_fp8(expand_target))
+    fail(fmt::format("de_target '{}': e4m3 / e5m2 storage takes de_target e4m3, e5m2", format_name(expand_target)));
   if (delayed.enabled() && (delayed.history < 1 || delayed.margin < 0)) fail("delayed: history >= 1, margin >= 0");
   if (!std::isfinite(amax_floor) || amax_floor < 0 || amax_floor > kMaxEps)
     fail(fmt::format("amax_floor must be a number in [0, {:g}]", kMaxEps));

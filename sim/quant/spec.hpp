@@ -31,9 +31,10 @@
 //     eps_add=fp32|fp64  how eps is added: fp32 (amax + float(eps), COAT's Triton activation
 //                    kernels) or fp64 (float(double(amax) + eps), COAT's CUDA optimizer kernels).
 //                    Default fp32, except de=coat (fp64, as its kernel).
-//     de=none|coat|robust        Dynamic Range Expansion (COAT; see expand.hpp)
-//     de_target=e4m3|e5m2        format whose range sets the expansion ratio fmax^2/2
-//                                (default: the storage format)
+//     de=none|coat|robust        Dynamic Range Expansion (COAT; see expand.hpp); the 4- and
+//                                6-bit formats take de=coat (robust is e4m3 / e5m2 only)
+//     de_target=e4m3|e5m2|e2m1|e2m3|e3m2   format whose fmax sets the expansion ratio bound
+//                                fmax^2/2 (COAT's formula; default: the storage format)
 //     delayed=H[,max|recent][,margin=M]   TransformerEngine delayed scaling with an amax history
 //                    of length H (per-tensor only): see DelayedScaler in quantize.hpp
 //     round=nearest|stochastic   (default nearest, ties to even)
