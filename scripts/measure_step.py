@@ -475,6 +475,10 @@ def run(args):
                 r["host_issue_ms"] = statistics.median(h["total"] for h in host)
                 r["host_issue_phases_ms"] = {k: round(statistics.median(h[k] for h in host), 4)
                                              for k in ("forward", "backward", "optimizer")}
+                # Per step, in the order of step_ms.all: a host that alternates between two speeds
+                # shows here, where the medians hide it.
+                r["host_issue_steps_ms"] = [{k: round(h[k], 4) for k in ("forward", "backward", "optimizer")}
+                                            for h in host]
         if args.profile:
             r["profile"] = st.profiled(inp, tgt)
         del inp, tgt

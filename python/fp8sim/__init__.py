@@ -310,8 +310,8 @@ def analyze(trace: TraceLike, recipe: PathLike = "coat", *, step: Optional[int] 
 def optim_replay(trace: Optional[PathLike] = None, *, state_dict: Optional[Mapping[str, Any]] = None,
                  params: Any = None, grads: Union[None, bool, Mapping[str, Any]] = None,
                  recipes: Sequence[str] = (), steps: int = 0, update: str = "coat", rounding: str = "nearest",
-                 seed: int = 0, table1: bool = True, table1_step: Optional[int] = None, drift: Optional[bool] = None,
-                 threads: int = 0) -> dict[str, Any]:
+                 seed: int = 0, table1: bool = True, table1_lowbit: bool = False, table1_step: Optional[int] = None,
+                 drift: Optional[bool] = None, threads: int = 0) -> dict[str, Any]:
     """AdamW with low-precision moments against fp32: the document of ``fp8sim optim TRACE
     --json`` (COAT's Table 1 on the moments, the drift of each state recipe over the grad window,
     the fp32 replay, the state memory).
@@ -319,7 +319,8 @@ def optim_replay(trace: Optional[PathLike] = None, *, state_dict: Optional[Mappi
     From a trace file (HDF5 with a grad window, as ``TraceRecorder(..., window=(first,
     count))`` writes it), with the command's options: ``recipes`` (``--recipe``, repeatable:
     presets or ``m=SPEC,v=SPEC``), ``steps``, ``update`` (coat or torch), ``rounding``,
-    ``seed``, ``table1=False`` (``--no-table1``), ``table1_step``, ``drift`` (None: as the
+    ``seed``, ``table1=False`` (``--no-table1``), ``table1_lowbit=True`` (``--table1-lowbit``: the
+    same measure with E2M1 / E2M3 / E3M2 moments), ``table1_step``, ``drift`` (None: as the
     command, True; False is ``--no-drift``) and ``threads``.
 
     Or from a PyTorch optimizer state dict, in memory: ``state_dict=optimizer.state_dict()``
@@ -339,7 +340,8 @@ def optim_replay(trace: Optional[PathLike] = None, *, state_dict: Optional[Mappi
         raise ValueError("optim_replay takes a trace or a state_dict (one of them)")
     if isinstance(recipes, str):
         recipes = [recipes]
-    common = ([str(r) for r in recipes], int(steps), update, rounding, int(seed), table1, table1_step)
+    common = ([str(r) for r in recipes], int(steps), update, rounding, int(seed), table1, table1_lowbit,
+              table1_step)
     if state_dict is None:
         if isinstance(trace, Mapping):
             raise TypeError("optim_replay reads a trace file; for tensors in memory give state_dict= (and params=)")

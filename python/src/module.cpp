@@ -347,7 +347,7 @@ std::string analyze(const std::optional<std::string>& path, const Tensors& tenso
 std::string optim(const std::optional<std::string>& path, const Tensors& tensors, const std::string& label,
                   const std::string& meta, const std::vector<std::string>& recipes, int steps,
                   const std::string& update, const std::string& rounding, uint64_t seed, bool table1,
-                  std::optional<int64_t> table1_step, bool drift, int threads) {
+                  bool table1_lowbit, std::optional<int64_t> table1_step, bool drift, int threads) {
   FP8SIM_REQUIRE(steps >= 0, "steps must be >= 0, not {}", steps);
   FP8SIM_REQUIRE(threads >= 0, "threads must be >= 0, not {}", threads);
   optim::OptimOptions o;
@@ -357,6 +357,8 @@ std::string optim(const std::optional<std::string>& path, const Tensors& tensors
   o.rounding = parse_rounding(rounding);
   o.seed = seed;
   o.table1 = table1;
+  FP8SIM_REQUIRE(table1 || !table1_lowbit, "table1_lowbit extends Table 1: it needs table1=True");
+  o.table1_lowbit = table1_lowbit;
   o.table1_step = table1_step;
   o.drift = drift;
   o.threads = threads;
@@ -445,7 +447,7 @@ NB_MODULE(_core, m) {
   m.def("analyze", &analyze, "path"_a.none(), "tensors"_a, "label"_a, "recipe"_a, "step"_a.none(), "gemm"_a,
         "histograms"_a, "threads"_a = 0);
   m.def("optim", &optim, "path"_a.none(), "tensors"_a, "label"_a, "meta"_a, "recipes"_a, "steps"_a, "update"_a,
-        "rounding"_a, "seed"_a, "table1"_a, "table1_step"_a.none(), "drift"_a, "threads"_a = 0);
+        "rounding"_a, "seed"_a, "table1"_a, "table1_lowbit"_a, "table1_step"_a.none(), "drift"_a, "threads"_a = 0);
   m.def("report", &report, "trace"_a.none(), "model"_a, "recipes"_a, "gpus"_a, "batch"_a, "seq"_a, "out"_a, "plots"_a,
         "keep_going"_a, "python"_a, "command_line"_a);
   m.def(

@@ -95,6 +95,11 @@ def test_optim_equals_the_command(cli, tmp_path):
     assert got == cli_json(cli, tmp_path, "optim", SAMPLE, "--recipe", "coat", "--recipe", "m=e4m3:g128,v=e5m2:g128",
                            "--steps", 3, "--update", "torch", "--rounding", "stochastic", "--seed", 7,
                            "--table1-step", 301)
+    got = fp8sim.optim_replay(SAMPLE, recipes="bf16", table1_lowbit=True, drift=False)
+    assert got == cli_json(cli, tmp_path, "optim", SAMPLE, "--recipe", "bf16", "--table1-lowbit", "--no-drift")
+    assert set(got["table1_lowbit"]["mse"]) == {"E2M1", "E2M1+Expand", "E2M3", "E2M3+Expand", "E3M2", "E3M2+Expand"}
+    with pytest.raises(ValueError, match="table1_lowbit"):
+        fp8sim.optim_replay(SAMPLE, table1=False, table1_lowbit=True)
     got = fp8sim.optim_replay(SAMPLE, recipes="bf16", table1=False, drift=False)
     assert got == cli_json(cli, tmp_path, "optim", SAMPLE, "--recipe", "bf16", "--no-table1", "--no-drift")
     assert got["table1_skipped"] and got["drift_skipped"]
