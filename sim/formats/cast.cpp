@@ -3,12 +3,65 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 
 #include "sim/common/check.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/formats/philox.hpp"
+// Last: its functions are compiled for AVX2 (see the header).
+#include "sim/formats/avx2_fp8.hpp"
+
+#pragma GCC push_options
+#pragma GCC target("avx2")
+
+namespace fp8sim::avx2 {
+
+// fp32 or bf16 -> 8-bit codes, 32 elements per iteration (four lane encodes, one 32-byte store):
+// the compiler's vectorisation of the scalar loop packs and stores 8 codes at a time. Returns how
+// many elements it converted (n rounded down to a multiple of 32); the caller does the rest.
+template <class T>
+size_t cast_rne_f32(const float* in, uint8_t* out, size_t n, bool sat) {
+  const size_t n32 = n - n % 32;
+  for (size_t i = 0; i < n32; i += 32)
+    store32(out + i, encode_rne<T>(_mm256_loadu_ps(in + i), sat), encode_rne<T>(_mm256_loadu_ps(in + i + 8), sat),
+            encode_rne<T>(_mm256_loadu_ps(in + i + 16), sat), encode_rne<T>(_mm256_loadu_ps(in + i + 24), sat));
+  return n32;
+}
+
+inline V load_bf16(const uint16_t* p) {
+  return fb(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+template <class T>
+size_t cast_rne_bf16(const uint16_t* in, uint8_t* out, size_t n, bool sat) {
+  const size_t n32 = n - n % 32;
+  for (size_t i = 0; i < n32; i += 32)
+    store32(out + i, encode_rne<T>(load_bf16(in + i), sat), encode_rne<T>(load_bf16(in + i + 8), sat),
+            encode_rne<T>(load_bf16(in + i + 16), sat), encode_rne<T>(load_bf16(in + i + 24), sat));
+  return n32;
+}
+
+}  // namespace fp8sim::avx2
+
+#pragma GCC pop_options
 
 namespace fp8sim {
+
+namespace {
+
+std::atomic<bool>& cast_simd_flag() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("FP8SIM_NO_SIMD");
+    return !(e != nullptr && e[0] != '\0' && e[0] != '0');
+  }()};
+  return on;
+}
+
+}  // namespace
+
+void set_cast_simd(bool enabled) { cast_simd_flag().store(enabled); }
+bool cast_simd() { return cast_simd_flag().load() && avx2::available(); }
 
 namespace {
 
@@ -63,9 +116,15 @@ void cast_any(const float* f32, const uint16_t* b16, const uint16_t* h16, uint8_
       else if (b16) sr_range<T>(nullptr, b16, bf16_to_f32, out, b, e, o);
       else sr_range<T>(nullptr, h16, fp16_to_f32, out, b, e, o);
     } else if (f32) {
-      rne_loop<T>(f32 + b, out + b, e - b, sat);
+      size_t done = 0;
+      if constexpr (T::kBits == 8)
+        if (cast_simd()) done = avx2::cast_rne_f32<T>(f32 + b, out + b, e - b, sat);
+      rne_loop<T>(f32 + b + done, out + b + done, e - b - done, sat);
     } else if (b16) {
-      rne_loop_bf16<T>(b16 + b, out + b, e - b, sat);
+      size_t done = 0;
+      if constexpr (T::kBits == 8)
+        if (cast_simd()) done = avx2::cast_rne_bf16<T>(b16 + b, out + b, e - b, sat);
+      rne_loop_bf16<T>(b16 + b + done, out + b + done, e - b - done, sat);
     } else {
       for (size_t i = b; i < e; ++i) out[i] = encode_fp8_rne<T>(fp16_to_f32(h16[i]), sat);
     }

@@ -29,6 +29,13 @@ void cast_fp16_to_fp8(const uint16_t* in, uint8_t* out, size_t n, const CastOpti
 // codes -> fp32 (exact; bits above a 4- or 6-bit format's width are ignored).
 void cast_fp8_to_f32(const uint8_t* in, float* out, size_t n, Format format, int threads = 0);
 
+// The E4M3 / E5M2 casts from fp32 and bf16 run an explicit AVX2 loop (sim/formats/avx2_fp8.hpp)
+// when the CPU has AVX2 and this switch is on (default: on unless the environment variable
+// FP8SIM_NO_SIMD is set and not "0", like the quantizer's); off, they run the compiler's clone of
+// the scalar loop. Same bits either way (tests/test_cast_golden.cpp compares them).
+void set_cast_simd(bool enabled);
+bool cast_simd();
+
 // Single-threaded reference loops over the scalar routines (tests and benchmarks compare the
 // bulk path against these).
 void cast_f32_to_fp8_scalar(const float* in, uint8_t* out, size_t n, const CastOptions& opts);

@@ -398,7 +398,7 @@ void encode_dispatch(const Load& ld, int64_t base, int64_t n, float sq, const Ex
                      uint8_t* out, uint64_t seed, uint64_t idx0, int64_t& nsat, int64_t& nunder, bool simd,
                      bool narrow) {
   int64_t done = 0;
-  if constexpr (VecLoad<Load>::ok && !SR && (X == Xform::Div || X == Xform::Expand)) {
+  if constexpr (T::kBits == 8 && VecLoad<Load>::ok && !SR && (X == Xform::Div || X == Xform::Expand)) {
     if (simd && !narrow) {
       done = n - n % 8;
       avx2::encode_segment<T, decltype(VecLoad<Load>::make(ld)), X == Xform::Expand>(
