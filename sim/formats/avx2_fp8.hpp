@@ -62,6 +62,10 @@ inline VI is_nan(VI u) { return gt(_mm256_and_si256(u, ci(0x7FFFFFFFu)), ci(0x7F
 template <class T>
 inline VI encode_rne(V v, bool saturate) {
   static_assert(T::kBits == 8, "the lane encoder writes 8-bit codes (E4M3, E5M2)");
+  // The scalar function's overflow select, code = normal > max ? overflow_code : normal, is
+  // min(normal, limit) here: the overflow code is the next code after the largest finite one in
+  // both formats (E4M3 NaN 0x7F, E5M2 Inf 0x7C), and saturation makes it the largest itself.
+  static_assert(T::kOverflowCode == T::kMaxCode + 1, "min() stands for the overflow select");
   const VI u = ib(v);
   const VI sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), ci(0x80u));
   const VI a = _mm256_and_si256(u, ci(0x7FFFFFFFu));
@@ -69,16 +73,15 @@ inline VI encode_rne(V v, bool saturate) {
   const VI rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, ci((1u << (D - 1)) - 1u)),
                                                         _mm256_and_si256(_mm256_srli_epi32(a, D), ci(1u))),
                                        D);
+  // Positive for every normal a (at least 1 << MBITS), so the unsigned min is the scalar compare.
   const VI normal = _mm256_sub_epi32(rounded, ci(static_cast<uint32_t>(127 - T::kBias) << T::kMantissaBits));
+  const VI limited = _mm256_min_epu32(normal, ci(saturate ? T::kMaxCode : T::kOverflowCode));
   const V scaled = add(mul(fb(a), cf(pow2f(T::kSubShift))), cf(8388608.0f));
   const VI sub = _mm256_sub_epi32(ib(scaled), ci(0x4B000000u));
-  const VI subnormal = lt(a, ci(T::kMinNormalBits));
-  const VI overflow = _mm256_andnot_si256(subnormal, gt(normal, ci(T::kMaxCode)));
-  VI code = seli(subnormal, sub, normal);
-  code = seli(overflow, ci(saturate ? T::kMaxCode : T::kOverflowCode), code);
+  // blendv picks by each byte's top bit: the compare masks are all-ones or all-zeros lanes.
+  VI code = _mm256_blendv_epi8(limited, sub, lt(a, ci(T::kMinNormalBits)));
   code = _mm256_or_si256(code, sign);
-  code = seli(gt(a, ci(0x7F800000u)), ci(T::kNanCode), code);
-  return code;
+  return _mm256_blendv_epi8(code, ci(T::kNanCode), gt(a, ci(0x7F800000u)));
 }
 
 // Stores 4 x 8 int32 lanes holding bytes as 32 consecutive bytes (a's lanes first).
