@@ -294,7 +294,7 @@ def test_mx_aliases_and_fp4_fp6_spec_errors():
     assert str(fp8sim.Spec("mxfp4")) == "e2m1:g32:scale=e8m0:mx=floor"
     assert str(fp8sim.Spec("mxfp6-e3m2")) == "e3m2:g32:scale=e8m0:mx=floor"
     assert str(fp8sim.Spec("nvfp4")) == "e2m1:g16:scale=e4m3"
-    for bad, says in [("e2m1:g32:de=coat", "de and delayed"), ("e2m3:g16:scale=bf16", "takes scale=e8m0"),
+    for bad, says in [("e2m1:g32:de=robust", "de=robust and delayed"), ("e2m3:g16:scale=bf16", "takes scale=e8m0"),
                       ("e3m2:tensor:sat=none", "saturates"), ("e4m3:g16:scale=e4m3", "two-level"),
                       ("e2m1:g16:scale=e4m3:amax_floor=1e-4", "own arithmetic")]:
         with pytest.raises(ValueError, match=says):
