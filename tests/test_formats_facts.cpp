@@ -112,9 +112,11 @@ TEST(Cast, SimdLoopMatchesTheScalarLoopAtEveryLengthAndAlignment) {
       o.threads = 1;
       for (size_t shift = 0; shift < 8; ++shift)
         for (size_t n = 0; n <= 130; ++n) {
-          std::vector<uint8_t> simd(n + 32, 0xAB), plain(n + 32, 0xAB), ref(n), from_bf16(n + 32), ref_bf16(n);
+          // simd's output starts 32-byte aligned at shift 0 (the streaming-store path), unaligned otherwise.
+          std::vector<uint8_t> simd_buf(n + 96, 0xAB), plain(n + 32, 0xAB), ref(n), from_bf16(n + 32), ref_bf16(n);
+          uint8_t* simd = simd_buf.data() + ((32 - reinterpret_cast<uintptr_t>(simd_buf.data()) % 32) % 32);
           set_cast_simd(true);
-          cast_f32_to_fp8(f32.data() + shift, simd.data() + shift, n, o);
+          cast_f32_to_fp8(f32.data() + shift, simd + shift, n, o);
           cast_bf16_to_fp8(b16.data() + shift, from_bf16.data() + shift, n, o);
           set_cast_simd(false);
           cast_f32_to_fp8(f32.data() + shift, plain.data() + shift, n, o);
@@ -126,6 +128,7 @@ TEST(Cast, SimdLoopMatchesTheScalarLoopAtEveryLengthAndAlignment) {
             ASSERT_EQ(from_bf16[shift + i], ref_bf16[i]) << "bf16 n " << n << " i " << i;
           }
           for (size_t i = shift + n; i < n + 32; ++i) ASSERT_EQ(simd[i], 0xAB) << "wrote past the end, n " << n;
+          for (uint8_t* p = simd_buf.data(); p < simd; ++p) ASSERT_EQ(*p, 0xAB) << "wrote before the start";
         }
     }
   set_cast_simd(was);

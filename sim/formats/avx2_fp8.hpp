@@ -92,6 +92,13 @@ inline void store32(uint8_t* out, VI a, VI b, VI c, VI d) {
                       _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
 }
 
+// store32 to a 32-byte aligned `out` with a non-temporal store (the line is not read first).
+inline void stream32(uint8_t* out, VI a, VI b, VI c, VI d) {
+  const VI bytes = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
+  _mm256_stream_si256(reinterpret_cast<__m256i*>(out),
+                      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
 // Stores 8 int32 lanes holding bytes as 8 consecutive bytes.
 inline void store8(uint8_t* out, VI codes) {
   const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(codes), _mm256_extracti128_si256(codes, 1));
