@@ -84,19 +84,21 @@ inline VI encode_rne(V v, bool saturate) {
   return _mm256_blendv_epi8(code, ci(T::kNanCode), gt(a, ci(0x7F800000u)));
 }
 
-// Stores 4 x 8 int32 lanes holding bytes as 32 consecutive bytes (a's lanes first).
-inline void store32(uint8_t* out, VI a, VI b, VI c, VI d) {
-  // packus works within 128-bit halves: the dwords come out as a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7.
-  const VI bytes = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
-                      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+// The bytes held by 4 x 8 int32 lanes, in element order (c0's lanes first).
+inline VI pack_codes32(VI c0, VI c1, VI c2, VI c3) {
+  // packus works within 128-bit halves: the dwords come out as c0lo c1lo c2lo c3lo c0hi c1hi c2hi
+  // c3hi (4 codes each) and the permutation restores element order.
+  return _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3)),
+                                     _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-// store32 to a 32-byte aligned `out` with a non-temporal store (the line is not read first).
-inline void stream32(uint8_t* out, VI a, VI b, VI c, VI d) {
-  const VI bytes = _mm256_packus_epi16(_mm256_packus_epi32(a, b), _mm256_packus_epi32(c, d));
-  _mm256_stream_si256(reinterpret_cast<__m256i*>(out),
-                      _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+// 32 code bytes: a streaming (non-temporal) store where the address allows it. Codes are written
+// once, so they should not evict the input being converted from the caches, and a streaming store
+// skips reading the destination line first. Callers end with _mm_sfence() (streaming stores are
+// weakly ordered).
+inline void store32(uint8_t* p, VI b) {
+  if ((reinterpret_cast<uintptr_t>(p) & 31u) == 0u) _mm256_stream_si256(reinterpret_cast<VI*>(p), b);
+  else _mm256_storeu_si256(reinterpret_cast<VI*>(p), b);
 }
 
 // Stores 8 int32 lanes holding bytes as 8 consecutive bytes.

@@ -17,38 +17,33 @@
 
 namespace fp8sim::avx2 {
 
-// fp32 or bf16 -> 8-bit codes, 32 elements per iteration (four lane encodes, one 32-byte store):
-// the compiler's vectorisation of the scalar loop packs and stores 8 codes at a time. Returns how
-// many elements it converted (n rounded down to a multiple of 32); the caller does the rest.
-template <class T>
-size_t cast_rne_f32(const float* in, uint8_t* out, size_t n, bool sat) {
+// fp32 or bf16 -> 8-bit codes, 32 elements per iteration (four lane encodes, one 32-byte store,
+// streaming where the output is aligned): the compiler's vectorisation of the scalar loop packs and
+// stores 8 codes at a time. Returns how many elements it converted (n rounded down to a multiple
+// of 32); the caller does the rest.
+template <class T, class Load>
+size_t cast_rne(Load load, uint8_t* out, size_t n, bool sat) {
   const size_t n32 = n - n % 32;
-  // An aligned output streams past the cache (no read of each line before it is written): the
-  // codes are a fifth of the traffic, and a bulk cast's output is rarely read back at once.
-  if ((reinterpret_cast<uintptr_t>(out) & 31u) == 0) {
-    for (size_t i = 0; i < n32; i += 32)
-      stream32(out + i, encode_rne<T>(_mm256_loadu_ps(in + i), sat), encode_rne<T>(_mm256_loadu_ps(in + i + 8), sat),
-               encode_rne<T>(_mm256_loadu_ps(in + i + 16), sat), encode_rne<T>(_mm256_loadu_ps(in + i + 24), sat));
-    _mm_sfence();
-    return n32;
-  }
   for (size_t i = 0; i < n32; i += 32)
-    store32(out + i, encode_rne<T>(_mm256_loadu_ps(in + i), sat), encode_rne<T>(_mm256_loadu_ps(in + i + 8), sat),
-            encode_rne<T>(_mm256_loadu_ps(in + i + 16), sat), encode_rne<T>(_mm256_loadu_ps(in + i + 24), sat));
+    store32(out + i, pack_codes32(encode_rne<T>(load(i), sat), encode_rne<T>(load(i + 8), sat),
+                                  encode_rne<T>(load(i + 16), sat), encode_rne<T>(load(i + 24), sat)));
+  _mm_sfence();
   return n32;
 }
 
-inline V load_bf16(const uint16_t* p) {
-  return fb(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+template <class T>
+size_t cast_rne_f32(const float* in, uint8_t* out, size_t n, bool sat) {
+  return cast_rne<T>([in](size_t i) { return _mm256_loadu_ps(in + i); }, out, n, sat);
 }
 
 template <class T>
 size_t cast_rne_bf16(const uint16_t* in, uint8_t* out, size_t n, bool sat) {
-  const size_t n32 = n - n % 32;
-  for (size_t i = 0; i < n32; i += 32)
-    store32(out + i, encode_rne<T>(load_bf16(in + i), sat), encode_rne<T>(load_bf16(in + i + 8), sat),
-            encode_rne<T>(load_bf16(in + i + 16), sat), encode_rne<T>(load_bf16(in + i + 24), sat));
-  return n32;
+  return cast_rne<T>(
+      [in](size_t i) {
+        return fb(
+            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))), 16));
+      },
+      out, n, sat);
 }
 
 }  // namespace fp8sim::avx2

@@ -306,24 +306,11 @@ inline VI encode_rne_finite(V v) {
   return _mm256_or_si256(code, sign);
 }
 
-// 32 code bytes: a streaming (non-temporal) store where the address allows it. Codes are written
-// once, so they should not evict the input being quantized from the caches, and a streaming store
-// skips reading the destination line first. Callers end with _mm_sfence() (streaming stores are
-// weakly ordered).
-inline void store32(uint8_t* p, VI b) {
-  if ((reinterpret_cast<uintptr_t>(p) & 31u) == 0u) _mm256_stream_si256(reinterpret_cast<VI*>(p), b);
-  else _mm256_storeu_si256(reinterpret_cast<VI*>(p), b);
-}
-
 // Stores 4 vectors of codes (32 elements) in element order; returns how many are +-0. kStream:
 // through store32 (codes that are not read back soon), else an ordinary store.
 template <bool kStream = true>
 inline int64_t store_codes32(uint8_t* out, VI c0, VI c1, VI c2, VI c3) {
-  // packus works within 128-bit lanes: the dwords come out as c0lo c1lo c2lo c3lo c0hi c1hi c2hi
-  // c3hi (4 codes each) and the permutation restores element order.
-  const VI b =
-      _mm256_permutevar8x32_epi32(_mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3)),
-                                  _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+  const VI b = pack_codes32(c0, c1, c2, c3);
   if constexpr (kStream) store32(out, b);
   else _mm256_storeu_si256(reinterpret_cast<VI*>(out), b);
   const uint32_t zm = static_cast<uint32_t>(
