@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include "sim/common/check.hpp"
@@ -40,16 +41,27 @@ const std::vector<LowBitFormat>& table1_lowbit_formats() {
   return f;
 }
 
-Json table1_json(const Table1Matrix& m) {
-  const auto& f = table1_formats();
+namespace {
+
+// {label[a]: v[a]} and {label[a]: {label[b]: m[a][b]}} over a format list (Table 1's or the
+// 4- and 6-bit one), for arrays and vectors alike.
+template <class Formats, class Row>
+Json labelled(const Formats& f, const Row& v) {
+  Json j = Json::object();
+  for (size_t a = 0; a < std::size(v); ++a) j[f[a].label] = v[a];
+  return j;
+}
+
+template <class Formats, class Matrix>
+Json labelled_matrix(const Formats& f, const Matrix& m) {
   Json t = Json::object();
-  for (size_t a = 0; a < 4; ++a) {
-    Json row = Json::object();
-    for (size_t b = 0; b < 4; ++b) row[f[b].label] = m[a][b];
-    t[f[a].label] = std::move(row);
-  }
+  for (size_t a = 0; a < std::size(m); ++a) t[f[a].label] = labelled(f, m[a]);
   return t;
 }
+
+}  // namespace
+
+Json table1_json(const Table1Matrix& m) { return labelled_matrix(table1_formats(), m); }
 
 Table1Matrix paper_table1() {
   // COAT (arXiv 2410.19313) Table 1, rows = first moment, columns = second moment.
@@ -618,44 +630,18 @@ OptimResult OptimReplay::finish() const {
   return doc;
 }
 
-namespace {
-
-template <class T>
-Json per_format(const std::array<T, 4>& v) {
-  const auto& f = table1_formats();
-  Json j = Json::object();
-  for (size_t a = 0; a < 4; ++a) j[f[a].label] = v[a];
-  return j;
-}
-
-}  // namespace
-
 Json Table1LowBit::to_json() const {
   const auto& f = table1_lowbit_formats();
-  auto matrix = [&f](const std::vector<std::vector<double>>& m) {
-    Json t = Json::object();
-    for (size_t a = 0; a < m.size(); ++a) {
-      Json row = Json::object();
-      for (size_t b = 0; b < m[a].size(); ++b) row[f[b].label] = m[a][b];
-      t[f[a].label] = std::move(row);
-    }
-    return t;
-  };
-  auto per = [&f](const std::vector<double>& v) {
-    Json j = Json::object();
-    for (size_t a = 0; a < v.size(); ++a) j[f[a].label] = v[a];
-    return j;
-  };
   Json j = Json::object();
   Json specs = Json::object();
   for (const auto& x : f) specs[x.label] = QuantSpec::parse(x.spec).to_string();
   j["specs"] = std::move(specs);
-  j["mse"] = matrix(mse);
-  j["ratio_to_e4m3"] = matrix(ratio_to_e4m3);
-  j["m_nmse"] = per(m_nmse);
-  j["v_nmse"] = per(v_nmse);
-  j["m_flushed_frac"] = per(m_flushed_frac);
-  j["v_flushed_frac"] = per(v_flushed_frac);
+  j["mse"] = labelled_matrix(f, mse);
+  j["ratio_to_e4m3"] = labelled_matrix(f, ratio_to_e4m3);
+  j["m_nmse"] = labelled(f, m_nmse);
+  j["v_nmse"] = labelled(f, v_nmse);
+  j["m_flushed_frac"] = labelled(f, m_flushed_frac);
+  j["v_flushed_frac"] = labelled(f, v_flushed_frac);
   return j;
 }
 
@@ -711,11 +697,11 @@ Json Table1Details::to_json() const {
   det["params"] = params;
   det["elements"] = elements;
   det["mean_r2"] = mean_r2;
-  det["specs"] = per_format(specs);
-  det["m_nmse"] = per_format(m_nmse);
-  det["v_nmse"] = per_format(v_nmse);
-  det["m_flushed_frac"] = per_format(m_flushed_frac);
-  det["v_flushed_frac"] = per_format(v_flushed_frac);
+  det["specs"] = labelled(table1_formats(), specs);
+  det["m_nmse"] = labelled(table1_formats(), m_nmse);
+  det["v_nmse"] = labelled(table1_formats(), v_nmse);
+  det["m_flushed_frac"] = labelled(table1_formats(), m_flushed_frac);
+  det["v_flushed_frac"] = labelled(table1_formats(), v_flushed_frac);
   det["mse_without_flushed_v"] = table1_json(mse_without_flushed_v);
   det["mse_without_flushed_v_ratio_to_e4m3"] = table1_json(mse_without_flushed_v_ratio_to_e4m3);
   return det;
