@@ -24,6 +24,17 @@ std::string num(double x, const char* fmtspec = "{:.4g}") {
   return fmt::format(fmt::runtime(fmtspec), x);
 }
 
+// One row per format of a Table 1 format list: its spec, the moments' errors and flush fractions.
+template <class Formats, class Row>
+void print_state_errors(const Formats& f, const Row& m_nmse, const Row& v_nmse, const Row& m_flushed,
+                        const Row& v_flushed) {
+  std::vector<std::vector<std::string>> rows;
+  for (size_t a = 0; a < std::size(m_nmse); ++a)
+    rows.push_back({f[a].label, QuantSpec::parse(f[a].spec).to_string(), num(m_nmse[a]), num(v_nmse[a]),
+                    num(m_flushed[a]), num(v_flushed[a])});
+  cli::print_table({"format", "spec", "m nmse", "v nmse", "m flushed", "v flushed"}, rows);
+}
+
 void print_table1(const optim::OptimResult& doc) {
   const auto& labels = optim::table1_formats();
   const optim::Table1& t1 = *doc.table1;
@@ -65,12 +76,8 @@ void print_table1(const optim::OptimResult& doc) {
   cli::print_table(header, ratio_block(t1.ratio_to_e4m3, true));
   fmt::print("\nRelative to E4M3/E4M3, elements whose v did not flush: this trace / paper\n");
   cli::print_table(header, ratio_block(det.mse_without_flushed_v, false));
-  std::vector<std::vector<std::string>> frows;
-  for (size_t a = 0; a < 4; ++a)
-    frows.push_back({labels[a].label, det.specs[a], num(det.m_nmse[a]), num(det.v_nmse[a]), num(det.m_flushed_frac[a]),
-                     num(det.v_flushed_frac[a])});
   fmt::print("\nPer-format state error (window-start moments)\n");
-  cli::print_table({"format", "spec", "m nmse", "v nmse", "m flushed", "v flushed"}, frows);
+  print_state_errors(labels, det.m_nmse, det.v_nmse, det.m_flushed_frac, det.v_flushed_frac);
   if (!doc.table1_lowbit) return;
   // The same measure with the 4- and 6-bit element formats.
   const auto& low = optim::table1_lowbit_formats();
@@ -90,12 +97,8 @@ void print_table1(const optim::OptimResult& doc) {
   cli::print_table(lheader, lblock(lb.mse));
   fmt::print("\nRelative to Table 1's E4M3/E4M3\n");
   cli::print_table(lheader, lblock(lb.ratio_to_e4m3));
-  std::vector<std::vector<std::string>> lrows;
-  for (size_t a = 0; a < low.size(); ++a)
-    lrows.push_back({low[a].label, low[a].spec, num(lb.m_nmse[a]), num(lb.v_nmse[a]), num(lb.m_flushed_frac[a]),
-                     num(lb.v_flushed_frac[a])});
   fmt::print("\nPer-format state error, 4- and 6-bit\n");
-  cli::print_table({"format", "spec", "m nmse", "v nmse", "m flushed", "v flushed"}, lrows);
+  print_state_errors(low, lb.m_nmse, lb.v_nmse, lb.m_flushed_frac, lb.v_flushed_frac);
 }
 
 int run_optim(const std::vector<std::string>& args) {

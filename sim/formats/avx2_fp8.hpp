@@ -107,6 +107,20 @@ inline void store8(uint8_t* out, VI codes) {
   _mm_storel_epi64(reinterpret_cast<__m128i*>(out), _mm_packus_epi16(w, w));
 }
 
+// ---- loaders -----------------------------------------------------------------------------------
+
+struct VLoadF32 {
+  const float* p;
+  V load8(int64_t i) const { return _mm256_loadu_ps(p + i); }
+};
+struct VLoadBF16 {
+  const uint16_t* p;
+  V load8(int64_t i) const {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
+    return fb(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+};
+
 }  // namespace fp8sim::avx2
 
 #pragma GCC pop_options

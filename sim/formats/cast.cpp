@@ -21,29 +21,16 @@ namespace fp8sim::avx2 {
 // streaming where the output is aligned): the compiler's vectorisation of the scalar loop packs and
 // stores 8 codes at a time. Returns how many elements it converted (n rounded down to a multiple
 // of 32); the caller does the rest.
-template <class T, class Load>
-size_t cast_rne(Load load, uint8_t* out, size_t n, bool sat) {
+template <class T, class VL>
+size_t cast_rne(const VL& ld, uint8_t* out, size_t n, bool sat) {
   const size_t n32 = n - n % 32;
-  for (size_t i = 0; i < n32; i += 32)
-    store32(out + i, pack_codes32(encode_rne<T>(load(i), sat), encode_rne<T>(load(i + 8), sat),
-                                  encode_rne<T>(load(i + 16), sat), encode_rne<T>(load(i + 24), sat)));
+  for (size_t i = 0; i < n32; i += 32) {
+    const int64_t j = static_cast<int64_t>(i);
+    store32(out + i, pack_codes32(encode_rne<T>(ld.load8(j), sat), encode_rne<T>(ld.load8(j + 8), sat),
+                                  encode_rne<T>(ld.load8(j + 16), sat), encode_rne<T>(ld.load8(j + 24), sat)));
+  }
   _mm_sfence();
   return n32;
-}
-
-template <class T>
-size_t cast_rne_f32(const float* in, uint8_t* out, size_t n, bool sat) {
-  return cast_rne<T>([in](size_t i) { return _mm256_loadu_ps(in + i); }, out, n, sat);
-}
-
-template <class T>
-size_t cast_rne_bf16(const uint16_t* in, uint8_t* out, size_t n, bool sat) {
-  return cast_rne<T>(
-      [in](size_t i) {
-        return fb(
-            _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))), 16));
-      },
-      out, n, sat);
 }
 
 }  // namespace fp8sim::avx2
@@ -122,12 +109,12 @@ void cast_any(const float* f32, const uint16_t* b16, const uint16_t* h16, uint8_
     } else if (f32) {
       size_t done = 0;
       if constexpr (T::kBits == 8)
-        if (cast_simd()) done = avx2::cast_rne_f32<T>(f32 + b, out + b, e - b, sat);
+        if (cast_simd()) done = avx2::cast_rne<T>(avx2::VLoadF32{f32 + b}, out + b, e - b, sat);
       rne_loop<T>(f32 + b + done, out + b + done, e - b - done, sat);
     } else if (b16) {
       size_t done = 0;
       if constexpr (T::kBits == 8)
-        if (cast_simd()) done = avx2::cast_rne_bf16<T>(b16 + b, out + b, e - b, sat);
+        if (cast_simd()) done = avx2::cast_rne<T>(avx2::VLoadBF16{b16 + b}, out + b, e - b, sat);
       rne_loop_bf16<T>(b16 + b + done, out + b + done, e - b - done, sat);
     } else {
       for (size_t i = b; i < e; ++i) out[i] = encode_fp8_rne<T>(fp16_to_f32(h16[i]), sat);

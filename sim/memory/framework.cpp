@@ -136,6 +136,8 @@ const std::vector<FrameworkInfo>& frameworks() {
   return list;
 }
 
+bool models_compile(const std::string& name) { return name == "hf" || name == "hf-eager"; }
+
 const FrameworkInfo& find_framework(const std::string& name) {
   for (const auto& f : frameworks())
     if (f.name == name) return f;
@@ -407,7 +409,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
     for (const auto& r : fw.other_recipes) recipes += " or " + r;
     throw UsageError(fmt::format("framework {} runs the {} recipe (give --recipe {})", fw.name, recipes, recipes));
   }
-  if (o.compiled && fw.name != "hf" && fw.name != "hf-eager")
+  if (o.compiled && !models_compile(fw.name))
     throw UsageError(fmt::format("torch.compile is modelled for the hf and hf-eager profiles only, not {}", fw.name));
   if (fw.name == "megatron-te") return megatron_footprint(m, o);
   // Parameters, gradients and optimizer states as the recipe stores them: the torch reference's

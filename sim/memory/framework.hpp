@@ -37,6 +37,8 @@ struct FrameworkInfo {
   bool runs(const std::string& r) const;
 };
 const std::vector<FrameworkInfo>& frameworks();
+// Whether the profile `name` models torch.compile (without checkpointing): hf and hf-eager.
+bool models_compile(const std::string& name);
 // The profile named `name`; UsageError listing the names otherwise.
 const FrameworkInfo& find_framework(const std::string& name);
 

@@ -157,7 +157,7 @@ StepSetting step_setting(const Json& d, const std::string& origin) {
   }
   bool known = false;
   for (const auto& f : frameworks()) known = known || f.name == profile;
-  const bool compile_modelled = (profile == "hf" || profile == "hf-eager") && !ckpt.as_bool();
+  const bool compile_modelled = models_compile(profile) && !ckpt.as_bool();
   const bool modelled = known && (!compiled.as_bool() || compile_modelled) && profile != "torch";
   return {m, fw.as_string(), profile, compiled.as_bool(), ckpt.as_bool(), known, modelled};
 }

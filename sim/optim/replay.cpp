@@ -77,22 +77,23 @@ constexpr int64_t kChunk = 4096;
 
 int resolve_threads(int t) { return t > 0 ? t : omp_get_max_threads(); }
 
-// Sums of K doubles over [0, n): per-chunk partial sums computed in parallel, each chunk in
-// element order, then combined in chunk order. The result does not depend on the thread count.
-template <size_t K, class F>
-std::array<double, K> det_sums(int64_t n, int threads, const F& f) {
+// Sums of K doubles over [0, n): f(i, acc) adds element i's terms into acc[0..K). Per-chunk
+// partial sums are computed in parallel, each chunk in element order, then combined in chunk
+// order, so the result does not depend on the thread count.
+template <class F>
+std::vector<double> det_sums(int64_t n, int threads, size_t K, const F& f) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<std::array<double, K>> part(static_cast<size_t>(chunks));
+  std::vector<double> part(static_cast<size_t>(chunks) * K, 0.0);
 #pragma omp parallel for schedule(static) num_threads(threads) if (chunks > 1)
   for (int64_t c = 0; c < chunks; ++c) {
-    std::array<double, K> s{};
+    std::vector<double> acc(K, 0.0);  // the chunk's own sums (no cache line shared with another thread's)
     const int64_t i1 = std::min(n, (c + 1) * kChunk);
-    for (int64_t i = c * kChunk; i < i1; ++i) f(i, s);
-    part[static_cast<size_t>(c)] = s;
+    for (int64_t i = c * kChunk; i < i1; ++i) f(i, acc.data());
+    std::copy(acc.begin(), acc.end(), part.begin() + c * static_cast<int64_t>(K));
   }
-  std::array<double, K> out{};
-  for (const auto& s : part)
-    for (size_t k = 0; k < K; ++k) out[k] += s[k];
+  std::vector<double> out(K, 0.0);
+  for (int64_t c = 0; c < chunks; ++c)
+    for (size_t k = 0; k < K; ++k) out[k] += part[static_cast<size_t>(c) * K + k];
   return out;
 }
 
@@ -130,13 +131,19 @@ using DriftSums = std::array<double, kDriftSums>;
 // format a, v in format b) the squared error of r, and the same over the elements whose nonzero
 // v did not flush; per format the moments' squared errors and flush counts; the references.
 struct DirectionSums {
+  static constexpr size_t kMaxFormats = 8;
   std::vector<QuantSpec> specs;
   std::vector<double> sse, sse_nf, cnt_nf;               // F x F, row-major
   std::vector<double> m_err2, v_err2, m_flush, v_flush;  // F
   double m_ref2 = 0, v_ref2 = 0, m_nonzero = 0, v_nonzero = 0, ref2 = 0;
 
-  explicit DirectionSums(std::vector<QuantSpec> s = {}) : specs(std::move(s)) {
+  DirectionSums() = default;
+  // The specs of a format list (table1_formats(), table1_lowbit_formats()).
+  template <class Formats>
+  explicit DirectionSums(const Formats& formats) {
+    for (const auto& f : formats) specs.push_back(QuantSpec::parse(f.spec));
     const size_t F = specs.size();
+    FP8SIM_REQUIRE(F <= kMaxFormats, "a direction matrix holds at most {} formats, not {}", kMaxFormats, F);
     sse.assign(F * F, 0.0);
     sse_nf.assign(F * F, 0.0);
     cnt_nf.assign(F * F, 0.0);
@@ -167,45 +174,35 @@ struct DirectionSums {
     // Layout of one chunk's sums: F*F cells, 4F per-format errors and flushes, 5 references,
     // then F*F flush-excluded cells and their counts.
     const size_t kPer = F * F, kFmt = kPer, kRef = kFmt + 4 * F, kX = kRef + 5, K = kX + 2 * kPer;
-    const int64_t chunks = (n + kChunk - 1) / kChunk;
-    std::vector<double> part(static_cast<size_t>(chunks) * K, 0.0);
-#pragma omp parallel for schedule(static) num_threads(nt) if (chunks > 1)
-    for (int64_t c = 0; c < chunks; ++c) {
-      double* acc = part.data() + static_cast<size_t>(c) * K;
-      std::vector<double> num(F), den(F);
-      const int64_t i1 = std::min(n, (c + 1) * kChunk);
-      for (int64_t i = c * kChunk; i < i1; ++i) {
-        const size_t u = static_cast<size_t>(i);
-        const double m = m0[u], v = v0[u];
-        const double r = (m / bc1) / (std::sqrt(v / bc2) + eps);
-        for (size_t a = 0; a < F; ++a) {
-          const double mqa = mq[a][u], vqa = vq[a][u];
-          num[a] = mqa / bc1;
-          den[a] = std::sqrt(vqa / bc2) + eps;
-          acc[kFmt + a] += (mqa - m) * (mqa - m);
-          acc[kFmt + F + a] += (vqa - v) * (vqa - v);
-          acc[kFmt + 2 * F + a] += (m != 0 && mqa == 0) ? 1.0 : 0.0;
-          acc[kFmt + 3 * F + a] += (v != 0 && vqa == 0) ? 1.0 : 0.0;
-        }
-        for (size_t a = 0; a < F; ++a)
-          for (size_t b = 0; b < F; ++b) {
-            const double d = num[a] / den[b] - r;
-            acc[a * F + b] += d * d;
-            if (!(v != 0 && vq[b][u] == 0)) {
-              acc[kX + a * F + b] += d * d;
-              acc[kX + kPer + a * F + b] += 1.0;
-            }
-          }
-        acc[kRef] += m * m;
-        acc[kRef + 1] += v * v;
-        acc[kRef + 2] += m != 0 ? 1.0 : 0.0;
-        acc[kRef + 3] += v != 0 ? 1.0 : 0.0;
-        acc[kRef + 4] += r * r;
+    const std::vector<double> s = det_sums(n, nt, K, [&](int64_t i, double* acc) {
+      std::array<double, kMaxFormats> num, den;
+      const size_t u = static_cast<size_t>(i);
+      const double m = m0[u], v = v0[u];
+      const double r = (m / bc1) / (std::sqrt(v / bc2) + eps);
+      for (size_t a = 0; a < F; ++a) {
+        const double mqa = mq[a][u], vqa = vq[a][u];
+        num[a] = mqa / bc1;
+        den[a] = std::sqrt(vqa / bc2) + eps;
+        acc[kFmt + a] += (mqa - m) * (mqa - m);
+        acc[kFmt + F + a] += (vqa - v) * (vqa - v);
+        acc[kFmt + 2 * F + a] += (m != 0 && mqa == 0) ? 1.0 : 0.0;
+        acc[kFmt + 3 * F + a] += (v != 0 && vqa == 0) ? 1.0 : 0.0;
       }
-    }
-    std::vector<double> s(K, 0.0);
-    for (int64_t c = 0; c < chunks; ++c)
-      for (size_t k = 0; k < K; ++k) s[k] += part[static_cast<size_t>(c) * K + k];
+      for (size_t a = 0; a < F; ++a)
+        for (size_t b = 0; b < F; ++b) {
+          const double d = num[a] / den[b] - r;
+          acc[a * F + b] += d * d;
+          if (!(v != 0 && vq[b][u] == 0)) {
+            acc[kX + a * F + b] += d * d;
+            acc[kX + kPer + a * F + b] += 1.0;
+          }
+        }
+      acc[kRef] += m * m;
+      acc[kRef + 1] += v * v;
+      acc[kRef + 2] += m != 0 ? 1.0 : 0.0;
+      acc[kRef + 3] += v != 0 ? 1.0 : 0.0;
+      acc[kRef + 4] += r * r;
+    });
     for (size_t i = 0; i < kPer; ++i) {
       sse[i] += s[i];
       sse_nf[i] += s[kX + i];
@@ -302,14 +299,8 @@ OptimReplay::OptimReplay(const WindowMeta& meta, const OptimOptions& opts) : imp
   I.mem_state.assign(I.memory_recipes.size(), {0.0, 0.0});
   I.mem_window.assign(I.memory_recipes.size(), {0.0, 0.0});
   I.drift.assign(I.recipes.size(), std::vector<DriftSums>(static_cast<size_t>(I.drift_steps), DriftSums{}));
-  std::vector<QuantSpec> specs;
-  for (const auto& f : table1_formats()) specs.push_back(QuantSpec::parse(f.spec));
-  I.t1 = DirectionSums(std::move(specs));
-  if (opts.table1_lowbit) {
-    std::vector<QuantSpec> low;
-    for (const auto& f : table1_lowbit_formats()) low.push_back(QuantSpec::parse(f.spec));
-    I.t1_lowbit = DirectionSums(std::move(low));
-  }
+  I.t1 = DirectionSums(table1_formats());
+  if (opts.table1_lowbit) I.t1_lowbit = DirectionSums(table1_lowbit_formats());
 }
 
 OptimReplay::~OptimReplay() = default;
@@ -464,7 +455,7 @@ void OptimReplay::Impl::add_drift(const ParamWindow& w) {
                       run.m_new.data(), run.v_new.data());
       load_moment(run.st.m, run.m_stored.data(), nt);
       load_moment(run.st.v, run.v_stored.data(), nt);
-      const auto s = det_sums<kDriftSums>(n, nt, [&](int64_t i, DriftSums& acc) {
+      const auto s = det_sums(n, nt, kDriftSums, [&](int64_t i, double* acc) {
         const size_t j = static_cast<size_t>(i);
         const double p = run.p[j], b = pb[j];
         const double ur = p - run.p_prev[j], ub = b - pb_prev[j];

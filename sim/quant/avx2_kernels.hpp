@@ -153,20 +153,6 @@ inline V compress_value(V q, V s, V kinv, V c) {
   return mul(fb(_mm256_xor_si256(ib(mag), _mm256_and_si256(ib(qs), ci(0x80000000u)))), c);
 }
 
-// ---- loaders -----------------------------------------------------------------------------------
-
-struct VLoadF32 {
-  const float* p;
-  V load8(int64_t i) const { return _mm256_loadu_ps(p + i); }
-};
-struct VLoadBF16 {
-  const uint16_t* p;
-  V load8(int64_t i) const {
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + i));
-    return fb(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-  }
-};
-
 inline int64_t hsum(VI v) {
   alignas(32) int32_t t[8];
   _mm256_store_si256(reinterpret_cast<VI*>(t), v);
