@@ -1,0 +1,124 @@
+// The tensor-core model (sim/gemm/tc_model.hpp) feature by feature, on hand-made vectors whose
+// H200 results are fixed by tests/test_gemm_tc_gpu.cpp's families (the same rules): products
+// exact and aligned to ea + eb, one fused step of 32 products plus C, 13 bits kept below the
+// largest term (truncated toward zero), the step's result truncated to 13 fraction bits, +0 for
+// an exact zero, the canonical NaN, and exact integer sums wherever nothing is dropped.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "sim/formats/fp8.hpp"
+#include "sim/gemm/tc_cases.hpp"
+#include "sim/gemm/tc_model.hpp"
+
+namespace fp8sim::gemm {
+namespace {
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+uint8_t e4m3(float v) { return encode_fp8(v, 0, true); }
+
+// One FP8 step: sum of a_i * b_i (E4M3 values, zero-padded to 32) plus c.
+float step(const std::vector<float>& a, const std::vector<float>& b, float c) {
+  uint8_t ca[32] = {}, cb[32] = {};
+  for (size_t i = 0; i < a.size(); ++i) {
+    ca[i] = e4m3(a[i]);
+    cb[i] = e4m3(b[i]);
+    EXPECT_EQ(decode_fp8(ca[i], 0), a[i]) << "not an E4M3 value: " << a[i];
+    EXPECT_EQ(decode_fp8(cb[i], 0), b[i]) << "not an E4M3 value: " << b[i];
+  }
+  return tc_fdpa(tc_arith_sm90(0), ca, 1, 0, cb, 1, 0, 32, c);
+}
+
+TEST(TensorCoreModelRules, SmallIntegerSumsAreExact) {
+  const TcCases t = make_tc_cases(TcFamily::Exact, Format::E4M3, Format::E4M3, 2, 4, 1);
+  for (int64_t cs = 0; cs < t.cases; ++cs)
+    for (int r = 0; r < 64; ++r)
+      for (int col = 0; col < 8; ++col) {
+        double s = t.c[cs * 512 + r * 8 + col];
+        float d = t.c[cs * 512 + r * 8 + col];
+        const uint8_t* a = &t.a[(cs * 64 + r) * t.k()];
+        const uint8_t* b = &t.bt[(cs * 8 + col) * t.k()];
+        for (int64_t k = 0; k < t.k(); ++k) s += static_cast<double>(decode_fp8(a[k], 0)) * decode_fp8(b[k], 0);
+        d = tc_dot_chain(tc_arith_sm90(0), a, 0, b, 0, t.k(), d);
+        ASSERT_EQ(d, s);
+      }
+}
+
+TEST(TensorCoreModelRules, ThirteenBitsBelowTheLargestTermTruncated) {
+  // 2^14 and -2^14 cancel; C survives while it is at least 2^(14 - 13) = 2.
+  const float U = 128.0f;  // U * U = 2^14
+  EXPECT_EQ(step({U, -U}, {U, U}, 2.0f), 2.0f);
+  EXPECT_EQ(step({U, -U}, {U, U}, 1.0f), 0.0f);
+  EXPECT_EQ(step({U, -U}, {U, U}, 3.0f), 2.0f);    // 1.5 ulp truncates to 1 ulp
+  EXPECT_EQ(step({U, -U}, {U, U}, -3.0f), -2.0f);  // toward zero for negative terms too
+  EXPECT_EQ(step({U, -U}, {U, U}, -1.5f), 0.0f);
+  EXPECT_EQ(bits(step({U, -U}, {U, U}, -1.0f)), 0u);  // an exact zero is +0
+}
+
+TEST(TensorCoreModelRules, ResultTruncatedToThirteenFractionBits) {
+  // 2^14 + 2^14 + 2: each term survives alignment (2 is one unit of 2^(14-13)), but the sum
+  // 2^15 + 2 needs 14 fraction bits: truncated to 2^15. 2^14 + 2^14 + 4 keeps its 4.
+  const float U = 128.0f;
+  EXPECT_EQ(step({U, U}, {U, U}, 2.0f), 32768.0f);
+  EXPECT_EQ(step({U, U}, {U, U}, 4.0f), 32772.0f);
+  // C alone passes with its low 10 mantissa bits cleared.
+  EXPECT_EQ(bits(step({}, {}, 1.0f + 0x1.0p-20f)), bits(1.0f));
+  EXPECT_EQ(bits(step({}, {}, 1.0f + 0x1.0p-13f)), bits(1.0f + 0x1.0p-13f));
+}
+
+TEST(TensorCoreModelRules, ProductsAlignToTheSumOfTheirExponents) {
+  // 1.5 * 1.5 = 2.25 has exponent 1 but aligns at ea + eb = 0: a C of 2^-13 survives next to
+  // it (13 bits below 2^0), where alignment to the normalized product (2^1) would drop it; the
+  // second product cancels most of the sum so that the result's own truncation keeps it.
+  EXPECT_EQ(step({1.5f, -1.0f}, {1.5f, 1.75f}, 0x1.0p-13f), 0.5f + 0x1.0p-13f);
+  EXPECT_EQ(step({1.0f}, {1.0f}, 0x1.0p-14f), 1.0f);
+}
+
+TEST(TensorCoreModelRules, ThirtyTwoProductsAndCInOneStep) {
+  // A large product anywhere among the 32 truncates every small one of the same step.
+  for (int p = 0; p < 32; ++p) {
+    std::vector<float> a(32, 0.015625f), b(32, 0.015625f);  // 2^-12 each
+    a[p] = 128.0f;
+    b[p] = 128.0f;
+    EXPECT_EQ(step(a, b, 0.0f), 16384.0f) << p;
+  }
+  // Without it they add exactly: 32 * 2^-12 = 2^-7.
+  EXPECT_EQ(step(std::vector<float>(32, 0.015625f), std::vector<float>(32, 0.015625f), 0.0f), 0x1.0p-7f);
+}
+
+TEST(TensorCoreModelRules, Specials) {
+  uint8_t a[32] = {}, b[32] = {};
+  a[0] = 0x7F;  // E4M3 NaN
+  b[0] = e4m3(1.0f);
+  EXPECT_EQ(bits(tc_fdpa(tc_arith_sm90(0), a, 1, 0, b, 1, 0, 32, 0.0f)), 0x7FFFFFFFu);
+  a[0] = 0x7C;  // E5M2 +Inf
+  EXPECT_EQ(bits(tc_fdpa(tc_arith_sm90(1), a, 1, 1, b, 1, 0, 32, 1.0f)), 0x7F800000u);
+  EXPECT_EQ(bits(tc_fdpa(tc_arith_sm90(1), a, 1, 1, b, 1, 0, 32, -INFINITY)), 0x7FFFFFFFu);
+  b[0] = 0;  // Inf x 0
+  EXPECT_EQ(bits(tc_fdpa(tc_arith_sm90(1), a, 1, 1, b, 1, 0, 32, 0.0f)), 0x7FFFFFFFu);
+  // Subnormal C keeps 13 bits below 2^-126.
+  const float sub = 0x1.0p-140f;
+  a[0] = 0;
+  EXPECT_EQ(bits(tc_fdpa(tc_arith_sm90(0), a, 1, 0, b, 1, 0, 32, sub)), 0u);
+  EXPECT_EQ(tc_fdpa(tc_arith_sm90(0), a, 1, 0, b, 1, 0, 32, 0x1.0p-139f), 0x1.0p-139f);
+}
+
+TEST(TensorCoreModelRules, Bf16KeepsTwentyFiveBitsAndFullPrecisionResult) {
+  // BF16: one step of 16 products; 25 bits below the largest term; the result truncated to fp32.
+  uint16_t a[16] = {}, b[16] = {};
+  a[0] = 0x3F80;  // 1
+  b[0] = 0x3F80;
+  EXPECT_EQ(tc_fdpa(tc_arith_sm90(2), a, 1, 2, b, 1, 2, 16, 0x1.0p-25f), 1.0f);  // truncated below 2^-23
+  EXPECT_EQ(tc_fdpa(tc_arith_sm90(2), a, 1, 2, b, 1, 2, 16, 0x1.0p-23f), 1.0f + 0x1.0p-23f);
+  EXPECT_EQ(tc_fdpa(tc_arith_sm90(2), a, 1, 2, b, 1, 2, 16, 0x1.8p-23f), 1.0f + 0x1.0p-23f);  // toward zero
+}
+
+}  // namespace
+}  // namespace fp8sim::gemm
