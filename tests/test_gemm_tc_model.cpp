@@ -7,10 +7,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "sim/formats/fp8.hpp"
 #include "sim/gemm/tc_cases.hpp"
+#include "sim/gemm/tc_gemm.hpp"
 #include "sim/gemm/tc_model.hpp"
 
 namespace fp8sim::gemm {
@@ -118,6 +120,50 @@ TEST(TensorCoreModelRules, Bf16KeepsTwentyFiveBitsAndFullPrecisionResult) {
   EXPECT_EQ(tc_fdpa(tc_arith_sm90(2), a, 1, 2, b, 1, 2, 16, 0x1.0p-25f), 1.0f);  // truncated below 2^-23
   EXPECT_EQ(tc_fdpa(tc_arith_sm90(2), a, 1, 2, b, 1, 2, 16, 0x1.0p-23f), 1.0f + 0x1.0p-23f);
   EXPECT_EQ(tc_fdpa(tc_arith_sm90(2), a, 1, 2, b, 1, 2, 16, 0x1.8p-23f), 1.0f + 0x1.0p-23f);  // toward zero
+}
+
+}  // namespace
+}  // namespace fp8sim::gemm
+
+namespace fp8sim::gemm {
+namespace {
+
+// tc_gemm's vectorized FP8 step against the general step of tc_model.hpp, output by output, on
+// every case family (NaN / Inf codes and C near the top of fp32 included), for each schedule.
+TEST(TensorCoreGemm, FastStepEqualsTheGeneralStep) {
+  for (const TcFamily fam : kTcFamilies)
+    for (const auto& [xf, wf] : {std::pair{Format::E4M3, Format::E4M3}, std::pair{Format::E5M2, Format::E4M3},
+                                 std::pair{Format::BF16, Format::BF16}}) {
+      const TcCases t = make_tc_cases(fam, xf, wf, 8, 1, 3);  // A: 64 x 256 (BF16 128), Bt: 8 x 256
+      const int64_t M = 64, N = 8, K = t.k();
+      const bool bf16 = xf == Format::BF16;
+      const int tx = xf == Format::E4M3 ? 0 : (bf16 ? 2 : 1);
+      for (const bool fast : {false, true}) {
+        if (bf16 && !fast) continue;  // BF16 has no promotion
+        TcGemmConfig cfg;
+        cfg.x_format = xf;
+        cfg.w_format = wf;
+        cfg.scaling = bf16 ? 0 : 1;
+        cfg.fast_accum = fast;
+        const float one = 1.0f;
+        std::vector<float> y(static_cast<size_t>(M * N));
+        tc_gemm(t.a.data(), t.bt.data(), &one, &one, y.data(), M, N, K, cfg);
+        const TcArith ar = tc_arith_sm90(tx);
+        const auto* a16 = reinterpret_cast<const uint16_t*>(t.a.data());
+        const auto* b16 = reinterpret_cast<const uint16_t*>(t.bt.data());
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            const int64_t interval = fast ? K : 128;
+            float acc = 0.0f;
+            for (int64_t b0 = 0; b0 < K; b0 += interval) {
+              const float blk = bf16 ? tc_dot_chain(ar, a16 + i * K + b0, 2, b16 + j * K + b0, 2, interval, 0.0f)
+                                     : tc_dot_chain(ar, &t.a[i * K + b0], tx, &t.bt[j * K + b0], 0, interval, 0.0f);
+              acc = b0 == 0 ? blk : acc + blk;
+            }
+            ASSERT_EQ(bits(y[i * N + j]), bits(acc)) << tc_family_name(fam) << " " << i << "," << j;
+          }
+      }
+    }
 }
 
 }  // namespace

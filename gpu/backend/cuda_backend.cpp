@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "gpu/bench/bench_gpu.hpp"
 #include "gpu/common/buffer.hpp"
 #include "gpu/common/device.hpp"
@@ -165,8 +167,19 @@ class CudaBackend final : public Backend {
     // The heuristic's first choice (as PyTorch and TE run): no timing needed for a correctness check;
     // with r.search, a timed selection over the heuristic's candidates and the searched
     // configurations (what `fp8sim bench --gemm-search` does; which one wins depends on the run).
-    GemmPlan plan = r.search > 0 ? lt().plan(GemmShape{M, N, K}, cfg, a, s, 8, 3, r.search)
-                                 : lt().plan(GemmShape{M, N, K}, cfg, a, s, 1, 0);
+    GemmPlan plan;
+    if (r.search > 0) {
+      plan = lt().plan(GemmShape{M, N, K}, cfg, a, s, 8, 3, r.search);
+    } else if (r.no_split_k) {
+      // The heuristic's candidates in its order; the first that keeps K in one piece.
+      const std::vector<GemmCandidate> cands = lt().enumerate(GemmShape{M, N, K}, cfg, a, 8);
+      const auto it = std::find_if(cands.begin(), cands.end(),
+                                   [](const GemmCandidate& c) { return c.heuristic_rank >= 0 && c.info.splitk <= 1; });
+      plan = it != cands.end() ? lt().plan_for(GemmShape{M, N, K}, cfg, a, *it)
+                               : lt().plan(GemmShape{M, N, K}, cfg, a, s, 1, 0);
+    } else {
+      plan = lt().plan(GemmShape{M, N, K}, cfg, a, s, 1, 0);
+    }
     out.plan = plan.to_json();
     out.supported = plan.supported();
     out.status = plan.status();

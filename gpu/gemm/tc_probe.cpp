@@ -11,10 +11,14 @@ std::string_view tc_instruction_name(TcInstruction i) { return i == TcInstructio
 namespace {
 int type_code(Format f) {
   switch (f) {
-    case Format::E4M3: return 0;
-    case Format::E5M2: return 1;
-    case Format::BF16: return 2;
-    default: throw Error("tc_probe: operand format must be e4m3, e5m2 or bf16");
+    case Format::E4M3:
+      return 0;
+    case Format::E5M2:
+      return 1;
+    case Format::BF16:
+      return 2;
+    default:
+      throw Error("tc_probe: operand format must be e4m3, e5m2 or bf16");
   }
 }
 }  // namespace
@@ -29,8 +33,8 @@ void tc_probe_run(TcInstruction instr, Format a_format, Format b_format, const v
   FP8SIM_CUDA_CHECK(cudaGetDevice(&dev));
   FP8SIM_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
   FP8SIM_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  FP8SIM_REQUIRE(major == 9 && minor == 0, "tc_probe: the probe kernels are sm_90a code; this device is sm_{}{}",
-                 major, minor);
+  FP8SIM_REQUIRE(major == 9 && minor == 0, "tc_probe: the probe kernels are sm_90a code; this device is sm_{}{}", major,
+                 minor);
   if (cases == 0) return;
   tc_probe_launch(instr == TcInstruction::Wgmma, ta, tb, a, bt, c, d, cases, nk, stream);
 }

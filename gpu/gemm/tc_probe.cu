@@ -43,11 +43,12 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p) {
 template <int TA, int TB>
 __device__ __forceinline__ void wgmma_step(float (&d)[4], uint64_t da, uint64_t db) {
 #if FP8SIM_HAS_WGMMA
-#define FP8SIM_WGMMA(SHAPE_TYPES, EXTRA)                                                                    \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                                             \
-               "wgmma.mma_async.sync.aligned." SHAPE_TYPES " {%0, %1, %2, %3}, %4, %5, p" EXTRA ";\n}\n" \
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                          \
-               : "l"(da), "l"(db), "r"(1))
+#define FP8SIM_WGMMA(SHAPE_TYPES, EXTRA)                                                        \
+  asm volatile(                                                                                 \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                                               \
+      "wgmma.mma_async.sync.aligned." SHAPE_TYPES " {%0, %1, %2, %3}, %4, %5, p" EXTRA ";\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                          \
+      : "l"(da), "l"(db), "r"(1))
   if constexpr (TA == kBF16) {
     FP8SIM_WGMMA("m64n8k16.f32.bf16.bf16", ", 1, 1, 0, 0");
   } else if constexpr (TA == kE4M3 && TB == kE4M3) {
@@ -66,13 +67,13 @@ __device__ __forceinline__ void wgmma_step(float (&d)[4], uint64_t da, uint64_t 
 // One block of 128 threads (a warpgroup) per case. Accumulator fragment of m64n8 (per thread 4
 // floats): warp w, lane l: d[i] is row 16 w + l / 4 + 8 (i / 2), column 2 (l % 4) + i % 2.
 template <int TA, int TB>
-__global__ void __launch_bounds__(128) wgmma_probe_kernel(const uint8_t* a, const uint8_t* bt, const float* c,
-                                                          float* d, int nk) {
+__global__ void __launch_bounds__(128)
+    wgmma_probe_kernel(const uint8_t* a, const uint8_t* bt, const float* c, float* d, int nk) {
   extern __shared__ __align__(1024) uint8_t smem[];
   constexpr int kStepBytes = 32;  // bytes of K per instruction
   const int kbytes = kStepBytes * nk;
-  uint8_t* sa = smem;                // nk steps of 64 x 32 bytes (2048 each)
-  uint8_t* sb = smem + 2048 * nk;    // nk steps of 8 x 32 bytes (256 each)
+  uint8_t* sa = smem;              // nk steps of 64 x 32 bytes (2048 each)
+  uint8_t* sb = smem + 2048 * nk;  // nk steps of 8 x 32 bytes (256 each)
   const int64_t cs = blockIdx.x;
   const uint8_t* ca = a + cs * 64 * kbytes;
   const uint8_t* cb = bt + cs * 8 * kbytes;
@@ -103,9 +104,9 @@ __global__ void __launch_bounds__(128) wgmma_probe_kernel(const uint8_t* a, cons
 template <int TA, int TB>
 __device__ __forceinline__ void mma_step(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 890)
-#define FP8SIM_MMA(SHAPE_TYPES)                                                                             \
+#define FP8SIM_MMA(SHAPE_TYPES)                                                                                     \
   asm volatile("mma.sync.aligned." SHAPE_TYPES " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                   \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                                     \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
   if constexpr (TA == kBF16) {
     FP8SIM_MMA("m16n8k16.row.col.f32.bf16.bf16.f32");
@@ -132,8 +133,8 @@ __device__ __forceinline__ uint32_t load_u32(const uint8_t* p) {
 // high) and B bytes 4t..4t+3 and 16+4t.. of column g; its accumulators are those of wgmma's
 // fragment above.
 template <int TA, int TB>
-__global__ void __launch_bounds__(128) mma_probe_kernel(const uint8_t* a, const uint8_t* bt, const float* c,
-                                                        float* d, int nk) {
+__global__ void __launch_bounds__(128)
+    mma_probe_kernel(const uint8_t* a, const uint8_t* bt, const float* c, float* d, int nk) {
   const int kbytes = 32 * nk;
   const int64_t cs = blockIdx.x;
   const int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l / 4, t = l % 4;

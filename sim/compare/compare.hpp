@@ -34,6 +34,7 @@ struct CompareOptions {
   std::vector<std::string> ops;  // subset of known_ops(); empty = all
   int64_t step = -1;             // trace step to use; -1: the step with the most tensors
   int max_tensors = 0;           // per op family; 0 = all
+  bool gemm_suite = false;       // also the random and adversarial GEMM suite (sim/gemm/tc_cases.hpp)
   std::string command_line;
 };
 
@@ -112,6 +113,12 @@ struct GemmEntry {
   int64_t m = 0, n = 0, k = 0, elements = 0;
   int64_t differing_codes = 0;  // inputs are the CPU's codes; only the product is compared
   Json plan;                    // the backend's chosen algorithm (GemmOutcome::plan), kept verbatim
+  // The tensor-core model (sim/gemm/tc_gemm.hpp) against the GPU, output bit by output bit: compared
+  // when the algorithm keeps K in one piece (the backend asks for such an algorithm first); then
+  // every output must match. model_note says why it was not compared otherwise.
+  bool model_compared = false;
+  int64_t model_differing = 0;
+  std::string model_note;
   bool supported = false;
   std::string status;  // refused: "unsupported on this device: <cuBLASLt's verdict>"
   bool padded = false;

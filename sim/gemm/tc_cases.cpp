@@ -11,13 +11,20 @@ namespace fp8sim::gemm {
 
 std::string_view tc_family_name(TcFamily f) {
   switch (f) {
-    case TcFamily::Exact: return "exact";
-    case TcFamily::Random: return "random";
-    case TcFamily::RandomC: return "random-c";
-    case TcFamily::Cancel: return "cancel";
-    case TcFamily::BigSmall: return "big-small";
-    case TcFamily::Narrow: return "narrow";
-    case TcFamily::Special: return "special";
+    case TcFamily::Exact:
+      return "exact";
+    case TcFamily::Random:
+      return "random";
+    case TcFamily::RandomC:
+      return "random-c";
+    case TcFamily::Cancel:
+      return "cancel";
+    case TcFamily::BigSmall:
+      return "big-small";
+    case TcFamily::Narrow:
+      return "narrow";
+    case TcFamily::Special:
+      return "special";
   }
   return "?";
 }
@@ -54,9 +61,12 @@ struct Layout {
 };
 Layout layout(Format f) {
   switch (f) {
-    case Format::E4M3: return {4, 3};
-    case Format::E5M2: return {5, 2};
-    default: return {8, 7};
+    case Format::E4M3:
+      return {4, 3};
+    case Format::E5M2:
+      return {5, 2};
+    default:
+      return {8, 7};
   }
 }
 
@@ -89,9 +99,12 @@ uint32_t code_of(Format f, float v) {
 
 uint32_t nan_code(Rng& r, Format f) {
   switch (f) {
-    case Format::E4M3: return 0x7F | (r.next() & 1 ? 0x80 : 0);
-    case Format::E5M2: return (r.chance(2) ? 0x7C : 0x7E) | (r.next() & 1 ? 0x80 : 0);  // Inf or NaN
-    default: return (r.chance(2) ? 0x7F80 : 0x7FC0) | (r.next() & 1 ? 0x8000 : 0);
+    case Format::E4M3:
+      return 0x7F | (r.next() & 1 ? 0x80 : 0);
+    case Format::E5M2:
+      return (r.chance(2) ? 0x7C : 0x7E) | (r.next() & 1 ? 0x80 : 0);  // Inf or NaN
+    default:
+      return (r.chance(2) ? 0x7F80 : 0x7FC0) | (r.next() & 1 ? 0x8000 : 0);
   }
 }
 
@@ -212,6 +225,87 @@ TcCases make_tc_cases(TcFamily family, Format af, Format bf, int nk, int64_t cas
     }
   }
   return t;
+}
+
+std::string TcGemmCase::name() const {
+  return config.describe() + " K=" + std::to_string(k) + " " + std::string(tc_family_name(family));
+}
+
+std::vector<TcGemmCase> tc_gemm_suite() {
+  std::vector<TcGemmCase> out;
+  uint64_t seed = 100;
+  auto add = [&](Format xf, Format wf, int scaling, bool fast, int64_t k) {
+    TcGemmConfig c;
+    c.x_format = xf;
+    c.w_format = wf;
+    c.scaling = scaling;
+    c.fast_accum = fast;
+    const int64_t mn = k >= 16384 ? 128 : 256;
+    for (const TcFamily f : {TcFamily::Random, TcFamily::Narrow, TcFamily::BigSmall})
+      out.push_back({c, mn, mn, k, f, ++seed});
+  };
+  for (const int64_t k : {16, 32, 48, 96, 128, 160, 384, 1024, 4096, 16384}) {
+    add(Format::E4M3, Format::E4M3, 1, true, k);
+    add(Format::E4M3, Format::E4M3, 1, false, k);
+    add(Format::E5M2, Format::E4M3, 1, true, k);
+    add(Format::E5M2, Format::E4M3, 1, false, k);
+    add(Format::E4M3, Format::E4M3, 2, false, k);
+    add(Format::E4M3, Format::E4M3, 2, true, k);
+    add(Format::BF16, Format::BF16, 0, false, k);
+    if (k % 128 == 0) {
+      add(Format::E4M3, Format::E4M3, 3, false, k);
+      add(Format::E4M3, Format::E4M3, 4, false, k);
+    }
+  }
+  return out;
+}
+
+TcGemmOperands make_tc_gemm_operands(const TcGemmCase& gc) {
+  const TcGemmConfig& c = gc.config;
+  const bool bf16 = c.scaling == 0;
+  const int64_t eb = bf16 ? 2 : 1, K = gc.k;
+  const int nk = static_cast<int>((K + (bf16 ? 15 : 31)) / (bf16 ? 16 : 32));
+  // Rows of the probe families' A panels (64 rows each; every row an independent draw).
+  const TcCases tx = make_tc_cases(gc.family, c.x_format, c.x_format, nk, (gc.m + 63) / 64, gc.seed);
+  const TcCases tw = make_tc_cases(gc.family, c.w_format, c.w_format, nk, (gc.n + 63) / 64, gc.seed + 77);
+  TcGemmOperands o;
+  o.x.resize(static_cast<size_t>(gc.m * K * eb));
+  o.w.resize(static_cast<size_t>(gc.n * K * eb));
+  for (int64_t i = 0; i < gc.m; ++i)
+    std::memcpy(&o.x[i * K * eb], &tx.a[static_cast<size_t>(i * tx.k() * eb)], static_cast<size_t>(K * eb));
+  for (int64_t j = 0; j < gc.n; ++j)
+    std::memcpy(&o.w[j * K * eb], &tw.a[static_cast<size_t>(j * tw.k() * eb)], static_cast<size_t>(K * eb));
+  const int64_t kb = (K + 127) / 128;
+  const int64_t nx = c.scaling == 1 ? 1 : (c.scaling == 2 ? gc.m : gc.m * kb);
+  const int64_t nw =
+      c.scaling == 1 ? 1 : (c.scaling == 2 ? gc.n : (c.scaling == 3 ? ((gc.n + 127) / 128) * kb : gc.n * kb));
+  Rng r{gc.seed ^ 0x5CA1E5ull};
+  auto scale = [&] {  // [0.5, 2) with a random 23-bit fraction: a power of two only by chance
+    return f32(static_cast<uint32_t>(r.uniform(126, 127)) << 23 | static_cast<uint32_t>(r.next() & 0x7FFFFF));
+  };
+  if (!bf16) {
+    o.x_scales.resize(static_cast<size_t>(nx));
+    o.w_scales.resize(static_cast<size_t>(nw));
+    for (auto& v : o.x_scales) v = scale();
+    for (auto& v : o.w_scales) v = scale();
+  }
+  // Dequantized values (code * scale in fp32), for the ideal reference.
+  auto deq = [&](const std::vector<uint8_t>& m, Format f, int64_t rows, const std::vector<float>& sc, bool is_w) {
+    std::vector<float> v(static_cast<size_t>(rows * K));
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t k = 0; k < K; ++k) {
+        float s = 1.0f;
+        if (c.scaling == 1) s = sc[0];
+        if (c.scaling == 2) s = sc[i];
+        if (c.scaling == 3) s = is_w ? sc[(i / 128) * kb + k / 128] : sc[i * kb + k / 128];
+        if (c.scaling == 4) s = sc[i * kb + k / 128];
+        v[i * K + k] = tc_element(m, f, i * K + k) * s;
+      }
+    return v;
+  };
+  o.x_f32 = deq(o.x, c.x_format, gc.m, o.x_scales, false);
+  o.w_f32 = deq(o.w, c.w_format, gc.n, o.w_scales, true);
+  return o;
 }
 
 }  // namespace fp8sim::gemm

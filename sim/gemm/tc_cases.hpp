@@ -5,10 +5,12 @@
 // byte, BF16 bits two bytes little-endian). Each family aims at one feature of the arithmetic;
 // every family is a deterministic function of (family, formats, nk, cases, seed).
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
 #include "sim/formats/format.hpp"
+#include "sim/gemm/tc_gemm.hpp"
 
 namespace fp8sim::gemm {
 
@@ -37,6 +39,29 @@ struct TcCases {
 };
 
 TcCases make_tc_cases(TcFamily family, Format a_format, Format b_format, int nk, int64_t cases, uint64_t seed);
+
+// The random and adversarial GEMM suite of `fp8sim compare --gemm-suite` and
+// tests/test_gemm_tc_gpu.cpp: every configuration of cuBLASLt that tc_gemm models (E4M3 x E4M3 and
+// E5M2 x E4M3 per-tensor fast and promoted, row-wise fast and promoted, both block scalings, BF16)
+// at K = 16 .. 16384, each on the Random, Narrow and BigSmall families (C = 0): about 1.2 x 10^7
+// outputs in all.
+struct TcGemmCase {
+  TcGemmConfig config;
+  int64_t m = 0, n = 0, k = 0;
+  TcFamily family = TcFamily::Random;
+  uint64_t seed = 0;
+  std::string name() const;  // "e4m3 x e4m3 tensor fast K=4096 random"
+};
+std::vector<TcGemmCase> tc_gemm_suite();
+
+// A case's operands in GemmRequest's layouts (codes, or BF16 bits as byte pairs; row-major scale
+// tables, scales in [0.5, 2) and not powers of two), and their dequantized fp32 values.
+struct TcGemmOperands {
+  std::vector<uint8_t> x, w;
+  std::vector<float> x_scales, w_scales;
+  std::vector<float> x_f32, w_f32;
+};
+TcGemmOperands make_tc_gemm_operands(const TcGemmCase& c);
 
 // Element (row, k) of an operand as fp32 (exact: every FP8 and BF16 value is an fp32 value).
 float tc_element(const std::vector<uint8_t>& m, Format f, int64_t index);

@@ -67,6 +67,34 @@ FP8SIM_HD TcTerm tc_split(uint32_t code, int type) {
   return t;
 }
 
+// The step's exact sum, sum * 2^unit, rounded toward zero to P fraction bits (exponent clamped at
+// -126), +0 for zero, Inf from 2^128 up.
+FP8SIM_HD float tc_round_step(const TcArith& t, int64_t sum, int unit) {
+  if (sum == 0) return 0.0f;
+  const uint32_t sign = sum < 0 ? 0x80000000u : 0u;
+  uint64_t mag = static_cast<uint64_t>(sum < 0 ? -sum : sum);
+#if defined(__CUDA_ARCH__)
+  const int top = 63 - __clzll(static_cast<long long>(mag));  // leading bit of mag
+#else
+  const int top = 63 - __builtin_clzll(mag);
+#endif
+  const int e = unit + top;  // the result's exponent
+  if (e >= 128) return f32_from_bits(sign | 0x7F800000u);
+  const int lsb = (e < -126 ? -126 : e) - t.out_bits;  // round toward zero to P fraction bits
+  int u = unit;
+  if (lsb > u) {
+    mag >>= (lsb - u);
+    u = lsb;
+  }
+  // mag * 2^u is exact in fp32 (at most P + 1 <= 24 significant bits, u >= -149).
+  if (e >= -126) {
+    const int shift = 23 - (e - u);  // e - u = leading bit position of mag, <= 23
+    const uint32_t frac = static_cast<uint32_t>(mag << shift) & 0x7FFFFFu;
+    return f32_from_bits(sign | (static_cast<uint32_t>(e + 127) << 23) | frac);
+  }
+  return f32_from_bits(sign | static_cast<uint32_t>(mag << (u + 149)));
+}
+
 // One fused step: sum over i < n of x_i * y_i, plus c, for split operands of mantissa widths mbx
 // and mby (3 E4M3, 2 E5M2, 7 BF16). x and y are read at x[i * xs], y[i * ys].
 FP8SIM_HD float tc_fdpa_terms(const TcArith& t, const TcTerm* x, int xs, int mbx, const TcTerm* y, int ys, int mby,
@@ -115,26 +143,7 @@ FP8SIM_HD float tc_fdpa_terms(const TcArith& t, const TcTerm* x, int xs, int mbx
     const int64_t v = sh >= 0 ? (p << sh) : (-sh >= 63 ? 0 : (p >> -sh));
     sum += (a.neg ^ b.neg) ? -v : v;
   }
-  if (sum == 0) return 0.0f;
-  const uint32_t sign = sum < 0 ? 0x80000000u : 0u;
-  uint64_t mag = static_cast<uint64_t>(sum < 0 ? -sum : sum);
-  int top = 63;
-  while (!((mag >> top) & 1u)) --top;  // leading bit of mag
-  const int e = unit + top;            // the result's exponent
-  if (e >= 128) return f32_from_bits(sign | 0x7F800000u);
-  const int lsb = (e < -126 ? -126 : e) - t.out_bits;  // round toward zero to P fraction bits
-  int u = unit;
-  if (lsb > u) {
-    mag >>= (lsb - u);
-    u = lsb;
-  }
-  // mag * 2^u is exact in fp32 (at most P + 1 <= 24 significant bits, u >= -149).
-  if (e >= -126) {
-    const int shift = 23 - (e - u);  // e - u = leading bit position of mag, <= 23
-    const uint32_t frac = static_cast<uint32_t>(mag << shift) & 0x7FFFFFu;
-    return f32_from_bits(sign | (static_cast<uint32_t>(e + 127) << 23) | frac);
-  }
-  return f32_from_bits(sign | static_cast<uint32_t>(mag << (u + 149)));
+  return tc_round_step(t, sum, unit);
 }
 
 FP8SIM_HD int tc_mantissa_bits(int type) { return type == 0 ? 3 : (type == 1 ? 2 : 7); }
@@ -153,7 +162,8 @@ FP8SIM_HD float tc_fdpa(const TcArith& t, const Code* a, int a_stride, int ta, c
 
 // D (64, 8) = A (64, K) * B (K, 8) + C for one probe case (tc_cases.hpp layouts), K / L steps.
 template <class Code>
-FP8SIM_HD float tc_dot_chain(const TcArith& t, const Code* a_row, int ta, const Code* b_col, int tb, int64_t k, float c) {
+FP8SIM_HD float tc_dot_chain(const TcArith& t, const Code* a_row, int ta, const Code* b_col, int tb, int64_t k,
+                             float c) {
   for (int64_t k0 = 0; k0 < k; k0 += t.group) {
     const int n = static_cast<int>(k - k0 < t.group ? k - k0 : t.group);
     c = tc_fdpa(t, a_row + k0, 1, ta, b_col + k0, 1, tb, n, c);

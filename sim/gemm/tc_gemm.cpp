@@ -1,0 +1,206 @@
+#include "sim/gemm/tc_gemm.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "sim/common/check.hpp"
+#include "sim/gemm/tc_model.hpp"
+
+namespace fp8sim::gemm {
+
+std::string TcGemmConfig::describe() const {
+  static const char* kScaling[] = {"bf16", "tensor", "row", "1x128 x 128x128", "1x128 x 1x128"};
+  const char* sc = scaling >= 0 && scaling <= 4 ? kScaling[scaling] : "unknown scaling";
+  std::string s = fmt::format("{} x {} {}", format_name(x_format), format_name(w_format), sc);
+  if (scaling == 1 || scaling == 2) s += fast_accum ? " fast" : fmt::format(" promote {}", promote_interval);
+  return s;
+}
+
+namespace {
+
+int type_code(Format f) { return f == Format::E4M3 ? 0 : (f == Format::E5M2 ? 1 : 2); }
+
+// An operand split once: signed significand, exponent (subnormals at the minimum) and a flag for
+// NaN / Inf codes (steps that meet one take the general path of tc_model.hpp). T = int8_t for FP8,
+// int16_t for BF16.
+template <class T>
+struct Split {
+  std::vector<T> sig, exp;
+  std::vector<uint8_t> special;
+};
+
+template <class T, class Code>
+Split<T> split_codes(const Code* codes, int64_t n, int type) {
+  Split<T> s;
+  s.sig.resize(static_cast<size_t>(n));
+  s.exp.resize(static_cast<size_t>(n));
+  s.special.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const TcTerm t = tc_split(codes[i], type);
+    s.sig[i] = static_cast<T>(t.neg ? -t.sig : t.sig);
+    s.exp[i] = static_cast<T>(t.exp);
+    s.special[i] = t.kind != 0;
+  }
+  return s;
+}
+
+// The fused step of tc_fdpa_terms for N (0: n) <= 32 finite products and a finite c, written for
+// the vectorizer. FP8 (T = int8_t, F = 13): terms stay below 2^16 and their sum below 2^22, so
+// Acc = int32_t holds it; BF16 (T = int16_t, F = 25): terms below 2^27, Acc = int64_t.
+template <int N, class T, class Acc>
+[[gnu::always_inline]] inline float step_split(const TcArith& t, const T* sa, const T* ea, const T* sb, const T* eb,
+                                               int n, int mant_bits, float c) {
+  const int len = N > 0 ? N : n;
+  const uint32_t cu = f32_bits(c);
+  const uint32_t ce = (cu >> 23) & 0xFFu, cm = cu & 0x7FFFFFu;
+  const int64_t c_sig = ce == 0 ? cm : (cm | 0x800000u);
+  const int c_exp = ce == 0 ? -126 : static_cast<int>(ce) - 127;
+  Acc p[32];
+  int32_t e[32];
+  int32_t e_max = c_sig != 0 ? c_exp : -133;
+  for (int i = 0; i < len; ++i) {
+    const Acc pi = static_cast<Acc>(sa[i]) * static_cast<Acc>(sb[i]);
+    const int32_t zero = -static_cast<int32_t>(pi == 0);  // all ones for a zero product (not in the maximum)
+    p[i] = pi;
+    e[i] = ((int32_t{ea[i]} + int32_t{eb[i]}) & ~zero) | (-200 & zero);
+  }
+  for (int i = 0; i < len; ++i) e_max = e[i] > e_max ? e[i] : e_max;
+  const int32_t base = mant_bits + e_max - t.frac_bits;  // a term moves by e - base bits
+  constexpr int32_t kMaxRight = sizeof(Acc) * 8 - 1;
+  Acc sum = 0;
+  for (int i = 0; i < len; ++i) {
+    const int32_t sh = e[i] - base;  // <= F - mant_bits
+    const Acc mag = p[i] < 0 ? -p[i] : p[i];
+    const Acc left = sh > 0 ? sh : 0;
+    const Acc right = sh < 0 ? (-sh < kMaxRight ? -sh : kMaxRight) : 0;
+    const Acc v = (mag << left) >> right;
+    sum += p[i] < 0 ? -v : v;
+  }
+  const int unit = e_max - t.frac_bits;
+  int64_t total = sum;
+  if (c_sig != 0) {
+    const int sh = c_exp - 23 - unit;
+    const int64_t v = sh >= 0 ? (c_sig << sh) : (-sh >= 63 ? 0 : (c_sig >> -sh));
+    total += (cu >> 31) ? -v : v;
+  }
+  return tc_round_step(t, total, unit);
+}
+
+template <class T>
+struct RowArgs {
+  const uint8_t* x;
+  const uint8_t* w;
+  const float* xs;
+  const float* ws;
+  const Split<T>* sx;
+  const Split<T>* sw;
+  const uint8_t* fx;
+  const uint8_t* fw;
+  int64_t N, K, chunks, kb, interval;
+  int tx, tw, mant_bits, scaling;
+  TcArith ar;
+};
+
+// Row i of Y: every column j, every block and step.
+template <class T, class Acc>
+[[gnu::always_inline]] inline void gemm_row(const RowArgs<T>& a, int64_t i, float* y) {
+  const int64_t step = a.tx == 2 ? 16 : 32;
+  const int64_t K = a.K;
+  for (int64_t j = 0; j < a.N; ++j) {
+    float acc = 0.0f;
+    for (int64_t b0 = 0; b0 < K; b0 += a.interval) {
+      const int64_t b1 = std::min(K, b0 + a.interval);
+      float blk = 0.0f;
+      for (int64_t k0 = b0; k0 < b1; k0 += step) {
+        const int n = static_cast<int>(std::min<int64_t>(step, b1 - k0));
+        const float cf = std::fabs(blk);
+        const T* sa = &a.sx->sig[i * K + k0];
+        const T* ea = &a.sx->exp[i * K + k0];
+        const T* sb = &a.sw->sig[j * K + k0];
+        const T* eb = &a.sw->exp[j * K + k0];
+        if ((a.fx[i * a.chunks + k0 / step] | a.fw[j * a.chunks + k0 / step]) || !(cf <= 3.4028235e38f)) {
+          if (a.tx == 2) {
+            const auto* xb = reinterpret_cast<const uint16_t*>(a.x);
+            const auto* wb = reinterpret_cast<const uint16_t*>(a.w);
+            blk = tc_fdpa(a.ar, xb + i * K + k0, 1, 2, wb + j * K + k0, 1, 2, n, blk);
+          } else {
+            blk = tc_fdpa(a.ar, a.x + i * K + k0, 1, a.tx, a.w + j * K + k0, 1, a.tw, n, blk);
+          }
+        } else if (n == 32) {
+          blk = step_split<32, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
+        } else if (n == 16) {
+          blk = step_split<16, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
+        } else {
+          blk = step_split<0, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
+        }
+      }
+      if (a.scaling == 3) {
+        const float s = a.xs[i * a.kb + b0 / 128] * a.ws[(j / 128) * a.kb + b0 / 128];
+        acc = std::fma(blk, s, acc);
+      } else if (a.scaling == 4) {
+        acc = std::fma(blk * a.xs[i * a.kb + b0 / 128], a.ws[j * a.kb + b0 / 128], acc);
+      } else {
+        acc = b0 == 0 ? blk : acc + blk;
+      }
+    }
+    if (a.scaling == 1) acc = acc * (a.xs[0] * a.ws[0]);
+    if (a.scaling == 2) acc = (acc * a.ws[j]) * a.xs[i];
+    y[j] = acc;
+  }
+}
+
+__attribute__((target_clones("avx2", "default"))) void fp8_row(const RowArgs<int8_t>& a, int64_t i, float* y) {
+  gemm_row<int8_t, int32_t>(a, i, y);
+}
+__attribute__((target_clones("avx2", "default"))) void bf16_row(const RowArgs<int16_t>& a, int64_t i, float* y) {
+  gemm_row<int16_t, int64_t>(a, i, y);
+}
+
+}  // namespace
+
+void tc_gemm(const uint8_t* x, const uint8_t* w, const float* xs, const float* ws, float* y, int64_t M, int64_t N,
+             int64_t K, const TcGemmConfig& cfg) {
+  const bool bf16 = cfg.x_format == Format::BF16;
+  FP8SIM_REQUIRE(bf16 == (cfg.w_format == Format::BF16) && (bf16 || (is_fp8(cfg.x_format) && is_fp8(cfg.w_format))),
+                 "tensor-core GEMM: formats must be E4M3/E5M2 each or both BF16");
+  FP8SIM_REQUIRE(bf16 == (cfg.scaling == 0) && cfg.scaling >= 0 && cfg.scaling <= 4,
+                 "tensor-core GEMM: scaling {} does not fit {}", cfg.scaling, cfg.describe());
+  FP8SIM_REQUIRE(cfg.promote_interval >= 32 && cfg.promote_interval % 32 == 0,
+                 "tensor-core GEMM: the promotion interval must be a positive multiple of 32, got {}",
+                 cfg.promote_interval);
+  const int tx = type_code(cfg.x_format), tw = type_code(cfg.w_format);
+  const TcArith ar = tc_arith_sm90(tx);
+  const int64_t kb = (K + 127) / 128;
+  const int64_t interval = cfg.scaling >= 3 ? 128 : ((cfg.fast_accum || bf16) ? K : cfg.promote_interval);
+
+  const int64_t step = bf16 ? 16 : 32, chunks = (K + step - 1) / step;
+  // Per row and step: does it hold a NaN / Inf code?
+  auto chunk_flags = [&](const std::vector<uint8_t>& special, int64_t rows) {
+    std::vector<uint8_t> f(static_cast<size_t>(rows * chunks), 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < K; ++k) f[r * chunks + k / step] |= special[r * K + k];
+    return f;
+  };
+  const int mant_bits = tc_mantissa_bits(tx) + tc_mantissa_bits(tw);
+  if (bf16) {
+    const auto sx = split_codes<int16_t>(reinterpret_cast<const uint16_t*>(x), M * K, 2);
+    const auto sw = split_codes<int16_t>(reinterpret_cast<const uint16_t*>(w), N * K, 2);
+    const std::vector<uint8_t> fx = chunk_flags(sx.special, M), fw = chunk_flags(sw.special, N);
+    const RowArgs<int16_t> args{x,  w,  xs, ws, &sx, &sw, fx.data(), fw.data(), N, K, chunks, kb, interval,
+                                tx, tw, mant_bits, cfg.scaling, ar};
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t i = 0; i < M; ++i) bf16_row(args, i, y + i * N);
+    return;
+  }
+  const auto sx = split_codes<int8_t>(x, M * K, tx), sw = split_codes<int8_t>(w, N * K, tw);
+  const std::vector<uint8_t> fx = chunk_flags(sx.special, M), fw = chunk_flags(sw.special, N);
+  const RowArgs<int8_t> args{x,  w,  xs, ws, &sx, &sw, fx.data(), fw.data(), N, K, chunks, kb, interval,
+                             tx, tw, mant_bits, cfg.scaling, ar};
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < M; ++i) fp8_row(args, i, y + i * N);
+}
+
+}  // namespace fp8sim::gemm
