@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
 
 #include "gpu/bench/bench_gpu.hpp"
 #include "gpu/common/buffer.hpp"
@@ -171,12 +170,18 @@ class CudaBackend final : public Backend {
     if (r.search > 0) {
       plan = lt().plan(GemmShape{M, N, K}, cfg, a, s, 8, 3, r.search);
     } else if (r.no_split_k) {
-      // The heuristic's candidates in its order; the first that keeps K in one piece.
+      // The heuristic's candidates in its order, then the search's (which never split K): the first
+      // that keeps K in one piece and runs. Without one, the heuristic's first.
       const std::vector<GemmCandidate> cands = lt().enumerate(GemmShape{M, N, K}, cfg, a, 8);
-      const auto it = std::find_if(cands.begin(), cands.end(),
-                                   [](const GemmCandidate& c) { return c.heuristic_rank >= 0 && c.info.splitk <= 1; });
-      plan = it != cands.end() ? lt().plan_for(GemmShape{M, N, K}, cfg, a, *it)
-                               : lt().plan(GemmShape{M, N, K}, cfg, a, s, 1, 0);
+      bool found = false;
+      for (const bool heuristic : {true, false}) {
+        for (const GemmCandidate& c : cands) {
+          if (found || (c.heuristic_rank >= 0) != heuristic || c.info.splitk > 1 || !c.excluded.empty()) continue;
+          plan = lt().plan_for(GemmShape{M, N, K}, cfg, a, c);
+          found = plan.supported();
+        }
+      }
+      if (!found) plan = lt().plan(GemmShape{M, N, K}, cfg, a, s, 1, 0);
     } else {
       plan = lt().plan(GemmShape{M, N, K}, cfg, a, s, 1, 0);
     }

@@ -36,8 +36,9 @@ struct GemmRequest {
   int scaling = 1;  // 0 none (bf16), 1 tensor, 2 row, 3 block (1x128 x 128x128), 4 block (1x128 x 1x128)
   bool fast_accum = false;
   int search = 0;  // > 0: time the heuristic's candidates and up to `search` more configurations (bench's selection)
-  // The heuristic's first candidate that does not split K (what the tensor-core model reproduces
-  // bit for bit, sim/gemm/tc_gemm.hpp), instead of its first; ignored with search > 0.
+  // The heuristic's first candidate that does not split K, else the search's first (the tensor-core
+  // model reproduces those bit for bit, sim/gemm/tc_gemm.hpp), instead of the heuristic's first;
+  // ignored with search > 0.
   bool no_split_k = false;
   std::vector<uint8_t> x_codes, w_codes;  // FP8: row-major codes
   std::vector<uint16_t> x_bf16, w_bf16;   // BF16: row-major bits
