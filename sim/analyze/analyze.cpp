@@ -9,6 +9,7 @@
 
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
+#include "sim/gemm/tc_gemm.hpp"
 #include "sim/metrics/error_stats.hpp"
 #include "sim/quant/quantize.hpp"
 #include "sim/quant/quantize_report.hpp"
@@ -71,13 +72,94 @@ QuantizeOptions quant_options(const QuantSpec& spec, const float* x, size_t n, s
   return o;
 }
 
-std::vector<float> dequantized_operand(const TensorInfo& t, const TensorData& d, const std::vector<float>& x,
-                                       const std::optional<QuantSpec>& spec, int threads) {
-  if (!spec) return x;
+// A GEMM operand under its rule: the quantized tensor (none without a rule) and the values the
+// ideal product multiplies (dequantized, or the reference values).
+struct Operand {
+  std::optional<QuantizedTensor> q;
+  std::vector<float> values;
+};
+Operand quantized_operand(const TensorInfo& t, const TensorData& d, const std::vector<float>& x,
+                          const std::optional<QuantSpec>& spec, int threads) {
+  if (!spec) return {std::nullopt, x};
   std::optional<DelayedScaler> scaler;
   const QuantizeOptions o = quant_options(*spec, x.data(), x.size(), scaler, threads);
-  const QuantizedTensor q = quantize_any(raw(d), input_dtype(d.dtype), t.shape, *spec, o);
-  return dequantize(q, threads);
+  Operand op;
+  op.q = quantize_any(raw(d), input_dtype(d.dtype), t.shape, *spec, o);
+  op.values = dequantize(*op.q, threads);
+  return op;
+}
+
+// The cuBLASLt scaling (tc_gemm.hpp's code) that takes these two operands' scales, or why none does.
+int tensor_core_scaling(const std::optional<QuantizedTensor>& x, const std::optional<QuantizedTensor>& w,
+                        std::string& why) {
+  if (!x || !w) {
+    why = "an operand is not quantized";
+    return -1;
+  }
+  for (const QuantSpec* s : {&x->spec, &w->spec}) {
+    if (!is_fp8(s->format) || s->has_expand() || s->rht != 0 || s->scale == ScaleMode::None) {
+      why = fmt::format("no tensor-core GEMM takes '{}' operands (FP8 codes with plain scales only)", s->to_string());
+      return -1;
+    }
+  }
+  using G = Granularity;
+  const G gx = x->spec.granularity, gw = w->spec.granularity;
+  const bool x_vec = gx == G::Tensor || gx == G::Row, w_vec = gw == G::Tensor || gw == G::Row;
+  if (x_vec && w_vec) return gx == G::Tensor && gw == G::Tensor ? 1 : 2;
+  const bool x_g128 = gx == G::Group && x->spec.group_size == 128;
+  if (x_g128 && gw == G::Block && w->spec.block_rows == 128 && w->spec.block_cols == 128) return 3;
+  if (x_g128 && gw == G::Group && w->spec.group_size == 128) return 4;
+  why = fmt::format("no sm_90 GEMM takes '{}' x '{}' scales (cuBLASLt: per-tensor, row-wise, 1x128 x 128x128, "
+                    "1x128 x 1x128)",
+                    x->spec.to_string(), w->spec.to_string());
+  return -1;
+}
+
+// Y's rows `rows` (an evenly spaced sample) as the tensor cores compute them, against the
+// reference product Yr (M, N), with the ideal product Yq of the same rows beside.
+TensorCoreErrors tensor_core_errors(const QuantizedTensor& x, const QuantizedTensor& w, int scaling, const float* yr,
+                                    const float* yq, int64_t m, int64_t n, int64_t k, int64_t rows, int threads) {
+  TensorCoreErrors t;
+  t.modelled = true;
+  t.rows = rows;
+  std::vector<int64_t> idx(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) idx[r] = r * m / rows;
+  const int64_t kb = (k + 127) / 128;
+  // Codes and scales of the sampled rows, in tc_gemm's layouts.
+  std::vector<uint8_t> xc(static_cast<size_t>(rows * k));
+  std::vector<float> xs, ws = w.scales;
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy_n(&x.codes[static_cast<size_t>(idx[r] * k)], k, &xc[static_cast<size_t>(r * k)]);
+  if (scaling == 1) {
+    xs = {x.scales[0]};
+  } else if (scaling == 2) {
+    for (int64_t r = 0; r < rows; ++r) xs.push_back(x.spec.granularity == Granularity::Tensor ? x.scales[0] : x.scales[idx[r]]);
+    if (w.spec.granularity == Granularity::Tensor) ws.assign(static_cast<size_t>(n), w.scales[0]);
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < kb; ++b) xs.push_back(x.scales[static_cast<size_t>(idx[r] * kb + b)]);
+  }
+  std::vector<float> ref(static_cast<size_t>(rows * n)), ideal(ref.size()), y(ref.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    std::copy_n(yr + idx[r] * n, n, &ref[static_cast<size_t>(r * n)]);
+    std::copy_n(yq + idx[r] * n, n, &ideal[static_cast<size_t>(r * n)]);
+  }
+  gemm::TcGemmConfig cfg;
+  cfg.x_format = x.spec.format;
+  cfg.w_format = w.spec.format;
+  cfg.scaling = scaling;
+  t.config = cfg.describe();
+  t.ideal = compute_error_stats(ref.data(), ideal.data(), ref.size(), threads);
+  gemm::tc_gemm(xc.data(), w.codes.data(), xs.data(), ws.data(), y.data(), rows, n, k, cfg);
+  t.promote = compute_error_stats(ref.data(), y.data(), ref.size(), threads);
+  t.promote_vs_ideal = compute_error_stats(ideal.data(), y.data(), ref.size(), threads);
+  if (scaling <= 2) {
+    cfg.fast_accum = true;
+    gemm::tc_gemm(xc.data(), w.codes.data(), xs.data(), ws.data(), y.data(), rows, n, k, cfg);
+    t.fast = compute_error_stats(ref.data(), y.data(), ref.size(), threads);
+    t.fast_vs_ideal = compute_error_stats(ideal.data(), y.data(), ref.size(), threads);
+  }
+  return t;
 }
 
 // Appends the ErrorStats keys to `j`. (The Json is held in a local: iterating over a member of a
@@ -279,7 +361,8 @@ std::vector<LayerGemms> gemm_errors(const trace::TraceReader& r, const trace::St
     const std::vector<float> x_ref = xd.widened();
     const recipe::QuantRule* xrule = rec.match(xt.role, xt.op, modules_of(xt));
     const std::optional<QuantSpec> xspec = xrule ? xrule->spec : std::nullopt;
-    const std::vector<float> x_q = dequantized_operand(xt, xd, x_ref, xspec, opts.threads);
+    const Operand xop = quantized_operand(xt, xd, x_ref, xspec, opts.threads);
+    const std::vector<float>& x_q = xop.values;
     const int64_t m = xt.rows(), k = xt.cols();
     for (const std::string& mod : xt.modules) {
       auto it = weight_of.find(mod);
@@ -299,7 +382,8 @@ std::vector<LayerGemms> gemm_errors(const trace::TraceReader& r, const trace::St
       // the LM head is quantized as the LM head's weight).
       const recipe::QuantRule* wrule = rec.match(Role::Weight, "linear", {mod});
       const std::optional<QuantSpec> wspec = wrule ? wrule->spec : std::nullopt;
-      const std::vector<float> w_q = dequantized_operand(wt, wd, w_ref, wspec, opts.threads);
+      const Operand wop = quantized_operand(wt, wd, w_ref, wspec, opts.threads);
+      const std::vector<float>& w_q = wop.values;
       const int64_t n = wt.rows();
       using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
       const Eigen::Map<const RowMat> Xr(x_ref.data(), m, k), Xq(x_q.data(), m, k);  // (M, K)
@@ -307,10 +391,34 @@ std::vector<LayerGemms> gemm_errors(const trace::TraceReader& r, const trace::St
       const RowMat Yr = Xr * Wr.transpose();                                        // (M, N)
       const RowMat Yq = Xq * Wq.transpose();
       const ErrorStats ys = compute_error_stats(Yr.data(), Yq.data(), static_cast<size_t>(m * n), opts.threads);
+      TensorCoreErrors tc;
+      if (opts.tensor_core_rows >= 0) {
+        const int scaling = tensor_core_scaling(xop.q, wop.q, tc.why);
+        const int64_t rows = opts.tensor_core_rows == 0 ? m : std::min(m, opts.tensor_core_rows);
+        if (scaling > 0)
+          tc = tensor_core_errors(*xop.q, *wop.q, scaling, Yr.data(), Yq.data(), m, n, k, rows, opts.threads);
+      } else {
+        tc.why = "not asked for";
+      }
       LayerGemms& l = per_layer[xt.layer];
       l.layer = xt.layer;
       if (l.gemms.empty()) l.stats = ys;
       else l.stats.merge(ys);
+      if (tc.modelled) {
+        auto merge = [](ErrorStats& into, const ErrorStats& s, bool first) {
+          if (first) into = s;
+          else into.merge(s);
+        };
+        merge(l.tc_ideal, tc.ideal, l.tc_gemms == 0);
+        merge(l.tc_promote, tc.promote, l.tc_gemms == 0);
+        merge(l.tc_promote_vs_ideal, tc.promote_vs_ideal, l.tc_gemms == 0);
+        ++l.tc_gemms;
+        if (tc.fast) {
+          merge(l.tc_fast, *tc.fast, l.tc_fast_gemms == 0);
+          merge(l.tc_fast_vs_ideal, *tc.fast_vs_ideal, l.tc_fast_gemms == 0);
+          ++l.tc_fast_gemms;
+        }
+      }
       l.gemms.push_back({.module = mod,
                          .input = xt.name,
                          .weight = wt.name,
@@ -319,7 +427,8 @@ std::vector<LayerGemms> gemm_errors(const trace::TraceReader& r, const trace::St
                          .k = k,
                          .spec_input = spec_text(xspec),
                          .spec_weight = spec_text(wspec),
-                         .stats = ys});
+                         .stats = ys,
+                         .tensor_core = std::move(tc)});
     }
   }
   std::vector<LayerGemms> layers;
@@ -398,7 +507,27 @@ Json GemmRecord::to_json() const {
   g["spec_input"] = spec_input;
   g["spec_weight"] = spec_weight;
   copy_stats(g, stats);
+  g["tensor_core"] = tensor_core.to_json();
   return g;
+}
+
+Json TensorCoreErrors::to_json() const {
+  Json j = Json::object();
+  j["modelled"] = modelled;
+  if (!modelled) {
+    j["why"] = why;
+    return j;
+  }
+  j["config"] = config;
+  j["rows"] = rows;
+  j["ideal"] = ideal.to_json();
+  j["promote"] = promote.to_json();
+  j["promote_vs_ideal"] = promote_vs_ideal.to_json();
+  if (fast) {
+    j["fast"] = fast->to_json();
+    j["fast_vs_ideal"] = fast_vs_ideal->to_json();
+  }
+  return j;
 }
 
 Json LayerGemms::to_json() const {
@@ -406,6 +535,19 @@ Json LayerGemms::to_json() const {
   l["layer"] = layer;
   copy_stats(l, stats);
   l["gemms"] = json_array(gemms);
+  if (tc_gemms > 0) {
+    Json tc = Json::object();
+    tc["gemms"] = tc_gemms;
+    tc["ideal"] = tc_ideal.to_json();
+    tc["promote"] = tc_promote.to_json();
+    tc["promote_vs_ideal"] = tc_promote_vs_ideal.to_json();
+    if (tc_fast_gemms > 0) {
+      tc["fast_gemms"] = tc_fast_gemms;
+      tc["fast"] = tc_fast.to_json();
+      tc["fast_vs_ideal"] = tc_fast_vs_ideal.to_json();
+    }
+    l["tensor_core"] = tc;
+  }
   return l;
 }
 

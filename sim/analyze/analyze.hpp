@@ -27,7 +27,13 @@
 //                   ErrorStats keys merged over the quantized tensors}]},
 //    "layers": [{"layer", + ErrorStats keys merged over the layer's GEMMs, "gemms": [{"module",
 //                "input", "weight", "m", "n", "k", "spec_input", "spec_weight", + ErrorStats
-//                keys of Y}]}],
+//                keys of Y, "tensor_core": {"modelled", with it "config", "rows" (rows of Y it
+//                computed), "ideal" / "promote" / "fast" {ErrorStats keys of those rows: the ideal
+//                fp32 product, the tensor cores promoting to fp32 every 128 of K, and never
+//                (per-tensor and row scales only)}, "promote_vs_ideal" / "fast_vs_ideal" (the
+//                same against the ideal product: the accumulation's own error), without it
+//                "why"}}], with "tensor_core" {"gemms", "ideal", "promote", "promote_vs_ideal",
+//                "fast_gemms", "fast", "fast_vs_ideal"} merged over the layer's modelled GEMMs}],
 //    "nonfinite_tensors": [names with NaN/Inf], "unmatched_tensors": [names no rule matched],
 //    "skipped_gemms": [{"input", "module", "why"}],
 //    "totals": {"tensors", "quantized_tensors", "elements", "stored_bytes", "recipe_bytes"}}
@@ -45,6 +51,9 @@ namespace fp8sim::analyze {
 struct AnalyzeOptions {
   std::optional<int64_t> step;  // default: the step holding the most tensors (the full snapshot)
   bool gemm = true;             // per-layer GEMM output error
+  // Rows of each GEMM's output the tensor-core model (sim/gemm/tc_gemm.hpp) computes, evenly
+  // spaced (0: every row; -1: no tensor-core model).
+  int64_t tensor_core_rows = 256;
   bool histograms = false;      // keep the per-tensor scaled-magnitude histograms
   bool progress = true;         // progress bar on stderr (when it is a terminal)
   int threads = 0;              // 0: OpenMP default
@@ -100,11 +109,28 @@ struct Aggregates {
 };
 
 // The forward GEMM of one linear module: Y = X W^T against its quantized operands.
+// The GEMM as Hopper's tensor cores compute it (cuBLASLt's FP8 GEMM, sim/gemm/tc_gemm.hpp), on a
+// sample of Y's rows, beside the ideal fp32 product of the same rows.
+struct TensorCoreErrors {
+  bool modelled = false;
+  std::string why;     // not modelled: which operand's scaling no sm_90 GEMM takes
+  std::string config;  // modelled: tc_gemm's configuration (its promoted form)
+  int64_t rows = 0;    // rows of Y computed
+  ErrorStats ideal, promote;
+  std::optional<ErrorStats> fast;  // per-tensor and row scales: fast accumulation (no promotion)
+  // The accumulation's own error: the tensor cores' Y against the ideal fp32 product of the same
+  // quantized operands.
+  ErrorStats promote_vs_ideal;
+  std::optional<ErrorStats> fast_vs_ideal;
+  Json to_json() const;
+};
+
 struct GemmRecord {
   std::string module, input, weight;
   int64_t m = 0, n = 0, k = 0;
   std::string spec_input, spec_weight;  // "none" for an unquantized operand
   ErrorStats stats;                     // of Y
+  TensorCoreErrors tensor_core;
   Json to_json() const;
 };
 
@@ -112,6 +138,9 @@ struct LayerGemms {
   int64_t layer = -1;
   ErrorStats stats;  // merged over the layer's GEMMs
   std::vector<GemmRecord> gemms;
+  // Merged over the layer's modelled GEMMs (count: how many); fast over those that have it.
+  int64_t tc_gemms = 0, tc_fast_gemms = 0;
+  ErrorStats tc_ideal, tc_promote, tc_fast, tc_promote_vs_ideal, tc_fast_vs_ideal;
   Json to_json() const;
 };
 
@@ -158,6 +187,10 @@ struct Table {
 };
 Table op_table(const AnalyzeResult& analysis);
 Table layer_gemm_table(const AnalyzeResult& analysis);
+// Per layer: the GEMMs as Hopper's tensor cores compute them (TensorCoreErrors), beside the ideal.
+Table tensor_core_table(const AnalyzeResult& analysis);
+// Why no GEMM was modelled (empty when some was).
+std::string tensor_core_absent(const AnalyzeResult& analysis);
 Table tensor_table(const AnalyzeResult& analysis);
 // The --md document: recipe, the three tables, and the warnings (NaN/Inf, unmatched, skipped).
 std::string analysis_markdown(const AnalyzeResult& analysis);

@@ -66,6 +66,33 @@ Table layer_gemm_table(const AnalyzeResult& a) {
   return t;
 }
 
+Table tensor_core_table(const AnalyzeResult& a) {
+  Table t{{"layer", "GEMMs", "rows", "nmse ideal", "nmse TC promote 128", "nmse TC fast", "accum nmse promote",
+           "accum nmse fast"},
+          {}};
+  for (const LayerGemms& l : a.layers) {
+    if (l.tc_gemms == 0) continue;
+    int64_t rows = 0;
+    for (const GemmRecord& g : l.gemms) rows = std::max(rows, g.tensor_core.rows);
+    const double ideal = l.tc_ideal.nmse();
+    const bool fast = l.tc_fast_gemms > 0;
+    t.rows.push_back({l.layer < 0 ? std::string("outside") : fmt::format("{}", l.layer),
+                      fmt::format("{} of {}", l.tc_gemms, l.gemms.size()), fmt::format("{}", rows), g4(ideal),
+                      g4(l.tc_promote.nmse()), fast ? g4(l.tc_fast.nmse()) : "-", g4(l.tc_promote_vs_ideal.nmse()),
+                      fast ? g4(l.tc_fast_vs_ideal.nmse()) : "-"});
+  }
+  return t;
+}
+
+// Why no GEMM of the step was modelled (the first GEMM's reason), or empty.
+std::string tensor_core_absent(const AnalyzeResult& a) {
+  for (const LayerGemms& l : a.layers)
+    if (l.tc_gemms > 0) return "";
+  for (const LayerGemms& l : a.layers)
+    for (const GemmRecord& g : l.gemms) return g.tensor_core.why;
+  return "";
+}
+
 Table tensor_table(const AnalyzeResult& a) {
   Table t{{"tensor", "role", "op", "layer", "dtype", "spec", "nmse", "snr_db", "underflow", "saturated", "NaN/Inf"},
           {}};
@@ -100,6 +127,17 @@ std::string analysis_markdown(const AnalyzeResult& a) {
         "\n## Forward GEMM output error per layer (COAT Figure 4(a))\n\nY = X W^T in fp32 with both operands "
         "quantized by the recipe, against the unquantized product.\n\n";
     md_table(out, layer_gemm_table(a));
+    out +=
+        "\n## The same GEMMs on Hopper's tensor cores\n\nY as cuBLASLt computes it on sm_90 (the tensor-core "
+        "model: each 32-product step keeps 13 bits below its largest term and truncates its result to 13 "
+        "fraction bits; promote 128 = the partial sum moves to fp32 every 128 of K, as cuBLASLt's default and "
+        "block-scaled GEMMs do; fast = never, cuBLASLt's fast accumulation), against the unquantized product, "
+        "on `rows` evenly spaced rows of Y; `nmse ideal` is the fp32 product of the same rows; `accum nmse` is "
+        "the tensor cores' Y against that ideal product (the accumulation's own error, relative to the ideal "
+        "product's energy).\n\n";
+    const Table tc = tensor_core_table(a);
+    if (tc.rows.empty()) out += "Not modelled: " + tensor_core_absent(a) + ".\n";
+    else md_table(out, tc);
   }
   out += "\n## Tensors\n\n";
   md_table(out, tensor_table(a));

@@ -43,7 +43,10 @@ int run_analyze(const std::vector<std::string>& args) {
       "step", po::value(&step), "captured step to analyze (default: the one with the most tensors)")(
       "json", po::value(&json_out), "write the full analysis (every tensor, every GEMM) as JSON (- : stdout)")(
       "md", po::value(&md_out), "write a Markdown report (- : stdout)")("tensors", "also print the per-tensor table")(
-      "no-gemm", "skip the per-layer GEMM output error")("histograms",
+      "no-gemm", "skip the per-layer GEMM output error")(
+      "tensor-core-rows", po::value<int64_t>()->default_value(256),
+      "rows of each GEMM output that the Hopper tensor-core model computes, evenly spaced (0: all; -1: skip "
+      "the model)")("histograms",
                                                          "keep the per-tensor scaled-magnitude histograms in the JSON")(
       "strict", "exit 1 when any tensor holds NaN or Inf (they are always counted and reported)")(
       "threads", po::value(&threads)->default_value(0), "OpenMP threads (0: default)")(
@@ -80,6 +83,8 @@ int run_analyze(const std::vector<std::string>& args) {
   analyze::AnalyzeOptions o;
   if (vm.count("step")) o.step = step;
   o.gemm = vm.count("no-gemm") == 0;
+  o.tensor_core_rows = vm["tensor-core-rows"].as<int64_t>();
+  if (o.tensor_core_rows < -1) throw UsageError("--tensor-core-rows must be -1 (skip), 0 (all rows) or positive");
   o.histograms = vm.count("histograms") > 0;
   o.threads = threads;
   const recipe::TrainingRecipe& rec = recipe::get(recipe_arg);
@@ -100,6 +105,17 @@ int run_analyze(const std::vector<std::string>& args) {
     fmt::print("\nforward GEMM output error per layer (Y = X W^T, both operands quantized vs unquantized, fp32)\n");
     const analyze::Table lt = analyze::layer_gemm_table(a);
     cli::print_table(lt.header, lt.rows);
+    if (o.tensor_core_rows >= 0) {
+      const analyze::Table tc = analyze::tensor_core_table(a);
+      if (tc.rows.empty()) {
+        fmt::print("\non Hopper's tensor cores: not modelled: {}\n", analyze::tensor_core_absent(a));
+      } else {
+        fmt::print(
+            "\nthe same GEMMs on Hopper's tensor cores (cuBLASLt on sm_90: promote 128 = fp32 every 128 of K, fast = "
+            "never), on sampled rows of Y\n");
+        cli::print_table(tc.header, tc.rows);
+      }
+    }
   }
   if (vm.count("tensors")) {
     fmt::print("\n");
