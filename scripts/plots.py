@@ -8,6 +8,9 @@ were computed; it only draws them.
 
 usage: plots.py PLOT_DATA.json OUT_DIR [--manifest MANIFEST.json] [--only NAME ...]
 
+PLOT_DATA.json may also be a command's whole JSON document with a `plot_data` key
+(`fp8sim accum --json`).
+
 Exit status: 0 every plot drawn; 3 matplotlib (or numpy) cannot be imported (nothing drawn;
 the reason is the last line on stderr); 4 some plots failed (the manifest says which and why);
 2 bad usage or unreadable input. Progress goes to stdout as "plot I/N NAME" lines.
@@ -287,6 +290,31 @@ def plot_table(plt, spec, path):
     plt.close(fig)
 
 
+def plot_accum(plt, spec, path):
+    """`fp8sim accum`: relative error of the tensor cores' accumulation against K, one panel per data kind."""
+    ks = spec["ks"]
+    kinds = list(spec["data"].items())
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.6 * len(kinds), 4.2), squeeze=False)
+    palette = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
+    for ax, (kind, series) in zip(axes.flat, kinds):
+        for i, s in enumerate(series):
+            ys = [v if finite(v) and v > 0 else float("nan") for v in s["rel_l2"]]
+            dashed = not s["config"].startswith("tc ")
+            ax.plot(ks, ys, marker="o", ms=3.5, lw=1.4, ls="--" if dashed else "-", color=palette[i % len(palette)],
+                    label=s["config"])
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("K")
+        ax.set_title(f"{kind} operands", fontsize=10)
+        ax.grid(alpha=0.3, which="both")
+    axes.flat[0].set_ylabel("||Y - Y_exact|| / ||Y_exact||")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle("Accumulation error of FP8 GEMMs on Hopper's tensor cores (per-tensor E4M3 operands)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 DRAWERS = {
     "histograms": plot_histograms,
     "table1": plot_table1,
@@ -295,6 +323,7 @@ DRAWERS = {
     "memory": plot_memory,
     "speed": plot_speed,
     "compare": plot_table,
+    "accum": plot_accum,
 }
 
 
@@ -319,6 +348,8 @@ def main(argv):
     except Exception as e:  # ImportError, or a broken install
         print(f"matplotlib is not available to {sys.executable}: {type(e).__name__}: {e}", file=sys.stderr)
         return EXIT_NO_MATPLOTLIB
+    if isinstance(data.get("plot_data"), dict):  # a command's whole document (fp8sim accum --json)
+        data = data["plot_data"]
     plt.rcParams.update({"font.size": 9, "figure.facecolor": "white", "svg.hashsalt": "fp8sim"})
     colours = data.get("recipe_colours")
     if isinstance(colours, dict):

@@ -16,6 +16,7 @@
 #include "sim/common/io.hpp"
 #include "sim/compare/compare.hpp"
 #include "sim/formats/fp8.hpp"
+#include "sim/gemm/tc_gemm.hpp"
 #include "sim/optim/adamw.hpp"
 #include "tests/support/test_util.hpp"
 #ifdef FP8SIM_HAVE_CUDA
@@ -451,30 +452,22 @@ class CpuAsGpu final : public gpu::Backend {
     if (corrupt_adamw) p[0] = std::nextafter(p[0], 1e30f);
   }
   // Y from the request's codes and scales, in double, with the scale layouts written out again.
+  // What the GPU computes: the tensor-core model of cuBLASLt's GEMMs (sim/gemm/tc_gemm.hpp).
   gpu::GemmOutcome gemm(const gpu::GemmRequest& r) override {
     gpu::GemmOutcome out;
     out.supported = true;
     out.y.assign(static_cast<size_t>(r.m * r.n), 0.0f);
-    const int64_t kb = (r.k + 127) / 128;
-    auto xv = [&](int64_t i, int64_t k) -> double {
-      if (r.scaling == 0) return bf16_to_f32(r.x_bf16[i * r.k + k]);
-      const double d = decode_fp8(r.x_codes[i * r.k + k], r.x_format == Format::E4M3 ? 0 : 1);
-      const double s = r.scaling == 1 ? r.x_scales[0] : (r.scaling == 2 ? r.x_scales[i] : r.x_scales[i * kb + k / 128]);
-      return d * s;
-    };
-    auto wv = [&](int64_t j, int64_t k) -> double {
-      if (r.scaling == 0) return bf16_to_f32(r.w_bf16[j * r.k + k]);
-      const double d = decode_fp8(r.w_codes[j * r.k + k], r.w_format == Format::E4M3 ? 0 : 1);
-      const double s =
-          r.scaling == 1 ? r.w_scales[0] : (r.scaling == 2 ? r.w_scales[j] : r.w_scales[(j / 128) * kb + k / 128]);
-      return d * (corrupt_gemm ? 2.0 * s : s);
-    };
-    for (int64_t i = 0; i < r.m; ++i)
-      for (int64_t j = 0; j < r.n; ++j) {
-        double acc = 0;
-        for (int64_t k = 0; k < r.k; ++k) acc += xv(i, k) * wv(j, k);
-        out.y[static_cast<size_t>(i * r.n + j)] = static_cast<float>(acc);
-      }
+    gemm::TcGemmConfig c;
+    c.x_format = r.x_format;
+    c.w_format = r.w_format;
+    c.scaling = r.scaling;
+    c.fast_accum = r.fast_accum;
+    std::vector<float> ws = r.w_scales;
+    if (corrupt_gemm)
+      for (auto& v : ws) v *= 2.0f;
+    const auto* x = r.scaling == 0 ? reinterpret_cast<const uint8_t*>(r.x_bf16.data()) : r.x_codes.data();
+    const auto* w = r.scaling == 0 ? reinterpret_cast<const uint8_t*>(r.w_bf16.data()) : r.w_codes.data();
+    gemm::tc_gemm(x, w, r.x_scales.data(), ws.data(), out.y.data(), r.m, r.n, r.k, c);
     return out;
   }
 };

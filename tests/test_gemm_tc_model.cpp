@@ -168,3 +168,69 @@ TEST(TensorCoreGemm, FastStepEqualsTheGeneralStep) {
 
 }  // namespace
 }  // namespace fp8sim::gemm
+
+#include "sim/common/json.hpp"
+#include "sim/gemm/tc_study.hpp"
+#include "tests/support/test_util.hpp"
+
+namespace fp8sim::gemm {
+namespace {
+
+// The study's conclusions that the model implies and the H200 confirmed (tests/test_gemm_tc_gpu.cpp):
+// with same-sign products, fast accumulation's truncation bias grows with K while promotion every
+// 128 keeps the error flat; every tensor-core series stays far above an fp32 FMA chain.
+TEST(AccumStudy, FastAccumulationBiasGrowsWithKAndPromotionStopsIt) {
+  AccumStudyOptions o;
+  o.ks = {256, 4096};
+  o.intervals = {128, 0};
+  o.data = {"positive"};
+  o.m = o.n = 16;
+  const AccumStudy st = run_accum_study(o);
+  ASSERT_EQ(st.results.size(), 1u);
+  const auto& s = st.results[0].second;  // promote 128, fast, fp32 fma, bf16 tc
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s[0].config, "tc promote 128");
+  EXPECT_EQ(s[1].config, "tc fast");
+  EXPECT_GT(s[1].rel_l2[1], 0.01);                       // > 1 % at K = 4096
+  EXPECT_GT(s[1].rel_l2[1], 8 * s[1].rel_l2[0]);         // grows with K
+  EXPECT_LT(s[0].rel_l2[1], 2 * s[0].rel_l2[0] + 1e-9);  // flat with promotion
+  EXPECT_LT(s[0].rel_l2[1], 0.002);
+  EXPECT_LT(s[2].rel_l2[1], 1e-5);  // fp32 fma
+  EXPECT_GT(s[0].rel_l2[1], 10 * s[2].rel_l2[1]);
+}
+
+std::string read_text(const std::string& path) {
+  const std::vector<uint8_t> b = test::read_file_bytes(path);
+  return std::string(b.begin(), b.end());
+}
+
+TEST(AccumCli, BadInputIsAUsageError) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"accum", "--data", "uniform"},
+                                               {"accum", "--promote", "33"},
+                                               {"accum", "--k", "0"},
+                                               {"accum", "--k", "12x"},
+                                               {"accum", "--m", "0"}}) {
+    const test::CommandResult r = test::run_fp8sim(args);
+    EXPECT_EQ(r.exit_code, 2) << args[1] << " " << args[2] << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+TEST(AccumCli, WritesTheStudyAndItsPlotData) {
+  const std::string dir = test::temp_dir();
+  const test::CommandResult r =
+      test::run_fp8sim({"accum", "--k", "64,128", "--promote", "32,never", "--data", "normal", "--m", "8", "--n", "8",
+                        "--json", dir + "/a.json", "--md", dir + "/a.md"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(read_text(dir + "/a.json"));
+  EXPECT_EQ(j.at("ks").size(), 2u);
+  const Json& series = j.at("data").at("normal");
+  ASSERT_EQ(series.size(), 4u);  // promote 32, fast, fp32 fma, bf16 tc
+  EXPECT_EQ(series.as_array()[1].at("config").as_string(), "tc fast");
+  EXPECT_EQ(j.at("plot_data").at("accum").at("file").as_string(), "accum.png");
+  EXPECT_NE(read_text(dir + "/a.md").find("| 128 |"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fp8sim::gemm

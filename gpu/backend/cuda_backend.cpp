@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-
 #include "gpu/bench/bench_gpu.hpp"
 #include "gpu/common/buffer.hpp"
 #include "gpu/common/device.hpp"

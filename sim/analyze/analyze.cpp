@@ -91,11 +91,14 @@ Operand quantized_operand(const TensorInfo& t, const TensorData& d, const std::v
 
 // The cuBLASLt scaling (tc_gemm.hpp's code) that takes these two operands' scales, or why none does.
 int tensor_core_scaling(const std::optional<QuantizedTensor>& x, const std::optional<QuantizedTensor>& w,
-                        std::string& why) {
+                        std::string& why) {  // -1: none
   if (!x || !w) {
     why = "an operand is not quantized";
     return -1;
   }
+  if (x->spec.format == Format::BF16 && x->spec.is_passthrough() && w->spec.format == Format::BF16 &&
+      w->spec.is_passthrough())
+    return 0;  // BF16 tensor cores
   for (const QuantSpec* s : {&x->spec, &w->spec}) {
     if (!is_fp8(s->format) || s->has_expand() || s->rht != 0 || s->scale == ScaleMode::None) {
       why = fmt::format("no tensor-core GEMM takes '{}' operands (FP8 codes with plain scales only)", s->to_string());
@@ -109,9 +112,10 @@ int tensor_core_scaling(const std::optional<QuantizedTensor>& x, const std::opti
   const bool x_g128 = gx == G::Group && x->spec.group_size == 128;
   if (x_g128 && gw == G::Block && w->spec.block_rows == 128 && w->spec.block_cols == 128) return 3;
   if (x_g128 && gw == G::Group && w->spec.group_size == 128) return 4;
-  why = fmt::format("no sm_90 GEMM takes '{}' x '{}' scales (cuBLASLt: per-tensor, row-wise, 1x128 x 128x128, "
-                    "1x128 x 1x128)",
-                    x->spec.to_string(), w->spec.to_string());
+  why = fmt::format(
+      "no sm_90 GEMM takes '{}' x '{}' scales (cuBLASLt: per-tensor, row-wise, 1x128 x 128x128, "
+      "1x128 x 1x128)",
+      x->spec.to_string(), w->spec.to_string());
   return -1;
 }
 
@@ -126,14 +130,18 @@ TensorCoreErrors tensor_core_errors(const QuantizedTensor& x, const QuantizedTen
   for (int64_t r = 0; r < rows; ++r) idx[r] = r * m / rows;
   const int64_t kb = (k + 127) / 128;
   // Codes and scales of the sampled rows, in tc_gemm's layouts.
-  std::vector<uint8_t> xc(static_cast<size_t>(rows * k));
+  const int64_t eb = scaling == 0 ? 2 : 1;  // bytes per code
+  std::vector<uint8_t> xc(static_cast<size_t>(rows * k * eb));
   std::vector<float> xs, ws = w.scales;
   for (int64_t r = 0; r < rows; ++r)
-    std::copy_n(&x.codes[static_cast<size_t>(idx[r] * k)], k, &xc[static_cast<size_t>(r * k)]);
-  if (scaling == 1) {
+    std::copy_n(&x.codes[static_cast<size_t>(idx[r] * k * eb)], k * eb, &xc[static_cast<size_t>(r * k * eb)]);
+  if (scaling == 0) {
+    ws.clear();
+  } else if (scaling == 1) {
     xs = {x.scales[0]};
   } else if (scaling == 2) {
-    for (int64_t r = 0; r < rows; ++r) xs.push_back(x.spec.granularity == Granularity::Tensor ? x.scales[0] : x.scales[idx[r]]);
+    for (int64_t r = 0; r < rows; ++r)
+      xs.push_back(x.spec.granularity == Granularity::Tensor ? x.scales[0] : x.scales[idx[r]]);
     if (w.spec.granularity == Granularity::Tensor) ws.assign(static_cast<size_t>(n), w.scales[0]);
   } else {
     for (int64_t r = 0; r < rows; ++r)
@@ -153,7 +161,7 @@ TensorCoreErrors tensor_core_errors(const QuantizedTensor& x, const QuantizedTen
   gemm::tc_gemm(xc.data(), w.codes.data(), xs.data(), ws.data(), y.data(), rows, n, k, cfg);
   t.promote = compute_error_stats(ref.data(), y.data(), ref.size(), threads);
   t.promote_vs_ideal = compute_error_stats(ideal.data(), y.data(), ref.size(), threads);
-  if (scaling <= 2) {
+  if (scaling == 1 || scaling == 2) {
     cfg.fast_accum = true;
     gemm::tc_gemm(xc.data(), w.codes.data(), xs.data(), ws.data(), y.data(), rows, n, k, cfg);
     t.fast = compute_error_stats(ref.data(), y.data(), ref.size(), threads);
@@ -395,7 +403,7 @@ std::vector<LayerGemms> gemm_errors(const trace::TraceReader& r, const trace::St
       if (opts.tensor_core_rows >= 0) {
         const int scaling = tensor_core_scaling(xop.q, wop.q, tc.why);
         const int64_t rows = opts.tensor_core_rows == 0 ? m : std::min(m, opts.tensor_core_rows);
-        if (scaling > 0)
+        if (scaling >= 0)
           tc = tensor_core_errors(*xop.q, *wop.q, scaling, Yr.data(), Yq.data(), m, n, k, rows, opts.threads);
       } else {
         tc.why = "not asked for";

@@ -54,9 +54,9 @@ struct AnalyzeOptions {
   // Rows of each GEMM's output the tensor-core model (sim/gemm/tc_gemm.hpp) computes, evenly
   // spaced (0: every row; -1: no tensor-core model).
   int64_t tensor_core_rows = 256;
-  bool histograms = false;      // keep the per-tensor scaled-magnitude histograms
-  bool progress = true;         // progress bar on stderr (when it is a terminal)
-  int threads = 0;              // 0: OpenMP default
+  bool histograms = false;  // keep the per-tensor scaled-magnitude histograms
+  bool progress = true;     // progress bar on stderr (when it is a terminal)
+  int threads = 0;          // 0: OpenMP default
 };
 
 // A tensor's bytes under the recipe (the quantizer's exact accounting; the stored bytes when kept).

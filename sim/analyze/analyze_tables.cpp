@@ -131,7 +131,8 @@ std::string analysis_markdown(const AnalyzeResult& a) {
         "\n## The same GEMMs on Hopper's tensor cores\n\nY as cuBLASLt computes it on sm_90 (the tensor-core "
         "model: each 32-product step keeps 13 bits below its largest term and truncates its result to 13 "
         "fraction bits; promote 128 = the partial sum moves to fp32 every 128 of K, as cuBLASLt's default and "
-        "block-scaled GEMMs do; fast = never, cuBLASLt's fast accumulation), against the unquantized product, "
+        "block-scaled GEMMs do (BF16 operands: the BF16 tensor cores); fast = never, cuBLASLt's fast accumulation), "
+        "against the unquantized product, "
         "on `rows` evenly spaced rows of Y; `nmse ideal` is the fp32 product of the same rows; `accum nmse` is "
         "the tensor cores' Y against that ideal product (the accumulation's own error, relative to the ideal "
         "product's energy).\n\n";

@@ -46,8 +46,7 @@ int run_analyze(const std::vector<std::string>& args) {
       "no-gemm", "skip the per-layer GEMM output error")(
       "tensor-core-rows", po::value<int64_t>()->default_value(256),
       "rows of each GEMM output that the Hopper tensor-core model computes, evenly spaced (0: all; -1: skip "
-      "the model)")("histograms",
-                                                         "keep the per-tensor scaled-magnitude histograms in the JSON")(
+      "the model)")("histograms", "keep the per-tensor scaled-magnitude histograms in the JSON")(
       "strict", "exit 1 when any tensor holds NaN or Inf (they are always counted and reported)")(
       "threads", po::value(&threads)->default_value(0), "OpenMP threads (0: default)")(
       "list-recipes", "show the recipes of the registry and their rules, then exit");
@@ -112,7 +111,7 @@ int run_analyze(const std::vector<std::string>& args) {
       } else {
         fmt::print(
             "\nthe same GEMMs on Hopper's tensor cores (cuBLASLt on sm_90: promote 128 = fp32 every 128 of K, fast = "
-            "never), on sampled rows of Y\n");
+            "never; BF16 operands: the BF16 tensor cores), on sampled rows of Y\n");
         cli::print_table(tc.header, tc.rows);
       }
     }

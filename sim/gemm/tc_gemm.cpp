@@ -189,16 +189,16 @@ void tc_gemm(const uint8_t* x, const uint8_t* w, const float* xs, const float* w
     const auto sx = split_codes<int16_t>(reinterpret_cast<const uint16_t*>(x), M * K, 2);
     const auto sw = split_codes<int16_t>(reinterpret_cast<const uint16_t*>(w), N * K, 2);
     const std::vector<uint8_t> fx = chunk_flags(sx.special, M), fw = chunk_flags(sw.special, N);
-    const RowArgs<int16_t> args{x,  w,  xs, ws, &sx, &sw, fx.data(), fw.data(), N, K, chunks, kb, interval,
-                                tx, tw, mant_bits, cfg.scaling, ar};
+    const RowArgs<int16_t> args{x, w,      xs, ws,       &sx, &sw, fx.data(), fw.data(),   N,
+                                K, chunks, kb, interval, tx,  tw,  mant_bits, cfg.scaling, ar};
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i = 0; i < M; ++i) bf16_row(args, i, y + i * N);
     return;
   }
   const auto sx = split_codes<int8_t>(x, M * K, tx), sw = split_codes<int8_t>(w, N * K, tw);
   const std::vector<uint8_t> fx = chunk_flags(sx.special, M), fw = chunk_flags(sw.special, N);
-  const RowArgs<int8_t> args{x,  w,  xs, ws, &sx, &sw, fx.data(), fw.data(), N, K, chunks, kb, interval,
-                             tx, tw, mant_bits, cfg.scaling, ar};
+  const RowArgs<int8_t> args{x, w,      xs, ws,       &sx, &sw, fx.data(), fw.data(),   N,
+                             K, chunks, kb, interval, tx,  tw,  mant_bits, cfg.scaling, ar};
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < M; ++i) fp8_row(args, i, y + i * N);
 }

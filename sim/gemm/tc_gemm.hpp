@@ -22,8 +22,8 @@ namespace fp8sim::gemm {
 struct TcGemmConfig {
   Format x_format = Format::E4M3;  // E4M3 / E5M2 (any pairing), or both BF16
   Format w_format = Format::E4M3;
-  int scaling = 1;           // 0 none (BF16), 1 tensor, 2 row, 3 1x128 x 128x128, 4 1x128 x 1x128
-  bool fast_accum = false;   // tensor / row: no promotion (the whole K in the tensor core)
+  int scaling = 1;             // 0 none (BF16), 1 tensor, 2 row, 3 1x128 x 128x128, 4 1x128 x 1x128
+  bool fast_accum = false;     // tensor / row: no promotion (the whole K in the tensor core)
   int promote_interval = 128;  // elements of K per block (a multiple of 32); cuBLASLt's is 128
   std::string describe() const;
 };

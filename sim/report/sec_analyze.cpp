@@ -342,6 +342,54 @@ Json section_gemm(Context& ctx) {
       s.plot("gemm_error.png", caption);
     }
     add_layer_gemm_heatmap(ctx, s, recs, layers, layer_of);
+
+    // The same GEMMs as Hopper's tensor cores compute them (analyze's tensor-core model).
+    std::vector<Row> trows;
+    std::vector<std::string> absent;
+    for (const auto& [r, doc] : recs) {
+      int64_t gemms = 0, modelled = 0, fast_gemms = 0;
+      ErrorStats ideal, promote, fast, acc_promote, acc_fast;
+      for (const auto& l : doc.layers) {
+        gemms += static_cast<int64_t>(l.gemms.size());
+        if (l.tc_gemms == 0) continue;
+        auto merge = [](ErrorStats& into, const ErrorStats& from, bool first) {
+          if (first) into = from;
+          else into.merge(from);
+        };
+        merge(ideal, l.tc_ideal, modelled == 0);
+        merge(promote, l.tc_promote, modelled == 0);
+        merge(acc_promote, l.tc_promote_vs_ideal, modelled == 0);
+        modelled += l.tc_gemms;
+        if (l.tc_fast_gemms > 0) {
+          merge(fast, l.tc_fast, fast_gemms == 0);
+          merge(acc_fast, l.tc_fast_vs_ideal, fast_gemms == 0);
+          fast_gemms += l.tc_fast_gemms;
+        }
+      }
+      if (modelled == 0) {
+        const std::string why = analyze::tensor_core_absent(doc);
+        if (!why.empty()) absent.push_back(r + ": " + why);
+        continue;
+      }
+      trows.push_back({r, fmt::format("{} of {}", modelled, gemms), fmt_num(ideal.nmse(), 3),
+                       fmt_num(promote.nmse(), 3), fast_gemms ? fmt_num(fast.nmse(), 3) : "-",
+                       fmt_num(acc_promote.nmse(), 3), fast_gemms ? fmt_num(acc_fast.nmse(), 3) : "-"});
+    }
+    if (!trows.empty()) {
+      s.table(
+          "The same GEMMs on Hopper's tensor cores",
+          {"recipe", "GEMMs modelled", "ideal fp32", "tensor cores, promote 128", "tensor cores, fast",
+           "accumulation alone, promote 128", "accumulation alone, fast"},
+          trows,
+          "Relative L2 error of Y against the unquantized product, over sampled rows of every GEMM whose scales "
+          "an sm_90 cuBLASLt GEMM takes, computed by the tensor-core model that `fp8sim compare` checks bit for "
+          "bit against cuBLASLt: promote 128 = the partial sum moves to fp32 every 128 of K (cuBLASLt's default, "
+          "and block scaling; for BF16 operands the BF16 tensor cores), fast = never (fast accumulation, per-tensor "
+          "and row scales). `accumulation alone` "
+          "is the tensor cores' Y against the ideal fp32 product of the same quantized operands; `fp8sim accum` "
+          "shows how it grows with K.");
+    }
+    for (const auto& a : absent) s.para("Not on the tensor cores: " + a + ".");
     return s.take();
   });
 }
