@@ -160,6 +160,28 @@ FP8SIM_HD float tc_fdpa(const TcArith& t, const Code* a, int a_stride, int ta, c
   return tc_fdpa_terms(t, x, 1, tc_mantissa_bits(ta), y, 1, tc_mantissa_bits(tb), n, c);
 }
 
+// mma.sync m16n8k32 with FP8 operands on sm_90, as measured (tests/test_gemm_tc_gpu.cpp): the
+// compiler converts the operands to FP16 and issues two FP16 tensor-core steps (SASS HMMA.16816,
+// the BF16 arithmetic above: L = 16, F = 25, P = 23), the K positions k % 4 < 2 first and then the
+// others, chained from +0, and adds C at the end with an fp32 add (round to nearest even; a NaN
+// result is the canonical 0x7FFFFFFF). a and b: the instruction's 32 codes of one output.
+FP8SIM_HD float tc_mma_sync_fp8_sm90(const uint8_t* a, int ta, const uint8_t* b, int tb, float c) {
+  const TcArith half{16, 25, 23};
+  uint8_t a0[16], b0[16], a1[16], b1[16];
+  for (int i = 0, n0 = 0, n1 = 0; i < 32; ++i) {
+    if (i % 4 < 2) {
+      a0[n0] = a[i];
+      b0[n0++] = b[i];
+    } else {
+      a1[n1] = a[i];
+      b1[n1++] = b[i];
+    }
+  }
+  const float s = tc_fdpa(half, a1, 1, ta, b1, 1, tb, 16, tc_fdpa(half, a0, 1, ta, b0, 1, tb, 16, 0.0f));
+  const float d = add_rn(c, s);
+  return d != d ? f32_from_bits(0x7FFFFFFFu) : d;
+}
+
 // D (64, 8) = A (64, K) * B (K, 8) + C for one probe case (tc_cases.hpp layouts), K / L steps.
 template <class Code>
 FP8SIM_HD float tc_dot_chain(const TcArith& t, const Code* a_row, int ta, const Code* b_col, int tb, int64_t k,
