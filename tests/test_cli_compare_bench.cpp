@@ -16,6 +16,7 @@
 #include "sim/common/io.hpp"
 #include "sim/compare/compare.hpp"
 #include "sim/formats/fp8.hpp"
+#include "sim/gemm/tc_cases.hpp"
 #include "sim/gemm/tc_gemm.hpp"
 #include "sim/optim/adamw.hpp"
 #include "tests/support/test_util.hpp"
@@ -525,6 +526,35 @@ TEST(CompareLib, CatchesACorruptCodeParameterOrGemmScale) {
     EXPECT_GT(fp8_entries, 0);
     EXPECT_EQ(fp8_failed, fp8_entries);
   }
+}
+
+}  // namespace
+}  // namespace fp8sim
+
+namespace fp8sim {
+namespace {
+
+// The whole random and adversarial GEMM suite through compare, with the tensor-core model as the
+// "GPU" (which the H200 matches bit for bit, tests/test_gemm_tc_gpu.cpp): every output meets the
+// ideal product's derived tolerance, subnormal-heavy and same-sign cases included.
+TEST(CompareLib, GemmSuiteMeetsTheDerivedTolerance) {
+  CpuAsGpu ops;
+  compare::CompareOptions o;
+  o.trace_path = kTrace;
+  o.ops = {"gemm"};
+  o.max_tensors = 1;
+  o.gemm_suite = true;
+  const compare::CompareResult doc = compare::compare_trace(o, ops);
+  int64_t suite = 0;
+  for (const auto& e : doc.ops) {
+    const auto* g = std::get_if<compare::GemmEntry>(&e);
+    ASSERT_NE(g, nullptr);
+    if (g->tensor.rfind("suite", 0) != 0) continue;
+    ++suite;
+    EXPECT_TRUE(g->passed) << g->config << " " << g->tensor << ": " << g->to_json().dump(-1);
+    EXPECT_TRUE(g->model_compared) << g->config << " " << g->tensor;
+  }
+  EXPECT_EQ(suite, static_cast<int64_t>(gemm::tc_gemm_suite().size()));
 }
 
 }  // namespace

@@ -96,7 +96,7 @@ if want compare; then
   elif (( smoke )); then
     step compare 40 "$RUN" fp8sim compare "$trace" --max-tensors 2 --json "$D/compare.json" --md "$D/compare.md"
   else
-    step compare 300 "$RUN" fp8sim compare "$trace" --json "$D/compare.json" --md "$D/compare.md"
+    step compare 300 "$RUN" fp8sim compare "$trace" --gemm-suite --json "$D/compare.json" --md "$D/compare.md"
   fi
 fi
 

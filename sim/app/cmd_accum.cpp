@@ -73,25 +73,24 @@ int run_accum_cmd(const std::vector<std::string>& args) {
       "promotion intervals of the FP8 tensor cores: multiples of 32, or 0 / never for fast accumulation "
       "(default 32,128,512,never)")("data", po::value(&data_raw),
                                     "normal, positive, lognormal (comma separated; default all three)")(
-      "m", po::value(&m)->default_value(64), "rows of Y per K")("n", po::value(&n)->default_value(64),
-                                                               "columns of Y per K")(
-      "seed", po::value(&seed)->default_value(1), "seed of the operands")(
+      "m", po::value(&m)->default_value(64), "rows of Y per K")(
+      "n", po::value(&n)->default_value(64), "columns of Y per K")("seed", po::value(&seed)->default_value(1),
+                                                                   "seed of the operands")(
       "json", po::value(&json_out), "write the study (with the plot data scripts/plots.py draws) here (- : stdout)")(
       "md", po::value(&md_out), "write the Markdown tables here (- : stdout)");
   po::positional_options_description pos;
   po::variables_map vm;
-  if (!cli::parse(
-          "accum", args, opts, pos, vm, "[--k LIST] [--promote LIST] [--data LIST] [--json OUT] [--md OUT]",
-          "How much Hopper's FP8 tensor-core accumulation adds to a GEMM's error as K grows, and what\n"
-          "promoting the partial sum to fp32 every I elements of K buys back. The GEMMs run on the CPU\n"
-          "model of the tensor cores that reproduces cuBLASLt's outputs bit for bit (fp8sim compare checks\n"
-          "it on the GPU); the operands are per-tensor E4M3 codes of normal, positive or lognormal data,\n"
-          "and each error is against the exact product of those same operands, so quantization error is\n"
-          "excluded. An fp32 FMA chain and the BF16 tensor cores are shown beside.\n"
-          "Examples:\n"
-          "  fp8sim accum\n"
-          "  fp8sim accum --k 1024,4096,16384 --promote 128,never --data positive\n"
-          "  fp8sim accum --json accum.json --md accum.md && python3 scripts/plots.py accum.json ."))
+  if (!cli::parse("accum", args, opts, pos, vm, "[--k LIST] [--promote LIST] [--data LIST] [--json OUT] [--md OUT]",
+                  "How much Hopper's FP8 tensor-core accumulation adds to a GEMM's error as K grows, and what\n"
+                  "promoting the partial sum to fp32 every I elements of K buys back. The GEMMs run on the CPU\n"
+                  "model of the tensor cores that reproduces cuBLASLt's outputs bit for bit (fp8sim compare checks\n"
+                  "it on the GPU); the operands are per-tensor E4M3 codes of normal, positive or lognormal data,\n"
+                  "and each error is against the exact product of those same operands, so quantization error is\n"
+                  "excluded. An fp32 FMA chain and the BF16 tensor cores are shown beside.\n"
+                  "Examples:\n"
+                  "  fp8sim accum\n"
+                  "  fp8sim accum --k 1024,4096,16384 --promote 128,never --data positive\n"
+                  "  fp8sim accum --json accum.json --md accum.md && python3 scripts/plots.py accum.json ."))
     return 0;
   gemm::AccumStudyOptions o;
   if (!ks_raw.empty()) {

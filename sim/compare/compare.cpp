@@ -400,6 +400,31 @@ void run_gemm_case(gpu::Backend& gpu, const std::string& layer, const std::strin
   check_gemm_request(gpu, layer, config, req, xd, wd, ops);
 }
 
+// |v| of a GEMM operand (rows x K, dequantized values `v`), each nonzero FP8 element raised to
+// 2^emin of its format times its scale; BF16 operands unchanged.
+std::vector<float> aligned_magnitudes(const gpu::GemmRequest& r, const std::vector<float>& v, bool is_w) {
+  std::vector<float> a(v.size());
+  const int64_t K = r.k, rows = is_w ? r.n : r.m, kb = (K + 127) / 128;
+  const Format f = is_w ? r.w_format : r.x_format;
+  const std::vector<uint8_t>& codes = is_w ? r.w_codes : r.x_codes;
+  const std::vector<float>& sc = is_w ? r.w_scales : r.x_scales;
+  const float min_normal = static_cast<float>(format_info(f).min_normal);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t k = 0; k < K; ++k) {
+      const size_t e = static_cast<size_t>(i * K + k);
+      a[e] = std::fabs(v[e]);
+      if (r.scaling == 0 || (codes[e] & 0x7F) == 0) continue;
+      float s = 1.0f;
+      if (r.scaling == 1) s = sc[0];
+      if (r.scaling == 2) s = sc[static_cast<size_t>(i)];
+      if (r.scaling == 3)
+        s = is_w ? sc[static_cast<size_t>((i / 128) * kb + k / 128)] : sc[static_cast<size_t>(i * kb + k / 128)];
+      if (r.scaling == 4) s = sc[static_cast<size_t>(i * kb + k / 128)];
+      a[e] = std::max(a[e], min_normal * std::fabs(s));
+    }
+  return a;
+}
+
 // Runs a GEMM request on the GPU and checks it against the tensor-core model (bit for bit) and the
 // ideal fp32 product of the dequantized operands xd, wd (within the derived tolerance).
 void check_gemm_request(gpu::Backend& gpu, const std::string& layer, const std::string& config,
@@ -411,7 +436,11 @@ void check_gemm_request(gpu::Backend& gpu, const std::string& layer, const std::
   const bool fast = req.fast_accum;
   std::vector<float> yref(static_cast<size_t>(M * N)), sabs(static_cast<size_t>(M * N));
   gemm::gemm_ref_f32(xd.data(), wd.data(), yref.data(), M, N, K);
-  gemm::gemm_abs_f32(xd.data(), wd.data(), sabs.data(), M, N, K);
+  // The tolerance's S = sum |x w| with each nonzero FP8 operand raised to its format's smallest
+  // normal magnitude (times its scale): a product of subnormal codes aligns in the tensor core at
+  // the smallest normal exponent (gemm_ref.cpp).
+  const std::vector<float> xa = aligned_magnitudes(req, xd, false), wa = aligned_magnitudes(req, wd, true);
+  gemm::gemm_abs_f32(xa.data(), wa.data(), sabs.data(), M, N, K);
   const gpu::GemmOutcome out = gpu.gemm(req);
   GemmEntry e;
   e.config = config;

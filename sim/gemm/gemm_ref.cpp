@@ -50,7 +50,9 @@ void gemm_abs_f32(const float* x, const float* w, float* s, int64_t m, int64_t n
 // GPU, FP8 tensor cores (measured on the H200, modelled bit for bit in tc_model.hpp and
 // docs/numerics.md): each wgmma step adds 32 exact products and the accumulator C in one fused
 // sum that truncates every addend below 2^(e_max - 13) (e_max: the largest addend's exponent, so
-// each addend loses less than 2^-13 of the largest, M <= S_step + |C|) and then truncates the
+// each addend loses less than 2^-13 of 2^e_max <= M <= S_step + |C|; a product of subnormal
+// codes aligns at the smallest normal exponent, so S must count its operands with at least their
+// format's smallest normal magnitude, as fp8sim compare does) and then truncates the
 // sum to 13 fraction bits (less than 2^-13 of S_step + |C| again). One step errs by less than
 // (32 + 2) 2^-13 (S_step + |C|). cuBLAS's "split" accumulation (FAST_ACCUM = 0) and block scaling
 // chain L = 128 elements of K (4 steps) from zero and then promote to fp32; FAST_ACCUM = 1 chains

@@ -28,7 +28,7 @@ struct AccumStudyOptions {
 const std::vector<std::string>& accum_data_kinds();
 
 struct AccumSeries {
-  std::string config;  // "tc promote 128", "tc fast", "fp32 fma", "bf16 tc"
+  std::string config;                // "tc promote 128", "tc fast", "fp32 fma", "bf16 tc"
   std::vector<double> rel_l2;        // ||Y - Y_exact|| / ||Y_exact||, one per K
   std::vector<double> max_over_rms;  // max |Y - Y_exact| / rms(Y_exact), one per K
 };
