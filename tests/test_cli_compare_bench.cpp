@@ -463,6 +463,7 @@ class CpuAsGpu final : public gpu::Backend {
     c.w_format = r.w_format;
     c.scaling = r.scaling;
     c.fast_accum = r.fast_accum;
+    c.y_format = r.y_bf16 ? Format::BF16 : Format::FP32;
     std::vector<float> ws = r.w_scales;
     if (corrupt_gemm)
       for (auto& v : ws) v *= 2.0f;

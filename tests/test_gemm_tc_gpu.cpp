@@ -161,7 +161,7 @@ TEST(TensorCoreModel, EveryInstructionFamilyAndPairingBitExact) {
 TEST(TensorCoreModel, CublasLtGemmsBitExact) {
   FP8SIM_SKIP_WITHOUT_GPU();
   auto be = gpu::make_cuda_backend();
-  int64_t total = 0, total_bad = 0;
+  int64_t total = 0, total_bad = 0, model_total = 0, model_bad = 0;
   for (const gemm::TcGemmCase& gc : gemm::tc_gemm_suite()) {
     const gemm::TcGemmConfig& c = gc.config;
     const gemm::TcGemmOperands o = gemm::make_tc_gemm_operands(gc);
@@ -173,6 +173,7 @@ TEST(TensorCoreModel, CublasLtGemmsBitExact) {
     r.w_format = c.w_format;
     r.scaling = c.scaling;
     r.fast_accum = c.fast_accum;
+    r.y_bf16 = c.y_format == Format::BF16;
     r.no_split_k = true;
     if (c.scaling == 0) {
       r.x_bf16.resize(o.x.size() / 2);
@@ -195,6 +196,13 @@ TEST(TensorCoreModel, CublasLtGemmsBitExact) {
     const Json& algo = out.plan.at("algo");
     std::vector<float> y(static_cast<size_t>(gc.m * gc.n));
     gemm::tc_gemm(o.x.data(), o.w.data(), o.x_scales.data(), o.w_scales.data(), y.data(), gc.m, gc.n, gc.k, c);
+    // The same model on the GPU's CUDA cores gives the CPU's bits.
+    const std::vector<float> yg = be->tensor_core_model(r);
+    int64_t gpu_model_bad = 0;
+    for (size_t i = 0; i < y.size(); ++i) gpu_model_bad += bits(y[i]) != bits(yg[i]);
+    EXPECT_EQ(gpu_model_bad, 0) << name << ": the model on the GPU differs from the CPU's";
+    model_total += static_cast<int64_t>(y.size());
+    model_bad += gpu_model_bad;
     int64_t bad = 0;
     for (size_t i = 0; i < y.size(); ++i) {
       if (bits(y[i]) == bits(out.y[i])) continue;
@@ -214,6 +222,8 @@ TEST(TensorCoreModel, CublasLtGemmsBitExact) {
   }
   std::printf("[ gemm  ] total %lld outputs compared, %lld differ\n", static_cast<long long>(total),
               static_cast<long long>(total_bad));
+  std::printf("[ gemm  ] the model on the GPU: %lld outputs, %lld differ from the CPU's\n",
+              static_cast<long long>(model_total), static_cast<long long>(model_bad));
 }
 
 }  // namespace

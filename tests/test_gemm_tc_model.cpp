@@ -217,6 +217,24 @@ TEST(AccumCli, BadInputIsAUsageError) {
   }
 }
 
+TEST(AnalyzeCli, TensorCoreOptionsRefuseBadValues) {
+  const std::string trace = std::string(FP8SIM_SOURCE_DIR) + "/traces/tiny-llama-s300.h5";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"analyze", trace, "--tensor-core-device", "tpu"},
+        {"analyze", trace, "--tensor-core-rows", "-2"}}) {
+    const test::CommandResult r = test::run_fp8sim(args);
+    EXPECT_EQ(r.exit_code, 2) << args[2] << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  }
+  // Without a GPU the CUDA model is refused in one line, exit 1, no output.
+  const test::CommandResult r = test::run_fp8sim({"analyze", trace, "--tensor-core-device", "cuda"});
+  if (r.exit_code != 0) {
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
 TEST(AccumCli, WritesTheStudyAndItsPlotData) {
   const std::string dir = test::temp_dir();
   const test::CommandResult r =

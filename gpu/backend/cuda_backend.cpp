@@ -7,10 +7,12 @@
 #include "gpu/common/device.hpp"
 #include "gpu/formats/cast.hpp"
 #include "gpu/gemm/cublaslt.hpp"
+#include "gpu/gemm/tc_model_gpu.hpp"
 #include "gpu/optim/adamw.hpp"
 #include "gpu/quant/quantize.hpp"
 #include "gpu/speed/replay.hpp"
 #include "sim/common/check.hpp"
+#include "sim/formats/fp8.hpp"
 
 namespace fp8sim::gpu {
 
@@ -113,7 +115,7 @@ class CudaBackend final : public Backend {
     GemmConfig cfg;
     cfg.x_format = r.x_format;
     cfg.w_format = r.w_format;
-    cfg.y_format = Format::FP32;
+    cfg.y_format = r.y_bf16 ? Format::BF16 : Format::FP32;
     cfg.fast_accum = r.fast_accum;
     FP8SIM_REQUIRE(r.scaling >= 0 && r.scaling <= 4, "GEMM request: unknown scaling {}", r.scaling);
     constexpr GemmScaling kScaling[] = {GemmScaling::None, GemmScaling::Tensor, GemmScaling::Row, GemmScaling::Block,
@@ -191,9 +193,42 @@ class CudaBackend final : public Backend {
     lt().run(plan, a, s);
     const auto y = dy.download(s);
     out.y.resize(static_cast<size_t>(r.m * r.n));
+    // A bf16 output fills the first M * N * 2 bytes of the buffer.
+    const auto* y16 = reinterpret_cast<const uint16_t*>(y.data());
     for (int64_t i = 0; i < r.m; ++i)
-      for (int64_t j = 0; j < r.n; ++j) out.y[static_cast<size_t>(i * r.n + j)] = y[static_cast<size_t>(i * N + j)];
+      for (int64_t j = 0; j < r.n; ++j)
+        out.y[static_cast<size_t>(i * r.n + j)] =
+            r.y_bf16 ? bf16_to_f32(y16[static_cast<size_t>(i * N + j)]) : y[static_cast<size_t>(i * N + j)];
     return out;
+  }
+
+  std::vector<float> tensor_core_model(const GemmRequest& r) override {
+    gemm::TcGemmConfig c;
+    c.x_format = r.x_format;
+    c.w_format = r.w_format;
+    c.scaling = r.scaling;
+    c.fast_accum = r.fast_accum;
+    c.y_format = r.y_bf16 ? Format::BF16 : Format::FP32;
+    gemm::tc_gemm_check(c);
+    cudaStream_t s = stream();
+    DeviceBuffer<unsigned char> dx, dw;
+    if (r.scaling == 0) {
+      dx.upload(reinterpret_cast<const unsigned char*>(r.x_bf16.data()), r.x_bf16.size() * 2, s);
+      dw.upload(reinterpret_cast<const unsigned char*>(r.w_bf16.data()), r.w_bf16.size() * 2, s);
+    } else {
+      dx.upload(r.x_codes.data(), r.x_codes.size(), s);
+      dw.upload(r.w_codes.data(), r.w_codes.size(), s);
+    }
+    FP8SIM_REQUIRE(static_cast<int64_t>(r.scaling == 0 ? r.x_bf16.size() : r.x_codes.size()) == r.m * r.k &&
+                       static_cast<int64_t>(r.scaling == 0 ? r.w_bf16.size() : r.w_codes.size()) == r.n * r.k,
+                   "tensor-core model: operands do not hold {} x {} and {} x {} elements", r.m, r.k, r.n, r.k);
+    DeviceBuffer<float> dxs, dws, dy(static_cast<size_t>(r.m * r.n));
+    if (r.scaling != 0) {
+      dxs = to_device(r.x_scales, s);
+      dws = to_device(r.w_scales, s);
+    }
+    tc_gemm_cuda(dx.get(), dw.get(), dxs.get(), dws.get(), dy.get(), r.m, r.n, r.k, c, s);
+    return dy.download(s);
   }
 
  private:

@@ -122,7 +122,14 @@ int tensor_core_scaling(const std::optional<QuantizedTensor>& x, const std::opti
 // Y's rows `rows` (an evenly spaced sample) as the tensor cores compute them, against the
 // reference product Yr (M, N), with the ideal product Yq of the same rows beside.
 TensorCoreErrors tensor_core_errors(const QuantizedTensor& x, const QuantizedTensor& w, int scaling, const float* yr,
-                                    const float* yq, int64_t m, int64_t n, int64_t k, int64_t rows, int threads) {
+                                    const float* yq, int64_t m, int64_t n, int64_t k, int64_t rows,
+                                    const AnalyzeOptions& opts) {
+  const int threads = opts.threads;
+  auto run = [&](const uint8_t* a, const uint8_t* b, const float* as, const float* bs, float* out, int64_t mm,
+                 int64_t nn, int64_t kk, const gemm::TcGemmConfig& c) {
+    if (opts.tensor_core_gemm) opts.tensor_core_gemm(a, b, as, bs, out, mm, nn, kk, c);
+    else gemm::tc_gemm(a, b, as, bs, out, mm, nn, kk, c);
+  };
   TensorCoreErrors t;
   t.modelled = true;
   t.rows = rows;
@@ -158,12 +165,12 @@ TensorCoreErrors tensor_core_errors(const QuantizedTensor& x, const QuantizedTen
   cfg.scaling = scaling;
   t.config = cfg.describe();
   t.ideal = compute_error_stats(ref.data(), ideal.data(), ref.size(), threads);
-  gemm::tc_gemm(xc.data(), w.codes.data(), xs.data(), ws.data(), y.data(), rows, n, k, cfg);
+  run(xc.data(), w.codes.data(), xs.data(), ws.data(), y.data(), rows, n, k, cfg);
   t.promote = compute_error_stats(ref.data(), y.data(), ref.size(), threads);
   t.promote_vs_ideal = compute_error_stats(ideal.data(), y.data(), ref.size(), threads);
   if (scaling == 1 || scaling == 2) {
     cfg.fast_accum = true;
-    gemm::tc_gemm(xc.data(), w.codes.data(), xs.data(), ws.data(), y.data(), rows, n, k, cfg);
+    run(xc.data(), w.codes.data(), xs.data(), ws.data(), y.data(), rows, n, k, cfg);
     t.fast = compute_error_stats(ref.data(), y.data(), ref.size(), threads);
     t.fast_vs_ideal = compute_error_stats(ideal.data(), y.data(), ref.size(), threads);
   }
@@ -403,8 +410,7 @@ std::vector<LayerGemms> gemm_errors(const trace::TraceReader& r, const trace::St
       if (opts.tensor_core_rows >= 0) {
         const int scaling = tensor_core_scaling(xop.q, wop.q, tc.why);
         const int64_t rows = opts.tensor_core_rows == 0 ? m : std::min(m, opts.tensor_core_rows);
-        if (scaling >= 0)
-          tc = tensor_core_errors(*xop.q, *wop.q, scaling, Yr.data(), Yq.data(), m, n, k, rows, opts.threads);
+        if (scaling >= 0) tc = tensor_core_errors(*xop.q, *wop.q, scaling, Yr.data(), Yq.data(), m, n, k, rows, opts);
       } else {
         tc.why = "not asked for";
       }

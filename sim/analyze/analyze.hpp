@@ -37,11 +37,14 @@
 //    "nonfinite_tensors": [names with NaN/Inf], "unmatched_tensors": [names no rule matched],
 //    "skipped_gemms": [{"input", "module", "why"}],
 //    "totals": {"tensors", "quantized_tensors", "elements", "stored_bytes", "recipe_bytes"}}
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "sim/common/json.hpp"
+#include "sim/gemm/tc_gemm.hpp"
 #include "sim/metrics/error_stats.hpp"
 #include "sim/recipe/recipe.hpp"
 #include "sim/trace/trace.hpp"
@@ -54,6 +57,11 @@ struct AnalyzeOptions {
   // Rows of each GEMM's output the tensor-core model (sim/gemm/tc_gemm.hpp) computes, evenly
   // spaced (0: every row; -1: no tensor-core model).
   int64_t tensor_core_rows = 256;
+  // Runs the tensor-core model (tc_gemm's arguments); empty: tc_gemm on the CPU. `fp8sim analyze
+  // --tensor-core-device cuda` sets it to the model on the GPU (gpu::Backend::tensor_core_model).
+  std::function<void(const uint8_t* x, const uint8_t* w, const float* x_scales, const float* w_scales, float* y,
+                     int64_t m, int64_t n, int64_t k, const gemm::TcGemmConfig& config)>
+      tensor_core_gemm;
   bool histograms = false;  // keep the per-tensor scaled-magnitude histograms
   bool progress = true;     // progress bar on stderr (when it is a terminal)
   int threads = 0;          // 0: OpenMP default

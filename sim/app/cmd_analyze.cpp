@@ -1,8 +1,11 @@
 // fp8sim analyze: a trace through an FP8 recipe, per tensor and per layer.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "sim/analyze/analyze.hpp"
 #include "sim/app/cli.hpp"
+#include "sim/app/gpu_api.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 #include "sim/common/paths.hpp"
@@ -44,6 +47,8 @@ int run_analyze(const std::vector<std::string>& args) {
       "json", po::value(&json_out), "write the full analysis (every tensor, every GEMM) as JSON (- : stdout)")(
       "md", po::value(&md_out), "write a Markdown report (- : stdout)")("tensors", "also print the per-tensor table")(
       "no-gemm", "skip the per-layer GEMM output error")(
+      "tensor-core-device", po::value<std::string>()->default_value("cpu"),
+      "where the tensor-core model runs: cpu, or cuda (the GPU's CUDA cores, same bits; for large GEMMs)")(
       "tensor-core-rows", po::value<int64_t>()->default_value(256),
       "rows of each GEMM output that the Hopper tensor-core model computes, evenly spaced (0: all; -1: skip "
       "the model)")("histograms", "keep the per-tensor scaled-magnitude histograms in the JSON")(
@@ -84,6 +89,40 @@ int run_analyze(const std::vector<std::string>& args) {
   o.gemm = vm.count("no-gemm") == 0;
   o.tensor_core_rows = vm["tensor-core-rows"].as<int64_t>();
   if (o.tensor_core_rows < -1) throw UsageError("--tensor-core-rows must be -1 (skip), 0 (all rows) or positive");
+  const std::string tc_device = vm["tensor-core-device"].as<std::string>();
+  if (tc_device != "cpu" && tc_device != "cuda")
+    throw UsageError(fmt::format("--tensor-core-device must be cpu or cuda, got '{}'", tc_device));
+  if (tc_device == "cuda") {
+    gpu::Backend& gpu = gpu_api::backend();
+    gpu.require("--tensor-core-device cuda runs the tensor-core model on the GPU");
+    o.tensor_core_gemm = [&gpu](const uint8_t* x, const uint8_t* w, const float* xs, const float* ws, float* y,
+                                int64_t m, int64_t n, int64_t k, const gemm::TcGemmConfig& c) {
+      gpu::GemmRequest r;
+      r.m = m;
+      r.n = n;
+      r.k = k;
+      r.x_format = c.x_format;
+      r.w_format = c.w_format;
+      r.scaling = c.scaling;
+      r.fast_accum = c.fast_accum;
+      r.y_bf16 = c.y_format == Format::BF16;
+      if (c.scaling == 0) {
+        r.x_bf16.assign(reinterpret_cast<const uint16_t*>(x), reinterpret_cast<const uint16_t*>(x) + m * k);
+        r.w_bf16.assign(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(w) + n * k);
+      } else {
+        const int64_t kb = (k + 127) / 128;
+        const int64_t nx = c.scaling == 1 ? 1 : (c.scaling == 2 ? m : m * kb);
+        const int64_t nw =
+            c.scaling == 1 ? 1 : (c.scaling == 2 ? n : (c.scaling == 3 ? ((n + 127) / 128) * kb : n * kb));
+        r.x_codes.assign(x, x + m * k);
+        r.w_codes.assign(w, w + n * k);
+        r.x_scales.assign(xs, xs + nx);
+        r.w_scales.assign(ws, ws + nw);
+      }
+      const std::vector<float> out = gpu.tensor_core_model(r);
+      std::copy(out.begin(), out.end(), y);
+    };
+  }
   o.histograms = vm.count("histograms") > 0;
   o.threads = threads;
   const recipe::TrainingRecipe& rec = recipe::get(recipe_arg);

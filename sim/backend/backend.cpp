@@ -65,6 +65,10 @@ class NoGpu final : public Backend {
 
 }  // namespace
 
+std::vector<float> Backend::tensor_core_model(const GemmRequest&) {
+  throw Error("this backend cannot run the tensor-core model (it needs the CUDA backend)");
+}
+
 std::unique_ptr<Backend> no_gpu_backend(std::string why_not) { return std::make_unique<NoGpu>(std::move(why_not)); }
 
 }  // namespace fp8sim::gpu

@@ -35,6 +35,7 @@ struct GemmRequest {
   Format x_format = Format::E4M3, w_format = Format::E4M3;  // E4M3 / E5M2 codes, or BF16 bits
   int scaling = 1;  // 0 none (bf16), 1 tensor, 2 row, 3 block (1x128 x 128x128), 4 block (1x128 x 1x128)
   bool fast_accum = false;
+  bool y_bf16 = false;  // bf16 output (GemmOutcome::y holds it widened to fp32); default fp32
   int search = 0;  // > 0: time the heuristic's candidates and up to `search` more configurations (bench's selection)
   // The heuristic's first candidate that does not split K, else the search's first (the tensor-core
   // model reproduces those bit for bit, sim/gemm/tc_gemm.hpp), instead of the heuristic's first;
@@ -95,6 +96,10 @@ class Backend {
   virtual void adamw_lowp(float* p, const float* g, optim::ParamOptimState& st, const optim::AdamwStepConsts& c,
                           uint64_t param_index, uint64_t step, bool fused) = 0;
   virtual GemmOutcome gemm(const GemmRequest& r) = 0;
+  // The tensor-core model of that GEMM (sim/gemm/tc_gemm.hpp) run on the GPU's CUDA cores, bit for
+  // bit the CPU's tc_gemm: Y (m, n) in fp32 (a bf16 output widened). Scales as GemmRequest holds
+  // them; no padding, any shape. Backends without it throw Error.
+  virtual std::vector<float> tensor_core_model(const GemmRequest& r);
 
   // ---- bench: fp8sim bench's whole document
   virtual bench::BenchDoc run_bench(const bench::BenchOptions& opts) = 0;

@@ -461,7 +461,7 @@ void check_gemm_request(gpu::Backend& gpu, const std::string& layer, const std::
   gemm::GemmNumerics num;
   num.x_format = xf;
   num.w_format = wf;
-  num.y_format = Format::FP32;
+  num.y_format = req.y_bf16 ? Format::BF16 : Format::FP32;
   num.fp8 = scaling != 0;
   num.fast_accum = fast;
   num.block_scaled = scaling >= 3;
@@ -478,6 +478,7 @@ void check_gemm_request(gpu::Backend& gpu, const std::string& layer, const std::
     tc.w_format = wf;
     tc.scaling = scaling;
     tc.fast_accum = fast;
+    tc.y_format = req.y_bf16 ? Format::BF16 : Format::FP32;
     std::vector<float> ytc(static_cast<size_t>(M * N));
     const auto* xb = scaling == 0 ? reinterpret_cast<const uint8_t*>(req.x_bf16.data()) : req.x_codes.data();
     const auto* wb = scaling == 0 ? reinterpret_cast<const uint8_t*>(req.w_bf16.data()) : req.w_codes.data();
@@ -534,6 +535,7 @@ void run_gemm_suite(gpu::Backend& gpu, Entries& ops) {
     req.w_format = c.config.w_format;
     req.scaling = c.config.scaling;
     req.fast_accum = c.config.fast_accum;
+    req.y_bf16 = c.config.y_format == Format::BF16;
     req.no_split_k = true;
     if (c.config.scaling == 0) {
       req.x_bf16.resize(o.x.size() / 2);

@@ -257,6 +257,15 @@ std::vector<TcGemmCase> tc_gemm_suite() {
       add(Format::E4M3, Format::E4M3, 4, false, k);
     }
   }
+  // BF16 outputs (the epilogue's rounding) at two K.
+  for (const int64_t k : {128, 4096}) {
+    const size_t first = out.size();
+    add(Format::E4M3, Format::E4M3, 1, false, k);
+    add(Format::E5M2, Format::E4M3, 1, true, k);
+    add(Format::E4M3, Format::E4M3, 3, false, k);
+    add(Format::BF16, Format::BF16, 0, false, k);
+    for (size_t i = first; i < out.size(); ++i) out[i].config.y_format = Format::BF16;
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sim/common/check.hpp"
+#include "sim/formats/fp8.hpp"
 #include "sim/gemm/tc_model.hpp"
 
 namespace fp8sim::gemm {
@@ -16,6 +17,7 @@ std::string TcGemmConfig::describe() const {
   const char* sc = scaling >= 0 && scaling <= 4 ? kScaling[scaling] : "unknown scaling";
   std::string s = fmt::format("{} x {} {}", format_name(x_format), format_name(w_format), sc);
   if (scaling == 1 || scaling == 2) s += fast_accum ? " fast" : fmt::format(" promote {}", promote_interval);
+  if (y_format == Format::BF16) s += " -> bf16";
   return s;
 }
 
@@ -101,6 +103,7 @@ struct RowArgs {
   const uint8_t* fw;
   int64_t N, K, chunks, kb, interval;
   int tx, tw, mant_bits, scaling;
+  bool y_bf16;
   TcArith ar;
 };
 
@@ -148,7 +151,7 @@ template <class T, class Acc>
     }
     if (a.scaling == 1) acc = acc * (a.xs[0] * a.ws[0]);
     if (a.scaling == 2) acc = (acc * a.ws[j]) * a.xs[i];
-    y[j] = acc;
+    y[j] = a.y_bf16 ? bf16_to_f32(f32_to_bf16_rne(acc)) : acc;
   }
 }
 
@@ -161,8 +164,7 @@ __attribute__((target_clones("avx2", "default"))) void bf16_row(const RowArgs<in
 
 }  // namespace
 
-void tc_gemm(const uint8_t* x, const uint8_t* w, const float* xs, const float* ws, float* y, int64_t M, int64_t N,
-             int64_t K, const TcGemmConfig& cfg) {
+void tc_gemm_check(const TcGemmConfig& cfg) {
   const bool bf16 = cfg.x_format == Format::BF16;
   FP8SIM_REQUIRE(bf16 == (cfg.w_format == Format::BF16) && (bf16 || (is_fp8(cfg.x_format) && is_fp8(cfg.w_format))),
                  "tensor-core GEMM: formats must be E4M3/E5M2 each or both BF16");
@@ -171,6 +173,15 @@ void tc_gemm(const uint8_t* x, const uint8_t* w, const float* xs, const float* w
   FP8SIM_REQUIRE(cfg.promote_interval >= 32 && cfg.promote_interval % 32 == 0,
                  "tensor-core GEMM: the promotion interval must be a positive multiple of 32, got {}",
                  cfg.promote_interval);
+  FP8SIM_REQUIRE(cfg.y_format == Format::FP32 || cfg.y_format == Format::BF16,
+                 "tensor-core GEMM: the output must be fp32 or bf16");
+}
+
+void tc_gemm(const uint8_t* x, const uint8_t* w, const float* xs, const float* ws, float* y, int64_t M, int64_t N,
+             int64_t K, const TcGemmConfig& cfg) {
+  tc_gemm_check(cfg);
+  const bool bf16 = cfg.x_format == Format::BF16;
+  const bool y_bf16 = cfg.y_format == Format::BF16;
   const int tx = type_code(cfg.x_format), tw = type_code(cfg.w_format);
   const TcArith ar = tc_arith_sm90(tx);
   const int64_t kb = (K + 127) / 128;
@@ -189,16 +200,16 @@ void tc_gemm(const uint8_t* x, const uint8_t* w, const float* xs, const float* w
     const auto sx = split_codes<int16_t>(reinterpret_cast<const uint16_t*>(x), M * K, 2);
     const auto sw = split_codes<int16_t>(reinterpret_cast<const uint16_t*>(w), N * K, 2);
     const std::vector<uint8_t> fx = chunk_flags(sx.special, M), fw = chunk_flags(sw.special, N);
-    const RowArgs<int16_t> args{x, w,      xs, ws,       &sx, &sw, fx.data(), fw.data(),   N,
-                                K, chunks, kb, interval, tx,  tw,  mant_bits, cfg.scaling, ar};
+    const RowArgs<int16_t> args{x,      w,  xs,       ws, &sx, &sw,       fx.data(),   fw.data(), N, K,
+                                chunks, kb, interval, tx, tw,  mant_bits, cfg.scaling, y_bf16,    ar};
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i = 0; i < M; ++i) bf16_row(args, i, y + i * N);
     return;
   }
   const auto sx = split_codes<int8_t>(x, M * K, tx), sw = split_codes<int8_t>(w, N * K, tw);
   const std::vector<uint8_t> fx = chunk_flags(sx.special, M), fw = chunk_flags(sw.special, N);
-  const RowArgs<int8_t> args{x, w,      xs, ws,       &sx, &sw, fx.data(), fw.data(),   N,
-                             K, chunks, kb, interval, tx,  tw,  mant_bits, cfg.scaling, ar};
+  const RowArgs<int8_t> args{x,      w,  xs,       ws, &sx, &sw,       fx.data(),   fw.data(), N, K,
+                             chunks, kb, interval, tx, tw,  mant_bits, cfg.scaling, y_bf16,    ar};
 #pragma omp parallel for schedule(dynamic, 1)
   for (int64_t i = 0; i < M; ++i) fp8_row(args, i, y + i * N);
 }

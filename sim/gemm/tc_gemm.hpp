@@ -9,12 +9,12 @@
 //    even), then the epilogue multiplies: tensor acc * (sx * sw); row (acc * sw_j) * sx_i;
 //  * 1x128 x 128x128 block scaling: acc = fma(block, sx * sw, acc) per 128 of K;
 //  * 1x128 x 1x128 block scaling: acc = fma(block * sx, sw, acc) per 128 of K;
-//  * BF16: chained steps over the whole K (no scales).
+//  * BF16: chained steps over the whole K (no scales);
+//  * a bf16 output is the fp32 result rounded to nearest even.
 // Scales are dequantization scales in GemmRequest's row-major tables (backend.hpp).
 #include <cstdint>
 #include <string>
 
-#include "sim/common/json.hpp"
 #include "sim/formats/format.hpp"
 
 namespace fp8sim::gemm {
@@ -22,11 +22,15 @@ namespace fp8sim::gemm {
 struct TcGemmConfig {
   Format x_format = Format::E4M3;  // E4M3 / E5M2 (any pairing), or both BF16
   Format w_format = Format::E4M3;
-  int scaling = 1;             // 0 none (BF16), 1 tensor, 2 row, 3 1x128 x 128x128, 4 1x128 x 1x128
-  bool fast_accum = false;     // tensor / row: no promotion (the whole K in the tensor core)
-  int promote_interval = 128;  // elements of K per block (a multiple of 32); cuBLASLt's is 128
+  int scaling = 1;                 // 0 none (BF16), 1 tensor, 2 row, 3 1x128 x 128x128, 4 1x128 x 1x128
+  bool fast_accum = false;         // tensor / row: no promotion (the whole K in the tensor core)
+  int promote_interval = 128;      // elements of K per block (a multiple of 32); cuBLASLt's is 128
+  Format y_format = Format::FP32;  // FP32, or BF16 (returned widened to fp32)
   std::string describe() const;
 };
+
+// Throws fp8sim::Error for a configuration tc_gemm does not model (formats, scaling, interval, output).
+void tc_gemm_check(const TcGemmConfig& config);
 
 // x: M x K codes (BF16: bits, little-endian pairs of bytes), w: N x K, y: M x N fp32.
 // x_scales / w_scales: tensor 1 + 1; row M + N; block (M, ceil(K/128)) + (ceil(N/128), ceil(K/128));
