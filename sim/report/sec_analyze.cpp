@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "sim/analyze/analyze.hpp"
+#include "sim/gemm/tc_study.hpp"
 #include "sim/report/sections.hpp"
 
 namespace fp8sim::report {
@@ -390,6 +391,34 @@ Json section_gemm(Context& ctx) {
           "shows how it grows with K.");
     }
     for (const auto& a : absent) s.para("Not on the tensor cores: " + a + ".");
+
+    // How the accumulation's error grows with K (fp8sim accum, a smaller run).
+    gemm::AccumStudyOptions ao;
+    ao.ks = {256, 1024, 4096, 16384};
+    ao.intervals = {128, 0};
+    ao.data = {"normal", "positive"};
+    ao.m = ao.n = 32;
+    const gemm::AccumStudy st = gemm::run_accum_study(ao);
+    std::vector<Row> arows;
+    for (const auto& [kind, series] : st.results)
+      for (size_t ki = 0; ki < ao.ks.size(); ++ki) {
+        Row row{kind, fmt::format("{}", ao.ks[ki])};
+        for (const auto& sr : series) row.push_back(fmt_num(sr.rel_l2[ki], 3));
+        arows.push_back(std::move(row));
+      }
+    Row aheader{"operands", "K"};
+    for (const auto& sr : st.results.front().second) aheader.push_back(sr.config);
+    s.table("Accumulation error against K (fp8sim accum)", aheader, arows,
+            "Relative L2 error of 32 x 32 outputs of per-tensor E4M3 GEMMs against the exact product of the same "
+            "codes: the accumulation alone. `positive`: same-sign products, where fast accumulation's truncation "
+            "adds up. `fp8sim accum` runs the full study (more K, intervals and data kinds).");
+    Json ad = st.to_json();
+    Json apd = Json::object();
+    apd["file"] = "accum.png";
+    apd["ks"] = ad.at("ks");
+    apd["data"] = ad.at("data");
+    ctx.plot_data["accum"] = std::move(apd);
+    s.plot("accum.png", "Accumulation error of the FP8 tensor cores against K, per promotion interval (log-log).");
     return s.take();
   });
 }
