@@ -22,6 +22,7 @@
 #include "gpu/backend/cuda_backend.hpp"
 #include "gpu/common/buffer.hpp"
 #include "gpu/gemm/tc_probe.hpp"
+#include "sim/compare/compare.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/gemm/tc_cases.hpp"
 #include "sim/gemm/tc_gemm.hpp"
@@ -165,27 +166,7 @@ TEST(TensorCoreModel, CublasLtGemmsBitExact) {
   for (const gemm::TcGemmCase& gc : gemm::tc_gemm_suite()) {
     const gemm::TcGemmConfig& c = gc.config;
     const gemm::TcGemmOperands o = gemm::make_tc_gemm_operands(gc);
-    gpu::GemmRequest r;
-    r.m = gc.m;
-    r.n = gc.n;
-    r.k = gc.k;
-    r.x_format = c.x_format;
-    r.w_format = c.w_format;
-    r.scaling = c.scaling;
-    r.fast_accum = c.fast_accum;
-    r.y_bf16 = c.y_format == Format::BF16;
-    r.no_split_k = true;
-    if (c.scaling == 0) {
-      r.x_bf16.resize(o.x.size() / 2);
-      r.w_bf16.resize(o.w.size() / 2);
-      std::memcpy(r.x_bf16.data(), o.x.data(), o.x.size());
-      std::memcpy(r.w_bf16.data(), o.w.data(), o.w.size());
-    } else {
-      r.x_codes = o.x;
-      r.w_codes = o.w;
-      r.x_scales = o.x_scales;
-      r.w_scales = o.w_scales;
-    }
+    const gpu::GemmRequest r = compare::gemm_suite_request(gc, o);
     const gpu::GemmOutcome out = be->gemm(r);
     const std::string name = gc.name();
     if (!out.supported) {

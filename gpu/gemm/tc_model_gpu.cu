@@ -7,7 +7,6 @@
 
 #include "gpu/common/cuda_check.hpp"
 #include "gpu/gemm/tc_model_gpu_launch.hpp"
-#include "sim/formats/fp8.hpp"
 #include "sim/gemm/tc_model.hpp"
 
 namespace fp8sim::gpu {
@@ -30,18 +29,9 @@ __global__ void tc_gemm_kernel(const Code* x, const Code* w, const float* xs, co
       const int cnt = static_cast<int>(b1 - k0 < step ? b1 - k0 : step);
       blk = gemm::tc_fdpa(ar, x + i * k + k0, 1, p.tx, w + j * k + k0, 1, p.tw, cnt, blk);
     }
-    if (p.scaling == 3) {
-      const float s = mul_rn(xs[i * kb + b0 / 128], ws[(j / 128) * kb + b0 / 128]);
-      acc = __fmaf_rn(blk, s, acc);
-    } else if (p.scaling == 4) {
-      acc = __fmaf_rn(mul_rn(blk, xs[i * kb + b0 / 128]), ws[j * kb + b0 / 128], acc);
-    } else {
-      acc = b0 == 0 ? blk : add_rn(acc, blk);
-    }
+    acc = gemm::tc_promote(p.scaling, acc, blk, xs, ws, i, j, b0, kb);
   }
-  if (p.scaling == 1) acc = mul_rn(acc, mul_rn(xs[0], ws[0]));
-  if (p.scaling == 2) acc = mul_rn(mul_rn(acc, ws[j]), xs[i]);
-  y[idx] = p.y_bf16 ? bf16_to_f32(f32_to_bf16_rne(acc)) : acc;
+  y[idx] = gemm::tc_epilogue(p.scaling, acc, xs, ws, i, j, p.y_bf16);
 }
 
 }  // namespace

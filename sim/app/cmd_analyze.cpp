@@ -110,10 +110,8 @@ int run_analyze(const std::vector<std::string>& args) {
         r.x_bf16.assign(reinterpret_cast<const uint16_t*>(x), reinterpret_cast<const uint16_t*>(x) + m * k);
         r.w_bf16.assign(reinterpret_cast<const uint16_t*>(w), reinterpret_cast<const uint16_t*>(w) + n * k);
       } else {
-        const int64_t kb = (k + 127) / 128;
-        const int64_t nx = c.scaling == 1 ? 1 : (c.scaling == 2 ? m : m * kb);
-        const int64_t nw =
-            c.scaling == 1 ? 1 : (c.scaling == 2 ? n : (c.scaling == 3 ? ((n + 127) / 128) * kb : n * kb));
+        const int64_t nx = gemm::tc_scale_count(c.scaling, false, m, k);
+        const int64_t nw = gemm::tc_scale_count(c.scaling, true, n, k);
         r.x_codes.assign(x, x + m * k);
         r.w_codes.assign(w, w + n * k);
         r.x_scales.assign(xs, xs + nx);

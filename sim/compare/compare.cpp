@@ -15,6 +15,7 @@
 #include "sim/gemm/gemm_ref.hpp"
 #include "sim/gemm/tc_cases.hpp"
 #include "sim/gemm/tc_gemm.hpp"
+#include "sim/gemm/tc_model.hpp"
 #include "sim/optim/adamw.hpp"
 #include "sim/optim/state_recipe.hpp"
 #include "sim/trace/trace.hpp"
@@ -405,21 +406,16 @@ void run_gemm_case(gpu::Backend& gpu, const std::string& layer, const std::strin
 std::vector<float> aligned_magnitudes(const gpu::GemmRequest& r, const std::vector<float>& v, bool is_w) {
   std::vector<float> a(v.size());
   const int64_t K = r.k, rows = is_w ? r.n : r.m, kb = (K + 127) / 128;
+  const float* scales = r.scaling == 0 ? nullptr : (is_w ? r.w_scales.data() : r.x_scales.data());
   const Format f = is_w ? r.w_format : r.x_format;
   const std::vector<uint8_t>& codes = is_w ? r.w_codes : r.x_codes;
-  const std::vector<float>& sc = is_w ? r.w_scales : r.x_scales;
   const float min_normal = static_cast<float>(format_info(f).min_normal);
   for (int64_t i = 0; i < rows; ++i)
     for (int64_t k = 0; k < K; ++k) {
       const size_t e = static_cast<size_t>(i * K + k);
       a[e] = std::fabs(v[e]);
       if (r.scaling == 0 || (codes[e] & 0x7F) == 0) continue;
-      float s = 1.0f;
-      if (r.scaling == 1) s = sc[0];
-      if (r.scaling == 2) s = sc[static_cast<size_t>(i)];
-      if (r.scaling == 3)
-        s = is_w ? sc[static_cast<size_t>((i / 128) * kb + k / 128)] : sc[static_cast<size_t>(i * kb + k / 128)];
-      if (r.scaling == 4) s = sc[static_cast<size_t>(i * kb + k / 128)];
+      const float s = gemm::tc_operand_scale(scales, r.scaling, is_w, i, k, kb);
       a[e] = std::max(a[e], min_normal * std::fabs(s));
     }
   return a;
@@ -527,27 +523,7 @@ void run_gemm_suite(gpu::Backend& gpu, Entries& ops) {
   for (size_t i = 0; i < suite.size(); ++i) {
     const gemm::TcGemmCase& c = suite[i];
     const gemm::TcGemmOperands o = gemm::make_tc_gemm_operands(c);
-    gpu::GemmRequest req;
-    req.m = c.m;
-    req.n = c.n;
-    req.k = c.k;
-    req.x_format = c.config.x_format;
-    req.w_format = c.config.w_format;
-    req.scaling = c.config.scaling;
-    req.fast_accum = c.config.fast_accum;
-    req.y_bf16 = c.config.y_format == Format::BF16;
-    req.no_split_k = true;
-    if (c.config.scaling == 0) {
-      req.x_bf16.resize(o.x.size() / 2);
-      req.w_bf16.resize(o.w.size() / 2);
-      std::memcpy(req.x_bf16.data(), o.x.data(), o.x.size());
-      std::memcpy(req.w_bf16.data(), o.w.data(), o.w.size());
-    } else {
-      req.x_codes = o.x;
-      req.w_codes = o.w;
-      req.x_scales = o.x_scales;
-      req.w_scales = o.w_scales;
-    }
+    const gpu::GemmRequest req = gemm_suite_request(c, o);
     check_gemm_request(gpu, fmt::format("suite {} K={}", gemm::tc_family_name(c.family), c.k), c.config.describe(), req,
                        o.x_f32, o.w_f32, ops);
     progress.update(static_cast<double>(i + 1));
@@ -920,6 +896,31 @@ std::string render_markdown(const CompareResult& r) {
     md += fmt::format("- {} ({} layers): {}\n", config, layers, why[config]);
   }
   return md;
+}
+
+gpu::GemmRequest gemm_suite_request(const gemm::TcGemmCase& c, const gemm::TcGemmOperands& o) {
+  gpu::GemmRequest req;
+  req.m = c.m;
+  req.n = c.n;
+  req.k = c.k;
+  req.x_format = c.config.x_format;
+  req.w_format = c.config.w_format;
+  req.scaling = c.config.scaling;
+  req.fast_accum = c.config.fast_accum;
+  req.y_bf16 = c.config.y_format == Format::BF16;
+  req.no_split_k = true;
+  if (c.config.scaling == 0) {
+    req.x_bf16.resize(o.x.size() / 2);
+    req.w_bf16.resize(o.w.size() / 2);
+    std::memcpy(req.x_bf16.data(), o.x.data(), o.x.size());
+    std::memcpy(req.w_bf16.data(), o.w.data(), o.w.size());
+  } else {
+    req.x_codes = o.x;
+    req.w_codes = o.w;
+    req.x_scales = o.x_scales;
+    req.w_scales = o.w_scales;
+  }
+  return req;
 }
 
 }  // namespace fp8sim::compare

@@ -26,6 +26,7 @@
 #include "sim/backend/backend.hpp"
 #include "sim/common/json.hpp"
 #include "sim/gemm/gemm_ref.hpp"
+#include "sim/gemm/tc_cases.hpp"
 
 namespace fp8sim::compare {
 
@@ -165,5 +166,9 @@ std::vector<std::vector<std::string>> summary_rows(const CompareResult& r);
 // Distance in units in the last place between two floats (0 for equal bits, and for two NaNs);
 // +0 and -0 are 1 apart.
 uint64_t ulp_distance(float a, float b);
+
+// The backend request of one case of the GEMM suite (tc_gemm_suite), pinned to an algorithm that
+// keeps K in one piece.
+gpu::GemmRequest gemm_suite_request(const gemm::TcGemmCase& c, const gemm::TcGemmOperands& o);
 
 }  // namespace fp8sim::compare

@@ -6,6 +6,7 @@
 
 #include "sim/common/check.hpp"
 #include "sim/formats/fp8.hpp"
+#include "sim/gemm/tc_model.hpp"
 
 namespace fp8sim::gemm {
 
@@ -285,9 +286,7 @@ TcGemmOperands make_tc_gemm_operands(const TcGemmCase& gc) {
   for (int64_t j = 0; j < gc.n; ++j)
     std::memcpy(&o.w[j * K * eb], &tw.a[static_cast<size_t>(j * tw.k() * eb)], static_cast<size_t>(K * eb));
   const int64_t kb = (K + 127) / 128;
-  const int64_t nx = c.scaling == 1 ? 1 : (c.scaling == 2 ? gc.m : gc.m * kb);
-  const int64_t nw =
-      c.scaling == 1 ? 1 : (c.scaling == 2 ? gc.n : (c.scaling == 3 ? ((gc.n + 127) / 128) * kb : gc.n * kb));
+  const int64_t nx = tc_scale_count(c.scaling, false, gc.m, K), nw = tc_scale_count(c.scaling, true, gc.n, K);
   Rng r{gc.seed ^ 0x5CA1E5ull};
   auto scale = [&] {  // [0.5, 2) with a random 23-bit fraction: a power of two only by chance
     return f32(static_cast<uint32_t>(r.uniform(126, 127)) << 23 | static_cast<uint32_t>(r.next() & 0x7FFFFF));
@@ -302,14 +301,8 @@ TcGemmOperands make_tc_gemm_operands(const TcGemmCase& gc) {
   auto deq = [&](const std::vector<uint8_t>& m, Format f, int64_t rows, const std::vector<float>& sc, bool is_w) {
     std::vector<float> v(static_cast<size_t>(rows * K));
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t k = 0; k < K; ++k) {
-        float s = 1.0f;
-        if (c.scaling == 1) s = sc[0];
-        if (c.scaling == 2) s = sc[i];
-        if (c.scaling == 3) s = is_w ? sc[(i / 128) * kb + k / 128] : sc[i * kb + k / 128];
-        if (c.scaling == 4) s = sc[i * kb + k / 128];
-        v[i * K + k] = tc_element(m, f, i * K + k) * s;
-      }
+      for (int64_t k = 0; k < K; ++k)
+        v[i * K + k] = tc_element(m, f, i * K + k) * tc_operand_scale(sc.data(), c.scaling, is_w, i, k, kb);
     return v;
   };
   o.x_f32 = deq(o.x, c.x_format, gc.m, o.x_scales, false);

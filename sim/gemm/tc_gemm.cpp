@@ -140,18 +140,9 @@ template <class T, class Acc>
           blk = step_split<0, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
         }
       }
-      if (a.scaling == 3) {
-        const float s = a.xs[i * a.kb + b0 / 128] * a.ws[(j / 128) * a.kb + b0 / 128];
-        acc = std::fma(blk, s, acc);
-      } else if (a.scaling == 4) {
-        acc = std::fma(blk * a.xs[i * a.kb + b0 / 128], a.ws[j * a.kb + b0 / 128], acc);
-      } else {
-        acc = b0 == 0 ? blk : acc + blk;
-      }
+      acc = tc_promote(a.scaling, acc, blk, a.xs, a.ws, i, j, b0, a.kb);
     }
-    if (a.scaling == 1) acc = acc * (a.xs[0] * a.ws[0]);
-    if (a.scaling == 2) acc = (acc * a.ws[j]) * a.xs[i];
-    y[j] = a.y_bf16 ? bf16_to_f32(f32_to_bf16_rne(acc)) : acc;
+    y[j] = tc_epilogue(a.scaling, acc, a.xs, a.ws, i, j, a.y_bf16);
   }
 }
 
@@ -163,6 +154,22 @@ __attribute__((target_clones("avx2", "default"))) void bf16_row(const RowArgs<in
 }
 
 }  // namespace
+
+int64_t tc_scale_count(int scaling, bool is_w, int64_t rows, int64_t k) {
+  const int64_t kb = (k + 127) / 128;
+  switch (scaling) {
+    case 1:
+      return 1;
+    case 2:
+      return rows;
+    case 3:
+      return is_w ? ((rows + 127) / 128) * kb : rows * kb;
+    case 4:
+      return rows * kb;
+    default:
+      return 0;
+  }
+}
 
 void tc_gemm_check(const TcGemmConfig& cfg) {
   const bool bf16 = cfg.x_format == Format::BF16;

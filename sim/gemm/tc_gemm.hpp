@@ -29,6 +29,9 @@ struct TcGemmConfig {
   std::string describe() const;
 };
 
+// How many scales tc_gemm reads for an operand of `rows` rows (X: m, W: n) under `scaling`.
+int64_t tc_scale_count(int scaling, bool is_w, int64_t rows, int64_t k);
+
 // Throws fp8sim::Error for a configuration tc_gemm does not model (formats, scaling, interval, output).
 void tc_gemm_check(const TcGemmConfig& config);
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "sim/common/hd.hpp"
+#include "sim/formats/fp8.hpp"
 
 namespace fp8sim::gemm {
 
@@ -180,6 +181,48 @@ FP8SIM_HD float tc_mma_sync_fp8_sm90(const uint8_t* a, int ta, const uint8_t* b,
   const float s = tc_fdpa(half, a1, 1, ta, b1, 1, tb, 16, tc_fdpa(half, a0, 1, ta, b0, 1, tb, 16, 0.0f));
   const float d = add_rn(c, s);
   return d != d ? f32_from_bits(0x7FFFFFFFu) : d;
+}
+
+// ---- cuBLASLt's schedule around the steps (tc_gemm.hpp; scaling codes: 0 none, 1 per tensor,
+// 2 row-wise, 3 1x128 x 128x128, 4 1x128 x 1x128). Scale tables are row-major as GemmRequest holds
+// them; k_blocks = ceil(K / 128).
+
+// The dequantization scale of element (row, k) of X (is_w false) or W (true).
+FP8SIM_HD float tc_operand_scale(const float* s, int scaling, bool is_w, int64_t row, int64_t k, int64_t k_blocks) {
+  switch (scaling) {
+    case 1:
+      return s[0];
+    case 2:
+      return s[row];
+    case 3:
+      return is_w ? s[(row / 128) * k_blocks + k / 128] : s[row * k_blocks + k / 128];
+    case 4:
+      return s[row * k_blocks + k / 128];
+    default:
+      return 1.0f;
+  }
+}
+
+// Adds the tensor cores' sum of the block starting at K index b0 to the fp32 accumulator of
+// output (i, j): block scaling applies the block's scales here, the others add it (or start with it).
+FP8SIM_HD float tc_promote(int scaling, float acc, float blk, const float* xs, const float* ws, int64_t i, int64_t j,
+                           int64_t b0, int64_t k_blocks) {
+  if (scaling == 3)
+    return fma_rn(
+        blk, mul_rn(tc_operand_scale(xs, 3, false, i, b0, k_blocks), tc_operand_scale(ws, 3, true, j, b0, k_blocks)),
+        acc);
+  if (scaling == 4)
+    return fma_rn(mul_rn(blk, tc_operand_scale(xs, 4, false, i, b0, k_blocks)),
+                  tc_operand_scale(ws, 4, true, j, b0, k_blocks), acc);
+  return b0 == 0 ? blk : add_rn(acc, blk);
+}
+
+// The epilogue of output (i, j): per-tensor and row-wise scales, then the output rounding.
+FP8SIM_HD float tc_epilogue(int scaling, float acc, const float* xs, const float* ws, int64_t i, int64_t j,
+                            bool y_bf16) {
+  if (scaling == 1) acc = mul_rn(acc, mul_rn(xs[0], ws[0]));
+  if (scaling == 2) acc = mul_rn(mul_rn(acc, ws[j]), xs[i]);
+  return y_bf16 ? bf16_to_f32(f32_to_bf16_rne(acc)) : acc;
 }
 
 // D (64, 8) = A (64, K) * B (K, 8) + C for one probe case (tc_cases.hpp layouts), K / L steps.
