@@ -33,21 +33,104 @@ import time
 import traceback
 
 
+# The spec aliases of the 4-bit and 6-bit quantizers the plan names (sim/quant/spec.cpp).
+LOWBIT_ALIASES = {
+    "nvfp4": "e2m1:g16:scale=e4m3",
+    "nvfp4-w": "e2m1:b16x16:scale=e4m3",
+    "mxfp4": "e2m1:g32:scale=e8m0:mx=floor",
+    "mxfp6-e2m3": "e2m3:g32:scale=e8m0:mx=floor",
+    "mxfp6-e3m2": "e3m2:g32:scale=e8m0:mx=floor",
+}
+# bits, mantissa bits, smallest normal exponent, largest value, largest exponent
+LOWBIT_FORMATS = {"e2m1": (4, 1, 0, 6.0, 2), "e2m3": (6, 3, 0, 7.5, 2), "e3m2": (6, 2, -2, 28.0, 4)}
+
+
 def parse_spec(spec):
     """The subset of fp8sim's QuantSpec text form the peers implement."""
+    head, _, tail = spec.partition(":")
+    if head in LOWBIT_ALIASES:
+        spec = LOWBIT_ALIASES[head] + (":" + tail if tail else "")
     parts = spec.split(":")
-    out = {"format": parts[0], "gran": parts[1], "scale": "fp32", "de": "none", "eps": 0.0}
+    out = {"format": parts[0], "gran": parts[1], "scale": "fp32", "de": "none", "eps": 0.0, "rht": 0, "mx": "rceil"}
     for kv in parts[2:]:
         if "=" not in kv:
             continue
         k, v = kv.split("=", 1)
-        if k == "scale":
-            out["scale"] = v
-        elif k == "de":
-            out["de"] = v
+        if k in ("scale", "de", "mx"):
+            out[k] = v
         elif k == "eps":
             out["eps"] = float(v)
+        elif k == "rht":
+            out["rht"] = int(v)
     return out
+
+
+def make_lowbit_quantizer(torch, p):
+    """E2M1 / E2M3 / E3M2 codes (nearest even, saturating) with NVFP4's two-level scales
+    (scale=e4m3) or E8M0 scales (mx=floor, the OCP MX rule), 1xG groups or RxC blocks, the
+    16-element random Hadamard transform first (rht=16), codes packed as fp8sim stores them
+    (little-endian bit stream: two 4-bit codes per byte, four 6-bit codes per three bytes)."""
+    bits, mb, emin, fmax, emax = LOWBIT_FORMATS[p["format"]]
+    gran = p["gran"]
+    if gran.startswith("g"):
+        br, bc = 1, int(gran[1:])
+    elif gran.startswith("b"):
+        br, bc = (int(t) for t in gran[1:].split("x"))
+    else:
+        raise ValueError(f"peer quantizer: unsupported granularity {gran}")
+    if p["scale"] not in ("e4m3", "e8m0") or (p["scale"] == "e8m0" and p["mx"] != "floor"):
+        raise ValueError(f"peer quantizer: unsupported scale {p['scale']} mx={p['mx']}")
+    hmat = None
+    if p["rht"]:
+        if p["rht"] != 16:
+            raise ValueError("peer quantizer: rht=16 only")
+        n = 16
+        h = torch.ones(1, 1)
+        while h.shape[0] < n:
+            h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+        signs = torch.tensor([1.0 if not (0xD7E8 >> i) & 1 else -1.0 for i in range(n)])
+        hmat = (signs[:, None] * h) / 4.0  # y = (D v) H / sqrt(16), H symmetric
+
+    def encode(y):
+        a = y.abs().clamp(max=fmax)
+        e = torch.floor(torch.log2(a)).clamp(min=emin)
+        r = torch.round(a * torch.exp2(mb - e))
+        code = (e - emin + 1) * (2 ** mb) + r - 2 ** mb
+        return code.to(torch.uint8) | (torch.signbit(y).to(torch.uint8) << (bits - 1))
+
+    def pack(codes):
+        c = codes.reshape(-1).to(torch.int32)
+        if bits == 4:
+            c = c.reshape(-1, 2)
+            return (c[:, 0] | (c[:, 1] << 4)).to(torch.uint8)
+        c = c.reshape(-1, 4)
+        b0 = (c[:, 0] | (c[:, 1] << 6)) & 0xFF
+        b1 = ((c[:, 1] >> 2) | (c[:, 2] << 4)) & 0xFF
+        b2 = (c[:, 2] >> 4) | (c[:, 3] << 2)
+        return torch.stack([b0, b1, b2], 1).to(torch.uint8).reshape(-1)
+
+    def q(x):
+        r, c = x.shape
+        xf = x.float()
+        if hmat is not None:
+            xf = (xf.reshape(-1, 16) @ hmat.to(xf.device)).reshape(r, c)
+        xb = xf.reshape(r // br, br, c // bc, bc)
+        amax = xb.abs().amax(dim=(1, 3), keepdim=True)
+        if p["scale"] == "e4m3":
+            s_enc = 448.0 * fmax / xf.abs().amax()
+            s_enc = torch.where(s_enc > 0, s_enc, torch.ones_like(s_enc))
+            s_dec = 1.0 / s_enc
+            e4 = ((amax / fmax) * s_enc).clamp(max=448.0).to(torch.float8_e4m3fn)
+            stored = e4.float() * s_dec
+            y = xb * (1.0 / stored)
+            scale_out = e4
+        else:
+            e = torch.floor(torch.log2(amax)) - emax
+            y = xb * torch.exp2(-e)
+            scale_out = (e + 127).clamp(0, 254).to(torch.uint8)
+        return pack(encode(y).reshape(r, c)), scale_out
+
+    return q
 
 
 def fresh_compiler(torch):
@@ -121,6 +204,8 @@ class Bencher:
 def make_quantizer(torch, spec):
     """Returns f(x_bf16) -> (codes, scales) implementing the spec in plain torch ops."""
     p = parse_spec(spec)
+    if p["format"] in LOWBIT_FORMATS:
+        return make_lowbit_quantizer(torch, p)
     fdt = torch.float8_e4m3fn if p["format"] == "e4m3" else torch.float8_e5m2
     fmax = 448.0 if p["format"] == "e4m3" else 57344.0
     gran = p["gran"]

@@ -154,13 +154,14 @@ void run_cast(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
 
 struct QuantBuffers {
   DeviceBuffer<unsigned char> x, codes, ws;
-  DeviceBuffer<float> scales, k, c, amax;
+  DeviceBuffer<float> scales, k, c, amax, tensor_scale;
   QuantGpuOut out() {
     QuantGpuOut o;
     o.codes = codes.get();
     o.scales = scales.size() ? scales.get() : nullptr;
     o.expand_k = k.size() ? k.get() : nullptr;
     o.expand_c = c.size() ? c.get() : nullptr;
+    o.tensor_scale = tensor_scale.size() ? tensor_scale.get() : nullptr;
     return o;
   }
 };
@@ -176,6 +177,7 @@ QuantBuffers make_quant_buffers(const QuantSpec& spec, const std::vector<int64_t
     b.c.allocate(static_cast<size_t>(qs.num_groups));
   }
   b.amax.allocate(1);
+  if (spec.scale == ScaleMode::E4M3) b.tensor_scale.allocate(1);
   b.ws.allocate(quantize_workspace_bytes(spec, shape));
   return b;
 }

@@ -11,6 +11,7 @@
 #include "gpu/common/cuda_check.hpp"
 #include "gpu/quant/quantize_launch.hpp"
 #include "sim/common/check.hpp"
+#include "sim/quant/packing.hpp"
 #include "sim/quant/scale.hpp"
 
 namespace fp8sim::gpu {
@@ -30,6 +31,12 @@ int format_code(Format f) {
       return 2;
     case Format::FP16:
       return 3;
+    case Format::E2M1:
+      return 4;
+    case Format::E2M3:
+      return 5;
+    case Format::E3M2:
+      return 6;
     default:
       break;
   }
@@ -68,6 +75,61 @@ detail::QuantKernelParams make_params(const QuantSpec& spec, const GroupGeometry
   return P;
 }
 
+// The 4- and 6-bit formats and every rht spec go to gpu/quant/quantize_lowbit.cu.
+bool lowbit_spec(const QuantSpec& spec) { return is_fp4_fp6(spec.format) || spec.rht != 0; }
+
+// The segment kernels' plan for a lowbit spec over geometry g (UsageError where they do not apply).
+detail::LowbitParams lowbit_plan(const QuantSpec& spec, const GroupGeometry& g, bool dequantize) {
+  const std::string what = fmt::format("GPU {}: {} on a {} x {} view", dequantize ? "dequantize" : "quantize",
+                                       spec.to_string(), g.rows, g.cols);
+  if (spec.rht && g.cols % spec.rht != 0)
+    throw UsageError(
+        fmt::format("rht={} transforms rows in blocks of {} elements: the last dimension ({}) is not a "
+                    "multiple of {}",
+                    spec.rht, spec.rht, g.cols, spec.rht));
+  if (g.cols % 16 != 0)
+    throw UsageError(
+        fmt::format("{}: the 4-bit, 6-bit and rht kernels take rows of whole 16-element segments "
+                    "(the CPU quantizes any shape)",
+                    what));
+  detail::LowbitParams S;
+  S.bits = spec.bits_per_code();
+  S.rht = spec.rht;
+  if (spec.rht) S.signs = rht_signs(spec.rht, spec.rht_seeded, spec.rht_seed);
+  const bool tensor = spec.granularity == Granularity::Tensor;
+  if (spec.scale == ScaleMode::E4M3) S.mode = detail::kLowbitNvfp4;
+  else if (spec.expand == ExpandMode::Coat) S.mode = detail::kLowbitCoat;
+  else if (tensor) S.mode = detail::kLowbitTensor;
+  else S.mode = detail::kLowbitPlain;
+  if (tensor && spec.has_expand())
+    throw UsageError(
+        fmt::format("{}: per-tensor DE on the 4- and 6-bit kernels is not implemented (the CPU does it)", what));
+  if (spec.de_min != DeMin::Nonzero)
+    throw UsageError(fmt::format("{}: de_min=kernel is emulated on the CPU only", what));
+  const int64_t segs = g.numel() / 16;
+  if (dequantize || S.mode == detail::kLowbitTensor) {
+    S.row_major = true;
+    S.slots = segs;
+    return S;
+  }
+  const int64_t R = g.group_rows, C = g.group_cols;
+  if (C % 16 != 0 || R * (C / 16) > 32)
+    throw UsageError(
+        fmt::format("{}: the 4-bit, 6-bit and rht kernels take groups of R x C elements with C a "
+                    "multiple of 16 and R * C / 16 <= 32 (1x16 .. 1x512, 16x16, 32x16), not {} x {}",
+                    what, R, C));
+  S.lanes_c = static_cast<int>(C / 16);
+  S.lanes = static_cast<int>(R * (C / 16));
+  while (S.team < S.lanes) S.team <<= 1;
+  if (spec.rht > 16 && (R != 1 || S.lanes != S.team))
+    throw UsageError(
+        fmt::format("{}: rht={} spans several segments of a row; the kernels take it with 1xC groups, "
+                    "C / 16 a power of two",
+                    what, spec.rht));
+  S.slots = g.num_groups() * S.team;
+  return S;
+}
+
 }  // namespace
 
 size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> shape) {
@@ -77,9 +139,36 @@ size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> 
 void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
                    const QuantGpuOut& out, void* d_workspace, const QuantGpuOptions& opts, cudaStream_t stream) {
   spec.validate();
-  if (spec.rht) throw UsageError("GPU quantize: rht (the random Hadamard transform) runs on the CPU only");
   const GroupGeometry g = group_geometry(spec, shape);
   const int64_t numel = g.numel();
+  if (lowbit_spec(spec)) {
+    const detail::LowbitParams plan = lowbit_plan(spec, g, false);  // shape errors before the empty check
+    if (numel == 0) return;
+    FP8SIM_REQUIRE(d_x && out.codes && out.scales && d_workspace, "GPU quantize: null pointer or workspace");
+    if (spec.has_expand()) FP8SIM_REQUIRE(out.expand_k && out.expand_c, "GPU quantize: DE needs k and c outputs");
+    if (opts.producer_maxima)
+      FP8SIM_REQUIRE(plan.mode == detail::kLowbitTensor || (plan.mode == detail::kLowbitNvfp4 && !spec.rht),
+                     "producer maxima (group scaling) stand for the tensor amax of per-tensor plain scaling and "
+                     "NVFP4 (without rht), not {}",
+                     spec.to_string());
+    detail::QuantLaunch L;
+    L.params = make_params(spec, g, opts.index_offset);
+    L.dtype = dtype_code(dtype);
+    L.x = d_x;
+    L.codes = out.codes;
+    L.scales = out.scales;
+    L.k = out.expand_k;
+    L.c = out.expand_c;
+    L.tensor_amax = out.tensor_amax;
+    L.producer_maxima = reinterpret_cast<const uint32_t*>(opts.producer_maxima);
+    L.producer_maxima_count = opts.producer_maxima_count;
+    detail::LowbitParams S = plan;
+    S.vec = reinterpret_cast<uintptr_t>(d_x) % 16 == 0;
+    S.codes_aligned = reinterpret_cast<uintptr_t>(out.codes) % 16 == 0;
+    S.tensor_scale = out.tensor_scale;
+    detail::launch_quantize_lowbit(L, S, static_cast<uint32_t*>(d_workspace), stream);
+    return;
+  }
   if (numel == 0) return;
   FP8SIM_REQUIRE(d_x && out.codes, "GPU quantize: null input or code pointer");
   FP8SIM_REQUIRE(d_workspace, "GPU quantize: no workspace (quantize_workspace_bytes)");
@@ -160,8 +249,17 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
 void dequantize_cuda(const QuantSpec& spec, std::span<const int64_t> shape, const void* d_codes, const float* d_scales,
                      const float* d_k, const float* d_c, float* d_out, cudaStream_t stream) {
   spec.validate();
-  if (spec.rht) throw UsageError("GPU dequantize: rht (the random Hadamard transform) runs on the CPU only");
   const GroupGeometry g = group_geometry(spec, shape);
+  if (lowbit_spec(spec)) {
+    detail::LowbitParams S = lowbit_plan(spec, g, true);
+    if (g.numel() == 0) return;
+    FP8SIM_REQUIRE(d_codes && d_out && d_scales, "GPU dequantize: null pointer");
+    if (spec.has_expand()) FP8SIM_REQUIRE(d_k && d_c, "GPU dequantize: DE needs k and c");
+    S.out_aligned = reinterpret_cast<uintptr_t>(d_out) % 16 == 0;
+    detail::launch_dequantize_lowbit(make_params(spec, g, 0), S, spec.has_expand(), d_codes, d_scales, d_k, d_c, d_out,
+                                     stream);
+    return;
+  }
   if (g.numel() == 0) return;
   FP8SIM_REQUIRE(d_codes && d_out, "GPU dequantize: null pointer");
   if (!spec.is_passthrough()) FP8SIM_REQUIRE(d_scales, "GPU dequantize: null scales");
@@ -217,7 +315,11 @@ QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<
 
   DeviceBuffer<unsigned char> d_x(static_cast<size_t>(numel) * dtype_bytes(dtype));
   d_x.upload(static_cast<const unsigned char*>(host_x), d_x.size(), stream);
-  DeviceBuffer<unsigned char> d_codes(q.codes.size());
+  // Device codes are packed (sim/quant/packing.hpp): 4- and 6-bit codes take less than a byte.
+  const bool packed = lowbit_spec(spec) && spec.bits_per_code() < 8;
+  const size_t device_code_bytes =
+      packed ? static_cast<size_t>(packed_bytes(numel, spec.bits_per_code())) : q.codes.size();
+  DeviceBuffer<unsigned char> d_codes(device_code_bytes);
   DeviceBuffer<float> d_scales(spec.is_passthrough() ? 0 : static_cast<size_t>(ng));
   DeviceBuffer<float> d_k(spec.has_expand() ? static_cast<size_t>(ng) : 0);
   DeviceBuffer<float> d_c(spec.has_expand() ? static_cast<size_t>(ng) : 0);
@@ -232,6 +334,8 @@ QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<
   out.expand_k = spec.has_expand() ? d_k.get() : nullptr;
   out.expand_c = spec.has_expand() ? d_c.get() : nullptr;
   out.tensor_amax = d_amax.get();
+  DeviceBuffer<float> d_tscale(spec.scale == ScaleMode::E4M3 ? 1 : 0);
+  out.tensor_scale = spec.scale == ScaleMode::E4M3 ? d_tscale.get() : nullptr;
   QuantGpuOptions go;
   go.index_offset = opts.index_offset;
   if (spec.delayed.enabled()) {
@@ -248,12 +352,19 @@ QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<
   quantize_cuda(d_x.get(), dtype, shape, spec, out, d_ws.get(), go, stream);
   FP8SIM_CUDA_CHECK(cudaStreamSynchronize(stream));
 
-  d_codes.download(q.codes.data(), q.codes.size(), stream);
+  if (packed) {
+    std::vector<unsigned char> p(device_code_bytes);
+    d_codes.download(p.data(), p.size(), stream);
+    q.codes = unpack_codes(p.data(), numel, spec.bits_per_code());
+  } else {
+    d_codes.download(q.codes.data(), q.codes.size(), stream);
+  }
   if (!spec.is_passthrough()) q.scales = d_scales.download(stream);
   if (spec.has_expand()) {
     q.expand_k = d_k.download(stream);
     q.expand_c = d_c.download(stream);
   }
+  if (spec.scale == ScaleMode::E4M3) d_tscale.download(&q.tensor_scale, 1, stream);
   float amax = 0;
   d_amax.download(&amax, 1, stream);
   q.tensor_amax = opts.tensor_amax && spec.granularity == Granularity::Tensor ? *opts.tensor_amax : amax;
@@ -273,7 +384,9 @@ std::vector<float> dequantize_on_gpu(const QuantizedTensor& q, cudaStream_t stre
   if (n == 0) return out;
   FP8SIM_REQUIRE(static_cast<int64_t>(q.codes.size()) == n * q.spec.code_bytes_per_element(),
                  "quantized tensor holds {} code bytes for {} elements", q.codes.size(), n);
-  DeviceBuffer<unsigned char> d_codes = to_device(q.codes, stream);
+  const bool packed = lowbit_spec(q.spec) && q.spec.bits_per_code() < 8;
+  DeviceBuffer<unsigned char> d_codes =
+      packed ? to_device(pack_codes(q.codes.data(), n, q.spec.bits_per_code()), stream) : to_device(q.codes, stream);
   DeviceBuffer<float> d_scales, d_k, d_c;
   if (!q.spec.is_passthrough()) d_scales = to_device(q.scales, stream);
   if (q.spec.has_expand()) {

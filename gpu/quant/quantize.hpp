@@ -7,7 +7,11 @@
 //
 // Device pointers throughout; launches are asynchronous on the given stream and allocate nothing
 // (the caller provides the workspace: quantize_workspace_bytes). Layouts equal QuantizedTensor's:
-// codes row-major over the tensor, one float per group row-major over the group grid.
+// codes row-major over the tensor, one float per group row-major over the group grid; but 4- and
+// 6-bit codes are packed on the device (sim/quant/packing.hpp: quantized_size's code_bytes), where
+// QuantizedTensor holds one per byte. The 4- and 6-bit formats and rht (gpu/quant/quantize_lowbit.cu)
+// take tensors whose rows are whole 16-element segments and groups of R x C elements with C a
+// multiple of 16 and R * C / 16 <= 32, or per-tensor scaling; other shapes are a UsageError.
 //
 // Per-tensor scaling is two-stage ("group scaling", COAT section 4.2): stage 1 writes the max
 // |x| of every chunk of the tensor while reading it, stage 2 reduces those maxima to the tensor
@@ -26,11 +30,12 @@
 namespace fp8sim::gpu {
 
 struct QuantGpuOut {
-  void* codes = nullptr;         // numel bytes (FP8) or 2 * numel (bf16/fp16 pass-through)
-  float* scales = nullptr;       // num_groups (not for pass-through)
-  float* expand_k = nullptr;     // num_groups, DE only
-  float* expand_c = nullptr;     // num_groups, DE only
-  float* tensor_amax = nullptr;  // optional: 1 float, max |x| over finite elements
+  void* codes = nullptr;          // numel bytes (FP8) or 2 * numel (bf16/fp16 pass-through)
+  float* scales = nullptr;        // num_groups (not for pass-through)
+  float* expand_k = nullptr;      // num_groups, DE only
+  float* expand_c = nullptr;      // num_groups, DE only
+  float* tensor_amax = nullptr;   // optional: 1 float, max |x| over finite elements
+  float* tensor_scale = nullptr;  // scale=e4m3 (NVFP4): 1 float, the per-tensor decode scale
 };
 
 struct QuantGpuOptions {

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "sim/quant/hadamard.hpp"
 #include "sim/quant/scale.hpp"
 
 namespace fp8sim::gpu::detail {
@@ -15,7 +16,7 @@ struct QuantKernelParams {
   int64_t rows = 0, cols = 0;              // the 2-D view
   int64_t group_rows = 0, group_cols = 0;  // nominal group extent
   int64_t grid_rows = 0, grid_cols = 0;    // groups down / across
-  int format = 0;                          // 0 E4M3, 1 E5M2, 2 BF16 (pass-through), 3 FP16 (pass-through)
+  int format = 0;  // 0 E4M3, 1 E5M2, 2 BF16 (pass-through), 3 FP16 (pass-through), 4 E2M1, 5 E2M3, 6 E3M2
   bool saturate = true;
   bool stochastic = false;
   uint64_t seed = 0;
@@ -63,6 +64,31 @@ struct QuantLaunch {
   const uint32_t* producer_maxima = nullptr;  // per-tensor group scaling (float bits, >= 0)
   size_t producer_maxima_count = 0;
 };
+
+// ---- gpu/quant/quantize_lowbit.cu: 4- and 6-bit formats, and any format under rht -------------
+// Modes: group statistics with plain scales or COAT's expansion; NVFP4's two-level scales (group
+// amax and the tensor amax); per-tensor plain scaling (the tensor amax only).
+constexpr int kLowbitPlain = 0, kLowbitCoat = 2, kLowbitNvfp4 = 4, kLowbitTensor = 5;
+struct LowbitParams {
+  int mode = kLowbitPlain;
+  int bits = 8;  // code width in the packed buffer (4, 6 or 8)
+  int rht = 0;   // Hadamard block (0: none)
+  RhtSigns signs{};
+  int lanes = 1;                  // 16-element segments per group (R * C / 16)
+  int lanes_c = 1;                // ... per group row (C / 16)
+  int team = 1;                   // lanes rounded up to a power of two (<= 32)
+  bool row_major = false;         // thread t owns segment t (dequantize; per-tensor quantize)
+  bool vec = false;               // input 16-byte aligned: 16-byte loads
+  bool codes_aligned = false;     // packed codes aligned for the segment's word stores
+  bool out_aligned = false;       // dequantize output 16-byte aligned
+  int64_t slots = 0;              // threads: groups * team, or segments (row_major / per tensor)
+  float* tensor_scale = nullptr;  // NVFP4: S_dec out (one float)
+};
+// amax_word: one workspace word (the tensor amax of the two-pass modes).
+void launch_quantize_lowbit(const QuantLaunch& launch, const LowbitParams& lp, uint32_t* amax_word,
+                            cudaStream_t stream);
+void launch_dequantize_lowbit(const QuantKernelParams& params, const LowbitParams& lp, bool expand, const void* codes,
+                              const float* scales, const float* k, const float* c, float* out, cudaStream_t stream);
 
 // Elements per stage-1 chunk of the per-tensor kernels, and the most per-block maxima the
 // delayed-scaling encode emits (its grid cap).

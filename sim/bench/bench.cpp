@@ -175,6 +175,21 @@ std::vector<BenchItem> make_plan(const BenchOptions& o) {
         plan.push_back(it);
       }
     }
+    // The 4- and 6-bit quantizers at the Llama activation shape: NVFP4 with its tensor amax just
+    // in time (two passes) and from a producer's maxima (one pass), with the RHT of the
+    // weight-gradient operands, in 16x16 weight blocks; MXFP4 and MXFP6.
+    std::vector<std::pair<std::string, std::string>> lowbit = {{"nvfp4", "jit"}, {"mxfp4", ""}};
+    if (!s)
+      lowbit.insert(lowbit.end(),
+                    {{"nvfp4", "group-scaling"}, {"nvfp4:rht=16", "jit"}, {"nvfp4-w", "jit"}, {"mxfp6-e2m3", ""}});
+    for (const auto& [spec, variant] : lowbit) {
+      auto it = quant_item("quantize", spec, "bf16", act, variant);
+      if (variant == "group-scaling") {
+        it.peers = false;
+        it.extra_peer_keys.push_back(fmt::format("quantize|{}|bf16|{}|jit", spec, shape_text(act)));
+      }
+      plan.push_back(it);
+    }
     // Dynamic range expansion on fp32 optimizer-state-like data (COAT's optimizer groups).
     const std::vector<int64_t> de = s ? std::vector<int64_t>{1024, 4096} : std::vector<int64_t>{4096, 11008};
     plan.push_back(quant_item("quantize", "e4m3:g128:de=coat", "f32", de));

@@ -79,6 +79,7 @@ QuantizeEntry compare_quantized(gpu::Backend& gpu, const QuantizedTensor& cq, co
                                          .gpu = static_cast<int>(gq.codes[static_cast<size_t>(first)])};
   e.groups = cq.num_groups();
   e.differing_scales = count_diff(cq.scales, gq.scales);
+  if (f32_bits(cq.tensor_scale) != f32_bits(gq.tensor_scale)) ++e.differing_scales;  // NVFP4's per-tensor scale
   e.differing_k = count_diff(cq.expand_k, gq.expand_k);
   e.differing_c = count_diff(cq.expand_c, gq.expand_c);
   const std::vector<float> deq_cpu = dequantize(cq);
@@ -167,7 +168,10 @@ std::vector<std::string> specs_for(Role r) {
               "bf16:tensor",
               "deepseek-w",
               "te-current",
-              "coat-w"};
+              "coat-w",
+              "nvfp4-w",
+              "mxfp4",
+              "mxfp6-e2m3"};
     case Role::Activation:
       return {"e4m3:g16:scale=bf16:eps=1e-10",
               "e4m3:g128",
@@ -181,11 +185,21 @@ std::vector<std::string> specs_for(Role r) {
               "coat-act",
               "deepseek-act",
               "deepseek-act-ue8m0",
-              "torchao-mxfp8"};
+              "torchao-mxfp8",
+              "nvfp4",
+              "nvfp4:rht=16",
+              "mxfp4",
+              "mxfp6-e3m2",
+              "e4m3:g128:rht=16"};
     case Role::Grad:
     case Role::ActivationGrad:
-      return {"e5m2:tensor", "e5m2:g128", "e5m2:g32:scale=e8m0", "e5m2:tensor:round=stochastic:seed=3",
-              "e5m2:row:scale=pow2"};
+      return {"e5m2:tensor",
+              "e5m2:g128",
+              "e5m2:g32:scale=e8m0",
+              "e5m2:tensor:round=stochastic:seed=3",
+              "e5m2:row:scale=pow2",
+              "nvfp4:round=stochastic:seed=11",
+              "nvfp4:rht=16:round=stochastic:seed=13"};
     case Role::ExpAvg:
     case Role::ExpAvgSq:
       return {"e4m3:g128:de=coat",
@@ -196,7 +210,9 @@ std::vector<std::string> specs_for(Role r) {
               "e4m3:g100:de=robust",
               "e4m3:row:de=coat",
               "e4m3:tensor:de=robust",
-              "fp16:tensor"};
+              "fp16:tensor",
+              "e2m1:g128:de=coat",
+              "e3m2:g128:de=coat"};
   }
   return {};
 }

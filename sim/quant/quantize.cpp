@@ -721,33 +721,16 @@ void quantize_rowgroups_fused(const Load& ld, QuantizedTensor& q, const ScaleCon
   q.underflow_count = nunder;
 }
 
-// Fills q, reusing its buffers (resize keeps capacity: no allocation once q has been sized).
-// NVFP4's two-level scales, in the order of TransformerEngine's reference quantizer (all fp32,
-// fmax_e = the element's largest value, 6 for E2M1):
-//   S_enc = min(RN(448 * fmax_e / tensor_amax), FLT_MAX), 1 if that is 0;  S_dec = RN(1 / S_enc)
-//   per group: d = min(RN(RN(amax_g / fmax_e) * S_enc), 448) -> E4M3 (round to nearest even);
-//              encode multiplier min(RN(1 / RN(e4m3 * S_dec)), FLT_MAX); stored scale RN(e4m3 * S_dec)
+// NVFP4's two-level scales (sim/quant/scale.hpp: nvfp4_tensor_scale, nvfp4_group_scale).
 // Returns S_dec; fills the per-group multipliers and stored (dequantizing) scales.
 float nvfp4_scales(float tensor_amax, const Stats& st, float fmax_e, std::vector<float>& mult,
                    std::vector<float>& stored) {
-  constexpr float kFltMax = 3.40282347e38f;
-  float s_enc = div_rn(mul_rn(448.0f, fmax_e), tensor_amax);
-  if (!(s_enc <= kFltMax)) s_enc = kFltMax;  // a zero amax gives +Inf
-  if (s_enc == 0.0f) s_enc = 1.0f;
-  const float s_dec = div_rn(1.0f, s_enc);
-  for (size_t g = 0; g < mult.size(); ++g) {
-    float d = mul_rn(div_rn(f32_from_bits(st.amax[g]), fmax_e), s_enc);
-    if (!(d <= 448.0f)) d = 448.0f;
-    const float e4m3 = decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(d, true));
-    const float dec = mul_rn(e4m3, s_dec);
-    float m = div_rn(1.0f, dec);
-    if (!(m <= kFltMax)) m = kFltMax;
-    mult[g] = m;
-    stored[g] = dec;
-  }
-  return s_dec;
+  const Nvfp4TensorScale t = nvfp4_tensor_scale(tensor_amax, fmax_e);
+  for (size_t g = 0; g < mult.size(); ++g) nvfp4_group_scale(f32_from_bits(st.amax[g]), fmax_e, t, mult[g], stored[g]);
+  return t.s_dec;
 }
 
+// Fills q, reusing its buffers (resize keeps capacity: no allocation once q has been sized).
 template <class Load>
 void quantize_core(const Load& ld, std::span<const int64_t> shape, const QuantSpec& spec, const QuantizeOptions& opts,
                    QuantizedTensor& q) {

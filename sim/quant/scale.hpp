@@ -201,6 +201,34 @@ FP8SIM_HD float apply_scale(float x, float qv, const ScaleConsts& c) {
   return mul_rn(x, qv);
 }
 
+// NVFP4's two-level scales (scale=e4m3), in the order of TransformerEngine's reference quantizer
+// (all fp32; fmax_e = the element format's largest value, 6 for E2M1):
+//   tensor: S_enc = min(RN(448 * fmax_e / tensor_amax), FLT_MAX), 1 where that is 0; S_dec = RN(1 / S_enc)
+//   group:  d = min(RN(RN(amax_g / fmax_e) * S_enc), 448) -> E4M3 (nearest even), e = its value;
+//           stored (dequantizing) scale RN(e * S_dec); the elements meet the multiplier
+//           min(RN(1 / stored), FLT_MAX).
+struct Nvfp4TensorScale {
+  float s_enc = 1.0f, s_dec = 1.0f;
+};
+FP8SIM_HD Nvfp4TensorScale nvfp4_tensor_scale(float tensor_amax, float fmax_e) {
+  constexpr float kFltMax = 3.40282347e38f;
+  Nvfp4TensorScale t;
+  t.s_enc = div_rn(mul_rn(448.0f, fmax_e), tensor_amax);
+  if (!(t.s_enc <= kFltMax)) t.s_enc = kFltMax;  // a zero amax gives +Inf
+  if (t.s_enc == 0.0f) t.s_enc = 1.0f;
+  t.s_dec = div_rn(1.0f, t.s_enc);
+  return t;
+}
+FP8SIM_HD void nvfp4_group_scale(float amax_g, float fmax_e, const Nvfp4TensorScale& t, float& mult, float& stored) {
+  constexpr float kFltMax = 3.40282347e38f;
+  float d = mul_rn(div_rn(amax_g, fmax_e), t.s_enc);
+  if (!(d <= 448.0f)) d = 448.0f;
+  const float e4m3 = decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(d, true));
+  stored = mul_rn(e4m3, t.s_dec);
+  mult = div_rn(1.0f, stored);
+  if (!(mult <= kFltMax)) mult = kFltMax;
+}
+
 // Group statistics over finite elements, as fp32 bits (non-negative floats order like their
 // bits; max and min are exact in any reduction order, so every backend agrees).
 struct GroupStatBits {
