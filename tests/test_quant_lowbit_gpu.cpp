@@ -15,6 +15,7 @@
 
 #include "gpu/common/buffer.hpp"
 #include "gpu/quant/quantize.hpp"
+#include "gpu/quant/quantize_launch.hpp"
 #include "sim/common/check.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/quant/packing.hpp"
@@ -42,8 +43,8 @@ std::string first_float_mismatch(const std::vector<float>& a, const std::vector<
 std::string first_code_mismatch(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   if (a.size() != b.size()) return "codes: sizes " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
   for (size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) return "codes: index " + std::to_string(i) + " cpu " + std::to_string(a[i]) + " gpu " +
-                             std::to_string(b[i]);
+    if (a[i] != b[i])
+      return "codes: index " + std::to_string(i) + " cpu " + std::to_string(a[i]) + " gpu " + std::to_string(b[i]);
   return {};
 }
 
@@ -87,8 +88,8 @@ bool check(const std::string& text, const std::vector<int64_t>& shape, InputDtyp
     for (size_t i = 0; i < n; ++i) x16[i] = f32_to_fp16_rne(x[i]);
     data = x16.data();
   }
-  const std::string ctx = text + " " + shape_text(shape) +
-                          (dt == InputDtype::F32 ? " f32" : (dt == InputDtype::BF16 ? " bf16" : " fp16"));
+  const std::string ctx =
+      text + " " + shape_text(shape) + (dt == InputDtype::F32 ? " f32" : (dt == InputDtype::BF16 ? " bf16" : " fp16"));
   QuantizeOptions o;
   o.index_offset = offset;
   QuantizedTensor c;
@@ -111,9 +112,8 @@ bool check(const std::string& text, const std::vector<int64_t>& shape, InputDtyp
   return true;
 }
 
-const std::vector<std::vector<int64_t>> kShapes = {{1, 16},   {3, 48},    {5, 176},      {176, 64},
-                                                   {17, 256}, {64},       {2, 3, 512},   {33, 1024},
-                                                   {40, 96},  {19, 4096}, {256, 2048}};
+const std::vector<std::vector<int64_t>> kShapes = {{1, 16},     {3, 48},    {5, 176}, {176, 64},  {17, 256},  {64},
+                                                   {2, 3, 512}, {33, 1024}, {40, 96}, {19, 4096}, {256, 2048}};
 
 TEST(QuantizeLowbitGpu, MxFormatsEveryE8m0RoundingAndScaleMode) {
   FP8SIM_SKIP_WITHOUT_GPU();
@@ -158,7 +158,8 @@ TEST(QuantizeLowbitGpu, StochasticRoundingFollowsTheElementIndex) {
 
 TEST(QuantizeLowbitGpu, CoatExpansionOnFourAndSixBitCodes) {
   FP8SIM_SKIP_WITHOUT_GPU();
-  for (const char* s : {"e2m1:g128:de=coat", "e2m3:g128:de=coat", "e3m2:g32:de=coat", "e2m1:g128:de=coat:de_target=e2m1"})
+  for (const char* s :
+       {"e2m1:g128:de=coat", "e2m3:g128:de=coat", "e3m2:g32:de=coat", "e2m1:g128:de=coat:de_target=e2m1"})
     for (const auto& shape : kShapes) check(s, shape, InputDtype::F32, Data::Specials);
 }
 
@@ -166,10 +167,10 @@ TEST(QuantizeLowbitGpu, CoatExpansionOnFourAndSixBitCodes) {
 // 4-bit and FP8 codes, with TE's signs and seeded ones; a block of 64 straddles two 1x32 groups.
 TEST(QuantizeLowbitGpu, RandomHadamardTransformFusedWithTheQuantizer) {
   FP8SIM_SKIP_WITHOUT_GPU();
-  const char* specs[] = {"nvfp4:rht=16",     "nvfp4:rht=16:rht_seed=5", "nvfp4:rht=4",   "nvfp4:rht=64",
-                         "nvfp4:rht=256",    "mxfp4:rht=64",            "nvfp4-w:rht=16", "e4m3:g128:rht=16",
-                         "e4m3:g128:rht=256", "e5m2:tensor:rht=64",     "e2m1:tensor:rht=16",
-                         "nvfp4:rht=16:round=stochastic:seed=4"};
+  const char* specs[] = {"nvfp4:rht=16",       "nvfp4:rht=16:rht_seed=5", "nvfp4:rht=4",
+                         "nvfp4:rht=64",       "nvfp4:rht=256",           "mxfp4:rht=64",
+                         "nvfp4-w:rht=16",     "e4m3:g128:rht=16",        "e4m3:g128:rht=256",
+                         "e5m2:tensor:rht=64", "e2m1:tensor:rht=16",      "nvfp4:rht=16:round=stochastic:seed=4"};
   int checked = 0;
   for (const char* s : specs)
     for (const auto& shape : kShapes)
@@ -194,6 +195,14 @@ TEST(QuantizeLowbitGpu, ShapesOutsideTheKernelsAreUsageErrors) {
     EXPECT_NO_THROW(quantize(x.data(), shape, spec)) << s;
     EXPECT_THROW(gpu::quantize_on_gpu(x.data(), InputDtype::F32, shape, spec), UsageError) << s;
   }
+}
+
+// The kernels' table encoder gives encode_fp8_rne's code for every fp32 input, in every format
+// and saturation mode.
+TEST(QuantizeLowbitGpu, TableEncoderEqualsTheReferenceOnAllFloats) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  for (int fmt : {0, 1, 4, 5, 6})
+    for (bool sat : {true, false}) EXPECT_EQ(gpu::detail::lowbit_lut_mismatches(fmt, sat), 0u) << fmt << " " << sat;
 }
 
 // The device buffer is the packed stream: the GPU's bytes equal pack_codes of the CPU's codes.

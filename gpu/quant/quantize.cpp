@@ -95,6 +95,7 @@ detail::LowbitParams lowbit_plan(const QuantSpec& spec, const GroupGeometry& g, 
   detail::LowbitParams S;
   S.bits = spec.bits_per_code();
   S.rht = spec.rht;
+  S.pow2_div = spec.apply == Apply::Div && (spec.scale == ScaleMode::E8M0 || spec.scale == ScaleMode::Pow2);
   if (spec.rht) S.signs = rht_signs(spec.rht, spec.rht_seeded, spec.rht_seed);
   const bool tensor = spec.granularity == Granularity::Tensor;
   if (spec.scale == ScaleMode::E4M3) S.mode = detail::kLowbitNvfp4;
@@ -107,6 +108,7 @@ detail::LowbitParams lowbit_plan(const QuantSpec& spec, const GroupGeometry& g, 
   if (spec.de_min != DeMin::Nonzero)
     throw UsageError(fmt::format("{}: de_min=kernel is emulated on the CPU only", what));
   const int64_t segs = g.numel() / 16;
+  S.narrow = segs * 32 < (int64_t{1} << 31) && g.rows < (int64_t{1} << 31) && g.cols < (int64_t{1} << 31);
   if (dequantize || S.mode == detail::kLowbitTensor) {
     S.row_major = true;
     S.slots = segs;
@@ -120,7 +122,10 @@ detail::LowbitParams lowbit_plan(const QuantSpec& spec, const GroupGeometry& g, 
                     what, R, C));
   S.lanes_c = static_cast<int>(C / 16);
   S.lanes = static_cast<int>(R * (C / 16));
-  while (S.team < S.lanes) S.team <<= 1;
+  while (S.team < S.lanes) {
+    S.team <<= 1;
+    ++S.team_shift;
+  }
   if (spec.rht > 16 && (R != 1 || S.lanes != S.team))
     throw UsageError(
         fmt::format("{}: rht={} spans several segments of a row; the kernels take it with 1xC groups, "

@@ -77,6 +77,9 @@ struct LowbitParams {
   int lanes = 1;                  // 16-element segments per group (R * C / 16)
   int lanes_c = 1;                // ... per group row (C / 16)
   int team = 1;                   // lanes rounded up to a power of two (<= 32)
+  int team_shift = 0;             // log2(team)
+  bool narrow = false;            // every index fits in 31 bits: 32-bit division
+  bool pow2_div = false;          // apply=div with power-of-two scales (E8M0, pow2): divide by multiplying
   bool row_major = false;         // thread t owns segment t (dequantize; per-tensor quantize)
   bool vec = false;               // input 16-byte aligned: 16-byte loads
   bool codes_aligned = false;     // packed codes aligned for the segment's word stores
@@ -87,6 +90,9 @@ struct LowbitParams {
 // amax_word: one workspace word (the tensor amax of the two-pass modes).
 void launch_quantize_lowbit(const QuantLaunch& launch, const LowbitParams& lp, uint32_t* amax_word,
                             cudaStream_t stream);
+// Test hook: fp32 inputs (all 2^32) whose table-encoded code differs from encode_fp8_rne (format
+// code 0, 1, 4, 5 or 6).
+uint64_t lowbit_lut_mismatches(int format, bool saturate);
 void launch_dequantize_lowbit(const QuantKernelParams& params, const LowbitParams& lp, bool expand, const void* codes,
                               const float* scales, const float* k, const float* c, float* out, cudaStream_t stream);
 

@@ -56,6 +56,86 @@ void dispatch_lowbit(int fmt, InDt dt, F&& f) {
   }
 }
 
+// ---- the table encoder ----------------------------------------------------------------------------
+// Round-to-nearest-even encoding depends only on the exponent, the kept mantissa bits, the first
+// dropped bit and whether any later bit is set (in the target's subnormal range, where fewer
+// bits are kept, the kept bits, round bit and sticky bit still determine it). The index
+// exp | kept | round | sticky (8 + mb + 2 bits: 2048 entries for E2M1, 8192 for E2M3 and E4M3)
+// selects the magnitude code that encode_fp8_rne<T> gives every input of that class; a NaN input
+// (no sign) is set apart after the lookup. lowbit_lut_mismatches() checks this over all 2^32
+// inputs. The tables live in global memory, filled once per process, and each block copies its
+// format's table to shared memory: the generic encoder costs ~20 integer operations per element,
+// this one ~8 and a shared load, which keeps the kernels memory-bound.
+constexpr int kLutMaxEntries = 1 << 13;
+__device__ uint8_t g_rne_lut[7][2][kLutMaxEntries];  // [format code][saturate]
+
+template <class T>
+constexpr int kLutShift = 22 - T::kMantissaBits;  // a >> kLutShift = exp | kept | round
+template <class T>
+constexpr int kLutEntries = 1 << (8 + T::kMantissaBits + 2);
+
+template <class T>
+__device__ __forceinline__ uint32_t lut_index(uint32_t a) {
+  return ((a >> kLutShift<T>) << 1) | ((a & ((1u << kLutShift<T>)-1u)) != 0u ? 1u : 0u);
+}
+
+template <class T>
+__device__ __forceinline__ void fill_lut(uint8_t* lut, bool saturate) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kLutEntries<T>; i += gridDim.x * blockDim.x) {
+    const uint32_t a = (static_cast<uint32_t>(i >> 1) << kLutShift<T>) | static_cast<uint32_t>(i & 1);
+    lut[i] = encode_fp8_rne<T>(f32_from_bits(a), saturate);
+  }
+}
+__global__ void fill_rne_luts_kernel() {
+  for (int sat = 0; sat < 2; ++sat) {
+    fill_lut<E4M3Traits>(g_rne_lut[0][sat], sat);
+    fill_lut<E5M2Traits>(g_rne_lut[1][sat], sat);
+    fill_lut<E2M1Traits>(g_rne_lut[4][sat], sat);
+    fill_lut<E2M3Traits>(g_rne_lut[5][sat], sat);
+    fill_lut<E3M2Traits>(g_rne_lut[6][sat], sat);
+  }
+}
+// Fills the tables on first use (and waits for it, so that every later stream sees them).
+void ensure_rne_luts() {
+  static const bool done = [] {
+    fill_rne_luts_kernel<<<64, 256>>>();
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    FP8SIM_CUDA_CHECK(cudaDeviceSynchronize());
+    return true;
+  }();
+  (void)done;
+}
+
+// The block's copy of its format's table (every thread of the block calls it).
+template <class T>
+__device__ __forceinline__ void load_lut(uint8_t* lut, int fmt, bool saturate) {
+  const uint4* src = reinterpret_cast<const uint4*>(g_rne_lut[fmt][saturate ? 1 : 0]);
+  for (int i = threadIdx.x; i < kLutEntries<T> / 16; i += blockDim.x) reinterpret_cast<uint4*>(lut)[i] = src[i];
+  __syncthreads();
+}
+
+template <class T>
+__device__ __forceinline__ uint32_t encode_lut(float y, const uint8_t* lut) {
+  const uint32_t u = f32_bits(y), a = u & 0x7FFFFFFFu;
+  const uint32_t code = lut[lut_index<T>(a)] | ((u >> T::kSignShift) & T::kSignBit);
+  return a > 0x7F800000u ? static_cast<uint32_t>(T::kNanCode) : code;
+}
+
+template <class T>
+__global__ void __launch_bounds__(256) lut_check_kernel(int fmt, bool saturate, unsigned long long* mismatches) {
+  __shared__ alignas(16) uint8_t lut[kLutMaxEntries];
+  load_lut<T>(lut, fmt, saturate);
+  unsigned long long bad = 0;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t{1} << 32);
+       i += stride) {
+    const float x = f32_from_bits(static_cast<uint32_t>(i));
+    bad += encode_lut<T>(x, lut) != encode_fp8_rne<T>(x, saturate);
+  }
+  for (int off = 16; off > 0; off >>= 1) bad += __shfl_xor_sync(kFullMask, bad, off);
+  if ((threadIdx.x & 31) == 0 && bad) atomicAdd(mismatches, bad);
+}
+
 // Where thread-slot t's segment lies: its group, team lane, row and column (the first of 16).
 struct Seg {
   int64_t grp, row, col;
@@ -63,25 +143,48 @@ struct Seg {
   bool lane_ok;  // the lane holds a segment of an existing group (else it only joins the shuffles)
   bool valid;    // ... and that segment lies inside the tensor
 };
+// Integer division in 32 bits where every operand fits (the host sets S.narrow: slots, group and
+// segment counts below 2^31), else in 64 (an order of magnitude more instructions).
+__device__ __forceinline__ void divmod(int64_t a, int64_t b, bool narrow, int64_t& q, int64_t& r) {
+  if (narrow) {
+    const uint32_t a32 = static_cast<uint32_t>(a), b32 = static_cast<uint32_t>(b);
+    q = a32 / b32;
+    r = a32 - static_cast<uint32_t>(q) * b32;
+  } else {
+    q = a / b;
+    r = a - q * b;
+  }
+}
+
 __device__ __forceinline__ Seg seg_of(const QuantKernelParams& P, const LowbitParams& S, int64_t t) {
   Seg s;
   if (S.mode == kLowbitTensor || S.row_major) {  // thread t owns segment t
-    const int64_t segs_per_row = P.cols / 16;
-    s.row = t / segs_per_row;
-    s.col = (t % segs_per_row) * 16;
+    int64_t c16;
+    divmod(t, P.cols / 16, S.narrow, s.row, c16);
+    s.col = c16 * 16;
     s.lane = 0;
     s.lane_ok = s.row < P.rows;
     s.valid = s.lane_ok;
-    s.grp = s.valid ? (s.row / P.group_rows) * P.grid_cols + s.col / P.group_cols : 0;
+    s.grp = 0;
+    if (s.valid) {
+      int64_t q, r;
+      divmod(s.row, P.group_rows, S.narrow, q, r);
+      int64_t qc, rc;
+      divmod(s.col, P.group_cols, S.narrow, qc, rc);
+      s.grp = q * P.grid_cols + qc;
+    }
     return s;
   }
-  const int64_t tm = t / S.team;
-  s.lane = static_cast<int>(t % S.team);
+  const int64_t tm = t >> S.team_shift;
+  s.lane = static_cast<int>(t & (S.team - 1));
   s.grp = tm;
   s.lane_ok = tm < P.grid_rows * P.grid_cols && s.lane < S.lanes;
-  const int64_t gi = tm / P.grid_cols, gj = tm % P.grid_cols;
-  s.row = gi * P.group_rows + s.lane / S.lanes_c;
-  s.col = gj * P.group_cols + 16 * (s.lane % S.lanes_c);
+  int64_t gi, gj;
+  divmod(tm, P.grid_cols, S.narrow, gi, gj);
+  const int lr = S.lanes_c == 1 ? s.lane : s.lane / S.lanes_c;
+  const int lc = s.lane - lr * S.lanes_c;
+  s.row = gi * P.group_rows + lr;
+  s.col = gj * P.group_cols + 16 * lc;
   s.valid = s.lane_ok && s.row < P.rows && s.col < P.cols;
   return s;
 }
@@ -109,32 +212,52 @@ __device__ __forceinline__ void load_segment(const void* x, int64_t flat0, bool 
   }
 }
 
+// One in-register butterfly stage (h < 16, a compile-time constant so that v stays in registers).
+template <int H>
+__device__ __forceinline__ void butterfly16(float (&v)[16], bool halve) {
+  if (halve) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = mul_rn(v[j], 0.5f);
+  }
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    if (j & H) continue;
+    const float a = v[j], b = v[j + H];
+    v[j] = add_rn(a, b);
+    v[j + H] = add_rn(a, -b);
+  }
+}
+
+// The signs of the segment's 16 elements (bit j: negate element j): bits (col mod n) .. + 15 of the
+// block's sign vector, or a block of 4 signs repeated.
+__device__ __forceinline__ uint32_t segment_signs(const RhtSigns& sg, int n, int64_t col) {
+  if (n < 16) {
+    const uint32_t m = static_cast<uint32_t>(sg.words[0]) & ((1u << n) - 1u);
+    return n == 4 ? m * 0x1111u : m;  // n is 4 here (rht=4); the general form keeps the contract visible
+  }
+  const int i = static_cast<int>(col & (n - 1));
+  const int w = i >> 6;  // selected without indexing the parameter array at run time
+  const uint64_t word = w == 0 ? sg.words[0] : (w == 1 ? sg.words[1] : (w == 2 ? sg.words[2] : sg.words[3]));
+  return static_cast<uint32_t>(word >> (i & 63)) & 0xFFFFu;
+}
+
 // The random Hadamard transform of the thread's segment within its row's n-element blocks
 // (rht_forward's order: signs, then stages h = 1, 2, 4, ... with a halving before every second
-// stage). Every lane of the warp calls it (stages h >= 16 shuffle); col is the segment's first column.
+// stage; the inverse runs the stages first, then the signs). Every lane of the warp calls it
+// (stages h >= 16 shuffle); col is the segment's first column.
 __device__ __forceinline__ void rht_segment(float (&v)[16], int64_t col, const LowbitParams& S, bool inverse) {
   const int n = S.rht;
+  const uint32_t neg = segment_signs(S.signs, n, col);
   if (!inverse) {
 #pragma unroll
     for (int j = 0; j < 16; ++j)
-      if (S.signs.negate(static_cast<int>((col + j) & (n - 1)))) v[j] = -v[j];
+      if ((neg >> j) & 1u) v[j] = -v[j];
   }
-  int stage = 0;
-#pragma unroll
-  for (int h = 1; h < 16; h <<= 1, ++stage) {
-    if (h >= n) break;
-    if (stage % 2 == 1) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) v[j] = mul_rn(v[j], 0.5f);
-    }
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      if (j & h) continue;
-      const float a = v[j], b = v[j + h];
-      v[j] = add_rn(a, b);
-      v[j + h] = add_rn(a, -b);
-    }
-  }
+  if (n > 1) butterfly16<1>(v, false);
+  if (n > 2) butterfly16<2>(v, true);
+  if (n > 4) butterfly16<4>(v, false);
+  if (n > 8) butterfly16<8>(v, true);
+  int stage = 4;
   for (int h = 16; h < n; h <<= 1, ++stage) {
     if (stage % 2 == 1) {
 #pragma unroll
@@ -151,14 +274,30 @@ __device__ __forceinline__ void rht_segment(float (&v)[16], int64_t col, const L
   if (inverse) {
 #pragma unroll
     for (int j = 0; j < 16; ++j)
-      if (S.signs.negate(static_cast<int>((col + j) & (n - 1)))) v[j] = -v[j];
+      if ((neg >> j) & 1u) v[j] = -v[j];
   }
 }
 
-template <class T>
-__device__ __forceinline__ uint32_t encode_one(const QuantKernelParams& P, float v, uint64_t flat) {
-  return P.stochastic ? encode_fp8_sr<T>(v, P.saturate, philox_word(P.seed, P.index_offset + flat))
-                      : encode_fp8_rne<T>(v, P.saturate);
+// The codes of 16 elements, xf(x) encoded. Every choice that is uniform over the segment (the
+// rounding here, the scaling at the call) is taken outside the element loop: inside it the
+// compiler if-converts the alternatives and would run all of them (Philox, pow, division) for
+// every element.
+template <class T, bool SR, class F>
+__device__ __forceinline__ void encode16_as(const QuantKernelParams& P, const uint8_t* lut, const float (&v)[16],
+                                            int64_t flat0, F xf, uint32_t (&q)[16]) {
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+    const float y = xf(v[j]);
+    if constexpr (SR)
+      q[j] = encode_fp8_sr<T>(y, P.saturate, philox_word(P.seed, P.index_offset + static_cast<uint64_t>(flat0 + j)));
+    else q[j] = encode_lut<T>(y, lut);
+  }
+}
+template <class T, class F>
+__device__ __forceinline__ void encode16(const QuantKernelParams& P, const uint8_t* lut, const float (&v)[16],
+                                         int64_t flat0, F xf, uint32_t (&q)[16]) {
+  if (P.stochastic) encode16_as<T, true>(P, lut, v, flat0, xf, q);
+  else encode16_as<T, false>(P, lut, v, flat0, xf, q);
 }
 
 // 16 codes of `bits` bits into the packed stream at element flat0 (a multiple of 16).
@@ -219,8 +358,8 @@ __device__ __forceinline__ void warp_atomic_max(uint32_t bits, uint32_t* dst) {
 
 // Pass 1 of the tensor-amax modes: max |x| over the finite (transformed) elements into *amax.
 template <InDt D>
-__global__ void __launch_bounds__(256) lowbit_amax_kernel(const void* __restrict__ x, QuantKernelParams P,
-                                                          LowbitParams S, uint32_t* __restrict__ amax) {
+__global__ void __launch_bounds__(256)
+    lowbit_amax_kernel(const void* __restrict__ x, QuantKernelParams P, LowbitParams S, uint32_t* __restrict__ amax) {
   const int64_t total = S.slots;
   uint32_t m = 0u;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x; base < total;
@@ -232,10 +371,11 @@ __global__ void __launch_bounds__(256) lowbit_amax_kernel(const void* __restrict
     load_segment<D>(x, sg.row * P.cols + sg.col, S.vec, valid, v);
     if (S.rht) rht_segment(v, sg.col, S, false);
     if (valid) {
-      Stats st = stats_init();
 #pragma unroll
-      for (int j = 0; j < 16; ++j) stats_add(st, v[j]);
-      m = st.amax > m ? st.amax : m;
+      for (int j = 0; j < 16; ++j) {
+        const uint32_t a = f32_bits(v[j]) & 0x7FFFFFFFu;
+        m = max(m, a < 0x7F800000u ? a : 0u);
+      }
     }
   }
   warp_atomic_max(m, amax);
@@ -248,6 +388,8 @@ __global__ void __launch_bounds__(256)
                         float* __restrict__ ks, float* __restrict__ cs, QuantKernelParams P, LowbitParams S,
                         const uint32_t* __restrict__ tensor_amax_in, uint32_t* __restrict__ tensor_amax_out,
                         float* __restrict__ tensor_scale_out) {
+  __shared__ alignas(16) uint8_t lut[kLutEntries<T>];
+  load_lut<T>(lut, P.format, P.saturate);
   const int64_t total = S.slots;
   float t_amax = 0.0f;
   Nvfp4TensorScale nv;
@@ -272,11 +414,21 @@ __global__ void __launch_bounds__(256)
     load_segment<D>(x, flat0, S.vec, valid, v);
     if (S.rht) rht_segment(v, sg.col, S, false);
     Stats st = stats_init();
-    if (valid) {
+    if (valid && S.mode == kLowbitCoat) {
 #pragma unroll
       for (int j = 0; j < 16; ++j) stats_add(st, v[j]);
+    } else if (valid) {  // the max of the finite magnitudes is all the other modes need
+      uint32_t m16 = 0u;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const uint32_t a = f32_bits(v[j]) & 0x7FFFFFFFu;
+        m16 = max(m16, a < 0x7F800000u ? a : 0u);
+      }
+      st.amax = m16;
     }
-    if (S.mode != kLowbitTensor) st = stats_reduce_lanes(st, S.team);
+    if (S.mode == kLowbitCoat) st = stats_reduce_lanes(st, S.team);
+    else if (S.mode != kLowbitTensor)
+      for (int off = 1; off < S.team; off <<= 1) st.amax = max(st.amax, __shfl_xor_sync(kFullMask, st.amax, off));
     m = st.amax > m ? st.amax : m;
     float sq = 1.0f, stored = 1.0f;
     ExpandParams ep;
@@ -293,15 +445,20 @@ __global__ void __launch_bounds__(256)
       sq = t_sq;
     }
     if (!valid) continue;
+    // x / s for a power-of-two s (E8M0, pow2) is x * (1 / s): 1 / s is exact (s in [2^-127, 2^127]),
+    // so both are the correctly rounded x * 2^-k.
+    const bool by_mul = S.mode == kLowbitNvfp4 || (S.pow2_div && S.mode != kLowbitCoat);
+    const float mult = S.mode == kLowbitNvfp4 ? sq : (by_mul ? div_rn(1.0f, sq) : 0.0f);
     uint32_t q[16];
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      float y;
-      if (S.mode == kLowbitCoat) y = expand_value(v[j], ep);
-      else if (S.mode == kLowbitNvfp4) y = mul_rn(v[j], sq);
-      else y = apply_scale(v[j], sq, P.scale);
-      q[j] = encode_one<T>(P, y, static_cast<uint64_t>(flat0 + j));
-    }
+    if (S.mode == kLowbitCoat)
+      encode16<T>(
+          P, lut, v, flat0, [&](float x) { return expand_value(x, ep); }, q);
+    else if (by_mul)
+      encode16<T>(
+          P, lut, v, flat0, [&](float x) { return mul_rn(x, mult); }, q);
+    else
+      encode16<T>(
+          P, lut, v, flat0, [&](float x) { return apply_scale(x, sq, P.scale); }, q);
     store_codes(codes, flat0, S.bits, S.codes_aligned, q);
     if (S.mode != kLowbitTensor && sg.lane == 0) {
       scales[sg.grp] = stored;
@@ -334,9 +491,13 @@ __global__ void __launch_bounds__(256)
       ExpandParams ep;
       if (expand) ep = ExpandParams{ks[sg.grp], cs[sg.grp], s};
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const float d = decode_fp8<T>(static_cast<uint8_t>(packed_code(codes, flat0 + j, S.bits)));
-        v[j] = expand ? compress_value(d, ep) : mul_rn(d, s);
+      for (int j = 0; j < 16; ++j) v[j] = decode_fp8<T>(static_cast<uint8_t>(packed_code(codes, flat0 + j, S.bits)));
+      if (expand) {  // outside the element loop (see encode16)
+#pragma unroll
+        for (int j = 0; j < 16; ++j) v[j] = compress_value(v[j], ep);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) v[j] = mul_rn(v[j], s);
       }
     } else {
 #pragma unroll
@@ -357,7 +518,22 @@ __global__ void __launch_bounds__(256)
 
 }  // namespace
 
+uint64_t lowbit_lut_mismatches(int fmt, bool saturate) {
+  ensure_rne_luts();
+  unsigned long long* d = nullptr;
+  FP8SIM_CUDA_CHECK(cudaMalloc(&d, sizeof(unsigned long long)));
+  FP8SIM_CUDA_CHECK(cudaMemset(d, 0, sizeof(unsigned long long)));
+  dispatch_lowbit(fmt, InDt::F32,
+                  [&]<class T, InDt D>() { lut_check_kernel<T><<<grid_cap(1 << 20, 8), 256>>>(fmt, saturate, d); });
+  FP8SIM_CUDA_CHECK_LAUNCH();
+  unsigned long long h = 0;
+  FP8SIM_CUDA_CHECK(cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost));
+  FP8SIM_CUDA_CHECK(cudaFree(d));
+  return h;
+}
+
 void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_t* amax_word, cudaStream_t s) {
+  ensure_rne_luts();
   const QuantKernelParams& P = L.params;
   const InDt dt = static_cast<InDt>(L.dtype);
   uint8_t* codes = static_cast<uint8_t*>(L.codes);
@@ -379,8 +555,8 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
     amax_out = reinterpret_cast<uint32_t*>(L.tensor_amax);
   }
   dispatch_lowbit(P.format, dt, [&]<class T, InDt D>() {
-    lowbit_quant_kernel<T, D><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, S, amax_word, amax_out,
-                                                   S.tensor_scale);
+    lowbit_quant_kernel<T, D>
+        <<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, S, amax_word, amax_out, S.tensor_scale);
   });
   FP8SIM_CUDA_CHECK_LAUNCH();
   if (two_pass && L.tensor_amax)

@@ -3,8 +3,8 @@
 // the GPU quantizers' device buffers) holds `bits` bits per code as a little-endian bit stream:
 // code i occupies bits [bits * i, bits * i + bits) of the buffer, bit 0 being the least
 // significant bit of byte 0. For 4-bit codes that puts element 2i in the low nibble of byte i and
-// element 2i + 1 in the high nibble; 6-bit codes take three bytes per four elements; 8-bit codes are the bytes themselves. A buffer of n codes has
-// ceil(n * bits / 8) bytes and the unused high bits of its last byte are 0.
+// element 2i + 1 in the high nibble; 6-bit codes take three bytes per four elements; 8-bit codes are the bytes
+// themselves. A buffer of n codes has ceil(n * bits / 8) bytes and the unused high bits of its last byte are 0.
 #include <cstdint>
 #include <cstring>
 #include <vector>
