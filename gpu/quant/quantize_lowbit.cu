@@ -57,33 +57,33 @@ void dispatch_lowbit(int fmt, InDt dt, F&& f) {
 }
 
 // ---- the table encoder ----------------------------------------------------------------------------
-// Round-to-nearest-even encoding depends only on the exponent, the kept mantissa bits, the first
-// dropped bit and whether any later bit is set (in the target's subnormal range, where fewer
-// bits are kept, the kept bits, round bit and sticky bit still determine it). The index
-// exp | kept | round | sticky (8 + mb + 2 bits: 2048 entries for E2M1, 8192 for E2M3 and E4M3)
-// selects the magnitude code that encode_fp8_rne<T> gives every input of that class; a NaN input
-// (no sign) is set apart after the lookup. lowbit_lut_mismatches() checks this over all 2^32
-// inputs. The tables live in global memory, filled once per process, and each block copies its
-// format's table to shared memory: the generic encoder costs ~20 integer operations per element,
-// this one ~8 and a shared load, which keeps the kernels memory-bound.
-constexpr int kLutMaxEntries = 1 << 13;
+// Round-to-nearest-even encoding depends only on the sign, the exponent, the kept mantissa bits,
+// the first dropped bit and whether any later bit is set (in the target's subnormal range, where
+// fewer bits are kept, the kept bits, round bit and sticky bit still determine it). The index
+// sign | exp | kept | round | sticky (9 + mb + 2 bits: 4096 entries for E2M1, 16384 for E2M3 and
+// E4M3) selects the code that encode_fp8_rne<T> gives every input of that class, NaN included.
+// lowbit_lut_mismatches() checks this over all 2^32 inputs. The tables live in global memory,
+// filled once per process, and each block copies its format's table to shared memory: the
+// generic encoder costs ~20 integer operations per element, this one 4 and a shared load.
+constexpr int kLutMaxEntries = 1 << 14;
 __device__ uint8_t g_rne_lut[7][2][kLutMaxEntries];  // [format code][saturate]
 
 template <class T>
-constexpr int kLutShift = 22 - T::kMantissaBits;  // a >> kLutShift = exp | kept | round
+constexpr int kLutShift = 22 - T::kMantissaBits;  // u >> kLutShift = sign | exp | kept | round
 template <class T>
-constexpr int kLutEntries = 1 << (8 + T::kMantissaBits + 2);
+constexpr int kLutEntries = 1 << (9 + T::kMantissaBits + 2);
 
 template <class T>
-__device__ __forceinline__ uint32_t lut_index(uint32_t a) {
-  return ((a >> kLutShift<T>) << 1) | ((a & ((1u << kLutShift<T>)-1u)) != 0u ? 1u : 0u);
+__device__ __forceinline__ uint32_t lut_index(uint32_t u) {
+  const uint32_t sticky = min(u & ((1u << kLutShift<T>) - 1u), 1u);
+  return ((u >> (kLutShift<T> - 1)) & ~1u) | sticky;
 }
 
 template <class T>
 __device__ __forceinline__ void fill_lut(uint8_t* lut, bool saturate) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < kLutEntries<T>; i += gridDim.x * blockDim.x) {
-    const uint32_t a = (static_cast<uint32_t>(i >> 1) << kLutShift<T>) | static_cast<uint32_t>(i & 1);
-    lut[i] = encode_fp8_rne<T>(f32_from_bits(a), saturate);
+    const uint32_t u = (static_cast<uint32_t>(i >> 1) << kLutShift<T>) | static_cast<uint32_t>(i & 1);
+    lut[i] = encode_fp8_rne<T>(f32_from_bits(u), saturate);
   }
 }
 __global__ void fill_rne_luts_kernel() {
@@ -116,9 +116,7 @@ __device__ __forceinline__ void load_lut(uint8_t* lut, int fmt, bool saturate) {
 
 template <class T>
 __device__ __forceinline__ uint32_t encode_lut(float y, const uint8_t* lut) {
-  const uint32_t u = f32_bits(y), a = u & 0x7FFFFFFFu;
-  const uint32_t code = lut[lut_index<T>(a)] | ((u >> T::kSignShift) & T::kSignBit);
-  return a > 0x7F800000u ? static_cast<uint32_t>(T::kNanCode) : code;
+  return lut[lut_index<T>(f32_bits(y))];
 }
 
 template <class T>
@@ -212,6 +210,28 @@ __device__ __forceinline__ void load_segment(const void* x, int64_t flat0, bool 
   }
 }
 
+// The segment's input as raw 16-byte words (4 for fp32, 2 for bf16/fp16; zeros where !valid), so
+// that the next segment's loads are in flight while the current one is encoded.
+template <InDt D>
+constexpr int kRawWords = D == InDt::F32 ? 4 : 2;
+template <InDt D>
+__device__ __forceinline__ void load_raw(const void* x, int64_t flat0, bool valid, uint4 (&w)[kRawWords<D>]) {
+  const uint4* p = reinterpret_cast<const uint4*>(static_cast<const char*>(x) + flat0 * (D == InDt::F32 ? 4 : 2));
+#pragma unroll
+  for (int k = 0; k < kRawWords<D>; ++k) w[k] = valid ? p[k] : make_uint4(0u, 0u, 0u, 0u);
+}
+template <InDt D>
+__device__ __forceinline__ void widen_raw(const uint4 (&w)[kRawWords<D>], float (&v)[16]) {
+  constexpr int W = kWordElems<D>;
+#pragma unroll
+  for (int k = 0; k < kRawWords<D>; ++k) {
+    float t[W];
+    widen_word<D>(w[k], t);
+#pragma unroll
+    for (int j = 0; j < W; ++j) v[k * W + j] = t[j];
+  }
+}
+
 // One in-register butterfly stage (h < 16, a compile-time constant so that v stays in registers).
 template <int H>
 __device__ __forceinline__ void butterfly16(float (&v)[16], bool halve) {
@@ -239,6 +259,23 @@ __device__ __forceinline__ uint32_t segment_signs(const RhtSigns& sg, int n, int
   const int w = i >> 6;  // selected without indexing the parameter array at run time
   const uint64_t word = w == 0 ? sg.words[0] : (w == 1 ? sg.words[1] : (w == 2 ? sg.words[2] : sg.words[3]));
   return static_cast<uint32_t>(word >> (i & 63)) & 0xFFFFu;
+}
+
+// max |x| over the finite elements of a segment, as bits: the max of all magnitudes, recomputed
+// without the non-finite ones in the rare segment that holds one.
+__device__ __forceinline__ uint32_t finite_amax16(const float (&v)[16]) {
+  uint32_t m = 0u;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) m = max(m, f32_bits(v[j]) & 0x7FFFFFFFu);
+  if (m >= 0x7F800000u) {
+    m = 0u;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      const uint32_t a = f32_bits(v[j]) & 0x7FFFFFFFu;
+      m = max(m, a < 0x7F800000u ? a : 0u);
+    }
+  }
+  return m;
 }
 
 // The random Hadamard transform of the thread's segment within its row's n-element blocks
@@ -304,9 +341,14 @@ __device__ __forceinline__ void encode16(const QuantKernelParams& P, const uint8
 __device__ __forceinline__ void store_codes(uint8_t* codes, int64_t flat0, int bits, bool aligned,
                                             const uint32_t (&q)[16]) {
   if (bits == 4) {
-    uint32_t w[2] = {0u, 0u};
+    uint32_t b[8];  // byte k = codes 2k (low nibble) and 2k + 1
 #pragma unroll
-    for (int j = 0; j < 16; ++j) w[j / 8] |= (q[j] & 0xFu) << (4 * (j % 8));
+    for (int k = 0; k < 8; ++k) b[k] = (q[2 * k] & 0xFu) | (q[2 * k + 1] << 4);
+    uint32_t w[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      w[h] = __byte_perm(__byte_perm(b[4 * h], b[4 * h + 1], 0x0040), __byte_perm(b[4 * h + 2], b[4 * h + 3], 0x0040),
+                         0x5410);
     uint8_t* p = codes + flat0 / 2;
     if (aligned) {
       *reinterpret_cast<uint2*>(p) = make_uint2(w[0], w[1]);
@@ -370,13 +412,7 @@ __global__ void __launch_bounds__(256)
     float v[16];
     load_segment<D>(x, sg.row * P.cols + sg.col, S.vec, valid, v);
     if (S.rht) rht_segment(v, sg.col, S, false);
-    if (valid) {
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const uint32_t a = f32_bits(v[j]) & 0x7FFFFFFFu;
-        m = max(m, a < 0x7F800000u ? a : 0u);
-      }
-    }
+    if (valid) m = max(m, finite_amax16(v));
   }
   warp_atomic_max(m, amax);
 }
@@ -404,69 +440,79 @@ __global__ void __launch_bounds__(256)
     }
   }
   uint32_t m = 0u;  // the tensor amax as a by-product (group modes)
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x; base < total;
-       base += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = base + threadIdx.x;
-    const Seg sg = seg_of(P, S, t < total ? t : total);
-    const bool valid = t < total && sg.valid;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  Seg sg = seg_of(P, S, t < total ? t : total);
+  bool valid = t < total && sg.valid;
+  uint4 raw[kRawWords<D>];
+  load_raw<D>(x, sg.row * P.cols + sg.col, S.vec && valid, raw);
+  // The loop bound is block-uniform, so every lane runs every shuffle.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * blockDim.x; base < total; base += stride) {
+    const int64_t tn = t + stride;
+    const Seg sgn = seg_of(P, S, tn < total ? tn : total);
+    const bool validn = tn < total && sgn.valid;
+    uint4 rawn[kRawWords<D>];
+    load_raw<D>(x, sgn.row * P.cols + sgn.col, S.vec && validn, rawn);
+
     const int64_t flat0 = sg.row * P.cols + sg.col;
     float v[16];
-    load_segment<D>(x, flat0, S.vec, valid, v);
+    if (S.vec) widen_raw<D>(raw, v);
+    else load_segment<D>(x, flat0, false, valid, v);
     if (S.rht) rht_segment(v, sg.col, S, false);
     Stats st = stats_init();
     if (valid && S.mode == kLowbitCoat) {
 #pragma unroll
       for (int j = 0; j < 16; ++j) stats_add(st, v[j]);
     } else if (valid) {  // the max of the finite magnitudes is all the other modes need
-      uint32_t m16 = 0u;
-#pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const uint32_t a = f32_bits(v[j]) & 0x7FFFFFFFu;
-        m16 = max(m16, a < 0x7F800000u ? a : 0u);
-      }
-      st.amax = m16;
+      st.amax = finite_amax16(v);
     }
     if (S.mode == kLowbitCoat) st = stats_reduce_lanes(st, S.team);
     else if (S.mode != kLowbitTensor)
       for (int off = 1; off < S.team; off <<= 1) st.amax = max(st.amax, __shfl_xor_sync(kFullMask, st.amax, off));
     m = st.amax > m ? st.amax : m;
-    float sq = 1.0f, stored = 1.0f;
-    ExpandParams ep;
-    const float absmax = f32_from_bits(st.amax);
-    if (S.mode == kLowbitPlain) {
-      plain_scales(amax_with_eps(absmax, P.scale), P.scale, sq, stored);
-    } else if (S.mode == kLowbitCoat) {
-      const float absmin = st.amin == 0x7F800000u ? 0.0f : f32_from_bits(st.amin);
-      ep = coat_group_expand_params(absmax, absmin, P.fmax, P.fmax_target, P.eps, P.eps_add_fp64);
-      stored = ep.s;
-    } else if (S.mode == kLowbitNvfp4) {
-      nvfp4_group_scale(absmax, P.fmax, nv, sq, stored);
-    } else {
-      sq = t_sq;
-    }
-    if (!valid) continue;
-    // x / s for a power-of-two s (E8M0, pow2) is x * (1 / s): 1 / s is exact (s in [2^-127, 2^127]),
-    // so both are the correctly rounded x * 2^-k.
-    const bool by_mul = S.mode == kLowbitNvfp4 || (S.pow2_div && S.mode != kLowbitCoat);
-    const float mult = S.mode == kLowbitNvfp4 ? sq : (by_mul ? div_rn(1.0f, sq) : 0.0f);
-    uint32_t q[16];
-    if (S.mode == kLowbitCoat)
-      encode16<T>(
-          P, lut, v, flat0, [&](float x) { return expand_value(x, ep); }, q);
-    else if (by_mul)
-      encode16<T>(
-          P, lut, v, flat0, [&](float x) { return mul_rn(x, mult); }, q);
-    else
-      encode16<T>(
-          P, lut, v, flat0, [&](float x) { return apply_scale(x, sq, P.scale); }, q);
-    store_codes(codes, flat0, S.bits, S.codes_aligned, q);
-    if (S.mode != kLowbitTensor && sg.lane == 0) {
-      scales[sg.grp] = stored;
-      if (S.mode == kLowbitCoat) {
-        ks[sg.grp] = ep.k;
-        cs[sg.grp] = ep.c;
+    if (valid) {
+      float sq = 1.0f, stored = 1.0f;
+      ExpandParams ep;
+      const float absmax = f32_from_bits(st.amax);
+      if (S.mode == kLowbitPlain) {
+        plain_scales(amax_with_eps(absmax, P.scale), P.scale, sq, stored);
+      } else if (S.mode == kLowbitCoat) {
+        const float absmin = st.amin == 0x7F800000u ? 0.0f : f32_from_bits(st.amin);
+        ep = coat_group_expand_params(absmax, absmin, P.fmax, P.fmax_target, P.eps, P.eps_add_fp64);
+        stored = ep.s;
+      } else if (S.mode == kLowbitNvfp4) {
+        nvfp4_group_scale(absmax, P.fmax, nv, sq, stored);
+      } else {
+        sq = t_sq;
+      }
+      // x / s for a power-of-two s (E8M0, pow2) is x * (1 / s): 1 / s is exact (s in [2^-127,
+      // 2^127]), so both are the correctly rounded x * 2^-k.
+      const bool by_mul = S.mode == kLowbitNvfp4 || (S.pow2_div && S.mode != kLowbitCoat);
+      const float mult = S.mode == kLowbitNvfp4 ? sq : (by_mul ? div_rn(1.0f, sq) : 0.0f);
+      uint32_t q[16];
+      if (S.mode == kLowbitCoat)
+        encode16<T>(
+            P, lut, v, flat0, [&](float x) { return expand_value(x, ep); }, q);
+      else if (by_mul)
+        encode16<T>(
+            P, lut, v, flat0, [&](float x) { return mul_rn(x, mult); }, q);
+      else
+        encode16<T>(
+            P, lut, v, flat0, [&](float x) { return apply_scale(x, sq, P.scale); }, q);
+      store_codes(codes, flat0, S.bits, S.codes_aligned, q);
+      if (S.mode != kLowbitTensor && sg.lane == 0) {
+        scales[sg.grp] = stored;
+        if (S.mode == kLowbitCoat) {
+          ks[sg.grp] = ep.k;
+          cs[sg.grp] = ep.c;
+        }
       }
     }
+    t = tn;
+    sg = sgn;
+    valid = validn;
+#pragma unroll
+    for (int k = 0; k < kRawWords<D>; ++k) raw[k] = rawn[k];
   }
   if (tensor_amax_out && S.mode != kLowbitNvfp4 && S.mode != kLowbitTensor) warp_atomic_max(m, tensor_amax_out);
 }
@@ -555,8 +601,11 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
     amax_out = reinterpret_cast<uint32_t*>(L.tensor_amax);
   }
   dispatch_lowbit(P.format, dt, [&]<class T, InDt D>() {
-    lowbit_quant_kernel<T, D>
-        <<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, S, amax_word, amax_out, S.tensor_scale);
+    // No more blocks than fit at once: each thread then walks several segments, which amortises
+    // its prologue (the table copy, the tensor scale) and keeps its next segment's loads in flight.
+    static const int resident = resident_blocks(lowbit_quant_kernel<T, D>);
+    lowbit_quant_kernel<T, D><<<grid_cap((S.slots + 255) / 256, resident), 256, 0, s>>>(
+        L.x, codes, L.scales, L.k, L.c, P, S, amax_word, amax_out, S.tensor_scale);
   });
   FP8SIM_CUDA_CHECK_LAUNCH();
   if (two_pass && L.tensor_amax)

@@ -50,8 +50,10 @@ Split<T> split_codes(const Code* codes, int64_t n, int type) {
 }
 
 // The fused step of tc_fdpa_terms for N (0: n) <= 32 finite products and a finite c, written for
-// the vectorizer. FP8 (T = int8_t, F = 13): terms stay below 2^16 and their sum below 2^22, so
-// Acc = int32_t holds it; BF16 (T = int16_t, F = 25): terms below 2^27, Acc = int64_t.
+// the vectorizer. FP8 (T = int8_t, F = 13): terms stay below 2^16 and their sum below 2^22;
+// BF16 (T = int16_t, F = 25, 16 products a step): products below 2^16 move left by at most
+// F - 14 = 11 bits, so terms stay below 2^27 and a step's sum below 16 * 2^27 = 2^31. Both fit
+// Acc = int32_t, which AVX2 multiplies and shifts lane by lane (it has no 64-bit multiply).
 template <int N, class T, class Acc>
 [[gnu::always_inline]] inline float step_split(const TcArith& t, const T* sa, const T* ea, const T* sb, const T* eb,
                                                int n, int mant_bits, float c) {
@@ -150,7 +152,7 @@ __attribute__((target_clones("avx2", "default"))) void fp8_row(const RowArgs<int
   gemm_row<int8_t, int32_t>(a, i, y);
 }
 __attribute__((target_clones("avx2", "default"))) void bf16_row(const RowArgs<int16_t>& a, int64_t i, float* y) {
-  gemm_row<int16_t, int64_t>(a, i, y);
+  gemm_row<int16_t, int32_t>(a, i, y);
 }
 
 }  // namespace
