@@ -14,9 +14,11 @@
 #include <vector>
 
 #include "gpu/common/buffer.hpp"
+#include "gpu/formats/cast.hpp"
 #include "gpu/quant/quantize.hpp"
 #include "gpu/quant/quantize_launch.hpp"
 #include "sim/common/check.hpp"
+#include "sim/formats/cast.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/quant/packing.hpp"
 #include "sim/quant/quantize.hpp"
@@ -203,6 +205,39 @@ TEST(QuantizeLowbitGpu, TableEncoderEqualsTheReferenceOnAllFloats) {
   FP8SIM_SKIP_WITHOUT_GPU();
   for (int fmt : {0, 1, 4, 5, 6})
     for (bool sat : {true, false}) EXPECT_EQ(gpu::detail::lowbit_lut_mismatches(fmt, sat), 0u) << fmt << " " << sat;
+}
+
+// The 4- and 6-bit casts (one code per byte) equal sim/formats/cast.hpp's, nearest and stochastic,
+// fp32 and bf16 input, on data with every special value.
+TEST(QuantizeLowbitGpu, CastsEqualTheCpuCast) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  const size_t n = 100003;
+  const std::vector<float> x = make_data(n, 11, Data::Specials);
+  std::vector<uint16_t> b(n);
+  for (size_t i = 0; i < n; ++i) b[i] = f32_to_bf16_rne(x[i]);
+  const gpu::DeviceBuffer<float> dx = gpu::to_device(x);
+  const gpu::DeviceBuffer<uint16_t> db = gpu::to_device(b);
+  gpu::DeviceBuffer<uint8_t> dy(n);
+  for (Format f : {Format::E2M1, Format::E2M3, Format::E3M2})
+    for (bool sr : {false, true})
+      for (bool bf16 : {false, true}) {
+        CastOptions o;
+        o.format = f;
+        o.rounding = sr ? Rounding::Stochastic : Rounding::Nearest;
+        o.seed = 77;
+        o.index_offset = 5;
+        std::vector<uint8_t> ref(n);
+        if (bf16) cast_bf16_to_fp8(b.data(), ref.data(), n, o);
+        else cast_f32_to_fp8(x.data(), ref.data(), n, o);
+        gpu::CastParams p;
+        p.small_format = f == Format::E2M1 ? 4 : (f == Format::E2M3 ? 5 : 6);
+        p.stochastic = sr;
+        p.seed = 77;
+        p.offset = 5;
+        gpu::cast_to_small_cuda(bf16 ? static_cast<const void*>(db.get()) : dx.get(), bf16, dy.get(), n, p, nullptr);
+        EXPECT_EQ(first_code_mismatch(ref, dy.download()), "")
+            << format_name(f) << (sr ? " sr" : " rne") << (bf16 ? " bf16" : " f32");
+      }
 }
 
 // The device buffer is the packed stream: the GPU's bytes equal pack_codes of the CPU's codes.

@@ -68,7 +68,8 @@ class CudaBackend final : public Backend {
     dx.upload(x, n, s);
     DeviceBuffer<uint8_t> dy(n);
     dy.fill_bytes(0xA5, s);
-    cast_f32_to_fp8_cuda(dx.get(), dy.get(), n, params(o), s);
+    if (is_fp4_fp6(o.format)) cast_to_small_cuda(dx.get(), false, dy.get(), n, params(o), s);
+    else cast_f32_to_fp8_cuda(dx.get(), dy.get(), n, params(o), s);
     dy.download(out, n, s);
   }
 
@@ -78,7 +79,8 @@ class CudaBackend final : public Backend {
     dx.upload(x, n, s);
     DeviceBuffer<uint8_t> dy(n);
     dy.fill_bytes(0xA5, s);
-    cast_16_to_fp8_cuda(dx.get(), true, dy.get(), n, params(o), s);
+    if (is_fp4_fp6(o.format)) cast_to_small_cuda(dx.get(), true, dy.get(), n, params(o), s);
+    else cast_16_to_fp8_cuda(dx.get(), true, dy.get(), n, params(o), s);
     dy.download(out, n, s);
   }
 
@@ -235,6 +237,7 @@ class CudaBackend final : public Backend {
   static CastParams params(const CastOptions& o) {
     CastParams p;
     p.e4m3 = o.format == Format::E4M3;
+    p.small_format = o.format == Format::E2M1 ? 4 : (o.format == Format::E2M3 ? 5 : (o.format == Format::E3M2 ? 6 : 0));
     p.saturate = o.saturation == Saturation::Finite;
     p.stochastic = o.rounding == Rounding::Stochastic;
     p.seed = o.seed;

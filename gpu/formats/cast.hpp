@@ -11,6 +11,7 @@ namespace fp8sim::gpu {
 
 struct CastParams {
   bool e4m3 = true;
+  int small_format = 0;  // 4 E2M1, 5 E2M3, 6 E3M2 (one code per byte, low bits); 0: e4m3 decides
   bool saturate = true;
   bool stochastic = false;
   uint64_t seed = 0;
@@ -20,6 +21,10 @@ struct CastParams {
 void cast_f32_to_fp8_cuda(const float* d_in, uint8_t* d_out, size_t n, const CastParams& p, cudaStream_t stream);
 void cast_16_to_fp8_cuda(const uint16_t* d_in, bool bf16, uint8_t* d_out, size_t n, const CastParams& p,
                          cudaStream_t stream);
+// The 4- and 6-bit formats (p.small_format), fp32 or bf16 input, one code per byte as
+// sim/formats/cast.hpp writes them (gpu/quant/quantize_lowbit.cu: the quantizers' table encoder).
+void cast_to_small_cuda(const void* d_in, bool bf16, uint8_t* d_out, size_t n, const CastParams& p,
+                        cudaStream_t stream);
 void cast_fp8_to_f32_cuda(const uint8_t* d_in, float* d_out, size_t n, bool e4m3, cudaStream_t stream);
 
 }  // namespace fp8sim::gpu

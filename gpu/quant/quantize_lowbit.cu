@@ -21,8 +21,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "gpu/common/cuda_check.hpp"
+#include "gpu/formats/cast.hpp"
 #include "gpu/quant/quantize_kernels.cuh"
 #include "gpu/quant/quantize_launch.hpp"
 #include "sim/formats/philox.hpp"
@@ -68,6 +70,14 @@ void dispatch_lowbit(int fmt, InDt dt, F&& f) {
 constexpr int kLutMaxEntries = 1 << 14;
 __device__ uint8_t g_rne_lut[7][2][kLutMaxEntries];  // [format code][saturate]
 
+// The format code of a traits type (QuantKernelParams::format).
+template <class T>
+constexpr int kFmt = std::is_same_v<T, E4M3Traits>   ? 0
+                     : std::is_same_v<T, E5M2Traits> ? 1
+                     : std::is_same_v<T, E2M1Traits> ? 4
+                     : std::is_same_v<T, E2M3Traits> ? 5
+                                                     : 6;
+
 template <class T>
 constexpr int kLutShift = 22 - T::kMantissaBits;  // u >> kLutShift = sign | exp | kept | round
 template <class T>
@@ -75,7 +85,7 @@ constexpr int kLutEntries = 1 << (9 + T::kMantissaBits + 2);
 
 template <class T>
 __device__ __forceinline__ uint32_t lut_index(uint32_t u) {
-  const uint32_t sticky = min(u & ((1u << kLutShift<T>) - 1u), 1u);
+  const uint32_t sticky = min(u & ((1u << kLutShift<T>)-1u), 1u);
   return ((u >> (kLutShift<T> - 1)) & ~1u) | sticky;
 }
 
@@ -562,6 +572,21 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// fp32 / bf16 -> one 4- or 6-bit code per byte: the table encoder, or stochastic rounding on
+// Philox word (seed, offset + i), as sim/formats/cast.cpp.
+template <class T, bool BF16>
+__global__ void __launch_bounds__(256)
+    small_cast_kernel(const void* __restrict__ in, uint8_t* __restrict__ out, int64_t n, CastParams p) {
+  __shared__ alignas(16) uint8_t lut[kLutEntries<T>];
+  load_lut<T>(lut, kFmt<T>, true);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float x = BF16 ? bf16_to_f32(static_cast<const uint16_t*>(in)[i]) : static_cast<const float*>(in)[i];
+    out[i] = static_cast<uint8_t>(p.stochastic ? encode_fp8_sr<T>(x, true, philox_word(p.seed, p.offset + i))
+                                               : encode_lut<T>(x, lut));
+  }
+}
+
 }  // namespace
 
 uint64_t lowbit_lut_mismatches(int fmt, bool saturate) {
@@ -577,6 +602,28 @@ uint64_t lowbit_lut_mismatches(int fmt, bool saturate) {
   FP8SIM_CUDA_CHECK(cudaFree(d));
   return h;
 }
+
+}  // namespace fp8sim::gpu::detail
+
+namespace fp8sim::gpu {
+
+void cast_to_small_cuda(const void* d_in, bool bf16, uint8_t* d_out, size_t n, const CastParams& p,
+                        cudaStream_t stream) {
+  if (n == 0) return;
+  detail::ensure_rne_luts();
+  const int grid = grid_cap((static_cast<int64_t>(n) + 255) / 256, 8);
+  const int64_t nn = static_cast<int64_t>(n);
+  detail::dispatch_lowbit(
+      p.small_format, bf16 ? detail::InDt::BF16 : detail::InDt::F32, [&]<class T, detail::InDt D>() {
+        if constexpr (D == detail::InDt::FP16) return;
+        else detail::small_cast_kernel<T, D == detail::InDt::BF16><<<grid, 256, 0, stream>>>(d_in, d_out, nn, p);
+      });
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace fp8sim::gpu
+
+namespace fp8sim::gpu::detail {
 
 void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_t* amax_word, cudaStream_t s) {
   ensure_rne_luts();

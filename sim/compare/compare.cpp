@@ -114,6 +114,10 @@ void run_casts(gpu::Backend& gpu, const TensorRef& t, Entries& ops) {
       {"e4m3 stochastic", Format::E4M3, Saturation::Finite, Rounding::Stochastic, false},
       {"e5m2 stochastic", Format::E5M2, Saturation::Finite, Rounding::Stochastic, false},
       {"e4m3 rne sat (bf16 input)", Format::E4M3, Saturation::Finite, Rounding::Nearest, true},
+      {"e2m1 rne", Format::E2M1, Saturation::Finite, Rounding::Nearest, false},
+      {"e2m3 rne (bf16 input)", Format::E2M3, Saturation::Finite, Rounding::Nearest, true},
+      {"e3m2 rne", Format::E3M2, Saturation::Finite, Rounding::Nearest, false},
+      {"e2m1 stochastic", Format::E2M1, Saturation::Finite, Rounding::Stochastic, false},
   };
   const size_t n = t.f32.size();
   std::vector<uint16_t> b16;
