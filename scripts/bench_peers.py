@@ -34,7 +34,7 @@ import traceback
 
 
 # The spec aliases of the 4-bit and 6-bit quantizers the plan names (sim/quant/spec.cpp).
-LOWBIT_ALIASES = {
+LOWBIT_ALIASES = {  # NOT-RECIPES: spec aliases, not training recipes.
     "nvfp4": "e2m1:g16:scale=e4m3",
     "nvfp4-w": "e2m1:b16x16:scale=e4m3",
     "mxfp4": "e2m1:g32:scale=e8m0:mx=floor",
@@ -117,15 +117,17 @@ def make_lowbit_quantizer(torch, p):
         xb = xf.reshape(r // br, br, c // bc, bc)
         amax = xb.abs().amax(dim=(1, 3), keepdim=True)
         if p["scale"] == "e4m3":
-            s_enc = 448.0 * fmax / xf.abs().amax()
+            # tensor / tensor: torch's scalar / tensor is reciprocal() * scalar, a second rounding
+            amax_t = xf.abs().amax()
+            s_enc = torch.full_like(amax_t, 448.0 * fmax) / amax_t
             s_enc = torch.where(s_enc > 0, s_enc, torch.ones_like(s_enc))
             s_dec = 1.0 / s_enc
             e4 = ((amax / fmax) * s_enc).clamp(max=448.0).to(torch.float8_e4m3fn)
             stored = e4.float() * s_dec
-            y = xb * (1.0 / stored)
+            y = xb * (1.0 / stored).clamp(max=torch.finfo(torch.float32).max)  # an all-zero group: 0 * FLT_MAX
             scale_out = e4
         else:
-            e = torch.floor(torch.log2(amax)) - emax
+            e = (torch.floor(torch.log2(amax)) - emax).clamp(-127, 127)  # E8M0's range; zero groups
             y = xb * torch.exp2(-e)
             scale_out = (e + 127).clamp(0, 254).to(torch.uint8)
         return pack(encode(y).reshape(r, c)), scale_out

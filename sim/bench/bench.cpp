@@ -178,6 +178,7 @@ std::vector<BenchItem> make_plan(const BenchOptions& o) {
     // The 4- and 6-bit quantizers at the Llama activation shape: NVFP4 with its tensor amax just
     // in time (two passes) and from a producer's maxima (one pass), with the RHT of the
     // weight-gradient operands, in 16x16 weight blocks; MXFP4 and MXFP6.
+    // NOT-RECIPES: spec aliases (the quantizers of those names), not training recipes.
     std::vector<std::pair<std::string, std::string>> lowbit = {{"nvfp4", "jit"}, {"mxfp4", ""}};
     if (!s)
       lowbit.insert(lowbit.end(),

@@ -163,7 +163,8 @@ void run_casts(gpu::Backend& gpu, const TensorRef& t, Entries& ops) {
 std::vector<std::string> specs_for(Role r) {
   switch (r) {
     case Role::Weight:
-      return {"e4m3:tensor:eps=1e-10",
+      return {// NOT-RECIPES: quantizer specs and spec aliases, not training recipes.
+              "e4m3:tensor:eps=1e-10",
               "e4m3:tensor:scale=pow2",
               "e4m3:b128x128",
               "e4m3:b128x128:scale=pow2",
@@ -177,7 +178,8 @@ std::vector<std::string> specs_for(Role r) {
               "mxfp4",
               "mxfp6-e2m3"};
     case Role::Activation:
-      return {"e4m3:g16:scale=bf16:eps=1e-10",
+      return {// NOT-RECIPES: quantizer specs and spec aliases, not training recipes.
+              "e4m3:g16:scale=bf16:eps=1e-10",
               "e4m3:g128",
               "mxfp8",
               "e4m3:tensor",
