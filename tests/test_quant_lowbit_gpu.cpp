@@ -3,7 +3,8 @@
 // dequantized values bit for bit, for MXFP4/MXFP6 (every E8M0 rounding), NVFP4 (1x16 and 16x16,
 // nearest and stochastic rounding), COAT's expansion on 4- and 6-bit codes, per-tensor scaling,
 // and rht = 4..256 on 4-bit and FP8 codes; fp32, bf16 and fp16 inputs; shapes with partial
-// groups in either direction; the shapes the kernels refuse.
+// groups in either direction; the shapes the kernels refuse; the table encoder over all 2^32
+// inputs; the 4- and 6-bit casts.
 #include <gtest/gtest.h>
 
 #include <cmath>
