@@ -109,46 +109,46 @@ struct RowArgs {
   TcArith ar;
 };
 
-// Row i of Y: every column j, every block and step. Each column's steps form one serial chain
-// (a step's C is the previous step's result), so the columns go four at a time: their chains are
-// independent, and the processor overlaps them. The order of the steps within a column, and so
-// every bit, is the single column's.
+// One step of column j at k0 (n products) after the C value blk: the general path of
+// tc_model.hpp where a NaN / Inf code or a non-finite C is involved, else step_split. Inlined
+// into the target clones of fp8_row / bf16_row, so that its loops are vectorized for the clone's
+// instruction set.
 template <class T, class Acc>
-[[gnu::always_inline]] inline void gemm_row(const RowArgs<T>& a, int64_t i, float* y) {
-  constexpr int kCols = 4;
+[[gnu::always_inline]] inline float one_step(const RowArgs<T>& a, int64_t i, int64_t j, int64_t k0, int n, float blk) {
   const int64_t step = a.tx == 2 ? 16 : 32;
   const int64_t K = a.K;
-  auto one_step = [&](int64_t j, int64_t k0, int n, float blk) {
-    const float cf = std::fabs(blk);
-    if ((a.fx[i * a.chunks + k0 / step] | a.fw[j * a.chunks + k0 / step]) || !(cf <= 3.4028235e38f)) {
-      if (a.tx == 2) {
-        const auto* xb = reinterpret_cast<const uint16_t*>(a.x);
-        const auto* wb = reinterpret_cast<const uint16_t*>(a.w);
-        return tc_fdpa(a.ar, xb + i * K + k0, 1, 2, wb + j * K + k0, 1, 2, n, blk);
-      }
-      return tc_fdpa(a.ar, a.x + i * K + k0, 1, a.tx, a.w + j * K + k0, 1, a.tw, n, blk);
+  const float cf = std::fabs(blk);
+  if ((a.fx[i * a.chunks + k0 / step] | a.fw[j * a.chunks + k0 / step]) || !(cf <= 3.4028235e38f)) {
+    if (a.tx == 2) {
+      const auto* xb = reinterpret_cast<const uint16_t*>(a.x);
+      const auto* wb = reinterpret_cast<const uint16_t*>(a.w);
+      return tc_fdpa(a.ar, xb + i * K + k0, 1, 2, wb + j * K + k0, 1, 2, n, blk);
     }
-    const T* sa = &a.sx->sig[i * K + k0];
-    const T* ea = &a.sx->exp[i * K + k0];
-    const T* sb = &a.sw->sig[j * K + k0];
-    const T* eb = &a.sw->exp[j * K + k0];
-    if (n == 32) return step_split<32, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
-    if (n == 16) return step_split<16, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
-    return step_split<0, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
-  };
-  for (int64_t j0 = 0; j0 < a.N; j0 += kCols) {
-    const int nc = static_cast<int>(std::min<int64_t>(kCols, a.N - j0));
-    float acc[kCols] = {};
-    for (int64_t b0 = 0; b0 < K; b0 += a.interval) {
-      const int64_t b1 = std::min(K, b0 + a.interval);
-      float blk[kCols] = {};
-      for (int64_t k0 = b0; k0 < b1; k0 += step) {
-        const int n = static_cast<int>(std::min<int64_t>(step, b1 - k0));
-        for (int u = 0; u < nc; ++u) blk[u] = one_step(j0 + u, k0, n, blk[u]);
-      }
-      for (int u = 0; u < nc; ++u) acc[u] = tc_promote(a.scaling, acc[u], blk[u], a.xs, a.ws, i, j0 + u, b0, a.kb);
+    return tc_fdpa(a.ar, a.x + i * K + k0, 1, a.tx, a.w + j * K + k0, 1, a.tw, n, blk);
+  }
+  const T* sa = &a.sx->sig[i * K + k0];
+  const T* ea = &a.sx->exp[i * K + k0];
+  const T* sb = &a.sw->sig[j * K + k0];
+  const T* eb = &a.sw->exp[j * K + k0];
+  if (n == 32) return step_split<32, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
+  if (n == 16) return step_split<16, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
+  return step_split<0, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
+}
+
+// Row i of Y: every column j, every block and step.
+template <class T, class Acc>
+[[gnu::always_inline]] inline void gemm_row(const RowArgs<T>& a, int64_t i, float* y) {
+  const int64_t step = a.tx == 2 ? 16 : 32;
+  for (int64_t j = 0; j < a.N; ++j) {
+    float acc = 0.0f;
+    for (int64_t b0 = 0; b0 < a.K; b0 += a.interval) {
+      const int64_t b1 = std::min(a.K, b0 + a.interval);
+      float blk = 0.0f;
+      for (int64_t k0 = b0; k0 < b1; k0 += step)
+        blk = one_step<T, Acc>(a, i, j, k0, static_cast<int>(std::min<int64_t>(step, b1 - k0)), blk);
+      acc = tc_promote(a.scaling, acc, blk, a.xs, a.ws, i, j, b0, a.kb);
     }
-    for (int u = 0; u < nc; ++u) y[j0 + u] = tc_epilogue(a.scaling, acc[u], a.xs, a.ws, i, j0 + u, a.y_bf16);
+    y[j] = tc_epilogue(a.scaling, acc, a.xs, a.ws, i, j, a.y_bf16);
   }
 }
 
