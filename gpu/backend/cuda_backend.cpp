@@ -6,6 +6,7 @@
 #include "gpu/common/buffer.hpp"
 #include "gpu/common/device.hpp"
 #include "gpu/formats/cast.hpp"
+#include "gpu/formats/format_code.hpp"
 #include "gpu/gemm/cublaslt.hpp"
 #include "gpu/gemm/tc_model_gpu.hpp"
 #include "gpu/optim/adamw.hpp"
@@ -237,7 +238,7 @@ class CudaBackend final : public Backend {
   static CastParams params(const CastOptions& o) {
     CastParams p;
     p.e4m3 = o.format == Format::E4M3;
-    p.small_format = o.format == Format::E2M1 ? 4 : (o.format == Format::E2M3 ? 5 : (o.format == Format::E3M2 ? 6 : 0));
+    p.small_format = is_small_gpu_format(gpu_format_code(o.format)) ? gpu_format_code(o.format) : 0;
     p.saturate = o.saturation == Saturation::Finite;
     p.stochastic = o.rounding == Rounding::Stochastic;
     p.seed = o.seed;

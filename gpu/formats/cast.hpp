@@ -11,7 +11,7 @@ namespace fp8sim::gpu {
 
 struct CastParams {
   bool e4m3 = true;
-  int small_format = 0;  // 4 E2M1, 5 E2M3, 6 E3M2 (one code per byte, low bits); 0: e4m3 decides
+  int small_format = 0;  // gpu_format_code of E2M1, E2M3 or E3M2 (one code per byte, low bits); 0: e4m3 decides
   bool saturate = true;
   bool stochastic = false;
   uint64_t seed = 0;

@@ -22,25 +22,9 @@ int dtype_code(InputDtype d) { return d == InputDtype::F32 ? 0 : (d == InputDtyp
 size_t dtype_bytes(InputDtype d) { return d == InputDtype::F32 ? 4 : 2; }
 
 int format_code(Format f) {
-  switch (f) {
-    case Format::E4M3:
-      return 0;
-    case Format::E5M2:
-      return 1;
-    case Format::BF16:
-      return 2;
-    case Format::FP16:
-      return 3;
-    case Format::E2M1:
-      return 4;
-    case Format::E2M3:
-      return 5;
-    case Format::E3M2:
-      return 6;
-    default:
-      break;
-  }
-  throw UsageError(fmt::format("GPU quantize: unsupported storage format {}", format_name(f)));
+  const int code = gpu_format_code(f);
+  if (code < 0) throw UsageError(fmt::format("GPU quantize: unsupported storage format {}", format_name(f)));
+  return code;
 }
 
 // The largest group a team of 32 lanes x 16 elements holds in registers.

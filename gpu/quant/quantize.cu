@@ -836,7 +836,7 @@ void launch_passthrough(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s
   const QuantKernelParams& P = L.params;
   const int grid = grid_cap((n + 255) / 256, 16);
   auto* out = static_cast<uint16_t*>(L.codes);
-  if (P.format == 2) {
+  if (P.format == gpu_format_code(Format::BF16)) {
     if (dt == InDt::F32) passthrough_kernel<InDt::F32, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
     else if (dt == InDt::BF16) passthrough_kernel<InDt::BF16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
     else passthrough_kernel<InDt::FP16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate);
@@ -856,7 +856,7 @@ void launch_scaled16(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
   launch_stage2(mx.bits, mx.count, P, kPlain, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
   const int grid = grid_cap((n + 255) / 256, 16);
   auto* out = static_cast<uint16_t*>(L.codes);
-  if (P.format == 2) {
+  if (P.format == gpu_format_code(Format::BF16)) {
     if (dt == InDt::F32) scaled16_kernel<InDt::F32, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
     else if (dt == InDt::BF16) scaled16_kernel<InDt::BF16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
     else scaled16_kernel<InDt::FP16, true><<<grid, 256, 0, s>>>(L.x, out, n, P.saturate, L.slot);
@@ -1065,7 +1065,7 @@ void launch_dequantize(const QuantKernelParams& P, bool sixteen_bit, bool expand
   if (n == 0) return;
   if (sixteen_bit) {
     const int grid = grid_cap((n + 255) / 256, 16);
-    if (P.format == 2)
+    if (P.format == gpu_format_code(Format::BF16))
       dequant_passthrough_kernel<true><<<grid, 256, 0, s>>>(static_cast<const uint16_t*>(codes), scales, out, n);
     else dequant_passthrough_kernel<false><<<grid, 256, 0, s>>>(static_cast<const uint16_t*>(codes), scales, out, n);
     FP8SIM_CUDA_CHECK_LAUNCH();

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpu/formats/format_code.hpp"
 #include "sim/quant/hadamard.hpp"
 #include "sim/quant/scale.hpp"
 
@@ -16,7 +17,7 @@ struct QuantKernelParams {
   int64_t rows = 0, cols = 0;              // the 2-D view
   int64_t group_rows = 0, group_cols = 0;  // nominal group extent
   int64_t grid_rows = 0, grid_cols = 0;    // groups down / across
-  int format = 0;  // 0 E4M3, 1 E5M2, 2 BF16 (pass-through), 3 FP16 (pass-through), 4 E2M1, 5 E2M3, 6 E3M2
+  int format = 0;                          // gpu_format_code (gpu/formats/format_code.hpp); BF16 and FP16 pass through
   bool saturate = true;
   bool stochastic = false;
   uint64_t seed = 0;

@@ -45,13 +45,13 @@ void dispatch_lowbit(int fmt, InDt dt, F&& f) {
     else f.template operator()<T, InDt::FP16>();
   };
   switch (fmt) {
-    case 0:
+    case gpu_format_code(Format::E4M3):
       return with_dt.template operator()<E4M3Traits>();
-    case 1:
+    case gpu_format_code(Format::E5M2):
       return with_dt.template operator()<E5M2Traits>();
-    case 4:
+    case gpu_format_code(Format::E2M1):
       return with_dt.template operator()<E2M1Traits>();
-    case 5:
+    case gpu_format_code(Format::E2M3):
       return with_dt.template operator()<E2M3Traits>();
     default:
       return with_dt.template operator()<E3M2Traits>();
@@ -68,15 +68,15 @@ void dispatch_lowbit(int fmt, InDt dt, F&& f) {
 // filled once per process, and each block copies its format's table to shared memory: the
 // generic encoder costs ~20 integer operations per element, this one 4 and a shared load.
 constexpr int kLutMaxEntries = 1 << 14;
-__device__ uint8_t g_rne_lut[7][2][kLutMaxEntries];  // [format code][saturate]
+__device__ uint8_t g_rne_lut[kGpuFormatCount][2][kLutMaxEntries];  // [format code][saturate]
 
 // The format code of a traits type (QuantKernelParams::format).
 template <class T>
-constexpr int kFmt = std::is_same_v<T, E4M3Traits>   ? 0
-                     : std::is_same_v<T, E5M2Traits> ? 1
-                     : std::is_same_v<T, E2M1Traits> ? 4
-                     : std::is_same_v<T, E2M3Traits> ? 5
-                                                     : 6;
+constexpr int kFmt = gpu_format_code(std::is_same_v<T, E4M3Traits>   ? Format::E4M3
+                                     : std::is_same_v<T, E5M2Traits> ? Format::E5M2
+                                     : std::is_same_v<T, E2M1Traits> ? Format::E2M1
+                                     : std::is_same_v<T, E2M3Traits> ? Format::E2M3
+                                                                     : Format::E3M2);
 
 template <class T>
 constexpr int kLutShift = 22 - T::kMantissaBits;  // u >> kLutShift = sign | exp | kept | round
