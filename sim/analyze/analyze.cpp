@@ -8,6 +8,7 @@
 #include <map>
 
 #include "sim/common/check.hpp"
+#include "sim/common/dist.hpp"
 #include "sim/common/io.hpp"
 #include "sim/gemm/tc_gemm.hpp"
 #include "sim/metrics/error_stats.hpp"
@@ -222,8 +223,7 @@ const trace::StepInfo& resolve_step(const trace::TraceReader& r, const AnalyzeOp
 
 // One tensor under its rule: its record and what the aggregates take from it.
 struct TensorResult {
-  TensorRecord record;
-  std::optional<QuantSpec> spec;  // none: kept in its stored precision
+  TensorRecord record;  // record.quantized: false when kept in its stored precision
   uint64_t recipe_bytes = 0;
   bool nonfinite = false;  // NaN or Inf among its values
   bool unmatched = false;  // no rule of the recipe matched it
@@ -256,10 +256,9 @@ TensorResult analyze_tensor(const trace::TraceReader& r, const TensorInfo& t, co
   const trace::NonFinite nf = trace::count_nonfinite(d);
   const recipe::QuantRule* rule = rec.match(t.role, t.op, modules_of(t));
   TensorResult res;
-  res.spec = rule ? rule->spec : std::nullopt;
+  const std::optional<QuantSpec> spec = rule ? rule->spec : std::nullopt;
   res.nonfinite = nf.total() != 0;
   res.unmatched = !rule;
-  const std::optional<QuantSpec>& spec = res.spec;
 
   TensorRecord& e = res.record;
   e.name = t.name;
@@ -307,7 +306,7 @@ void add_to(Aggregate& a, const TensorInfo& t, const TensorResult& res) {
   a.recipe_bytes += res.recipe_bytes;
   const auto at = std::lower_bound(a.specs.begin(), a.specs.end(), res.record.spec);
   if (at == a.specs.end() || *at != res.record.spec) a.specs.insert(at, res.record.spec);
-  if (!res.spec) return;
+  if (!res.record.quantized) return;
   a.quantized_tensors++;
   if (a.stats) a.stats->merge(res.record.stats);
   else a.stats = res.record.stats;
@@ -362,78 +361,59 @@ std::map<std::string, const TensorInfo*> weights_by_module(const trace::TraceRea
   return weight_of;
 }
 
-// The forward GEMM error of every linear layer of the step (see the header), in layer order; the
-// GEMMs that cannot be formed are appended to `skipped`.
-std::vector<LayerGemms> gemm_errors(const trace::TraceReader& r, const trace::StepInfo& si,
-                                    const recipe::TrainingRecipe& rec, const AnalyzeOptions& opts,
-                                    std::vector<SkippedGemm>& skipped) {
-  const std::map<std::string, const TensorInfo*> weight_of = weights_by_module(r, si);
-  std::map<int64_t, LayerGemms> per_layer;
-  for (size_t ti : si.tensors) {
-    const TensorInfo& xt = r.tensors()[ti];
-    if (xt.role != Role::Activation || xt.modules.empty()) continue;
-    const TensorData xd = r.read(xt);
-    const std::vector<float> x_ref = xd.widened();
-    const recipe::QuantRule* xrule = rec.match(xt.role, xt.op, modules_of(xt));
-    const std::optional<QuantSpec> xspec = xrule ? xrule->spec : std::nullopt;
-    const Operand xop = quantized_operand(xt, xd, x_ref, xspec, opts.threads);
-    const std::vector<float>& x_q = xop.values;
-    const int64_t m = xt.rows(), k = xt.cols();
-    for (const std::string& mod : xt.modules) {
-      auto it = weight_of.find(mod);
-      if (it == weight_of.end()) {
-        skipped.push_back({xt.name, mod, "no weight for this module in the step"});
-        continue;
-      }
-      const TensorInfo& wt = *it->second;
-      if (wt.cols() != k) {
-        skipped.push_back(
-            {xt.name, mod, fmt::format("input has {} features, weight {} is {}", k, wt.name, wt.shape_str())});
-        continue;
-      }
-      const TensorData wd = r.read(wt);
-      const std::vector<float> w_ref = wd.widened();
-      // The weight takes the rule of a linear weight of this module (a tied embedding used as
-      // the LM head is quantized as the LM head's weight).
-      const recipe::QuantRule* wrule = rec.match(Role::Weight, "linear", {mod});
-      const std::optional<QuantSpec> wspec = wrule ? wrule->spec : std::nullopt;
-      const Operand wop = quantized_operand(wt, wd, w_ref, wspec, opts.threads);
-      const std::vector<float>& w_q = wop.values;
-      const int64_t n = wt.rows();
-      using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-      const Eigen::Map<const RowMat> Xr(x_ref.data(), m, k), Xq(x_q.data(), m, k);  // (M, K)
-      const Eigen::Map<const RowMat> Wr(w_ref.data(), n, k), Wq(w_q.data(), n, k);  // (N, K)
-      const RowMat Yr = Xr * Wr.transpose();                                        // (M, N)
-      const RowMat Yq = Xq * Wq.transpose();
-      const ErrorStats ys = compute_error_stats(Yr.data(), Yq.data(), static_cast<size_t>(m * n), opts.threads);
-      TensorCoreErrors tc;
-      if (opts.tensor_core_rows >= 0) {
-        const int scaling = tensor_core_scaling(xop.q, wop.q, tc.why);
-        const int64_t rows = opts.tensor_core_rows == 0 ? m : std::min(m, opts.tensor_core_rows);
-        if (scaling >= 0) tc = tensor_core_errors(*xop.q, *wop.q, scaling, Yr.data(), Yq.data(), m, n, k, rows, opts);
-      } else {
-        tc.why = "not asked for";
-      }
-      LayerGemms& l = per_layer[xt.layer];
-      l.layer = xt.layer;
-      if (l.gemms.empty()) l.stats = ys;
-      else l.stats.merge(ys);
-      if (tc.modelled) {
-        auto merge = [](ErrorStats& into, const ErrorStats& s, bool first) {
-          if (first) into = s;
-          else into.merge(s);
-        };
-        merge(l.tc_ideal, tc.ideal, l.tc_gemms == 0);
-        merge(l.tc_promote, tc.promote, l.tc_gemms == 0);
-        merge(l.tc_promote_vs_ideal, tc.promote_vs_ideal, l.tc_gemms == 0);
-        ++l.tc_gemms;
-        if (tc.fast) {
-          merge(l.tc_fast, *tc.fast, l.tc_fast_gemms == 0);
-          merge(l.tc_fast_vs_ideal, *tc.fast_vs_ideal, l.tc_fast_gemms == 0);
-          ++l.tc_fast_gemms;
-        }
-      }
-      l.gemms.push_back({.module = mod,
+// The forward GEMMs of one linear layer's input: one record per consuming module whose weight
+// the step holds; the ones that cannot be formed go to `skipped`.
+struct InputGemms {
+  std::vector<GemmRecord> gemms;
+  std::vector<SkippedGemm> skipped;
+};
+InputGemms gemms_of_input(const trace::TraceReader& r, const TensorInfo& xt,
+                          const std::map<std::string, const TensorInfo*>& weight_of, const recipe::TrainingRecipe& rec,
+                          const AnalyzeOptions& opts) {
+  InputGemms out;
+  const TensorData xd = r.read(xt);
+  const std::vector<float> x_ref = xd.widened();
+  const recipe::QuantRule* xrule = rec.match(xt.role, xt.op, modules_of(xt));
+  const std::optional<QuantSpec> xspec = xrule ? xrule->spec : std::nullopt;
+  const Operand xop = quantized_operand(xt, xd, x_ref, xspec, opts.threads);
+  const std::vector<float>& x_q = xop.values;
+  const int64_t m = xt.rows(), k = xt.cols();
+  for (const std::string& mod : xt.modules) {
+    auto it = weight_of.find(mod);
+    if (it == weight_of.end()) {
+      out.skipped.push_back({xt.name, mod, "no weight for this module in the step"});
+      continue;
+    }
+    const TensorInfo& wt = *it->second;
+    if (wt.cols() != k) {
+      out.skipped.push_back(
+          {xt.name, mod, fmt::format("input has {} features, weight {} is {}", k, wt.name, wt.shape_str())});
+      continue;
+    }
+    const TensorData wd = r.read(wt);
+    const std::vector<float> w_ref = wd.widened();
+    // The weight takes the rule of a linear weight of this module (a tied embedding used as
+    // the LM head is quantized as the LM head's weight).
+    const recipe::QuantRule* wrule = rec.match(Role::Weight, "linear", {mod});
+    const std::optional<QuantSpec> wspec = wrule ? wrule->spec : std::nullopt;
+    const Operand wop = quantized_operand(wt, wd, w_ref, wspec, opts.threads);
+    const std::vector<float>& w_q = wop.values;
+    const int64_t n = wt.rows();
+    using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const Eigen::Map<const RowMat> Xr(x_ref.data(), m, k), Xq(x_q.data(), m, k);  // (M, K)
+    const Eigen::Map<const RowMat> Wr(w_ref.data(), n, k), Wq(w_q.data(), n, k);  // (N, K)
+    const RowMat Yr = Xr * Wr.transpose();                                        // (M, N)
+    const RowMat Yq = Xq * Wq.transpose();
+    const ErrorStats ys = compute_error_stats(Yr.data(), Yq.data(), static_cast<size_t>(m * n), opts.threads);
+    TensorCoreErrors tc;
+    if (opts.tensor_core_rows >= 0) {
+      const int scaling = tensor_core_scaling(xop.q, wop.q, tc.why);
+      const int64_t rows = opts.tensor_core_rows == 0 ? m : std::min(m, opts.tensor_core_rows);
+      if (scaling >= 0) tc = tensor_core_errors(*xop.q, *wop.q, scaling, Yr.data(), Yq.data(), m, n, k, rows, opts);
+    } else {
+      tc.why = "not asked for";
+    }
+    out.gemms.push_back({.module = mod,
                          .input = xt.name,
                          .weight = wt.name,
                          .m = m,
@@ -443,11 +423,143 @@ std::vector<LayerGemms> gemm_errors(const trace::TraceReader& r, const trace::St
                          .spec_weight = spec_text(wspec),
                          .stats = ys,
                          .tensor_core = std::move(tc)});
+  }
+  return out;
+}
+
+// A layer's GEMM, merged into the layer's totals.
+void add_gemm(LayerGemms& l, GemmRecord g) {
+  if (l.gemms.empty()) l.stats = g.stats;
+  else l.stats.merge(g.stats);
+  const TensorCoreErrors& tc = g.tensor_core;
+  if (tc.modelled) {
+    auto merge = [](ErrorStats& into, const ErrorStats& s, bool first) {
+      if (first) into = s;
+      else into.merge(s);
+    };
+    merge(l.tc_ideal, tc.ideal, l.tc_gemms == 0);
+    merge(l.tc_promote, tc.promote, l.tc_gemms == 0);
+    merge(l.tc_promote_vs_ideal, tc.promote_vs_ideal, l.tc_gemms == 0);
+    ++l.tc_gemms;
+    if (tc.fast) {
+      merge(l.tc_fast, *tc.fast, l.tc_fast_gemms == 0);
+      merge(l.tc_fast_vs_ideal, *tc.fast_vs_ideal, l.tc_fast_gemms == 0);
+      ++l.tc_fast_gemms;
     }
   }
-  std::vector<LayerGemms> layers;
-  for (auto& [_, l] : per_layer) layers.push_back(std::move(l));
-  return layers;
+  l.gemms.push_back(std::move(g));
+}
+
+// ---- results between ranks (sim/common/dist.hpp) ----------------------------------------------
+void put(dist::ByteWriter& w, const std::optional<Json>& j) {
+  w.pod(j.has_value());
+  if (j) w.str(j->dump());
+}
+std::optional<Json> get_json(dist::ByteReader& r) {
+  if (!r.pod<bool>()) return std::nullopt;
+  return Json::parse(r.str());
+}
+template <class T>
+void put(dist::ByteWriter& w, const std::optional<T>& v) {
+  w.pod(v.has_value());
+  if (v) w.pod(*v);
+}
+template <class T>
+std::optional<T> get_opt(dist::ByteReader& r) {
+  if (!r.pod<bool>()) return std::nullopt;
+  return r.pod<T>();
+}
+
+void put(dist::ByteWriter& w, const TensorResult& t) {
+  const TensorRecord& e = t.record;
+  for (const std::string* s : {&e.name, &e.role, &e.op, &e.module, &e.dtype, &e.spec, &e.rule}) w.str(*s);
+  w.pod(e.layer);
+  w.pods(e.shape);
+  w.pod(e.quantized);
+  w.pod(e.nan_count);
+  w.pod(e.inf_count);
+  w.pod(e.stored_bytes);
+  w.pod(e.numel);
+  w.pod(e.groups);
+  w.pod(e.bytes);
+  w.pod(e.stats);
+  put(w, e.tensor_amax);
+  put(w, e.histogram);
+  put(w, e.expand);
+  w.pod(t.recipe_bytes);
+  w.pod(t.nonfinite);
+  w.pod(t.unmatched);
+}
+TensorResult get_tensor(dist::ByteReader& r) {
+  TensorResult t;
+  TensorRecord& e = t.record;
+  for (std::string* s : {&e.name, &e.role, &e.op, &e.module, &e.dtype, &e.spec, &e.rule}) *s = r.str();
+  e.layer = r.pod<int64_t>();
+  e.shape = r.pods<int64_t>();
+  e.quantized = r.pod<bool>();
+  e.nan_count = r.pod<int64_t>();
+  e.inf_count = r.pod<int64_t>();
+  e.stored_bytes = r.pod<uint64_t>();
+  e.numel = r.pod<int64_t>();
+  e.groups = r.pod<int64_t>();
+  e.bytes = r.pod<TensorBytes>();
+  e.stats = r.pod<ErrorStats>();
+  e.tensor_amax = get_opt<double>(r);
+  e.histogram = get_json(r);
+  e.expand = get_json(r);
+  t.recipe_bytes = r.pod<uint64_t>();
+  t.nonfinite = r.pod<bool>();
+  t.unmatched = r.pod<bool>();
+  return t;
+}
+
+void put(dist::ByteWriter& w, const InputGemms& in) {
+  w.pod(static_cast<uint64_t>(in.gemms.size()));
+  for (const GemmRecord& g : in.gemms) {
+    for (const std::string* s : {&g.module, &g.input, &g.weight, &g.spec_input, &g.spec_weight}) w.str(*s);
+    w.pod(g.m);
+    w.pod(g.n);
+    w.pod(g.k);
+    w.pod(g.stats);
+    const TensorCoreErrors& t = g.tensor_core;
+    w.pod(t.modelled);
+    w.str(t.why);
+    w.str(t.config);
+    w.pod(t.rows);
+    w.pod(t.ideal);
+    w.pod(t.promote);
+    put(w, t.fast);
+    w.pod(t.promote_vs_ideal);
+    put(w, t.fast_vs_ideal);
+  }
+  w.pod(static_cast<uint64_t>(in.skipped.size()));
+  for (const SkippedGemm& k : in.skipped)
+    for (const std::string* s : {&k.input, &k.module, &k.why}) w.str(*s);
+}
+InputGemms get_gemms(dist::ByteReader& r) {
+  InputGemms in;
+  in.gemms.resize(r.pod<uint64_t>());
+  for (GemmRecord& g : in.gemms) {
+    for (std::string* s : {&g.module, &g.input, &g.weight, &g.spec_input, &g.spec_weight}) *s = r.str();
+    g.m = r.pod<int64_t>();
+    g.n = r.pod<int64_t>();
+    g.k = r.pod<int64_t>();
+    g.stats = r.pod<ErrorStats>();
+    TensorCoreErrors& t = g.tensor_core;
+    t.modelled = r.pod<bool>();
+    t.why = r.str();
+    t.config = r.str();
+    t.rows = r.pod<int64_t>();
+    t.ideal = r.pod<ErrorStats>();
+    t.promote = r.pod<ErrorStats>();
+    t.fast = get_opt<ErrorStats>(r);
+    t.promote_vs_ideal = r.pod<ErrorStats>();
+    t.fast_vs_ideal = get_opt<ErrorStats>(r);
+  }
+  in.skipped.resize(r.pod<uint64_t>());
+  for (SkippedGemm& k : in.skipped)
+    for (std::string* s : {&k.input, &k.module, &k.why}) *s = r.str();
+  return in;
 }
 
 }  // namespace
@@ -608,21 +720,84 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
   out.recipe = rec;
   out.model = r.header().model_config;
 
-  AggregateSums sums;
-  Progress progress("analyze", static_cast<double>(si.tensors.size()));
-  size_t done = 0;
+  // The work items: every tensor of the step (cost: its elements), and with opts.gemm every linear
+  // layer's input with its GEMMs (cost: their multiply-adds). Ranks split them (dist::partition),
+  // compute their own, and every rank assembles all results in item order.
+  const std::vector<TensorInfo>& all = r.tensors();
+  const std::map<std::string, const TensorInfo*> weight_of =
+      opts.gemm ? weights_by_module(r, si) : std::map<std::string, const TensorInfo*>{};
+  std::vector<size_t> inputs;  // indices into `all`
+  std::vector<uint64_t> tensor_cost, gemm_cost;
   for (size_t ti : si.tensors) {
-    const TensorInfo& t = r.tensors()[ti];
-    TensorResult res = analyze_tensor(r, t, rec, opts);
+    const TensorInfo& t = all[ti];
+    tensor_cost.push_back(static_cast<uint64_t>(t.numel()));
+    if (!opts.gemm || t.role != Role::Activation || t.modules.empty()) continue;
+    uint64_t c = static_cast<uint64_t>(t.numel());
+    for (const std::string& mod : t.modules)
+      if (auto it = weight_of.find(mod); it != weight_of.end())
+        c += static_cast<uint64_t>(t.numel()) * static_cast<uint64_t>(it->second->rows());
+    inputs.push_back(ti);
+    gemm_cost.push_back(c);
+  }
+  const int ranks = dist::size(), me = dist::rank();
+  const std::vector<int> tensor_owner = dist::partition(tensor_cost, ranks);
+  const std::vector<int> gemm_owner = dist::partition(gemm_cost, ranks);
+
+  const std::vector<std::string> parts = dist::exchange([&] {
+    double total = 0, done = 0;
+    for (size_t i = 0; i < tensor_cost.size(); ++i) total += tensor_owner[i] == me ? 1.0 : 0.0;
+    for (size_t i = 0; i < gemm_cost.size(); ++i) total += gemm_owner[i] == me ? 1.0 : 0.0;
+    Progress progress(ranks > 1 ? fmt::format("analyze (rank 0 of {})", ranks) : std::string("analyze"), total);
+    dist::ByteWriter w;
+    for (size_t i = 0; i < si.tensors.size(); ++i) {
+      if (tensor_owner[i] != me) continue;
+      put(w, analyze_tensor(r, all[si.tensors[i]], rec, opts));
+      progress.update(++done);
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (gemm_owner[i] != me) continue;
+      put(w, gemms_of_input(r, all[inputs[i]], weight_of, rec, opts));
+      progress.update(++done);
+    }
+    progress.finish();
+    return w.take();
+  });
+
+  // Each rank's bytes hold its items in item order: tensors, then inputs.
+  std::vector<TensorResult> tensors(si.tensors.size());
+  std::vector<InputGemms> gemms(inputs.size());
+  for (int rk = 0; rk < ranks; ++rk) {
+    dist::ByteReader rd(parts[static_cast<size_t>(rk)]);
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (tensor_owner[i] == rk) tensors[i] = get_tensor(rd);
+    for (size_t i = 0; i < gemms.size(); ++i)
+      if (gemm_owner[i] == rk) gemms[i] = get_gemms(rd);
+    FP8SIM_CHECK(rd.done(), "rank {} sent more than its items", rk);
+  }
+
+  AggregateSums sums;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorInfo& t = all[si.tensors[i]];
+    TensorResult& res = tensors[i];
     if (res.nonfinite) out.nonfinite_tensors.push_back(t.name);
     if (res.unmatched) out.unmatched_tensors.push_back(t.name);
     sums.add(t, res);
     out.tensors.push_back(std::move(res.record));
-    progress.update(static_cast<double>(++done));
   }
-  progress.finish();
   out.aggregates = sums.aggregates();
-  if (opts.gemm) out.layers = gemm_errors(r, si, rec, opts, out.skipped_gemms);
+  if (opts.gemm) {
+    std::map<int64_t, LayerGemms> per_layer;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const int64_t layer = all[inputs[i]].layer;
+      for (GemmRecord& g : gemms[i].gemms) {
+        LayerGemms& l = per_layer[layer];
+        l.layer = layer;
+        add_gemm(l, std::move(g));
+      }
+      for (SkippedGemm& k : gemms[i].skipped) out.skipped_gemms.push_back(std::move(k));
+    }
+    for (auto& [_, l] : per_layer) out.layers.push_back(std::move(l));
+  }
   out.totals = sums.totals();
   return out;
 }

@@ -21,12 +21,15 @@ struct Command {
   std::string name;
   std::string summary;
   RunFn run;
+  bool distributed = false;  // splits its work among MPI ranks (sim/common/dist.hpp)
 };
 
 std::vector<Command>& registry();
 
 struct Registrar {
-  Registrar(const char* name, const char* summary, RunFn run) { registry().push_back({name, summary, run}); }
+  Registrar(const char* name, const char* summary, RunFn run, bool distributed = false) {
+    registry().push_back({name, summary, run, distributed});
+  }
 };
 
 // Parses args against `opts` (+ positional names). Handles --help by printing
@@ -60,3 +63,6 @@ void print_table(const std::vector<std::string>& header, const std::vector<std::
 #define FP8SIM_CONCAT(a, b) FP8SIM_CONCAT_(a, b)
 #define FP8SIM_COMMAND(name, summary, fn) \
   static ::fp8sim::cli::Registrar FP8SIM_CONCAT(fp8sim_cmd_, __LINE__)(name, summary, fn)
+// A command that runs under an MPI launcher, its work split among the ranks (docs/scale-out.md).
+#define FP8SIM_DISTRIBUTED_COMMAND(name, summary, fn) \
+  static ::fp8sim::cli::Registrar FP8SIM_CONCAT(fp8sim_cmd_, __LINE__)(name, summary, fn, true)

@@ -185,6 +185,6 @@ int run_analyze(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace fp8sim
 
-FP8SIM_COMMAND("analyze",
-               "quantize a trace through a recipe (a name or a JSON file): per-tensor and per-layer GEMM error",
-               fp8sim::run_analyze);
+FP8SIM_DISTRIBUTED_COMMAND(
+    "analyze", "quantize a trace through a recipe (a name or a JSON file): per-tensor and per-layer GEMM error",
+    fp8sim::run_analyze);

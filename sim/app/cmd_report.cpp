@@ -159,5 +159,6 @@ int run_report_cmd(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace fp8sim
 
-FP8SIM_COMMAND("report", "everything on one trace and model -> report.json, report.md, report.html, PNG plots",
-               fp8sim::run_report_cmd);
+FP8SIM_DISTRIBUTED_COMMAND("report",
+                           "everything on one trace and model -> report.json, report.md, report.html, PNG plots",
+                           fp8sim::run_report_cmd);

@@ -1,5 +1,7 @@
 // fp8sim: dispatches to the self-registered subcommands (sim/app/cmd_*.cpp).
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -8,8 +10,10 @@
 #include <vector>
 
 #include "sim/app/cli.hpp"
+#include "sim/app/dist_launch.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/cleanup.hpp"
+#include "sim/common/dist.hpp"
 
 namespace {
 
@@ -33,6 +37,28 @@ std::string one_line(const char* what) {
   std::string s(what);
   for (char& c : s)
     if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+// A rank other than 0 of a distributed run: its stdout and stderr go to /dev/null (rank 0 prints
+// the job's tables, progress and its one error line).
+void quiet_this_rank() {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC); null >= 0) {
+    ::dup2(null, STDOUT_FILENO);
+    ::dup2(null, STDERR_FILENO);
+    ::close(null);
+  }
+}
+
+std::string distributed_commands() {
+  std::vector<std::string> names;
+  for (const auto& c : fp8sim::cli::registry())
+    if (c.distributed) names.push_back(c.name);
+  std::sort(names.begin(), names.end());
+  std::string s;
+  for (const auto& n : names) s += (s.empty() ? "" : " and ") + n;
   return s;
 }
 
@@ -63,19 +89,47 @@ int main(int argc, char** argv) {
     return 2;
   }
   args.erase(args.begin());
+  // Under an MPI launcher every rank runs the command; rank 0 alone prints and writes.
   try {
-    return it->run(args);
-  } catch (const fp8sim::UsageError& e) {
-    fmt::print(stderr, "fp8sim {}: error: {}\n", name, one_line(e.what()));
-    return 2;
-  } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "fp8sim {}: error: out of memory\n", name);
-    return 1;
+    fp8sim::dist_launch::start();
   } catch (const std::exception& e) {
     fmt::print(stderr, "fp8sim {}: error: {}\n", name, one_line(e.what()));
-    return 1;
-  } catch (...) {
-    fmt::print(stderr, "fp8sim {}: error: an unexpected internal error (not a standard exception)\n", name);
-    return 1;
+    return 2;
   }
+  if (fp8sim::dist::distributed() && !fp8sim::dist::is_root()) quiet_this_rank();
+  int code = 0;
+  std::string message;
+  bool shared = false;  // every rank has seen this failure already
+  try {
+    if (fp8sim::dist::distributed() && !it->distributed)
+      throw fp8sim::UsageError(
+          fmt::format("{} runs in one process; under an MPI launcher only {} split their work (docs/scale-out.md)",
+                      name, distributed_commands()));
+    code = it->run(args);
+  } catch (const fp8sim::dist::JobFailure& e) {
+    code = e.code();
+    message = e.what();
+    shared = true;
+  } catch (const fp8sim::UsageError& e) {
+    code = 2;
+    message = e.what();
+  } catch (const std::bad_alloc&) {
+    code = 1;
+    message = "out of memory";
+  } catch (const std::exception& e) {
+    code = 1;
+    message = e.what();
+  } catch (...) {
+    code = 1;
+    message = "an unexpected internal error (not a standard exception)";
+  }
+  if (!shared) {
+    const fp8sim::dist::Outcome o = fp8sim::dist::finish(code, message);
+    code = o.code;
+    message = o.message;
+  }
+  if (code != 0 && !message.empty()) fmt::print(stderr, "fp8sim {}: error: {}\n", name, one_line(message.c_str()));
+  std::fflush(stdout);
+  fp8sim::dist::reset_comm();
+  return code;
 }

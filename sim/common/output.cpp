@@ -15,6 +15,7 @@
 
 #include "sim/common/check.hpp"
 #include "sim/common/cleanup.hpp"
+#include "sim/common/dist.hpp"
 
 namespace fp8sim {
 
@@ -323,6 +324,9 @@ int RunFiles::output(const std::string& option, const std::string& path) {
         (t.kind == OutputTarget::Kind::File && o.target.kind == OutputTarget::Kind::File && t.path == o.target.path);
     if (same) throw UsageError(fmt::format("{} and {} name the same file", o.target.what, t.what));
   }
+  // Rank 0 alone writes a distributed run's outputs (sim/common/dist.hpp); the others check the
+  // paths the same way and then write to /dev/null.
+  if (!dist::is_root()) t = resolve_output(option, "/dev/null");
   if (t.kind == OutputTarget::Kind::Stdout) silence_stdout();
   if (t.missing_parent) create_parents(t);
   Out o;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "sim/common/check.hpp"
+#include "sim/common/dist.hpp"
 #include "sim/common/io.hpp"
 #include "sim/common/sizes.hpp"
 #include "sim/report/sections.hpp"
@@ -481,6 +482,10 @@ WriteResult run_report(const ReportOptions& raw, gpu::Backend& gpu) {
     inside(opts.trace, "trace");
     if (opts.model.find('/') != std::string::npos || opts.model.ends_with(".json")) inside(opts.model, "model file");
     inside(speed::default_calibration_path(), "speed calibration");
+  }
+  if (!dist::is_root()) {  // a distributed run's other ranks compute their share; rank 0 writes
+    build_report(opts, gpu);
+    return {};
   }
   StagingDir staging(opts.out_dir);  // fails now, not after minutes of analysis
   Json doc = build_report(opts, gpu);

@@ -1,0 +1,113 @@
+#include "sim/common/dist.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <new>
+#include <numeric>
+
+namespace fp8sim::dist {
+
+namespace {
+
+class SingleProcess final : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::vector<std::string> all_gather(const std::string& mine) override { return {mine}; }
+  std::string name() const override { return "one process"; }
+};
+
+std::unique_ptr<Comm>& installed() {
+  static std::unique_ptr<Comm> c = std::make_unique<SingleProcess>();
+  return c;
+}
+
+bool g_failed = false;  // a failure has ended the job's collective part
+
+// One collective step: each rank's status (0 ok, else its exit code) and bytes (its payload, or
+// its error message), on every rank.
+struct Status {
+  int code = 0;
+  std::string bytes;
+};
+std::vector<Status> step(int code, const std::string& bytes) {
+  std::string mine(1, static_cast<char>(code));
+  mine += bytes;
+  std::vector<std::string> all = installed()->all_gather(mine);
+  std::vector<Status> out(all.size());
+  for (size_t r = 0; r < all.size(); ++r) {
+    FP8SIM_CHECK(!all[r].empty(), "rank {} sent no status", r);
+    out[r].code = static_cast<unsigned char>(all[r][0]);
+    out[r].bytes = all[r].substr(1);
+  }
+  return out;
+}
+
+// The lowest failing rank's outcome, its message naming the rank when the job has several.
+Outcome first_failure(const std::vector<Status>& all) {
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].code == 0) continue;
+    g_failed = true;
+    return {all[r].code, r == 0 || all.size() == 1 ? all[r].bytes : fmt::format("rank {}: {}", r, all[r].bytes)};
+  }
+  return {};
+}
+
+}  // namespace
+
+void set_comm(std::unique_ptr<Comm> comm) {
+  installed() = comm ? std::move(comm) : std::make_unique<SingleProcess>();
+  g_failed = false;
+}
+void reset_comm() { set_comm(nullptr); }
+int rank() { return installed()->rank(); }
+int size() { return installed()->size(); }
+std::string comm_name() { return installed()->name(); }
+
+std::vector<int> partition(const std::vector<uint64_t>& cost, int ranks) {
+  FP8SIM_CHECK(ranks >= 1, "partition over {} ranks", ranks);
+  std::vector<size_t> order(cost.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
+  std::vector<uint64_t> load(static_cast<size_t>(ranks), 0);
+  std::vector<int> owner(cost.size(), 0);
+  for (size_t i : order) {
+    const auto least = std::min_element(load.begin(), load.end());  // the first of equal loads
+    owner[i] = static_cast<int>(least - load.begin());
+    *least += std::max<uint64_t>(cost[i], 1);
+  }
+  return owner;
+}
+
+std::vector<std::string> exchange(const std::function<std::string()>& work) {
+  if (size() == 1) return {work()};  // nothing to exchange: an error propagates as itself
+  int code = 0;
+  std::string bytes;
+  try {
+    bytes = work();
+  } catch (const UsageError& e) {
+    code = 2;
+    bytes = e.what();
+  } catch (const std::bad_alloc&) {
+    code = 1;
+    bytes = "out of memory";
+  } catch (const std::exception& e) {
+    code = 1;
+    bytes = e.what();
+  }
+  std::vector<Status> all = step(code, bytes);
+  if (const Outcome f = first_failure(all); f.code != 0) throw JobFailure(f.code, f.message);
+  std::vector<std::string> out(all.size());
+  for (size_t r = 0; r < all.size(); ++r) out[r] = std::move(all[r].bytes);
+  return out;
+}
+
+Outcome finish(int code, const std::string& message) {
+  if (size() == 1 || g_failed) return {code, message};
+  const Outcome f = first_failure(step(code, message));
+  g_failed = true;  // no further collectives
+  return f;
+}
+
+}  // namespace fp8sim::dist

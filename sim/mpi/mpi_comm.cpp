@@ -1,0 +1,79 @@
+// libfp8sim_mpi.so: the MPI implementation of dist::Comm (sim/common/dist.hpp). The command line
+// loads it only when an MPI launcher started it (sim/app/dist_launch.cpp), so a plain fp8sim never
+// needs an MPI library at run time.
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "sim/common/dist.hpp"
+
+namespace {
+
+class MpiComm final : public fp8sim::dist::Comm {
+ public:
+  MpiComm() {
+    int provided = 0;
+    // OpenMP threads compute inside a rank; only the main thread calls MPI.
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  }
+  ~MpiComm() override {
+    int done = 0;
+    MPI_Finalized(&done);
+    if (!done) MPI_Finalize();
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override {
+    char v[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int len = 0;
+    MPI_Get_library_version(v, &len);
+    std::string s(v, static_cast<size_t>(std::max(len, 0)));
+    return s.substr(0, s.find_first_of("\r\n,"));
+  }
+
+  // MPI counts are int: the bytes go in rounds of at most INT_MAX / size per rank.
+  std::vector<std::string> all_gather(const std::string& mine) override {
+    const auto n = static_cast<size_t>(size_);
+    const auto my_len = static_cast<int64_t>(mine.size());
+    std::vector<int64_t> len(n);
+    MPI_Allgather(&my_len, 1, MPI_INT64_T, len.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
+    std::vector<std::string> out(n);
+    for (size_t r = 0; r < n; ++r) out[r].resize(static_cast<size_t>(len[r]));
+    const int64_t chunk = INT_MAX / size_;
+    std::vector<int64_t> sent(n, 0);
+    std::vector<int> counts(n), displs(n);
+    std::vector<char> buf;
+    for (;;) {
+      int64_t total = 0;
+      for (size_t r = 0; r < n; ++r) {
+        counts[r] = static_cast<int>(std::min(chunk, len[r] - sent[r]));
+        displs[r] = static_cast<int>(total);
+        total += counts[r];
+      }
+      if (total == 0) break;
+      buf.resize(static_cast<size_t>(total));
+      const int me = static_cast<int>(rank_);
+      MPI_Allgatherv(mine.data() + sent[static_cast<size_t>(me)], counts[static_cast<size_t>(me)], MPI_BYTE,
+                     buf.data(), counts.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD);
+      for (size_t r = 0; r < n; ++r) {
+        std::memcpy(out[r].data() + sent[r], buf.data() + displs[r], static_cast<size_t>(counts[r]));
+        sent[r] += counts[r];
+      }
+    }
+    return out;
+  }
+
+ private:
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+// The module's entry point (the name is sim/app/dist_launch.cpp's kMpiEntryPoint).
+extern "C" __attribute__((visibility("default"))) fp8sim::dist::Comm* fp8sim_mpi_comm_open() { return new MpiComm(); }
