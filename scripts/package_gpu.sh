@@ -13,7 +13,7 @@
 #   .bundle/fp8sim             the binary (RUNPATH $ORIGIN/lib: finds lib/ by itself)
 #   .bundle/tests.tar.xz       the GPU test binaries, compressed (unpacked into .bundle/tests/ by `run`
 #                              or scripts/device/gpu.sh; they need LD_LIBRARY_PATH=.bundle/lib, or `run`)
-#   .bundle/lib/               the bundled shared libraries and fp8sim's GPU module (libfp8sim_gpu.so)
+#   .bundle/lib/               the bundled shared libraries, fp8sim's GPU module (libfp8sim_gpu.so) and MPI module (libfp8sim_mpi.so)
 #   .bundle/run PROG ARGS...   runs PROG (a path, or a name under the bundle) with LD_LIBRARY_PATH =
 #                              lib/ + the directory of the host's cuBLASLt when the loader lacks it
 #   .bundle/peers/             optional: COAT's sdist for scripts/bench_peers.py --coat (never
@@ -41,6 +41,9 @@ mkdir -p "$tmp/tests" "$tmp/lib"
 bins=("$build/fp8sim")
 # The GPU module the binary opens on demand (it looks in lib/ beside itself).
 [[ -f "$build/libfp8sim_gpu.so" ]] && bins+=("$build/libfp8sim_gpu.so")
+# The MPI module (loaded only under mpirun/srun) goes without its MPI libraries: a job's ranks must
+# use the host's own MPI, the one its launcher belongs to.
+[[ -f "$build/libfp8sim_mpi.so" ]] && cp "$build/libfp8sim_mpi.so" "$tmp/lib/" && strip --strip-unneeded "$tmp/lib/libfp8sim_mpi.so"
 while IFS= read -r t; do bins+=("$t"); done < <(find "$build/tests" -maxdepth 1 -type f -name 'test_*_gpu' -perm -u+x 2>/dev/null | sort)
 if ! compgen -G "$build/tests/test_*_gpu" > /dev/null; then
   echo "package_gpu.sh: warning: no tests/test_*_gpu binaries in '$build' (build them to bundle the GPU tests)" >&2

@@ -59,8 +59,8 @@ class MpiComm final : public fp8sim::dist::Comm {
       if (total == 0) break;
       buf.resize(static_cast<size_t>(total));
       const int me = static_cast<int>(rank_);
-      MPI_Allgatherv(mine.data() + sent[static_cast<size_t>(me)], counts[static_cast<size_t>(me)], MPI_BYTE,
-                     buf.data(), counts.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD);
+      MPI_Allgatherv(mine.data() + sent[static_cast<size_t>(me)], counts[static_cast<size_t>(me)], MPI_BYTE, buf.data(),
+                     counts.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD);
       for (size_t r = 0; r < n; ++r) {
         std::memcpy(out[r].data() + sent[r], buf.data() + displs[r], static_cast<size_t>(counts[r]));
         sent[r] += counts[r];
