@@ -2,7 +2,7 @@
 # Idempotent set-up of a fresh Debian/Ubuntu machine for fp8sim:
 #  - Debian packages: compiler, CMake, Ninja, HDF5 (C++), Boost.Program_options, fmt, Eigen,
 #    nlohmann-json, GoogleTest, Google Benchmark, zlib, Python venv support, Chromium (the report's HTML check),
-#    clang-format 14 (the layout check);
+#    clang-format 14 (the layout check), Open MPI (mpirun runs of analyze and report: docs/scale-out.md);
 #  - a project-owned Python virtual environment at .venv with numpy, ml_dtypes, h5py, matplotlib
 #    (golden vectors, benchmarks' peers, plots).
 # CUDA is not installed here: when the machine already has nvcc, the build adds the GPU kernels.
@@ -24,7 +24,8 @@ for a in "$@"; do
 done
 
 APT_PACKAGES=(build-essential cmake ninja-build pkg-config libhdf5-dev hdf5-tools libboost-program-options-dev
-  libfmt-dev libeigen3-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev zlib1g-dev python3 python3-venv python3-pip chromium clang-format-14)
+  libfmt-dev libeigen3-dev nlohmann-json3-dev libgtest-dev libbenchmark-dev zlib1g-dev python3 python3-venv python3-pip chromium clang-format-14
+  libopenmpi-dev openmpi-bin)
 PY_PACKAGES=(numpy ml_dtypes h5py matplotlib)
 
 SUDO=""

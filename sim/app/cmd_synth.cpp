@@ -18,8 +18,8 @@ int run_synth(const std::vector<std::string>& args) {
   std::string out;
   opts.add_options()("model", po::value(&o.model)->default_value("tiny-llama"),
                      "a models/ name or a config .json (Llama family: RMSNorm, SwiGLU)")(
-      "out", po::value(&out), "the trace to write (.h5; required)")(
-      "layers", po::value(&o.layers)->default_value(0), "decoder layers to write (0: all of the model's)")(
+      "out", po::value(&out), "the trace to write (.h5; required)")("layers", po::value(&o.layers)->default_value(0),
+                                                                    "decoder layers to write (0: all of the model's)")(
       "tokens", po::value(&o.tokens)->default_value(2048), "tokens of the activations' micro-batch")(
       "seed", po::value(&o.seed)->default_value(0), "the values' seed (same options, same file)")(
       "deflate", po::value(&o.deflate_level)->default_value(0),
@@ -49,9 +49,10 @@ int run_synth(const std::vector<std::string>& args) {
   if (out == "-") throw UsageError("--out must be a file: an HDF5 trace cannot go to standard output");
   const OutputTarget t = resolve_output("--out", out);
   if (t.kind != OutputTarget::Kind::File)
-    throw UsageError(fmt::format("--out '{}' is not a regular file path: the trace is written to a temporary "
-                                 "beside it and renamed into place",
-                                 out));
+    throw UsageError(
+        fmt::format("--out '{}' is not a regular file path: the trace is written to a temporary "
+                    "beside it and renamed into place",
+                    out));
   o.out = t.path;
   const trace::SynthSummary s = trace::write_synthetic_trace(o);
   fmt::print("wrote {}: {} tensors, {:.2f} GiB of values\n", out, s.tensors,

@@ -30,12 +30,12 @@ enum class Dist {
   Grad,
   ExpAvg,
   ExpAvgSq,
-  Residual,    // the residual stream and the branches added to it
-  LinearIn,    // a norm's output or the attention output
-  SiluIn,      // the gate projection's output
-  SiluOut,     // silu(N(0, 1))
-  Normal,      // N(0, 1)
-  DownIn,      // silu(N) x N
+  Residual,  // the residual stream and the branches added to it
+  LinearIn,  // a norm's output or the attention output
+  SiluIn,    // the gate projection's output
+  SiluOut,   // silu(N(0, 1))
+  Normal,    // N(0, 1)
+  DownIn,    // silu(N) x N
   OutputGrad,
 };
 
@@ -129,8 +129,8 @@ std::vector<Item> plan_items(const ModelConfig& m, int64_t layers, int64_t token
       items.push_back(std::move(it));
     }
   };
-  auto act = [&](const std::string& module, const std::string& what, const char* op, int layer, int64_t width,
-                 Dist d, std::vector<std::string> consumers = {}, Role role = Role::Activation) {
+  auto act = [&](const std::string& module, const std::string& what, const char* op, int layer, int64_t width, Dist d,
+                 std::vector<std::string> consumers = {}, Role role = Role::Activation) {
     Item it;
     it.meta.name = module + "." + what;
     it.meta.role = role;

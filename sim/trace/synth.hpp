@@ -24,13 +24,13 @@
 namespace fp8sim::trace {
 
 struct SynthOptions {
-  std::string model;        // a models/ name or a config file (load_model)
-  int64_t layers = 0;       // decoder layers to write (0: the model's)
-  int64_t tokens = 2048;    // tokens of the activations' micro-batch
+  std::string model;      // a models/ name or a config file (load_model)
+  int64_t layers = 0;     // decoder layers to write (0: the model's)
+  int64_t tokens = 2048;  // tokens of the activations' micro-batch
   uint64_t seed = 0;
-  int deflate_level = 0;    // random values barely compress; 0 writes fastest
+  int deflate_level = 0;  // random values barely compress; 0 writes fastest
   std::filesystem::path out;
-  std::string command;      // recorded in the root attribute `command`
+  std::string command;  // recorded in the root attribute `command`
 };
 
 struct SynthSummary {
