@@ -104,8 +104,8 @@ class Mpirun : public ::testing::Test {
     const std::string cmd =
         "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
         "FP8SIM_PROGRESS=0 ASAN_OPTIONS=detect_leaks=0 " +
-        q(FP8SIM_MPIEXEC) + " --quiet --oversubscribe -np " + std::to_string(n) + " " + q(test::fp8sim_binary()) +
-        " " + args;
+        q(FP8SIM_MPIEXEC) + " --quiet --oversubscribe -np " + std::to_string(n) + " " + q(test::fp8sim_binary()) + " " +
+        args;
     return test::run_shell(cmd);
   }
   static std::string synthetic(const std::string& dir) {
