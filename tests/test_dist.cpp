@@ -139,6 +139,22 @@ TEST_F(Mpirun, AnalyzeGivesTheSameBytesForEveryRankCount) {
   }
 }
 
+TEST_F(Mpirun, OptimGivesTheSameBytesForEveryRankCount) {
+  const std::string dir = test::temp_dir(), one = dir + "/one.json", trace = test::sample_trace();
+  // Stochastic rounding keys on each parameter's place in the window, whichever rank replays it.
+  const std::string opts = " --table1-lowbit --rounding stochastic --seed 3 --json ";
+  const test::CommandResult plain =
+      test::run_fp8sim({"optim", trace, "--table1-lowbit", "--rounding", "stochastic", "--seed", "3", "--json", one});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  for (int n = 2; n <= 4; ++n) {
+    const std::string out = dir + "/np.json";
+    const test::CommandResult r = mpirun(n, "optim " + q(trace) + opts + q(out));
+    ASSERT_EQ(r.exit_code, 0) << n << " ranks: " << r.err;
+    EXPECT_EQ(test::file_content(out), test::file_content(one)) << n << " ranks";
+    EXPECT_EQ(r.out, plain.out) << n << " ranks";
+  }
+}
+
 TEST_F(Mpirun, ReportRunsWithRankZeroWriting) {
   const std::string dir = test::temp_dir();
   const test::CommandResult r = mpirun(3, "report --no-plots --recipes bf16,coat --out " + q(dir + "/r"));

@@ -237,5 +237,6 @@ int run_optim(const std::vector<std::string>& args) {
 }  // namespace
 }  // namespace fp8sim
 
-FP8SIM_COMMAND("optim", "AdamW with FP8 / low-precision moments on a trace's grad window: COAT Table 1, drift, memory",
-               fp8sim::run_optim);
+FP8SIM_DISTRIBUTED_COMMAND(
+    "optim", "AdamW with FP8 / low-precision moments on a trace's grad window: COAT Table 1, drift, memory",
+    fp8sim::run_optim);

@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "sim/common/check.hpp"
+#include "sim/common/dist.hpp"
 #include "sim/optim/lowp_adamw.hpp"
 #include "sim/quant/quantize.hpp"
 
@@ -154,9 +155,10 @@ struct DirectionSums {
   }
   size_t formats() const { return specs.size(); }
 
-  // One parameter's moments after `step` AdamW updates. Sums in fixed chunks combined in order
-  // (the result does not depend on the thread count).
-  void add(const std::vector<float>& m0, const std::vector<float>& v0, const AdamwHyper& h, int64_t step, int nt) {
+  // One parameter's sums (add_sums' layout) from its moments after `step` AdamW updates: fixed
+  // chunks combined in order (the result does not depend on the thread count).
+  std::vector<double> sums(const std::vector<float>& m0, const std::vector<float>& v0, const AdamwHyper& h,
+                           int64_t step, int nt) const {
     const size_t F = formats();
     const int64_t n = static_cast<int64_t>(m0.size());
     const Shape shape{n};
@@ -174,7 +176,7 @@ struct DirectionSums {
     // Layout of one chunk's sums: F*F cells, 4F per-format errors and flushes, 5 references,
     // then F*F flush-excluded cells and their counts.
     const size_t kPer = F * F, kFmt = kPer, kRef = kFmt + 4 * F, kX = kRef + 5, K = kX + 2 * kPer;
-    const std::vector<double> s = det_sums(n, nt, K, [&](int64_t i, double* acc) {
+    return det_sums(n, nt, K, [&](int64_t i, double* acc) {
       std::array<double, kMaxFormats> num, den;
       const size_t u = static_cast<size_t>(i);
       const double m = m0[u], v = v0[u];
@@ -203,6 +205,13 @@ struct DirectionSums {
       acc[kRef + 3] += v != 0 ? 1.0 : 0.0;
       acc[kRef + 4] += r * r;
     });
+  }
+
+  // Adds one parameter's sums (parameters in order: the same additions whatever computed them).
+  void add_sums(const std::vector<double>& s) {
+    const size_t F = formats();
+    const size_t kPer = F * F, kFmt = kPer, kRef = kFmt + 4 * F, kX = kRef + 5, K = kX + 2 * kPer;
+    FP8SIM_CHECK(s.size() == K, "direction sums of {} values, expected {}", s.size(), K);
     for (size_t i = 0; i < kPer; ++i) {
       sse[i] += s[i];
       sse_nf[i] += s[kX + i];
@@ -261,9 +270,28 @@ struct OptimReplay::Impl {
     }
   }
 
-  void add_table1(const std::vector<float>& m, const std::vector<float>& v, const AdamwHyper& h, int64_t t);
-  void add_replay(const ParamWindow& w);
-  void add_drift(const ParamWindow& w);
+  // One parameter's contribution, computed without touching the totals and added to them in
+  // parameter order by apply() (a distributed run computes each on the rank that owns it).
+  struct StatePart {
+    std::string name;
+    int64_t n = 0, adamw_step = 0;
+    std::vector<double> t1, t1_lowbit;  // DirectionSums::sums (empty when not computed)
+  };
+  struct ParamPart {
+    std::string name;
+    int64_t n = 0;
+    bool has_end = false;  // the fp32 replay's fields below are set
+    double max_rel = 0, max_abs = 0, max_ulp = 0, coat_max_rel = 0, max_move = 0;
+    int64_t mismatch = 0, compared = 0;
+    std::vector<DriftSums> drift;  // [recipe * drift_steps + step]; empty without drift
+  };
+  StatePart state_part(const std::string& name, const std::vector<float>& m, const std::vector<float>& v,
+                       const AdamwHyper& hyper, int64_t adamw_step) const;
+  ParamPart param_part(const ParamWindow& w, uint64_t index) const;
+  void apply(const StatePart& p);
+  void apply(const ParamPart& p);
+  void replay_into(ParamPart& part, const ParamWindow& w) const;
+  void drift_into(ParamPart& part, const ParamWindow& w, uint64_t index) const;
 
   // The moments' AdamW step count, when every add_state call had the same one.
   std::optional<int64_t> t1_step() const {
@@ -305,9 +333,66 @@ OptimReplay::OptimReplay(const WindowMeta& meta, const OptimOptions& opts) : imp
 
 OptimReplay::~OptimReplay() = default;
 
-void OptimReplay::add_param(const ParamWindow& w) {
-  Impl& I = *impl_;
-  FP8SIM_REQUIRE(I.meta.steps > 0, "parameter '{}': no grad window was declared (WindowMeta::steps == 0)", w.name);
+void OptimReplay::add_param(const ParamWindow& w) { impl_->apply(impl_->param_part(w, impl_->param_index)); }
+
+void OptimReplay::add_state(const std::string& name, const std::vector<float>& m, const std::vector<float>& v,
+                            const AdamwHyper& hyper, int64_t adamw_step) {
+  impl_->apply(impl_->state_part(name, m, v, hyper, adamw_step));
+}
+
+std::string OptimReplay::state_part(const std::string& name, const std::vector<float>& m, const std::vector<float>& v,
+                                    const AdamwHyper& hyper, int64_t adamw_step) const {
+  const Impl::StatePart p = impl_->state_part(name, m, v, hyper, adamw_step);
+  dist::ByteWriter w;
+  w.pod(uint8_t{0});
+  w.str(p.name);
+  w.pod(p.n);
+  w.pod(p.adamw_step);
+  w.pods(p.t1);
+  w.pods(p.t1_lowbit);
+  return w.take();
+}
+
+std::string OptimReplay::param_part(const ParamWindow& pw, uint64_t index) const {
+  const Impl::ParamPart p = impl_->param_part(pw, index);
+  dist::ByteWriter w;
+  w.pod(uint8_t{1});
+  w.str(p.name);
+  w.pod(p.n);
+  w.pod(p.has_end);
+  for (double d : {p.max_rel, p.max_abs, p.max_ulp, p.coat_max_rel, p.max_move}) w.pod(d);
+  w.pod(p.mismatch);
+  w.pod(p.compared);
+  w.pods(p.drift);
+  return w.take();
+}
+
+void OptimReplay::apply_part(const std::string& bytes) {
+  dist::ByteReader r(bytes);
+  if (r.pod<uint8_t>() == 0) {
+    Impl::StatePart p;
+    p.name = r.str();
+    p.n = r.pod<int64_t>();
+    p.adamw_step = r.pod<int64_t>();
+    p.t1 = r.pods<double>();
+    p.t1_lowbit = r.pods<double>();
+    impl_->apply(p);
+  } else {
+    Impl::ParamPart p;
+    p.name = r.str();
+    p.n = r.pod<int64_t>();
+    p.has_end = r.pod<bool>();
+    for (double* d : {&p.max_rel, &p.max_abs, &p.max_ulp, &p.coat_max_rel, &p.max_move}) *d = r.pod<double>();
+    p.mismatch = r.pod<int64_t>();
+    p.compared = r.pod<int64_t>();
+    p.drift = r.pods<DriftSums>();
+    impl_->apply(p);
+  }
+  FP8SIM_CHECK(r.done(), "an optimizer part has {} bytes too many", bytes.size());
+}
+
+OptimReplay::Impl::ParamPart OptimReplay::Impl::param_part(const ParamWindow& w, uint64_t index) const {
+  FP8SIM_REQUIRE(meta.steps > 0, "parameter '{}': no grad window was declared (WindowMeta::steps == 0)", w.name);
   const int64_t n = w.numel();
   FP8SIM_REQUIRE(n > 0, "parameter '{}' has no elements", w.name);
   int64_t shape_n = 1;
@@ -317,8 +402,8 @@ void OptimReplay::add_param(const ParamWindow& w) {
   FP8SIM_REQUIRE(static_cast<int64_t>(w.m0.size()) == n && static_cast<int64_t>(w.v0.size()) == n,
                  "parameter '{}': exp_avg / exp_avg_sq have {} / {} elements, the weights {}", w.name, w.m0.size(),
                  w.v0.size(), n);
-  FP8SIM_REQUIRE(static_cast<int64_t>(w.grads.size()) == I.meta.steps,
-                 "parameter '{}': {} grads in the window, expected {}", w.name, w.grads.size(), I.meta.steps);
+  FP8SIM_REQUIRE(static_cast<int64_t>(w.grads.size()) == meta.steps,
+                 "parameter '{}': {} grads in the window, expected {}", w.name, w.grads.size(), meta.steps);
   FP8SIM_REQUIRE(w.lr.size() == w.grads.size(), "parameter '{}': {} learning rates for {} steps", w.name, w.lr.size(),
                  w.grads.size());
   for (size_t k = 0; k < w.grads.size(); ++k) {
@@ -343,17 +428,46 @@ void OptimReplay::add_param(const ParamWindow& w) {
   for (size_t i = 0; i < w.v0.size(); ++i)
     FP8SIM_REQUIRE(w.v0[i] >= 0.0f, "parameter '{}': exp_avg_sq is negative ({}) at flat index {}", w.name, w.v0[i], i);
 
-  I.add_replay(w);
-  if (I.opts.drift) I.add_drift(w);
-  I.add_memory(I.mem_window, n);
-  I.elements += n;
-  I.names.push_back(w.name);
-  ++I.param_index;
+  ParamPart part;
+  part.name = w.name;
+  part.n = n;
+  replay_into(part, w);
+  if (opts.drift) drift_into(part, w, index);
+  return part;
 }
 
-void OptimReplay::add_state(const std::string& name, const std::vector<float>& m, const std::vector<float>& v,
-                            const AdamwHyper& hyper, int64_t adamw_step) {
-  Impl& I = *impl_;
+void OptimReplay::Impl::apply(const ParamPart& p) {
+  if (p.has_end) {
+    rp_max_rel = std::max(rp_max_rel, p.max_rel);
+    rp_max_abs = std::max(rp_max_abs, p.max_abs);
+    rp_max_ulp = std::max(rp_max_ulp, p.max_ulp);
+    rp_coat_max_rel = std::max(rp_coat_max_rel, p.coat_max_rel);
+    rp_max_move = std::max(rp_max_move, p.max_move);
+    rp_mismatch += p.mismatch;
+    rp_compared += p.compared;
+    ++replay_params;
+  } else {
+    replay_possible = false;
+  }
+  if (!p.drift.empty()) {
+    FP8SIM_CHECK(p.drift.size() == recipes.size() * static_cast<size_t>(drift_steps), "drift sums of {} runs",
+                 p.drift.size());
+    for (size_t r = 0; r < recipes.size(); ++r)
+      for (size_t k = 0; k < static_cast<size_t>(drift_steps); ++k) {
+        DriftSums& dst = drift[r][k];
+        const DriftSums& src = p.drift[r * static_cast<size_t>(drift_steps) + k];
+        for (size_t q = 0; q < kDriftSums; ++q) dst[q] += src[q];
+      }
+  }
+  add_memory(mem_window, p.n);
+  elements += p.n;
+  names.push_back(p.name);
+  ++param_index;
+}
+
+OptimReplay::Impl::StatePart OptimReplay::Impl::state_part(const std::string& name, const std::vector<float>& m,
+                                                           const std::vector<float>& v, const AdamwHyper& hyper,
+                                                           int64_t adamw_step) const {
   const int64_t n = static_cast<int64_t>(m.size());
   FP8SIM_REQUIRE(n > 0, "parameter '{}' has no elements", name);
   FP8SIM_REQUIRE(static_cast<int64_t>(v.size()) == n, "parameter '{}': exp_avg has {} elements, exp_avg_sq {}", name, n,
@@ -367,27 +481,32 @@ void OptimReplay::add_state(const std::string& name, const std::vector<float>& m
   require_finite(v, "exp_avg_sq", name);
   for (size_t i = 0; i < v.size(); ++i)
     FP8SIM_REQUIRE(v[i] >= 0.0f, "parameter '{}': exp_avg_sq is negative ({}) at flat index {}", name, v[i], i);
-  if (I.opts.table1) I.add_table1(m, v, h, adamw_step);
-  I.add_memory(I.mem_state, n);
-  I.mem_state_elements += n;
-  I.t1_elements += n;
-  ++I.t1_params;
-  if (std::find(I.t1_steps.begin(), I.t1_steps.end(), adamw_step) == I.t1_steps.end()) I.t1_steps.push_back(adamw_step);
-}
-
-void OptimReplay::Impl::add_table1(const std::vector<float>& m0, const std::vector<float>& v0, const AdamwHyper& h,
-                                   int64_t step) {
-  const int nt = threads_for(static_cast<int64_t>(m0.size()));
-  t1.add(m0, v0, h, step, nt);
-  if (t1_lowbit.formats() > 0) t1_lowbit.add(m0, v0, h, step, nt);
-}
-
-void OptimReplay::Impl::add_replay(const ParamWindow& w) {
-  const int nt = threads_for(w.numel());
-  if (w.p_end.empty()) {
-    replay_possible = false;
-    return;
+  StatePart part;
+  part.name = name;
+  part.n = n;
+  part.adamw_step = adamw_step;
+  if (opts.table1) {
+    const int nt = threads_for(n);
+    part.t1 = t1.sums(m, v, h, adamw_step, nt);
+    if (t1_lowbit.formats() > 0) part.t1_lowbit = t1_lowbit.sums(m, v, h, adamw_step, nt);
   }
+  return part;
+}
+
+void OptimReplay::Impl::apply(const StatePart& p) {
+  if (!p.t1.empty()) t1.add_sums(p.t1);
+  if (!p.t1_lowbit.empty()) t1_lowbit.add_sums(p.t1_lowbit);
+  add_memory(mem_state, p.n);
+  mem_state_elements += p.n;
+  t1_elements += p.n;
+  ++t1_params;
+  if (std::find(t1_steps.begin(), t1_steps.end(), p.adamw_step) == t1_steps.end()) t1_steps.push_back(p.adamw_step);
+}
+
+void OptimReplay::Impl::replay_into(ParamPart& part, const ParamWindow& w) const {
+  const int nt = threads_for(w.numel());
+  if (w.p_end.empty()) return;
+  part.has_end = true;
   const int64_t n = w.numel();
   for (UpdateRule rule : {UpdateRule::Torch, UpdateRule::Coat}) {
     std::vector<float> p = w.p0, m = w.m0, v = w.v0;
@@ -402,23 +521,22 @@ void OptimReplay::Impl::add_replay(const ParamWindow& w) {
       const double err = std::fabs(static_cast<double>(got) - want);
       const double rel = want != 0 ? err / std::fabs(static_cast<double>(want)) : (err > 0 ? INFINITY : 0.0);
       if (rule == UpdateRule::Coat) {
-        rp_coat_max_rel = std::max(rp_coat_max_rel, rel);
+        part.coat_max_rel = std::max(part.coat_max_rel, rel);
         continue;
       }
       const float aw = std::fabs(want);
       const double ulp = static_cast<double>(std::nextafter(aw, INFINITY) - aw);
-      rp_max_rel = std::max(rp_max_rel, rel);
-      rp_max_move = std::max(rp_max_move, std::fabs(static_cast<double>(want) - w.p0[static_cast<size_t>(i)]));
-      rp_max_abs = std::max(rp_max_abs, err);
-      rp_max_ulp = std::max(rp_max_ulp, err / ulp);
-      rp_mismatch += got != want ? 1 : 0;
-      ++rp_compared;
+      part.max_rel = std::max(part.max_rel, rel);
+      part.max_move = std::max(part.max_move, std::fabs(static_cast<double>(want) - w.p0[static_cast<size_t>(i)]));
+      part.max_abs = std::max(part.max_abs, err);
+      part.max_ulp = std::max(part.max_ulp, err / ulp);
+      part.mismatch += got != want ? 1 : 0;
+      ++part.compared;
     }
   }
-  ++replay_params;
 }
 
-void OptimReplay::Impl::add_drift(const ParamWindow& w) {
+void OptimReplay::Impl::drift_into(ParamPart& part, const ParamWindow& w, uint64_t index) const {
   const int nt = threads_for(w.numel());
   const int64_t n = w.numel();
   const size_t un = static_cast<size_t>(n);
@@ -427,11 +545,11 @@ void OptimReplay::Impl::add_drift(const ParamWindow& w) {
     std::vector<float> p, p_prev, m_new, v_new, m_stored, v_stored;
     LowpScratch scratch;
   };
+  part.drift.assign(recipes.size() * static_cast<size_t>(drift_steps), DriftSums{});
   std::vector<Run> runs(recipes.size());
   for (size_t r = 0; r < recipes.size(); ++r) {
     Run& run = runs[r];
-    run.st =
-        make_param_state(recipes[r], w.m0.data(), w.v0.data(), n, param_index, static_cast<uint64_t>(meta.step0), nt);
+    run.st = make_param_state(recipes[r], w.m0.data(), w.v0.data(), n, index, static_cast<uint64_t>(meta.step0), nt);
     run.p = w.p0;
     run.p_prev.resize(un);
     run.m_new.resize(un);
@@ -451,8 +569,8 @@ void OptimReplay::Impl::add_drift(const ParamWindow& w) {
     for (size_t r = 0; r < runs.size(); ++r) {
       Run& run = runs[r];
       run.p_prev = run.p;
-      lowp_adamw_step(run.p.data(), g, run.st, c, param_index, static_cast<uint64_t>(t), run.scratch, nt,
-                      run.m_new.data(), run.v_new.data());
+      lowp_adamw_step(run.p.data(), g, run.st, c, index, static_cast<uint64_t>(t), run.scratch, nt, run.m_new.data(),
+                      run.v_new.data());
       load_moment(run.st.m, run.m_stored.data(), nt);
       load_moment(run.st.v, run.v_stored.data(), nt);
       const auto s = det_sums(n, nt, kDriftSums, [&](int64_t i, double* acc) {
@@ -476,8 +594,8 @@ void OptimReplay::Impl::add_drift(const ParamWindow& w) {
         acc[kVq2] += (vs - run.v_new[j]) * (vs - run.v_new[j]);
         acc[kVn2] += static_cast<double>(run.v_new[j]) * run.v_new[j];
       });
-      DriftSums& dst = drift[r][static_cast<size_t>(k)];
-      for (size_t q = 0; q < kDriftSums; ++q) dst[q] += s[q];
+      DriftSums& dst = part.drift[r * static_cast<size_t>(drift_steps) + static_cast<size_t>(k)];
+      for (size_t q = 0; q < kDriftSums; ++q) dst[q] = s[q];
     }
   }
 }

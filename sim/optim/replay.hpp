@@ -260,6 +260,15 @@ class OptimReplay {
   // fp8sim::Error naming the parameter when a shape or length does not match, or values are not
   // finite). Without any add_state call, the memory table counts the window's parameters.
   void add_param(const ParamWindow& w);
+  // The same in two halves, for runs split among processes (sim/common/dist.hpp): one parameter's
+  // contribution as bytes, computed without changing this replay (`index`: the parameter's place
+  // among the window's, which keys stochastic rounding), then added by apply_part in parameter
+  // order, moments before window parameters: the same sums in the same order as add_state /
+  // add_param, so the same result whichever process computed each part.
+  std::string state_part(const std::string& name, const std::vector<float>& m, const std::vector<float>& v,
+                         const AdamwHyper& hyper, int64_t adamw_step) const;
+  std::string param_part(const ParamWindow& w, uint64_t index) const;
+  void apply_part(const std::string& bytes);
   // The whole result.
   OptimResult finish() const;
 

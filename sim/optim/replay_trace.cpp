@@ -5,6 +5,7 @@
 #include <map>
 
 #include "sim/common/check.hpp"
+#include "sim/common/dist.hpp"
 #include "sim/common/interrupt.hpp"
 #include "sim/optim/replay.hpp"
 #include "sim/trace/trace.hpp"
@@ -125,20 +126,32 @@ OptimResult optim_replay(const trace::TraceReader& r, const OptimOptions& opts) 
   FP8SIM_REQUIRE(!moment_tensors.empty() || !window_weights.empty(),
                  "'{}' holds neither AdamW moments (exp_avg / exp_avg_sq) nor a grad window: nothing to replay", path);
   OptimReplay replay(meta, opts);
+  const trace::StepInfo* st = nullptr;
   if (mstep >= 0) {
-    const trace::StepInfo* st = r.find_step(mstep);
+    st = r.find_step(mstep);
     FP8SIM_REQUIRE(st && st->adamw_step.has_value(), "'{}': step {} lacks the attribute adamw_step", path, mstep);
     FP8SIM_REQUIRE(!moment_tensors.empty(), "'{}': step {} holds no exp_avg tensors", path, mstep);
-    for (const auto* t : moment_tensors) {
-      const trace::TensorInfo* tv = r.find(mstep, trace::Role::ExpAvgSq, t->name);
-      FP8SIM_REQUIRE(tv != nullptr, "'{}': step {} has exp_avg but no exp_avg_sq for '{}'", path, mstep, t->name);
-      replay.add_state(t->name, r.read_f32(*t), r.read_f32(*tv), hyper, *st->adamw_step);
-      done += static_cast<double>(t->numel());
-      if (opts.progress) opts.progress(done, total);
-      check_interrupt();
-    }
   }
-  for (const auto* wt : window_weights) {
+  // The items: each moment pair, then each window parameter. Ranks split them by the elements
+  // they read (dist::partition), compute their parts, and every rank applies all parts in item
+  // order: the same result for any number of ranks.
+  const size_t n_moments = moment_tensors.size(), n_items = n_moments + window_weights.size();
+  std::vector<uint64_t> cost(n_items);
+  for (size_t i = 0; i < n_moments; ++i) cost[i] = 2 * static_cast<uint64_t>(moment_tensors[i]->numel());
+  for (size_t i = 0; i < window_weights.size(); ++i)
+    cost[n_moments + i] = static_cast<uint64_t>(window_weights[i]->numel()) * static_cast<uint64_t>(4 + meta.steps);
+  const std::vector<int> owner = dist::partition(cost, dist::size());
+  const int me = dist::rank();
+  for (size_t i = 0; i < n_items; ++i)
+    if (owner[i] != me)
+      total -= static_cast<double>(i < n_moments ? moment_tensors[i]->numel() : window_weights[i - n_moments]->numel());
+
+  auto moment_part = [&](const trace::TensorInfo* t) {
+    const trace::TensorInfo* tv = r.find(mstep, trace::Role::ExpAvgSq, t->name);
+    FP8SIM_REQUIRE(tv != nullptr, "'{}': step {} has exp_avg but no exp_avg_sq for '{}'", path, mstep, t->name);
+    return replay.state_part(t->name, r.read_f32(*t), r.read_f32(*tv), hyper, *st->adamw_step);
+  };
+  auto window_part = [&](const trace::TensorInfo* wt, uint64_t index) {
     ParamWindow w;
     w.name = wt->name;
     w.shape = wt->shape;
@@ -160,11 +173,24 @@ OptimResult optim_replay(const trace::TraceReader& r, const OptimOptions& opts) 
       w.lr.push_back(*si->lr);
     }
     if (const trace::TensorInfo* end = r.find(last + 1, trace::Role::Weight, wt->name)) w.p_end = r.read_f32(*end);
-    replay.add_param(w);
-    done += static_cast<double>(wt->numel());
-    if (opts.progress) opts.progress(done, total);
-    check_interrupt();
-  }
+    return replay.param_part(w, index);
+  };
+  const std::vector<std::string> parts = dist::exchange([&] {
+    dist::ByteWriter out;
+    for (size_t i = 0; i < n_items; ++i) {
+      if (owner[i] != me) continue;
+      const bool moment = i < n_moments;
+      out.str(moment ? moment_part(moment_tensors[i]) : window_part(window_weights[i - n_moments], i - n_moments));
+      done += static_cast<double>(moment ? moment_tensors[i]->numel() : window_weights[i - n_moments]->numel());
+      if (opts.progress) opts.progress(done, total);
+      check_interrupt();
+    }
+    return out.take();
+  });
+  std::vector<dist::ByteReader> from;
+  for (const std::string& p : parts) from.emplace_back(p);
+  for (size_t i = 0; i < n_items; ++i) replay.apply_part(from[static_cast<size_t>(owner[i])].str());
+  for (const dist::ByteReader& f : from) FP8SIM_CHECK(f.done(), "a rank sent more optimizer parts than it owns");
   OptimResult doc = replay.finish();
   if (H.grad_window) doc.window.dropped_params = std::move(dropped);
   return doc;
