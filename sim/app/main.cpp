@@ -58,7 +58,7 @@ std::string distributed_commands() {
     if (c.distributed) names.push_back(c.name);
   std::sort(names.begin(), names.end());
   std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : " and ") + n;
+  for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
   return s;
 }
 
