@@ -99,11 +99,12 @@ class Mpirun : public ::testing::Test {
       GTEST_SKIP() << "this build has no MPI module";
   }
   // mpirun -np N fp8sim ARGS (as root where CI runs; Open MPI's own allocations at MPI_Init are
-  // never freed, so the sanitizer build's leak check is off for the ranks).
+  // never freed, so the sanitizer build's leak check is off for the ranks). A job that hangs is
+  // killed after 300 s (exit 124).
   test::CommandResult mpirun(int n, const std::string& args) {
     const std::string cmd =
         "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none "
-        "FP8SIM_PROGRESS=0 ASAN_OPTIONS=detect_leaks=0 " +
+        "FP8SIM_PROGRESS=0 ASAN_OPTIONS=detect_leaks=0 timeout 300 " +
         q(FP8SIM_MPIEXEC) + " --quiet --oversubscribe -np " + std::to_string(n) + " " + q(test::fp8sim_binary()) + " " +
         args;
     return test::run_shell(cmd);
@@ -175,6 +176,26 @@ TEST_F(Mpirun, BadUsageOnEveryRankIsOneLine) {
   const test::CommandResult r = mpirun(3, "analyze " + q(test::sample_trace()) + " --recipe no-such-recipe");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(error_lines(r.err), 1u) << r.err;
+}
+
+TEST_F(Mpirun, AFailureOnRankZeroBeforeAnyExchangeEndsEveryRank) {
+  // Rank 0 alone creates the report's folder; here it cannot (its parent is a file), while the
+  // other ranks are already in the analysis. --keep-going must not keep them waiting for it.
+  const std::string dir = test::temp_dir();
+  { std::ofstream(dir + "/file") << "x"; }
+  const test::CommandResult r =
+      mpirun(3, "report --no-plots --keep-going --recipes bf16,coat --out " + q(dir + "/file/r"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(error_lines(r.err), 1u) << r.err;
+  EXPECT_EQ(test::listing(dir), std::vector<std::string>{"file"});
+}
+
+TEST_F(Mpirun, TwoOutputsOnOneFileAreOneUsageErrorOnEveryRank) {
+  const std::string dir = test::temp_dir(), out = q(dir + "/a");
+  const test::CommandResult r = mpirun(2, "analyze " + q(test::sample_trace()) + " --json " + out + " --md " + out);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(error_lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("name the same file"), std::string::npos) << r.err;
 }
 
 // The byte offset of chunk (0, ...) of a dataset and its stored size.

@@ -2,7 +2,8 @@
 # MPI scaling of `fp8sim analyze` on one host (docs/scale-out.md): writes a synthetic trace
 # (`fp8sim synth`), measures a plain sequential read of it, then runs analyze under mpirun at each
 # rank count (one OpenMP thread per rank, ranks bound to cores) and once as one process with all
-# cores' threads, checking that every run's JSON is byte-identical to the one-rank run.
+# cores' threads, checking that every run's JSON is byte-identical to the first run's (the baseline
+# of the speedups: list 1 first in --ranks).
 # Run from the repository root with the bundle (scripts/package_gpu.sh) in .bundle/.
 #
 #   usage: OUT=DIR bash scripts/device/mpi_scaling.sh [--ranks "1 2 4 8 16"] [SYNTH OPTIONS...]
@@ -46,6 +47,7 @@ cat "$D/read.log" | tee -a "$D/summary.txt"
 
 printf 'run\tranks\tthreads_per_rank\tseconds\tspeedup\tefficiency\tsame_json\n' > "$D/scaling.tsv"
 base=""
+first=""  # the first run: the baseline of the times and of the byte-identity check
 run() {  # run NAME RANKS THREADS CMD...
   local name=$1 n=$2 th=$3
   shift 3
@@ -56,18 +58,22 @@ run() {  # run NAME RANKS THREADS CMD...
   t1=$(now)
   s=$(calc "$t1 - $t0")
   [[ -z "$base" ]] && base=$s
-  if [[ -f "$D/np1.json" && -f "$D/$name.json" ]]; then cmp -s "$D/np1.json" "$D/$name.json" && same=yes || same=NO; fi
+  if [[ -z "$first" ]]; then first=$name; elif [[ -f "$D/$first.json" && -f "$D/$name.json" ]]; then
+    cmp -s "$D/$first.json" "$D/$name.json" && same=yes || same=NO
+  fi
   printf '%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%s\n' "$name" "$n" "$th" "$s" "$(calc "$base / $s")" \
     "$(calc "$base / $s / $n / $th")" "$same" >> "$D/scaling.tsv"
   echo "$name: rc=$rc ${s}s same_json=$same"
-  [[ "$name" != np1 ]] && rm -f "$D/$name.json"
+  [[ "$name" != "$first" ]] && rm -f "$D/$name.json"
   return 0
 }
+cores=$(nproc)
 for n in $ranks; do
-  run "np$n" "$n" 1 mpirun --quiet -np "$n" --bind-to core -x OMP_NUM_THREADS=1 -x FP8SIM_PROGRESS \
+  bind=(--bind-to core)
+  (( n > cores )) && bind=(--bind-to none --oversubscribe)
+  run "np$n" "$n" 1 mpirun --quiet -np "$n" "${bind[@]}" -x OMP_NUM_THREADS=1 -x FP8SIM_PROGRESS \
     "$F" analyze "$trace" --no-gemm --quiet --json "$D/np$n.json"
 done
-cores=$(nproc)
 run "threads$cores" 1 "$cores" env OMP_NUM_THREADS="$cores" "$F" analyze "$trace" --no-gemm --quiet --json "$D/threads$cores.json"
 column -t "$D/scaling.tsv" | tee -a "$D/summary.txt"
-rm -f "$D/np1.json"
+rm -f "$D/$first.json"

@@ -18,10 +18,10 @@ int run_synth(const std::vector<std::string>& args) {
   std::string out;
   opts.add_options()("model", po::value(&o.model)->default_value("tiny-llama"),
                      "a models/ name or a config .json (Llama family: RMSNorm, SwiGLU)")(
-      "out", po::value(&out), "the trace to write (.h5; required)")("layers", po::value(&o.layers)->default_value(0),
-                                                                    "decoder layers to write (0: all of the model's)")(
+      "out", po::value(&out), "the trace to write (.h5; required unless --dry-run)")(
+      "layers", po::value(&o.layers)->default_value(0), "decoder layers to write (0: all of the model's)")(
       "tokens", po::value(&o.tokens)->default_value(2048), "tokens of the activations' micro-batch")(
-      "seed", po::value(&o.seed)->default_value(0), "the values' seed (same options, same file)")(
+      "seed", po::value(&o.seed)->default_value(0), "the values' seed, below 2^53 (same options, same values)")(
       "deflate", po::value(&o.deflate_level)->default_value(0),
       "deflate level of the datasets, 0-9 (random values barely compress; 0 writes fastest)")(
       "dry-run", "print the tensors and bytes it would write, and write nothing");
@@ -38,7 +38,6 @@ int run_synth(const std::vector<std::string>& args) {
                   "  fp8sim synth --model tinyllama-1.1b --layers 8 --tokens 4096 --out big.h5 --dry-run\n"
                   "  fp8sim synth --model llama2-7b --layers 2 --out l2-7b-2.h5"))
     return 0;
-  if (!vm.count("out")) throw UsageError("--out is required (the trace to write)");
   o.command = "fp8sim synth";
   for (const auto& a : args) o.command += " " + a;
   const trace::SynthSummary plan = trace::synth_plan(o);
@@ -46,6 +45,7 @@ int run_synth(const std::vector<std::string>& args) {
     fmt::print("{} tensors, {:.2f} GiB\n", plan.tensors, static_cast<double>(plan.bytes) / (1ull << 30));
     return 0;
   }
+  if (!vm.count("out")) throw UsageError("--out is required (the trace to write)");
   if (out == "-") throw UsageError("--out must be a file: an HDF5 trace cannot go to standard output");
   const OutputTarget t = resolve_output("--out", out);
   if (t.kind != OutputTarget::Kind::File)

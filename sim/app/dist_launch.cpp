@@ -3,8 +3,10 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -20,6 +22,21 @@ bool under_launcher() {
     if (const char* e = std::getenv(v); e && *e) return true;
   return false;
 }
+
+namespace {
+int env_int(std::initializer_list<const char*> names, int fallback) {
+  for (const char* v : names)
+    if (const char* e = std::getenv(v); e && *e) {
+      char* end = nullptr;
+      const long x = std::strtol(e, &end, 10);
+      if (end != e && *end == '\0' && x >= 0 && x < (1L << 30)) return static_cast<int>(x);
+    }
+  return fallback;
+}
+}  // namespace
+
+int launcher_rank() { return env_int({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}, 0); }
+int launcher_size() { return std::max(env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}, 1), 1); }
 
 void start() {
   if (!under_launcher()) return;

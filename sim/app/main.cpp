@@ -89,22 +89,31 @@ int main(int argc, char** argv) {
     return 2;
   }
   args.erase(args.begin());
-  // Under an MPI launcher every rank runs the command; rank 0 alone prints and writes.
-  try {
-    fp8sim::dist_launch::start();
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "fp8sim {}: error: {}\n", name, one_line(e.what()));
+  // Under an MPI launcher every rank runs a distributed command and joins the job (MPI); rank 0
+  // alone prints and writes. Other commands never start MPI: with several ranks they are a usage
+  // error, which the launcher's environment shows without MPI.
+  namespace launch = fp8sim::dist_launch;
+  if (!it->distributed && launch::under_launcher() && launch::launcher_size() > 1) {
+    if (launch::launcher_rank() != 0) quiet_this_rank();
+    fmt::print(stderr,
+               "fp8sim {}: error: {} runs in one process; under an MPI launcher only {} split their work "
+               "(docs/scale-out.md)\n",
+               name, name, distributed_commands());
     return 2;
+  }
+  if (it->distributed) {
+    try {
+      launch::start();
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "fp8sim {}: error: {}\n", name, one_line(e.what()));
+      return 2;
+    }
   }
   if (fp8sim::dist::distributed() && !fp8sim::dist::is_root()) quiet_this_rank();
   int code = 0;
   std::string message;
   bool shared = false;  // every rank has seen this failure already
   try {
-    if (fp8sim::dist::distributed() && !it->distributed)
-      throw fp8sim::UsageError(
-          fmt::format("{} runs in one process; under an MPI launcher only {} split their work (docs/scale-out.md)",
-                      name, distributed_commands()));
     code = it->run(args);
   } catch (const fp8sim::dist::JobFailure& e) {
     code = e.code();

@@ -23,7 +23,8 @@ std::unique_ptr<Comm>& installed() {
   return c;
 }
 
-bool g_failed = false;  // a failure has ended the job's collective part
+bool g_failed = false;  // a failure has ended the job's collective part: no more steps
+Outcome g_failure;      // that failure
 
 // One collective step: each rank's status (0 ok, else its exit code) and bytes (its payload, or
 // its error message), on every rank.
@@ -32,7 +33,7 @@ struct Status {
   std::string bytes;
 };
 std::vector<Status> step(int code, const std::string& bytes) {
-  std::string mine(1, static_cast<char>(code));
+  std::string mine(1, static_cast<char>(std::clamp(code, 0, 255)));
   mine += bytes;
   std::vector<std::string> all = installed()->all_gather(mine);
   std::vector<Status> out(all.size());
@@ -49,7 +50,8 @@ Outcome first_failure(const std::vector<Status>& all) {
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].code == 0) continue;
     g_failed = true;
-    return {all[r].code, r == 0 || all.size() == 1 ? all[r].bytes : fmt::format("rank {}: {}", r, all[r].bytes)};
+    g_failure = {all[r].code, r == 0 || all.size() == 1 ? all[r].bytes : fmt::format("rank {}: {}", r, all[r].bytes)};
+    return g_failure;
   }
   return {};
 }
@@ -59,6 +61,7 @@ Outcome first_failure(const std::vector<Status>& all) {
 void set_comm(std::unique_ptr<Comm> comm) {
   installed() = comm ? std::move(comm) : std::make_unique<SingleProcess>();
   g_failed = false;
+  g_failure = {};
 }
 void reset_comm() { set_comm(nullptr); }
 int rank() { return installed()->rank(); }
@@ -82,6 +85,7 @@ std::vector<int> partition(const std::vector<uint64_t>& cost, int ranks) {
 
 std::vector<std::string> exchange(const std::function<std::string()>& work) {
   if (size() == 1) return {work()};  // nothing to exchange: an error propagates as itself
+  if (g_failed) throw JobFailure(g_failure.code, g_failure.message);
   int code = 0;
   std::string bytes;
   try {
@@ -103,8 +107,15 @@ std::vector<std::string> exchange(const std::function<std::string()>& work) {
   return out;
 }
 
+void check_all_ok() {
+  if (size() == 1) return;
+  if (g_failed) throw JobFailure(g_failure.code, g_failure.message);
+  if (const Outcome f = first_failure(step(0, std::string())); f.code != 0) throw JobFailure(f.code, f.message);
+}
+
 Outcome finish(int code, const std::string& message) {
-  if (size() == 1 || g_failed) return {code, message};
+  if (size() == 1) return {code, message};
+  if (g_failed) return g_failure;
   const Outcome f = first_failure(step(code, message));
   g_failed = true;  // no further collectives
   return f;

@@ -1,6 +1,6 @@
 #pragma once
 // The processes of one job. A plain run is one process; the command line started by an MPI
-// launcher (mpirun, srun) is one process per rank, and `analyze` (also inside `report`) splits its
+// launcher (mpirun, srun) is one process per rank, and `analyze`, `optim` and `report` split their
 // work among them (docs/scale-out.md). The core library holds no MPI: a Comm carries the bytes
 // (sim/mpi/mpi_comm.cpp, loaded by the command line only under a launcher).
 //
@@ -9,9 +9,11 @@
 //     rank reads and computes only its own items, and exchange() gives every rank all results, so
 //     every rank assembles the same output in item order: the output is byte-identical for every
 //     number of ranks;
-//   - a failure on any rank ends the job on every rank at its next exchange() or at finish(), with
-//     the lowest failing rank's one-line error and its exit status; no rank writes output
-//     (RunFiles writes only on rank 0, after the last exchange()).
+//   - a failure on any rank ends the job on every rank at its next collective step (exchange(),
+//     check_all_ok() or finish()), with the lowest failing rank's one-line error and its exit
+//     status; every rank makes the same steps in the same order until then, and none after;
+//   - outputs are written by rank 0 only, after check_all_ok() (RunFiles::commit calls it): a
+//     failure on any rank leaves no output.
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -65,9 +67,13 @@ class JobFailure : public Error {
 // finish() with a failure), JobFailure on every rank.
 std::vector<std::string> exchange(const std::function<std::string()>& work);
 
+// A collective step that only asks whether every rank is still well: throws JobFailure (on every
+// rank) when some rank failed. No-op in one process.
+void check_all_ok();
+
 // The job's outcome, once per rank at the end of a command: `code` and `message` are this rank's
 // (0 and "" on success). Returns the lowest failing rank's {code, message}, or {0, ""}. A job that
-// already failed in exchange() returns this rank's own arguments without communicating.
+// already failed at a collective step returns that failure without communicating.
 struct Outcome {
   int code = 0;
   std::string message;
@@ -101,6 +107,7 @@ class ByteWriter {
 class ByteReader {
  public:
   explicit ByteReader(const std::string& s) : s_(s) {}
+  explicit ByteReader(std::string&&) = delete;  // it keeps a reference
   template <class T>
   T pod() {
     static_assert(std::is_trivially_copyable_v<T>);
@@ -120,7 +127,7 @@ class ByteReader {
   template <class T>
   std::vector<T> pods() {
     const auto n = pod<uint64_t>();
-    need(n * sizeof(T));
+    FP8SIM_CHECK(n <= (s_.size() - at_) / sizeof(T), "a rank's result is truncated ({} values wanted)", n);
     std::vector<T> v(n);
     std::memcpy(v.data(), s_.data() + at_, n * sizeof(T));
     at_ += n * sizeof(T);

@@ -314,22 +314,23 @@ int RunFiles::output(const std::string& option, const std::string& path) {
     if (same)
       throw UsageError(fmt::format("{} is also the input {}: fp8sim never writes over its inputs", t.what, in.what));
   }
-  for (const Out& o : outs_) {
-    if (t.kind == OutputTarget::Kind::Stdout && o.target.kind == OutputTarget::Kind::Stdout)
+  for (const Out& out : outs_) {
+    const OutputTarget& o = out.named;
+    if (t.kind == OutputTarget::Kind::Stdout && o.kind == OutputTarget::Kind::Stdout)
       throw UsageError(
-          fmt::format("{} and {} both go to standard output: give one of them a file name", o.target.what, t.what));
-    if (t.char_device && o.target.char_device) continue;  // /dev/null twice is fine
-    const bool same =
-        (t.exists && o.target.exists && t.dev == o.target.dev && t.ino == o.target.ino) ||
-        (t.kind == OutputTarget::Kind::File && o.target.kind == OutputTarget::Kind::File && t.path == o.target.path);
-    if (same) throw UsageError(fmt::format("{} and {} name the same file", o.target.what, t.what));
+          fmt::format("{} and {} both go to standard output: give one of them a file name", o.what, t.what));
+    if (t.char_device && o.char_device) continue;  // /dev/null twice is fine
+    const bool same = (t.exists && o.exists && t.dev == o.dev && t.ino == o.ino) ||
+                      (t.kind == OutputTarget::Kind::File && o.kind == OutputTarget::Kind::File && t.path == o.path);
+    if (same) throw UsageError(fmt::format("{} and {} name the same file", o.what, t.what));
   }
+  Out o;
+  o.named = t;
   // Rank 0 alone writes a distributed run's outputs (sim/common/dist.hpp); the others check the
-  // paths the same way and then write to /dev/null.
+  // same paths and then write to /dev/null.
   if (!dist::is_root()) t = resolve_output(option, "/dev/null");
   if (t.kind == OutputTarget::Kind::Stdout) silence_stdout();
   if (t.missing_parent) create_parents(t);
-  Out o;
   o.target = std::move(t);
   outs_.push_back(std::move(o));
   return static_cast<int>(outs_.size()) - 1;
@@ -372,6 +373,7 @@ AtomicFile& RunFiles::stream(int id) {
 
 void RunFiles::commit() {
   FP8SIM_CHECK(!committed_, "run outputs committed twice");
+  dist::check_all_ok();  // a distributed run writes nothing after a failure on any rank
   // Streams first: they cannot be taken back, but a failure there still leaves no file output.
   for (Out& o : outs_) {
     if (!o.has_content || o.target.kind == OutputTarget::Kind::File) continue;

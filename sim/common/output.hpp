@@ -105,7 +105,8 @@ class RunFiles {
     ino_t ino = 0;
   };
   struct Out {
-    OutputTarget target;
+    OutputTarget named;   // the output as given (the checks against other outputs use it)
+    OutputTarget target;  // where it is written: `named`, or /dev/null on an MPI rank other than 0
     std::unique_ptr<AtomicFile> file;
     std::string data;
     std::function<void(AtomicFile&)> writer;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "sim/common/dist.hpp"
 #include "sim/common/io.hpp"
 #include "sim/metrics/histogram.hpp"
 #include "sim/optim/replay.hpp"
@@ -88,7 +89,7 @@ Json plot_moment(const MomentHist& h) {
   return j;
 }
 
-void optim_part(Context& ctx, Section& s);
+void optim_part(Context& ctx, Section& s, const trace::TraceReader& reader);
 
 // Where Table 1's numbers come from.
 std::string table1_note(const optim::Table1Details& det) {
@@ -123,13 +124,15 @@ Json section_optimizer(Context& ctx) {
     // the section and does not hide the other.
     std::vector<std::string> failures;
     try {
-      optim_part(ctx, s);
+      optim_part(ctx, s, reader);
     } catch (const std::exception& e) {
+      if (dist::distributed()) throw;  // as guarded(): the job ends
       failures.push_back(std::string("optimizer replay: ") + e.what());
     }
     try {
       fig3_part(ctx, s, reader);
     } catch (const std::exception& e) {
+      if (dist::distributed()) throw;
       failures.push_back(std::string("Figure 3 histograms: ") + e.what());
     }
     if (!failures.empty()) {
@@ -144,7 +147,7 @@ Json section_optimizer(Context& ctx) {
 namespace {
 
 // ---- fp8sim optim: Table 1, drift, fp32 replay, bytes per parameter
-void optim_part(Context& ctx, Section& s) {
+void optim_part(Context& ctx, Section& s, const trace::TraceReader& reader) {
   const auto& o = ctx.opts;
   optim::OptimOptions oo;
   oo.progress = [&](double done, double total) { ctx.progress(0.5 * done, total); };
@@ -162,7 +165,9 @@ void optim_part(Context& ctx, Section& s) {
     oo.recipes = optim::default_state_recipes();
     for (const auto& st : extra) oo.recipes.push_back(optim::StateRecipe::parse(st));
   }
-  const optim::OptimResult doc = optim::optim_replay(o.trace.string(), oo);
+  // Without a grad window (a trace of one step, a synthetic trace) Table 1 and the bytes still run.
+  oo.drift = reader.header().grad_window.has_value();
+  const optim::OptimResult doc = optim::optim_replay(reader, oo);
 
   const optim::OptimDefinitions& defs = doc.definitions;
   const auto& formats = optim::table1_formats();
@@ -229,6 +234,10 @@ void optim_part(Context& ctx, Section& s) {
   // ---- drift over the grad window, and bytes per parameter
   std::map<std::string, double> bytes_per_param;
   for (const optim::StateMemory& e : doc.memory) bytes_per_param[e.recipe] = e.bytes_per_param;
+  if (!oo.drift)
+    s.para(
+        "No multi-step drift: the trace has no grad window (record one with `scripts/capture_trace.py --window` or "
+        "the recorder's `window`).");
   if (const auto& drift = doc.drift) {
     std::vector<Row> rows;
     for (const optim::DriftRun& run : *drift) {

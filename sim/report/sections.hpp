@@ -10,6 +10,7 @@
 
 #include "sim/analyze/analyze.hpp"
 #include "sim/backend/backend.hpp"
+#include "sim/common/dist.hpp"
 #include "sim/common/json.hpp"
 #include "sim/recipe/recipe.hpp"
 #include "sim/report/report.hpp"
@@ -67,6 +68,9 @@ Json guarded(const std::string& id, const std::string& title, F&& body) {
   try {
     return body();
   } catch (const std::exception& e) {
+    // Under MPI a failing section ends the job: a rank that went on past it could make fewer
+    // collective steps than the others (docs/scale-out.md).
+    if (dist::distributed()) throw;
     Section s(id, title);
     s.error(e.what());
     return s.take();

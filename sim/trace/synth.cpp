@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <vector>
@@ -22,6 +23,8 @@ using model::ModelConfig;
 using model::NormKind;
 
 constexpr int64_t kStep = 100;  // the step the trace holds (AdamW's count before it: 99)
+constexpr int64_t kMaxTokens = int64_t{1} << 24;
+constexpr uint64_t kMaxTensorElements = uint64_t{1} << 40;
 
 enum class Dist {
   LinearWeight,  // a: 1/sqrt(in)
@@ -187,7 +190,9 @@ std::vector<Item> plan_items(const ModelConfig& m, int64_t layers, int64_t token
 }
 
 ModelConfig checked_model(const SynthOptions& o, int64_t& layers) {
-  if (o.tokens <= 0) throw UsageError(fmt::format("--tokens must be positive, got {}", o.tokens));
+  if (o.tokens <= 0 || o.tokens > kMaxTokens)
+    throw UsageError(fmt::format("--tokens must be 1..{}, got {}", kMaxTokens, o.tokens));
+  if (o.seed >= (uint64_t{1} << 53)) throw UsageError(fmt::format("--seed must be below 2^53, got {}", o.seed));
   if (o.layers < 0) throw UsageError(fmt::format("--layers must be >= 0, got {}", o.layers));
   if (o.deflate_level < 0 || o.deflate_level > 9)
     throw UsageError(fmt::format("--deflate must be 0..9, got {}", o.deflate_level));
@@ -198,6 +203,11 @@ ModelConfig checked_model(const SynthOptions& o, int64_t& layers) {
   layers = o.layers == 0 ? m.layers : o.layers;
   if (layers > m.layers)
     throw UsageError(fmt::format("--layers {} exceeds the {} layers of {}", layers, m.layers, m.name));
+  // The largest tensors: the embedding (vocab x hidden) and the widest activation (tokens x width).
+  const uint64_t widest = static_cast<uint64_t>(std::max({m.hidden, m.ffn, m.q_dim(), m.vocab}));
+  if (static_cast<uint64_t>(m.vocab) * static_cast<uint64_t>(m.hidden) > kMaxTensorElements ||
+      static_cast<uint64_t>(o.tokens) * widest > kMaxTensorElements)
+    throw UsageError(fmt::format("a tensor of {} at {} tokens would exceed 2^40 elements", m.name, o.tokens));
   return m;
 }
 

@@ -7,7 +7,7 @@
 // real trace's numerics.
 //
 // Distributions (all from a counter-based generator keyed on (seed, tensor name, element index):
-// the same options give the same file, whatever the thread count):
+// the same options give the same values, whatever the thread count):
 //   linear weights  N(0, 1/sqrt(in)) times a per-row lognormal(0, 0.25) factor; norms 1 + N(0, 0.05);
 //                   embedding N(0, 0.02)
 //   grads           N(0, 1e-4) times lognormal(0, 1) per element (heavy tails)
