@@ -96,7 +96,7 @@ class ByteWriter {
   void pods(const std::vector<T>& v) {
     static_assert(std::is_trivially_copyable_v<T>);
     pod(static_cast<uint64_t>(v.size()));
-    buf_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+    if (!v.empty()) buf_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
   }
   std::string take() { return std::move(buf_); }
 
@@ -129,7 +129,7 @@ class ByteReader {
     const auto n = pod<uint64_t>();
     FP8SIM_CHECK(n <= (s_.size() - at_) / sizeof(T), "a rank's result is truncated ({} values wanted)", n);
     std::vector<T> v(n);
-    std::memcpy(v.data(), s_.data() + at_, n * sizeof(T));
+    if (n > 0) std::memcpy(v.data(), s_.data() + at_, n * sizeof(T));  // an empty vector's data() may be null
     at_ += n * sizeof(T);
     return v;
   }
