@@ -8,7 +8,7 @@
 #
 #   usage: OUT=DIR bash scripts/device/mpi_scaling.sh [--ranks "1 2 4 8 16"] [SYNTH OPTIONS...]
 #     default synth options: --model tinyllama-1.1b --layers 6 --tokens 4096 (8.7 GiB)
-#   outputs: $OUT/mpi/{scaling.tsv, summary.txt, synth.log, read.log, analyze_np*.log}
+#   outputs: $OUT/mpi/{scaling.tsv, summary.txt, synth.log, read.log, analyze_*.log of failed runs}
 set -u -o pipefail
 : "${OUT:=$PWD/out}"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -64,6 +64,7 @@ run() {  # run NAME RANKS THREADS CMD...
   printf '%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%s\n' "$name" "$n" "$th" "$s" "$(calc "$base / $s")" \
     "$(calc "$base / $s / $n / $th")" "$same" >> "$D/scaling.tsv"
   echo "$name: rc=$rc ${s}s same_json=$same"
+  (( rc == 0 )) && rm -f "$D/analyze_$name.log"  # few files come back from a device run: keep failures' logs
   [[ "$name" != "$first" ]] && rm -f "$D/$name.json"
   return 0
 }
@@ -75,5 +76,5 @@ for n in $ranks; do
     "$F" analyze "$trace" --no-gemm --quiet --json "$D/np$n.json"
 done
 run "threads$cores" 1 "$cores" env OMP_NUM_THREADS="$cores" "$F" analyze "$trace" --no-gemm --quiet --json "$D/threads$cores.json"
-column -t "$D/scaling.tsv" | tee -a "$D/summary.txt"
+cat "$D/scaling.tsv" | tee -a "$D/summary.txt"
 rm -f "$D/$first.json"
