@@ -119,18 +119,10 @@ int main(int argc, char** argv) {
     code = e.code();
     message = e.what();
     shared = true;
-  } catch (const fp8sim::UsageError& e) {
-    code = 2;
-    message = e.what();
-  } catch (const std::bad_alloc&) {
-    code = 1;
-    message = "out of memory";
-  } catch (const std::exception& e) {
-    code = 1;
-    message = e.what();
   } catch (...) {
-    code = 1;
-    message = "an unexpected internal error (not a standard exception)";
+    const fp8sim::dist::Outcome f = fp8sim::dist::current_failure();
+    code = f.code;
+    message = f.message;
   }
   if (!shared) {
     const fp8sim::dist::Outcome o = fp8sim::dist::finish(code, message);

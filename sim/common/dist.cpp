@@ -90,15 +90,10 @@ std::vector<std::string> exchange(const std::function<std::string()>& work) {
   std::string bytes;
   try {
     bytes = work();
-  } catch (const UsageError& e) {
-    code = 2;
-    bytes = e.what();
-  } catch (const std::bad_alloc&) {
-    code = 1;
-    bytes = "out of memory";
-  } catch (const std::exception& e) {
-    code = 1;
-    bytes = e.what();
+  } catch (...) {
+    const Outcome f = current_failure();
+    code = f.code;
+    bytes = f.message;
   }
   std::vector<Status> all = step(code, bytes);
   if (const Outcome f = first_failure(all); f.code != 0) throw JobFailure(f.code, f.message);
@@ -111,6 +106,22 @@ void check_all_ok() {
   if (size() == 1) return;
   if (g_failed) throw JobFailure(g_failure.code, g_failure.message);
   if (const Outcome f = first_failure(step(0, std::string())); f.code != 0) throw JobFailure(f.code, f.message);
+}
+
+Outcome current_failure() {
+  try {
+    throw;
+  } catch (const JobFailure& e) {
+    return {e.code(), e.what()};
+  } catch (const UsageError& e) {
+    return {2, e.what()};
+  } catch (const std::bad_alloc&) {
+    return {1, "out of memory"};
+  } catch (const std::exception& e) {
+    return {1, e.what()};
+  } catch (...) {
+    return {1, "an unexpected internal error (not a standard exception)"};
+  }
 }
 
 Outcome finish(int code, const std::string& message) {

@@ -80,6 +80,10 @@ struct Outcome {
 };
 Outcome finish(int code, const std::string& message);
 
+// The exit status and message of the exception being handled (call it inside a catch block):
+// JobFailure its own, UsageError 2, out of memory and every other exception 1.
+Outcome current_failure();
+
 // ---- bytes: the results ranks send each other ---------------------------------------------------
 class ByteWriter {
  public:

@@ -1,4 +1,5 @@
 #include "sim/gemm/tc_cases.hpp"
+#include "sim/common/mix.hpp"
 
 #include <cfloat>
 #include <cmath>
@@ -35,12 +36,7 @@ namespace {
 // splitmix64: a fixed, portable stream (the cases must be the same on every machine).
 struct Rng {
   uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  uint64_t next() { return splitmix64_mix(s += 0x9E3779B97F4A7C15ull); }
   int uniform(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
   bool chance(int one_in) { return next() % static_cast<uint64_t>(one_in) == 0; }
 };

@@ -1,4 +1,5 @@
 #include "sim/optim/lowp_adamw.hpp"
+#include "sim/common/mix.hpp"
 
 #include <omp.h>
 
@@ -11,22 +12,11 @@
 
 namespace fp8sim::optim {
 
-namespace {
-
-// splitmix64's finaliser: a bijective 64-bit mix, so distinct inputs give distinct keys.
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
-
 uint64_t state_rounding_key(uint64_t user_seed, uint64_t param_index, uint64_t step, int moment) {
-  uint64_t k = mix64(user_seed + 0x9E3779B97F4A7C15ull);
-  k = mix64(k ^ (param_index * 0xD1B54A32D192ED03ull));
-  k = mix64(k ^ (step * 0xABC98388FB8FAC03ull));
-  return mix64(k ^ static_cast<uint64_t>(moment + 1));
+  uint64_t k = splitmix64_mix(user_seed + 0x9E3779B97F4A7C15ull);
+  k = splitmix64_mix(k ^ (param_index * 0xD1B54A32D192ED03ull));
+  k = splitmix64_mix(k ^ (step * 0xABC98388FB8FAC03ull));
+  return splitmix64_mix(k ^ static_cast<uint64_t>(moment + 1));
 }
 
 void store_moment(MomentState& ms, const float* x, int64_t n, uint64_t rounding_key, int threads) {

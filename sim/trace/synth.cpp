@@ -1,4 +1,5 @@
 #include "sim/trace/synth.hpp"
+#include "sim/common/mix.hpp"
 
 #include <fmt/format.h>
 
@@ -48,19 +49,14 @@ struct Item {
   double a = 0;
 };
 
-uint64_t mix(uint64_t z) {  // splitmix64's finaliser
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 uint64_t name_key(const std::string& s, uint64_t seed) {  // FNV-1a, then mixed with the seed
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
-  return mix(h ^ mix(seed));
+  return splitmix64_mix(h ^ splitmix64_mix(seed));
 }
 // The i-th pair of standard normals of a stream (Box-Muller on two 32-bit uniforms).
 void normals(uint64_t key, uint64_t i, double& z0, double& z1) {
-  const uint64_t r = mix(key + 0x9e3779b97f4a7c15ull * (i + 1));
+  const uint64_t r = splitmix64_mix(key + 0x9e3779b97f4a7c15ull * (i + 1));
   const double u1 = (static_cast<double>(r >> 32) + 0.5) * 0x1p-32;
   const double u2 = (static_cast<double>(r & 0xffffffffu) + 0.5) * 0x1p-32;
   const double m = std::sqrt(-2.0 * std::log(u1));
@@ -74,7 +70,9 @@ float value(const Item& it, uint64_t key, int64_t i, int64_t cols) {
   double z, w;
   normals(key, static_cast<uint64_t>(i), z, w);
   const int64_t col = i % cols, row = i / cols;
-  auto outlier = [&](double factor) { return mix(key ^ static_cast<uint64_t>(col)) % 256 == 0 ? factor : 1.0; };
+  auto outlier = [&](double factor) {
+    return splitmix64_mix(key ^ static_cast<uint64_t>(col)) % 256 == 0 ? factor : 1.0;
+  };
   switch (it.dist) {
     case Dist::LinearWeight: {
       double r, unused;
