@@ -10,39 +10,14 @@
 namespace fp8sim {
 
 namespace {
-constexpr size_t kChunk = size_t{1} << 16;  // elements per work item; partials merge in chunk order
+constexpr size_t kChunk = static_cast<size_t>(kErrorChunk);
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// One sequential pass in double over a chunk.
-void accumulate(const float* x, const float* y, size_t n, ErrorStats& s) {
-  for (size_t i = 0; i < n; ++i) {
-    const double xv = x[i];
-    if (!std::isfinite(xv)) {
-      ++s.nonfinite;
-      continue;
-    }
-    ++s.count;
-    const double yv = y[i];
-    if (xv != 0.0) ++s.nonzero;
-    if (!std::isfinite(yv)) {
-      ++s.nonfinite_out;
-      s.sum_sq_err = kInf;
-      s.max_abs_err = kInf;
-      if (xv != 0.0) s.max_rel_err = kInf;
-      continue;
-    }
-    const double d = xv - yv;
-    const double ad = std::fabs(d);
-    s.sum_sq_ref += xv * xv;
-    s.sum_sq_approx += yv * yv;
-    s.sum_sq_err += d * d;
-    s.sum_dot += xv * yv;
-    s.max_abs_err = std::max(s.max_abs_err, ad);
-    if (xv != 0.0) {
-      s.max_rel_err = std::max(s.max_rel_err, ad / std::fabs(xv));
-      if (yv == 0.0) ++s.underflow;
-    }
-  }
+// One sequential pass in double over a chunk (error_sums_add, as the GPU adds them).
+ErrorSums accumulate(const float* x, const float* y, size_t n) {
+  ErrorSums e;
+  for (size_t i = 0; i < n; ++i) error_sums_add(e, x[i], y[i]);
+  return e;
 }
 }  // namespace
 
@@ -109,16 +84,36 @@ void ErrorStats::merge(const ErrorStats& o) {
   max_rel_err = std::max(max_rel_err, o.max_rel_err);
 }
 
+void ErrorStats::add_sums(const ErrorSums& e) {
+  ErrorStats p;
+  p.count = e.count;
+  p.nonzero = e.nonzero;
+  p.nonfinite = e.nonfinite;
+  p.nonfinite_out = e.nonfinite_out;
+  p.underflow = e.underflow;
+  p.sum_sq_ref = e.sum_sq_ref;
+  p.sum_sq_approx = e.sum_sq_approx;
+  p.sum_sq_err = e.sum_sq_err;
+  p.sum_dot = e.sum_dot;
+  p.max_abs_err = e.max_abs_err;
+  p.max_rel_err = e.max_rel_err;
+  merge(p);
+}
+
+void ErrorAccumulator::add_chunk_sums(const ErrorSums* sums, size_t chunks) {
+  for (size_t c = 0; c < chunks; ++c) stats_.add_sums(sums[c]);
+}
+
 void ErrorAccumulator::add(const float* x, const float* y, size_t n) {
   const size_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<ErrorStats> part(chunks);
+  std::vector<ErrorSums> part(chunks);
   const int nt = threads_ > 0 ? threads_ : omp_get_max_threads();
 #pragma omp parallel for schedule(static) num_threads(nt) if (chunks > 1)
   for (size_t c = 0; c < chunks; ++c) {
     const size_t b = c * kChunk;
-    accumulate(x + b, y + b, std::min(n, b + kChunk) - b, part[c]);
+    part[c] = accumulate(x + b, y + b, std::min(n, b + kChunk) - b);
   }
-  for (const auto& p : part) stats_.merge(p);  // fixed order: independent of the thread count
+  add_chunk_sums(part.data(), chunks);  // fixed order: independent of the thread count
 }
 
 void ErrorAccumulator::add_scaled(const float* scaled, size_t n, double fmax) {

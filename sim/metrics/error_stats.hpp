@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "sim/common/json.hpp"
+#include "sim/metrics/error_step.hpp"
 
 namespace fp8sim {
 
@@ -50,13 +51,18 @@ struct ErrorStats {
   Json to_json() const;
   // Combines two accumulations (sums add, maxima max).
   void merge(const ErrorStats& other);
+  // merge() of the element sums of a chunk.
+  void add_sums(const ErrorSums& e);
 };
 
 class ErrorAccumulator {
  public:
   explicit ErrorAccumulator(int threads = 0) : threads_(threads) {}
-  // x: reference, y: approximation, n elements.
+  // x: reference, y: approximation, n elements: chunks of kErrorChunk (error_step.hpp), each
+  // summed in element order, merged in chunk order.
   void add(const float* x, const float* y, size_t n);
+  // The same from sums computed elsewhere (the GPU), one per chunk of kErrorChunk elements in order.
+  void add_chunk_sums(const ErrorSums* sums, size_t chunks);
   // Scaled magnitudes |x/s| (finite ones) for saturated_frac; `bound`: see saturation_bound().
   void add_scaled(const float* scaled, size_t n, double bound);
   const ErrorStats& stats() const { return stats_; }

@@ -1076,6 +1076,10 @@ void scaled_magnitudes(const float* x, const QuantizedTensor& q, float* out, boo
   if (spec.delayed.enabled()) {
     mul = true;
     sq.assign(ng, q.delayed_scale);
+  } else if (spec.scale == ScaleMode::E4M3 && !spec.has_expand()) {
+    // NVFP4: the encoder multiplies by the inverse of the stored two-level scale.
+    mul = true;
+    for (int64_t i = 0; i < ng; ++i) sq[i] = nvfp4_multiplier(q.scales[i]);
   }
   if (!use_expand) {
     const Stats st = compute_stats(LoadF32{x}, g, threads);

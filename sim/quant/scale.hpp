@@ -219,14 +219,19 @@ FP8SIM_HD Nvfp4TensorScale nvfp4_tensor_scale(float tensor_amax, float fmax_e) {
   t.s_dec = div_rn(1.0f, t.s_enc);
   return t;
 }
-FP8SIM_HD void nvfp4_group_scale(float amax_g, float fmax_e, const Nvfp4TensorScale& t, float& mult, float& stored) {
+// The multiplier the encoder applies for a stored (dequantizing) NVFP4 group scale: 1 / stored,
+// FLT_MAX where that overflows (a group whose E4M3 scale underflowed to 0).
+FP8SIM_HD float nvfp4_multiplier(float stored) {
   constexpr float kFltMax = 3.40282347e38f;
+  const float mult = div_rn(1.0f, stored);
+  return mult <= kFltMax ? mult : kFltMax;
+}
+FP8SIM_HD void nvfp4_group_scale(float amax_g, float fmax_e, const Nvfp4TensorScale& t, float& mult, float& stored) {
   float d = mul_rn(div_rn(amax_g, fmax_e), t.s_enc);
   if (!(d <= 448.0f)) d = 448.0f;
   const float e4m3 = decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(d, true));
   stored = mul_rn(e4m3, t.s_dec);
-  mult = div_rn(1.0f, stored);
-  if (!(mult <= kFltMax)) mult = kFltMax;
+  mult = nvfp4_multiplier(stored);
 }
 
 // Group statistics over finite elements, as fp32 bits (non-negative floats order like their
