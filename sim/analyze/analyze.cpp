@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <future>
 #include <map>
 
 #include "sim/common/check.hpp"
@@ -229,37 +230,43 @@ struct TensorResult {
   bool unmatched = false;  // no rule of the recipe matched it
 };
 
-// What a quantized tensor's record takes from the quantizer's result: the exact bytes, and from
-// its document the histograms (when asked for) and DE's summary without the per-group k and c.
-void add_quantized(TensorRecord& e, QuantizeResult& qr, const AnalyzeOptions& opts) {
-  const QuantizedTensor& q = qr.q;
-  e.groups = qr.groups();
-  e.bytes.codes = q.code_bytes();
-  e.bytes.metadata = q.metadata_bytes();
-  e.bytes.total = q.total_bytes();
-  e.bytes.bits_per_element = qr.bits_per_element();
-  e.stats = qr.stats;
-  e.tensor_amax = q.tensor_amax;
-  for (auto& [k, v] : qr.json.as_object()) {
-    if (k == "histogram" && opts.histograms) e.histogram = std::move(v);
-    if (k != "expand") continue;
-    Json ex = Json::object();
-    for (auto& [ek, ev] : v.as_object())
-      if (ek != "k" && ek != "c") ex[ek] = std::move(ev);
-    e.expand = std::move(ex);
+// The CPU's numbers for one tensor (run_quantize's, without its document); x is the tensor widened.
+TensorMetrics cpu_metrics(const TensorData& d, const std::vector<float>& x, std::span<const int64_t> shape,
+                          const std::optional<QuantSpec>& spec, int threads) {
+  TensorMetrics m;
+  const trace::NonFinite nf = trace::count_nonfinite(d);
+  m.nan = nf.nan;
+  m.inf = nf.inf;
+  if (!spec) {
+    m.stats = compute_error_stats(x.data(), x.data(), x.size(), threads);
+    return m;
   }
+  std::optional<DelayedScaler> scaler;
+  const QuantizeOptions o = quant_options(*spec, x.data(), x.size(), scaler, threads);
+  m.q = quantize_any(raw(d), input_dtype(d.dtype), shape, *spec, o);
+  const std::vector<float> deq = dequantize(*m.q, threads);
+  m.stats = quantization_error_stats(x.data(), *m.q, deq.data(), threads);
+  m.q->codes = {};
+  return m;
 }
 
-TensorResult analyze_tensor(const trace::TraceReader& r, const TensorInfo& t, const recipe::TrainingRecipe& rec,
+// One tensor under its rule, from its stored values d: its numbers on the device when
+// opts.tensor_metrics takes it, else on the CPU.
+TensorResult analyze_tensor(const TensorInfo& t, const TensorData& d, const recipe::TrainingRecipe& rec,
                             const AnalyzeOptions& opts) {
-  const TensorData d = r.read(t);
-  const trace::NonFinite nf = trace::count_nonfinite(d);
   const recipe::QuantRule* rule = rec.match(t.role, t.op, modules_of(t));
-  TensorResult res;
   const std::optional<QuantSpec> spec = rule ? rule->spec : std::nullopt;
-  res.nonfinite = nf.total() != 0;
-  res.unmatched = !rule;
+  const std::vector<int64_t> shape = spec ? quant_shape(t) : t.shape;
+  std::optional<TensorMetrics> dev;
+  if (opts.tensor_metrics) dev = opts.tensor_metrics(raw(d), input_dtype(d.dtype), shape, spec ? &*spec : nullptr);
+  const bool histograms = opts.histograms && spec && !spec->is_passthrough() && t.numel() > 0;
+  std::vector<float> x;  // the widened values, where the CPU needs them
+  if (!dev || histograms) x = d.widened();
+  const TensorMetrics m = dev ? std::move(*dev) : cpu_metrics(d, x, shape, spec, opts.threads);
 
+  TensorResult res;
+  res.nonfinite = m.nan + m.inf != 0;
+  res.unmatched = !rule;
   TensorRecord& e = res.record;
   e.name = t.name;
   e.role = std::string(trace::role_name(t.role));
@@ -271,30 +278,35 @@ TensorResult analyze_tensor(const trace::TraceReader& r, const TensorInfo& t, co
   e.spec = spec_text(spec);
   e.rule = rule ? (rule->note.empty() ? rule->role + "/" + rule->op : rule->note) : std::string("no rule");
   e.quantized = spec.has_value();
-  e.nan_count = nf.nan;
-  e.inf_count = nf.inf;
+  e.nan_count = static_cast<int64_t>(m.nan);
+  e.inf_count = static_cast<int64_t>(m.inf);
   e.stored_bytes = t.bytes();
   e.numel = t.numel();
-
+  e.stats = m.stats;
   res.recipe_bytes = t.bytes();
-  if (spec) {
-    const std::vector<int64_t> qshape = quant_shape(t);
-    std::optional<DelayedScaler> scaler;
-    std::vector<float> xs;
-    if (spec->delayed.enabled()) xs = d.widened();
-    const QuantizeOptions o = quant_options(*spec, xs.data(), xs.size(), scaler, opts.threads);
-    QuantizeResult qr = run_quantize(raw(d), input_dtype(d.dtype), qshape, *spec, o);
-    res.recipe_bytes = qr.q.total_bytes();
-    add_quantized(e, qr, opts);
-  } else {
-    // Kept in its stored precision: exact, but still counted (NaN/Inf included).
-    const std::vector<float> x = d.widened();
-    e.stats = compute_error_stats(x.data(), x.data(), x.size(), opts.threads);
+  if (!spec) {  // kept in its stored precision: exact, but still counted (NaN/Inf included)
     e.groups = 0;
-    e.bytes.codes = t.bytes();
-    e.bytes.metadata = 0;
-    e.bytes.total = t.bytes();
-    e.bytes.bits_per_element = 8.0 * static_cast<double>(trace::dtype_bytes(t.dtype));
+    e.bytes = {.codes = t.bytes(),
+               .metadata = 0,
+               .total = t.bytes(),
+               .bits_per_element = 8.0 * static_cast<double>(trace::dtype_bytes(t.dtype))};
+    return res;
+  }
+  const QuantizedTensor& q = *m.q;
+  res.recipe_bytes = q.total_bytes();
+  e.groups = spec->is_passthrough() ? 0 : q.num_groups();
+  e.bytes = {.codes = q.code_bytes(),
+             .metadata = q.metadata_bytes(),
+             .total = q.total_bytes(),
+             .bits_per_element =
+                 q.numel() ? 8.0 * static_cast<double>(q.total_bytes()) / static_cast<double>(q.numel()) : 0.0};
+  e.tensor_amax = q.tensor_amax;
+  if (histograms) e.histogram = histogram_document(scaled_histograms(x.data(), q, opts.threads));
+  if (spec->has_expand()) {  // DE's summary, without the per-group k and c
+    Json doc = expand_document(q), ex = Json::object();
+    for (auto& [k, v] : doc.as_object())
+      if (k != "k" && k != "c") ex[k] = std::move(v);
+    e.expand = std::move(ex);
   }
   return res;
 }
@@ -749,9 +761,18 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
     for (size_t i = 0; i < gemm_cost.size(); ++i) total += gemm_owner[i] == me ? 1.0 : 0.0;
     Progress progress(ranks > 1 ? fmt::format("analyze (rank 0 of {})", ranks) : std::string("analyze"), total);
     dist::ByteWriter w;
-    for (size_t i = 0; i < si.tensors.size(); ++i) {
-      if (tensor_owner[i] != me) continue;
-      put(w, analyze_tensor(r, all[si.tensors[i]], rec, opts));
+    // Reads run one tensor ahead of the work, on another thread; only that thread calls the reader
+    // meanwhile (the work takes the values it is given), so reads never overlap each other.
+    std::vector<const TensorInfo*> mine;
+    for (size_t i = 0; i < si.tensors.size(); ++i)
+      if (tensor_owner[i] == me) mine.push_back(&all[si.tensors[i]]);
+    auto read_ahead = [&r](const TensorInfo* t) { return std::async(std::launch::async, [&r, t] { return r.read(*t); }); };
+    std::future<TensorData> next;
+    if (!mine.empty()) next = read_ahead(mine[0]);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const TensorData d = next.get();
+      if (k + 1 < mine.size()) next = read_ahead(mine[k + 1]);
+      put(w, analyze_tensor(*mine[k], d, rec, opts));
       progress.update(++done);
     }
     for (size_t i = 0; i < inputs.size(); ++i) {

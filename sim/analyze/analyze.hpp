@@ -40,12 +40,14 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "sim/common/json.hpp"
 #include "sim/gemm/tc_gemm.hpp"
 #include "sim/metrics/error_stats.hpp"
+#include "sim/quant/quantize_report.hpp"
 #include "sim/recipe/recipe.hpp"
 #include "sim/trace/trace.hpp"
 
@@ -62,6 +64,12 @@ struct AnalyzeOptions {
   std::function<void(const uint8_t* x, const uint8_t* w, const float* x_scales, const float* w_scales, float* y,
                      int64_t m, int64_t n, int64_t k, const gemm::TcGemmConfig& config)>
       tensor_core_gemm;
+  // Computes a tensor's numbers on a device (`fp8sim analyze --device cuda` sets it to
+  // gpu::Backend::tensor_metrics, the same bits); nullopt, or empty: the CPU computes them.
+  // Arguments: the stored values, their dtype, the shape quantized, the spec (null: kept).
+  std::function<std::optional<TensorMetrics>(const void* x, InputDtype dtype, std::span<const int64_t> shape,
+                                             const QuantSpec* spec)>
+      tensor_metrics;
   bool histograms = false;  // keep the per-tensor scaled-magnitude histograms
   bool progress = true;     // progress bar on stderr (when it is a terminal)
   int threads = 0;          // 0: OpenMP default

@@ -58,6 +58,49 @@ std::vector<float> widen(const void* data, InputDtype dtype, int64_t n, int thre
 
 }  // namespace
 
+Json histogram_document(const ScaledHistograms& h) {
+  Json hist = Json::object();
+  hist["before"] = h.before.to_json();
+  hist["after"] = h.after.to_json();
+  return hist;
+}
+
+Json expand_document(const QuantizedTensor& q) {
+  Json ex = Json::object();
+  Json ks = Json::array();
+  double kmin = INFINITY, kmax = -INFINITY, ksum = 0;
+  int64_t finite = 0, fallback = 0;
+  std::map<float, int64_t> kcount;
+  for (size_t g = 0; g < q.expand_k.size(); ++g) {
+    const float k = q.expand_k[g];
+    ks.push_back(k);
+    if (!std::isnan(k)) ++kcount[k];  // NaN would break the map's ordering
+    if (std::isfinite(k)) {
+      kmin = std::min(kmin, static_cast<double>(k));
+      kmax = std::max(kmax, static_cast<double>(k));
+      ksum += k;
+      ++finite;
+    }
+    if (q.spec.expand == ExpandMode::Robust && k == 1.0f && q.expand_c[g] == 1.0f) ++fallback;
+  }
+  ex["mode"] = std::string(expand_mode_name(q.spec.expand));
+  ex["k_min"] = finite ? kmin : NAN;
+  ex["k_max"] = finite ? kmax : NAN;
+  ex["k_mean"] = finite ? ksum / static_cast<double>(finite) : NAN;
+  ex["nonfinite_k_groups"] = static_cast<int64_t>(q.expand_k.size()) - finite;
+  ex["fallback_groups"] = fallback;
+  Json dist = Json::array();
+  for (const auto& [k, c] : kcount) {
+    Json e = Json::object();
+    e["k"] = k;
+    e["groups"] = c;
+    dist.push_back(std::move(e));
+  }
+  ex["k_distribution"] = std::move(dist);
+  ex["k"] = std::move(ks);
+  return ex;
+}
+
 QuantizeResult run_quantize(const void* data, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
                             const QuantizeOptions& opts) {
   QuantizeResult r;
@@ -84,48 +127,8 @@ QuantizeResult run_quantize(const void* data, InputDtype dtype, std::span<const 
   const Json metrics = r.stats.to_json();
   for (const auto& [k, v] : metrics.as_object()) j[k] = v;
   j["tensor_amax"] = r.q.tensor_amax;
-  if (!r.q.spec.is_passthrough() && n > 0) {
-    const ScaledHistograms h = scaled_histograms(r.x.data(), r.q, opts.threads);
-    Json hist = Json::object();
-    hist["before"] = h.before.to_json();
-    hist["after"] = h.after.to_json();
-    j["histogram"] = std::move(hist);
-  }
-  if (r.q.spec.has_expand()) {
-    Json ex = Json::object();
-    Json ks = Json::array();
-    double kmin = INFINITY, kmax = -INFINITY, ksum = 0;
-    int64_t finite = 0, fallback = 0;
-    std::map<float, int64_t> kcount;
-    for (size_t g = 0; g < r.q.expand_k.size(); ++g) {
-      const float k = r.q.expand_k[g];
-      ks.push_back(k);
-      if (!std::isnan(k)) ++kcount[k];  // NaN would break the map's ordering
-      if (std::isfinite(k)) {
-        kmin = std::min(kmin, static_cast<double>(k));
-        kmax = std::max(kmax, static_cast<double>(k));
-        ksum += k;
-        ++finite;
-      }
-      if (r.q.spec.expand == ExpandMode::Robust && k == 1.0f && r.q.expand_c[g] == 1.0f) ++fallback;
-    }
-    ex["mode"] = std::string(expand_mode_name(r.q.spec.expand));
-    ex["k_min"] = finite ? kmin : NAN;
-    ex["k_max"] = finite ? kmax : NAN;
-    ex["k_mean"] = finite ? ksum / static_cast<double>(finite) : NAN;
-    ex["nonfinite_k_groups"] = static_cast<int64_t>(r.q.expand_k.size()) - finite;
-    ex["fallback_groups"] = fallback;
-    Json dist = Json::array();
-    for (const auto& [k, c] : kcount) {
-      Json e = Json::object();
-      e["k"] = k;
-      e["groups"] = c;
-      dist.push_back(std::move(e));
-    }
-    ex["k_distribution"] = std::move(dist);
-    ex["k"] = std::move(ks);
-    j["expand"] = std::move(ex);
-  }
+  if (!r.q.spec.is_passthrough() && n > 0) j["histogram"] = histogram_document(scaled_histograms(r.x.data(), r.q, opts.threads));
+  if (r.q.spec.has_expand()) j["expand"] = expand_document(r.q);
   r.json = std::move(j);
   return r;
 }

@@ -2,6 +2,7 @@
 // The work behind `fp8sim quantize` as a library call (so `fp8sim report` and `fp8sim analyze`
 // can run it in-process): quantize a tensor through a spec, dequantize it, and measure the error.
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -38,6 +39,21 @@ struct QuantizeResult {
     return q.numel() ? 8.0 * static_cast<double>(q.total_bytes()) / static_cast<double>(q.numel()) : 0.0;
   }
 };
+
+// One tensor's numbers as analyze reports them, from the CPU (run_quantize) or a device
+// (gpu::Backend::tensor_metrics: analyze --device cuda), the same bits either way.
+struct TensorMetrics {
+  uint64_t nan = 0, inf = 0;  // non-finite values of the tensor
+  ErrorStats stats;           // quantization_error_stats; without a spec, the tensor against itself
+  // With a spec: the quantized tensor's scales, DE's k and c, amaxes and saturated_count; the
+  // codes are not kept (empty).
+  std::optional<QuantizedTensor> q;
+};
+
+// "histogram" {before, after} of run_quantize's document.
+Json histogram_document(const ScaledHistograms& h);
+// "expand" of run_quantize's document (DE specs): k and c per group with their summary.
+Json expand_document(const QuantizedTensor& q);
 
 // Runs quantize -> dequantize -> metrics. The JSON holds: "spec" (canonical text), "shape",
 // "numel", "groups", "bytes" {codes, metadata, total, bits_per_element}, the metric keys of
