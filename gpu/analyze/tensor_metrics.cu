@@ -47,8 +47,7 @@ __global__ void __launch_bounds__(kThreads)
         inf += a == 0x7F800000u ? 1 : 0;
       }
       const int m = e - i0 < 32 ? static_cast<int>(e - i0) : 32;
-      for (int j = 0; j < m; ++j)
-        error_sums_add(s, __shfl_sync(kFullMask, xv, j), __shfl_sync(kFullMask, yv, j));
+      for (int j = 0; j < m; ++j) error_sums_add(s, __shfl_sync(kFullMask, xv, j), __shfl_sync(kFullMask, yv, j));
     }
     if (lane == 0) sums[c] = s;
   }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "gpu/analyze/tensor_metrics.hpp"
 #include "gpu/bench/bench_gpu.hpp"
 #include "gpu/common/buffer.hpp"
 #include "gpu/common/device.hpp"
@@ -234,6 +235,11 @@ class CudaBackend final : public Backend {
     return dy.download(s);
   }
 
+  TensorMetrics tensor_metrics(const void* x, InputDtype dtype, std::span<const int64_t> shape,
+                               const QuantSpec* spec) override {
+    return tensor_metrics_on_gpu(x, dtype, shape, spec, metrics_scratch_, stream());
+  }
+
  private:
   static CastParams params(const CastOptions& o) {
     CastParams p;
@@ -248,6 +254,7 @@ class CudaBackend final : public Backend {
   // Made on first use, once the device is known to be there (a clear message otherwise).
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<CublasLt> lt_;
+  MetricsScratch metrics_scratch_;  // analyze's device buffers, reused from tensor to tensor
   cudaStream_t stream() {
     if (!stream_) {
       require("compare runs the CUDA kernels and needs a GPU");

@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "gpu/common/cuda_check.hpp"
 #include "sim/common/check.hpp"
 
@@ -12,6 +14,23 @@ void throw_cuda_error(const char* call, const char* file, int line, int err) {
   throw_check_failure(call, file, line,
                       fmt::format("CUDA error: {}", cudaGetErrorString(static_cast<cudaError_t>(err))));
 }
+
+namespace {
+
+// The GPU of this process: under an MPI or Slurm launcher, the node-local rank modulo the number
+// of GPUs (one GPU per rank where there are enough); otherwise the first.
+int chosen_device(int count) {
+  for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    if (*end == '\0' && r >= 0) return static_cast<int>(r % count);
+  }
+  return 0;
+}
+
+}  // namespace
 
 const DeviceInfo& device_info() {
   static const DeviceInfo info = [] {
@@ -24,8 +43,9 @@ const DeviceInfo& device_info() {
       cudaGetLastError();  // clear the sticky error
       return d;
     }
+    const int dev = chosen_device(n);
     cudaDeviceProp p{};
-    if (cudaGetDeviceProperties(&p, 0) != cudaSuccess) {
+    if (cudaSetDevice(dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
       d.why_not = "cudaGetDeviceProperties failed";
       return d;
     }

@@ -15,7 +15,8 @@ struct DeviceInfo {
   std::string why_not;  // when !available: the reason, in one line
 };
 
-// Queries device 0 once; never throws (a machine without a GPU gets available = false).
+// Selects and queries the process's device once (device 0, or under an MPI / Slurm launcher the
+// node-local rank modulo the device count); never throws (no GPU: available = false).
 const DeviceInfo& device_info();
 
 }  // namespace fp8sim::gpu

@@ -3,10 +3,12 @@
 # (`fp8sim synth`), measures a plain sequential read of it, then runs analyze under mpirun at each
 # rank count (one OpenMP thread per rank, ranks bound to cores) and once as one process with all
 # cores' threads, checking that every run's JSON is byte-identical to the first run's (the baseline
-# of the speedups: list 1 first in --ranks).
+# of the speedups: list 1 first in --ranks). With --cuda, also one process with --device cuda (the
+# GPU path, same JSON); --no-threads leaves out the all-threads process.
 # Run from the repository root with the bundle (scripts/package_gpu.sh) in .bundle/.
 #
-#   usage: OUT=DIR bash scripts/device/mpi_scaling.sh [--ranks "1 2 4 8 16"] [SYNTH OPTIONS...]
+#   usage: OUT=DIR bash scripts/device/mpi_scaling.sh [--ranks "1 2 4 8 16"] [--cuda] [--no-threads]
+#                                                     [SYNTH OPTIONS...]
 #     default synth options: --model tinyllama-1.1b --layers 6 --tokens 4096 (8.7 GiB)
 #   outputs: $OUT/mpi/{scaling.tsv, summary.txt, synth.log, read.log, analyze_*.log of failed runs}
 set -u -o pipefail
@@ -17,7 +19,16 @@ F=$B/fp8sim
 D="$OUT/mpi"
 mkdir -p "$D"
 ranks="1 2 4 8 16"
-if [[ "${1:-}" == "--ranks" ]]; then ranks=$2; shift 2; fi
+cuda=0
+threads=1
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --ranks) ranks=$2; shift 2 ;;
+    --cuda) cuda=1; shift ;;
+    --no-threads) threads=0; shift ;;
+    *) break ;;
+  esac
+done
 synth=("$@")
 [[ ${#synth[@]} -eq 0 ]] && synth=(--model tinyllama-1.1b --layers 6 --tokens 4096)
 trace=${FP8SIM_SYNTH_TRACE:-/tmp/fp8sim_scaling.h5}
@@ -75,6 +86,12 @@ for n in $ranks; do
   run "np$n" "$n" 1 mpirun --quiet -np "$n" "${bind[@]}" -x OMP_NUM_THREADS=1 -x FP8SIM_PROGRESS \
     "$F" analyze "$trace" --no-gemm --quiet --json "$D/np$n.json"
 done
-run "threads$cores" 1 "$cores" env OMP_NUM_THREADS="$cores" "$F" analyze "$trace" --no-gemm --quiet --json "$D/threads$cores.json"
+if (( threads )); then
+  run "threads$cores" 1 "$cores" env OMP_NUM_THREADS="$cores" "$F" analyze "$trace" --no-gemm --quiet \
+    --json "$D/threads$cores.json"
+fi
+if (( cuda )); then
+  run cuda 1 1 "$F" analyze "$trace" --no-gemm --quiet --device cuda --json "$D/cuda.json"
+fi
 cat "$D/scaling.tsv" | tee -a "$D/summary.txt"
 rm -f "$D/$first.json"

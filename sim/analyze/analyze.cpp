@@ -5,6 +5,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <chrono>
 #include <future>
 #include <map>
 
@@ -756,6 +757,7 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
   const std::vector<int> gemm_owner = dist::partition(gemm_cost, ranks);
 
   const std::vector<std::string> parts = dist::exchange([&] {
+    const auto started = std::chrono::steady_clock::now();
     double total = 0, done = 0;
     for (size_t i = 0; i < tensor_cost.size(); ++i) total += tensor_owner[i] == me ? 1.0 : 0.0;
     for (size_t i = 0; i < gemm_cost.size(); ++i) total += gemm_owner[i] == me ? 1.0 : 0.0;
@@ -766,7 +768,9 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
     std::vector<const TensorInfo*> mine;
     for (size_t i = 0; i < si.tensors.size(); ++i)
       if (tensor_owner[i] == me) mine.push_back(&all[si.tensors[i]]);
-    auto read_ahead = [&r](const TensorInfo* t) { return std::async(std::launch::async, [&r, t] { return r.read(*t); }); };
+    auto read_ahead = [&r](const TensorInfo* t) {
+      return std::async(std::launch::async, [&r, t] { return r.read(*t); });
+    };
     std::future<TensorData> next;
     if (!mine.empty()) next = read_ahead(mine[0]);
     for (size_t k = 0; k < mine.size(); ++k) {
@@ -781,6 +785,7 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
       progress.update(++done);
     }
     progress.finish();
+    w.pod(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     return w.take();
   });
 
@@ -793,6 +798,7 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
       if (tensor_owner[i] == rk) tensors[i] = get_tensor(rd);
     for (size_t i = 0; i < gemms.size(); ++i)
       if (gemm_owner[i] == rk) gemms[i] = get_gemms(rd);
+    out.rank_seconds.push_back(rd.pod<double>());
     FP8SIM_CHECK(rd.done(), "rank {} sent more than its items", rk);
   }
 

@@ -182,6 +182,9 @@ struct AnalyzeResult {
   std::vector<std::string> nonfinite_tensors, unmatched_tensors;
   std::vector<SkippedGemm> skipped_gemms;
   Totals totals;
+  // Seconds each rank spent reading and computing its items (one entry per MPI rank); not part of
+  // the document, which is the same for any number of ranks.
+  std::vector<double> rank_seconds;
   Json to_json() const;
 };
 

@@ -7,6 +7,7 @@
 #include "sim/app/cli.hpp"
 #include "sim/app/gpu_api.hpp"
 #include "sim/common/check.hpp"
+#include "sim/common/dist.hpp"
 #include "sim/common/io.hpp"
 #include "sim/common/paths.hpp"
 #include "sim/recipe/recipe.hpp"
@@ -47,6 +48,9 @@ int run_analyze(const std::vector<std::string>& args) {
       "json", po::value(&json_out), "write the full analysis (every tensor, every GEMM) as JSON (- : stdout)")(
       "md", po::value(&md_out), "write a Markdown report (- : stdout)")("tensors", "also print the per-tensor table")(
       "no-gemm", "skip the per-layer GEMM output error")(
+      "device", po::value<std::string>()->default_value("cpu"),
+      "where the tensors are quantized and measured: cpu, or cuda (the GPU's kernels, the same bits; the GEMM "
+      "errors stay on the CPU)")(
       "tensor-core-device", po::value<std::string>()->default_value("cpu"),
       "where the tensor-core model runs: cpu, or cuda (the GPU's CUDA cores, same bits; for large GEMMs)")(
       "tensor-core-rows", po::value<int64_t>()->default_value(256),
@@ -70,7 +74,9 @@ int run_analyze(const std::vector<std::string>& args) {
                   "  fp8sim analyze traces/tiny-llama-s300.h5 --recipe deepseek --json deepseek.json --md deepseek.md\n"
                   "  fp8sim analyze --list-recipes\n"
                   "  fp8sim analyze my.h5 --recipe my-recipe.json --tensors\n"
-                  "  fp8sim analyze model.safetensors --recipe coat   (a checkpoint's weights)"))
+                  "  fp8sim analyze model.safetensors --recipe coat   (a checkpoint's weights)\n"
+                  "  fp8sim analyze big.h5 --no-gemm --device cuda --json big.json   (the GPU; same JSON)\n"
+                  "  mpirun -np 16 fp8sim analyze big.h5 --json big.json   (16 processes: docs/scale-out.md)"))
     return 0;
   if (vm.count("list-recipes")) {
     list_recipes();
@@ -119,6 +125,23 @@ int run_analyze(const std::vector<std::string>& args) {
       }
       const std::vector<float> out = gpu.tensor_core_model(r);
       std::copy(out.begin(), out.end(), y);
+    };
+  }
+  const std::string device = vm["device"].as<std::string>();
+  if (device != "cpu" && device != "cuda")
+    throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", device));
+  int64_t on_cpu = 0;  // tensors the device path does not take
+  if (device == "cuda") {
+    gpu::Backend& gpu = gpu_api::backend();
+    gpu.require("--device cuda quantizes the tensors on the GPU");
+    o.tensor_metrics = [&gpu, &on_cpu](const void* x, InputDtype dtype, std::span<const int64_t> shape,
+                                       const QuantSpec* spec) -> std::optional<TensorMetrics> {
+      try {
+        return gpu.tensor_metrics(x, dtype, shape, spec);
+      } catch (const UsageError&) {
+        ++on_cpu;  // rht, an empty tensor, a shape the 4-bit kernels refuse: the CPU takes it
+        return std::nullopt;
+      }
     };
   }
   o.histograms = vm.count("histograms") > 0;
@@ -172,6 +195,17 @@ int run_analyze(const std::vector<std::string>& args) {
                un.size(), rec.name);
   if (const auto& sk = a.skipped_gemms; !sk.empty())
     fmt::print(stderr, "fp8sim analyze: note: {} GEMM(s) skipped (see skipped_gemms in --json)\n", sk.size());
+  if (const std::vector<double>& t = a.rank_seconds; t.size() > 1) {
+    const auto [lo, hi] = std::minmax_element(t.begin(), t.end());
+    double sum = 0;
+    for (double v : t) sum += v;
+    cli::note(fmt::format("work per rank: {:.2f} s mean, {:.2f} s min (rank {}), {:.2f} s max (rank {})",
+                          sum / static_cast<double>(t.size()), *lo, lo - t.begin(), *hi, hi - t.begin()));
+  }
+  if (on_cpu > 0)
+    cli::note(
+        fmt::format("{} tensor(s){} were measured on the CPU (rht, empty, or a shape the GPU kernels do not take)",
+                    on_cpu, dist::size() > 1 ? " of rank 0" : ""));
   std::fflush(stdout);
   files.commit();
   if (json_id >= 0 && json_out != "-") cli::note(fmt::format("wrote {}", json_out));

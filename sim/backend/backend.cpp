@@ -69,6 +69,10 @@ std::vector<float> Backend::tensor_core_model(const GemmRequest&) {
   throw Error("this backend cannot run the tensor-core model (it needs the CUDA backend)");
 }
 
+TensorMetrics Backend::tensor_metrics(const void*, InputDtype, std::span<const int64_t>, const QuantSpec*) {
+  throw Error("this backend cannot compute tensor metrics (it needs the CUDA backend)");
+}
+
 std::unique_ptr<Backend> no_gpu_backend(std::string why_not) { return std::make_unique<NoGpu>(std::move(why_not)); }
 
 }  // namespace fp8sim::gpu

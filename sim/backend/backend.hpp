@@ -24,6 +24,7 @@
 #include "sim/optim/adamw_math.hpp"
 #include "sim/optim/lowp_adamw.hpp"
 #include "sim/quant/quantize.hpp"
+#include "sim/quant/quantize_report.hpp"
 #include "sim/speed/calibration.hpp"
 #include "sim/speed/plan.hpp"
 
@@ -100,6 +101,12 @@ class Backend {
   // bit the CPU's tc_gemm: Y (m, n) in fp32 (a bf16 output widened). Scales as GemmRequest holds
   // them; no padding, any shape. Backends without it throw Error.
   virtual std::vector<float> tensor_core_model(const GemmRequest& r);
+
+  // ---- analyze --device cuda: one tensor's numbers on the device (gpu/analyze/tensor_metrics.hpp),
+  // the bits the CPU gives. Throws UsageError for a tensor the device does not take (the caller
+  // computes it on the CPU); backends without it throw Error.
+  virtual TensorMetrics tensor_metrics(const void* x, InputDtype dtype, std::span<const int64_t> shape,
+                                       const QuantSpec* spec);
 
   // ---- bench: fp8sim bench's whole document
   virtual bench::BenchDoc run_bench(const bench::BenchOptions& opts) = 0;

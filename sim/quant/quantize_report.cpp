@@ -127,7 +127,8 @@ QuantizeResult run_quantize(const void* data, InputDtype dtype, std::span<const 
   const Json metrics = r.stats.to_json();
   for (const auto& [k, v] : metrics.as_object()) j[k] = v;
   j["tensor_amax"] = r.q.tensor_amax;
-  if (!r.q.spec.is_passthrough() && n > 0) j["histogram"] = histogram_document(scaled_histograms(r.x.data(), r.q, opts.threads));
+  if (!r.q.spec.is_passthrough() && n > 0)
+    j["histogram"] = histogram_document(scaled_histograms(r.x.data(), r.q, opts.threads));
   if (r.q.spec.has_expand()) j["expand"] = expand_document(r.q);
   r.json = std::move(j);
   return r;

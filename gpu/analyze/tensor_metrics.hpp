@@ -1,0 +1,36 @@
+#pragma once
+// analyze --device cuda: one tensor's quantization and error statistics on the device, the
+// numbers run_quantize gives on the CPU (sim/quant/quantize_report.hpp) bit for bit. The tensor is
+// uploaded once; quantize_cuda and dequantize_cuda (gpu/quant) run on it, the error sums are added
+// per chunk in the CPU's element order (sim/metrics/error_step.hpp) and merged on the host in the
+// CPU's chunk order, and the saturated count rescales every element as the encoder did (the
+// values sim/quant's scaled_magnitudes recomputes; tests/test_quant_saturation.cpp pins that
+// equality on the CPU). What comes back is small: one record per 64K elements, the scales.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+
+#include "gpu/common/buffer.hpp"
+#include "sim/metrics/error_step.hpp"
+#include "sim/quant/quantize_report.hpp"
+
+namespace fp8sim::gpu {
+
+// Device buffers kept between tensors (grown, never shrunk), so a trace's tensors allocate once.
+struct MetricsScratch {
+  DeviceBuffer<unsigned char> x, codes, workspace;
+  DeviceBuffer<float> dequantized, scales, k, c, amax, tensor_scale, mult;
+  DeviceBuffer<uint32_t> group_amax;
+  DeviceBuffer<ErrorSums> sums;
+  DeviceBuffer<unsigned long long> counters;  // NaN, Inf, saturated
+};
+
+// The numbers of one tensor (host values of `dtype`, row-major `shape`) under `spec` (null: kept,
+// compared with itself). Delayed scaling's history holds the tensor's own amax, as analyze does on
+// one captured step. Throws UsageError for what the device does not take (rht, and the shapes
+// gpu/quant refuses); the caller then runs the CPU.
+TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
+                                    const QuantSpec* spec, MetricsScratch& scratch, cudaStream_t stream);
+
+}  // namespace fp8sim::gpu
