@@ -152,13 +152,14 @@ bool Filter::matches(const TensorInfo& t) const {
 // ---- HDF5 plumbing --------------------------------------------------------------------------------
 namespace {
 
+// HDF5 prints its whole error stack to stderr by default; we report one line instead. The
+// setting is per thread in a thread-safe HDF5 build, so every thread that reads calls this.
 void hdf5_init() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    // HDF5 prints its whole error stack to stderr by default; we report one line instead.
-    H5::Exception::dontPrint();
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  });
+  thread_local bool silenced = false;
+  if (silenced) return;
+  H5::Exception::dontPrint();
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  silenced = true;
 }
 
 // The innermost (most specific) message on HDF5's error stack, e.g. "truncated file: eof = ...".
@@ -818,29 +819,65 @@ const TensorInfo* TraceReader::find(int64_t step, Role role, std::string_view na
 }
 
 TensorData TraceReader::read(const TensorInfo& t) const {
+  return read_rows(t, 0, t.shape.empty() ? 1 : t.shape[0]);
+}
+
+TensorData TraceReader::read_rows(const TensorInfo& t, int64_t row0, int64_t rows) const {
   const auto& ts = impl_->tensors;
   FP8SIM_CHECK(&t >= ts.data() && &t < ts.data() + ts.size(), "TensorInfo {} does not belong to this reader", t.path);
-  if (impl_->files) return impl_->files->read(static_cast<size_t>(&t - ts.data()));
+  const int64_t all_rows = t.shape.empty() ? 1 : t.shape[0];
+  FP8SIM_REQUIRE(row0 >= 0 && rows >= 0 && row0 + rows <= all_rows, "rows [{}, {}) are outside {} ({} rows)", row0,
+                 row0 + rows, t.path, all_rows);
+  const bool whole = row0 == 0 && rows == all_rows;
+  const int64_t row_elems = all_rows ? t.numel() / all_rows : 0;
+  if (impl_->files) {
+    TensorData d = impl_->files->read(static_cast<size_t>(&t - ts.data()));
+    if (whole) return d;
+    const auto b = static_cast<size_t>(row0 * row_elems), e = static_cast<size_t>((row0 + rows) * row_elems);
+    if (d.dtype == DType::F32) d.f32 = std::vector<float>(d.f32.begin() + b, d.f32.begin() + e);
+    else d.bits = std::vector<uint16_t>(d.bits.begin() + b, d.bits.begin() + e);
+    d.shape[0] = rows;
+    return d;
+  }
+  hdf5_init();  // this thread may not have read before (analyze reads ahead on another thread)
   const Storage stor = impl_->storage[static_cast<size_t>(&t - ts.data())];
   TensorData d;
   d.dtype = t.dtype;
   d.shape = t.shape;
-  const size_t n = static_cast<size_t>(t.numel());
+  if (!d.shape.empty()) d.shape[0] = rows;
+  const size_t n = static_cast<size_t>(rows * row_elems);
   try {
     H5::DataSet ds = impl_->file.openDataSet(t.path);
+    // The file's selection: all of it, or the rows as a hyperslab; the memory side is n values.
+    H5::DataSpace fspace = ds.getSpace(), mspace;
+    hid_t fsel = H5S_ALL, msel = H5S_ALL;
+    if (!whole) {
+      std::vector<hsize_t> start(t.shape.size(), 0), count(t.shape.begin(), t.shape.end());
+      start[0] = static_cast<hsize_t>(row0);
+      count[0] = static_cast<hsize_t>(rows);
+      fspace.selectHyperslab(H5S_SELECT_SET, count.data(), start.data());
+      const hsize_t mn = n;
+      mspace = H5::DataSpace(1, &mn);
+      fsel = fspace.getId();
+      msel = mspace.getId();
+    }
+    auto read_into = [&](void* buf, hid_t mem_type) {
+      if (H5Dread(ds.getId(), mem_type, msel, fsel, H5P_DEFAULT, buf) < 0)
+        throw Error(fmt::format("cannot read {} from '{}': {}", t.path, impl_->path.string(), hdf5_detail()));
+    };
     switch (stor) {
       case Storage::F32:
         d.f32.resize(n);
-        ds.read(d.f32.data(), H5::PredType::NATIVE_FLOAT);
+        read_into(d.f32.data(), H5T_NATIVE_FLOAT);
         break;
       case Storage::U16:
         d.bits.resize(n);
-        ds.read(d.bits.data(), H5::PredType::NATIVE_UINT16);
+        read_into(d.bits.data(), H5T_NATIVE_UINT16);
         break;
       case Storage::I16: {
         // Same 16 bits, read as signed so HDF5 does not clip negatives, then reinterpreted.
         std::vector<int16_t> tmp(n);
-        ds.read(tmp.data(), H5::PredType::NATIVE_INT16);
+        read_into(tmp.data(), H5T_NATIVE_INT16);
         d.bits.resize(n);
         std::memcpy(d.bits.data(), tmp.data(), n * 2);
         break;
@@ -852,7 +889,7 @@ TensorData TraceReader::read(const TensorInfo& t) const {
         const hid_t mt = H5Tcopy(ft.getId());
         herr_t rc = mt < 0 ? -1 : H5Tset_order(mt, H5T_ORDER_LE);
         d.bits.resize(n);
-        if (rc >= 0) rc = H5Dread(ds.getId(), mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, d.bits.data());
+        if (rc >= 0) rc = H5Dread(ds.getId(), mt, msel, fsel, H5P_DEFAULT, d.bits.data());
         if (mt >= 0) H5Tclose(mt);
         if (rc < 0)
           throw Error(fmt::format("cannot read {} from '{}': {}", t.path, impl_->path.string(), hdf5_detail()));

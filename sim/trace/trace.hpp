@@ -161,6 +161,10 @@ class TraceReader {
   // Reads one dataset (and only that). Throws fp8sim::Error naming the dataset on I/O,
   // checksum or decompression failures.
   TensorData read(const TensorInfo& t) const;
+  // Rows [row0, row0 + rows) of the outermost dimension (a hyperslab: only those are read from an
+  // HDF5 trace; checkpoints and .npy folders read the tensor and keep the rows). The data's shape
+  // is t.shape with shape[0] = rows. Throws Error for rows outside the tensor.
+  TensorData read_rows(const TensorInfo& t, int64_t row0, int64_t rows) const;
   // Reads and widens to fp32 (exact).
   std::vector<float> read_f32(const TensorInfo& t) const;
   // Visits matching tensors in order, one dataset in memory at a time.
