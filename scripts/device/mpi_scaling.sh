@@ -3,14 +3,16 @@
 # (`fp8sim synth`), measures a plain sequential read of it, then runs analyze under mpirun at each
 # rank count (one OpenMP thread per rank, ranks bound to cores) and once as one process with all
 # cores' threads, checking that every run's JSON is byte-identical to the first run's (the baseline
-# of the speedups: list 1 first in --ranks). With --cuda, also one process with --device cuda (the
-# GPU path, same JSON); --no-threads leaves out the all-threads process.
+# of the speedups: list 1 first in --ranks). --cuda-ranks "1 4" also runs --device cuda (the GPU
+# path, same JSON) as 1 and 4 processes sharing the GPU; --no-threads leaves out the all-threads
+# process. Every run's --timing notes (reading vs computing, work per rank) go to timing.txt.
 # Run from the repository root with the bundle (scripts/package_gpu.sh) in .bundle/.
 #
-#   usage: OUT=DIR bash scripts/device/mpi_scaling.sh [--ranks "1 2 4 8 16"] [--cuda] [--no-threads]
-#                                                     [SYNTH OPTIONS...]
+#   usage: OUT=DIR bash scripts/device/mpi_scaling.sh [--ranks "1 2 4 8 16"] [--cuda-ranks "1 4 16"]
+#                                                     [--no-threads] [SYNTH OPTIONS...]
 #     default synth options: --model tinyllama-1.1b --layers 6 --tokens 4096 (8.7 GiB)
-#   outputs: $OUT/mpi/{scaling.tsv, summary.txt, synth.log, read.log, analyze_*.log of failed runs}
+#   outputs: $OUT/mpi/{scaling.tsv, summary.txt, timing.txt, synth.log, read.log, analyze_*.log of
+#            failed runs}
 set -u -o pipefail
 : "${OUT:=$PWD/out}"
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,12 +21,12 @@ F=$B/fp8sim
 D="$OUT/mpi"
 mkdir -p "$D"
 ranks="1 2 4 8 16"
-cuda=0
+cuda_ranks=""
 threads=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
-    --cuda) cuda=1; shift ;;
+    --cuda-ranks) cuda_ranks=$2; shift 2 ;;
     --no-threads) threads=0; shift ;;
     *) break ;;
   esac
@@ -75,6 +77,7 @@ run() {  # run NAME RANKS THREADS CMD...
   printf '%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%s\n' "$name" "$n" "$th" "$s" "$(calc "$base / $s")" \
     "$(calc "$base / $s / $n / $th")" "$same" >> "$D/scaling.tsv"
   echo "$name: rc=$rc ${s}s same_json=$same"
+  grep -E '^(rank 0:|work per rank)' "$D/analyze_$name.log" | sed "s/^/$name: /" >> "$D/timing.txt"
   (( rc == 0 )) && rm -f "$D/analyze_$name.log"  # few files come back from a device run: keep failures' logs
   [[ "$name" != "$first" ]] && rm -f "$D/$name.json"
   return 0
@@ -84,14 +87,16 @@ for n in $ranks; do
   bind=(--bind-to core)
   (( n > cores )) && bind=(--bind-to none --oversubscribe)
   run "np$n" "$n" 1 mpirun --quiet -np "$n" "${bind[@]}" -x OMP_NUM_THREADS=1 -x FP8SIM_PROGRESS \
-    "$F" analyze "$trace" --no-gemm --quiet --json "$D/np$n.json"
+    "$F" analyze "$trace" --no-gemm --timing --json "$D/np$n.json"
 done
 if (( threads )); then
-  run "threads$cores" 1 "$cores" env OMP_NUM_THREADS="$cores" "$F" analyze "$trace" --no-gemm --quiet \
+  run "threads$cores" 1 "$cores" env OMP_NUM_THREADS="$cores" "$F" analyze "$trace" --no-gemm --timing \
     --json "$D/threads$cores.json"
 fi
-if (( cuda )); then
-  run cuda 1 1 "$F" analyze "$trace" --no-gemm --quiet --device cuda --json "$D/cuda.json"
-fi
+for n in $cuda_ranks; do  # processes sharing the one GPU: their reads run in parallel
+  run "cuda_np$n" "$n" 1 mpirun --quiet -np "$n" --bind-to none -x OMP_NUM_THREADS=1 -x FP8SIM_PROGRESS \
+    "$F" analyze "$trace" --no-gemm --timing --device cuda --json "$D/cuda_np$n.json"
+done
 cat "$D/scaling.tsv" | tee -a "$D/summary.txt"
+[[ -f "$D/timing.txt" ]] && tee -a "$D/summary.txt" < "$D/timing.txt"
 rm -f "$D/$first.json"

@@ -757,7 +757,10 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
   const std::vector<int> gemm_owner = dist::partition(gemm_cost, ranks);
 
   const std::vector<std::string> parts = dist::exchange([&] {
-    const auto started = std::chrono::steady_clock::now();
+    using Clock = std::chrono::steady_clock;
+    auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+    const auto started = Clock::now();
+    AnalyzeResult::RankTime time;
     double total = 0, done = 0;
     for (size_t i = 0; i < tensor_cost.size(); ++i) total += tensor_owner[i] == me ? 1.0 : 0.0;
     for (size_t i = 0; i < gemm_cost.size(); ++i) total += gemm_owner[i] == me ? 1.0 : 0.0;
@@ -768,13 +771,20 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
     std::vector<const TensorInfo*> mine;
     for (size_t i = 0; i < si.tensors.size(); ++i)
       if (tensor_owner[i] == me) mine.push_back(&all[si.tensors[i]]);
-    auto read_ahead = [&r](const TensorInfo* t) {
-      return std::async(std::launch::async, [&r, t] { return r.read(*t); });
+    auto read_ahead = [&](const TensorInfo* t) {
+      return std::async(std::launch::async, [&r, &time, &secs, t] {
+        const auto t0 = Clock::now();
+        TensorData d = r.read(*t);
+        time.read += secs(t0, Clock::now());  // this thread alone adds to it, one read at a time
+        return d;
+      });
     };
     std::future<TensorData> next;
     if (!mine.empty()) next = read_ahead(mine[0]);
     for (size_t k = 0; k < mine.size(); ++k) {
+      const auto w0 = Clock::now();
       const TensorData d = next.get();
+      time.wait += secs(w0, Clock::now());
       if (k + 1 < mine.size()) next = read_ahead(mine[k + 1]);
       put(w, analyze_tensor(*mine[k], d, rec, opts));
       progress.update(++done);
@@ -785,7 +795,8 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
       progress.update(++done);
     }
     progress.finish();
-    w.pod(std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    time.work = secs(started, Clock::now());
+    w.pod(time);
     return w.take();
   });
 
@@ -798,7 +809,7 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
       if (tensor_owner[i] == rk) tensors[i] = get_tensor(rd);
     for (size_t i = 0; i < gemms.size(); ++i)
       if (gemm_owner[i] == rk) gemms[i] = get_gemms(rd);
-    out.rank_seconds.push_back(rd.pod<double>());
+    out.rank_times.push_back(rd.pod<AnalyzeResult::RankTime>());
     FP8SIM_CHECK(rd.done(), "rank {} sent more than its items", rk);
   }
 

@@ -182,9 +182,14 @@ struct AnalyzeResult {
   std::vector<std::string> nonfinite_tensors, unmatched_tensors;
   std::vector<SkippedGemm> skipped_gemms;
   Totals totals;
-  // Seconds each rank spent reading and computing its items (one entry per MPI rank); not part of
-  // the document, which is the same for any number of ranks.
-  std::vector<double> rank_seconds;
+  // Where each rank's time went (one entry per MPI rank); not part of the document, which is the
+  // same for any number of ranks.
+  struct RankTime {
+    double work = 0;  // its items, from the first read to the last result
+    double read = 0;  // reading tensors, on the read-ahead thread (overlapped with the computing)
+    double wait = 0;  // the computing waiting for a read
+  };
+  std::vector<RankTime> rank_times;
   Json to_json() const;
 };
 

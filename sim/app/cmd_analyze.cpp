@@ -56,6 +56,7 @@ int run_analyze(const std::vector<std::string>& args) {
       "tensor-core-rows", po::value<int64_t>()->default_value(256),
       "rows of each GEMM output that the Hopper tensor-core model computes, evenly spaced (0: all; -1: skip "
       "the model)")("histograms", "keep the per-tensor scaled-magnitude histograms in the JSON")(
+      "timing", "say where the time went: reading the trace, or computing")(
       "strict", "exit 1 when any tensor holds NaN or Inf (they are always counted and reported)")(
       "threads", po::value(&threads)->default_value(0), "OpenMP threads (0: default)")(
       "list-recipes", "show the recipes of the registry and their rules, then exit");
@@ -195,12 +196,20 @@ int run_analyze(const std::vector<std::string>& args) {
                un.size(), rec.name);
   if (const auto& sk = a.skipped_gemms; !sk.empty())
     fmt::print(stderr, "fp8sim analyze: note: {} GEMM(s) skipped (see skipped_gemms in --json)\n", sk.size());
-  if (const std::vector<double>& t = a.rank_seconds; t.size() > 1) {
-    const auto [lo, hi] = std::minmax_element(t.begin(), t.end());
+  if (const auto& t = a.rank_times; t.size() > 1) {
+    const auto [lo, hi] =
+        std::minmax_element(t.begin(), t.end(), [](const auto& x, const auto& y) { return x.work < y.work; });
     double sum = 0;
-    for (double v : t) sum += v;
+    for (const auto& v : t) sum += v.work;
     cli::note(fmt::format("work per rank: {:.2f} s mean, {:.2f} s min (rank {}), {:.2f} s max (rank {})",
-                          sum / static_cast<double>(t.size()), *lo, lo - t.begin(), *hi, hi - t.begin()));
+                          sum / static_cast<double>(t.size()), lo->work, lo - t.begin(), hi->work, hi - t.begin()));
+  }
+  if (vm.count("timing")) {
+    const auto& t = a.rank_times.front();
+    cli::note(
+        fmt::format("rank 0: {:.2f} s of work; reading {:.2f} s on the read-ahead thread, of which the "
+                    "computing waited {:.2f} s",
+                    t.work, t.read, t.wait));
   }
   if (on_cpu > 0)
     cli::note(

@@ -21,7 +21,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <system_error>
 #include <thread>
 #include <tuple>
@@ -818,9 +817,7 @@ const TensorInfo* TraceReader::find(int64_t step, Role role, std::string_view na
   return it != v.end() && key(*it) == want ? &*it : nullptr;
 }
 
-TensorData TraceReader::read(const TensorInfo& t) const {
-  return read_rows(t, 0, t.shape.empty() ? 1 : t.shape[0]);
-}
+TensorData TraceReader::read(const TensorInfo& t) const { return read_rows(t, 0, t.shape.empty() ? 1 : t.shape[0]); }
 
 TensorData TraceReader::read_rows(const TensorInfo& t, int64_t row0, int64_t rows) const {
   const auto& ts = impl_->tensors;
