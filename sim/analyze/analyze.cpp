@@ -6,8 +6,10 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <map>
+#include <numeric>
 
 #include "sim/common/check.hpp"
 #include "sim/common/dist.hpp"
@@ -251,19 +253,157 @@ TensorMetrics cpu_metrics(const TensorData& d, const std::vector<float>& x, std:
   return m;
 }
 
-// One tensor under its rule, from its stored values d: its numbers on the device when
-// opts.tensor_metrics takes it, else on the CPU.
-TensorResult analyze_tensor(const TensorInfo& t, const TensorData& d, const recipe::TrainingRecipe& rec,
-                            const AnalyzeOptions& opts) {
+// ---- slabs: a tensor larger than the memory budget, read and measured a band of rows at a time --
+// Every quantity equals the one-piece run's: the slabs hold whole scale groups (and for a
+// flattened moment whole 1xG groups), the error sums' chunks of kErrorChunk elements never straddle
+// two slabs, per-tensor scales take the whole tensor's amax from a first pass, stochastic rounding
+// is keyed on the element's index in the tensor, and the per-group results are concatenated in
+// group order.
+
+// Stored bytes plus what quantizing holds per element (fp32 copy, dequantized values, a code).
+double bytes_per_element(const TensorInfo& t) { return static_cast<double>(trace::dtype_bytes(t.dtype)) + 9.0; }
+
+bool needs_tensor_amax(const QuantSpec& s) {
+  return s.granularity == Granularity::Tensor || s.delayed.enabled() || s.scale == ScaleMode::E4M3;
+}
+
+// The smallest number of rows (along trace::slab_dim) a slab of t may hold under spec (0: t cannot
+// be cut).
+int64_t slab_unit(const TensorInfo& t, const std::optional<QuantSpec>& spec) {
+  if (t.shape.empty() || t.numel() == 0) return 0;
+  const size_t dim = trace::slab_dim(t.shape);
+  const int64_t per_row = t.numel() / t.shape[dim];
+  const int64_t unit = kErrorChunk / std::gcd(per_row, kErrorChunk);  // whole error-sum chunks
+  if (!spec) return unit;
+  const QuantSpec& s = *spec;
+  if (s.rht != 0) return 0;
+  // Flat: the slab's rows are runs of the flattened tensor (a moment, or a cut along the last dim).
+  const bool flat = quant_shape(t).size() == 1 || dim + 1 == t.shape.size();
+  const int64_t inner = flat ? 1 : per_row / t.shape.back();  // rows of the 2-D view per slab row
+  using G = Granularity;
+  int64_t group_unit = 0;
+  if (s.granularity == G::Tensor) group_unit = s.has_expand() ? 0 : 1;
+  else if (s.granularity == G::Group) group_unit = flat ? s.group_size / std::gcd(per_row, s.group_size) : 1;
+  else if (s.granularity == G::Row && !flat) group_unit = 1;
+  else if (s.granularity == G::Block && !flat) group_unit = s.block_rows / std::gcd(inner, s.block_rows);
+  return group_unit == 0 ? 0 : std::lcm(unit, group_unit);
+}
+
+// Rows per slab for t within `budget` bytes (0: read whole: it fits, or it cannot be cut).
+int64_t slab_rows(const TensorInfo& t, const std::optional<QuantSpec>& spec, double budget) {
+  if (budget <= 0 || static_cast<double>(t.numel()) * bytes_per_element(t) <= budget) return 0;
+  const int64_t unit = slab_unit(t, spec);
+  const int64_t all_rows = t.shape[trace::slab_dim(t.shape)];
+  if (unit == 0 || unit >= all_rows) return 0;
+  const double row_bytes = static_cast<double>(t.numel() / all_rows) * bytes_per_element(t);
+  const int64_t fit = static_cast<int64_t>(budget / row_bytes) / unit * unit;
+  return std::max(unit, fit);
+}
+
+// The numbers of t measured slab by slab (rows rows at a time); `hist` gets the histograms when asked.
+TensorMetrics slab_metrics(const trace::TraceReader& r, const TensorInfo& t, const std::optional<QuantSpec>& spec,
+                           int64_t rows, bool histograms, int threads, std::optional<ScaledHistograms>& hist) {
+  const size_t dim = trace::slab_dim(t.shape);
+  const int64_t all_rows = t.shape[dim], per_row = t.numel() / all_rows;
+  const bool flat = quant_shape(t).size() == 1;  // a moment: quantized flattened
+  auto each_slab = [&](const auto& fn) {
+    for (int64_t r0 = 0; r0 < all_rows; r0 += rows) {
+      const int64_t n = std::min(rows, all_rows - r0);
+      fn(r0, n, r.read_rows(t, r0, n));
+    }
+  };
+  std::optional<float> amax;  // the whole tensor's, for per-tensor scales
+  if (spec && needs_tensor_amax(*spec)) {
+    float a = 0;
+    each_slab([&](int64_t, int64_t, const TensorData& d) {
+      for (size_t i = 0; i < d.size(); ++i)
+        if (const float v = d.value(i); std::isfinite(v)) a = std::max(a, std::fabs(v));
+    });
+    amax = a;
+  }
+  std::optional<DelayedScaler> seeded;  // each slab quantizes with the same scale
+  if (spec && spec->delayed.enabled()) {
+    seeded.emplace(*spec);
+    seeded->update(*amax);
+  }
+  TensorMetrics m;
+  ErrorAccumulator acc(threads);
+  QuantizedTensor whole;
+  int64_t saturated = 0;
+  if (spec) {
+    whole.spec = *spec;
+    whole.shape = quant_shape(t);
+    whole.geometry = group_geometry(*spec, whole.shape);
+  }
+  each_slab([&](int64_t r0, int64_t n, const TensorData& d) {
+    const trace::NonFinite nf = trace::count_nonfinite(d);
+    m.nan += nf.nan;
+    m.inf += nf.inf;
+    const std::vector<float> x = d.widened();
+    if (!spec) {
+      acc.add(x.data(), x.data(), x.size());
+      return;
+    }
+    std::vector<int64_t> shape = t.shape;
+    shape[dim] = n;
+    if (flat) shape = {n * per_row};
+    QuantizeOptions o;
+    o.threads = threads;
+    o.index_offset = static_cast<uint64_t>(r0 * per_row);
+    std::optional<DelayedScaler> scaler = seeded;
+    if (scaler) o.delayed = &*scaler;
+    else if (amax && !spec->has_expand()) o.tensor_amax = amax;
+    const QuantizedTensor q = quantize_any(raw(d), input_dtype(d.dtype), shape, *spec, o);
+    const std::vector<float> deq = dequantize(q, threads);
+    acc.add(x.data(), deq.data(), x.size());
+    saturated += q.saturated_count;
+    if (r0 == 0 || spec->granularity != Granularity::Tensor)  // per-tensor: one scale, the same in every slab
+      whole.scales.insert(whole.scales.end(), q.scales.begin(), q.scales.end());
+    whole.expand_k.insert(whole.expand_k.end(), q.expand_k.begin(), q.expand_k.end());
+    whole.expand_c.insert(whole.expand_c.end(), q.expand_c.begin(), q.expand_c.end());
+    whole.tensor_amax = std::max(whole.tensor_amax, q.tensor_amax);
+    whole.tensor_scale = q.tensor_scale;
+    whole.delayed_scale = q.delayed_scale;
+    if (histograms && !spec->is_passthrough()) {
+      const ScaledHistograms h = scaled_histograms(x.data(), q, threads);
+      if (!hist) {
+        hist = h;
+      } else {
+        hist->before.merge(h.before);
+        hist->after.merge(h.after);
+      }
+    }
+  });
+  m.stats = acc.stats();
+  if (spec) {  // as quantization_error_stats
+    m.stats.saturated = saturated;
+    m.stats.scaled_count = m.stats.count;
+    whole.saturated_count = saturated;
+    m.q = std::move(whole);
+  }
+  return m;
+}
+
+// One tensor under its rule: its numbers from its stored values d on the device when
+// opts.tensor_metrics takes it, else on the CPU; with slab > 0 read and measured slab rows at a
+// time on the CPU (d is not read).
+TensorResult analyze_tensor(const trace::TraceReader& r, const TensorInfo& t, const TensorData& d, int64_t slab,
+                            const recipe::TrainingRecipe& rec, const AnalyzeOptions& opts) {
   const recipe::QuantRule* rule = rec.match(t.role, t.op, modules_of(t));
   const std::optional<QuantSpec> spec = rule ? rule->spec : std::nullopt;
   const std::vector<int64_t> shape = spec ? quant_shape(t) : t.shape;
-  std::optional<TensorMetrics> dev;
-  if (opts.tensor_metrics) dev = opts.tensor_metrics(raw(d), input_dtype(d.dtype), shape, spec ? &*spec : nullptr);
   const bool histograms = opts.histograms && spec && !spec->is_passthrough() && t.numel() > 0;
+  std::optional<TensorMetrics> done;  // from the slabs or the device
+  std::optional<ScaledHistograms> hist;
   std::vector<float> x;  // the widened values, where the CPU needs them
-  if (!dev || histograms) x = d.widened();
-  const TensorMetrics m = dev ? std::move(*dev) : cpu_metrics(d, x, shape, spec, opts.threads);
+  if (slab > 0) {
+    done = slab_metrics(r, t, spec, slab, histograms, opts.threads, hist);
+  } else {
+    if (opts.tensor_metrics) done = opts.tensor_metrics(raw(d), input_dtype(d.dtype), shape, spec ? &*spec : nullptr);
+    if (!done || histograms) x = d.widened();
+  }
+  const TensorMetrics m = done ? std::move(*done) : cpu_metrics(d, x, shape, spec, opts.threads);
+  if (histograms && !hist) hist = scaled_histograms(x.data(), *m.q, opts.threads);
 
   TensorResult res;
   res.nonfinite = m.nan + m.inf != 0;
@@ -302,7 +442,7 @@ TensorResult analyze_tensor(const TensorInfo& t, const TensorData& d, const reci
              .bits_per_element =
                  q.numel() ? 8.0 * static_cast<double>(q.total_bytes()) / static_cast<double>(q.numel()) : 0.0};
   e.tensor_amax = q.tensor_amax;
-  if (histograms) e.histogram = histogram_document(scaled_histograms(x.data(), q, opts.threads));
+  if (hist) e.histogram = histogram_document(*hist);
   if (spec->has_expand()) {  // DE's summary, without the per-group k and c
     Json doc = expand_document(q), ex = Json::object();
     for (auto& [k, v] : doc.as_object())
@@ -767,26 +907,39 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
     Progress progress(ranks > 1 ? fmt::format("analyze (rank 0 of {})", ranks) : std::string("analyze"), total);
     dist::ByteWriter w;
     // Reads run one tensor ahead of the work, on another thread; only that thread calls the reader
-    // meanwhile (the work takes the values it is given), so reads never overlap each other.
+    // meanwhile (the work takes the values it is given), so reads never overlap each other. A
+    // tensor over the memory budget is read in slabs by the work itself, with no read ahead of it.
     std::vector<const TensorInfo*> mine;
-    for (size_t i = 0; i < si.tensors.size(); ++i)
-      if (tensor_owner[i] == me) mine.push_back(&all[si.tensors[i]]);
-    auto read_ahead = [&](const TensorInfo* t) {
-      return std::async(std::launch::async, [&r, &time, &secs, t] {
+    std::vector<int64_t> slab;  // rows per slab, 0: read whole
+    for (size_t i = 0; i < si.tensors.size(); ++i) {
+      if (tensor_owner[i] != me) continue;
+      const TensorInfo* t = &all[si.tensors[i]];
+      const recipe::QuantRule* rule = rec.match(t->role, t->op, modules_of(*t));
+      mine.push_back(t);
+      slab.push_back(opts.tensor_metrics ? 0 : slab_rows(*t, rule ? rule->spec : std::nullopt, opts.memory_budget));
+      time.slabbed += slab.back() > 0 ? 1 : 0;
+    }
+    std::future<TensorData> next;
+    auto read_ahead = [&](size_t k) {
+      if (k >= mine.size() || slab[k] > 0) return;
+      next = std::async(std::launch::async, [&r, &time, &secs, t = mine[k]] {
         const auto t0 = Clock::now();
         TensorData d = r.read(*t);
         time.read += secs(t0, Clock::now());  // this thread alone adds to it, one read at a time
         return d;
       });
     };
-    std::future<TensorData> next;
-    if (!mine.empty()) next = read_ahead(mine[0]);
+    read_ahead(0);
     for (size_t k = 0; k < mine.size(); ++k) {
-      const auto w0 = Clock::now();
-      const TensorData d = next.get();
-      time.wait += secs(w0, Clock::now());
-      if (k + 1 < mine.size()) next = read_ahead(mine[k + 1]);
-      put(w, analyze_tensor(*mine[k], d, rec, opts));
+      TensorData d;
+      if (slab[k] == 0) {
+        const auto w0 = Clock::now();
+        d = next.get();
+        time.wait += secs(w0, Clock::now());
+      }
+      if (slab[k] == 0) read_ahead(k + 1);
+      put(w, analyze_tensor(r, *mine[k], d, slab[k], rec, opts));
+      if (slab[k] > 0) read_ahead(k + 1);
       progress.update(++done);
     }
     for (size_t i = 0; i < inputs.size(); ++i) {

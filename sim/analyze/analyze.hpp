@@ -70,6 +70,10 @@ struct AnalyzeOptions {
   std::function<std::optional<TensorMetrics>(const void* x, InputDtype dtype, std::span<const int64_t> shape,
                                              const QuantSpec* spec)>
       tensor_metrics;
+  // Bytes one tensor's work may hold on the CPU (0: no limit): a larger tensor is read and measured
+  // in slabs of rows (TraceReader::read_rows), with the same numbers. Tensors whose scale groups a
+  // slab would cut (per-column scales, rht, DE over a whole tensor) and the device path read whole.
+  double memory_budget = 0;
   bool histograms = false;  // keep the per-tensor scaled-magnitude histograms
   bool progress = true;     // progress bar on stderr (when it is a terminal)
   int threads = 0;          // 0: OpenMP default
@@ -185,9 +189,10 @@ struct AnalyzeResult {
   // Where each rank's time went (one entry per MPI rank); not part of the document, which is the
   // same for any number of ranks.
   struct RankTime {
-    double work = 0;  // its items, from the first read to the last result
-    double read = 0;  // reading tensors, on the read-ahead thread (overlapped with the computing)
-    double wait = 0;  // the computing waiting for a read
+    double work = 0;      // its items, from the first read to the last result
+    double read = 0;      // reading tensors, on the read-ahead thread (overlapped with the computing)
+    double wait = 0;      // the computing waiting for a read
+    int64_t slabbed = 0;  // tensors read in slabs (over AnalyzeOptions::memory_budget)
   };
   std::vector<RankTime> rank_times;
   Json to_json() const;

@@ -1,7 +1,10 @@
 // fp8sim analyze: a trace through an FP8 recipe, per tensor and per layer.
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 #include "sim/analyze/analyze.hpp"
 #include "sim/app/cli.hpp"
@@ -35,6 +38,22 @@ void list_recipes() {
       source_relative(recipe::recipes_dir()));
 }
 
+// --memory-budget in bytes: "auto" is a quarter of the machine's memory divided among the ranks on
+// it (Open MPI's local size, else the job's size).
+double memory_budget(const std::string& text) {
+  if (text == "auto") {
+    const double mem = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    int local = dist::size();
+    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); v && std::atoi(v) > 0) local = std::atoi(v);
+    return mem / 4.0 / static_cast<double>(local);
+  }
+  char* end = nullptr;
+  const double gib = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(gib >= 0) || gib > 1e6)
+    throw UsageError(fmt::format("--memory-budget must be auto or a number of GiB >= 0, got '{}'", text));
+  return gib * 1073741824.0;
+}
+
 int run_analyze(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::string trace_path, recipe_arg = "coat", json_out, md_out;
@@ -57,6 +76,9 @@ int run_analyze(const std::vector<std::string>& args) {
       "rows of each GEMM output that the Hopper tensor-core model computes, evenly spaced (0: all; -1: skip "
       "the model)")("histograms", "keep the per-tensor scaled-magnitude histograms in the JSON")(
       "timing", "say where the time went: reading the trace, or computing")(
+      "memory-budget", po::value<std::string>()->default_value("auto"),
+      "GiB one tensor's work may hold per process: a larger tensor is read and measured in slabs of rows, with "
+      "the same numbers (auto: a quarter of this machine's memory shared among its ranks; 0: whole tensors)")(
       "strict", "exit 1 when any tensor holds NaN or Inf (they are always counted and reported)")(
       "threads", po::value(&threads)->default_value(0), "OpenMP threads (0: default)")(
       "list-recipes", "show the recipes of the registry and their rules, then exit");
@@ -145,6 +167,7 @@ int run_analyze(const std::vector<std::string>& args) {
       }
     };
   }
+  o.memory_budget = memory_budget(vm["memory-budget"].as<std::string>());
   o.histograms = vm.count("histograms") > 0;
   o.threads = threads;
   const recipe::TrainingRecipe& rec = recipe::get(recipe_arg);
@@ -208,8 +231,8 @@ int run_analyze(const std::vector<std::string>& args) {
     const auto& t = a.rank_times.front();
     cli::note(
         fmt::format("rank 0: {:.2f} s of work; reading {:.2f} s on the read-ahead thread, of which the "
-                    "computing waited {:.2f} s",
-                    t.work, t.read, t.wait));
+                    "computing waited {:.2f} s; {} tensor(s) read in slabs",
+                    t.work, t.read, t.wait, t.slabbed));
   }
   if (on_cpu > 0)
     cli::note(

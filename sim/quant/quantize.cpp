@@ -751,8 +751,8 @@ void quantize_core(const Load& ld, std::span<const int64_t> shape, const QuantSp
     FP8SIM_REQUIRE(opts.delayed != nullptr, "spec {} uses delayed scaling: pass a DelayedScaler in QuantizeOptions",
                    spec.to_string());
   if (opts.tensor_amax)
-    FP8SIM_REQUIRE(spec.granularity == Granularity::Tensor,
-                   "QuantizeOptions::tensor_amax needs per-tensor granularity");
+    FP8SIM_REQUIRE(spec.granularity == Granularity::Tensor || spec.scale == ScaleMode::E4M3,
+                   "QuantizeOptions::tensor_amax needs per-tensor granularity or scale=e4m3");
   if (numel == 0) return;
 
   const GroupGeometry& g = q.geometry;

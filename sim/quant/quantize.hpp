@@ -92,10 +92,10 @@ struct QuantizedTensor {
 class DelayedScaler;
 
 struct QuantizeOptions {
-  // Per-tensor granularity, plain (non-DE, non-delayed) scaling only: use this amax (e.g. the max of per-group maxima
-  // that a producing kernel computed, COAT's two-stage Group Scaling) instead of scanning the tensor. It must be max
-  // |x| over the finite elements for the result to equal just-in-time scaling (max is exact, so the two-stage value is
-  // bit-identical).
+  // Per-tensor granularity, plain (non-DE, non-delayed) scaling, or NVFP4's two-level scales (scale=e4m3): use this
+  // amax (e.g. the max of per-group maxima that a producing kernel computed, COAT's two-stage Group Scaling, or the
+  // whole tensor's when a slab of it is quantized) instead of scanning the tensor. It must be max |x| over the finite
+  // elements for the result to equal just-in-time scaling (max is exact, so the two-stage value is bit-identical).
   std::optional<float> tensor_amax;
   // Required when spec.delayed.enabled(): supplies the scale for this step and records this
   // tensor's amax afterwards (TransformerEngine's order).

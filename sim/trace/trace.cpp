@@ -817,12 +817,21 @@ const TensorInfo* TraceReader::find(int64_t step, Role role, std::string_view na
   return it != v.end() && key(*it) == want ? &*it : nullptr;
 }
 
-TensorData TraceReader::read(const TensorInfo& t) const { return read_rows(t, 0, t.shape.empty() ? 1 : t.shape[0]); }
+size_t slab_dim(const std::vector<int64_t>& shape) {
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] != 1) return i;
+  return 0;
+}
+
+TensorData TraceReader::read(const TensorInfo& t) const {
+  return read_rows(t, 0, t.shape.empty() ? 1 : t.shape[slab_dim(t.shape)]);
+}
 
 TensorData TraceReader::read_rows(const TensorInfo& t, int64_t row0, int64_t rows) const {
   const auto& ts = impl_->tensors;
   FP8SIM_CHECK(&t >= ts.data() && &t < ts.data() + ts.size(), "TensorInfo {} does not belong to this reader", t.path);
-  const int64_t all_rows = t.shape.empty() ? 1 : t.shape[0];
+  const size_t dim = slab_dim(t.shape);
+  const int64_t all_rows = t.shape.empty() ? 1 : t.shape[dim];
   FP8SIM_REQUIRE(row0 >= 0 && rows >= 0 && row0 + rows <= all_rows, "rows [{}, {}) are outside {} ({} rows)", row0,
                  row0 + rows, t.path, all_rows);
   const bool whole = row0 == 0 && rows == all_rows;
@@ -833,7 +842,7 @@ TensorData TraceReader::read_rows(const TensorInfo& t, int64_t row0, int64_t row
     const auto b = static_cast<size_t>(row0 * row_elems), e = static_cast<size_t>((row0 + rows) * row_elems);
     if (d.dtype == DType::F32) d.f32 = std::vector<float>(d.f32.begin() + b, d.f32.begin() + e);
     else d.bits = std::vector<uint16_t>(d.bits.begin() + b, d.bits.begin() + e);
-    d.shape[0] = rows;
+    d.shape[dim] = rows;
     return d;
   }
   hdf5_init();  // this thread may not have read before (analyze reads ahead on another thread)
@@ -841,7 +850,7 @@ TensorData TraceReader::read_rows(const TensorInfo& t, int64_t row0, int64_t row
   TensorData d;
   d.dtype = t.dtype;
   d.shape = t.shape;
-  if (!d.shape.empty()) d.shape[0] = rows;
+  if (!d.shape.empty()) d.shape[dim] = rows;
   const size_t n = static_cast<size_t>(rows * row_elems);
   try {
     H5::DataSet ds = impl_->file.openDataSet(t.path);
@@ -850,8 +859,8 @@ TensorData TraceReader::read_rows(const TensorInfo& t, int64_t row0, int64_t row
     hid_t fsel = H5S_ALL, msel = H5S_ALL;
     if (!whole) {
       std::vector<hsize_t> start(t.shape.size(), 0), count(t.shape.begin(), t.shape.end());
-      start[0] = static_cast<hsize_t>(row0);
-      count[0] = static_cast<hsize_t>(rows);
+      start[dim] = static_cast<hsize_t>(row0);
+      count[dim] = static_cast<hsize_t>(rows);
       fspace.selectHyperslab(H5S_SELECT_SET, count.data(), start.data());
       const hsize_t mn = n;
       mspace = H5::DataSpace(1, &mn);

@@ -131,6 +131,9 @@ struct Filter {
 // ---- reader ---------------------------------------------------------------------------------------
 class TensorFiles;  // tensor_files.hpp
 
+// The dimension TraceReader::read_rows cuts: the first whose extent is not 1 (0 when none is).
+size_t slab_dim(const std::vector<int64_t>& shape);
+
 class TraceReader {
  public:
   // Opens and validates an HDF5 trace, or a safetensors file / a folder of .npy files as a one-step
@@ -161,9 +164,10 @@ class TraceReader {
   // Reads one dataset (and only that). Throws fp8sim::Error naming the dataset on I/O,
   // checksum or decompression failures.
   TensorData read(const TensorInfo& t) const;
-  // Rows [row0, row0 + rows) of the outermost dimension (a hyperslab: only those are read from an
-  // HDF5 trace; checkpoints and .npy folders read the tensor and keep the rows). The data's shape
-  // is t.shape with shape[0] = rows. Throws Error for rows outside the tensor.
+  // Rows [row0, row0 + rows) along slab_dim(t.shape), the outermost dimension whose extent is not
+  // 1 (a batch-first (1, T, H) activation is cut along T): a hyperslab, so an HDF5 trace reads only
+  // those; checkpoints and .npy folders read the tensor and keep the rows. The data's shape is
+  // t.shape with that extent = rows. Throws Error for rows outside the tensor.
   TensorData read_rows(const TensorInfo& t, int64_t row0, int64_t rows) const;
   // Reads and widens to fp32 (exact).
   std::vector<float> read_f32(const TensorInfo& t) const;
