@@ -194,9 +194,10 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
                       "on the CPU only",
                       spec.to_string()));
     const bool team_fits = g.group_rows == 1 && g.group_cols <= kTeamMaxGroup;
-    if (spec.apply != Apply::Div) {
-      // x * RN(1/s), x * m (TE) or div.full(x, s): the team and block kernels apply any form
-      // (per tensor that is one block for the whole tensor: exact, not tuned for speed).
+    const bool plain_tensor = spec.granularity == Granularity::Tensor && !spec.delayed.enabled() && !spec.has_expand();
+    if (spec.apply != Apply::Div && !plain_tensor) {
+      // x * RN(1/s), x * m (TE) or div.full(x, s): the team and block kernels apply any form, and
+      // so does the per-tensor encode (below).
       L.mode = 0;
       L.kind = team_fits ? detail::QuantLaunch::Kind::Team : detail::QuantLaunch::Kind::Block;
     } else if (spec.delayed.enabled()) {

@@ -557,8 +557,8 @@ __device__ __noinline__ WordCodes encode_tensor_word_ref(const QuantKernelParams
       const float xv = v[4 * j + e];
       const bool fin = is_finite_bits(f32_bits(xv));  // div_by is exact for finite dividends only
       // div_by for round-to-nearest only (see encode_word_ref in quantize_fast.cu).
-      const float q =
-          MODE == kPlain ? (fast && fin && !P.stochastic ? div_by(xv, rc) : div_rn(xv, sq)) : mul_rn(xv, sq);
+      const float q = MODE == kPlain ? (fast && fin && !P.stochastic ? div_by(xv, rc) : apply_scale(xv, sq, P.scale))
+                                     : mul_rn(xv, sq);
       w |= static_cast<uint32_t>(encode_value<T>(P, q, flat0 + 4 * j + e)) << (8 * e);
     }
     out.w[j] = w;
@@ -605,7 +605,11 @@ __global__ void __launch_bounds__(256)
   } else {
     g.sq = P.delayed_scale;
   }
-  const bool fast = MODE == kDelayed || fast_recip_ok(g.sq);
+  // fast: the quotient from the reciprocal (x / s only); other apply= forms compute it exactly
+  // with apply_scale, so they also take the hardware converter.
+  const bool div = P.scale.apply == Apply::Div;
+  const bool fast = MODE == kDelayed || (div && fast_recip_ok(g.sq));
+  const bool exact = fast || (MODE == kPlain && !div);
   const FastRecip rc = fast_recip(MODE == kPlain && fast ? g.sq : 1.0f);
   const int64_t units = vec ? n / E : 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -638,7 +642,7 @@ __global__ void __launch_bounds__(256)
         }
       }
       uint32_t out[E / 4];
-      if (finite && fast && hw) {
+      if (finite && exact && hw) {
 #pragma unroll
         for (int w = 0; w < NW; ++w) {
           float v[W];
@@ -647,7 +651,9 @@ __global__ void __launch_bounds__(256)
           for (int j = 0; j < W / 4; ++j) {
             float q[4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e) q[e] = MODE == kPlain ? div_by(v[4 * j + e], rc) : mul_rn(v[4 * j + e], g.sq);
+            for (int e = 0; e < 4; ++e)
+              q[e] = MODE == kPlain ? (div ? div_by(v[4 * j + e], rc) : apply_scale(v[4 * j + e], g.sq, P.scale))
+                                    : mul_rn(v[4 * j + e], g.sq);
             out[w * (W / 4) + j] = cvt2_hw<T>(q[0], q[1]) | (cvt2_hw<T>(q[2], q[3]) << 16);
           }
         }
