@@ -77,7 +77,7 @@ run() {  # run NAME RANKS THREADS CMD...
   printf '%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%s\n' "$name" "$n" "$th" "$s" "$(calc "$base / $s")" \
     "$(calc "$base / $s / $n / $th")" "$same" >> "$D/scaling.tsv"
   echo "$name: rc=$rc ${s}s same_json=$same"
-  grep -E '^(rank 0:|work per rank)' "$D/analyze_$name.log" | sed "s/^/$name: /" >> "$D/timing.txt"
+  grep -E "^(rank 0|work per rank)" "$D/analyze_$name.log" | sed "s/^/$name: /" >> "$D/timing.txt"
   (( rc == 0 )) && rm -f "$D/analyze_$name.log"  # few files come back from a device run: keep failures' logs
   [[ "$name" != "$first" ]] && rm -f "$D/$name.json"
   return 0

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 
 #include "sim/analyze/analyze.hpp"
@@ -153,14 +154,18 @@ int run_analyze(const std::vector<std::string>& args) {
   const std::string device = vm["device"].as<std::string>();
   if (device != "cpu" && device != "cuda")
     throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", device));
-  int64_t on_cpu = 0;  // tensors the device path does not take
+  int64_t on_cpu = 0;    // tensors the device path does not take
+  double on_device = 0;  // seconds in the device's calls (rank 0)
   if (device == "cuda") {
     gpu::Backend& gpu = gpu_api::backend();
     gpu.require("--device cuda quantizes the tensors on the GPU");
-    o.tensor_metrics = [&gpu, &on_cpu](const void* x, InputDtype dtype, std::span<const int64_t> shape,
-                                       const QuantSpec* spec) -> std::optional<TensorMetrics> {
+    o.tensor_metrics = [&gpu, &on_cpu, &on_device](const void* x, InputDtype dtype, std::span<const int64_t> shape,
+                                                   const QuantSpec* spec) -> std::optional<TensorMetrics> {
+      const auto t0 = std::chrono::steady_clock::now();
       try {
-        return gpu.tensor_metrics(x, dtype, shape, spec);
+        TensorMetrics m = gpu.tensor_metrics(x, dtype, shape, spec);
+        on_device += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        return m;
       } catch (const UsageError&) {
         ++on_cpu;  // rht, an empty tensor, a shape the 4-bit kernels refuse: the CPU takes it
         return std::nullopt;
@@ -233,6 +238,8 @@ int run_analyze(const std::vector<std::string>& args) {
         fmt::format("rank 0: {:.2f} s of work; reading {:.2f} s on the read-ahead thread, of which the "
                     "computing waited {:.2f} s; {} tensor(s) read in slabs",
                     t.work, t.read, t.wait, t.slabbed));
+    if (device == "cuda")
+      cli::note(fmt::format("rank 0: {:.2f} s in the GPU's calls (upload, kernels, results)", on_device));
   }
   if (on_cpu > 0)
     cli::note(
