@@ -8,7 +8,7 @@
 # process. Every run's --timing notes (reading vs computing, work per rank) go to timing.txt.
 # Run from the repository root with the bundle (scripts/package_gpu.sh) in .bundle/.
 #
-#   usage: OUT=DIR bash scripts/device/mpi_scaling.sh [--ranks "1 2 4 8 16"] [--cuda-ranks "1 4 16"]
+#   usage: [RECIPE=coat] OUT=DIR bash scripts/device/mpi_scaling.sh [--ranks "1 2 4 8 16"] [--cuda-ranks "1 4 16"]
 #                                                     [--no-threads] [SYNTH OPTIONS...]
 #     default synth options: --model tinyllama-1.1b --layers 6 --tokens 4096 (8.7 GiB)
 #   outputs: $OUT/mpi/{scaling.tsv, summary.txt, timing.txt, synth.log, read.log, analyze_*.log of
@@ -34,6 +34,7 @@ done
 synth=("$@")
 [[ ${#synth[@]} -eq 0 ]] && synth=(--model tinyllama-1.1b --layers 6 --tokens 4096)
 trace=${FP8SIM_SYNTH_TRACE:-/tmp/fp8sim_scaling.h5}
+recipe=${RECIPE:-coat}
 export FP8SIM_PROGRESS=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 now() { date +%s.%N; }
@@ -41,7 +42,7 @@ calc() { awk "BEGIN { printf \"%.3f\", $1 }"; }
 
 t0=$(now)
 "$F" synth "${synth[@]}" --out "$trace" > "$D/synth.log" 2>&1 || { echo "synth failed"; cat "$D/synth.log"; exit 1; }
-echo "synth: $(cat "$D/synth.log") in $(calc "$(now) - $t0") s" | tee "$D/summary.txt"
+echo "synth: $(cat "$D/synth.log") in $(calc "$(now) - $t0") s; analyze --recipe $recipe" | tee "$D/summary.txt"
 bytes=$(stat -c %s "$trace")
 
 # A plain sequential read of the file: cold when the page cache can be dropped, and cached.
@@ -87,15 +88,15 @@ for n in $ranks; do
   bind=(--bind-to core)
   (( n > cores )) && bind=(--bind-to none --oversubscribe)
   run "np$n" "$n" 1 mpirun --quiet -np "$n" "${bind[@]}" -x OMP_NUM_THREADS=1 -x FP8SIM_PROGRESS \
-    "$F" analyze "$trace" --no-gemm --timing --json "$D/np$n.json"
+    "$F" analyze "$trace" --recipe "$recipe" --no-gemm --timing --json "$D/np$n.json"
 done
 if (( threads )); then
-  run "threads$cores" 1 "$cores" env OMP_NUM_THREADS="$cores" "$F" analyze "$trace" --no-gemm --timing \
+  run "threads$cores" 1 "$cores" env OMP_NUM_THREADS="$cores" "$F" analyze "$trace" --recipe "$recipe" --no-gemm --timing \
     --json "$D/threads$cores.json"
 fi
 for n in $cuda_ranks; do  # processes sharing the one GPU: their reads run in parallel
   run "cuda_np$n" "$n" 1 mpirun --quiet -np "$n" --bind-to none -x OMP_NUM_THREADS=1 -x FP8SIM_PROGRESS \
-    "$F" analyze "$trace" --no-gemm --timing --device cuda --json "$D/cuda_np$n.json"
+    "$F" analyze "$trace" --recipe "$recipe" --no-gemm --timing --device cuda --json "$D/cuda_np$n.json"
 done
 cat "$D/scaling.tsv" | tee -a "$D/summary.txt"
 [[ -f "$D/timing.txt" ]] && tee -a "$D/summary.txt" < "$D/timing.txt"
