@@ -20,10 +20,6 @@ void reserve(DeviceBuffer<T>& b, size_t n) {
   if (b.size() < n) b.allocate(n);
 }
 
-int dtype_code(InputDtype d) { return d == InputDtype::F32 ? 0 : (d == InputDtype::BF16 ? 1 : 2); }
-
-size_t input_bytes(InputDtype d) { return d == InputDtype::F32 ? 4 : 2; }
-
 // ErrorStats from the per-chunk sums, merged in chunk order as ErrorAccumulator::add merges them.
 ErrorStats merged(const DeviceBuffer<ErrorSums>& d_sums, size_t chunks, cudaStream_t stream) {
   std::vector<ErrorSums> sums(chunks);
@@ -45,10 +41,10 @@ TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::s
   if (n == 0) throw UsageError("an empty tensor is measured on the CPU");
   const int dt = dtype_code(dtype);
   const size_t chunks = static_cast<size_t>((n + kErrorChunk - 1) / kErrorChunk);
-  reserve(sc.x, static_cast<size_t>(n) * input_bytes(dtype));
+  reserve(sc.x, static_cast<size_t>(n) * dtype_bytes(dtype));
   reserve(sc.sums, chunks);
   reserve(sc.counters, 3);
-  sc.x.upload(static_cast<const unsigned char*>(host_x), static_cast<size_t>(n) * input_bytes(dtype), stream);
+  sc.x.upload(static_cast<const unsigned char*>(host_x), static_cast<size_t>(n) * dtype_bytes(dtype), stream);
   FP8SIM_CUDA_CHECK(cudaMemsetAsync(sc.counters.get(), 0, 3 * sizeof(unsigned long long), stream));
 
   TensorMetrics m;

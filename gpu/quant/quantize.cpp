@@ -16,10 +16,10 @@
 
 namespace fp8sim::gpu {
 
-namespace {
-
 int dtype_code(InputDtype d) { return d == InputDtype::F32 ? 0 : (d == InputDtype::BF16 ? 1 : 2); }
 size_t dtype_bytes(InputDtype d) { return d == InputDtype::F32 ? 4 : 2; }
+
+namespace {
 
 int format_code(Format f) {
   const int code = gpu_format_code(f);

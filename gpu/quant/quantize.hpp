@@ -29,6 +29,10 @@
 
 namespace fp8sim::gpu {
 
+// An input dtype as the kernels' launchers take it (0 f32, 1 bf16, 2 fp16), and its bytes per element.
+int dtype_code(InputDtype d);
+size_t dtype_bytes(InputDtype d);
+
 struct QuantGpuOut {
   void* codes = nullptr;          // numel bytes (FP8) or 2 * numel (bf16/fp16 pass-through)
   float* scales = nullptr;        // num_groups (not for pass-through)
