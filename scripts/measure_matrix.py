@@ -121,7 +121,7 @@ def entries(plan, coat):
     elif plan == "speed-torchao":
         # torchao's float8 training and its BF16 baseline (the same model compiled), each config's
         # two in the same call so that their ratio compares one machine's steps
-        for c in ["1b-mha", "l2-7b-L4", "0.8b-gqa", "l3-8b-L4", "0.3b-v152k", "1b-gqa"]:
+        for c in ["1b-mha", "l2-7b-L4", "0.8b-gqa", "l3-8b-L4", "0.3b-v152k", "1b-gqa", "l2-7b-L4-s4096"]:
             add(c, "torchao-float8", True, steps=6, profile=True)
             add(c, "hf", True, steps=6, profile=True)
     elif plan == "speed":

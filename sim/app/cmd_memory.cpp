@@ -300,10 +300,12 @@ int run_memory(const std::vector<std::string>& args) {
       "free-grads",
       "gradients are freed between steps (zero_grad(set_to_none=True)): not resident in forward/backward")(
       "compile",
-      "the model runs under torch.compile (modelled for --framework hf and hf-eager, without --checkpointing)")(
+      "the model runs under torch.compile (modelled for --framework hf, hf-eager and torchao-float8, without "
+      "--checkpointing)")(
       "framework", po::value(&framework)->default_value("torch"),
       "what the training code keeps: torch (the reference accounting, any recipe), hf (transformers 5.x, SDPA), "
-      "hf-4.45, hf-eager, coat (COAT's own code), megatron-te (Megatron-LM on TransformerEngine layers, BF16 or "
+      "hf-4.45, hf-eager, coat (COAT's own code), torchao-float8 (torchao's float8 training, with --compile), "
+      "megatron-te (Megatron-LM on TransformerEngine layers, BF16 or "
       "FP8 delayed scaling; derived from their source, not measured); the framework profiles model one GPU")(
       "gpu-mem-gib", po::value(&gpu_mem)->default_value(memory::kH100GiB, "79.65"),
       "GPU memory budget in GiB for 'fits' and the max batch (default: H100 80GB, 81559 MiB)")(

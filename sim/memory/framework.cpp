@@ -16,6 +16,7 @@ using model::ModelConfig;
 constexpr const char* kHfLlama = "transformers 5.x models/llama/modeling_llama.py";
 constexpr const char* kHf445Llama = "transformers 4.45.2 models/llama/modeling_llama.py";
 constexpr const char* kCoat = "fp8-coat 1.0.11 coat/models/coat_llama.py";
+constexpr const char* kTorchao = "torchao 0.16 float8/float8_linear.py matmul_with_hp_or_float8_args";
 // megatron-te is derived from these sources (TransformerEngine 2.20.0.dev0 at commit d0067d0,
 // Megatron-LM with Megatron-Core 0.20.0 at commit d98e8a6), not measured.
 constexpr const char* kTe = "TE 2.20.0.dev0 transformer_engine/pytorch/";
@@ -126,6 +127,9 @@ const std::vector<FrameworkInfo>& frameworks() {
       {"hf-4.45", "bf16", "the same in transformers 4.45.2 (COAT's base): K/V repeated to every head for SDPA"},
       {"hf-eager", "bf16", "transformers 5.x with attn_implementation=\"eager\": attention probabilities saved"},
       {"coat", "coat", "COAT's own code: fp8-coat 1.0.11 CoatLlamaForCausalLM (transformers 4.45.2) + CoatAdamW"},
+      {"torchao-float8", "te",
+       "the hf model with torchao 0.16's float8 training (convert_to_float8_training: tensorwise dynamic scaling, "
+       "every decoder linear in FP8, the LM head in BF16), under torch.compile as torchao prescribes"},
       {"megatron-te",
        "bf16",
        "Megatron-LM GPT (Megatron-Core 0.20) from TransformerEngine 2.20 layers: RMSNorm fused into the QKV/FC1 "
@@ -136,7 +140,7 @@ const std::vector<FrameworkInfo>& frameworks() {
   return list;
 }
 
-bool models_compile(const std::string& name) { return name == "hf" || name == "hf-eager"; }
+bool models_compile(const std::string& name) { return name == "hf" || name == "hf-eager" || name == "torchao-float8"; }
 
 const FrameworkInfo& find_framework(const std::string& name) {
   for (const auto& f : frameworks())
@@ -224,6 +228,22 @@ std::vector<FrameworkTensor> compiled_layer_tensors(const FrameworkInfo& fw, con
   // three (T, ffn) bf16 tensors of the MLP; norms and the SwiGLU product are recomputed.
   const int64_t T = batch * seq, H = m.hidden, F = m.ffn, Q = m.q_dim(), NH = m.heads;
   const std::string why = "torch.compile (Inductor min-cut partitioner)";
+  if (fw.name == "torchao-float8") {
+    // torchao's float8 linears read E4M3/E5M2 copies made by a cast with a tensorwise scale: a
+    // pointwise function of a tensor the partitioner keeps anyway. So the bf16 norm outputs, the
+    // SiLU output and the SwiGLU product are not kept (their FP8 casts are recomputed in backward
+    // from the norm inputs and rstd, and from gate/up); q/k/v and the attention output stay for
+    // SDPA's backward (o_proj's FP8 input is recast from the latter).
+    const std::string ao = std::string(kTorchao) + " with " + why;
+    return {
+        {"norm_inputs", "fp32", 2 * T * H * 4, ao + ": both norms' fp32 inputs (the FP8 GEMM inputs recomputed)"},
+        {"norm_rstd", "fp32", 2 * T * 4, ao + ": both norms' rstd"},
+        {"attention.q_k_v", "bf16", 3 * T * Q * 2, ao + ": q, k, v at full head width"},
+        {"attention.out", "bf16", T * Q * 2, ao + ": the attention output (SDPA backward; o_proj's FP8 input recast)"},
+        {"attention.lse", "fp32", T * NH * 4, "flash attention's log-sum-exp"},
+        {"mlp", "bf16", 2 * T * F * 2,
+         ao + ": gate_proj's and up_proj's outputs (SiLU, the product and down_proj's FP8 input recomputed)"}};
+  }
   std::vector<FrameworkTensor> v{{"norm_inputs", "fp32", 2 * T * H * 4, why + ": both norms' fp32 inputs"},
                                  {"norm_rstd", "fp32", 2 * T * 4, why + ": both norms' rstd"},
                                  {"norm_outputs", "bf16", 2 * T * H * 2, why + ": one bf16 cast of each norm output"},
@@ -410,11 +430,20 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
     throw UsageError(fmt::format("framework {} runs the {} recipe (give --recipe {})", fw.name, recipes, recipes));
   }
   if (o.compiled && !models_compile(fw.name))
-    throw UsageError(fmt::format("torch.compile is modelled for the hf and hf-eager profiles only, not {}", fw.name));
+    throw UsageError(fmt::format(
+        "torch.compile is modelled for the hf, hf-eager and torchao-float8 profiles only, not {}", fw.name));
+  const bool torchao = fw.name == "torchao-float8";
+  if (torchao && !o.compiled)
+    throw UsageError(
+        "framework torchao-float8 is modelled under torch.compile, as torchao's float8 training runs; "
+        "add --compile");
   if (fw.name == "megatron-te") return megatron_footprint(m, o);
   // Parameters, gradients and optimizer states as the recipe stores them: the torch reference's
   // persistent terms on one GPU without a working-weight copy (autocast's copies are counted below).
   MemoryOptions ref = o;
+  // torchao's dynamic tensorwise scaling keeps no amax history; its fp32 parameters, gradients
+  // and moments are the BF16 recipe's.
+  if (torchao) ref.recipe = "bf16";
   ref.framework = "torch";
   ref.compiled = false;
   ref.zero = 3;
@@ -435,13 +464,18 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   const int64_t linear_params = m.layer_param_count() - 2 * m.norm_params();
   const int64_t head_params = m.vocab * m.hidden;
   const bool coat = fw.name == "coat";
-  const int64_t layer_copies = coat ? 0 : linear_params * 2, head_copy = head_params * 2;
-  const int64_t copies = o.checkpointing || coat ? head_copy : L * layer_copies + head_copy;
-  f.persistent.push_back({"autocast_weight_copies", "weights", copies,
-                          o.checkpointing ? "bf16 copy of the LM head weight (torch.autocast's cache); checkpointed "
-                                            "layers cast theirs again when recomputed"
-                                          : "bf16 copies of every Linear weight (torch.autocast's cache), kept for "
-                                            "backward"});
+  // COAT's and torchao's linears cast the fp32 weights to FP8 themselves; only the LM head goes
+  // through autocast.
+  const bool own_weight_casts = coat || torchao;
+  const int64_t layer_copies = own_weight_casts ? 0 : linear_params * 2, head_copy = head_params * 2;
+  const int64_t copies = o.checkpointing || own_weight_casts ? head_copy : L * layer_copies + head_copy;
+  f.persistent.push_back(
+      {"autocast_weight_copies", "weights", copies,
+       o.checkpointing    ? "bf16 copy of the LM head weight (torch.autocast's cache); checkpointed "
+                            "layers cast theirs again when recomputed"
+       : own_weight_casts ? "bf16 copy of the LM head weight (torch.autocast's cache); the decoder linears cast their "
+                            "fp32 weights to FP8 per GEMM and keep no copy"
+                          : "bf16 copies of every Linear weight (torch.autocast's cache), kept for backward"});
   // Compiled and checkpointed, the recomputation happens inside Inductor's backward graph, whose
   // working set this profile does not model: what forward keeps is the eager checkpointed layers'
   // plus the compiled loss's (within 2% on the H200 runs), but the peak comes out 0.5-5.2% low

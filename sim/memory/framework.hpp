@@ -12,14 +12,16 @@
 //             materialised (fp32 softmax output and its bf16 copy)
 //   coat      COAT's own published code (fp8-coat 1.0.11 CoatLlamaForCausalLM on transformers
 //             4.45.2, CoatAdamW with FP8 moments and dynamic range expansion)
+//   torchao-float8  the hf model with torchao 0.16's float8 training (tensorwise dynamic scaling,
+//             the decoder linears in FP8), under torch.compile only, as torchao prescribes
 //   megatron-te  Megatron-LM's GPT model built from TransformerEngine layers (Megatron-Core 0.20,
 //             TransformerEngine 2.20.0.dev0): RMSNorm fused into the QKV and FC1 linears, fused
 //             SwiGLU, cuDNN fused attention, bf16 parameters with fp32 main grads and Megatron's
 //             mixed-precision optimizer; BF16 (recipe bf16) or TE FP8 delayed scaling (recipe te).
 //             DERIVED from the source, not measured (neither is installed on the GPU host).
 // The framework profiles model one GPU without sharding (tensor parallel 1, no sequence
-// parallelism), eager mode; torch.compile is modelled for hf and hf-eager without checkpointing
-// (measured in reports/h200/frameworks).
+// parallelism), eager mode; torch.compile is modelled for hf, hf-eager and torchao-float8 without
+// checkpointing (measured in reports/h200/frameworks).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -37,7 +39,7 @@ struct FrameworkInfo {
   bool runs(const std::string& r) const;
 };
 const std::vector<FrameworkInfo>& frameworks();
-// Whether the profile `name` models torch.compile (without checkpointing): hf and hf-eager.
+// Whether the profile `name` models torch.compile (without checkpointing): hf, hf-eager, torchao-float8.
 bool models_compile(const std::string& name);
 // The profile named `name`; UsageError listing the names otherwise.
 const FrameworkInfo& find_framework(const std::string& name);
