@@ -248,6 +248,30 @@ def time_config(cfg, name, batch, seq, device, dtype, timer, args, backend, back
         out["sdpa_default_bwd_ms"] = timer.measure(lambda: holder["o"].backward(do), args.warmup, args.reps,
                                                    setup=default_setup)
         out["sdpa_default_kernels"] = attention_kernel_names(lambda: default(qt, kt, vt).sum().backward())
+
+        # What transformers 5.x runs under torch.compile: K/V repeated to every head and an explicit
+        # boolean (B, 1, S, S) causal mask (is_causal is not used while tracing), so the kernel
+        # cannot skip the blocks above the diagonal. `fp8sim speed --framework hf --compile` prices
+        # attention with these.
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril().expand(batch, 1, seq, seq)
+        rep = nh // nkv
+
+        def masked(q_, k_, v_):
+            if rep > 1:
+                k_, v_ = (t.repeat_interleave(rep, dim=1) for t in (k_, v_))
+            return F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask)
+
+        out["sdpa_masked_fwd_ms"] = timer.measure(lambda: masked(qt, kt, vt), args.warmup, args.reps)
+
+        def masked_setup():
+            q.grad = k.grad = v.grad = None
+            holder["o"] = masked(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+            timer.sync()
+
+        out["sdpa_masked_bwd_ms"] = timer.measure(lambda: holder["o"].backward(do), args.warmup, args.reps,
+                                                  setup=masked_setup)
+        out["sdpa_masked_kernels"] = attention_kernel_names(lambda: masked(qt, kt, vt).sum().backward())
+        del mask
     holder.clear()
     del q, k, v, do, qt, kt, vt
 

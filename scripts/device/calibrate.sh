@@ -5,13 +5,14 @@
 # file with the build's commit and kernel versions. Leaves under $OUT/calibrate/:
 #   calibration.json        commit it as reports/h200/calibration.json
 #   calibrate.txt           fp8sim calibrate's output (notes: shapes a plan does not run)
-#   torch_times.json        scripts/torch_layer_time.py: SDPA, fused AdamW (one tensor and a model's
+#   torch_times.json        scripts/torch_layer_time.py: SDPA (causal, default backend, masked), fused AdamW (one tensor and a model's
 #                           list), eager elementwise rates, amax, the BF16 layer
 #   test_speed_gpu.txt, test_optim_gpu.txt, test_gemm_gpu.txt
 #                           the kernels against their CPU references (when the bundle has them)
 # Six files: the device tool brings back at most eight.
 # The set (fp8sim calibrate --help, docs/speed-model.md): every model of models/ at micro-batches
-# 1, 2, 4 and 8 and sequence 2048, and Llama-2-13B at 1 x 1024 (COAT Table 7's 2-GPU row).
+# 1, 2, 4 and 8 and sequence 2048, Llama-2-13B at 1 x 1024 (COAT Table 7's 2-GPU row) and
+# Llama-2-7B at 1 x 4096 (long context: attention grows with the square of the sequence).
 # Runs from the repository root with the bundle of scripts/package_gpu.sh in .bundle/:
 #   usage: OUT=/some/dir bash scripts/device/calibrate.sh
 set -uo pipefail
@@ -55,7 +56,7 @@ for m in models/*.json; do
   name=$(basename "$m" .json)
   for b in 1 2 4 8; do configs+=(--config "$name:${b}x2048"); done
 done
-configs+=(--config llama2-13b:1x1024)
+configs+=(--config llama2-13b:1x1024 --config llama2-7b:1x4096)
 stamp "torch reference (${#configs[@]} arguments)"
 "$PY" scripts/torch_layer_time.py "${configs[@]}" --adamw-params 268435456 --adamw-model tinyllama-1.1b --elementwise --amax --out "$D/torch_times.json" \
   || { echo "torch_layer_time.py: exit $?"; status=1; }

@@ -279,7 +279,7 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
   po.batch = batch;
   po.seq = seq;
   double launches = 0;
-  bool default_attention = true;
+  bool default_attention = true, masked_attention = true;
   // COAT's linears run FP8 GEMMs (per-tensor scaled, E4M3 forward, E5M2 x E4M3 backward): the coat
   // plan's GEMMs at the calibrated cuBLASLt times stand in for COAT's own Triton GEMM kernel.
   const bool coat = ops.framework == "coat";
@@ -296,20 +296,39 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
       s.gemm_ms += cal.predict(op).ms * op.count;
       launches += op.count;
     } else if (op.kind == Kind::Attention) {
-      KernelOp dflt = op;
-      dflt.variant += ",default";
-      Prediction p = cal.predict(dflt);
-      if (!p.from) {  // a calibration without the default backend's times
-        p = cal.predict(op);
-        default_attention = false;
+      // Under torch.compile transformers passes an explicit causal mask (framework.hpp): the
+      // calibration's masked SDPA times where it has them, else twice the causal kernel's (the
+      // mask makes it compute every block).
+      auto calibrated = [&](const std::string& variant) {
+        for (const auto& [key, meas] : cal.measurements())
+          if (meas.kind == Kind::Attention && meas.variant == variant) return true;
+        return false;
+      };
+      double factor = 1;
+      KernelOp priced = op;
+      if (compiled && ops.masked_when_compiled && calibrated(op.variant + ",masked")) {
+        priced.variant += ",masked";
+      } else {
+        if (compiled && ops.masked_when_compiled) {
+          factor = 2;
+          masked_attention = false;
+        }
+        if (calibrated(op.variant + ",default"))
+          priced.variant += ",default";
+        else  // a calibration without the default backend's times
+          default_attention = false;
       }
-      s.attention_ms += p.ms * op.count;
+      const Prediction p = cal.predict(priced);
+      s.attention_ms += factor * p.ms * op.count;
       launches += op.count;
     }
   }
   if (!default_attention)
     note("attention: the calibration has no times of SDPA's default backend; FlashAttention's stand in");
-  if (compiled && ops.masked_when_compiled) s.attention_ms *= 2;  // an explicit mask: no causal skipping
+  if (!masked_attention)
+    note(
+        "attention: the calibration has no masked SDPA times; twice the causal kernel's time stands in for the "
+        "explicit mask transformers passes under torch.compile");
   const double extern_launches = launches;
 
   const double gbps = calibration_number(cal, "elementwise", "gbps_median");

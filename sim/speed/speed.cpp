@@ -179,32 +179,41 @@ std::vector<Measurement> torch_measurements(const Json& doc) {
     };
     const int64_t batch = integer("batch"), seq = integer("seq"), heads = integer("heads"),
                   kv_heads = integer("kv_heads"), head_dim = integer("head_dim");
-    // The pinned backend (FlashAttention: the plans' attention) and, where the script timed it,
-    // SDPA's default backend choice (what the framework profiles run: variant suffix ",default").
+    // The pinned backend (FlashAttention: the plans' attention) and, where the script timed them,
+    // SDPA's default backend choice (what the framework profiles run: variant suffix ",default")
+    // and SDPA with an explicit causal mask, as transformers calls it under torch.compile (",masked").
     struct Sdpa {
       const char* key;
-      bool fwd, dflt;
+      bool fwd;
+      const char* suffix;
     };
-    for (const auto& [k, fwd, dflt] :
-         {Sdpa{"sdpa_fwd_ms", true, false}, Sdpa{"sdpa_bwd_ms", false, false}, Sdpa{"sdpa_default_fwd_ms", true, true},
-          Sdpa{"sdpa_default_bwd_ms", false, true}}) {
+    for (const auto& [k, fwd, suffix] :
+         {Sdpa{"sdpa_fwd_ms", true, ""}, Sdpa{"sdpa_bwd_ms", false, ""}, Sdpa{"sdpa_default_fwd_ms", true, ",default"},
+          Sdpa{"sdpa_default_bwd_ms", false, ",default"}, Sdpa{"sdpa_masked_fwd_ms", true, ",masked"},
+          Sdpa{"sdpa_masked_bwd_ms", false, ",masked"}}) {
+      const bool optional = *suffix != '\0', masked = std::string(suffix) == ",masked";
       const Json* t = c.find(k);
-      if (dflt && !t) continue;
+      if (optional && !t) continue;
       FP8SIM_REQUIRE(t && t->is_object(), "{}: '{}' must be an object {{median, min, max, reps}}", where, k);
       Json mj = Json::object();
       mj["kind"] = "attention";
-      mj["variant"] = std::string(fwd ? "bf16,causal,fwd" : "bf16,causal,bwd") + (dflt ? ",default" : "");
+      mj["variant"] = std::string(fwd ? "bf16,causal,fwd" : "bf16,causal,bwd") + suffix;
       mj["dims"] = dims_json({batch, heads, kv_heads, seq, head_dim});
       mj["median_ms"] = t->at("median").as_number();
       mj["min_ms"] = t->contains("min") ? t->at("min").as_number() : t->at("median").as_number();
       mj["max_ms"] = t->contains("max") ? t->at("max").as_number() : t->at("median").as_number();
       mj["reps"] = t->contains("reps") ? t->at("reps").as_number() : 1.0;
       mj["flops"] = attention_flops(batch, heads, seq, head_dim, fwd);
-      const std::string backend = dflt ? "default backend"
+      const std::string backend = optional ? "default backend"
                                   : c.contains("sdpa_backend") && c.at("sdpa_backend").is_string()
                                       ? c.at("sdpa_backend").as_string()
                                       : "default backend";
-      mj["impl"] = fmt::format("torch {} F.scaled_dot_product_attention(is_causal=True), {}", torch_version, backend);
+      mj["impl"] =
+          masked ? fmt::format(
+                       "torch {} F.scaled_dot_product_attention(attn_mask=(B, 1, S, S) boolean causal "
+                       "mask, K/V repeated), {}",
+                       torch_version, backend)
+                 : fmt::format("torch {} F.scaled_dot_product_attention(is_causal=True), {}", torch_version, backend);
       out.push_back(Measurement::from_json(mj, fmt::format("{}: {}", where, k)));
     }
   }
