@@ -175,27 +175,42 @@ TEST(SpeedFramework, HfStepsMeasuredOnTheH200AreWithinTenPercent) {
 }
 
 // The same claim for transformers under torch.compile (Inductor's fused kernels, a masked
-// attention): the Llama-3-8B layers were not looked at when the compiled terms were chosen.
+// attention) on every committed compiled run: seven configurations, of which only the 0.84 B
+// model was looked at when the compiled terms were chosen.
 TEST(SpeedFramework, CompiledHfStepsMeasuredOnTheH200AreWithinTenPercent) {
   const Calibration cal = Calibration::load(kSource + "/reports/h200/calibration.json");
   const StepOps ops = load_step_ops(kSource + "/reports/h200/step_ops/hf.json");
   std::vector<std::string> notes;
   const std::string dir = kSource + "/reports/h200/frameworks/";
-  const FrameworkValidation v = framework_validate(
-      {dir + "hf-compiled__0.8b-gqa.json", dir + "hf-compiled__l3-8b-L4.json"}, cal, ops, notes, true);
-  ASSERT_EQ(v.rows.size(), 4u);
+  const FrameworkValidation v = framework_validate({dir}, cal, ops, notes, true);
+  ASSERT_GE(v.rows.size(), 14u);  // seven configurations
   for (const FrameworkValidationRow& r : v.rows) {
     EXPECT_TRUE(r.compiled);
     EXPECT_LT(std::abs(r.difference), 0.10)
         << r.model << " b" << r.batch << ": predicted " << r.step_ms << " ms, measured " << r.measured_step_ms;
   }
-  // Compiling removes the unfused elementwise work, and the masked attention costs twice the eager one.
+  // Compiling removes the unfused elementwise work; the attention runs with an explicit mask, priced
+  // from the calibration's masked SDPA times, and at twice the causal kernel's time (with a note)
+  // from a calibration without them.
   const ModelShape m = load_model_shape("tinyllama-1.1b");
   const FrameworkStep eager = framework_step(m, 4, 2048, cal, ops, notes, false),
                       comp = framework_step(m, 4, 2048, cal, ops, notes, true);
   EXPECT_LT(comp.other_ms, 0.5 * eager.other_ms);
-  EXPECT_NEAR(comp.attention_ms, 2 * eager.attention_ms, 1e-9);
+  EXPECT_GT(comp.attention_ms, 1.5 * eager.attention_ms);
+  EXPECT_NE(comp.attention_ms, 2 * eager.attention_ms);
   EXPECT_DOUBLE_EQ(comp.gemm_ms, eager.gemm_ms);
+  Json doc = cal.to_json();
+  Json kept = Json::array();
+  for (const Json& meas : doc.at("measurements").as_array())
+    if (meas.at("variant").as_string().find(",masked") == std::string::npos) kept.push_back(meas);
+  doc["measurements"] = kept;
+  const Calibration unmasked = Calibration::from_json(doc, "test: the calibration without masked SDPA");
+  std::vector<std::string> unmasked_notes;
+  const FrameworkStep fallback = framework_step(m, 4, 2048, unmasked, ops, unmasked_notes, true);
+  EXPECT_NEAR(fallback.attention_ms, 2 * eager.attention_ms, 1e-9);
+  bool noted = false;
+  for (const auto& n : unmasked_notes) noted = noted || n.find("no masked SDPA times") != std::string::npos;
+  EXPECT_TRUE(noted);
 }
 
 // The project's plain PyTorch loop, eager and under torch.compile: its for-each AdamW priced at the
@@ -338,13 +353,13 @@ TEST(SpeedFramework, TorchaoFloat8StepsAndSpeedupsMeasuredOnTheH200) {
         << r.model << " b" << r.batch << ": predicted " << r.step_ms << " ms, measured " << r.measured_step_ms;
   add_speedups(v, framework_validate({dir}, cal, hf, notes, true), speedup_baseline("torchao-float8"));
   EXPECT_EQ(v.baseline, "hf");
-  ASSERT_EQ(v.speedups.size(), v.rows.size());  // every torchao run has its baseline
+  // Every torchao run but the 4096-token one (whose hf compiled run has no step times) has its
+  // baseline; torchao is slower than BF16 on the small models (0.3 B with a 152k vocabulary, 1 B GQA
+  // at micro-batch 2), faster on the others.
+  ASSERT_GE(v.speedups.size(), 12u);
   int within = 0;
-  for (const SpeedupRow& s : v.speedups) {
-    EXPECT_GT(s.measured, 1.0) << s.model << " b" << s.batch;  // torchao is faster on every config measured
-    within += std::abs(s.difference) <= 0.10;
-  }
-  EXPECT_GE(within, 7);
+  for (const SpeedupRow& s : v.speedups) within += std::abs(s.difference) <= 0.10;
+  EXPECT_EQ(within, static_cast<int>(v.speedups.size()));
 }
 
 TEST(SpeedFramework, ValidationLeavesOutAnotherVersionOfTheFramework) {

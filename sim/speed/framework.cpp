@@ -313,8 +313,7 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
           factor = 2;
           masked_attention = false;
         }
-        if (calibrated(op.variant + ",default"))
-          priced.variant += ",default";
+        if (calibrated(op.variant + ",default")) priced.variant += ",default";
         else  // a calibration without the default backend's times
           default_attention = false;
       }
