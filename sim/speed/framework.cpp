@@ -313,9 +313,11 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
           factor = 2;
           masked_attention = false;
         }
-        if (calibrated(op.variant + ",default")) priced.variant += ",default";
-        else  // a calibration without the default backend's times
+        if (calibrated(op.variant + ",default")) {
+          priced.variant += ",default";
+        } else {  // a calibration without the default backend's times
           default_attention = false;
+        }
       }
       const Prediction p = cal.predict(priced);
       s.attention_ms += factor * p.ms * op.count;

@@ -26,8 +26,9 @@
 // attention) into Triton kernels, so the other ops cost what crosses those boundaries: the
 // inventory's GEMM and attention operand bytes at the same rate, one fused kernel per extern
 // kernel. transformers 5.17 passes SDPA an explicit causal mask while compiling (it skips the mask
-// only in eager mode), so the kernels cannot skip the masked half: attention costs twice the
-// causal time. The optimizer step stays outside the graph, as in eager mode.
+// only in eager mode), so the kernels cannot skip the masked half: attention is priced from the
+// calibration's masked SDPA times (twice the causal time where it has none). The optimizer step
+// stays outside the graph, as in eager mode.
 // COAT launches most of its work from Python (Triton kernels inside its autograd functions, one
 // optimizer-extension call per parameter tensor), so its step is often host-bound. Its inventory
 // carries what the host spends per phase (measured at small shapes, where every kernel is short)
