@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numeric>
 
 #include "sim/common/dist.hpp"
@@ -85,6 +86,17 @@ TEST(Exchange, OneProcessRunsTheWorkAndLetsItsErrorsThrough) {
   const dist::Outcome o = dist::finish(1, "failed");
   EXPECT_EQ(o.code, 1);
   EXPECT_EQ(o.message, "failed");
+}
+
+// In one process the job-wide counter is a plain counter: each fetch_add returns the value before
+// it, and every counter starts at 0.
+TEST(Counter, OneProcessHandsOutConsecutiveNumbers) {
+  ASSERT_EQ(dist::size(), 1);
+  const std::unique_ptr<dist::Counter> c = dist::make_counter();
+  EXPECT_EQ(c->fetch_add(1), 0u);
+  EXPECT_EQ(c->fetch_add(3), 1u);
+  EXPECT_EQ(c->fetch_add(1), 4u);
+  EXPECT_EQ(dist::make_counter()->fetch_add(1), 0u);
 }
 
 // ---- the command line under mpirun ------------------------------------------------------------

@@ -8,8 +8,11 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
+#include <optional>
 
 #include "sim/common/check.hpp"
 #include "sim/common/dist.hpp"
@@ -22,6 +25,9 @@
 namespace fp8sim::analyze {
 
 namespace {
+
+// Ends a rank's list of the items it took (dist::exchange's bytes in analyze_trace).
+constexpr uint64_t kNoMoreItems = std::numeric_limits<uint64_t>::max();
 
 using trace::Role;
 using trace::TensorData;
@@ -874,8 +880,10 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
   out.model = r.header().model_config;
 
   // The work items: every tensor of the step (cost: its elements), and with opts.gemm every linear
-  // layer's input with its GEMMs (cost: their multiply-adds). Ranks split them (dist::partition),
-  // compute their own, and every rank assembles all results in item order.
+  // layer's input with its GEMMs (cost: their multiply-adds). Ranks take them from a job-wide
+  // queue, tensors first, each kind largest first, whichever rank is free taking the next (a
+  // tensor's cost per element depends on its spec, so no split fixed in advance balances the
+  // ranks); every rank then assembles all results in item order.
   const std::vector<TensorInfo>& all = r.tensors();
   const std::map<std::string, const TensorInfo*> weight_of =
       opts.gemm ? weights_by_module(r, si) : std::map<std::string, const TensorInfo*>{};
@@ -892,79 +900,99 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
     inputs.push_back(ti);
     gemm_cost.push_back(c);
   }
-  const int ranks = dist::size(), me = dist::rank();
-  const std::vector<int> tensor_owner = dist::partition(tensor_cost, ranks);
-  const std::vector<int> gemm_owner = dist::partition(gemm_cost, ranks);
+  // queue[q]: the item taken q-th; item i < T is tensor i, item T + j is input j's GEMMs.
+  const size_t T = tensor_cost.size();
+  std::vector<size_t> queue(T + gemm_cost.size());
+  std::iota(queue.begin(), queue.end(), size_t{0});
+  auto item_cost = [&](size_t i) { return i < T ? tensor_cost[i] : gemm_cost[i - T]; };
+  std::stable_sort(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(T),
+                   [&](size_t a, size_t b) { return item_cost(a) > item_cost(b); });
+  std::stable_sort(queue.begin() + static_cast<std::ptrdiff_t>(T), queue.end(),
+                   [&](size_t a, size_t b) { return item_cost(a) > item_cost(b); });
+  const int ranks = dist::size();
+  const std::unique_ptr<dist::Counter> next_item = dist::make_counter();  // collective
 
   const std::vector<std::string> parts = dist::exchange([&] {
     using Clock = std::chrono::steady_clock;
     auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
     const auto started = Clock::now();
     AnalyzeResult::RankTime time;
-    double total = 0, done = 0;
-    for (size_t i = 0; i < tensor_cost.size(); ++i) total += tensor_owner[i] == me ? 1.0 : 0.0;
-    for (size_t i = 0; i < gemm_cost.size(); ++i) total += gemm_owner[i] == me ? 1.0 : 0.0;
-    Progress progress(ranks > 1 ? fmt::format("analyze (rank 0 of {})", ranks) : std::string("analyze"), total);
+    // The counter counts the items the whole job has taken: rank 0's bar shows the job's progress.
+    Progress progress(ranks > 1 ? fmt::format("analyze ({} ranks, items taken)", ranks) : std::string("analyze"),
+                      static_cast<double>(queue.size()));
     dist::ByteWriter w;
+    auto take = [&]() -> std::optional<size_t> {
+      const uint64_t q = next_item->fetch_add(1);
+      progress.update(static_cast<double>(std::min<uint64_t>(q + 1, queue.size())));
+      return q < queue.size() ? std::optional<size_t>(queue[q]) : std::nullopt;
+    };
+    // Rows per slab of tensor item i (0: read whole).
+    auto slab_of = [&](size_t i) -> int64_t {
+      if (opts.tensor_metrics) return 0;
+      const TensorInfo& t = all[si.tensors[i]];
+      const recipe::QuantRule* rule = rec.match(t.role, t.op, modules_of(t));
+      return slab_rows(t, rule ? rule->spec : std::nullopt, opts.memory_budget);
+    };
     // Reads run one tensor ahead of the work, on another thread; only that thread calls the reader
     // meanwhile (the work takes the values it is given), so reads never overlap each other. A
     // tensor over the memory budget is read in slabs by the work itself, with no read ahead of it.
-    std::vector<const TensorInfo*> mine;
-    std::vector<int64_t> slab;  // rows per slab, 0: read whole
-    for (size_t i = 0; i < si.tensors.size(); ++i) {
-      if (tensor_owner[i] != me) continue;
-      const TensorInfo* t = &all[si.tensors[i]];
-      const recipe::QuantRule* rule = rec.match(t->role, t->op, modules_of(*t));
-      mine.push_back(t);
-      slab.push_back(opts.tensor_metrics ? 0 : slab_rows(*t, rule ? rule->spec : std::nullopt, opts.memory_budget));
-      time.slabbed += slab.back() > 0 ? 1 : 0;
-    }
     std::future<TensorData> next;
-    auto read_ahead = [&](size_t k) {
-      if (k >= mine.size() || slab[k] > 0) return;
-      next = std::async(std::launch::async, [&r, &time, &secs, t = mine[k]] {
+    auto read_ahead = [&](std::optional<size_t> item) {
+      if (!item || *item >= T || slab_of(*item) > 0) return;
+      next = std::async(std::launch::async, [&r, &time, &secs, t = &all[si.tensors[*item]]] {
         const auto t0 = Clock::now();
         TensorData d = r.read(*t);
         time.read += secs(t0, Clock::now());  // this thread alone adds to it, one read at a time
         return d;
       });
     };
-    read_ahead(0);
-    for (size_t k = 0; k < mine.size(); ++k) {
-      TensorData d;
-      if (slab[k] == 0) {
-        const auto w0 = Clock::now();
-        d = next.get();
-        time.wait += secs(w0, Clock::now());
+    std::optional<size_t> cur = take();
+    read_ahead(cur);
+    while (cur) {
+      const std::optional<size_t> following = take();
+      w.pod(static_cast<uint64_t>(*cur));
+      if (*cur < T) {
+        const TensorInfo& t = all[si.tensors[*cur]];
+        const int64_t slab = slab_of(*cur);
+        TensorData d;
+        if (slab == 0) {
+          const auto w0 = Clock::now();
+          d = next.get();
+          time.wait += secs(w0, Clock::now());
+          read_ahead(following);
+        }
+        time.slabbed += slab > 0 ? 1 : 0;
+        put(w, analyze_tensor(r, t, d, slab, rec, opts));
+        if (slab > 0) read_ahead(following);
+      } else {
+        read_ahead(following);
+        put(w, gemms_of_input(r, all[inputs[*cur - T]], weight_of, rec, opts));
       }
-      if (slab[k] == 0) read_ahead(k + 1);
-      put(w, analyze_tensor(r, *mine[k], d, slab[k], rec, opts));
-      if (slab[k] > 0) read_ahead(k + 1);
-      progress.update(++done);
-    }
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (gemm_owner[i] != me) continue;
-      put(w, gemms_of_input(r, all[inputs[i]], weight_of, rec, opts));
-      progress.update(++done);
+      cur = following;
     }
     progress.finish();
+    w.pod(kNoMoreItems);
     time.work = secs(started, Clock::now());
     w.pod(time);
     return w.take();
   });
 
-  // Each rank's bytes hold its items in item order: tensors, then inputs.
-  std::vector<TensorResult> tensors(si.tensors.size());
+  // Each rank's bytes hold the items it took, each after its number, then kNoMoreItems.
+  std::vector<TensorResult> tensors(T);
   std::vector<InputGemms> gemms(inputs.size());
+  std::vector<char> seen(queue.size(), 0);
   for (int rk = 0; rk < ranks; ++rk) {
     dist::ByteReader rd(parts[static_cast<size_t>(rk)]);
-    for (size_t i = 0; i < tensors.size(); ++i)
-      if (tensor_owner[i] == rk) tensors[i] = get_tensor(rd);
-    for (size_t i = 0; i < gemms.size(); ++i)
-      if (gemm_owner[i] == rk) gemms[i] = get_gemms(rd);
+    for (uint64_t i = rd.pod<uint64_t>(); i != kNoMoreItems; i = rd.pod<uint64_t>()) {
+      FP8SIM_CHECK(i < queue.size() && !seen[i], "rank {} sent item {} twice or out of range", rk, i);
+      seen[i] = 1;
+      if (i < T) tensors[i] = get_tensor(rd);
+      else gemms[i - T] = get_gemms(rd);
+    }
     out.rank_times.push_back(rd.pod<AnalyzeResult::RankTime>());
     FP8SIM_CHECK(rd.done(), "rank {} sent more than its items", rk);
   }
+  FP8SIM_CHECK(std::find(seen.begin(), seen.end(), 0) == seen.end(), "an item was taken by no rank");
 
   AggregateSums sums;
   for (size_t i = 0; i < tensors.size(); ++i) {

@@ -10,8 +10,21 @@ namespace fp8sim::dist {
 
 namespace {
 
+class LocalCounter final : public Counter {
+ public:
+  uint64_t fetch_add(uint64_t n) override {
+    const uint64_t old = value_;
+    value_ += n;
+    return old;
+  }
+
+ private:
+  uint64_t value_ = 0;
+};
+
 class SingleProcess final : public Comm {
  public:
+  std::unique_ptr<Counter> make_counter() override { return std::make_unique<LocalCounter>(); }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::vector<std::string> all_gather(const std::string& mine) override { return {mine}; }
@@ -67,6 +80,12 @@ void reset_comm() { set_comm(nullptr); }
 int rank() { return installed()->rank(); }
 int size() { return installed()->size(); }
 std::string comm_name() { return installed()->name(); }
+std::unique_ptr<Counter> make_counter() {
+  // A step of the failure protocol first: a rank that has already failed is waiting in finish(),
+  // and must meet the others in a status exchange, not in the counter's own collective setup.
+  check_all_ok();
+  return installed()->make_counter();
+}
 
 std::vector<int> partition(const std::vector<uint64_t>& cost, int ranks) {
   FP8SIM_CHECK(ranks >= 1, "partition over {} ranks", ranks);

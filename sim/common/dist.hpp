@@ -5,10 +5,11 @@
 // (sim/mpi/mpi_comm.cpp, loaded by the command line only under a launcher).
 //
 // Contract of the distributed commands:
-//   - work items are split by partition() (deterministic: largest first, balanced by cost), each
-//     rank reads and computes only its own items, and exchange() gives every rank all results, so
-//     every rank assembles the same output in item order: the output is byte-identical for every
-//     number of ranks;
+//   - work items are split by partition() (deterministic: largest first, balanced by cost) or
+//     handed out largest first from a job-wide Counter (whichever rank is free takes the next),
+//     each rank reads and computes only its own items, and exchange() gives every rank all
+//     results, so every rank assembles the same output in item order: the output is byte-identical
+//     for every number of ranks;
 //   - a failure on any rank ends the job on every rank at its next collective step (exchange(),
 //     check_all_ok() or finish()), with the lowest failing rank's one-line error and its exit
 //     status; every rank makes the same steps in the same order until then, and none after;
@@ -26,9 +27,20 @@
 
 namespace fp8sim::dist {
 
+// A counter shared by every rank of the job: fetch_add(n) adds n and returns the value before,
+// atomically across ranks. Work queues hand out item indices with it (analyze). Creating and
+// destroying one are collective steps: every rank at the same point of its command.
+class Counter {
+ public:
+  virtual ~Counter() = default;
+  virtual uint64_t fetch_add(uint64_t n) = 0;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
+  // A new job-wide counter starting at 0 (collective). Only the thread that calls MPI uses it.
+  virtual std::unique_ptr<Counter> make_counter() = 0;
   virtual int rank() const = 0;
   virtual int size() const = 0;
   // Every rank's bytes, in rank order, on every rank (collective).
@@ -46,6 +58,11 @@ int size();
 inline bool is_root() { return rank() == 0; }
 inline bool distributed() { return size() > 1; }
 std::string comm_name();
+
+// A new job-wide counter starting at 0 (collective: every rank calls it at the same point, and
+// destroys it at the same point). It begins with check_all_ok(): JobFailure on every rank when
+// some rank has failed.
+std::unique_ptr<Counter> make_counter();
 
 // The owner rank of each item: items in decreasing cost (ties: lower index first), each to the
 // rank with the least cost so far (ties: lower rank). Deterministic for given costs and ranks.

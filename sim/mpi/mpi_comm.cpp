@@ -5,13 +5,47 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "sim/common/dist.hpp"
 
 namespace {
+
+// The counter lives in a one-word RMA window on rank 0; every rank holds a shared lock on it for
+// its lifetime and adds with MPI_Fetch_and_op, an atomic read-modify-write at the target.
+class MpiCounter final : public fp8sim::dist::Counter {
+ public:
+  MpiCounter() {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Win_allocate(rank == 0 ? sizeof(uint64_t) : 0, sizeof(uint64_t), MPI_INFO_NULL, MPI_COMM_WORLD, &base_, &win_);
+    MPI_Win_lock_all(0, win_);
+    if (rank == 0) {
+      const uint64_t zero = 0;
+      MPI_Put(&zero, 1, MPI_UINT64_T, 0, 0, 1, MPI_UINT64_T, win_);
+      MPI_Win_flush(0, win_);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);  // nobody adds before the zero is in place
+  }
+  ~MpiCounter() override {
+    MPI_Win_unlock_all(win_);
+    MPI_Win_free(&win_);
+  }
+  uint64_t fetch_add(uint64_t n) override {
+    uint64_t old = 0;
+    MPI_Fetch_and_op(&n, &old, MPI_UINT64_T, 0, 0, MPI_SUM, win_);
+    MPI_Win_flush(0, win_);
+    return old;
+  }
+
+ private:
+  void* base_ = nullptr;
+  MPI_Win win_ = MPI_WIN_NULL;
+};
 
 class MpiComm final : public fp8sim::dist::Comm {
  public:
@@ -27,6 +61,7 @@ class MpiComm final : public fp8sim::dist::Comm {
     MPI_Finalized(&done);
     if (!done) MPI_Finalize();
   }
+  std::unique_ptr<fp8sim::dist::Counter> make_counter() override { return std::make_unique<MpiCounter>(); }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string name() const override {
