@@ -191,9 +191,9 @@ std::vector<Measurement> torch_measurements(const Json& doc) {
          {Sdpa{"sdpa_fwd_ms", true, ""}, Sdpa{"sdpa_bwd_ms", false, ""}, Sdpa{"sdpa_default_fwd_ms", true, ",default"},
           Sdpa{"sdpa_default_bwd_ms", false, ",default"}, Sdpa{"sdpa_masked_fwd_ms", true, ",masked"},
           Sdpa{"sdpa_masked_bwd_ms", false, ",masked"}}) {
-      const bool optional = *suffix != '\0', masked = std::string(suffix) == ",masked";
+      const bool default_backend = *suffix != '\0', masked = std::string(suffix) == ",masked";
       const Json* t = c.find(k);
-      if (optional && !t) continue;
+      if (default_backend && !t) continue;  // older times lack the default backend's
       FP8SIM_REQUIRE(t && t->is_object(), "{}: '{}' must be an object {{median, min, max, reps}}", where, k);
       Json mj = Json::object();
       mj["kind"] = "attention";
@@ -204,7 +204,7 @@ std::vector<Measurement> torch_measurements(const Json& doc) {
       mj["max_ms"] = t->contains("max") ? t->at("max").as_number() : t->at("median").as_number();
       mj["reps"] = t->contains("reps") ? t->at("reps").as_number() : 1.0;
       mj["flops"] = attention_flops(batch, heads, seq, head_dim, fwd);
-      const std::string backend = optional ? "default backend"
+      const std::string backend = default_backend ? "default backend"
                                   : c.contains("sdpa_backend") && c.at("sdpa_backend").is_string()
                                       ? c.at("sdpa_backend").as_string()
                                       : "default backend";
