@@ -240,62 +240,46 @@ def time_config(cfg, name, batch, seq, device, dtype, timer, args, backend, back
     k = torch.randn(batch, seq, nkv, d, device=device, dtype=dtype, requires_grad=True)
     v = torch.randn(batch, seq, nkv, d, device=device, dtype=dtype, requires_grad=True)
     do = torch.randn(batch, nh, seq, d, device=device, dtype=dtype)
-    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
-    # SDPA's own host work (cuDNN graph lookup, autograd) exceeds its kernels' time at these shapes;
-    # the step models price kernels and the host separately, so these are kernel times.
-    out["sdpa_fwd_ms"] = timer.measure(lambda: attention(qt, kt, vt), args.warmup, args.reps, kernels_only=True)
-    holder = {}
 
-    def sdpa_setup():
-        q.grad = k.grad = v.grad = None
-        holder["o"] = attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-        timer.sync()
+    def time_sdpa(fn, k_, v_):
+        """fn's forward and backward times on q, k_, v_. SDPA's own host work (cuDNN's graph lookup,
+        autograd) exceeds its kernels' time at these shapes; the step models price kernels and the
+        host separately, so these are kernel times."""
+        qt, kt, vt = (t.transpose(1, 2) for t in (q, k_, v_))
+        fwd = timer.measure(lambda: fn(qt, kt, vt), args.warmup, args.reps, kernels_only=True)
+        holder = {}
 
-    out["sdpa_bwd_ms"] = timer.measure(lambda: holder["o"].backward(do), args.warmup, args.reps, setup=sdpa_setup,
-                                       kernels_only=True)
+        def setup():
+            q.grad = k_.grad = v_.grad = None
+            holder["o"] = fn(q.transpose(1, 2), k_.transpose(1, 2), v_.transpose(1, 2))
+            timer.sync()
+
+        bwd = timer.measure(lambda: holder["o"].backward(do), args.warmup, args.reps, setup=setup, kernels_only=True)
+        holder.clear()
+        return fwd, bwd, (lambda: fn(qt, kt, vt).sum().backward())
+
+    out["sdpa_fwd_ms"], out["sdpa_bwd_ms"], _ = time_sdpa(attention, k, v)
     if backend is not None:
         # What a framework that leaves the choice to PyTorch runs (transformers' "sdpa", the
         # project's torch reference): SDPA's default backend order, which on Hopper may pick
         # cuDNN's fused attention over FlashAttention. `fp8sim speed --framework` prices with these.
-        default = make_attention(nh, nkv, None)
-        out["sdpa_default_fwd_ms"] = timer.measure(lambda: default(qt, kt, vt), args.warmup, args.reps,
-                                                   kernels_only=True)
-
-        def default_setup():
-            q.grad = k.grad = v.grad = None
-            holder["o"] = default(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
-            timer.sync()
-
-        out["sdpa_default_bwd_ms"] = timer.measure(lambda: holder["o"].backward(do), args.warmup, args.reps,
-                                                   setup=default_setup, kernels_only=True)
-        out["sdpa_default_kernels"] = attention_kernel_names(lambda: default(qt, kt, vt).sum().backward())
+        out["sdpa_default_fwd_ms"], out["sdpa_default_bwd_ms"], step = time_sdpa(make_attention(nh, nkv, None), k, v)
+        out["sdpa_default_kernels"] = attention_kernel_names(step)
 
         # What transformers 5.x runs under torch.compile: K/V at every head (repeated by the compiled
         # graph before the call) and an explicit boolean (B, 1, S, S) causal mask (is_causal is not
         # used while tracing), so the kernel cannot skip the blocks above the diagonal.
         # `fp8sim speed --framework hf --compile` prices attention with these.
         mask = torch.ones(seq, seq, dtype=torch.bool, device=device).tril().expand(batch, 1, seq, seq)
-        rep = nh // nkv
-        kf, vf = (t.detach().repeat_interleave(rep, dim=2).requires_grad_() for t in (k, v))
-        kft, vft = kf.transpose(1, 2), vf.transpose(1, 2)
+        kf, vf = (t.detach().repeat_interleave(nh // nkv, dim=2).requires_grad_() for t in (k, v))
 
         def masked(q_, k_, v_):
             return F.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask)
 
-        out["sdpa_masked_fwd_ms"] = timer.measure(lambda: masked(qt, kft, vft), args.warmup, args.reps,
-                                                  kernels_only=True)
-
-        def masked_setup():
-            q.grad = kf.grad = vf.grad = None
-            holder["o"] = masked(q.transpose(1, 2), kf.transpose(1, 2), vf.transpose(1, 2))
-            timer.sync()
-
-        out["sdpa_masked_bwd_ms"] = timer.measure(lambda: holder["o"].backward(do), args.warmup, args.reps,
-                                                  setup=masked_setup, kernels_only=True)
-        out["sdpa_masked_kernels"] = attention_kernel_names(lambda: masked(qt, kft, vft).sum().backward())
-        del mask, kf, vf, kft, vft
-    holder.clear()
-    del q, k, v, do, qt, kt, vt
+        out["sdpa_masked_fwd_ms"], out["sdpa_masked_bwd_ms"], step = time_sdpa(masked, kf, vf)
+        out["sdpa_masked_kernels"] = attention_kernel_names(step)
+        del mask, kf, vf, step
+    del q, k, v, do
 
     # The layer's 21 GEMMs as PyTorch runs them for nn.Linear: fprop x W^T, dgrad dY W, wgrad dY^T X.
     T = batch * seq
