@@ -882,6 +882,24 @@ TEST(SpeedReport, TorchTimesBecomeAttentionMeasurements) {
   EXPECT_THROW(torch_measurements(bad), Error);
 }
 
+// SDPA's default backend and SDPA with an explicit mask (transformers under torch.compile) become
+// the ",default" and ",masked" variants beside the pinned backend's, where the script timed them.
+TEST(SpeedReport, TorchTimesKeepTheDefaultAndMaskedSdpa) {
+  const Json t = Json::parse(R"({"schema": "fp8sim-torch-times/1", "torch_version": "2.11",
+    "configs": [{"model": "tinyllama-1.1b", "batch": 4, "seq": 2048, "heads": 32, "kv_heads": 4, "head_dim": 64,
+                 "sdpa_fwd_ms": {"median": 0.35}, "sdpa_bwd_ms": {"median": 1.0},
+                 "sdpa_default_fwd_ms": {"median": 0.19}, "sdpa_default_bwd_ms": {"median": 0.73},
+                 "sdpa_masked_fwd_ms": {"median": 0.71}, "sdpa_masked_bwd_ms": {"median": 1.65}}]})");
+  const auto ms = torch_measurements(t);
+  ASSERT_EQ(ms.size(), 6u);
+  EXPECT_EQ(ms[2].key, "attention:bf16,causal,fwd,default:4x32x4x2048x64");
+  EXPECT_EQ(ms[4].key, "attention:bf16,causal,fwd,masked:4x32x4x2048x64");
+  EXPECT_EQ(ms[5].key, "attention:bf16,causal,bwd,masked:4x32x4x2048x64");
+  EXPECT_DOUBLE_EQ(ms[5].median_ms, 1.65);
+  EXPECT_NE(ms[4].impl.find("attn_mask"), std::string::npos) << ms[4].impl;
+  EXPECT_EQ(ms[4].flops, ms[2].flops);  // the same useful work: the mask costs time, not FLOPs
+}
+
 TEST(SpeedReport, RejectsNonsenseOptions) {
   SpeedOptions o;
   o.recipes = registry_plans();
