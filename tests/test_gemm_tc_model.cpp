@@ -128,42 +128,47 @@ TEST(TensorCoreModelRules, Bf16KeepsTwentyFiveBitsAndFullPrecisionResult) {
 namespace fp8sim::gemm {
 namespace {
 
-// tc_gemm's vectorized FP8 step against the general step of tc_model.hpp, output by output, on
-// every case family (NaN / Inf codes and C near the top of fp32 included), for each schedule.
+// tc_gemm's vectorized steps against the general step of tc_model.hpp, output by output, on every
+// case family (NaN / Inf codes and C near the top of fp32 included), for each schedule, with the
+// BF16 step's AVX2 code on (where the CPU has AVX2) and off.
 TEST(TensorCoreGemm, FastStepEqualsTheGeneralStep) {
-  for (const TcFamily fam : kTcFamilies)
-    for (const auto& [xf, wf] : {std::pair{Format::E4M3, Format::E4M3}, std::pair{Format::E5M2, Format::E4M3},
-                                 std::pair{Format::BF16, Format::BF16}}) {
-      const TcCases t = make_tc_cases(fam, xf, wf, 8, 1, 3);  // A: 64 x 256 (BF16 128), Bt: 8 x 256
-      const int64_t M = 64, N = 8, K = t.k();
-      const bool bf16 = xf == Format::BF16;
-      const int tx = xf == Format::E4M3 ? 0 : (bf16 ? 2 : 1);
-      for (const bool fast : {false, true}) {
-        if (bf16 && !fast) continue;  // BF16 has no promotion
-        TcGemmConfig cfg;
-        cfg.x_format = xf;
-        cfg.w_format = wf;
-        cfg.scaling = bf16 ? 0 : 1;
-        cfg.fast_accum = fast;
-        const float one = 1.0f;
-        std::vector<float> y(static_cast<size_t>(M * N));
-        tc_gemm(t.a.data(), t.bt.data(), &one, &one, y.data(), M, N, K, cfg);
-        const TcArith ar = tc_arith_sm90(tx);
-        const auto* a16 = reinterpret_cast<const uint16_t*>(t.a.data());
-        const auto* b16 = reinterpret_cast<const uint16_t*>(t.bt.data());
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < N; ++j) {
-            const int64_t interval = fast ? K : 128;
-            float acc = 0.0f;
-            for (int64_t b0 = 0; b0 < K; b0 += interval) {
-              const float blk = bf16 ? tc_dot_chain(ar, a16 + i * K + b0, 2, b16 + j * K + b0, 2, interval, 0.0f)
-                                     : tc_dot_chain(ar, &t.a[i * K + b0], tx, &t.bt[j * K + b0], 0, interval, 0.0f);
-              acc = b0 == 0 ? blk : acc + blk;
+  for (const bool simd : {true, false})
+    for (const TcFamily fam : kTcFamilies)
+      for (const auto& [xf, wf] : {std::pair{Format::E4M3, Format::E4M3}, std::pair{Format::E5M2, Format::E4M3},
+                                   std::pair{Format::BF16, Format::BF16}}) {
+        const TcCases t = make_tc_cases(fam, xf, wf, 8, 1, 3);  // A: 64 x 256 (BF16 128), Bt: 8 x 256
+        const int64_t M = 64, N = 8, K = t.k();
+        const bool bf16 = xf == Format::BF16;
+        const int tx = xf == Format::E4M3 ? 0 : (bf16 ? 2 : 1);
+        for (const bool fast : {false, true}) {
+          if (bf16 && !fast) continue;  // BF16 has no promotion
+          TcGemmConfig cfg;
+          cfg.x_format = xf;
+          cfg.w_format = wf;
+          cfg.scaling = bf16 ? 0 : 1;
+          cfg.fast_accum = fast;
+          const float one = 1.0f;
+          std::vector<float> y(static_cast<size_t>(M * N));
+          set_tc_gemm_simd(simd);
+          tc_gemm(t.a.data(), t.bt.data(), &one, &one, y.data(), M, N, K, cfg);
+          set_tc_gemm_simd(true);
+          const TcArith ar = tc_arith_sm90(tx);
+          const auto* a16 = reinterpret_cast<const uint16_t*>(t.a.data());
+          const auto* b16 = reinterpret_cast<const uint16_t*>(t.bt.data());
+          for (int64_t i = 0; i < M; ++i)
+            for (int64_t j = 0; j < N; ++j) {
+              const int64_t interval = fast ? K : 128;
+              float acc = 0.0f;
+              for (int64_t b0 = 0; b0 < K; b0 += interval) {
+                const float blk = bf16 ? tc_dot_chain(ar, a16 + i * K + b0, 2, b16 + j * K + b0, 2, interval, 0.0f)
+                                       : tc_dot_chain(ar, &t.a[i * K + b0], tx, &t.bt[j * K + b0], 0, interval, 0.0f);
+                acc = b0 == 0 ? blk : acc + blk;
+              }
+              ASSERT_EQ(bits(y[i * N + j]), bits(acc))
+                  << tc_family_name(fam) << " " << i << "," << j << " simd " << simd;
             }
-            ASSERT_EQ(bits(y[i * N + j]), bits(acc)) << tc_family_name(fam) << " " << i << "," << j;
-          }
+        }
       }
-    }
 }
 
 }  // namespace

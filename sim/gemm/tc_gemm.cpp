@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "sim/common/check.hpp"
@@ -49,6 +53,23 @@ Split<T> split_codes(const Code* codes, int64_t n, int type) {
   return s;
 }
 
+// The end of a fused step: C aligned to the step's unit beside the products' integer sum, and the
+// step's rounding.
+[[gnu::always_inline]] inline float step_tail(const TcArith& t, int64_t sum, int32_t e_max, float c) {
+  const uint32_t cu = f32_bits(c);
+  const uint32_t ce = (cu >> 23) & 0xFFu, cm = cu & 0x7FFFFFu;
+  const int64_t c_sig = ce == 0 ? cm : (cm | 0x800000u);
+  const int c_exp = ce == 0 ? -126 : static_cast<int>(ce) - 127;
+  const int unit = e_max - t.frac_bits;
+  int64_t total = sum;
+  if (c_sig != 0) {
+    const int sh = c_exp - 23 - unit;
+    const int64_t v = sh >= 0 ? (c_sig << sh) : (-sh >= 63 ? 0 : (c_sig >> -sh));
+    total += (cu >> 31) ? -v : v;
+  }
+  return tc_round_step(t, total, unit);
+}
+
 // The fused step of tc_fdpa_terms for N (0: n) <= 32 finite products and a finite c, written for
 // the vectorizer. FP8 (T = int8_t, F = 13): terms stay below 2^16 and their sum below 2^22;
 // BF16 (T = int16_t, F = 25, 16 products a step): products below 2^16 move left by at most
@@ -83,14 +104,52 @@ template <int N, class T, class Acc>
     const Acc v = (mag << left) >> right;
     sum += p[i] < 0 ? -v : v;
   }
-  const int unit = e_max - t.frac_bits;
-  int64_t total = sum;
-  if (c_sig != 0) {
-    const int sh = c_exp - 23 - unit;
-    const int64_t v = sh >= 0 ? (c_sig << sh) : (-sh >= 63 ? 0 : (c_sig >> -sh));
-    total += (cu >> 31) ? -v : v;
-  }
-  return tc_round_step(t, total, unit);
+  return step_tail(t, sum, e_max, c);
+}
+
+// step_split<16, int16_t, int32_t> (a BF16 step) in AVX2, which GCC does not vectorize from the
+// loops above: the same int32 operations lane by lane (products, exponents with -200 for a zero
+// product, the step's maximum, each term's shifts and sign) and their int32 sum, whose order does
+// not matter (the bound above keeps it exact). So the same bits; TensorCoreGemm tests compare it
+// with tc_model.hpp's general step on every case family.
+__attribute__((target("avx2"))) [[gnu::always_inline]] inline __m256i load8_epi32(const int16_t* q) {
+  return _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+}
+// Eight terms: each product's magnitude moved by its shift (left for sh > 0, right by at most 31),
+// with the product's sign (a zero product's term is 0).
+__attribute__((target("avx2"))) [[gnu::always_inline]] inline __m256i terms8(__m256i p, __m256i e, __m256i base) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i sh = _mm256_sub_epi32(e, base);
+  const __m256i left = _mm256_max_epi32(sh, zero);
+  const __m256i right = _mm256_min_epi32(_mm256_max_epi32(_mm256_sub_epi32(zero, sh), zero), _mm256_set1_epi32(31));
+  const __m256i v = _mm256_srlv_epi32(_mm256_sllv_epi32(_mm256_abs_epi32(p), left), right);
+  return _mm256_sign_epi32(v, p);
+}
+// Not inlined: its callers are compiled without AVX2 (only bf16_row_avx2 reaches this call).
+__attribute__((target("avx2"), noinline)) float step_bf16_avx2(const TcArith& t, const int16_t* sa, const int16_t* ea,
+                                                               const int16_t* sb, const int16_t* eb, int mant_bits,
+                                                               float c) {
+  const __m256i zero = _mm256_setzero_si256(), no_term = _mm256_set1_epi32(-200);
+  const __m256i p0 = _mm256_mullo_epi32(load8_epi32(sa), load8_epi32(sb));
+  const __m256i p1 = _mm256_mullo_epi32(load8_epi32(sa + 8), load8_epi32(sb + 8));
+  const __m256i e0 =
+      _mm256_blendv_epi8(_mm256_add_epi32(load8_epi32(ea), load8_epi32(eb)), no_term, _mm256_cmpeq_epi32(p0, zero));
+  const __m256i e1 = _mm256_blendv_epi8(_mm256_add_epi32(load8_epi32(ea + 8), load8_epi32(eb + 8)), no_term,
+                                        _mm256_cmpeq_epi32(p1, zero));
+  const __m256i m8 = _mm256_max_epi32(e0, e1);
+  __m128i m = _mm_max_epi32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
+  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1));
+  const uint32_t cu = f32_bits(c);
+  const bool c_zero = (cu & 0x7FFFFFFFu) == 0;
+  const int c_exp = ((cu >> 23) & 0xFFu) == 0 ? -126 : static_cast<int>((cu >> 23) & 0xFFu) - 127;
+  const int32_t e_max = std::max(_mm_cvtsi128_si32(m), c_zero ? -133 : c_exp);
+  const __m256i base = _mm256_set1_epi32(mant_bits + e_max - t.frac_bits);
+  const __m256i s8 = _mm256_add_epi32(terms8(p0, e0, base), terms8(p1, e1, base));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return step_tail(t, _mm_cvtsi128_si32(s), e_max, c);
 }
 
 template <class T>
@@ -113,7 +172,7 @@ struct RowArgs {
 // tc_model.hpp where a NaN / Inf code or a non-finite C is involved, else step_split. Inlined
 // into the target clones of fp8_row / bf16_row, so that its loops are vectorized for the clone's
 // instruction set.
-template <class T, class Acc>
+template <class T, class Acc, bool kAvx2 = false>
 [[gnu::always_inline]] inline float one_step(const RowArgs<T>& a, int64_t i, int64_t j, int64_t k0, int n, float blk) {
   const int64_t step = a.tx == 2 ? 16 : 32;
   const int64_t K = a.K;
@@ -130,13 +189,16 @@ template <class T, class Acc>
   const T* ea = &a.sx->exp[i * K + k0];
   const T* sb = &a.sw->sig[j * K + k0];
   const T* eb = &a.sw->exp[j * K + k0];
+  if constexpr (kAvx2) {
+    if (n == 16) return step_bf16_avx2(a.ar, sa, ea, sb, eb, a.mant_bits, blk);
+  }
   if (n == 32) return step_split<32, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
   if (n == 16) return step_split<16, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
   return step_split<0, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
 }
 
 // Row i of Y: every column j, every block and step.
-template <class T, class Acc>
+template <class T, class Acc, bool kAvx2 = false>
 [[gnu::always_inline]] inline void gemm_row(const RowArgs<T>& a, int64_t i, float* y) {
   const int64_t step = a.tx == 2 ? 16 : 32;
   for (int64_t j = 0; j < a.N; ++j) {
@@ -145,7 +207,7 @@ template <class T, class Acc>
       const int64_t b1 = std::min(a.K, b0 + a.interval);
       float blk = 0.0f;
       for (int64_t k0 = b0; k0 < b1; k0 += step)
-        blk = one_step<T, Acc>(a, i, j, k0, static_cast<int>(std::min<int64_t>(step, b1 - k0)), blk);
+        blk = one_step<T, Acc, kAvx2>(a, i, j, k0, static_cast<int>(std::min<int64_t>(step, b1 - k0)), blk);
       acc = tc_promote(a.scaling, acc, blk, a.xs, a.ws, i, j, b0, a.kb);
     }
     y[j] = tc_epilogue(a.scaling, acc, a.xs, a.ws, i, j, a.y_bf16);
@@ -157,6 +219,18 @@ __attribute__((target_clones("avx2", "default"))) void fp8_row(const RowArgs<int
 }
 __attribute__((target_clones("avx2", "default"))) void bf16_row(const RowArgs<int16_t>& a, int64_t i, float* y) {
   gemm_row<int16_t, int32_t>(a, i, y);
+}
+// The BF16 row with step_bf16_avx2; called only when tc_gemm_simd().
+__attribute__((target("avx2"))) void bf16_row_avx2(const RowArgs<int16_t>& a, int64_t i, float* y) {
+  gemm_row<int16_t, int32_t, true>(a, i, y);
+}
+
+std::atomic<bool>& simd_flag() {
+  static std::atomic<bool> on{[] {
+    const char* e = std::getenv("FP8SIM_NO_SIMD");
+    return !(e != nullptr && e[0] != '\0' && e[0] != '0');
+  }()};
+  return on;
 }
 
 }  // namespace
@@ -175,6 +249,12 @@ int64_t tc_scale_count(int scaling, bool is_w, int64_t rows, int64_t k) {
     default:
       return 0;
   }
+}
+
+void set_tc_gemm_simd(bool enabled) { simd_flag().store(enabled); }
+bool tc_gemm_simd() {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  return simd_flag().load() && avx2;
 }
 
 void tc_gemm_check(const TcGemmConfig& cfg) {
@@ -215,8 +295,12 @@ void tc_gemm(const uint8_t* x, const uint8_t* w, const float* xs, const float* w
     const std::vector<uint8_t> fx = chunk_flags(sx.special, M), fw = chunk_flags(sw.special, N);
     const RowArgs<int16_t> args{x,      w,  xs,       ws, &sx, &sw,       fx.data(),   fw.data(), N, K,
                                 chunks, kb, interval, tx, tw,  mant_bits, cfg.scaling, y_bf16,    ar};
+    const bool simd = tc_gemm_simd();
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i = 0; i < M; ++i) bf16_row(args, i, y + i * N);
+    for (int64_t i = 0; i < M; ++i) {
+      if (simd) bf16_row_avx2(args, i, y + i * N);
+      else bf16_row(args, i, y + i * N);
+    }
     return;
   }
   const auto sx = split_codes<int8_t>(x, M * K, tx), sw = split_codes<int8_t>(w, N * K, tw);
