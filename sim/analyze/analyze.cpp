@@ -964,8 +964,7 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
         time.slabbed += slab > 0 ? 1 : 0;
         put(w, analyze_tensor(r, t, d, slab, rec, opts));
         if (slab > 0) read_ahead(following);
-      } else {
-        read_ahead(following);
+      } else {  // the GEMM items come after every tensor item: no read ahead is pending while it reads
         put(w, gemms_of_input(r, all[inputs[*cur - T]], weight_of, rec, opts));
       }
       cur = following;
