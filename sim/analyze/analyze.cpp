@@ -926,12 +926,17 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
       progress.update(static_cast<double>(std::min<uint64_t>(q + 1, queue.size())));
       return q < queue.size() ? std::optional<size_t>(queue[q]) : std::nullopt;
     };
-    // Rows per slab of tensor item i (0: read whole).
+    // Rows per slab of tensor item i (0: read whole), decided once per item: the read ahead and the
+    // work both ask.
+    std::vector<int64_t> slabs(T, -1);
     auto slab_of = [&](size_t i) -> int64_t {
       if (opts.tensor_metrics) return 0;
-      const TensorInfo& t = all[si.tensors[i]];
-      const recipe::QuantRule* rule = rec.match(t.role, t.op, modules_of(t));
-      return slab_rows(t, rule ? rule->spec : std::nullopt, opts.memory_budget);
+      if (slabs[i] < 0) {
+        const TensorInfo& t = all[si.tensors[i]];
+        const recipe::QuantRule* rule = rec.match(t.role, t.op, modules_of(t));
+        slabs[i] = slab_rows(t, rule ? rule->spec : std::nullopt, opts.memory_budget);
+      }
+      return slabs[i];
     };
     // Reads run one tensor ahead of the work, on another thread; only that thread calls the reader
     // meanwhile (the work takes the values it is given), so reads never overlap each other. A

@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "sim/formats/fp8.hpp"
 
@@ -20,6 +21,13 @@ namespace fp8sim::avx2 {
 inline bool available() {
   static const bool ok = __builtin_cpu_supports("avx2");
   return ok;
+}
+
+// The start-up value of every SIMD switch (casts, quantizer, tensor-core model): off when
+// FP8SIM_NO_SIMD is set and not "0".
+inline bool env_allows_simd() {
+  const char* e = std::getenv("FP8SIM_NO_SIMD");
+  return !(e != nullptr && e[0] != '\0' && e[0] != '0');
 }
 
 }  // namespace fp8sim::avx2

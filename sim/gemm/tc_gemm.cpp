@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <vector>
 
 #include "sim/common/check.hpp"
+#include "sim/formats/avx2_fp8.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/gemm/tc_model.hpp"
 
@@ -53,19 +53,30 @@ Split<T> split_codes(const Code* codes, int64_t n, int type) {
   return s;
 }
 
-// The end of a fused step: C aligned to the step's unit beside the products' integer sum, and the
-// step's rounding.
-[[gnu::always_inline]] inline float step_tail(const TcArith& t, int64_t sum, int32_t e_max, float c) {
+// A step's C split once: signed-magnitude significand and exponent (subnormals at -126), and the
+// largest exponent C contributes to the step's maximum (-133: none, for a zero C).
+struct CTerm {
+  int64_t sig;
+  int exp, e_floor;
+  bool neg;
+};
+[[gnu::always_inline]] inline CTerm c_term(float c) {
   const uint32_t cu = f32_bits(c);
   const uint32_t ce = (cu >> 23) & 0xFFu, cm = cu & 0x7FFFFFu;
-  const int64_t c_sig = ce == 0 ? cm : (cm | 0x800000u);
-  const int c_exp = ce == 0 ? -126 : static_cast<int>(ce) - 127;
+  const int64_t sig = ce == 0 ? cm : (cm | 0x800000u);
+  const int exp = ce == 0 ? -126 : static_cast<int>(ce) - 127;
+  return {sig, exp, sig != 0 ? exp : -133, (cu >> 31) != 0};
+}
+
+// The end of a fused step: C aligned to the step's unit beside the products' integer sum, and the
+// step's rounding.
+[[gnu::always_inline]] inline float step_tail(const TcArith& t, int64_t sum, int32_t e_max, const CTerm& c) {
   const int unit = e_max - t.frac_bits;
   int64_t total = sum;
-  if (c_sig != 0) {
-    const int sh = c_exp - 23 - unit;
-    const int64_t v = sh >= 0 ? (c_sig << sh) : (-sh >= 63 ? 0 : (c_sig >> -sh));
-    total += (cu >> 31) ? -v : v;
+  if (c.sig != 0) {
+    const int sh = c.exp - 23 - unit;
+    const int64_t v = sh >= 0 ? (c.sig << sh) : (-sh >= 63 ? 0 : (c.sig >> -sh));
+    total += c.neg ? -v : v;
   }
   return tc_round_step(t, total, unit);
 }
@@ -79,13 +90,10 @@ template <int N, class T, class Acc>
 [[gnu::always_inline]] inline float step_split(const TcArith& t, const T* sa, const T* ea, const T* sb, const T* eb,
                                                int n, int mant_bits, float c) {
   const int len = N > 0 ? N : n;
-  const uint32_t cu = f32_bits(c);
-  const uint32_t ce = (cu >> 23) & 0xFFu, cm = cu & 0x7FFFFFu;
-  const int64_t c_sig = ce == 0 ? cm : (cm | 0x800000u);
-  const int c_exp = ce == 0 ? -126 : static_cast<int>(ce) - 127;
+  const CTerm ct = c_term(c);
   Acc p[32];
   int32_t e[32];
-  int32_t e_max = c_sig != 0 ? c_exp : -133;
+  int32_t e_max = ct.e_floor;
   for (int i = 0; i < len; ++i) {
     const Acc pi = static_cast<Acc>(sa[i]) * static_cast<Acc>(sb[i]);
     const int32_t zero = -static_cast<int32_t>(pi == 0);  // all ones for a zero product (not in the maximum)
@@ -104,7 +112,7 @@ template <int N, class T, class Acc>
     const Acc v = (mag << left) >> right;
     sum += p[i] < 0 ? -v : v;
   }
-  return step_tail(t, sum, e_max, c);
+  return step_tail(t, sum, e_max, ct);
 }
 
 // step_split<16, int16_t, int32_t> (a BF16 step) in AVX2, which GCC does not vectorize from the
@@ -140,16 +148,14 @@ __attribute__((target("avx2"), noinline)) float step_bf16_avx2(const TcArith& t,
   __m128i m = _mm_max_epi32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
   m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
   m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1));
-  const uint32_t cu = f32_bits(c);
-  const bool c_zero = (cu & 0x7FFFFFFFu) == 0;
-  const int c_exp = ((cu >> 23) & 0xFFu) == 0 ? -126 : static_cast<int>((cu >> 23) & 0xFFu) - 127;
-  const int32_t e_max = std::max(_mm_cvtsi128_si32(m), c_zero ? -133 : c_exp);
+  const CTerm ct = c_term(c);
+  const int32_t e_max = std::max(_mm_cvtsi128_si32(m), ct.e_floor);
   const __m256i base = _mm256_set1_epi32(mant_bits + e_max - t.frac_bits);
   const __m256i s8 = _mm256_add_epi32(terms8(p0, e0, base), terms8(p1, e1, base));
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return step_tail(t, _mm_cvtsi128_si32(s), e_max, c);
+  return step_tail(t, _mm_cvtsi128_si32(s), e_max, ct);
 }
 
 template <class T>
@@ -226,10 +232,7 @@ __attribute__((target("avx2"))) void bf16_row_avx2(const RowArgs<int16_t>& a, in
 }
 
 std::atomic<bool>& simd_flag() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("FP8SIM_NO_SIMD");
-    return !(e != nullptr && e[0] != '\0' && e[0] != '0');
-  }()};
+  static std::atomic<bool> on{avx2::env_allows_simd()};
   return on;
 }
 
@@ -252,10 +255,7 @@ int64_t tc_scale_count(int scaling, bool is_w, int64_t rows, int64_t k) {
 }
 
 void set_tc_gemm_simd(bool enabled) { simd_flag().store(enabled); }
-bool tc_gemm_simd() {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return simd_flag().load() && avx2;
-}
+bool tc_gemm_simd() { return simd_flag().load() && avx2::available(); }
 
 void tc_gemm_check(const TcGemmConfig& cfg) {
   const bool bf16 = cfg.x_format == Format::BF16;

@@ -25,10 +25,7 @@ namespace fp8sim {
 
 namespace {
 std::atomic<bool>& simd_flag() {
-  static std::atomic<bool> on{[] {
-    const char* e = std::getenv("FP8SIM_NO_SIMD");
-    return !(e != nullptr && e[0] != '\0' && e[0] != '0');
-  }()};
+  static std::atomic<bool> on{avx2::env_allows_simd()};
   return on;
 }
 }  // namespace

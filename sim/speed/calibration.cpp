@@ -219,6 +219,12 @@ double Calibration::launch_floor_ms() const {
   return std::min(floor, 0.010);
 }
 
+bool Calibration::has_variant(Kind kind, const std::string& variant) const {
+  for (const auto& [k, m] : by_key_)
+    if (m.kind == kind && m.variant == variant) return true;
+  return false;
+}
+
 Prediction Calibration::predict(const KernelOp& op) const {
   const std::string key = op.key();
   if (const Measurement* m = find(key)) return {m->median_ms, true, "measured", m};

@@ -99,6 +99,9 @@ class Calibration {
   bool empty() const { return by_key_.empty(); }
 
   Prediction predict(const KernelOp& op) const;
+  // Whether anything of this kind and variant was measured (predict() of such a kernel throws
+  // otherwise: it never fits across attention or optimizer variants).
+  bool has_variant(Kind kind, const std::string& variant) const;
   // The families of `ops`' predictions (each kernel once) whose measurements carry another version
   // than this build's, in kernel_families() order. PyTorch's kernels are never stale.
   std::vector<StaleFamily> stale_families(const std::vector<KernelOp>& ops) const;

@@ -299,21 +299,16 @@ FrameworkStep framework_step(const ModelShape& m, int64_t batch, int64_t seq, co
       // Under torch.compile transformers passes an explicit causal mask (framework.hpp): the
       // calibration's masked SDPA times where it has them, else twice the causal kernel's (the
       // mask makes it compute every block).
-      auto calibrated = [&](const std::string& variant) {
-        for (const auto& [key, meas] : cal.measurements())
-          if (meas.kind == Kind::Attention && meas.variant == variant) return true;
-        return false;
-      };
       double factor = 1;
       KernelOp priced = op;
-      if (compiled && ops.masked_when_compiled && calibrated(op.variant + ",masked")) {
+      if (compiled && ops.masked_when_compiled && cal.has_variant(Kind::Attention, op.variant + ",masked")) {
         priced.variant += ",masked";
       } else {
         if (compiled && ops.masked_when_compiled) {
           factor = 2;
           masked_attention = false;
         }
-        if (calibrated(op.variant + ",default")) {
+        if (cal.has_variant(Kind::Attention, op.variant + ",default")) {
           priced.variant += ",default";
         } else {  // a calibration without the default backend's times
           default_attention = false;
