@@ -229,15 +229,10 @@ def install_launch_hooks(first_config=True):
 
     jit.JITFunction.run = counted_run
     jit.JITFunction._fp8sim_hooked = True
-    if not first_config:
-        return
-    init = autotuner.Autotuner.__init__
-
-    def first_config(self, fn, arg_names, configs, *a, **k):
-        init(self, fn, arg_names, configs[:1], *a, **k)
-
-    autotuner.Autotuner.__init__ = first_config
-    del triton
+    if first_config:
+        import measure_step as ms
+        ms.triton_first_config()
+    del triton, autotuner
 
 
 def hook_extension(module):
@@ -272,9 +267,9 @@ def host_times(st, inp, tgt, reps=HOST_REPS):
         st.sync()
         t0 = time.perf_counter()
         st.s.opt.zero_grad(set_to_none=st.s.set_to_none)
-        loss = st.forward_loss(inp, tgt)
+        loss, held = st.forward_loss(inp, tgt)
         loss.backward()
-        del loss
+        del loss, held
         st.sync()
         t1 = time.perf_counter()
         st.s.opt.step()
@@ -292,7 +287,8 @@ def stepper(framework, dims, device, coat=None):
            "num_attention_heads": dims["NH"], "num_key_value_heads": dims["KV"] // dims["d"],
            "vocab_size": dims["V"], "norm": "rmsnorm", "activation": "swiglu", "tie_word_embeddings": False,
            "norm_eps": 1e-5, "rope_theta": 10000.0, "max_position_embeddings": dims["S"], "attention_bias": False}
-    args = types.SimpleNamespace(framework=framework, checkpointing=False, compile=False, coat=coat)
+    args = types.SimpleNamespace(framework=framework, checkpointing=False, compile=False, coat=coat,
+                                 coat_first_config=False)  # install_launch_hooks decides
     s = ms.build(args, cfg, device)
     st = ms.Stepper(s, cfg, device)
     return s, st, st.batch(dims["B"], dims["S"])
@@ -486,10 +482,10 @@ def host_probe(coat, device, layers=(1, 2), shapes=PROBE_SHAPES, profile_top=25)
                 st.sync()
                 prof.enable()
                 st.s.opt.zero_grad(set_to_none=st.s.set_to_none)
-                loss = st.forward_loss(inp, tgt)
+                loss, held = st.forward_loss(inp, tgt)
                 loss.backward()
                 prof.disable()
-                del loss
+                del loss, held
                 st.sync()
                 stats = pstats.Stats(prof)
                 top = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:profile_top]
@@ -514,10 +510,10 @@ def gpu_forward_backward_ms(st, inp, tgt, reps=5):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
         st.s.opt.zero_grad(set_to_none=st.s.set_to_none)
-        loss = st.forward_loss(inp, tgt)
+        loss, held = st.forward_loss(inp, tgt)
         loss.backward()
         b.record()
-        del loss
+        del loss, held
         b.synchronize()
         times.append(a.elapsed_time(b))
     return round(statistics.median(times), 4)

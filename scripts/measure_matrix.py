@@ -84,8 +84,16 @@ def entries(plan, coat):
     elif plan == "maxbatch":
         for c in ["l2-7b-L4", "1b-gqa", "0.3b-v152k"]:
             add(c, "hf", max_batch=80, batches=[1])
-            if coat:
-                add(c, "coat", max_batch=80, batches=[1])
+            add(c, "hf", ckpt=True, max_batch=80, batches=[1])
+            if coat:  # memory does not depend on the autotuner's choice; each new shape would autotune
+                add(c, "coat", max_batch=80, batches=[1], extra=["--coat-first-config"])
+    elif plan == "snapshot":
+        # the blocks alive at the peak, where the profiles miss it: compiled + checkpointed
+        # backward, the torch loop on a 128k vocabulary, the compiled backward's end
+        add("1b-gqa", "hf", True, True, extra=["--snapshot"], tag="__snapshot")
+        add("l2-7b-L4", "hf", True, True, batches=[1], extra=["--snapshot"], tag="__snapshot")
+        add("l3-8b-L4", "torch", extra=["--snapshot"], tag="__snapshot")
+        add("l3-8b-L4", "hf", True, batches=[1], extra=["--snapshot"], tag="__snapshot")
     elif plan == "coat":
         # one micro-batch per entry (each new shape autotunes again); the smallest first
         for ckpt in (False, True):
@@ -142,8 +150,8 @@ def entries(plan, coat):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", required=True, choices=["memory", "maxbatch", "coat", "speed", "speed-core", "speed-frameworks",
-                                                   "speed-coat", "speed-torchao"])
+    ap.add_argument("--plan", required=True, choices=["memory", "maxbatch", "snapshot", "coat", "speed", "speed-core",
+                                                   "speed-frameworks", "speed-coat", "speed-torchao"])
     ap.add_argument("--out", help="output directory")
     ap.add_argument("--jobs", type=int, default=4, help="memory-only entries at once (default 4)")
     ap.add_argument("--deadline", type=float, default=540, help="seconds after which no entry starts")

@@ -21,7 +21,8 @@ Every run: --warmup steps (allocate gradients and optimizer states; compile), th
 memory instrumentation, then --steps timed steps (CUDA events; host_issue_ms is the median time the
 host takes to issue a step, close to the step time when the host is the bottleneck), then optionally one step under the
 PyTorch profiler (--profile): kernel count, GPU busy time, time per kernel class, the 60 kernels
-that take the most time by name. --max-batch CAP_GIB
+that take the most time by name. --snapshot records the allocator's history during the measured
+step and keeps the blocks alive at its peak, grouped by the source line that allocated them. --max-batch CAP_GIB
 then searches the largest micro-batch whose step runs with torch.cuda.set_per_process_memory_fraction
 capped at CAP_GIB (allocator OOM = does not fit), doubling and then bisecting.
 
@@ -110,6 +111,7 @@ class Setup:
         self.autocast = True
         self.set_to_none = True
         self.hf_loss = True  # model(input_ids, labels=...) returns the loss
+        self.holds_logits = False  # the loop keeps the logits alive until backward has run
         self.recipe = "bf16"
         self.training = ""
         self.versions = {}
@@ -126,8 +128,9 @@ def build(args, cfg, dev):
             die("framework torch has no checkpointing switch; use hf", 2)
         s.opt = torch.optim.AdamW(s.model.parameters(), lr=1e-4, weight_decay=0.1, foreach=True, fused=False)
         s.set_to_none, s.hf_loss = False, False
-        s.training = ("fp32 params + bf16 autocast; SDPA causal; F.cross_entropy(logits.float()); "
-                      "AdamW(foreach=True); zero_grad(set_to_none=False)")
+        s.training = ("fp32 params + bf16 autocast; SDPA causal; F.cross_entropy(logits.float()), the loop holding "
+                      "logits through backward; AdamW(foreach=True); zero_grad(set_to_none=False)")
+        s.holds_logits = True
     elif fw in ("hf", "hf-eager", "torchao-float8"):
         import transformers
         s.versions["transformers"] = transformers.__version__
@@ -151,6 +154,9 @@ def build(args, cfg, dev):
                       + ("; torchao convert_to_float8_training (tensorwise), lm_head excluded" if s.recipe == "te" else ""))
     elif fw == "coat":
         import measure_coat
+        if args.coat_first_config:
+            triton_first_config()
+            s.versions["coat_autotune"] = "first configuration"
         measure_coat.setup(args.coat, "/tmp/fp8sim_coat")
         import transformers
         s.versions["transformers"] = transformers.__version__
@@ -180,6 +186,22 @@ def build(args, cfg, dev):
         s.model = torch.compile(s.model)
         s.training += "; torch.compile(model)"
     return s
+
+
+def triton_first_config():
+    """Every Triton kernel declared after this call with @triton.autotune runs its first
+    configuration: the same launches and allocations without benchmarking each new shape (COAT
+    autotunes per shape, 1.5-3 minutes per micro-batch), for counts and memory, not for timing."""
+    from triton.runtime import autotuner
+    if getattr(autotuner.Autotuner, "_fp8sim_first_config", False):
+        return
+    init = autotuner.Autotuner.__init__
+
+    def first(self, fn, arg_names, configs, *a, **k):
+        init(self, fn, arg_names, configs[:1], *a, **k)
+
+    autotuner.Autotuner.__init__ = first
+    autotuner.Autotuner._fp8sim_first_config = True
 
 
 # ---- measurement --------------------------------------------------------------------------------
@@ -221,21 +243,26 @@ class Stepper:
         return torch.cuda.memory_allocated() if self.cuda else 0
 
     def forward_loss(self, inp, tgt):
+        """The loss, and what the loop holds beside it until the backward has run: the torch
+        reference loop (scripts/measure_memory.py) keeps its `logits` variable alive through
+        backward, which the memory model counts; transformers' loop holds only the loss."""
         s = self.s
         with torch.autocast(device_type=self.dev.type, dtype=torch.bfloat16, enabled=s.autocast):
             if s.hf_loss:
-                return s.model(input_ids=inp, labels=inp).loss
+                return s.model(input_ids=inp, labels=inp).loss, None
             logits = s.model(inp)
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tgt.view(-1))
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), tgt.view(-1)), logits
 
     def step(self, inp, tgt):
         self.s.opt.zero_grad(set_to_none=self.s.set_to_none)
-        loss = self.forward_loss(inp, tgt)
+        loss, held = self.forward_loss(inp, tgt)
         loss.backward()
+        del loss, held
         self.s.opt.step()
 
-    def measured_step(self, inp, tgt, hooks):
-        """One step with the allocator read at each phase boundary."""
+    def measured_step(self, inp, tgt, hooks, snapshot=False):
+        """One step with the allocator read at each phase boundary; with `snapshot`, also the
+        blocks alive at the step's peak, by the source line that allocated them (live_at_peak)."""
         s = self.s
         s.opt.zero_grad(set_to_none=s.set_to_none)
         saved = {}
@@ -253,26 +280,32 @@ class Stepper:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats()
         before = self.alloc()
+        if snapshot:
+            torch.cuda.memory._record_memory_history(max_entries=2_000_000, stacks="python")
         if hooks:
             with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                loss = self.forward_loss(inp, tgt)
+                loss, held = self.forward_loss(inp, tgt)
         else:
-            loss = self.forward_loss(inp, tgt)
+            loss, held = self.forward_loss(inp, tgt)
         self.sync()
         after_fwd = self.alloc()
         peak = torch.cuda.max_memory_allocated if self.cuda else (lambda: 0)
         fwd_peak = peak()
         loss.backward()
-        del loss
+        del loss, held
         self.sync()
         bwd_peak = peak()
         after_bwd = self.alloc()
         s.opt.step()
         self.sync()
+        live = None
+        if snapshot:
+            live = live_at_peak(torch.cuda.memory._snapshot(), before)
+            torch.cuda.memory._record_memory_history(enabled=None)
         out = dict(before=before, after_fwd=after_fwd, fwd_peak=fwd_peak, bwd_peak=bwd_peak, after_bwd=after_bwd,
                    step_peak=peak(), reserved_peak=torch.cuda.max_memory_reserved() if self.cuda else 0,
                    weight_copies=sum(nb for nb, w in saved.values() if w) if hooks else None,
-                   saved_storages=sum(nb for nb, _ in saved.values()) if hooks else None)
+                   saved_storages=sum(nb for nb, _ in saved.values()) if hooks else None, live=live)
         return out
 
     def timed(self, inp, tgt, n):
@@ -290,9 +323,10 @@ class Stepper:
             a.record()
             t0 = time.perf_counter()
             self.s.opt.zero_grad(set_to_none=self.s.set_to_none)
-            loss = self.forward_loss(inp, tgt)
+            loss, held = self.forward_loss(inp, tgt)
             t1 = time.perf_counter()
             loss.backward()
+            del held
             t2 = time.perf_counter()
             self.s.opt.step()
             t3 = time.perf_counter()  # until the host has issued the step
@@ -341,6 +375,63 @@ class Stepper:
 
 
 TOP_KERNELS = 60  # kernel names kept per profiled step, by total time
+LIVE_SITES = 60  # allocation sites kept from a snapshot's peak, by bytes
+
+# Frames of generic machinery (module calls, autograd, dynamo, contextlib): an allocation's site is
+# the first frame, innermost first, outside them, so that it names the model's or the generated
+# code's line rather than nn.Module.__call__.
+GENERIC_FRAMES = ("torch/nn/modules/module.py", "torch/autograd/", "torch/_dynamo/", "torch/_functorch/",
+                  "torch/_inductor/runtime/", "torch/_ops.py", "torch/_tensor.py", "torch/overrides.py",
+                  "torch/utils/_", "torch/amp/", "contextlib.py", "torch/_compile.py", "torch/_library/")
+
+
+def live_at_peak(snap, before):
+    """The allocator's blocks alive at the peak of a recorded step, grouped by allocation site.
+
+    Replays the snapshot's trace (alloc, free) on top of `before` bytes allocated when recording
+    began. Blocks from before the recording that are freed during it lower the running total but
+    have no site; the peak's own blocks are grouped by the first non-generic Python frame and that
+    frame's source line (for Inductor's generated code, the buffer's allocation)."""
+    import linecache
+    events = [e for trace in snap.get("device_traces", []) for e in trace]
+    alive, running, best, best_i, old_freed = {}, before, before, -1, 0
+    for i, e in enumerate(events):
+        a = e.get("action")
+        if a == "alloc":
+            alive[e["addr"]] = e
+            running += e["size"]
+        elif a in ("free_requested", "free_completed"):
+            if e["addr"] in alive:
+                running -= alive.pop(e["addr"])["size"]
+            elif a == "free_requested":  # allocated before the recording began
+                running -= e["size"]
+                old_freed += e["size"]
+        if running > best:
+            best, best_i = running, i
+    alive, old_at_peak = {}, before
+    for e in events[:best_i + 1]:
+        a = e.get("action")
+        if a == "alloc":
+            alive[e["addr"]] = e
+        elif a in ("free_requested", "free_completed"):
+            if alive.pop(e["addr"], None) is None and a == "free_requested":
+                old_at_peak -= e["size"]
+    sites = {}
+    for e in alive.values():
+        frames = [f for f in e.get("frames", []) if not any(g in f["filename"] for g in GENERIC_FRAMES)]
+        f = frames[0] if frames else None
+        key = f"{os.path.basename(f['filename'])}:{f['line']}({f['name']})" if f else "(no Python frame)"
+        site = sites.setdefault(key, {"site": key, "bytes": 0, "blocks": 0, "sizes": {},
+                                      "source": linecache.getline(f["filename"], f["line"]).strip()[:160] if f else ""})
+        site["bytes"] += e["size"]
+        site["blocks"] += 1
+        site["sizes"][str(e["size"])] = site["sizes"].get(str(e["size"]), 0) + 1
+    top = sorted(sites.values(), key=lambda v: -v["bytes"])
+    for v in top:  # the most common block sizes only
+        v["sizes"] = dict(sorted(v["sizes"].items(), key=lambda kv: -int(kv[0]) * kv[1])[:6])
+    return {"peak_bytes": best, "allocated_before_step": before, "before_step_alive_at_peak": old_at_peak,
+            "traced_alive_at_peak": best - old_at_peak, "events": len(events), "event_index": best_i,
+            "sites": top[:LIVE_SITES], "sites_left_out_bytes": sum(v["bytes"] for v in top[LIVE_SITES:])}
 
 
 def is_user_annotation(event):
@@ -451,7 +542,7 @@ def run(args):
         st.sync()
         warm_s = time.time() - t0
         hooks = not args.compile and args.framework != "coat"
-        m = st.measured_step(inp, tgt, hooks)
+        m = st.measured_step(inp, tgt, hooks, snapshot=args.snapshot and dev.type == "cuda")
         n_params, pbytes, grads, optim = component_bytes(s)
         copies = m["weight_copies"] or 0
         r = {"batch": b, "warmup_s": round(warm_s, 2),
@@ -464,6 +555,8 @@ def run(args):
                               "allocated_after_backward": m["after_bwd"], "peak_during_forward": m["fwd_peak"],
                               "peak_during_forward_backward": m["bwd_peak"], "peak_whole_step": m["step_peak"],
                               "reserved_peak": m["reserved_peak"]}}
+        if m["live"]:
+            r["live_at_peak"] = m["live"]
         if args.steps > 0:
             times, host = st.timed(inp, tgt, args.steps)
             r["step_ms"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times),
@@ -495,7 +588,8 @@ def run(args):
         "versions": s.versions, "framework": args.framework, "compile": args.compile,
         "checkpointing": args.checkpointing, "recipe": s.recipe, "training": s.training,
         "model": cfg["name"], "model_config_path": cfg_path, "model_config": cfg, "params": n_params,
-        "gpus": 1, "zero": 0, "seq": args.seq, "grads_persist": not s.set_to_none, "runs": runs,
+        "gpus": 1, "zero": 0, "seq": args.seq, "grads_persist": not s.set_to_none,
+        "loop_holds_logits": s.holds_logits, "runs": runs,
     }
     if args.max_batch and dev.type == "cuda":
         doc["max_batch"] = max_batch(st, args, args.max_batch)
@@ -522,9 +616,15 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="steps before measuring (default 2)")
     ap.add_argument("--steps", type=int, default=0, help="timed steps after the memory step (default 0)")
     ap.add_argument("--profile", action="store_true", help="one more step under the PyTorch profiler")
+    ap.add_argument("--snapshot", action="store_true",
+                    help="record the allocator's history during the measured step and keep the blocks alive at "
+                         "its peak, by allocating source line (live_at_peak)")
     ap.add_argument("--max-batch", type=float, metavar="CAP_GIB", help="search the largest micro-batch under this cap")
     ap.add_argument("--max-batch-limit", type=int, default=256)
     ap.add_argument("--coat", help="fp8-coat sdist (.tar.gz) or unpacked directory (framework coat)")
+    ap.add_argument("--coat-first-config", action="store_true",
+                    help="coat: its autotuned Triton kernels run their first configuration (memory and max-batch "
+                         "runs; not with --steps)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", help="output JSON path")
     ap.add_argument("--check", action="store_true", help="CPU smoke test (tiny-llama, no memory numbers)")
@@ -540,6 +640,8 @@ def main():
         die("--batch and --seq must be >= 1", 2)
     if args.framework == "coat" and not args.coat:
         die("--framework coat needs --coat SDIST_OR_DIR", 2)
+    if args.coat_first_config and (args.framework != "coat" or args.steps or args.profile):
+        die("--coat-first-config is for --framework coat without --steps or --profile", 2)
     try:
         run(args)
     except torch.OutOfMemoryError as e:

@@ -205,10 +205,22 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   f.persistent.push_back({"master_weights", "weights", master.total(),
                           fmt::format("{} master copy of {} params{}", r.master.label, f.params,
                                       master_shards > 1 ? fmt::format(", sharded over {} GPUs", N) : "")});
-  if (o.zero <= 2) {
+  if (o.zero == 0) {
+    // torch.autocast casts what F.linear reads: the linears' weights and biases, and the embedding
+    // only when the LM head reuses it; norm weights and an untied embedding stay fp32.
+    std::vector<ParamUse> cast;
+    for (const auto& u : ps)
+      if (u.p.name.find("norm") == std::string::npos && (u.p.name != "embed_tokens.weight" || m.tied_embeddings))
+        cast.push_back(u);
+    const StorageBytes work = param_storage(cast, bf16, 1, false);
+    f.persistent.push_back({"working_weights", "weights", work.total(),
+                            "bf16 copies torch.autocast makes of the linears' weights (not of norms or an untied "
+                            "embedding), replicated"});
+  } else if (o.zero <= 2) {
     const StorageBytes work = param_storage(ps, bf16, 1, false);
     f.persistent.push_back({"working_weights", "weights", work.total(),
-                            "bf16 copy the GEMMs read, replicated (ZeRO-3/FSDP would gather it per layer instead)"});
+                            "bf16 copy of every parameter the GEMMs read, replicated (ZeRO-3/FSDP would gather "
+                            "it per layer instead)"});
   }
   const StorageBytes grads = param_storage(ps, r.grad, grad_shards, false);
   f.persistent.push_back({"gradients", "gradients", grads.total(),

@@ -157,8 +157,12 @@ StepSetting step_setting(const Json& d, const std::string& origin) {
   }
   bool known = false;
   for (const auto& f : frameworks()) known = known || f.name == profile;
-  const bool compile_modelled = models_compile(profile) && !ckpt.as_bool();
-  const bool modelled = known && (!compiled.as_bool() || compile_modelled) && profile != "torch";
+  const bool compile_modelled = models_compile(profile);
+  // The torch reference accounting keeps the bf16 logits alive through backward, as the reference
+  // loop does (scripts/measure_memory.py); a measurement judged by it must say its loop did too.
+  const Json* holds = d.find("loop_holds_logits");
+  const bool holds_logits = holds && holds->is_bool() && holds->as_bool();
+  const bool modelled = known && (!compiled.as_bool() || compile_modelled) && (profile != "torch" || holds_logits);
   return {m, fw.as_string(), profile, compiled.as_bool(), ckpt.as_bool(), known, modelled};
 }
 
@@ -249,12 +253,9 @@ StepRun step_run(const Json& d, const Json& r, const std::string& origin, const 
               peak > 0 ? std::optional<double>(reserved / peak) : std::nullopt,
               std::nullopt,
               ""};
-  // The torch reference accounting keeps the bf16 logits alive through backward, as a loop that
-  // holds `logits` does (scripts/measure_memory.py, validated with that file); measure_step.py's
-  // torch loop returns only the loss, so its runs are listed, not judged.
   if (!s.modelled) {
     run.why = s.compiled             ? "torch.compile: measured, not modelled for this framework"
-              : s.profile == "torch" ? "torch reference: validated with scripts/measure_memory.py"
+              : s.profile == "torch" ? "torch loop that does not hold the logits (no loop_holds_logits)"
                                      : "no profile for this framework";
     return run;
   }
