@@ -1,6 +1,7 @@
 // fp8sim analyze: a trace through an FP8 recipe, per tensor and per layer.
 #include <fmt/format.h>
 
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "sim/common/io.hpp"
 #include "sim/common/paths.hpp"
 #include "sim/recipe/recipe.hpp"
+#include "sim/trace/hdf5_direct.hpp"
 
 namespace fp8sim {
 namespace {
@@ -238,6 +240,10 @@ int run_analyze(const std::vector<std::string>& args) {
         fmt::format("rank 0: {:.2f} s of work; reading {:.2f} s on the read-ahead thread, of which the "
                     "computing waited {:.2f} s; {} tensor(s) read in slabs",
                     t.work, t.read, t.wait, t.slabbed));
+    const DirectReadStats dr = direct_read_stats();
+    cli::note(fmt::format("rank 0: {} tensor(s) read by decoding their chunks on {} thread(s), {} chunk(s){}",
+                          dr.datasets, omp_get_max_threads(), dr.chunks,
+                          dr.fallbacks ? fmt::format(", {} handed back to HDF5", dr.fallbacks) : ""));
     if (device == "cuda")
       cli::note(fmt::format("rank 0: {:.2f} s in the GPU's calls (upload, kernels, results)", on_device));
   }

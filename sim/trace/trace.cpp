@@ -1,6 +1,7 @@
 // The only file that talks to HDF5 (one vendor API per file). Everything HDF5 reports is turned
 // into a one-line fp8sim::Error here; HDF5's own error-stack printing is switched off.
 #include "sim/trace/trace.hpp"
+#include "sim/trace/hdf5_direct.hpp"
 #include "sim/trace/tensor_files.hpp"
 
 #include <H5Cpp.h>
@@ -300,6 +301,30 @@ class Attrs {
 
 // How a dataset's bytes map to a TensorData, decided once at open.
 enum class Storage : uint8_t { F32, U16, I16, Float16Bits };
+
+// Whether the dataset's elements are stored with the bytes a read of `stor` delivers: IEEE
+// binary32 or 16-bit integers or floats, little-endian (then no conversion happens in H5Dread).
+bool stored_as_read(hid_t ds, Storage stor) {
+  const hid_t ft = H5Dget_type(ds);
+  if (ft < 0) return false;
+  bool same = false;
+  switch (stor) {
+    case Storage::F32:
+      same = H5Tequal(ft, H5T_IEEE_F32LE) > 0;
+      break;
+    case Storage::U16:
+      same = H5Tequal(ft, H5T_STD_U16LE) > 0;
+      break;
+    case Storage::I16:
+      same = H5Tequal(ft, H5T_STD_I16LE) > 0;
+      break;
+    case Storage::Float16Bits:
+      same = H5Tget_class(ft) == H5T_FLOAT && H5Tget_size(ft) == 2 && H5Tget_order(ft) == H5T_ORDER_LE;
+      break;
+  }
+  H5Tclose(ft);
+  return same;
+}
 
 struct FloatLayout {
   size_t size, spos, epos, esize, mpos, msize, ebias;
@@ -871,6 +896,20 @@ TensorData TraceReader::read_rows(const TensorInfo& t, int64_t row0, int64_t row
       if (H5Dread(ds.getId(), mem_type, msel, fsel, H5P_DEFAULT, buf) < 0)
         throw Error(fmt::format("cannot read {} from '{}': {}", t.path, impl_->path.string(), hdf5_detail()));
     };
+    // A whole tensor stored as it is read (the same bytes) is decoded chunk by chunk on the
+    // OpenMP threads (read_chunks_direct); anything else, or a chunk that fails, goes to H5Dread.
+    if (whole && n > 0 && stored_as_read(ds.getId(), stor)) {
+      void* buf = nullptr;
+      if (stor == Storage::F32) {
+        d.f32.resize(n);
+        buf = d.f32.data();
+      } else {
+        d.bits.resize(n);
+        buf = d.bits.data();
+      }
+      if (read_chunks_direct(ds.getId(), impl_->path.string(), impl_->file_bytes, stor == Storage::F32 ? 4 : 2, buf))
+        return d;
+    }
     switch (stor) {
       case Storage::F32:
         d.f32.resize(n);
