@@ -72,12 +72,30 @@ TEST(MemoryFrameworks, CommittedMeasurementsAreWithinTheTargets) {
   }
 }
 
-TEST(MemoryFrameworks, CommittedMaxBatchSearchesAreWithinTheTarget) {
+// A search ends where the caching allocator, capped, cannot place the step: fp8sim's largest
+// micro-batch is the one whose allocated peak fits. Every search is within the target, or its
+// miss is the allocator's: the same configuration measured at the search's answer has its
+// allocated peak predicted within the target, and reserves at least 1.2x that peak uncapped.
+TEST(MemoryFrameworks, CommittedMaxBatchSearchesAreWithinTheTargetOrBoundByTheAllocator) {
   const memory::StepValidation v =
       memory::memory_validate_steps({std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/frameworks"});
-  EXPECT_GE(v.max_batch.size(), 3u);
-  for (const auto& r : v.max_batch)
-    EXPECT_TRUE(r.ok) << r.file << ": measured " << r.measured_max_batch << ", fp8sim " << r.predicted_max_batch;
+  EXPECT_GE(v.max_batch.size(), 9u);
+  int hf = 0;
+  for (const auto& r : v.max_batch) {
+    hf += r.framework == "hf";
+    if (r.framework == "hf") {
+      EXPECT_TRUE(r.ok) << r.file;
+    }
+    if (r.ok) continue;
+    bool explained = false;
+    for (const auto& run : v.rows)
+      explained = explained || (run.framework == r.framework && run.model == r.model &&
+                                run.checkpointing == r.checkpointing && run.batch == r.measured_max_batch &&
+                                run.modelled() && run.prediction->ok && run.reserved_over_peak.value_or(0) >= 1.2);
+    EXPECT_TRUE(explained) << r.file << ": measured " << r.measured_max_batch << ", fp8sim " << r.predicted_max_batch
+                           << ", and no run at the measured max batch whose peak fp8sim predicts";
+  }
+  EXPECT_GE(hf, 6);
 }
 
 // The max-batch judgement can fail: the committed search with its answer moved, or its search

@@ -58,12 +58,15 @@ TEST(TraceDirect, EveryFilterCombinationAndChunkShapeReadsTheWrittenBits) {
     DType dt;
     std::vector<int64_t> shape;
   };
-  const Shape shapes[] = {{"a", DType::F32, {37, 53}}, {"b", DType::BF16, {3, 5, 701}}, {"c", DType::F32, {10001}},
+  const Shape shapes[] = {{"a", DType::F32, {37, 53}},
+                          {"b", DType::BF16, {3, 5, 701}},
+                          {"c", DType::F32, {10001}},
                           {"d", DType::F16, {2, 3000}}};
   for (int deflate : {0, 6})
     for (bool shuffle : {false, true})
       for (bool fletcher : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << "deflate " << deflate << " shuffle " << shuffle << " fletcher " << fletcher);
+        SCOPED_TRACE(::testing::Message()
+                     << "deflate " << deflate << " shuffle " << shuffle << " fletcher " << fletcher);
         const std::string path = test::temp_dir() + "/direct.h5";
         WriterOptions o;
         o.deflate_level = deflate;

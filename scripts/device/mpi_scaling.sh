@@ -4,7 +4,8 @@
 # rank count (one OpenMP thread per rank, ranks bound to cores) and once as one process with all
 # cores' threads, checking that every run's JSON is byte-identical to the first run's (the baseline
 # of the speedups: list 1 first in --ranks). --cuda-ranks "1 4" also runs --device cuda (the GPU
-# path, same JSON) as 1 and 4 processes sharing the GPU; --no-threads leaves out the all-threads
+# path, same JSON) as 1 and 4 processes sharing the GPU (the cores' OpenMP threads shared among them:
+# they decode the trace's chunks); --no-threads leaves out the all-threads
 # process. Every run's --timing notes (reading vs computing, work per rank) go to timing.txt.
 # Run from the repository root with the bundle (scripts/package_gpu.sh) in .bundle/.
 #
@@ -94,8 +95,9 @@ if (( threads )); then
   run "threads$cores" 1 "$cores" env OMP_NUM_THREADS="$cores" "$F" analyze "$trace" --recipe "$recipe" --no-gemm --timing \
     --json "$D/threads$cores.json"
 fi
-for n in $cuda_ranks; do  # processes sharing the one GPU: their reads run in parallel
-  run "cuda_np$n" "$n" 1 mpirun --quiet -np "$n" --bind-to none -x OMP_NUM_THREADS=1 -x FP8SIM_PROGRESS \
+for n in $cuda_ranks; do  # processes sharing the one GPU, the cores shared out for decoding the trace's chunks
+  th=$(( cores / n > 0 ? cores / n : 1 ))
+  run "cuda_np$n" "$n" "$th" mpirun --quiet -np "$n" --bind-to none -x OMP_NUM_THREADS="$th" -x FP8SIM_PROGRESS \
     "$F" analyze "$trace" --recipe "$recipe" --no-gemm --timing --device cuda --json "$D/cuda_np$n.json"
 done
 cat "$D/scaling.tsv" | tee -a "$D/summary.txt"
