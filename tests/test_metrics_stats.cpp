@@ -2,7 +2,9 @@
 // thread-count invariance, JSON keys.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -96,6 +98,64 @@ TEST(ErrorStats, StreamingAndThreadsAgree) {
   EXPECT_EQ(acc.stats().count, one.count);
   EXPECT_NEAR(acc.stats().sum_sq_err, one.sum_sq_err, one.sum_sq_err * 0x1p-30);
   EXPECT_EQ(acc.stats().max_abs_err, one.max_abs_err);
+}
+
+// The GPU's error sums (gpu/analyze/tensor_metrics.cu) run error_terms_split on 32 lanes, merge
+// the lanes' counts and maxima, and add the terms in element order: on every kind of element
+// (non-finite references and outputs, zeros of both signs, outputs flushed to zero, huge and tiny
+// magnitudes, negative products) that equals error_sums_add's sequential loop bit for bit.
+TEST(ErrorStats, SplitTermsAddedInOrderEqualTheSequentialLoop) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 3e38f, -3e38f, 1e-45f, -1e-45f, 1e-30f, inf, -inf, nan, 0.5f};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::uniform_int_distribution<int> pick(0, 40);
+  for (int trial = 0; trial < 20; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 3000);
+    std::vector<float> x(n), y(n);
+    for (int i = 0; i < n; ++i) {
+      const int a = pick(rng), b = pick(rng);
+      x[i] = a < 13 ? special[a] : nd(rng);
+      y[i] = b < 13 ? special[b] : (b < 20 ? x[i] : (b < 26 ? -x[i] : x[i] * (1.0f + nd(rng) * 1e-3f)));
+      if (trial < 10 && b >= 13) y[i] = std::isfinite(y[i]) ? y[i] : 0.0f;  // half the trials: finite outputs
+    }
+    ErrorSums seq;
+    for (int i = 0; i < n; ++i) error_sums_add(seq, x[i], y[i]);
+    ErrorSums lanes[32], merged;
+    double sums[4] = {0, 0, 0, 0};
+    for (int i0 = 0; i0 < n; i0 += 32) {
+      double t[32][4] = {};
+      for (int l = 0; l < 32 && i0 + l < n; ++l) error_terms_split(lanes[l], x[i0 + l], y[i0 + l], t[l]);
+      for (int l = 0; l < 32 && i0 + l < n; ++l)
+        for (int k = 0; k < 4; ++k) sums[k] += t[l][k];
+    }
+    for (const ErrorSums& l : lanes) {
+      merged.count += l.count;
+      merged.nonzero += l.nonzero;
+      merged.nonfinite += l.nonfinite;
+      merged.nonfinite_out += l.nonfinite_out;
+      merged.underflow += l.underflow;
+      merged.max_abs_err = std::max(merged.max_abs_err, l.max_abs_err);
+      merged.max_rel_err = std::max(merged.max_rel_err, l.max_rel_err);
+    }
+    SCOPED_TRACE(trial);
+    EXPECT_EQ(merged.count, seq.count);
+    EXPECT_EQ(merged.nonzero, seq.nonzero);
+    EXPECT_EQ(merged.nonfinite, seq.nonfinite);
+    EXPECT_EQ(merged.nonfinite_out, seq.nonfinite_out);
+    EXPECT_EQ(merged.underflow, seq.underflow);
+    auto bits = [](double v) {
+      uint64_t u;
+      std::memcpy(&u, &v, 8);
+      return u;
+    };
+    EXPECT_EQ(bits(merged.max_abs_err), bits(seq.max_abs_err));
+    EXPECT_EQ(bits(merged.max_rel_err), bits(seq.max_rel_err));
+    EXPECT_EQ(bits(sums[0]), bits(seq.sum_sq_ref));
+    EXPECT_EQ(bits(sums[1]), bits(seq.sum_sq_approx));
+    EXPECT_EQ(bits(sums[2]), bits(seq.sum_sq_err));
+    EXPECT_EQ(bits(sums[3]), bits(seq.sum_dot));
+  }
 }
 
 TEST(ErrorStats, JsonKeys) {

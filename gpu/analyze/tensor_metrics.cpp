@@ -2,7 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "gpu/analyze/tensor_metrics_launch.hpp"
@@ -14,6 +18,36 @@
 namespace fp8sim::gpu {
 
 namespace {
+
+// FP8SIM_GPU_PHASES=1: where analyze's GPU calls spend their time (upload, kernels, results),
+// with the stream synchronised at each boundary, summed over the process and printed at its end.
+struct Phases {
+  bool on = [] {
+    const char* e = std::getenv("FP8SIM_GPU_PHASES");
+    return e && std::string(e) == "1";
+  }();
+  double upload = 0, kernels = 0, results = 0;
+  int64_t tensors = 0, bytes = 0;
+  std::chrono::steady_clock::time_point t = std::chrono::steady_clock::now();
+  void mark(double& into, cudaStream_t s) {
+    if (!on) return;
+    cudaStreamSynchronize(s);
+    const auto now = std::chrono::steady_clock::now();
+    into += std::chrono::duration<double>(now - t).count();
+    t = now;
+  }
+  void start() {
+    if (on) t = std::chrono::steady_clock::now();
+  }
+  ~Phases() {
+    if (on && tensors)
+      std::fprintf(stderr,
+                   "fp8sim: GPU phases: %lld tensors, %.2f GB: upload %.2f s, quantize and error sums %.2f s, "
+                   "saturation count and results %.2f s\n",
+                   static_cast<long long>(tensors), static_cast<double>(bytes) / 1e9, upload, kernels, results);
+  }
+};
+Phases g_phases;
 
 template <class T>
 void reserve(DeviceBuffer<T>& b, size_t n) {
@@ -44,7 +78,11 @@ TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::s
   reserve(sc.x, static_cast<size_t>(n) * dtype_bytes(dtype));
   reserve(sc.sums, chunks);
   reserve(sc.counters, 3);
+  g_phases.start();
+  g_phases.tensors += 1;
+  g_phases.bytes += n * static_cast<int64_t>(dtype_bytes(dtype));
   sc.x.upload(static_cast<const unsigned char*>(host_x), static_cast<size_t>(n) * dtype_bytes(dtype), stream);
+  g_phases.mark(g_phases.upload, stream);
   FP8SIM_CUDA_CHECK(cudaMemsetAsync(sc.counters.get(), 0, 3 * sizeof(unsigned long long), stream));
 
   TensorMetrics m;
@@ -98,6 +136,7 @@ TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::s
   quantize_cuda(sc.x.get(), dtype, shape, *spec, out, sc.workspace.get(), go, stream);
   dequantize_cuda(*spec, shape, sc.codes.get(), out.scales, out.expand_k, out.expand_c, sc.dequantized.get(), stream);
   detail::launch_error_sums(sc.x.get(), dt, sc.dequantized.get(), n, sc.sums.get(), sc.counters.get(), stream);
+  g_phases.mark(g_phases.kernels, stream);
 
   // What the host keeps of the quantized tensor (no codes).
   if (!spec->is_passthrough()) {
@@ -156,6 +195,7 @@ TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::s
   // As quantization_error_stats: the saturated count over the finite elements, all of them seen.
   m.stats.saturated = static_cast<int64_t>(counts[2]);
   m.stats.scaled_count = m.stats.count;
+  g_phases.mark(g_phases.results, stream);
   q.nonfinite_count = static_cast<int64_t>(counts[0] + counts[1]);
   q.saturated_count = static_cast<int64_t>(counts[2]);
   m.q = std::move(q);

@@ -22,9 +22,19 @@ __device__ __forceinline__ unsigned long long warp_sum_u64(unsigned long long v)
   return v;
 }
 
-// One warp per chunk: the lanes load 32 consecutive elements, then every lane adds all 32 in
-// element order (each shuffle hands every lane the same pair), so each lane holds the sums the
-// CPU's sequential loop computes; lane 0 stores them. Non-finite x are counted per lane.
+__device__ __forceinline__ double warp_max_f64(double v) {
+  for (int off = 16; off > 0; off >>= 1) {
+    const double o = __shfl_xor_sync(kFullMask, v, off);
+    v = v < o ? o : v;
+  }
+  return v;
+}
+
+// One warp per chunk: each lane takes one of 32 consecutive elements and computes what it
+// contributes (error_terms_split: its counts and maxima, and the four terms of the sums); the
+// sums alone depend on the order, so every lane adds the 32 lanes' terms in element order (each
+// shuffle hands every lane the same term), holding the sums the CPU's sequential loop computes.
+// Counts and maxima are merged over the lanes at the chunk's end; lane 0 stores the chunk.
 template <InDt D, bool kSelf>
 __global__ void __launch_bounds__(kThreads)
     error_sums_kernel(const void* __restrict__ x, const float* __restrict__ y, int64_t n, ErrorSums* sums,
@@ -35,20 +45,49 @@ __global__ void __launch_bounds__(kThreads)
   unsigned long long nan = 0, inf = 0;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); c < chunks; c += stride) {
     const int64_t b = c * kErrorChunk, e = b + kErrorChunk < n ? b + kErrorChunk : n;
-    ErrorSums s;
+    ErrorSums own;  // this lane's counts and maxima
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     for (int64_t i0 = b; i0 < e; i0 += 32) {
       const int64_t i = i0 + lane;
-      float xv = 0.0f, yv = 0.0f;
+      double t[4] = {0, 0, 0, 0};
       if (i < e) {
-        xv = load_elem<D>(x, i);
-        yv = kSelf ? xv : y[i];
+        const float xv = load_elem<D>(x, i);
+        const float yv = kSelf ? xv : y[i];
         const uint32_t a = f32_bits(xv) & 0x7FFFFFFFu;
         nan += a > 0x7F800000u ? 1 : 0;
         inf += a == 0x7F800000u ? 1 : 0;
+        error_terms_split(own, xv, yv, t);
       }
       const int m = e - i0 < 32 ? static_cast<int>(e - i0) : 32;
-      for (int j = 0; j < m; ++j) error_sums_add(s, __shfl_sync(kFullMask, xv, j), __shfl_sync(kFullMask, yv, j));
+      if (m == 32) {
+#pragma unroll 8
+        for (int j = 0; j < 32; ++j) {
+          s0 += __shfl_sync(kFullMask, t[0], j);
+          s1 += __shfl_sync(kFullMask, t[1], j);
+          s2 += __shfl_sync(kFullMask, t[2], j);
+          s3 += __shfl_sync(kFullMask, t[3], j);
+        }
+      } else {
+        for (int j = 0; j < m; ++j) {
+          s0 += __shfl_sync(kFullMask, t[0], j);
+          s1 += __shfl_sync(kFullMask, t[1], j);
+          s2 += __shfl_sync(kFullMask, t[2], j);
+          s3 += __shfl_sync(kFullMask, t[3], j);
+        }
+      }
     }
+    ErrorSums s;
+    s.count = static_cast<int64_t>(warp_sum_u64(static_cast<unsigned long long>(own.count)));
+    s.nonzero = static_cast<int64_t>(warp_sum_u64(static_cast<unsigned long long>(own.nonzero)));
+    s.nonfinite = static_cast<int64_t>(warp_sum_u64(static_cast<unsigned long long>(own.nonfinite)));
+    s.nonfinite_out = static_cast<int64_t>(warp_sum_u64(static_cast<unsigned long long>(own.nonfinite_out)));
+    s.underflow = static_cast<int64_t>(warp_sum_u64(static_cast<unsigned long long>(own.underflow)));
+    s.max_abs_err = warp_max_f64(own.max_abs_err);
+    s.max_rel_err = warp_max_f64(own.max_rel_err);
+    s.sum_sq_ref = s0;
+    s.sum_sq_approx = s1;
+    s.sum_sq_err = s2;
+    s.sum_dot = s3;
     if (lane == 0) sums[c] = s;
   }
   nan = warp_sum_u64(nan);

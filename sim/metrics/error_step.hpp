@@ -53,4 +53,42 @@ FP8SIM_HD void error_sums_add(ErrorSums& s, float x, float y) {
   }
 }
 
+// error_sums_add split for a parallel caller (the GPU's, gpu/analyze/tensor_metrics.cu): the
+// counts and maxima of one element go into `s` (their merge does not depend on the order: sums of
+// integers, maxima of non-negative values), and the four terms that the sums add are returned in
+// `t`, for the caller to add in element order. It equals error_sums_add: a skipped term is +0.0,
+// which leaves every sum unchanged (sums of squares stay >= +0.0, and sum_dot, starting at +0.0,
+// is never -0.0 under round-to-nearest); a non-finite y adds +Inf to sum_sq_err where
+// error_sums_add assigns +Inf, the same once the earlier sum is finite or already +Inf.
+FP8SIM_HD void error_terms_split(ErrorSums& s, float x, float y, double t[4]) {
+  t[0] = t[1] = t[2] = t[3] = 0.0;
+  if (!is_finite_bits(f32_bits(x))) {
+    ++s.nonfinite;
+    return;
+  }
+  ++s.count;
+  const double xv = x, yv = y;
+  if (xv != 0.0) ++s.nonzero;
+  if (!is_finite_bits(f32_bits(y))) {
+    const double inf = static_cast<double>(f32_from_bits(0x7F800000u));
+    ++s.nonfinite_out;
+    t[2] = inf;
+    s.max_abs_err = inf;
+    if (xv != 0.0) s.max_rel_err = inf;
+    return;
+  }
+  const double d = xv - yv;
+  const double ad = d < 0.0 ? -d : d;
+  t[0] = xv * xv;
+  t[1] = yv * yv;
+  t[2] = d * d;
+  t[3] = xv * yv;
+  s.max_abs_err = s.max_abs_err < ad ? ad : s.max_abs_err;
+  if (xv != 0.0) {
+    const double rel = ad / (xv < 0.0 ? -xv : xv);
+    s.max_rel_err = s.max_rel_err < rel ? rel : s.max_rel_err;
+    if (yv == 0.0) ++s.underflow;
+  }
+}
+
 }  // namespace fp8sim
