@@ -100,10 +100,40 @@ TEST(ErrorStats, StreamingAndThreadsAgree) {
   EXPECT_EQ(acc.stats().max_abs_err, one.max_abs_err);
 }
 
-// The GPU's error sums (gpu/analyze/tensor_metrics.cu) run error_terms_split on 32 lanes, merge
-// the lanes' counts and maxima, and add the terms in element order: on every kind of element
-// (non-finite references and outputs, zeros of both signs, outputs flushed to zero, huge and tiny
-// magnitudes, negative products) that equals error_sums_add's sequential loop bit for bit.
+// The statistics' definition, element by element, written out here as the oracle: a non-finite
+// reference is counted and skipped; a non-finite output sets the error sum and maxima to +Inf and
+// adds nothing else.
+void reference_add(ErrorSums& s, float x, float y) {
+  if (!std::isfinite(x)) {
+    ++s.nonfinite;
+    return;
+  }
+  ++s.count;
+  const double xv = x, yv = y;
+  if (xv != 0.0) ++s.nonzero;
+  if (!std::isfinite(y)) {
+    ++s.nonfinite_out;
+    s.sum_sq_err = s.max_abs_err = std::numeric_limits<double>::infinity();
+    if (xv != 0.0) s.max_rel_err = std::numeric_limits<double>::infinity();
+    return;
+  }
+  const double d = std::fabs(xv - yv);
+  s.sum_sq_ref += xv * xv;
+  s.sum_sq_approx += yv * yv;
+  s.sum_sq_err += d * d;
+  s.sum_dot += xv * yv;
+  s.max_abs_err = std::max(s.max_abs_err, d);
+  if (xv != 0.0) {
+    s.max_rel_err = std::max(s.max_rel_err, d / std::fabs(xv));
+    if (yv == 0.0) ++s.underflow;
+  }
+}
+
+// The CPU's sequential loop (error_sums_add) and the GPU's split (gpu/analyze/tensor_metrics.cu:
+// error_terms_split on 32 lanes, the lanes' counts and maxima merged, the terms added in element
+// order) both equal the definition bit for bit on every kind of element: non-finite references
+// and outputs, zeros of both signs, outputs flushed to zero, huge and tiny magnitudes, negative
+// products.
 TEST(ErrorStats, SplitTermsAddedInOrderEqualTheSequentialLoop) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 3e38f, -3e38f, 1e-45f, -1e-45f, 1e-30f, inf, -inf, nan, 0.5f};
@@ -119,8 +149,9 @@ TEST(ErrorStats, SplitTermsAddedInOrderEqualTheSequentialLoop) {
       y[i] = b < 13 ? special[b] : (b < 20 ? x[i] : (b < 26 ? -x[i] : x[i] * (1.0f + nd(rng) * 1e-3f)));
       if (trial < 10 && b >= 13) y[i] = std::isfinite(y[i]) ? y[i] : 0.0f;  // half the trials: finite outputs
     }
-    ErrorSums seq;
-    for (int i = 0; i < n; ++i) error_sums_add(seq, x[i], y[i]);
+    ErrorSums seq, cpu;
+    for (int i = 0; i < n; ++i) reference_add(seq, x[i], y[i]);
+    for (int i = 0; i < n; ++i) error_sums_add(cpu, x[i], y[i]);
     ErrorSums lanes[32], merged;
     double sums[4] = {0, 0, 0, 0};
     for (int i0 = 0; i0 < n; i0 += 32) {
@@ -138,23 +169,29 @@ TEST(ErrorStats, SplitTermsAddedInOrderEqualTheSequentialLoop) {
       merged.max_abs_err = std::max(merged.max_abs_err, l.max_abs_err);
       merged.max_rel_err = std::max(merged.max_rel_err, l.max_rel_err);
     }
-    SCOPED_TRACE(trial);
-    EXPECT_EQ(merged.count, seq.count);
-    EXPECT_EQ(merged.nonzero, seq.nonzero);
-    EXPECT_EQ(merged.nonfinite, seq.nonfinite);
-    EXPECT_EQ(merged.nonfinite_out, seq.nonfinite_out);
-    EXPECT_EQ(merged.underflow, seq.underflow);
+    merged.sum_sq_ref = sums[0];
+    merged.sum_sq_approx = sums[1];
+    merged.sum_sq_err = sums[2];
+    merged.sum_dot = sums[3];
     auto bits = [](double v) {
       uint64_t u;
       std::memcpy(&u, &v, 8);
       return u;
     };
-    EXPECT_EQ(bits(merged.max_abs_err), bits(seq.max_abs_err));
-    EXPECT_EQ(bits(merged.max_rel_err), bits(seq.max_rel_err));
-    EXPECT_EQ(bits(sums[0]), bits(seq.sum_sq_ref));
-    EXPECT_EQ(bits(sums[1]), bits(seq.sum_sq_approx));
-    EXPECT_EQ(bits(sums[2]), bits(seq.sum_sq_err));
-    EXPECT_EQ(bits(sums[3]), bits(seq.sum_dot));
+    for (const auto& [got, who] : {std::pair{&cpu, "error_sums_add"}, std::pair{&merged, "split on 32 lanes"}}) {
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << ", " << who);
+      EXPECT_EQ(got->count, seq.count);
+      EXPECT_EQ(got->nonzero, seq.nonzero);
+      EXPECT_EQ(got->nonfinite, seq.nonfinite);
+      EXPECT_EQ(got->nonfinite_out, seq.nonfinite_out);
+      EXPECT_EQ(got->underflow, seq.underflow);
+      EXPECT_EQ(bits(got->max_abs_err), bits(seq.max_abs_err));
+      EXPECT_EQ(bits(got->max_rel_err), bits(seq.max_rel_err));
+      EXPECT_EQ(bits(got->sum_sq_ref), bits(seq.sum_sq_ref));
+      EXPECT_EQ(bits(got->sum_sq_approx), bits(seq.sum_sq_approx));
+      EXPECT_EQ(bits(got->sum_sq_err), bits(seq.sum_sq_err));
+      EXPECT_EQ(bits(got->sum_dot), bits(seq.sum_dot));
+    }
   }
 }
 

@@ -300,8 +300,8 @@ int run_memory(const std::vector<std::string>& args) {
       "free-grads",
       "gradients are freed between steps (zero_grad(set_to_none=True)): not resident in forward/backward")(
       "compile",
-      "the model runs under torch.compile (modelled for --framework hf, hf-eager and torchao-float8, without "
-      "--checkpointing)")(
+      "the model runs under torch.compile (modelled for --framework hf, hf-eager and torchao-float8, with or "
+      "without --checkpointing)")(
       "framework", po::value(&framework)->default_value("torch"),
       "what the training code keeps: torch (the reference accounting, any recipe), hf (transformers 5.x, SDPA), "
       "hf-4.45, hf-eager, coat (COAT's own code), torchao-float8 (torchao's float8 training, with --compile), "

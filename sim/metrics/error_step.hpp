@@ -21,45 +21,13 @@ struct ErrorSums {
   double max_abs_err = 0, max_rel_err = 0;
 };
 
-// Adds the pair (x reference, y approximation): a non-finite x is counted and skipped; a finite x
-// whose y is not finite makes the error sums and maxima +Inf.
-FP8SIM_HD void error_sums_add(ErrorSums& s, float x, float y) {
-  if (!is_finite_bits(f32_bits(x))) {
-    ++s.nonfinite;
-    return;
-  }
-  ++s.count;
-  const double xv = x, yv = y;
-  if (xv != 0.0) ++s.nonzero;
-  if (!is_finite_bits(f32_bits(y))) {
-    const double inf = static_cast<double>(f32_from_bits(0x7F800000u));
-    ++s.nonfinite_out;
-    s.sum_sq_err = inf;
-    s.max_abs_err = inf;
-    if (xv != 0.0) s.max_rel_err = inf;
-    return;
-  }
-  const double d = xv - yv;
-  const double ad = d < 0.0 ? -d : d;
-  s.sum_sq_ref += xv * xv;
-  s.sum_sq_approx += yv * yv;
-  s.sum_sq_err += d * d;
-  s.sum_dot += xv * yv;
-  s.max_abs_err = s.max_abs_err < ad ? ad : s.max_abs_err;
-  if (xv != 0.0) {
-    const double rel = ad / (xv < 0.0 ? -xv : xv);
-    s.max_rel_err = s.max_rel_err < rel ? rel : s.max_rel_err;
-    if (yv == 0.0) ++s.underflow;
-  }
-}
-
-// error_sums_add split for a parallel caller (the GPU's, gpu/analyze/tensor_metrics.cu): the
-// counts and maxima of one element go into `s` (their merge does not depend on the order: sums of
-// integers, maxima of non-negative values), and the four terms that the sums add are returned in
-// `t`, for the caller to add in element order. It equals error_sums_add: a skipped term is +0.0,
-// which leaves every sum unchanged (sums of squares stay >= +0.0, and sum_dot, starting at +0.0,
-// is never -0.0 under round-to-nearest); a non-finite y adds +Inf to sum_sq_err where
-// error_sums_add assigns +Inf, the same once the earlier sum is finite or already +Inf.
+// One element (x reference, y approximation) split for a parallel caller (the GPU's,
+// gpu/analyze/tensor_metrics.cu): its counts and maxima go into `s` (merging them does not depend
+// on the order: sums of integers, maxima of non-negative values), and the four terms of the sums
+// come back in `t`, for the caller to add in element order. A non-finite x is counted and adds
+// nothing; a finite x whose y is not finite makes sum_sq_err and the maxima +Inf. A term left out
+// is +0.0, which leaves every sum as it is (sums of squares stay >= +0.0, and sum_dot, starting at
+// +0.0, is never -0.0 under round-to-nearest).
 FP8SIM_HD void error_terms_split(ErrorSums& s, float x, float y, double t[4]) {
   t[0] = t[1] = t[2] = t[3] = 0.0;
   if (!is_finite_bits(f32_bits(x))) {
@@ -89,6 +57,16 @@ FP8SIM_HD void error_terms_split(ErrorSums& s, float x, float y, double t[4]) {
     s.max_rel_err = s.max_rel_err < rel ? rel : s.max_rel_err;
     if (yv == 0.0) ++s.underflow;
   }
+}
+
+// Adds the pair (x reference, y approximation) in element order: the CPU's sequential loop.
+FP8SIM_HD void error_sums_add(ErrorSums& s, float x, float y) {
+  double t[4];
+  error_terms_split(s, x, y, t);
+  s.sum_sq_ref += t[0];
+  s.sum_sq_approx += t[1];
+  s.sum_sq_err += t[2];
+  s.sum_dot += t[3];
 }
 
 }  // namespace fp8sim
