@@ -1,7 +1,7 @@
-// sim/trace/hdf5_direct.hpp: decoding a dataset's chunks on several threads gives the bytes
-// H5Dread gives, for every filter combination the writer makes, chunks cut along any dimension,
-// partial edge chunks, the committed sample and h5py's files; a damaged chunk goes back to H5Dread,
-// which reports it; the Fletcher-32 is HDF5's own.
+// sim/trace/chunk_decode.hpp (with trace.cpp locating the chunks): decoding a dataset's chunks on several threads gives
+// the bytes H5Dread gives, for every filter combination the writer makes, chunks cut along any dimension, partial edge
+// chunks, the committed sample and h5py's files; a damaged chunk goes back to H5Dread, which reports it; the
+// Fletcher-32 is HDF5's own.
 #include <H5Cpp.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
@@ -15,7 +15,7 @@
 
 #include "sim/common/check.hpp"
 #include "sim/formats/fp8.hpp"
-#include "sim/trace/hdf5_direct.hpp"
+#include "sim/trace/chunk_decode.hpp"
 #include "sim/trace/trace.hpp"
 #include "tests/support/test_util.hpp"
 

@@ -16,7 +16,7 @@
 #include "sim/common/io.hpp"
 #include "sim/common/paths.hpp"
 #include "sim/recipe/recipe.hpp"
-#include "sim/trace/hdf5_direct.hpp"
+#include "sim/trace/chunk_decode.hpp"
 
 namespace fp8sim {
 namespace {

@@ -1,7 +1,7 @@
 // The only file that talks to HDF5 (one vendor API per file). Everything HDF5 reports is turned
 // into a one-line fp8sim::Error here; HDF5's own error-stack printing is switched off.
 #include "sim/trace/trace.hpp"
-#include "sim/trace/hdf5_direct.hpp"
+#include "sim/trace/chunk_decode.hpp"
 #include "sim/trace/tensor_files.hpp"
 
 #include <H5Cpp.h>
@@ -324,6 +324,88 @@ bool stored_as_read(hid_t ds, Storage stor) {
   }
   H5Tclose(ft);
   return same;
+}
+
+// A whole dataset read by decoding its chunks on the OpenMP threads (chunk_decode.hpp): HDF5 gives
+// the layout and where each chunk lies. False when the dataset is not one decode_chunks handles
+// (not chunked, a filter other than shuffle, deflate and Fletcher-32, a user block, a driver other
+// than the default, a chunk never written or lying outside the file) or when a chunk fails to
+// decode; the caller then reads with H5Dread. FP8SIM_HDF5_DIRECT=0 turns it off.
+bool read_chunks_direct(hid_t ds, const std::string& path, uint64_t file_bytes, size_t elem_bytes, void* out) {
+  if (const char* e = std::getenv("FP8SIM_HDF5_DIRECT"); e && std::string(e) == "0") return false;
+  struct Id {  // closes an HDF5 identifier (negative: none)
+    hid_t id;
+    herr_t (*close)(hid_t);
+    ~Id() {
+      if (id >= 0) close(id);
+    }
+  };
+  const Id dcpl{H5Dget_create_plist(ds), H5Pclose};
+  if (dcpl.id < 0 || H5Pget_layout(dcpl.id) != H5D_CHUNKED) return false;
+  const Id space{H5Dget_space(ds), H5Sclose};
+  const int rank = space.id < 0 ? -1 : H5Sget_simple_extent_ndims(space.id);
+  if (rank < 1 || rank > 32) return false;
+  std::vector<hsize_t> dims(rank), cdims(rank);
+  if (H5Sget_simple_extent_dims(space.id, dims.data(), nullptr) != rank ||
+      H5Pget_chunk(dcpl.id, rank, cdims.data()) != rank)
+    return false;
+  ChunkLayout layout;
+  layout.elem_bytes = elem_bytes;
+  uint64_t chunk_bytes = elem_bytes;
+  for (int k = 0; k < rank; ++k) {
+    if (cdims[k] == 0 || dims[k] == 0) return false;
+    layout.dims.push_back(dims[k]);
+    layout.chunk.push_back(cdims[k]);
+    chunk_bytes *= cdims[k];
+  }
+  const int nf = H5Pget_nfilters(dcpl.id);
+  if (nf < 0 || nf > 32) return false;
+  for (int i = 0; i < nf; ++i) {
+    unsigned flags = 0, cd[8];
+    size_t ncd = 8;
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.id, static_cast<unsigned>(i), &flags, &ncd, cd, 0, nullptr, nullptr);
+    if (id == H5Z_FILTER_SHUFFLE) layout.filters.push_back(ChunkFilter::Shuffle);
+    else if (id == H5Z_FILTER_DEFLATE) layout.filters.push_back(ChunkFilter::Deflate);
+    else if (id == H5Z_FILTER_FLETCHER32) layout.filters.push_back(ChunkFilter::Fletcher32);
+    else return false;
+  }
+  // Chunk addresses are relative to the file's base address, which a user block moves; and only
+  // the default driver keeps the file's bytes in one file at those addresses.
+  const Id file{H5Iget_file_id(ds), H5Fclose};
+  const Id fcpl{file.id < 0 ? -1 : H5Fget_create_plist(file.id), H5Pclose};
+  const Id fapl{file.id < 0 ? -1 : H5Fget_access_plist(file.id), H5Pclose};
+  hsize_t user_block = 0;
+  if (fcpl.id < 0 || fapl.id < 0 || H5Pget_userblock(fcpl.id, &user_block) < 0 || user_block != 0 ||
+      H5Pget_driver(fapl.id) != H5FD_SEC2)
+    return false;
+  // Every chunk of the grid, row-major.
+  std::vector<hsize_t> grid(rank), at(rank, 0);
+  size_t n_chunks = 1;
+  for (int k = 0; k < rank; ++k) {
+    grid[k] = (dims[k] + cdims[k] - 1) / cdims[k];
+    n_chunks *= grid[k];
+  }
+  std::vector<StoredChunk> chunks(n_chunks);
+  std::vector<hsize_t> offset(rank);
+  for (StoredChunk& ch : chunks) {
+    for (int k = 0; k < rank; ++k) offset[k] = at[k] * cdims[k];
+    unsigned mask = 0;
+    haddr_t addr = HADDR_UNDEF;
+    hsize_t size = 0;
+    // Deflate can grow incompressible data by a little; more than an eighth is a damaged index.
+    if (H5Dget_chunk_info_by_coord(ds, offset.data(), &mask, &addr, &size) < 0 || addr == HADDR_UNDEF || size == 0 ||
+        size > chunk_bytes + chunk_bytes / 8 + 1024 || addr > file_bytes || size > file_bytes - addr)
+      return false;
+    ch.offset.assign(offset.begin(), offset.end());
+    ch.skipped = mask;
+    ch.addr = addr;
+    ch.size = size;
+    for (int k = rank - 1; k >= 0; --k) {
+      if (++at[k] < grid[k]) break;
+      at[k] = 0;
+    }
+  }
+  return decode_chunks(path, layout, chunks, out);
 }
 
 struct FloatLayout {
