@@ -186,7 +186,9 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   validate(o);
   if (o.framework != "torch") return framework_footprint(m, o);
   if (o.compiled)
-    throw UsageError("torch.compile is modelled for the hf and hf-eager profiles only (give --framework hf)");
+    throw UsageError(
+        "torch.compile is modelled for the hf, hf-eager and torchao-float8 profiles, not the torch reference "
+        "(give --framework hf)");
   const recipe::MemoryModel& r = *find_recipe(o.recipe).memory;
   Footprint f;
   f.model = m;
