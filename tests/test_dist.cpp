@@ -2,7 +2,6 @@
 // line under mpirun (skipped where no MPI launcher or MPI module was built): the same output for
 // every rank count, one error line for a failure on any rank, no output after a failure.
 #include <gtest/gtest.h>
-#include <hdf5.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -211,36 +210,12 @@ TEST_F(Mpirun, TwoOutputsOnOneFileAreOneUsageErrorOnEveryRank) {
 }
 
 // The byte offset of chunk (0, ...) of a dataset and its stored size.
-std::pair<haddr_t, hsize_t> first_chunk(const std::string& file, const std::string& dataset) {
-  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  const hid_t d = H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
-  hsize_t coord[8] = {};
-  unsigned mask = 0;
-  haddr_t addr = 0;
-  hsize_t size = 0;
-  const herr_t rc = H5Dget_chunk_info_by_coord(d, coord, &mask, &addr, &size);
-  H5Dclose(d);
-  H5Fclose(f);
-  EXPECT_GE(rc, 0);
-  return {addr, size};
-}
-
 TEST_F(Mpirun, ACorruptTensorOnOneRankEndsTheJobWithoutOutput) {
   const std::string dir = test::temp_dir(), trace = synthetic(dir);
   // One dataset's data corrupted: the file opens everywhere, and only the rank that owns that
   // tensor reads it (its Fletcher-32 checksum fails).
   const std::string ds = "/steps/step_000100/weight/layers.1.mlp.up_proj.weight";
-  const auto [addr, size] = first_chunk(trace, ds);
-  ASSERT_GT(size, 16u);
-  {
-    std::fstream f(trace, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(addr + size / 2));
-    char c = 0;
-    f.read(&c, 1);
-    c = static_cast<char>(c ^ 0x5a);
-    f.seekp(static_cast<std::streamoff>(addr + size / 2));
-    f.write(&c, 1);
-  }
+  test::damage_first_chunk(trace, ds);
   const test::CommandResult plain = test::run_fp8sim({"analyze", trace, "--no-gemm", "--json", dir + "/p.json"});
   ASSERT_EQ(plain.exit_code, 1) << plain.err;
   for (int n : {2, 3}) {

@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -156,29 +155,14 @@ TEST(TraceDirect, ADamagedChunkIsReportedAsHdf5ReportsIt) {
   const std::string path = test::temp_dir() + "/damaged.h5";
   std::filesystem::copy_file(kSample, path, std::filesystem::copy_options::overwrite_existing);
   std::string target;
-  haddr_t addr = 0;
-  hsize_t size = 0;
   {
     TraceReader r(path);
     const TensorInfo* big = nullptr;
     for (const auto& t : r.tensors())
       if (!big || t.bytes() > big->bytes()) big = &t;
     target = big->path;
-    H5::H5File f(path, H5F_ACC_RDONLY);
-    H5::DataSet ds = f.openDataSet(target);
-    std::vector<hsize_t> off(big->shape.size(), 0);
-    unsigned mask = 0;
-    ASSERT_GE(H5Dget_chunk_info_by_coord(ds.getId(), off.data(), &mask, &addr, &size), 0);
   }
-  {
-    std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
-    io.seekg(static_cast<std::streamoff>(addr + size / 2));
-    char c = 0;
-    io.read(&c, 1);
-    c = static_cast<char>(c ^ 0x5A);
-    io.seekp(static_cast<std::streamoff>(addr + size / 2));
-    io.write(&c, 1);
-  }
+  test::damage_first_chunk(path, target);
   auto error_of = [&](bool direct) {
     ::setenv("FP8SIM_TRACE_PROBE", "0", 1);  // the probe would read the damaged tensor too
     DirectSwitch sw(direct);

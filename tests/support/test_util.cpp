@@ -1,6 +1,7 @@
 #include "tests/support/test_util.hpp"
 
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -101,6 +102,27 @@ std::string temp_dir() {
   fs::path p = r.root / std::to_string(n++);
   fs::create_directories(p);
   return p.string();
+}
+
+void damage_first_chunk(const std::string& file, const std::string& dataset) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t d = f < 0 ? -1 : H5Dopen2(f, dataset.c_str(), H5P_DEFAULT);
+  hsize_t coord[32] = {};
+  unsigned mask = 0;
+  haddr_t addr = 0;
+  hsize_t size = 0;
+  const herr_t rc = d < 0 ? -1 : H5Dget_chunk_info_by_coord(d, coord, &mask, &addr, &size);
+  if (d >= 0) H5Dclose(d);
+  if (f >= 0) H5Fclose(f);
+  ASSERT_GE(rc, 0) << "no first chunk of " << dataset << " in " << file;
+  ASSERT_GT(size, 16u);
+  std::fstream io(file, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(static_cast<std::streamoff>(addr + size / 2));
+  char c = 0;
+  io.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  io.seekp(static_cast<std::streamoff>(addr + size / 2));
+  io.write(&c, 1);
 }
 
 }  // namespace fp8sim::test

@@ -26,4 +26,9 @@ uint64_t splitmix64(uint64_t x);
 // A fresh empty temporary directory, removed when the process exits.
 std::string temp_dir();
 
+// Flips one byte in the middle of the first stored chunk of `dataset` in the HDF5 file `file`, so
+// that only a read of that dataset meets the damage (its Fletcher-32 checksum fails). Fails the
+// calling test when the chunk cannot be located.
+void damage_first_chunk(const std::string& file, const std::string& dataset);
+
 }  // namespace fp8sim::test
