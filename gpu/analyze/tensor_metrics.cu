@@ -59,21 +59,17 @@ __global__ void __launch_bounds__(kThreads)
         error_terms_split(own, xv, yv, t);
       }
       const int m = e - i0 < 32 ? static_cast<int>(e - i0) : 32;
-      if (m == 32) {
+      auto add = [&](int j) {  // lane j's terms, in element order
+        s0 += __shfl_sync(kFullMask, t[0], j);
+        s1 += __shfl_sync(kFullMask, t[1], j);
+        s2 += __shfl_sync(kFullMask, t[2], j);
+        s3 += __shfl_sync(kFullMask, t[3], j);
+      };
+      if (m == 32) {  // a whole group: a fixed trip count the compiler unrolls
 #pragma unroll 8
-        for (int j = 0; j < 32; ++j) {
-          s0 += __shfl_sync(kFullMask, t[0], j);
-          s1 += __shfl_sync(kFullMask, t[1], j);
-          s2 += __shfl_sync(kFullMask, t[2], j);
-          s3 += __shfl_sync(kFullMask, t[3], j);
-        }
+        for (int j = 0; j < 32; ++j) add(j);
       } else {
-        for (int j = 0; j < m; ++j) {
-          s0 += __shfl_sync(kFullMask, t[0], j);
-          s1 += __shfl_sync(kFullMask, t[1], j);
-          s2 += __shfl_sync(kFullMask, t[2], j);
-          s3 += __shfl_sync(kFullMask, t[3], j);
-        }
+        for (int j = 0; j < m; ++j) add(j);
       }
     }
     ErrorSums s;

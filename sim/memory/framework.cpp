@@ -338,7 +338,7 @@ Footprint megatron_footprint(const ModelConfig& m, const MemoryOptions& o) {
                               "docs/user-guide/features/dist_optimizer.md:19 tabulates for one GPU"});
   f.persistent.push_back({"optimizer_metadata", "optimizer", 0, "none: plain fp32 moments"});
   // The decoder layers' four linears (qkv, proj, fc1, fc2) without the fused norms' weights.
-  const int64_t linear_params = m.layer_param_count() - 2 * m.norm_params();
+  const int64_t linear_params = m.layer_linear_param_count();
   if (fp8) {
     f.persistent.push_back(
         {"fp8_weight_cache", "weights", L * linear_params * 2,
@@ -461,7 +461,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   const int64_t T = o.batch * o.seq, V = m.vocab, L = m.layers;
   // Every nn.Linear weight is cast to bf16 once per step by autocast and kept for backward
   // (the autocast weight cache): all layers' and the LM head's.
-  const int64_t linear_params = m.layer_param_count() - 2 * m.norm_params();
+  const int64_t linear_params = m.layer_linear_param_count();
   const int64_t head_params = m.vocab * m.hidden;
   const bool coat = fw.name == "coat";
   // COAT's and torchao's linears cast the fp32 weights to FP8 themselves; only the LM head goes

@@ -208,14 +208,10 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
                           fmt::format("{} master copy of {} params{}", r.master.label, f.params,
                                       master_shards > 1 ? fmt::format(", sharded over {} GPUs", N) : "")});
   if (o.zero == 0) {
-    // torch.autocast casts what F.linear reads: the linears' weights and biases, and the embedding
-    // only when the LM head reuses it; norm weights and an untied embedding stay fp32.
-    std::vector<ParamUse> cast;
-    for (const auto& u : ps)
-      if (u.p.name.find("norm") == std::string::npos && (u.p.name != "embed_tokens.weight" || m.tied_embeddings))
-        cast.push_back(u);
-    const StorageBytes work = param_storage(cast, bf16, 1, false);
-    f.persistent.push_back({"working_weights", "weights", work.total(),
+    // torch.autocast casts what F.linear reads: the layers' linears and the LM head (the embedding
+    // when tied); norm weights and an untied embedding stay fp32.
+    const int64_t cast = m.layers * m.layer_linear_param_count() + m.vocab * m.hidden;
+    f.persistent.push_back({"working_weights", "weights", cast * 2,
                             "bf16 copies torch.autocast makes of the linears' weights (not of norms or an untied "
                             "embedding), replicated"});
   } else if (o.zero <= 2) {

@@ -157,12 +157,12 @@ StepSetting step_setting(const Json& d, const std::string& origin) {
   }
   bool known = false;
   for (const auto& f : frameworks()) known = known || f.name == profile;
-  const bool compile_modelled = models_compile(profile);
   // The torch reference accounting keeps the bf16 logits alive through backward, as the reference
   // loop does (scripts/measure_memory.py); a measurement judged by it must say its loop did too.
   const Json* holds = d.find("loop_holds_logits");
   const bool holds_logits = holds && holds->is_bool() && holds->as_bool();
-  const bool modelled = known && (!compiled.as_bool() || compile_modelled) && (profile != "torch" || holds_logits);
+  const bool modelled =
+      known && (!compiled.as_bool() || models_compile(profile)) && (profile != "torch" || holds_logits);
   return {m, fw.as_string(), profile, compiled.as_bool(), ckpt.as_bool(), known, modelled};
 }
 

@@ -58,6 +58,8 @@ struct ModelConfig {
   int64_t kv_dim() const { return kv_heads * head_dim; }
   int64_t norm_params() const;        // one norm's parameters (H, 2H or 0)
   int64_t layer_param_count() const;  // one decoder layer
+  // One decoder layer's linear weights and biases: what F.linear reads (the layer less its norms).
+  int64_t layer_linear_param_count() const { return layer_param_count() - 2 * norm_params(); }
   int64_t embedding_param_count() const { return vocab * hidden; }
   int64_t head_param_count() const { return tied_embeddings ? 0 : vocab * hidden; }  // LM head
   // Parameters outside the decoder layers: embedding, LM head (unless tied), final norm.

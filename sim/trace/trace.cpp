@@ -327,6 +327,13 @@ bool stored_as_read(hid_t ds, Storage stor) {
   return same;
 }
 
+// A dataset's storage and whether its bytes are the read's (then its chunks can be decoded
+// directly), both decided once at open.
+struct Stored {
+  Storage kind;
+  bool as_read;
+};
+
 // Sizes a tensor's buffer before a read fills it. A large buffer is asked for in 2 MiB pages
 // (madvise; a no-op where transparent huge pages are off): the zero-fill and first touch of 4 KiB
 // pages runs at about 2.2 GB/s on one thread, a serial part of every read (2.7x faster so).
@@ -532,7 +539,7 @@ struct TraceReader::Impl {
   TraceHeader header;
   std::vector<StepInfo> steps;
   std::vector<TensorInfo> tensors;
-  std::vector<Storage> storage;  // parallel to tensors
+  std::vector<Stored> storage;  // parallel to tensors
   std::vector<std::string> ignored;
 
   void precheck();  // cheap checks that need no HDF5 parsing (exists, regular, non-empty, signature)
@@ -687,7 +694,7 @@ void TraceReader::Impl::scan_steps() {
     return a.name < b.name;
   });
   std::vector<TensorInfo> t2;
-  std::vector<Storage> s2;
+  std::vector<Stored> s2;
   t2.reserve(order.size());
   for (size_t i : order) {
     t2.push_back(std::move(tensors[i]));
@@ -773,7 +780,7 @@ void TraceReader::Impl::scan_role_group(const H5::Group& g, const std::string& g
                      static_cast<int>(id), fname);
     }
     tensors.push_back(std::move(t));
-    storage.push_back(stor);
+    storage.push_back({stor, stored_as_read(ds.getId(), stor)});
   }
 }
 
@@ -969,7 +976,8 @@ TensorData TraceReader::read_rows(const TensorInfo& t, int64_t row0, int64_t row
     return d;
   }
   hdf5_init();  // this thread may not have read before (analyze reads ahead on another thread)
-  const Storage stor = impl_->storage[static_cast<size_t>(&t - ts.data())];
+  const Stored stored = impl_->storage[static_cast<size_t>(&t - ts.data())];
+  const Storage stor = stored.kind;
   TensorData d;
   d.dtype = t.dtype;
   d.shape = t.shape;
@@ -996,7 +1004,7 @@ TensorData TraceReader::read_rows(const TensorInfo& t, int64_t row0, int64_t row
     };
     // A whole tensor stored as it is read (the same bytes) is decoded chunk by chunk on the
     // OpenMP threads (read_chunks_direct); anything else, or a chunk that fails, goes to H5Dread.
-    if (whole && n > 0 && stored_as_read(ds.getId(), stor)) {
+    if (whole && n > 0 && stored.as_read) {
       void* buf = nullptr;
       if (stor == Storage::F32) {
         resize_for_read(d.f32, n);
