@@ -222,15 +222,15 @@ TEST_F(SampleAnalysis, GemmErrorMatchesAnIndependentComputation) {
   const trace::TensorInfo* wt = reader_->find(step, Role::Weight, "layers.2.mlp.down_proj.weight");
   ASSERT_NE(xt, nullptr);
   ASSERT_NE(wt, nullptr);
-  auto fake_quant = [](std::vector<float> v) {
+  auto fake_quant = [](Buffer<float> v) {
     float amax = 0;
     for (float x : v) amax = std::max(amax, std::fabs(x));
     const float s = (amax + 1e-10f) / 448.0f;
     for (float& x : v) x = decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(x / s, true)) * s;
     return v;
   };
-  const std::vector<float> x = reader_->read_f32(*xt), w = reader_->read_f32(*wt);
-  const std::vector<float> xq = fake_quant(x), wq = fake_quant(w);
+  const Buffer<float> x = reader_->read_f32(*xt), w = reader_->read_f32(*wt);
+  const Buffer<float> xq = fake_quant(x), wq = fake_quant(w);
   const int64_t m = xt->rows(), k = xt->cols(), n = wt->rows();
   ASSERT_EQ(wt->cols(), k);
   double err = 0, ref = 0;
@@ -262,7 +262,7 @@ TEST_F(SampleAnalysis, PerTensorErrorMatchesAnIndependentFakeQuantization) {
   const int64_t step = coat_->step;
   const trace::TensorInfo* wt = reader_->find(step, Role::Weight, "layers.1.self_attn.k_proj.weight");
   ASSERT_NE(wt, nullptr);
-  const std::vector<float> w = reader_->read_f32(*wt);
+  const Buffer<float> w = reader_->read_f32(*wt);
   float amax = 0;
   for (float x : w) amax = std::max(amax, std::fabs(x));
   // COAT's weight quantizer: (amax + 1e-10) / 448 as PyTorch's CUDA division by a scalar (a

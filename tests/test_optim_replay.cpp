@@ -353,7 +353,7 @@ TEST(OptimReplaySynthetic, LargeParameterSameBitsForAnyThreadCount) {
     w.v0.push_back(g * g);
   }
   for (int k = 0; k < 2; ++k) {
-    std::vector<float> g(static_cast<size_t>(n));
+    Buffer<float> g(static_cast<size_t>(n));
     for (auto& x : g) x = rnd();
     w.grads.push_back(g);
     w.lr.push_back(1e-3);

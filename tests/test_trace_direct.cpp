@@ -191,30 +191,36 @@ TEST(TraceDirect, Fletcher32IsHdf5s) {
   // HDF5 appends its Fletcher-32 to each chunk; a dataset with that filter alone stores the raw
   // bytes and the checksum, read back with H5Dread_chunk. Odd chunk lengths take the last-byte rule.
   const std::string path = test::temp_dir() + "/fletcher.h5";
-  for (hsize_t n : {1, 2, 7, 360, 721, 722, 5000}) {
-    SCOPED_TRACE(n);
-    std::vector<uint8_t> v(n);
-    for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(pattern(i) >> 7);
-    {
-      H5::H5File f(path, H5F_ACC_TRUNC);
-      H5::DSetCreatPropList cp;
-      cp.setChunk(1, &n);
-      cp.setFletcher32();
-      H5::DataSpace sp(1, &n);
-      H5::DataSet ds = f.createDataSet("x", H5::PredType::STD_U8LE, sp, cp);
-      ds.write(v.data(), H5::PredType::NATIVE_UINT8);
+  // Lengths around the blocks of 8192 bytes that hdf5_fletcher32 sums at once, and contents whose
+  // sums are large (all 0xFF) or zero, where the folding decides the representation.
+  for (hsize_t n : {hsize_t{1}, hsize_t{2}, hsize_t{7}, hsize_t{360}, hsize_t{721}, hsize_t{722}, hsize_t{5000},
+                    hsize_t{8191}, hsize_t{8192}, hsize_t{8193}, hsize_t{16389}, hsize_t{262144}, hsize_t{262147}})
+    for (int fill : {-1, 0, 0xFF}) {
+      SCOPED_TRACE(testing::Message() << n << " bytes, fill " << fill);
+      std::vector<uint8_t> v(n);
+      for (size_t i = 0; i < n; ++i)
+        v[i] = fill < 0 ? static_cast<uint8_t>(pattern(i) >> 7) : static_cast<uint8_t>(fill);
+      {
+        H5::H5File f(path, H5F_ACC_TRUNC);
+        H5::DSetCreatPropList cp;
+        cp.setChunk(1, &n);
+        cp.setFletcher32();
+        H5::DataSpace sp(1, &n);
+        H5::DataSet ds = f.createDataSet("x", H5::PredType::STD_U8LE, sp, cp);
+        ds.write(v.data(), H5::PredType::NATIVE_UINT8);
+      }
+      H5::H5File f(path, H5F_ACC_RDONLY);
+      H5::DataSet ds = f.openDataSet("x");
+      std::vector<uint8_t> raw(n + 4);
+      const hsize_t off = 0;
+      uint32_t filters = 0;
+      ASSERT_GE(H5Dread_chunk(ds.getId(), H5P_DEFAULT, &off, &filters, raw.data()), 0);
+      ASSERT_EQ(std::memcmp(raw.data(), v.data(), n), 0);
+      const uint32_t stored = static_cast<uint32_t>(raw[n]) | static_cast<uint32_t>(raw[n + 1]) << 8 |
+                              static_cast<uint32_t>(raw[n + 2]) << 16 | static_cast<uint32_t>(raw[n + 3]) << 24;
+      EXPECT_EQ(hdf5_fletcher32(v.data(), n), stored);
+      EXPECT_EQ(hdf5_fletcher32(v.data(), n, false), stored);  // the portable loop
     }
-    H5::H5File f(path, H5F_ACC_RDONLY);
-    H5::DataSet ds = f.openDataSet("x");
-    std::vector<uint8_t> raw(n + 4);
-    const hsize_t off = 0;
-    uint32_t filters = 0;
-    ASSERT_GE(H5Dread_chunk(ds.getId(), H5P_DEFAULT, &off, &filters, raw.data()), 0);
-    ASSERT_EQ(std::memcmp(raw.data(), v.data(), n), 0);
-    const uint32_t stored = static_cast<uint32_t>(raw[n]) | static_cast<uint32_t>(raw[n + 1]) << 8 |
-                            static_cast<uint32_t>(raw[n + 2]) << 16 | static_cast<uint32_t>(raw[n + 3]) << 24;
-    EXPECT_EQ(hdf5_fletcher32(v.data(), n), stored);
-  }
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ TEST(TraceIo, RoundTripsEveryDtypeBitExactly) {
   const std::string path = dir + "/rt.h5";
   // Every bf16 and fp16 pattern (all NaN payloads, Infs, subnormals, -0), and 1024 x 1027 fp32
   // patterns spread over all exponents plus the special values.
-  std::vector<uint16_t> all16(65536);
+  Buffer<uint16_t> all16(65536);
   for (uint32_t i = 0; i < 65536; ++i) all16[i] = static_cast<uint16_t>(i);
   std::vector<float> f32(1024 * 1027);
   for (size_t i = 0; i < f32.size(); ++i) f32[i] = f32_from_bits(pattern32(i));  // NaN payloads every 4th
@@ -180,7 +180,7 @@ TEST(TraceIo, RoundTripsEveryDtypeBitExactly) {
   EXPECT_TRUE(std::isnan(dc.value(0x7E00)));
 
   const TensorData dd = r.read(*r.find(3, Role::Grad, "small"));
-  EXPECT_EQ(dd.bits, (std::vector<uint16_t>{0x3F80, 0xFF80, 0x7FC1, 0x0001, 0x8000}));
+  EXPECT_EQ(dd.bits, (Buffer<uint16_t>{0x3F80, 0xFF80, 0x7FC1, 0x0001, 0x8000}));
   const NonFinite nf = count_nonfinite(dd);
   EXPECT_EQ(nf.nan, 1u);
   EXPECT_EQ(nf.inf, 1u);
@@ -419,14 +419,14 @@ TEST(TraceSample, GradWindowReplaysToTheCapturedEndWeights) {
   for (size_t ti : end->tensors) {
     const TensorInfo& pend = r.tensors()[ti];
     if (pend.role != Role::Weight) continue;
-    std::vector<float> p = r.read_f32(*r.find(first, Role::Weight, pend.name));
-    std::vector<float> m = r.read_f32(*r.find(first, Role::ExpAvg, pend.name));
-    std::vector<float> v = r.read_f32(*r.find(first, Role::ExpAvgSq, pend.name));
+    Buffer<float> p = r.read_f32(*r.find(first, Role::Weight, pend.name));
+    Buffer<float> m = r.read_f32(*r.find(first, Role::ExpAvg, pend.name));
+    Buffer<float> v = r.read_f32(*r.find(first, Role::ExpAvgSq, pend.name));
     int64_t t = *r.find_step(first)->adamw_step;
     for (int64_t s = first; s <= last; ++s) {
       const TensorInfo* gi = r.find(s, Role::Grad, pend.name);
       ASSERT_NE(gi, nullptr) << "step " << s << " lacks grad " << pend.name;
-      const std::vector<float> g = r.read_f32(*gi);
+      const Buffer<float> g = r.read_f32(*gi);
       const double lr = *r.find_step(s)->lr;
       ++t;
       const float decay = static_cast<float>(1.0 - lr * wd), w1 = static_cast<float>(1.0 - b1);
@@ -441,7 +441,7 @@ TEST(TraceSample, GradWindowReplaysToTheCapturedEndWeights) {
         p[i] = p[i] + step_size * (m[i] / denom);
       }
     }
-    const std::vector<float> want = r.read_f32(pend);
+    const Buffer<float> want = r.read_f32(pend);
     float scale = 0;
     for (float x : want) scale = std::max(scale, std::fabs(x));
     for (size_t i = 0; i < p.size(); ++i)

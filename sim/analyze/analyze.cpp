@@ -89,9 +89,9 @@ struct Operand {
   std::optional<QuantizedTensor> q;
   std::vector<float> values;
 };
-Operand quantized_operand(const TensorInfo& t, const TensorData& d, const std::vector<float>& x,
+Operand quantized_operand(const TensorInfo& t, const TensorData& d, std::span<const float> x,
                           const std::optional<QuantSpec>& spec, int threads) {
-  if (!spec) return {std::nullopt, x};
+  if (!spec) return {std::nullopt, std::vector<float>(x.begin(), x.end())};
   std::optional<DelayedScaler> scaler;
   const QuantizeOptions o = quant_options(*spec, x.data(), x.size(), scaler, threads);
   Operand op;
@@ -240,7 +240,7 @@ struct TensorResult {
 };
 
 // The CPU's numbers for one tensor (run_quantize's, without its document); x is the tensor widened.
-TensorMetrics cpu_metrics(const TensorData& d, const std::vector<float>& x, std::span<const int64_t> shape,
+TensorMetrics cpu_metrics(const TensorData& d, std::span<const float> x, std::span<const int64_t> shape,
                           const std::optional<QuantSpec>& spec, int threads) {
   TensorMetrics m;
   const trace::NonFinite nf = trace::count_nonfinite(d);
@@ -345,7 +345,7 @@ TensorMetrics slab_metrics(const trace::TraceReader& r, const TensorInfo& t, con
     const trace::NonFinite nf = trace::count_nonfinite(d);
     m.nan += nf.nan;
     m.inf += nf.inf;
-    const std::vector<float> x = d.widened();
+    const Buffer<float> x = d.widened();
     if (!spec) {
       acc.add(x.data(), x.data(), x.size());
       return;
@@ -401,7 +401,7 @@ TensorResult analyze_tensor(const trace::TraceReader& r, const TensorInfo& t, co
   const bool histograms = opts.histograms && spec && !spec->is_passthrough() && t.numel() > 0;
   std::optional<TensorMetrics> done;  // from the slabs or the device
   std::optional<ScaledHistograms> hist;
-  std::vector<float> x;  // the widened values, where the CPU needs them
+  Buffer<float> x;  // the widened values, where the CPU needs them
   if (slab > 0) {
     done = slab_metrics(r, t, spec, slab, histograms, opts.threads, hist);
   } else {
@@ -531,7 +531,7 @@ InputGemms gemms_of_input(const trace::TraceReader& r, const TensorInfo& xt,
                           const AnalyzeOptions& opts) {
   InputGemms out;
   const TensorData xd = r.read(xt);
-  const std::vector<float> x_ref = xd.widened();
+  const Buffer<float> x_ref = xd.widened();
   const recipe::QuantRule* xrule = rec.match(xt.role, xt.op, modules_of(xt));
   const std::optional<QuantSpec> xspec = xrule ? xrule->spec : std::nullopt;
   const Operand xop = quantized_operand(xt, xd, x_ref, xspec, opts.threads);
@@ -550,7 +550,7 @@ InputGemms gemms_of_input(const trace::TraceReader& r, const TensorInfo& xt,
       continue;
     }
     const TensorData wd = r.read(wt);
-    const std::vector<float> w_ref = wd.widened();
+    const Buffer<float> w_ref = wd.widened();
     // The weight takes the rule of a linear weight of this module (a tied embedding used as
     // the LM head is quantized as the LM head's weight).
     const recipe::QuantRule* wrule = rec.match(Role::Weight, "linear", {mod});

@@ -93,6 +93,14 @@ QuantizeEntry compare_quantized(gpu::Backend& gpu, const QuantizedTensor& cq, co
 }
 
 // ---- the op families ----------------------------------------------------------------------------------
+// A tensor widened to fp32 in a std::vector (the comparisons' containers).
+std::vector<float> read_vector(const trace::TraceReader& r, const TensorInfo& t) {
+  const trace::TensorData d = r.read(t);
+  std::vector<float> v(d.size());
+  d.widen(v.data());
+  return v;
+}
+
 struct TensorRef {
   const TensorInfo* info;
   trace::TensorData data;
@@ -129,7 +137,7 @@ void run_casts(gpu::Backend& gpu, const TensorRef& t, Entries& ops) {
     o.seed = 0xC0FFEEull;
     std::vector<uint8_t> ref(n), got(n);
     if (cc.bf16_input) {
-      if (t.info->dtype == trace::DType::BF16) b16 = t.data.bits;
+      if (t.info->dtype == trace::DType::BF16) b16.assign(t.data.bits.begin(), t.data.bits.end());
       else if (b16.empty()) {
         b16.resize(n);
         for (size_t i = 0; i < n; ++i) b16[i] = f32_to_bf16_rne(t.f32[i]);
@@ -315,7 +323,8 @@ void run_adamw(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Ent
     if (!g || !m || !v) continue;
     if (max_tensors > 0 && done >= max_tensors) break;
     ++done;
-    const std::vector<float> p0 = r.read_f32(*w), g0 = r.read_f32(*g), m0 = r.read_f32(*m), v0 = r.read_f32(*v);
+    const std::vector<float> p0 = read_vector(r, *w), g0 = read_vector(r, *g), m0 = read_vector(r, *m),
+                             v0 = read_vector(r, *v);
     const int64_t n = static_cast<int64_t>(p0.size());
     for (const auto& rc : cases) {
       optim::StateRecipe recipe = rc.recipe == "coat+stochastic"
@@ -512,7 +521,7 @@ void check_gemm_request(gpu::Backend& gpu, const std::string& layer, const std::
 void run_gemms(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Entries& ops, int max_tensors) {
   int done = 0;
   for (const TensorInfo* a : r.select(trace::Filter{.step = step, .role = Role::Activation, .op = "linear_input"})) {
-    const std::vector<float> x = r.read_f32(*a);
+    const std::vector<float> x = read_vector(r, *a);
     const int64_t K = a->cols(), M = a->rows();
     for (const auto& mod : a->modules) {
       if (max_tensors > 0 && done >= max_tensors) return;
@@ -520,7 +529,7 @@ void run_gemms(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Ent
       if (!w || w->shape.size() != 2 || w->shape[1] != K) continue;
       ++done;
       const int64_t N = w->shape[0];
-      const std::vector<float> wv = r.read_f32(*w);
+      const std::vector<float> wv = read_vector(r, *w);
       run_gemm_case(gpu, mod, "bf16", x, wv, M, N, K, Format::BF16, Format::BF16, 0, false, ops);
       run_gemm_case(gpu, mod, "e4m3 tensor split", x, wv, M, N, K, Format::E4M3, Format::E4M3, 1, false, ops);
       run_gemm_case(gpu, mod, "e4m3 tensor fast", x, wv, M, N, K, Format::E4M3, Format::E4M3, 1, true, ops);
@@ -529,7 +538,7 @@ void run_gemms(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Ent
       // dgrad: dX (M, K) = dY (M, N) * W (N, K) = dY * (W^T stored (K, N))^T, E5M2 x E4M3.
       if (const TensorInfo* dy = r.find(step, Role::ActivationGrad, mod + ".output_grad");
           dy && dy->cols() == N && dy->rows() == M) {
-        const std::vector<float> dyv = r.read_f32(*dy);
+        const std::vector<float> dyv = read_vector(r, *dy);
         run_gemm_case(gpu, mod + " (dgrad)", "e5m2xe4m3 tensor split", dyv, transpose(wv, N, K), M, K, N, Format::E5M2,
                       Format::E4M3, 1, false, ops);
       }
@@ -807,7 +816,8 @@ CompareResult compare_trace(const CompareOptions& opts, gpu::Backend& gpu) {
     if (opts.max_tensors > 0 && count_by_role[role] >= opts.max_tensors) continue;
     ++count_by_role[role];
     TensorRef t{ti, r.read(*ti), {}};
-    t.f32 = t.data.widened();
+    t.f32.resize(t.data.size());
+    t.data.widen(t.f32.data());
     if (wanted(opts, "cast")) run_casts(gpu, t, ops);
     if (wanted(opts, "quantize")) run_quantize(gpu, t, ops);
     if (ti->role == Role::Activation && ti->op == "linear_input") activations.push_back(std::move(t));

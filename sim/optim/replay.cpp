@@ -100,7 +100,7 @@ std::vector<double> det_sums(int64_t n, int threads, size_t K, const F& f) {
 
 double ratio(double num, double den) { return den > 0 ? num / den : std::numeric_limits<double>::quiet_NaN(); }
 
-void require_finite(const std::vector<float>& x, const std::string& what, const std::string& name) {
+void require_finite(std::span<const float> x, const std::string& what, const std::string& name) {
   for (size_t i = 0; i < x.size(); ++i)
     FP8SIM_REQUIRE(std::isfinite(x[i]), "parameter '{}': {} has a non-finite value ({}) at flat index {}", name, what,
                    x[i], i);
@@ -157,8 +157,8 @@ struct DirectionSums {
 
   // One parameter's sums (add_sums' layout) from its moments after `step` AdamW updates: fixed
   // chunks combined in order (the result does not depend on the thread count).
-  std::vector<double> sums(const std::vector<float>& m0, const std::vector<float>& v0, const AdamwHyper& h,
-                           int64_t step, int nt) const {
+  std::vector<double> sums(std::span<const float> m0, std::span<const float> v0, const AdamwHyper& h, int64_t step,
+                           int nt) const {
     const size_t F = formats();
     const int64_t n = static_cast<int64_t>(m0.size());
     const Shape shape{n};
@@ -285,7 +285,7 @@ struct OptimReplay::Impl {
     int64_t mismatch = 0, compared = 0;
     std::vector<DriftSums> drift;  // [recipe * drift_steps + step]; empty without drift
   };
-  StatePart state_part(const std::string& name, const std::vector<float>& m, const std::vector<float>& v,
+  StatePart state_part(const std::string& name, std::span<const float> m, std::span<const float> v,
                        const AdamwHyper& hyper, int64_t adamw_step) const;
   ParamPart param_part(const ParamWindow& w, uint64_t index) const;
   void apply(const StatePart& p);
@@ -335,12 +335,12 @@ OptimReplay::~OptimReplay() = default;
 
 void OptimReplay::add_param(const ParamWindow& w) { impl_->apply(impl_->param_part(w, impl_->param_index)); }
 
-void OptimReplay::add_state(const std::string& name, const std::vector<float>& m, const std::vector<float>& v,
+void OptimReplay::add_state(const std::string& name, std::span<const float> m, std::span<const float> v,
                             const AdamwHyper& hyper, int64_t adamw_step) {
   impl_->apply(impl_->state_part(name, m, v, hyper, adamw_step));
 }
 
-std::string OptimReplay::state_part(const std::string& name, const std::vector<float>& m, const std::vector<float>& v,
+std::string OptimReplay::state_part(const std::string& name, std::span<const float> m, std::span<const float> v,
                                     const AdamwHyper& hyper, int64_t adamw_step) const {
   const Impl::StatePart p = impl_->state_part(name, m, v, hyper, adamw_step);
   dist::ByteWriter w;
@@ -465,8 +465,8 @@ void OptimReplay::Impl::apply(const ParamPart& p) {
   ++param_index;
 }
 
-OptimReplay::Impl::StatePart OptimReplay::Impl::state_part(const std::string& name, const std::vector<float>& m,
-                                                           const std::vector<float>& v, const AdamwHyper& hyper,
+OptimReplay::Impl::StatePart OptimReplay::Impl::state_part(const std::string& name, std::span<const float> m,
+                                                           std::span<const float> v, const AdamwHyper& hyper,
                                                            int64_t adamw_step) const {
   const int64_t n = static_cast<int64_t>(m.size());
   FP8SIM_REQUIRE(n > 0, "parameter '{}' has no elements", name);
@@ -509,7 +509,7 @@ void OptimReplay::Impl::replay_into(ParamPart& part, const ParamWindow& w) const
   part.has_end = true;
   const int64_t n = w.numel();
   for (UpdateRule rule : {UpdateRule::Torch, UpdateRule::Coat}) {
-    std::vector<float> p = w.p0, m = w.m0, v = w.v0;
+    std::vector<float> p(w.p0.begin(), w.p0.end()), m(w.m0.begin(), w.m0.end()), v(w.v0.begin(), w.v0.end());
     AdamwHyper h = w.hyper;
     for (size_t k = 0; k < w.grads.size(); ++k) {
       h.lr = w.lr[k];
@@ -550,14 +550,15 @@ void OptimReplay::Impl::drift_into(ParamPart& part, const ParamWindow& w, uint64
   for (size_t r = 0; r < recipes.size(); ++r) {
     Run& run = runs[r];
     run.st = make_param_state(recipes[r], w.m0.data(), w.v0.data(), n, index, static_cast<uint64_t>(meta.step0), nt);
-    run.p = w.p0;
+    run.p.assign(w.p0.begin(), w.p0.end());
     run.p_prev.resize(un);
     run.m_new.resize(un);
     run.v_new.resize(un);
     run.m_stored.resize(un);
     run.v_stored.resize(un);
   }
-  std::vector<float> pb = w.p0, mb = w.m0, vb = w.v0, pb_prev(un);
+  std::vector<float> pb(w.p0.begin(), w.p0.end()), mb(w.m0.begin(), w.m0.end()), vb(w.v0.begin(), w.v0.end()),
+      pb_prev(un);
   AdamwHyper h = w.hyper;
   for (int k = 0; k < drift_steps; ++k) {
     h.lr = w.lr[static_cast<size_t>(k)];

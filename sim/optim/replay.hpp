@@ -27,9 +27,11 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "sim/common/buffer.hpp"
 #include "sim/common/json.hpp"
 #include "sim/optim/adamw.hpp"
 #include "sim/optim/state_recipe.hpp"
@@ -44,12 +46,12 @@ namespace fp8sim::optim {
 struct ParamWindow {
   std::string name;
   std::vector<int64_t> shape;
-  std::vector<float> p0;                  // weights before the first window step
-  std::vector<float> m0, v0;              // exp_avg, exp_avg_sq before the first window step
-  std::vector<std::vector<float>> grads;  // grads of the window steps, in order
-  std::vector<float> p_end;               // weights after the last window step (empty: unknown)
-  AdamwHyper hyper;                       // betas, eps, weight_decay (lr: see `lr`)
-  std::vector<double> lr;                 // lr of each window step
+  Buffer<float> p0;                  // weights before the first window step
+  Buffer<float> m0, v0;              // exp_avg, exp_avg_sq before the first window step
+  std::vector<Buffer<float>> grads;  // grads of the window steps, in order
+  Buffer<float> p_end;               // weights after the last window step (empty: unknown)
+  AdamwHyper hyper;                  // betas, eps, weight_decay (lr: see `lr`)
+  std::vector<double> lr;            // lr of each window step
   int64_t numel() const { return static_cast<int64_t>(p0.size()); }
 };
 
@@ -254,8 +256,8 @@ class OptimReplay {
   // Table 1 and the memory table: the fp32 moments of one parameter after `adamw_step` updates
   // (the step count that sets the bias corrections), with the AdamW hyper-parameters (lr unused).
   // Call it for every parameter of the snapshot the table is about (all of the model's).
-  void add_state(const std::string& name, const std::vector<float>& m, const std::vector<float>& v,
-                 const AdamwHyper& hyper, int64_t adamw_step);
+  void add_state(const std::string& name, std::span<const float> m, std::span<const float> v, const AdamwHyper& hyper,
+                 int64_t adamw_step);
   // Drift and the fp32 replay: one parameter of the grad window. Validates (throws
   // fp8sim::Error naming the parameter when a shape or length does not match, or values are not
   // finite). Without any add_state call, the memory table counts the window's parameters.
@@ -265,7 +267,7 @@ class OptimReplay {
   // among the window's, which keys stochastic rounding), then added by apply_part in parameter
   // order, moments before window parameters: the same sums in the same order as add_state /
   // add_param, so the same result whichever process computed each part.
-  std::string state_part(const std::string& name, const std::vector<float>& m, const std::vector<float>& v,
+  std::string state_part(const std::string& name, std::span<const float> m, std::span<const float> v,
                          const AdamwHyper& hyper, int64_t adamw_step) const;
   std::string param_part(const ParamWindow& w, uint64_t index) const;
   void apply_part(const std::string& bytes);

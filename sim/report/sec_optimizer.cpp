@@ -304,7 +304,7 @@ void fig3_part(Context& ctx, Section& s, const trace::TraceReader& reader) {
         f.step = *step;
         f.role = h == &m ? trace::Role::ExpAvg : trace::Role::ExpAvgSq;
         reader.for_each(f, [&](const trace::TensorInfo& info, const trace::TensorData& data) {
-          const std::vector<float> x = data.widened();
+          const Buffer<float> x = data.widened();
           const std::vector<int64_t> flat = {static_cast<int64_t>(x.size())};  // COAT flattens each parameter
           const QuantizedTensor q = quantize(x.data(), flat, spec);
           const ScaledHistograms sh = scaled_histograms(x.data(), q);

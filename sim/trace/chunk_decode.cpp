@@ -1,12 +1,14 @@
 #include "sim/trace/chunk_decode.hpp"
 
 #include <fcntl.h>
+#include <immintrin.h>
 #include <omp.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -34,24 +36,47 @@ bool pread_all(int fd, uint8_t* buf, size_t n, uint64_t at) {
 }
 
 // HDF5's shuffle filter stores byte k of every element together (all the first bytes, then all
-// the second bytes, ...); bytes past the last whole element stay where they are.
+// the second bytes, ...); bytes past the last whole element stay where they are. The 2- and 4-byte
+// cases (every trace dtype) are written as whole elements so that the compiler vectorizes them.
 void unshuffle(const uint8_t* in, size_t n, size_t es, uint8_t* out) {
   const size_t elems = n / es;
-  for (size_t k = 0; k < es; ++k) {
-    const uint8_t* src = in + k * elems;
-    for (size_t i = 0; i < elems; ++i) out[i * es + k] = src[i];
+  if constexpr (std::endian::native == std::endian::little) {
+    if (es == 4) {
+      const uint8_t *b0 = in, *b1 = in + elems, *b2 = in + 2 * elems, *b3 = in + 3 * elems;
+      for (size_t i = 0; i < elems; ++i) {
+        const uint32_t v = uint32_t{b0[i]} | uint32_t{b1[i]} << 8 | uint32_t{b2[i]} << 16 | uint32_t{b3[i]} << 24;
+        std::memcpy(out + 4 * i, &v, 4);
+      }
+    } else if (es == 2) {
+      const uint8_t *b0 = in, *b1 = in + elems;
+      for (size_t i = 0; i < elems; ++i) {
+        const auto v = static_cast<uint16_t>(b0[i] | b1[i] << 8);
+        std::memcpy(out + 2 * i, &v, 2);
+      }
+    }
+  }
+  if (std::endian::native != std::endian::little || (es != 4 && es != 2)) {
+    for (size_t k = 0; k < es; ++k) {
+      const uint8_t* src = in + k * elems;
+      for (size_t i = 0; i < elems; ++i) out[i * es + k] = src[i];
+    }
   }
   std::memcpy(out + elems * es, in + elems * es, n - elems * es);
 }
 
 // Decodes one chunk's stored bytes (`raw`, `n` of them) through the filters in reverse, into
-// `a` or `b` (scratch of `chunk_bytes` each); returns the decoded bytes, or nullptr.
+// `a` or `b` (scratch of `chunk_bytes` each); returns the decoded bytes, or nullptr. With `direct`
+// (chunk_bytes of the output that the chunk fills exactly), the last filter that moves the bytes
+// writes there, and the result is `direct` when one did.
 const uint8_t* decode(uint8_t* raw, size_t n, const std::vector<ChunkFilter>& filters, uint32_t mask, size_t es,
-                      size_t chunk_bytes, std::vector<uint8_t>& a, std::vector<uint8_t>& b) {
+                      size_t chunk_bytes, std::vector<uint8_t>& a, std::vector<uint8_t>& b, uint8_t* direct) {
+  size_t last = filters.size();  // the last filter to undo that moves bytes (Fletcher-32 only checks)
+  for (size_t i = 0; i < filters.size() && last == filters.size(); ++i)
+    if (!(mask & (1u << i)) && filters[i] != ChunkFilter::Fletcher32) last = i;
   uint8_t* cur = raw;
   for (size_t i = filters.size(); i-- > 0;) {
     if (mask & (1u << i)) continue;  // the filter was not applied to this chunk
-    uint8_t* dst = cur == a.data() ? b.data() : a.data();
+    uint8_t* dst = direct && i == last ? direct : cur == a.data() ? b.data() : a.data();
     switch (filters[i]) {
       case ChunkFilter::Fletcher32: {
         if (n < 4) return nullptr;
@@ -105,30 +130,108 @@ void place(const uint8_t* chunk, const std::vector<uint64_t>& offset, const std:
   }
 }
 
+// Where a chunk's bytes lie in the row-major output when it fills one contiguous range whole (every
+// dimension but the first complete, and the first not cut by the dataset's edge), else nullptr.
+uint8_t* filled_in_place(const std::vector<uint64_t>& offset, const std::vector<uint64_t>& cdims,
+                         const std::vector<uint64_t>& dims, size_t es, uint8_t* out) {
+  if (offset[0] + cdims[0] > dims[0]) return nullptr;
+  size_t row = es;
+  for (size_t k = 1; k < dims.size(); ++k) {
+    if (offset[k] != 0 || cdims[k] != dims[k]) return nullptr;
+    row *= dims[k];
+  }
+  return out + offset[0] * row;
+}
+
 }  // namespace
 
-uint32_t hdf5_fletcher32(const uint8_t* data, size_t n) {
-  uint32_t sum1 = 0, sum2 = 0;
-  size_t words = n / 2;
-  while (words > 0) {
-    size_t block = std::min<size_t>(words, 360);
-    words -= block;
-    for (; block > 0; --block, data += 2) {
-      sum1 += static_cast<uint32_t>(data[0]) << 8 | data[1];
-      sum2 += sum1;
+namespace {
+
+// Fletcher-32 in blocks of kRows rows of kLanes 16-bit words: lane l of a block sums the words at
+// one position of each row, A[l] = their sum and B[l] = the running sum of A[l]. kRows keeps B
+// below 2^32 (at most 65535 x kRows (kRows + 1) / 2).
+constexpr size_t kLanes = 16, kRows = 256, kBlock = kLanes * kRows;
+struct LaneSums {
+  uint32_t A[kLanes], B[kLanes];
+  const uint8_t* pos;  // the word position within a row that each lane sums
+};
+
+constexpr uint8_t kInOrder[kLanes] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+void block_sums(const uint8_t* data, LaneSums& s) {
+  std::fill_n(s.A, kLanes, 0u);
+  std::fill_n(s.B, kLanes, 0u);
+  for (size_t r = 0; r < kRows; ++r, data += 2 * kLanes)
+    for (size_t j = 0; j < kLanes; ++j) {
+      s.A[j] += uint32_t{data[2 * j]} << 8 | data[2 * j + 1];
+      s.B[j] += s.A[j];
     }
-    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
-    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  s.pos = kInOrder;
+}
+
+// The same with AVX2: the big-endian words byte-swapped in place, widened to 32 bits by
+// interleaving with zero (lanes of the low half: words 0-3 and 8-11; of the high half: 4-7, 12-15).
+constexpr uint8_t kInterleaved[kLanes] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15};
+__attribute__((target("avx2"))) void block_sums_avx2(const uint8_t* data, LaneSums& s) {
+  const __m256i swap = _mm256_setr_epi8(1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14, 1, 0, 3, 2, 5, 4, 7, 6, 9,
+                                        8, 11, 10, 13, 12, 15, 14);
+  const __m256i zero = _mm256_setzero_si256();
+  __m256i a_lo = zero, a_hi = zero, b_lo = zero, b_hi = zero;
+  for (size_t r = 0; r < kRows; ++r, data += 2 * kLanes) {
+    const __m256i w = _mm256_shuffle_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(data)), swap);
+    a_lo = _mm256_add_epi32(a_lo, _mm256_unpacklo_epi16(w, zero));
+    a_hi = _mm256_add_epi32(a_hi, _mm256_unpackhi_epi16(w, zero));
+    b_lo = _mm256_add_epi32(b_lo, a_lo);
+    b_hi = _mm256_add_epi32(b_hi, a_hi);
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(s.A), a_lo);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(s.A + 8), a_hi);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(s.B), b_lo);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(s.B + 8), b_hi);
+  s.pos = kInterleaved;
+}
+
+}  // namespace
+
+// HDF5's definition adds the words one at a time and folds both sums every 360 words. Each fold
+// keeps a sum's value modulo 65535 and never turns a nonzero sum into zero, so the result is each
+// exact sum S reduced to [1, 65535] (0 only for S = 0, which happens only for all-zero words):
+//   sum1 = sum of w[i],  sum2 = sum of (N - i) w[i]  over the N words.
+// A block of kBlock words adds (kBlock x sum1 before it) + sum over lanes of (kLanes B - pos A) to
+// sum2, since a word at position p of row r (of kRows) counts kLanes (kRows - r) - p times.
+uint32_t hdf5_fletcher32(const uint8_t* data, size_t n, bool simd) {
+  constexpr uint64_t kMod = 65535;
+  static const bool has_avx2 = __builtin_cpu_supports("avx2");
+  const bool wide = simd && has_avx2;
+  uint64_t s1 = 0, s2 = 0;
+  bool nonzero = false;
+  size_t words = n / 2;
+  LaneSums ls;
+  for (; words >= kBlock; words -= kBlock, data += 2 * kBlock) {
+    if (wide) block_sums_avx2(data, ls);
+    else block_sums(data, ls);
+    uint64_t a = 0, b = 0;
+    for (size_t l = 0; l < kLanes; ++l) {
+      a += ls.A[l];
+      b += kLanes * uint64_t{ls.B[l]} - ls.pos[l] * uint64_t{ls.A[l]};
+    }
+    nonzero |= a != 0;
+    s2 = (s2 + kBlock * s1 + b) % kMod;
+    s1 = (s1 + a) % kMod;
+  }
+  for (; words > 0; --words, data += 2) {
+    const uint32_t w = uint32_t{data[0]} << 8 | data[1];
+    nonzero |= w != 0;
+    s1 += w;
+    s2 += s1;
   }
   if (n % 2) {
-    sum1 += static_cast<uint32_t>(data[0]) << 8;
-    sum2 += sum1;
-    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
-    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+    nonzero |= data[0] != 0;
+    s1 += uint32_t{data[0]} << 8;
+    s2 += s1;
   }
-  sum1 = (sum1 & 0xffff) + (sum1 >> 16);
-  sum2 = (sum2 & 0xffff) + (sum2 >> 16);
-  return sum2 << 16 | sum1;
+  if (!nonzero) return 0;
+  const auto reduce = [](uint64_t v) { return static_cast<uint32_t>(v % kMod == 0 ? kMod : v % kMod); };
+  return reduce(s2) << 16 | reduce(s1);
 }
 
 DirectReadStats direct_read_stats() { return {g_datasets.load(), g_chunks.load(), g_fallbacks.load()}; }
@@ -149,14 +252,16 @@ bool decode_chunks(const std::string& path, const ChunkLayout& layout, const std
       if (bad.load(std::memory_order_relaxed)) continue;
       const StoredChunk& ch = chunks[static_cast<size_t>(i)];
       raw.resize(static_cast<size_t>(ch.size));
+      uint8_t* in_place = filled_in_place(ch.offset, layout.chunk, layout.dims, layout.elem_bytes, dst);
       const uint8_t* data = nullptr;
       if (pread_all(fd.fd, raw.data(), raw.size(), ch.addr))
-        data = decode(raw.data(), raw.size(), layout.filters, ch.skipped, layout.elem_bytes, chunk_bytes, a, b);
+        data =
+            decode(raw.data(), raw.size(), layout.filters, ch.skipped, layout.elem_bytes, chunk_bytes, a, b, in_place);
       if (!data) {
         bad.store(true, std::memory_order_relaxed);
         continue;
       }
-      place(data, ch.offset, layout.chunk, layout.dims, layout.elem_bytes, dst);
+      if (data != in_place) place(data, ch.offset, layout.chunk, layout.dims, layout.elem_bytes, dst);
     }
   }
   if (bad.load()) {

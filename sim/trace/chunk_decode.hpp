@@ -50,7 +50,8 @@ struct DirectReadStats {
 DirectReadStats direct_read_stats();
 
 // HDF5's Fletcher-32 of `n` bytes: 16-bit big-endian words (an odd last byte is the high byte of a
-// word), both sums folded to 16 bits as end-around carries every 360 words and at the end.
-uint32_t hdf5_fletcher32(const uint8_t* data, size_t n);
+// word), both sums folded to 16 bits as end-around carries every 360 words and at the end. `simd`:
+// AVX2 where the CPU has it (the same value; false runs the portable loop, for tests).
+uint32_t hdf5_fletcher32(const uint8_t* data, size_t n, bool simd = true);
 
 }  // namespace fp8sim

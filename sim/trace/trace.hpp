@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "sim/common/buffer.hpp"
 #include "sim/common/json.hpp"
 
 namespace fp8sim::trace {
@@ -98,16 +99,17 @@ struct TraceHeader {
 
 // ---- data -----------------------------------------------------------------------------------------
 // A tensor as stored. F32 data live in `f32`; BF16/F16 data live in `bits` as 16-bit patterns.
+// Buffers (buffer.hpp): a reader sizes them without a zero-fill and writes every element.
 struct TensorData {
   DType dtype = DType::F32;
   std::vector<int64_t> shape;
-  std::vector<float> f32;
-  std::vector<uint16_t> bits;
+  Buffer<float> f32;
+  Buffer<uint16_t> bits;
 
   size_t size() const { return dtype == DType::F32 ? f32.size() : bits.size(); }
   float value(size_t i) const;   // element i widened to fp32 (exact for every dtype)
   void widen(float* out) const;  // all elements, exact
-  std::vector<float> widened() const;
+  Buffer<float> widened() const;
 };
 
 struct NonFinite {
@@ -170,7 +172,7 @@ class TraceReader {
   // t.shape with that extent = rows. Throws Error for rows outside the tensor.
   TensorData read_rows(const TensorInfo& t, int64_t row0, int64_t rows) const;
   // Reads and widens to fp32 (exact).
-  std::vector<float> read_f32(const TensorInfo& t) const;
+  Buffer<float> read_f32(const TensorInfo& t) const;
   // Visits matching tensors in order, one dataset in memory at a time.
   void for_each(const Filter& f, const std::function<void(const TensorInfo&, const TensorData&)>& fn) const;
 
