@@ -24,7 +24,7 @@ struct DefaultInitAllocator : std::allocator<T> {
   DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
   // Called by resize(n) and the size constructor: default-initialise (nothing for scalars).
   template <class U>
-  void construct(U* p) noexcept(noexcept(::new(static_cast<void*>(p)) U)) {
+  void construct(U* p) noexcept(noexcept(::new (static_cast<void*>(p)) U)) {
     ::new (static_cast<void*>(p)) U;
   }
   template <class U, class... Args>

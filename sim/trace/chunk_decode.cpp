@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -33,35 +32,6 @@ bool pread_all(int fd, uint8_t* buf, size_t n, uint64_t at) {
     n -= static_cast<size_t>(r);
   }
   return true;
-}
-
-// HDF5's shuffle filter stores byte k of every element together (all the first bytes, then all
-// the second bytes, ...); bytes past the last whole element stay where they are. The 2- and 4-byte
-// cases (every trace dtype) are written as whole elements so that the compiler vectorizes them.
-void unshuffle(const uint8_t* in, size_t n, size_t es, uint8_t* out) {
-  const size_t elems = n / es;
-  if constexpr (std::endian::native == std::endian::little) {
-    if (es == 4) {
-      const uint8_t *b0 = in, *b1 = in + elems, *b2 = in + 2 * elems, *b3 = in + 3 * elems;
-      for (size_t i = 0; i < elems; ++i) {
-        const uint32_t v = uint32_t{b0[i]} | uint32_t{b1[i]} << 8 | uint32_t{b2[i]} << 16 | uint32_t{b3[i]} << 24;
-        std::memcpy(out + 4 * i, &v, 4);
-      }
-    } else if (es == 2) {
-      const uint8_t *b0 = in, *b1 = in + elems;
-      for (size_t i = 0; i < elems; ++i) {
-        const auto v = static_cast<uint16_t>(b0[i] | b1[i] << 8);
-        std::memcpy(out + 2 * i, &v, 2);
-      }
-    }
-  }
-  if (std::endian::native != std::endian::little || (es != 4 && es != 2)) {
-    for (size_t k = 0; k < es; ++k) {
-      const uint8_t* src = in + k * elems;
-      for (size_t i = 0; i < elems; ++i) out[i * es + k] = src[i];
-    }
-  }
-  std::memcpy(out + elems * es, in + elems * es, n - elems * es);
 }
 
 // Decodes one chunk's stored bytes (`raw`, `n` of them) through the filters in reverse, into
@@ -98,7 +68,7 @@ const uint8_t* decode(uint8_t* raw, size_t n, const std::vector<ChunkFilter>& fi
       }
       case ChunkFilter::Shuffle:
         if (n > chunk_bytes) return nullptr;
-        unshuffle(cur, n, es, dst);
+        hdf5_unshuffle(cur, n, es, dst);
         cur = dst;
         break;
     }
@@ -232,6 +202,71 @@ uint32_t hdf5_fletcher32(const uint8_t* data, size_t n, bool simd) {
   if (!nonzero) return 0;
   const auto reduce = [](uint64_t v) { return static_cast<uint32_t>(v % kMod == 0 ? kMod : v % kMod); };
   return reduce(s2) << 16 | reduce(s1);
+}
+
+namespace {
+
+// 32 elements of 4 bytes from the four byte planes: interleave bytes, then byte pairs, then put
+// the 128-bit halves in order (the unpacks work within each half).
+__attribute__((target("avx2"))) void unshuffle4_avx2(const uint8_t* in, size_t elems, uint8_t* out) {
+  const uint8_t *p0 = in, *p1 = in + elems, *p2 = in + 2 * elems, *p3 = in + 3 * elems;
+  size_t i = 0;
+  for (; i + 32 <= elems; i += 32) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + i));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + i));
+    const __m256i b2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p2 + i));
+    const __m256i b3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p3 + i));
+    const __m256i t01l = _mm256_unpacklo_epi8(b0, b1), t01h = _mm256_unpackhi_epi8(b0, b1);
+    const __m256i t23l = _mm256_unpacklo_epi8(b2, b3), t23h = _mm256_unpackhi_epi8(b2, b3);
+    const __m256i u0 = _mm256_unpacklo_epi16(t01l, t23l), u1 = _mm256_unpackhi_epi16(t01l, t23l);
+    const __m256i u2 = _mm256_unpacklo_epi16(t01h, t23h), u3 = _mm256_unpackhi_epi16(t01h, t23h);
+    auto* o = reinterpret_cast<__m256i*>(out + 4 * i);
+    _mm256_storeu_si256(o, _mm256_permute2x128_si256(u0, u1, 0x20));
+    _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(u2, u3, 0x20));
+    _mm256_storeu_si256(o + 2, _mm256_permute2x128_si256(u0, u1, 0x31));
+    _mm256_storeu_si256(o + 3, _mm256_permute2x128_si256(u2, u3, 0x31));
+  }
+  for (; i < elems; ++i) {
+    out[4 * i] = p0[i];
+    out[4 * i + 1] = p1[i];
+    out[4 * i + 2] = p2[i];
+    out[4 * i + 3] = p3[i];
+  }
+}
+
+__attribute__((target("avx2"))) void unshuffle2_avx2(const uint8_t* in, size_t elems, uint8_t* out) {
+  const uint8_t *p0 = in, *p1 = in + elems;
+  size_t i = 0;
+  for (; i + 32 <= elems; i += 32) {
+    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p0 + i));
+    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p1 + i));
+    const __m256i lo = _mm256_unpacklo_epi8(b0, b1), hi = _mm256_unpackhi_epi8(b0, b1);
+    auto* o = reinterpret_cast<__m256i*>(out + 2 * i);
+    _mm256_storeu_si256(o, _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256(o + 1, _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
+  for (; i < elems; ++i) {
+    out[2 * i] = p0[i];
+    out[2 * i + 1] = p1[i];
+  }
+}
+
+}  // namespace
+
+void hdf5_unshuffle(const uint8_t* in, size_t n, size_t es, uint8_t* out, bool simd) {
+  static const bool has_avx2 = __builtin_cpu_supports("avx2");
+  const size_t elems = n / es;
+  if (simd && has_avx2 && es == 4) {
+    unshuffle4_avx2(in, elems, out);
+  } else if (simd && has_avx2 && es == 2) {
+    unshuffle2_avx2(in, elems, out);
+  } else {
+    for (size_t k = 0; k < es; ++k) {
+      const uint8_t* src = in + k * elems;
+      for (size_t i = 0; i < elems; ++i) out[i * es + k] = src[i];
+    }
+  }
+  std::memcpy(out + elems * es, in + elems * es, n - elems * es);
 }
 
 DirectReadStats direct_read_stats() { return {g_datasets.load(), g_chunks.load(), g_fallbacks.load()}; }

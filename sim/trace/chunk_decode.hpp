@@ -54,4 +54,10 @@ DirectReadStats direct_read_stats();
 // AVX2 where the CPU has it (the same value; false runs the portable loop, for tests).
 uint32_t hdf5_fletcher32(const uint8_t* data, size_t n, bool simd = true);
 
+// Undoes HDF5's shuffle filter, which stores byte k of every element together (all the first
+// bytes, then all the second bytes, ...), of `n` bytes of `es`-byte elements; bytes past the last
+// whole element stay where they are. `simd`: AVX2 for 2- and 4-byte elements where the CPU has it
+// (the same bytes; false runs the portable loop, for tests).
+void hdf5_unshuffle(const uint8_t* in, size_t n, size_t es, uint8_t* out, bool simd = true);
+
 }  // namespace fp8sim
