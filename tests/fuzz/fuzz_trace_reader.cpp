@@ -9,12 +9,28 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "tests/fuzz/trace_reader_fuzz.hpp"
 
+namespace {
+
+// The file each input is written to, under $TMPDIR, removed when the process exits.
+struct InputFile {
+  std::string path;
+  InputFile() {
+    const char* t = std::getenv("TMPDIR");
+    path = std::string(t && *t ? t : "/tmp") + "/fp8sim_fuzz_trace_" + std::to_string(::getpid()) + ".h5";
+  }
+  ~InputFile() { std::remove(path.c_str()); }
+};
+
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/tmp/fp8sim_fuzz_trace_" + std::to_string(::getpid()) + ".h5";
-  fp8sim::fuzz::exercise_trace_reader(data, size, path);
+  static const InputFile file;
+  fp8sim::fuzz::exercise_trace_reader(data, size, file.path);
   return 0;
 }
