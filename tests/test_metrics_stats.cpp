@@ -74,6 +74,55 @@ TEST(ErrorStats, NonFiniteReferenceIsSkippedNonFiniteOutputIsInf) {
   EXPECT_TRUE(std::isinf(t.max_abs_err));
 }
 
+// Every field, bit for bit.
+void expect_same_stats(const ErrorStats& a, const ErrorStats& b) {
+  for (auto [p, q] : {std::pair{a.count, b.count}, std::pair{a.nonzero, b.nonzero}, std::pair{a.nonfinite, b.nonfinite},
+                      std::pair{a.nonfinite_out, b.nonfinite_out}, std::pair{a.underflow, b.underflow}})
+    EXPECT_EQ(p, q);
+  for (auto [p, q] : {std::pair{a.sum_sq_ref, b.sum_sq_ref}, std::pair{a.sum_sq_approx, b.sum_sq_approx},
+                      std::pair{a.sum_sq_err, b.sum_sq_err}, std::pair{a.sum_dot, b.sum_dot},
+                      std::pair{a.max_abs_err, b.max_abs_err}, std::pair{a.max_rel_err, b.max_rel_err}})
+    EXPECT_EQ(std::memcmp(&p, &q, sizeof p), 0) << p << " vs " << q;
+}
+
+TEST(ErrorStats, AvxLanesGiveThePortableLoopsSums) {
+  // Chunks summed four at a time in AVX2 lanes against the portable loop: 2 groups of four whole
+  // chunks, one whole chunk alone and a partial one; values over the float range with zeros,
+  // subnormals, NaN and Inf in both operands, approximations that flush to zero, flip sign or
+  // lose bits. Then inputs where the relative error's maximum is set early (Inf) or never (zeros).
+  const bool was = error_sums_simd();
+  const size_t n = 9 * 65536 + 777;
+  std::vector<float> x(n), y(n);
+  std::mt19937 g(7);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f), e(-40.0f, 40.0f);
+  std::normal_distribution<float> nd;
+  for (size_t i = 0; i < n; ++i) {
+    const float r = u(g);
+    x[i] = r < 0.01f   ? 0.0f
+           : r < 0.02f ? (u(g) < 0.5f ? kNaN : -kInf)
+           : r < 0.03f ? 1e-40f * nd(g)
+                       : nd(g) * std::exp2(e(g));
+    const float q = u(g);
+    y[i] = q < 0.02f   ? 0.0f
+           : q < 0.03f ? (u(g) < 0.5f ? kInf : kNaN)
+           : q < 0.05f ? -x[i]
+           : q < 0.30f ? x[i]
+                       : static_cast<float>(static_cast<double>(x[i]) * (1.0 + 0.01 * nd(g)));
+  }
+  std::vector<float> zeros(4 * 65536, 0.0f), early(4 * 65536, 1.0f), early_y(4 * 65536, 1.5f);
+  early_y[3] = kInf;
+  for (auto [xs, ys] : {std::pair{&x, &y}, std::pair{&zeros, &zeros}, std::pair{&early, &early_y}})
+    for (int threads : {1, 2}) {
+      SCOPED_TRACE(testing::Message() << xs->size() << " elements, " << threads << " threads");
+      set_error_sums_simd(true);
+      const ErrorStats wide = compute_error_stats(xs->data(), ys->data(), xs->size(), threads);
+      set_error_sums_simd(false);
+      const ErrorStats portable = compute_error_stats(xs->data(), ys->data(), xs->size(), threads);
+      expect_same_stats(wide, portable);
+    }
+  set_error_sums_simd(was);
+}
+
 TEST(ErrorStats, StreamingAndThreadsAgree) {
   const size_t n = 1000003;
   std::vector<float> x(n), y(n);

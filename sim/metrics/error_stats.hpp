@@ -72,6 +72,12 @@ class ErrorAccumulator {
   ErrorStats stats_;
 };
 
+// ErrorAccumulator::add sums four chunks at once in AVX2 lanes when the CPU has it (the same
+// sums: each lane adds its chunk's elements in order). Off, every chunk takes the portable loop;
+// the tests compare the two, and FP8SIM_NO_SIMD=1 sets it off at start-up.
+void set_error_sums_simd(bool enabled);
+bool error_sums_simd();
+
 // One-shot convenience.
 ErrorStats compute_error_stats(const float* x, const float* y, size_t n, int threads = 0);
 

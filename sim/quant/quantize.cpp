@@ -806,6 +806,9 @@ void quantize_core(const Load& ld, std::span<const int64_t> shape, const QuantSp
     q.expand_k.resize(ng);
     q.expand_c.resize(ng);
     const float fmax_target = static_cast<float>(format_info(spec.expand_target).max);
+    // Each group's parameters depend on that group alone (de_min=kernel's emulated warp reduction
+    // is about 700 operations per group): split among the threads.
+#pragma omp parallel for schedule(static) num_threads(threads) if (ng >= 1024)
     for (int64_t i = 0; i < ng; ++i) {
       const float absmax = f32_from_bits(st.amax[i]);
       float absmin = st.amin[i] == 0x7F800000u ? 0.0f : f32_from_bits(st.amin[i]);

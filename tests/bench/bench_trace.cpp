@@ -9,7 +9,7 @@
 // FP8SIM_BENCH_TRACE=FILE times that file instead (its own filters), as one more case.
 // The page cache holds the files after the first iteration, so the numbers are decoding and
 // copying, not the disk: the "plain read" case is the same file read with pread into one buffer.
-//   build/tests/bench/bench_trace [--benchmark_filter=...] [--benchmark_min_time=2s]
+//   build/tests/bench/bench_trace [--benchmark_filter=...] [--benchmark_min_time=2]
 #include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <omp.h>
