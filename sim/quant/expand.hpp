@@ -88,15 +88,15 @@ FP8SIM_HD ExpandParams coat_expand_params(float absmax, float absmin, float fmax
 constexpr int kCoatKernelLanes = 128;
 constexpr float kCoatKernelMinSentinel = 1e9f;
 
+// Lane 0's result of the five steps, left in mn[0] (the other entries are scratch). Lane 0 reads
+// only lanes 0..15 after step 16, those read lanes 0..7 after step 8, and so on, and none of them
+// has its partner past lane 31: so each step updates lanes [0, off) in place from [off, 2 off).
 FP8SIM_HD void coat_kernel_warp_min(float (&mn)[32]) {
-  for (int off = 16; off >= 1; off /= 2) {
-    float next[32];
-    for (int l = 0; l < 32; ++l) {
-      const float other = l + off < 32 ? mn[l + off] : mn[l];
-      next[l] = other > 0.0f ? (other < mn[l] ? other : mn[l]) : mn[l];
+  for (int off = 16; off >= 1; off /= 2)
+    for (int l = 0; l < off; ++l) {
+      const float other = mn[l + off];
+      mn[l] = other > 0.0f ? (other < mn[l] ? other : mn[l]) : mn[l];
     }
-    for (int l = 0; l < 32; ++l) mn[l] = next[l];
-  }
 }
 
 // x: the group's n <= 128 elements in order.
