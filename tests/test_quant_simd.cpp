@@ -343,7 +343,13 @@ TEST(QuantSimd, QuantizeAndDequantizeMatchScalarPath) {
                          "e4m3:g8",
                          "e4m3:g128:round=stochastic:seed=3",
                          "e4m3:g128:de=robust:sat=none",
-                         "e5m2:g64:de=robust"};
+                         "e5m2:g64:de=robust",
+                         "e4m3:g128:apply=mul",
+                         "e4m3:g128:apply=rcp",
+                         "e4m3:g128:scale_div=fdiv:apply=fdiv",
+                         "e5m2:row:apply=fdiv",
+                         "e4m3:tensor:eps=1e-10:scale_div=rcp:apply=fdiv",
+                         "e4m3:tensor:apply=mul"};
   const std::vector<std::vector<int64_t>> shapes = {{1, 5},    {5, 217},  {217, 300}, {3, 1000},
                                                     {64, 128}, {1, 4096}, {37}};
   const Data kinds[] = {Data::LogNormal,  Data::WithZeros, Data::NonFinite, Data::Tiny,

@@ -36,22 +36,33 @@ FP8SIM_HD float rcp_sm90(float b) {
 #endif
 }
 
+// The host's div_full(a, b) as two products whose factors depend on b alone:
+// div_full(a, b) = mul_rn(mul_rn(a, fa), r). fa is the range fix-up's scaling of a (0.25 for
+// 2^126 < |b| <= Inf, 2^24 for |b| < 2^-126, else 1: a product by 1 is exact) and r the reciprocal
+// of b so scaled. For loops that divide many a by one b.
+inline void div_full_factors(float b, float& fa, float& r) {
+  const uint32_t ab = f32_bits(b) & 0x7FFFFFFFu;
+  fa = 1.0f;
+  if (ab > 0x7E800000u && ab <= 0x7F800000u) {  // 2^126 < |b| <= Inf
+    fa = 0.25f;
+    b = mul_rn(b, 0.25f);
+  }
+  if (ab < 0x00800000u) {  // |b| < 2^-126 (zero and subnormals)
+    fa = 0x1p24f;
+    b = mul_rn(b, 0x1p24f);
+  }
+  r = rcp_sm90_host(b);
+}
+
 FP8SIM_HD float div_full(float a, float b) {
 #if defined(__CUDA_ARCH__)
   float q;
   asm("div.full.f32 %0, %1, %2;" : "=f"(q) : "f"(a), "f"(b));
   return q;
 #else
-  const uint32_t ab = f32_bits(b) & 0x7FFFFFFFu;
-  if (ab > 0x7E800000u && ab <= 0x7F800000u) {  // 2^126 < |b| <= Inf
-    a = mul_rn(a, 0.25f);
-    b = mul_rn(b, 0.25f);
-  }
-  if (ab < 0x00800000u) {  // |b| < 2^-126 (zero and subnormals)
-    a = mul_rn(a, 0x1p24f);
-    b = mul_rn(b, 0x1p24f);
-  }
-  return mul_rn(a, rcp_sm90_host(b));
+  float fa, r;
+  div_full_factors(b, fa, r);
+  return mul_rn(fa == 1.0f ? a : mul_rn(a, fa), r);
 #endif
 }
 

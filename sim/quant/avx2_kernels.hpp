@@ -204,18 +204,26 @@ inline SegStats segment_stats(const VL& ld, int64_t base, int64_t n8) {
   return s;
 }
 
-// encode_range (quantize.cpp) for the first n8 elements, round to nearest: v = x / sq (DIV) or
-// expand_value(x, p) (EXPAND); counts saturated (|v| > bound) and underflowed finite elements.
-template <class T, class VL, bool EXPAND>
-inline void encode_segment(const VL& ld, int64_t base, int64_t n8, float sq, const ExpandParams& p, bool sat,
-                           float bound, uint8_t* out, int64_t& nsat, int64_t& nunder) {
-  const V vs = cf(sq), vbound = cf(bound);
+// The element transform of encode_segment: x / sq, expand_value(x, p), or two products
+// (x * m1) * m2, which is x * s (m1 = s, m2 = 1: the product by 1 is exact) and div_full(x, b)
+// (divfull.hpp: div_full_factors).
+enum class Transform { Div, Expand, Mul2 };
+
+// encode_range (quantize.cpp) for the first n8 elements, round to nearest, with the transform X;
+// counts saturated (|v| > bound) and underflowed finite elements.
+template <class T, class VL, Transform X>
+inline void encode_segment(const VL& ld, int64_t base, int64_t n8, float sq, const ExpandParams& p, float m1, float m2,
+                           bool sat, float bound, uint8_t* out, int64_t& nsat, int64_t& nunder) {
+  const V vs = cf(sq), vbound = cf(bound), vm1 = cf(m1), vm2 = cf(m2);
   const V pc = cf(p.c), pk = cf(p.k), ps = cf(p.s);
   VI sc = _mm256_setzero_si256(), uc = _mm256_setzero_si256();
   const VI finlim = ci(0x7F800000u);
   for (int64_t i = 0; i < n8; i += 8) {
     const V x = ld.load8(base + i);
-    const V v = EXPAND ? expand_value(x, pc, pk, ps) : div(x, vs);
+    V v;
+    if constexpr (X == Transform::Expand) v = expand_value(x, pc, pk, ps);
+    else if constexpr (X == Transform::Mul2) v = mul(mul(x, vm1), vm2);
+    else v = div(x, vs);
     const VI code = encode_rne<T>(v, sat);
     store8(out + base + i, code);
     const VI ax = _mm256_and_si256(ib(x), ci(0x7FFFFFFFu));

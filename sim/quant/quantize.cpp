@@ -388,18 +388,24 @@ __attribute__((target_clones("avx2", "default"))) void encode_segment(const Load
   encode_range<T, Load, X, SR>(ld, base, n, sq, p, sat, fmax, out, seed, idx0, nsat, nunder);
 }
 
-// encode_segment through the AVX2 loop where one exists (round to nearest, Div or Expand, fp32
-// or bf16 input), the n % 8 tail and everything else through the scalar loops.
+// encode_segment through the AVX2 loop where one exists (round to nearest, FP8, fp32 or bf16
+// input), the n % 8 tail and everything else through the scalar loops. Mul and Fdiv run there as
+// two products (avx2::Transform::Mul2): x * s * 1, and div_full's factors of s.
 template <class T, class Load, Xform X, bool SR>
 void encode_dispatch(const Load& ld, int64_t base, int64_t n, float sq, const ExpandParams& p, bool sat, float fmax,
                      uint8_t* out, uint64_t seed, uint64_t idx0, int64_t& nsat, int64_t& nunder, bool simd,
                      bool narrow) {
   int64_t done = 0;
-  if constexpr (T::kBits == 8 && VecLoad<Load>::ok && !SR && (X == Xform::Div || X == Xform::Expand)) {
+  if constexpr (T::kBits == 8 && VecLoad<Load>::ok && !SR) {
     if (simd && !narrow) {
       done = n - n % 8;
-      avx2::encode_segment<T, decltype(VecLoad<Load>::make(ld)), X == Xform::Expand>(
-          VecLoad<Load>::make(ld), base, done, sq, p, sat, fmax, out, nsat, nunder);
+      constexpr avx2::Transform vx = X == Xform::Expand ? avx2::Transform::Expand
+                                     : X == Xform::Div  ? avx2::Transform::Div
+                                                        : avx2::Transform::Mul2;
+      float m1 = sq, m2 = 1.0f;
+      if constexpr (X == Xform::Fdiv) div_full_factors(sq, m1, m2);
+      avx2::encode_segment<T, decltype(VecLoad<Load>::make(ld)), vx>(VecLoad<Load>::make(ld), base, done, sq, p, m1, m2,
+                                                                     sat, fmax, out, nsat, nunder);
     }
   }
   if (done == n) return;
