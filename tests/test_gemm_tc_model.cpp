@@ -130,7 +130,7 @@ namespace {
 
 // tc_gemm's vectorized steps against the general step of tc_model.hpp, output by output, on every
 // case family (NaN / Inf codes and C near the top of fp32 included), for each schedule, with the
-// BF16 step's AVX2 code on (where the CPU has AVX2) and off.
+// BF16 and FP8 steps' AVX2 code on (where the CPU has AVX2) and off.
 TEST(TensorCoreGemm, FastStepEqualsTheGeneralStep) {
   for (const bool simd : {true, false})
     for (const TcFamily fam : kTcFamilies)

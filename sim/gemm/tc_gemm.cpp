@@ -133,7 +133,7 @@ __attribute__((target("avx2"))) [[gnu::always_inline]] inline __m256i terms8(__m
   const __m256i v = _mm256_srlv_epi32(_mm256_sllv_epi32(_mm256_abs_epi32(p), left), right);
   return _mm256_sign_epi32(v, p);
 }
-// Not inlined: its callers are compiled without AVX2 (only bf16_row_avx2 reaches this call).
+// Not inlined: its callers are compiled without AVX2 (only the *_row_avx2 functions reach these calls).
 __attribute__((target("avx2"), noinline)) float step_bf16_avx2(const TcArith& t, const int16_t* sa, const int16_t* ea,
                                                                const int16_t* sb, const int16_t* eb, int mant_bits,
                                                                float c) {
@@ -152,6 +152,36 @@ __attribute__((target("avx2"), noinline)) float step_bf16_avx2(const TcArith& t,
   const int32_t e_max = std::max(_mm_cvtsi128_si32(m), ct.e_floor);
   const __m256i base = _mm256_set1_epi32(mant_bits + e_max - t.frac_bits);
   const __m256i s8 = _mm256_add_epi32(terms8(p0, e0, base), terms8(p1, e1, base));
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return step_tail(t, _mm_cvtsi128_si32(s), e_max, ct);
+}
+
+// step_split<32, int8_t, int32_t> (an FP8 step) in AVX2, as step_bf16_avx2: the significands and
+// exponents widened to int32 eight at a time, then the same operations lane by lane.
+__attribute__((target("avx2"), always_inline)) inline __m256i load8_epi32(const int8_t* q) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
+}
+__attribute__((target("avx2"), noinline)) float step_fp8_avx2(const TcArith& t, const int8_t* sa, const int8_t* ea,
+                                                              const int8_t* sb, const int8_t* eb, int mant_bits,
+                                                              float c) {
+  const __m256i zero = _mm256_setzero_si256(), no_term = _mm256_set1_epi32(-200);
+  __m256i p[4], e[4];
+  for (int g = 0; g < 4; ++g) {
+    p[g] = _mm256_mullo_epi32(load8_epi32(sa + 8 * g), load8_epi32(sb + 8 * g));
+    e[g] = _mm256_blendv_epi8(_mm256_add_epi32(load8_epi32(ea + 8 * g), load8_epi32(eb + 8 * g)), no_term,
+                              _mm256_cmpeq_epi32(p[g], zero));
+  }
+  const __m256i m8 = _mm256_max_epi32(_mm256_max_epi32(e[0], e[1]), _mm256_max_epi32(e[2], e[3]));
+  __m128i m = _mm_max_epi32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
+  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1));
+  const CTerm ct = c_term(c);
+  const int32_t e_max = std::max(_mm_cvtsi128_si32(m), ct.e_floor);
+  const __m256i base = _mm256_set1_epi32(mant_bits + e_max - t.frac_bits);
+  const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(terms8(p[0], e[0], base), terms8(p[1], e[1], base)),
+                                      _mm256_add_epi32(terms8(p[2], e[2], base), terms8(p[3], e[3], base)));
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
@@ -178,12 +208,13 @@ struct RowArgs {
 // tc_model.hpp where a NaN / Inf code or a non-finite C is involved, else step_split. Inlined
 // into the target clones of fp8_row / bf16_row, so that its loops are vectorized for the clone's
 // instruction set.
+// `chunk`: k0's step index (k0 / step).
 template <class T, class Acc, bool kAvx2 = false>
-[[gnu::always_inline]] inline float one_step(const RowArgs<T>& a, int64_t i, int64_t j, int64_t k0, int n, float blk) {
-  const int64_t step = a.tx == 2 ? 16 : 32;
+[[gnu::always_inline]] inline float one_step(const RowArgs<T>& a, int64_t i, int64_t j, int64_t k0, int64_t chunk,
+                                             int n, float blk) {
   const int64_t K = a.K;
   const float cf = std::fabs(blk);
-  if ((a.fx[i * a.chunks + k0 / step] | a.fw[j * a.chunks + k0 / step]) || !(cf <= 3.4028235e38f)) {
+  if ((a.fx[i * a.chunks + chunk] | a.fw[j * a.chunks + chunk]) || !(cf <= 3.4028235e38f)) {
     if (a.tx == 2) {
       const auto* xb = reinterpret_cast<const uint16_t*>(a.x);
       const auto* wb = reinterpret_cast<const uint16_t*>(a.w);
@@ -195,28 +226,37 @@ template <class T, class Acc, bool kAvx2 = false>
   const T* ea = &a.sx->exp[i * K + k0];
   const T* sb = &a.sw->sig[j * K + k0];
   const T* eb = &a.sw->exp[j * K + k0];
-  if constexpr (kAvx2) {
+  if constexpr (kAvx2 && sizeof(T) == 2) {
     if (n == 16) return step_bf16_avx2(a.ar, sa, ea, sb, eb, a.mant_bits, blk);
+  }
+  if constexpr (kAvx2 && sizeof(T) == 1) {
+    if (n == 32) return step_fp8_avx2(a.ar, sa, ea, sb, eb, a.mant_bits, blk);
   }
   if (n == 32) return step_split<32, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
   if (n == 16) return step_split<16, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
   return step_split<0, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
 }
 
-// Row i of Y: every column j, every block and step.
+// Row i of Y: every column j, every block and step. A column's steps form one dependent chain (each
+// step's C is the previous step's result), so kCols columns advance together, step by step, giving
+// the processor independent chains to overlap; each column's operations are unchanged.
 template <class T, class Acc, bool kAvx2 = false>
 [[gnu::always_inline]] inline void gemm_row(const RowArgs<T>& a, int64_t i, float* y) {
+  constexpr int64_t kCols = 4;
   const int64_t step = a.tx == 2 ? 16 : 32;
-  for (int64_t j = 0; j < a.N; ++j) {
-    float acc = 0.0f;
+  for (int64_t j0 = 0; j0 < a.N; j0 += kCols) {
+    const int64_t nj = std::min(kCols, a.N - j0);
+    float acc[kCols] = {};
     for (int64_t b0 = 0; b0 < a.K; b0 += a.interval) {
       const int64_t b1 = std::min(a.K, b0 + a.interval);
-      float blk = 0.0f;
-      for (int64_t k0 = b0; k0 < b1; k0 += step)
-        blk = one_step<T, Acc, kAvx2>(a, i, j, k0, static_cast<int>(std::min<int64_t>(step, b1 - k0)), blk);
-      acc = tc_promote(a.scaling, acc, blk, a.xs, a.ws, i, j, b0, a.kb);
+      float blk[kCols] = {};
+      for (int64_t k0 = b0, chunk = b0 / step; k0 < b1; k0 += step, ++chunk) {
+        const int n = static_cast<int>(std::min<int64_t>(step, b1 - k0));
+        for (int64_t q = 0; q < nj; ++q) blk[q] = one_step<T, Acc, kAvx2>(a, i, j0 + q, k0, chunk, n, blk[q]);
+      }
+      for (int64_t q = 0; q < nj; ++q) acc[q] = tc_promote(a.scaling, acc[q], blk[q], a.xs, a.ws, i, j0 + q, b0, a.kb);
     }
-    y[j] = tc_epilogue(a.scaling, acc, a.xs, a.ws, i, j, a.y_bf16);
+    for (int64_t q = 0; q < nj; ++q) y[j0 + q] = tc_epilogue(a.scaling, acc[q], a.xs, a.ws, i, j0 + q, a.y_bf16);
   }
 }
 
@@ -226,9 +266,12 @@ __attribute__((target_clones("avx2", "default"))) void fp8_row(const RowArgs<int
 __attribute__((target_clones("avx2", "default"))) void bf16_row(const RowArgs<int16_t>& a, int64_t i, float* y) {
   gemm_row<int16_t, int32_t>(a, i, y);
 }
-// The BF16 row with step_bf16_avx2; called only when tc_gemm_simd().
+// The rows with step_bf16_avx2 / step_fp8_avx2; called only when tc_gemm_simd().
 __attribute__((target("avx2"))) void bf16_row_avx2(const RowArgs<int16_t>& a, int64_t i, float* y) {
   gemm_row<int16_t, int32_t, true>(a, i, y);
+}
+__attribute__((target("avx2"))) void fp8_row_avx2(const RowArgs<int8_t>& a, int64_t i, float* y) {
+  gemm_row<int8_t, int32_t, true>(a, i, y);
 }
 
 std::atomic<bool>& simd_flag() {
@@ -307,8 +350,12 @@ void tc_gemm(const uint8_t* x, const uint8_t* w, const float* xs, const float* w
   const std::vector<uint8_t> fx = chunk_flags(sx.special, M), fw = chunk_flags(sw.special, N);
   const RowArgs<int8_t> args{x,      w,  xs,       ws, &sx, &sw,       fx.data(),   fw.data(), N, K,
                              chunks, kb, interval, tx, tw,  mant_bits, cfg.scaling, y_bf16,    ar};
+  const bool simd = tc_gemm_simd();
 #pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t i = 0; i < M; ++i) fp8_row(args, i, y + i * N);
+  for (int64_t i = 0; i < M; ++i) {
+    if (simd) fp8_row_avx2(args, i, y + i * N);
+    else fp8_row(args, i, y + i * N);
+  }
 }
 
 }  // namespace fp8sim::gemm

@@ -41,7 +41,7 @@ void tc_gemm_check(const TcGemmConfig& config);
 void tc_gemm(const uint8_t* x, const uint8_t* w, const float* x_scales, const float* w_scales, float* y, int64_t m,
              int64_t n, int64_t k, const TcGemmConfig& config);
 
-// Whether tc_gemm's BF16 steps run as AVX2 code (same bits): on when the CPU has AVX2, unless
+// Whether tc_gemm's BF16 and FP8 steps run as AVX2 code (same bits): on when the CPU has AVX2, unless
 // FP8SIM_NO_SIMD is set or set_tc_gemm_simd(false) turned it off.
 void set_tc_gemm_simd(bool enabled);
 bool tc_gemm_simd();
