@@ -253,7 +253,8 @@ TensorMetrics cpu_metrics(const TensorData& d, std::span<const float> x, std::sp
   std::optional<DelayedScaler> scaler;
   const QuantizeOptions o = quant_options(*spec, x.data(), x.size(), scaler, threads);
   m.q = quantize_any(raw(d), input_dtype(d.dtype), shape, *spec, o);
-  const std::vector<float> deq = dequantize(*m.q, threads);
+  Buffer<float> deq(x.size());  // written whole by dequantize: no zero-fill
+  dequantize(*m.q, deq.data(), threads);
   m.stats = quantization_error_stats(x.data(), *m.q, deq.data(), threads);
   m.q->codes = {};
   return m;

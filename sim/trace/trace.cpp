@@ -104,14 +104,22 @@ float TensorData::value(size_t i) const {
   return 0.0f;
 }
 
+// widen and count_nonfinite run on the OpenMP threads for large tensors: elementwise, and integer
+// counts, so the results do not depend on the thread count.
+constexpr int64_t kParallelElements = int64_t{1} << 18;
+
 void TensorData::widen(float* out) const {
-  const size_t n = size();
+  const auto n = static_cast<int64_t>(size());
   if (dtype == DType::F32) {
-    std::copy(f32.begin(), f32.end(), out);
+    const float* x = f32.data();
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+    for (int64_t i = 0; i < n; ++i) out[i] = x[i];
   } else if (dtype == DType::BF16) {
-    for (size_t i = 0; i < n; ++i) out[i] = bf16_to_f32(bits[i]);
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(bits[static_cast<size_t>(i)]);
   } else {
-    for (size_t i = 0; i < n; ++i) out[i] = fp16_to_f32(bits[i]);
+#pragma omp parallel for schedule(static) if (n >= kParallelElements)
+    for (int64_t i = 0; i < n; ++i) out[i] = fp16_to_f32(bits[static_cast<size_t>(i)]);
   }
 }
 
@@ -122,23 +130,29 @@ Buffer<float> TensorData::widened() const {
 }
 
 NonFinite count_nonfinite(const TensorData& t) {
-  NonFinite nf;
-  const size_t n = t.size();
+  const auto n = static_cast<int64_t>(t.size());
+  uint64_t nan = 0, inf = 0;
   if (t.dtype == DType::F32) {
-    for (size_t i = 0; i < n; ++i) {
-      const uint32_t a = f32_bits(t.f32[i]) & 0x7FFFFFFFu;
-      if (a > 0x7F800000u) ++nf.nan;
-      else if (a == 0x7F800000u) ++nf.inf;
+    const float* x = t.f32.data();
+#pragma omp parallel for schedule(static) reduction(+ : nan, inf) if (n >= kParallelElements)
+    for (int64_t i = 0; i < n; ++i) {
+      const uint32_t a = f32_bits(x[i]) & 0x7FFFFFFFu;
+      nan += a > 0x7F800000u;
+      inf += a == 0x7F800000u;
     }
   } else {
     // bf16: exponent 0x7F80; fp16: exponent 0x7C00 (all-ones exponent = Inf/NaN in both)
     const uint16_t emask = t.dtype == DType::BF16 ? 0x7F80u : 0x7C00u;
-    for (size_t i = 0; i < n; ++i) {
-      const uint16_t a = t.bits[i] & 0x7FFFu;
-      if ((a & emask) == emask) (a == emask ? nf.inf : nf.nan)++;
+    const uint16_t* b = t.bits.data();
+#pragma omp parallel for schedule(static) reduction(+ : nan, inf) if (n >= kParallelElements)
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t a = b[i] & 0x7FFFu;
+      const bool special = (a & emask) == emask;
+      inf += special && a == emask;
+      nan += special && a != emask;
     }
   }
-  return nf;
+  return NonFinite{nan, inf};
 }
 
 bool Filter::matches(const TensorInfo& t) const {
