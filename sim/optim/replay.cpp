@@ -1,6 +1,7 @@
 #include "sim/optim/replay.hpp"
 #include "sim/common/paths.hpp"
 
+#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -81,12 +82,25 @@ int resolve_threads(int t) { return t > 0 ? t : omp_get_max_threads(); }
 // Sums of K doubles over [0, n): f(i, acc) adds element i's terms into acc[0..K). Per-chunk
 // partial sums are computed in parallel, each chunk in element order, then combined in chunk
 // order, so the result does not depend on the thread count.
-template <class F>
-std::vector<double> det_sums(int64_t n, int threads, size_t K, const F& f) {
+// `four`, where given, computes four whole chunks at once (chunks c..c+3 into part[c K ...]) with
+// each chunk's additions in element order, as f would: it takes groups of four whole chunks, f
+// the rest.
+struct NoFour {
+  void operator()(int64_t, double*) const {}
+};
+template <class F, class Four = NoFour>
+std::vector<double> det_sums(int64_t n, int threads, size_t K, const F& f, const Four* four = nullptr) {
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<double> part(static_cast<size_t>(chunks) * K, 0.0);
-#pragma omp parallel for schedule(static) num_threads(threads) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
+  const int64_t groups = four ? n / kChunk / 4 : 0;
+  const int64_t units = groups + (chunks - 4 * groups);
+#pragma omp parallel for schedule(static) num_threads(threads) if (units > 1)
+  for (int64_t u = 0; u < units; ++u) {
+    if (u < groups) {
+      (*four)(4 * u, part.data() + 4 * u * static_cast<int64_t>(K));
+      continue;
+    }
+    const int64_t c = 4 * groups + (u - groups);
     std::vector<double> acc(K, 0.0);  // the chunk's own sums (no cache line shared with another thread's)
     const int64_t i1 = std::min(n, (c + 1) * kChunk);
     for (int64_t i = c * kChunk; i < i1; ++i) f(i, acc.data());
@@ -127,6 +141,72 @@ enum DriftSum : size_t {
 using DriftSums = std::array<double, kDriftSums>;
 
 }  // namespace
+
+// The inputs of one parameter's direction sums (DirectionSums::sums).
+struct DirectionInputs {
+  const float* m;
+  const float* v;
+  const float* mq[8];
+  const float* vq[8];
+  size_t F;
+  double bc1, bc2, eps;
+};
+
+// DirectionSums::sums' per-element terms for four whole chunks at once, chunk k in lane k of each
+// AVX2 vector: the same double operations in the same order per lane (divisions and square roots
+// are correctly rounded in both), a term the scalar code adds conditionally added as +0.0
+// otherwise (every sum here starts at +0.0 and stays >= +0.0). Writes the four chunks' K sums.
+// Element i of the four chunks from b0 on, one per lane, widened to double.
+__attribute__((target("avx2"), always_inline)) inline __m256d lanes4(const float* x, int64_t b0, int64_t i) {
+  return _mm256_cvtps_pd(_mm_set_ps(x[b0 + 3 * kChunk + i], x[b0 + 2 * kChunk + i], x[b0 + kChunk + i], x[b0 + i]));
+}
+
+__attribute__((target("avx2"))) void direction_sums4(const DirectionInputs& in, int64_t c0, double* out) {
+  const size_t F = in.F;
+  const size_t kPer = F * F, kFmt = kPer, kRef = kFmt + 4 * F, kX = kRef + 5, K = kX + 2 * kPer;
+  constexpr size_t kMaxK = 3 * 8 * 8 + 4 * 8 + 5;  // K for F <= 8 formats
+  __m256d acc[kMaxK];
+  for (size_t k = 0; k < K; ++k) acc[k] = _mm256_setzero_pd();
+  const __m256d bc1 = _mm256_set1_pd(in.bc1), bc2 = _mm256_set1_pd(in.bc2), eps = _mm256_set1_pd(in.eps);
+  const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
+  const int64_t b0 = c0 * kChunk;
+  __m256d num[8], den[8], vzero_b[8];
+  for (int64_t i = 0; i < kChunk; ++i) {
+    const __m256d m = lanes4(in.m, b0, i), v = lanes4(in.v, b0, i);
+    const __m256d r = _mm256_div_pd(_mm256_div_pd(m, bc1), _mm256_add_pd(_mm256_sqrt_pd(_mm256_div_pd(v, bc2)), eps));
+    const __m256d m_nz = _mm256_cmp_pd(m, zero, _CMP_NEQ_UQ), v_nz = _mm256_cmp_pd(v, zero, _CMP_NEQ_UQ);
+    for (size_t a = 0; a < F; ++a) {
+      const __m256d mqa = lanes4(in.mq[a], b0, i), vqa = lanes4(in.vq[a], b0, i);
+      num[a] = _mm256_div_pd(mqa, bc1);
+      den[a] = _mm256_add_pd(_mm256_sqrt_pd(_mm256_div_pd(vqa, bc2)), eps);
+      const __m256d dm = _mm256_sub_pd(mqa, m), dv = _mm256_sub_pd(vqa, v);
+      acc[kFmt + a] = _mm256_add_pd(acc[kFmt + a], _mm256_mul_pd(dm, dm));
+      acc[kFmt + F + a] = _mm256_add_pd(acc[kFmt + F + a], _mm256_mul_pd(dv, dv));
+      const __m256d m_flush = _mm256_and_pd(m_nz, _mm256_cmp_pd(mqa, zero, _CMP_EQ_OQ));
+      vzero_b[a] = _mm256_and_pd(v_nz, _mm256_cmp_pd(vqa, zero, _CMP_EQ_OQ));
+      acc[kFmt + 2 * F + a] = _mm256_add_pd(acc[kFmt + 2 * F + a], _mm256_and_pd(m_flush, one));
+      acc[kFmt + 3 * F + a] = _mm256_add_pd(acc[kFmt + 3 * F + a], _mm256_and_pd(vzero_b[a], one));
+    }
+    for (size_t a = 0; a < F; ++a)
+      for (size_t b = 0; b < F; ++b) {
+        const __m256d d = _mm256_sub_pd(_mm256_div_pd(num[a], den[b]), r);
+        const __m256d d2 = _mm256_mul_pd(d, d);
+        acc[a * F + b] = _mm256_add_pd(acc[a * F + b], d2);
+        acc[kX + a * F + b] = _mm256_add_pd(acc[kX + a * F + b], _mm256_andnot_pd(vzero_b[b], d2));
+        acc[kX + kPer + a * F + b] = _mm256_add_pd(acc[kX + kPer + a * F + b], _mm256_andnot_pd(vzero_b[b], one));
+      }
+    acc[kRef] = _mm256_add_pd(acc[kRef], _mm256_mul_pd(m, m));
+    acc[kRef + 1] = _mm256_add_pd(acc[kRef + 1], _mm256_mul_pd(v, v));
+    acc[kRef + 2] = _mm256_add_pd(acc[kRef + 2], _mm256_and_pd(m_nz, one));
+    acc[kRef + 3] = _mm256_add_pd(acc[kRef + 3], _mm256_and_pd(v_nz, one));
+    acc[kRef + 4] = _mm256_add_pd(acc[kRef + 4], _mm256_mul_pd(r, r));
+  }
+  alignas(32) double lane[4];
+  for (size_t k = 0; k < K; ++k) {
+    _mm256_store_pd(lane, acc[k]);
+    for (int l = 0; l < 4; ++l) out[static_cast<size_t>(l) * K + k] = lane[l];
+  }
+}
 
 // The sums behind a direction-MSE matrix over F formats (Table 1's measure): per cell (m in
 // format a, v in format b) the squared error of r, and the same over the elements whose nonzero
@@ -176,35 +256,46 @@ struct DirectionSums {
     // Layout of one chunk's sums: F*F cells, 4F per-format errors and flushes, 5 references,
     // then F*F flush-excluded cells and their counts.
     const size_t kPer = F * F, kFmt = kPer, kRef = kFmt + 4 * F, kX = kRef + 5, K = kX + 2 * kPer;
-    return det_sums(n, nt, K, [&](int64_t i, double* acc) {
-      std::array<double, kMaxFormats> num, den;
-      const size_t u = static_cast<size_t>(i);
-      const double m = m0[u], v = v0[u];
-      const double r = (m / bc1) / (std::sqrt(v / bc2) + eps);
-      for (size_t a = 0; a < F; ++a) {
-        const double mqa = mq[a][u], vqa = vq[a][u];
-        num[a] = mqa / bc1;
-        den[a] = std::sqrt(vqa / bc2) + eps;
-        acc[kFmt + a] += (mqa - m) * (mqa - m);
-        acc[kFmt + F + a] += (vqa - v) * (vqa - v);
-        acc[kFmt + 2 * F + a] += (m != 0 && mqa == 0) ? 1.0 : 0.0;
-        acc[kFmt + 3 * F + a] += (v != 0 && vqa == 0) ? 1.0 : 0.0;
-      }
-      for (size_t a = 0; a < F; ++a)
-        for (size_t b = 0; b < F; ++b) {
-          const double d = num[a] / den[b] - r;
-          acc[a * F + b] += d * d;
-          if (!(v != 0 && vq[b][u] == 0)) {
-            acc[kX + a * F + b] += d * d;
-            acc[kX + kPer + a * F + b] += 1.0;
+    DirectionInputs in{m0.data(), v0.data(), {}, {}, F, bc1, bc2, eps};
+    for (size_t a = 0; a < F; ++a) {
+      in.mq[a] = mq[a].data();
+      in.vq[a] = vq[a].data();
+    }
+    const auto four = [&in](int64_t c0, double* out) { direction_sums4(in, c0, out); };
+    static const bool has_avx2 = __builtin_cpu_supports("avx2");
+    const bool simd = has_avx2 && quant_simd();  // the CPU loops' vector switch (quantize.hpp)
+    return det_sums(
+        n, nt, K,
+        [&](int64_t i, double* acc) {
+          std::array<double, kMaxFormats> num, den;
+          const size_t u = static_cast<size_t>(i);
+          const double m = m0[u], v = v0[u];
+          const double r = (m / bc1) / (std::sqrt(v / bc2) + eps);
+          for (size_t a = 0; a < F; ++a) {
+            const double mqa = mq[a][u], vqa = vq[a][u];
+            num[a] = mqa / bc1;
+            den[a] = std::sqrt(vqa / bc2) + eps;
+            acc[kFmt + a] += (mqa - m) * (mqa - m);
+            acc[kFmt + F + a] += (vqa - v) * (vqa - v);
+            acc[kFmt + 2 * F + a] += (m != 0 && mqa == 0) ? 1.0 : 0.0;
+            acc[kFmt + 3 * F + a] += (v != 0 && vqa == 0) ? 1.0 : 0.0;
           }
-        }
-      acc[kRef] += m * m;
-      acc[kRef + 1] += v * v;
-      acc[kRef + 2] += m != 0 ? 1.0 : 0.0;
-      acc[kRef + 3] += v != 0 ? 1.0 : 0.0;
-      acc[kRef + 4] += r * r;
-    });
+          for (size_t a = 0; a < F; ++a)
+            for (size_t b = 0; b < F; ++b) {
+              const double d = num[a] / den[b] - r;
+              acc[a * F + b] += d * d;
+              if (!(v != 0 && vq[b][u] == 0)) {
+                acc[kX + a * F + b] += d * d;
+                acc[kX + kPer + a * F + b] += 1.0;
+              }
+            }
+          acc[kRef] += m * m;
+          acc[kRef + 1] += v * v;
+          acc[kRef + 2] += m != 0 ? 1.0 : 0.0;
+          acc[kRef + 3] += v != 0 ? 1.0 : 0.0;
+          acc[kRef + 4] += r * r;
+        },
+        simd ? &four : nullptr);
   }
 
   // Adds one parameter's sums (parameters in order: the same additions whatever computed them).

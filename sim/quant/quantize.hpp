@@ -106,8 +106,9 @@ struct QuantizeOptions {
 
 // The element loops run as AVX2 code when the CPU has it (sim/quant/avx2_kernels.hpp: lane-wise
 // transcriptions of the scalar functions, same bits). Turning this off forces the portable scalar
-// loops everywhere (quantize, dequantize): the tests compare the two, and it is the fallback a
-// user can select (FP8SIM_NO_SIMD=1 in the environment sets it off at start-up).
+// loops everywhere (quantize, dequantize, and the optimizer replay's Table 1 sums, which run four
+// chunks at a time in AVX2 lanes when it is on): the tests compare the two, and it is the fallback
+// a user can select (FP8SIM_NO_SIMD=1 in the environment sets it off at start-up).
 void set_quant_simd(bool enabled);
 bool quant_simd();
 
