@@ -360,11 +360,14 @@ TEST(OptimReplaySynthetic, Table1SumsOfTheVectorLoopAreThePortableOnes) {
     o.table1_lowbit = true;
     o.threads = 2;
     OptimReplay r(meta, o);
+    const std::string sums = r.state_part("p", m, v, h, 50);  // the raw sums, bit for bit
     r.add_state("p", m, v, h, 50);
     set_quant_simd(true);
-    return r.finish().to_json().dump();
+    return std::pair{sums, r.finish().to_json().dump()};
   };
-  const std::string wide = run(true), portable = run(false);
+  const auto [wide_sums, wide] = run(true);
+  const auto [portable_sums, portable] = run(false);
+  EXPECT_TRUE(wide_sums == portable_sums);
   EXPECT_EQ(wide, portable);
   EXPECT_NE(wide.find("table1"), std::string::npos);
 }
