@@ -115,11 +115,11 @@ template <int N, class T, class Acc>
   return step_tail(t, sum, e_max, ct);
 }
 
-// step_split<16, int16_t, int32_t> (a BF16 step) in AVX2, which GCC does not vectorize from the
-// loops above: the same int32 operations lane by lane (products, exponents with -200 for a zero
+// The BF16 and FP8 steps of step_split in AVX2 (step_avx2 below), which GCC does not vectorize from
+// the loops above: the same int32 operations lane by lane (products, exponents with -200 for a zero
 // product, the step's maximum, each term's shifts and sign) and their int32 sum, whose order does
 // not matter (the bound above keeps it exact). So the same bits; TensorCoreGemm tests compare it
-// with tc_model.hpp's general step on every case family.
+// with tc_model.hpp's general step on every case family. The 16-bit (BF16) operands widen so:
 __attribute__((target("avx2"))) [[gnu::always_inline]] inline __m256i load8_epi32(const int16_t* q) {
   return _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
 }
@@ -133,55 +133,33 @@ __attribute__((target("avx2"))) [[gnu::always_inline]] inline __m256i terms8(__m
   const __m256i v = _mm256_srlv_epi32(_mm256_sllv_epi32(_mm256_abs_epi32(p), left), right);
   return _mm256_sign_epi32(v, p);
 }
-// Not inlined: its callers are compiled without AVX2 (only the *_row_avx2 functions reach these calls).
-__attribute__((target("avx2"), noinline)) float step_bf16_avx2(const TcArith& t, const int16_t* sa, const int16_t* ea,
-                                                               const int16_t* sb, const int16_t* eb, int mant_bits,
-                                                               float c) {
-  const __m256i zero = _mm256_setzero_si256(), no_term = _mm256_set1_epi32(-200);
-  const __m256i p0 = _mm256_mullo_epi32(load8_epi32(sa), load8_epi32(sb));
-  const __m256i p1 = _mm256_mullo_epi32(load8_epi32(sa + 8), load8_epi32(sb + 8));
-  const __m256i e0 =
-      _mm256_blendv_epi8(_mm256_add_epi32(load8_epi32(ea), load8_epi32(eb)), no_term, _mm256_cmpeq_epi32(p0, zero));
-  const __m256i e1 = _mm256_blendv_epi8(_mm256_add_epi32(load8_epi32(ea + 8), load8_epi32(eb + 8)), no_term,
-                                        _mm256_cmpeq_epi32(p1, zero));
-  const __m256i m8 = _mm256_max_epi32(e0, e1);
-  __m128i m = _mm_max_epi32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
-  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
-  m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1));
-  const CTerm ct = c_term(c);
-  const int32_t e_max = std::max(_mm_cvtsi128_si32(m), ct.e_floor);
-  const __m256i base = _mm256_set1_epi32(mant_bits + e_max - t.frac_bits);
-  const __m256i s8 = _mm256_add_epi32(terms8(p0, e0, base), terms8(p1, e1, base));
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-  return step_tail(t, _mm_cvtsi128_si32(s), e_max, ct);
-}
-
-// step_split<32, int8_t, int32_t> (an FP8 step) in AVX2, as step_bf16_avx2: the significands and
-// exponents widened to int32 eight at a time, then the same operations lane by lane.
-__attribute__((target("avx2"), always_inline)) inline __m256i load8_epi32(const int8_t* q) {
+// The 8-bit significands and exponents of an FP8 step widen the same way.
+__attribute__((target("avx2"))) [[gnu::always_inline]] inline __m256i load8_epi32(const int8_t* q) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q)));
 }
-__attribute__((target("avx2"), noinline)) float step_fp8_avx2(const TcArith& t, const int8_t* sa, const int8_t* ea,
-                                                              const int8_t* sb, const int8_t* eb, int mant_bits,
-                                                              float c) {
+// A step of 8 G products in AVX2: step_split<16, int16_t, int32_t> (BF16, G = 2) or
+// step_split<32, int8_t, int32_t> (FP8, G = 4), the operands widened to int32 eight at a time.
+// Not inlined: its callers are compiled without AVX2 (only the *_row_avx2 functions reach it).
+template <int G, class T>
+__attribute__((target("avx2"), noinline)) float step_avx2(const TcArith& t, const T* sa, const T* ea, const T* sb,
+                                                          const T* eb, int mant_bits, float c) {
   const __m256i zero = _mm256_setzero_si256(), no_term = _mm256_set1_epi32(-200);
-  __m256i p[4], e[4];
-  for (int g = 0; g < 4; ++g) {
+  __m256i p[G], e[G];
+  for (int g = 0; g < G; ++g) {
     p[g] = _mm256_mullo_epi32(load8_epi32(sa + 8 * g), load8_epi32(sb + 8 * g));
     e[g] = _mm256_blendv_epi8(_mm256_add_epi32(load8_epi32(ea + 8 * g), load8_epi32(eb + 8 * g)), no_term,
                               _mm256_cmpeq_epi32(p[g], zero));
   }
-  const __m256i m8 = _mm256_max_epi32(_mm256_max_epi32(e[0], e[1]), _mm256_max_epi32(e[2], e[3]));
+  __m256i m8 = e[0];
+  for (int g = 1; g < G; ++g) m8 = _mm256_max_epi32(m8, e[g]);
   __m128i m = _mm_max_epi32(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
   m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
   m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1));
   const CTerm ct = c_term(c);
   const int32_t e_max = std::max(_mm_cvtsi128_si32(m), ct.e_floor);
   const __m256i base = _mm256_set1_epi32(mant_bits + e_max - t.frac_bits);
-  const __m256i s8 = _mm256_add_epi32(_mm256_add_epi32(terms8(p[0], e[0], base), terms8(p[1], e[1], base)),
-                                      _mm256_add_epi32(terms8(p[2], e[2], base), terms8(p[3], e[3], base)));
+  __m256i s8 = terms8(p[0], e[0], base);
+  for (int g = 1; g < G; ++g) s8 = _mm256_add_epi32(s8, terms8(p[g], e[g], base));  // int32: exact in any order
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
@@ -226,11 +204,9 @@ template <class T, class Acc, bool kAvx2 = false>
   const T* ea = &a.sx->exp[i * K + k0];
   const T* sb = &a.sw->sig[j * K + k0];
   const T* eb = &a.sw->exp[j * K + k0];
-  if constexpr (kAvx2 && sizeof(T) == 2) {
-    if (n == 16) return step_bf16_avx2(a.ar, sa, ea, sb, eb, a.mant_bits, blk);
-  }
-  if constexpr (kAvx2 && sizeof(T) == 1) {
-    if (n == 32) return step_fp8_avx2(a.ar, sa, ea, sb, eb, a.mant_bits, blk);
+  if constexpr (kAvx2) {
+    constexpr int kFull = sizeof(T) == 1 ? 32 : 16;  // products in a whole FP8 / BF16 step
+    if (n == kFull) return step_avx2<kFull / 8>(a.ar, sa, ea, sb, eb, a.mant_bits, blk);
   }
   if (n == 32) return step_split<32, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
   if (n == 16) return step_split<16, T, Acc>(a.ar, sa, ea, sb, eb, n, a.mant_bits, blk);
@@ -266,7 +242,7 @@ __attribute__((target_clones("avx2", "default"))) void fp8_row(const RowArgs<int
 __attribute__((target_clones("avx2", "default"))) void bf16_row(const RowArgs<int16_t>& a, int64_t i, float* y) {
   gemm_row<int16_t, int32_t>(a, i, y);
 }
-// The rows with step_bf16_avx2 / step_fp8_avx2; called only when tc_gemm_simd().
+// The rows with step_avx2; called only when tc_gemm_simd().
 __attribute__((target("avx2"))) void bf16_row_avx2(const RowArgs<int16_t>& a, int64_t i, float* y) {
   gemm_row<int16_t, int32_t, true>(a, i, y);
 }
