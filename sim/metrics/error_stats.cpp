@@ -6,9 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
 #include <vector>
+
+#include "sim/formats/avx2_fp8.hpp"
 
 namespace fp8sim {
 
@@ -23,11 +24,7 @@ ErrorSums accumulate(const float* x, const float* y, size_t n) {
   return e;
 }
 
-bool simd_from_env() {
-  const char* e = std::getenv("FP8SIM_NO_SIMD");
-  return !(e != nullptr && e[0] != '\0' && e[0] != '0') && __builtin_cpu_supports("avx2");
-}
-std::atomic<bool> g_simd{simd_from_env()};
+std::atomic<bool> g_simd{avx2::env_allows_simd() && avx2::available()};
 
 // Four whole chunks (x, x + kChunk, x + 2 kChunk, x + 3 kChunk) at once, chunk k in lane k of
 // each AVX2 vector: every lane performs error_sums_add's operations on its chunk's elements in
@@ -199,7 +196,7 @@ void ErrorAccumulator::add_chunk_sums(const ErrorSums* sums, size_t chunks) {
   for (size_t c = 0; c < chunks; ++c) stats_.add_sums(sums[c]);
 }
 
-void set_error_sums_simd(bool enabled) { g_simd.store(enabled && __builtin_cpu_supports("avx2")); }
+void set_error_sums_simd(bool enabled) { g_simd.store(enabled && avx2::available()); }
 bool error_sums_simd() { return g_simd.load(); }
 
 void ErrorAccumulator::add(const float* x, const float* y, size_t n) {

@@ -12,6 +12,7 @@
 
 #include "sim/common/check.hpp"
 #include "sim/common/dist.hpp"
+#include "sim/formats/avx2_fp8.hpp"
 #include "sim/optim/lowp_adamw.hpp"
 #include "sim/quant/quantize.hpp"
 
@@ -262,8 +263,7 @@ struct DirectionSums {
       in.vq[a] = vq[a].data();
     }
     const auto four = [&in](int64_t c0, double* out) { direction_sums4(in, c0, out); };
-    static const bool has_avx2 = __builtin_cpu_supports("avx2");
-    const bool simd = has_avx2 && quant_simd();  // the CPU loops' vector switch (quantize.hpp)
+    const bool simd = avx2::available() && quant_simd();  // the CPU loops' vector switch (quantize.hpp)
     return det_sums(
         n, nt, K,
         [&](int64_t i, double* acc) {

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <vector>
 
+#include "sim/formats/avx2_fp8.hpp"
+
 namespace fp8sim {
 namespace {
 
@@ -170,8 +172,7 @@ __attribute__((target("avx2"))) void block_sums_avx2(const uint8_t* data, LaneSu
 // sum2, since a word at position p of row r (of kRows) counts kLanes (kRows - r) - p times.
 uint32_t hdf5_fletcher32(const uint8_t* data, size_t n, bool simd) {
   constexpr uint64_t kMod = 65535;
-  static const bool has_avx2 = __builtin_cpu_supports("avx2");
-  const bool wide = simd && has_avx2;
+  const bool wide = simd && avx2::available();
   uint64_t s1 = 0, s2 = 0;
   bool nonzero = false;
   size_t words = n / 2;
@@ -254,11 +255,10 @@ __attribute__((target("avx2"))) void unshuffle2_avx2(const uint8_t* in, size_t e
 }  // namespace
 
 void hdf5_unshuffle(const uint8_t* in, size_t n, size_t es, uint8_t* out, bool simd) {
-  static const bool has_avx2 = __builtin_cpu_supports("avx2");
   const size_t elems = n / es;
-  if (simd && has_avx2 && es == 4) {
+  if (simd && avx2::available() && es == 4) {
     unshuffle4_avx2(in, elems, out);
-  } else if (simd && has_avx2 && es == 2) {
+  } else if (simd && avx2::available() && es == 2) {
     unshuffle2_avx2(in, elems, out);
   } else {
     for (size_t k = 0; k < es; ++k) {
