@@ -115,10 +115,6 @@ uint8_t* filled_in_place(const std::vector<uint64_t>& offset, const std::vector<
   return out + offset[0] * row;
 }
 
-}  // namespace
-
-namespace {
-
 // Fletcher-32 in blocks of kRows rows of kLanes 16-bit words: lane l of a block sums the words at
 // one position of each row, A[l] = their sum and B[l] = the running sum of A[l]. kRows keeps B
 // below 2^32 (at most 65535 x kRows (kRows + 1) / 2).
@@ -266,7 +262,7 @@ void hdf5_unshuffle(const uint8_t* in, size_t n, size_t es, uint8_t* out, bool s
       for (size_t i = 0; i < elems; ++i) out[i * es + k] = src[i];
     }
   }
-  std::memcpy(out + elems * es, in + elems * es, n - elems * es);
+  if (n > elems * es) std::memcpy(out + elems * es, in + elems * es, n - elems * es);  // (n = 0: no pointers)
 }
 
 DirectReadStats direct_read_stats() { return {g_datasets.load(), g_chunks.load(), g_fallbacks.load()}; }
