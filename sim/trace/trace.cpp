@@ -860,6 +860,13 @@ void TraceReader::Impl::validate_in_child() {
     } catch (...) {
       rc = kProbeCaughtError;
     }
+    // The parent's reader closes the file in any case (also when open() threw), and HDF5 can crash
+    // there on a corrupt file (freeing its metadata cache): the probe closes it too, so that such a
+    // crash happens here.
+    try {
+      file.close();
+    } catch (...) {
+    }
     ::_exit(rc);
   }
   // Registered, so an interrupted fp8sim kills the probe before it removes its temporaries.
