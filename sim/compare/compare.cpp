@@ -94,12 +94,12 @@ QuantizeEntry compare_quantized(gpu::Backend& gpu, const QuantizedTensor& cq, co
 
 // ---- the op families ----------------------------------------------------------------------------------
 // A tensor widened to fp32 in a std::vector (the comparisons' containers).
-std::vector<float> read_vector(const trace::TraceReader& r, const TensorInfo& t) {
-  const trace::TensorData d = r.read(t);
+std::vector<float> widened_vector(const trace::TensorData& d) {
   std::vector<float> v(d.size());
   d.widen(v.data());
   return v;
 }
+std::vector<float> read_vector(const trace::TraceReader& r, const TensorInfo& t) { return widened_vector(r.read(t)); }
 
 struct TensorRef {
   const TensorInfo* info;
@@ -816,8 +816,7 @@ CompareResult compare_trace(const CompareOptions& opts, gpu::Backend& gpu) {
     if (opts.max_tensors > 0 && count_by_role[role] >= opts.max_tensors) continue;
     ++count_by_role[role];
     TensorRef t{ti, r.read(*ti), {}};
-    t.f32.resize(t.data.size());
-    t.data.widen(t.f32.data());
+    t.f32 = widened_vector(t.data);
     if (wanted(opts, "cast")) run_casts(gpu, t, ops);
     if (wanted(opts, "quantize")) run_quantize(gpu, t, ops);
     if (ti->role == Role::Activation && ti->op == "linear_input") activations.push_back(std::move(t));

@@ -26,6 +26,11 @@ ErrorSums accumulate(const float* x, const float* y, size_t n) {
 
 std::atomic<bool> g_simd{avx2::env_allows_simd() && avx2::available()};
 
+// A 4-lane float mask as a 4-lane 64-bit one (-1 / 0 per lane).
+__attribute__((target("avx2"), always_inline)) inline __m256i wide(__m128 mask) {
+  return _mm256_cvtepi32_epi64(_mm_castps_si128(mask));
+}
+
 // Four whole chunks (x, x + kChunk, x + 2 kChunk, x + 3 kChunk) at once, chunk k in lane k of
 // each AVX2 vector: every lane performs error_sums_add's operations on its chunk's elements in
 // element order (the products of two floats are exact in double; the sums are the same additions
@@ -34,11 +39,6 @@ std::atomic<bool> g_simd{avx2::env_allows_simd() && avx2::available()};
 // leaves out is +0.0 here too (masked), and the maxima are of non-negative values (any order). The
 // relative error's division runs only for lanes where it can raise the maximum: RN(a / b) > M
 // requires a > M b, and a >= RN(RN(M b) (1 - 2^-52)) holds whenever a > M b.
-// A 4-lane float mask as a 4-lane 64-bit one (-1 / 0 per lane).
-__attribute__((target("avx2"), always_inline)) inline __m256i wide(__m128 mask) {
-  return _mm256_cvtepi32_epi64(_mm_castps_si128(mask));
-}
-
 __attribute__((target("avx2"))) void accumulate4_avx2(const float* x, const float* y, ErrorSums* out) {
   const __m128 abs_f = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
   const __m128 inf_f = _mm_set1_ps(std::numeric_limits<float>::infinity());

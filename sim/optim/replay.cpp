@@ -143,35 +143,46 @@ using DriftSums = std::array<double, kDriftSums>;
 
 }  // namespace
 
+// Direction matrices hold at most this many formats (Table 1's FP8 list, the 4- and 6-bit one).
+constexpr size_t kMaxDirectionFormats = 8;
+
+// Where one parameter's direction sums over F formats lie in their vector: F*F cells, 4F
+// per-format errors and flushes, 5 references, then F*F flush-excluded cells and their counts.
+struct DirectionLayout {
+  size_t per, fmt, ref, x, K;
+  constexpr explicit DirectionLayout(size_t F)
+      : per(F * F), fmt(F * F), ref(F * F + 4 * F), x(F * F + 4 * F + 5), K(3 * F * F + 4 * F + 5) {}
+};
+
 // The inputs of one parameter's direction sums (DirectionSums::sums).
 struct DirectionInputs {
   const float* m;
   const float* v;
-  const float* mq[8];
-  const float* vq[8];
+  const float* mq[kMaxDirectionFormats];
+  const float* vq[kMaxDirectionFormats];
   size_t F;
   double bc1, bc2, eps;
 };
 
-// DirectionSums::sums' per-element terms for four whole chunks at once, chunk k in lane k of each
-// AVX2 vector: the same double operations in the same order per lane (divisions and square roots
-// are correctly rounded in both), a term the scalar code adds conditionally added as +0.0
-// otherwise (every sum here starts at +0.0 and stays >= +0.0). Writes the four chunks' K sums.
 // Element i of the four chunks from b0 on, one per lane, widened to double.
 __attribute__((target("avx2"), always_inline)) inline __m256d lanes4(const float* x, int64_t b0, int64_t i) {
   return _mm256_cvtps_pd(_mm_set_ps(x[b0 + 3 * kChunk + i], x[b0 + 2 * kChunk + i], x[b0 + kChunk + i], x[b0 + i]));
 }
 
+// DirectionSums::sums' per-element terms for four whole chunks at once, chunk k in lane k of each
+// AVX2 vector: the same double operations in the same order per lane (divisions and square roots
+// are correctly rounded in both), a term the scalar code adds conditionally added as +0.0
+// otherwise (every sum here starts at +0.0 and stays >= +0.0). Writes the four chunks' K sums.
 __attribute__((target("avx2"))) void direction_sums4(const DirectionInputs& in, int64_t c0, double* out) {
   const size_t F = in.F;
-  const size_t kPer = F * F, kFmt = kPer, kRef = kFmt + 4 * F, kX = kRef + 5, K = kX + 2 * kPer;
-  constexpr size_t kMaxK = 3 * 8 * 8 + 4 * 8 + 5;  // K for F <= 8 formats
-  __m256d acc[kMaxK];
+  const DirectionLayout L(F);
+  const size_t kPer = L.per, kFmt = L.fmt, kRef = L.ref, kX = L.x, K = L.K;
+  __m256d acc[DirectionLayout(kMaxDirectionFormats).K];
   for (size_t k = 0; k < K; ++k) acc[k] = _mm256_setzero_pd();
   const __m256d bc1 = _mm256_set1_pd(in.bc1), bc2 = _mm256_set1_pd(in.bc2), eps = _mm256_set1_pd(in.eps);
   const __m256d zero = _mm256_setzero_pd(), one = _mm256_set1_pd(1.0);
   const int64_t b0 = c0 * kChunk;
-  __m256d num[8], den[8], vzero_b[8];
+  __m256d num[kMaxDirectionFormats], den[kMaxDirectionFormats], vzero_b[kMaxDirectionFormats];
   for (int64_t i = 0; i < kChunk; ++i) {
     const __m256d m = lanes4(in.m, b0, i), v = lanes4(in.v, b0, i);
     const __m256d r = _mm256_div_pd(_mm256_div_pd(m, bc1), _mm256_add_pd(_mm256_sqrt_pd(_mm256_div_pd(v, bc2)), eps));
@@ -213,7 +224,7 @@ __attribute__((target("avx2"))) void direction_sums4(const DirectionInputs& in, 
 // format a, v in format b) the squared error of r, and the same over the elements whose nonzero
 // v did not flush; per format the moments' squared errors and flush counts; the references.
 struct DirectionSums {
-  static constexpr size_t kMaxFormats = 8;
+  static constexpr size_t kMaxFormats = kMaxDirectionFormats;
   std::vector<QuantSpec> specs;
   std::vector<double> sse, sse_nf, cnt_nf;               // F x F, row-major
   std::vector<double> m_err2, v_err2, m_flush, v_flush;  // F
@@ -254,9 +265,8 @@ struct DirectionSums {
     const double t = static_cast<double>(step);
     const double bc1 = 1.0 - std::pow(h.beta1, t), bc2 = 1.0 - std::pow(h.beta2, t);
     const double eps = h.eps;
-    // Layout of one chunk's sums: F*F cells, 4F per-format errors and flushes, 5 references,
-    // then F*F flush-excluded cells and their counts.
-    const size_t kPer = F * F, kFmt = kPer, kRef = kFmt + 4 * F, kX = kRef + 5, K = kX + 2 * kPer;
+    const DirectionLayout L(F);  // one chunk's sums
+    const size_t kPer = L.per, kFmt = L.fmt, kRef = L.ref, kX = L.x, K = L.K;
     DirectionInputs in{m0.data(), v0.data(), {}, {}, F, bc1, bc2, eps};
     for (size_t a = 0; a < F; ++a) {
       in.mq[a] = mq[a].data();
@@ -301,7 +311,8 @@ struct DirectionSums {
   // Adds one parameter's sums (parameters in order: the same additions whatever computed them).
   void add_sums(const std::vector<double>& s) {
     const size_t F = formats();
-    const size_t kPer = F * F, kFmt = kPer, kRef = kFmt + 4 * F, kX = kRef + 5, K = kX + 2 * kPer;
+    const DirectionLayout L(F);
+    const size_t kPer = L.per, kFmt = L.fmt, kRef = L.ref, kX = L.x, K = L.K;
     FP8SIM_CHECK(s.size() == K, "direction sums of {} values, expected {}", s.size(), K);
     for (size_t i = 0; i < kPer; ++i) {
       sse[i] += s[i];
