@@ -284,20 +284,48 @@ inline int64_t underflowed(const VL& vl, const SL& sl, int64_t base, int64_t n8,
   return zero_codes - zeros;
 }
 
+// encode_fp8_rne's magnitude code (the code without its sign bit) for lanes a = |v| bits of a
+// finite v with |v| at most the saturation bound, so a code of at most kMaxCode. The normal
+// code's exponent-bias subtraction, (127 - bias) << MBITS after the shift, is folded into the
+// rounding constant: for a normal lane (a >= kMinNormalBits) the sum stays above the subtrahend,
+// so nothing borrows; subnormal lanes take the other blend input.
+template <class T>
+inline VI magnitude_codes(VI a) {
+  constexpr int D = T::kDropBits;
+  constexpr uint32_t kBiasShifted = static_cast<uint32_t>(127 - T::kBias) << (T::kMantissaBits + D);
+  static_assert(T::kMinNormalBits > kBiasShifted, "the folded subtraction must not borrow");
+  const VI normal = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, ci((1u << (D - 1)) - 1u - kBiasShifted)),
+                                                       _mm256_and_si256(_mm256_srli_epi32(a, D), ci(1u))),
+                                      D);
+  const VI sub = _mm256_cvtps_epi32(mul(fb(a), cf(pow2f(T::kSubShift))));
+  return _mm256_blendv_epi8(normal, sub, lt(a, ci(T::kMinNormalBits)));
+}
+
 template <class T>
 inline VI encode_rne_finite(V v) {
   const VI u = ib(v);
-  const VI a = _mm256_and_si256(u, ci(0x7FFFFFFFu));
   const VI sign = _mm256_and_si256(_mm256_srli_epi32(u, 24), ci(0x80u));
-  constexpr int D = T::kDropBits;
-  const VI rounded = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(a, ci((1u << (D - 1)) - 1u)),
-                                                        _mm256_and_si256(_mm256_srli_epi32(a, D), ci(1u))),
-                                       D);
-  const VI normal = _mm256_sub_epi32(rounded, ci(static_cast<uint32_t>(127 - T::kBias) << T::kMantissaBits));
-  const VI sub = _mm256_cvtps_epi32(mul(fb(a), cf(pow2f(T::kSubShift))));
-  const VI subnormal = lt(a, ci(T::kMinNormalBits));
-  const VI code = ib(_mm256_blendv_ps(fb(normal), fb(sub), fb(subnormal)));
-  return _mm256_or_si256(code, sign);
+  return _mm256_or_si256(magnitude_codes<T>(_mm256_and_si256(u, ci(0x7FFFFFFFu))), sign);
+}
+
+// encode_rne_finite on 32 elements (4 vectors), stored in element order through store32; returns
+// how many codes are +-0. The signs join in the packed bytes: the signed packs of v's bits
+// saturate a finite negative lane to 0x80 and a positive one to at most 0x7F, so their bytes & 0x80
+// are the sign bits, in the order the unsigned packs leave the magnitude codes (0..126, exact
+// through them); one permutation then restores element order for both.
+template <class T>
+inline int64_t encode_store_finite32(uint8_t* out, V v0, V v1, V v2, V v3) {
+  const VI u0 = ib(v0), u1 = ib(v1), u2 = ib(v2), u3 = ib(v3);
+  const VI abs_mask = ci(0x7FFFFFFFu);
+  const VI mag = _mm256_packus_epi16(_mm256_packus_epi32(magnitude_codes<T>(_mm256_and_si256(u0, abs_mask)),
+                                                         magnitude_codes<T>(_mm256_and_si256(u1, abs_mask))),
+                                     _mm256_packus_epi32(magnitude_codes<T>(_mm256_and_si256(u2, abs_mask)),
+                                                         magnitude_codes<T>(_mm256_and_si256(u3, abs_mask))));
+  const VI sign = _mm256_and_si256(_mm256_packs_epi16(_mm256_packs_epi32(u0, u1), _mm256_packs_epi32(u2, u3)),
+                                   _mm256_set1_epi8(static_cast<char>(0x80)));
+  store32(out, packed_element_order(_mm256_or_si256(mag, sign)));
+  return __builtin_popcount(
+      static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(mag, _mm256_setzero_si256()))));
 }
 
 // Stores 4 vectors of codes (32 elements) in element order; returns how many are +-0. kStream:
@@ -327,47 +355,119 @@ __attribute__((always_inline)) inline int64_t encode_plain_fast(const VL& ld, in
   int64_t zero_codes = 0;
   int64_t i = 0;
   for (; i + 32 <= n8; i += 32)
-    zero_codes += store_codes32(out + base + i, encode_rne_finite<T>(div(ld.load8(base + i), vs)),
-                                encode_rne_finite<T>(div(ld.load8(base + i + 8), vs)),
-                                encode_rne_finite<T>(div(ld.load8(base + i + 16), vs)),
-                                encode_rne_finite<T>(div(ld.load8(base + i + 24), vs)));
+    zero_codes += encode_store_finite32<T>(out + base + i, div(ld.load8(base + i), vs), div(ld.load8(base + i + 8), vs),
+                                           div(ld.load8(base + i + 16), vs), div(ld.load8(base + i + 24), vs));
   for (; i < n8; i += 8) zero_codes += store_codes8(out + base + i, encode_rne_finite<T>(div(ld.load8(base + i), vs)));
   return zero_codes;
 }
 
+// scale.hpp's plain_scales(amax_with_eps(amax, c), c) for 8 lanes of finite amax bits, where it
+// is a few lane operations: fp32 and bf16 scales with the IEEE or reciprocal quotient (the
+// default g128 specs, COAT's activations, DeepSeek's). Returns false, writing nothing, for the
+// other modes (the caller takes the scalar function per group).
+inline bool plain_scales8(VI amax, const ScaleConsts& c, float* s_quant, float* s_stored) {
+  if (!plain_scales_common_ok(c) || (c.mode != ScaleMode::Fp32 && c.mode != ScaleMode::Bf16)) return false;
+  // amax_with_eps: amax < floor ? floor : amax, then + eps in fp32 or through fp64.
+  V a = fb(amax);
+  a = sel(fcmp_lt(a, cf(c.amax_floor)), cf(c.amax_floor), a);
+  if (c.eps != 0.0) {
+    if (c.eps_add == EpsAdd::Fp64) {
+      const __m256d e = _mm256_set1_pd(c.eps);
+      const __m128 lo = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), e));
+      const __m128 hi = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), e));
+      a = _mm256_set_m128(hi, lo);
+    } else {
+      a = add(a, cf(static_cast<float>(c.eps)));
+    }
+  }
+  const V t = c.scale_div == ScaleDiv::Rcp ? mul(a, cf(div_rn(1.0f, c.fmax))) : div(a, cf(c.fmax));
+  const V zero = _mm256_setzero_ps(), one = cf(1.0f);
+  const VI a_zero = ib(_mm256_cmp_ps(a, zero, _CMP_EQ_OQ));  // an all-zero group: s = 1
+  const V sq = sel(a_zero, one, sel(ib(_mm256_cmp_ps(t, zero, _CMP_EQ_OQ)), fb(ci(1u)), t));
+  V stored = sq;
+  if (c.mode == ScaleMode::Bf16) {  // bf16_rne(sq) (sq is positive and finite), at least 2^-133
+    const VI u = ib(sq);
+    const VI r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, ci(0x7FFFu)),
+                                                   _mm256_and_si256(_mm256_srli_epi32(u, 16), ci(1u))),
+                                  ci(0xFFFF0000u));
+    stored = sel(a_zero, one, fb(seli(eq(r, _mm256_setzero_si256()), ci(0x00010000u), r)));
+  }
+  _mm256_storeu_ps(s_quant, sq);
+  _mm256_storeu_ps(s_stored, stored);
+  return true;
+}
+
 // The one-row groups [g0, g1) of a plain (fp32 / pow2 / E8M0 / bf16 scale, round-to-nearest)
-// spec: scale from amax (scale.hpp's plain_scales), then the fast encoder, all in one pass per
-// group. A group with a non-finite element or a quotient that could pass the saturation bound is
+// spec: scale from amax (scale.hpp's plain_scales), then the fast encoder, one group in L1 at a
+// time. A group with a non-finite element or a quotient that could pass the saturation bound is
 // handed to general(grp) instead (the full statistics + encoder path). SL is the scalar loader
 // of the same data (tails of fewer than 8 elements).
+//
+// Groups go in batches of kPlainBatch: their amax scans, then their scales, then their codes. A
+// group's scan -> horizontal max -> scale -> bound check is a chain of dependent latencies (two
+// divisions among them) that its codes wait for; a batch puts the chains of 8 groups side by
+// side, and the batch's 4 KB of fp32 input is still in L1 when the codes are written.
+// f(i) out of line: the general path of the group loops is rare, and inlined it takes registers
+// and code space from their hot loops.
+template <class F>
+__attribute__((noinline, cold)) void call_cold(F& f, int64_t i) {
+  f(i);
+}
+
+inline constexpr int kPlainBatch = 8;
 template <class T, class VL, class SL, class General>
 void plain_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1, const ScaleConsts& sc,
                   float bound, bool sat, uint8_t* out, float* scales, int64_t& nunder, uint32_t& tmax,
                   General&& general) {
-  for (int64_t grp = g0; grp < g1; ++grp) {
-    int64_t base, n;
-    g.row_group_span(grp, base, n);
-    const int64_t n8 = n - n % 8;
-    uint32_t amax = scan_amax_bits(vl, base, n8);
-    for (int64_t i = base + n8; i < base + n; ++i) {
-      const uint32_t a = f32_bits(sl(i)) & 0x7FFFFFFFu;
-      amax = a > amax ? a : amax;
+  for (int64_t b0 = g0; b0 < g1; b0 += kPlainBatch) {
+    const int nb = g1 - b0 < kPlainBatch ? static_cast<int>(g1 - b0) : kPlainBatch;
+    int64_t base[kPlainBatch], n[kPlainBatch];
+    alignas(32) uint32_t amax[kPlainBatch] = {};
+    alignas(32) float sq[kPlainBatch] = {}, ss[kPlainBatch] = {};
+    // row_group_span's spans, stepping through the grid (one division per batch, not per group).
+    int64_t row = b0 / g.grid_cols, gc = b0 % g.grid_cols;
+    for (int j = 0; j < nb; ++j) {
+      const int64_t c0 = gc * g.group_cols;
+      n[j] = c0 + g.group_cols < g.cols ? g.group_cols : g.cols - c0;
+      base[j] = row * g.cols + c0;
+      if (++gc == g.grid_cols) {
+        gc = 0;
+        ++row;
+      }
+      const int64_t n8 = n[j] - n[j] % 8;
+      uint32_t a = scan_amax_bits(vl, base[j], n8);
+      for (int64_t i = base[j] + n8; i < base[j] + n[j]; ++i) {
+        const uint32_t e = f32_bits(sl(i)) & 0x7FFFFFFFu;
+        a = e > a ? e : a;
+      }
+      amax[j] = a;
     }
-    float sq = 0.0f, ss = 0.0f;
-    if (amax < 0x7F800000u) plain_scales(amax_with_eps(f32_from_bits(amax), sc), sc, sq, ss);
-    if (!(amax < 0x7F800000u) || !(div_rn(f32_from_bits(amax), sq) <= bound)) {
-      general(grp);
-      continue;
+    // Fast where amax is finite and RN(amax / sq) <= bound; lanes past nb (amax 0, sq 1) are not
+    // looked at.
+    const VI va = _mm256_load_si256(reinterpret_cast<const VI*>(amax));
+    if (!plain_scales8(_mm256_and_si256(va, lt(va, ci(0x7F800000u))), sc, sq, ss))
+      for (int j = 0; j < nb; ++j)
+        if (amax[j] < 0x7F800000u) plain_scales(amax_with_eps(f32_from_bits(amax[j]), sc), sc, sq[j], ss[j]);
+    const V quotient = div(fb(va), _mm256_load_ps(sq));
+    const unsigned fast = static_cast<unsigned>(_mm256_movemask_ps(
+        fb(_mm256_and_si256(lt(va, ci(0x7F800000u)), ib(_mm256_cmp_ps(quotient, cf(bound), _CMP_LE_OQ))))));
+    for (int j = 0; j < nb; ++j) {
+      const int64_t grp = b0 + j;
+      if (!((fast >> j) & 1u)) {
+        call_cold(general, grp);
+        continue;
+      }
+      scales[grp] = ss[j];
+      tmax = amax[j] > tmax ? amax[j] : tmax;
+      const int64_t n8 = n[j] - n[j] % 8;
+      int64_t zero_codes = encode_plain_fast<T>(vl, base[j], n8, sq[j], out);
+      for (int64_t i = base[j] + n8; i < base[j] + n[j]; ++i) {
+        const uint8_t c = encode_fp8_rne<T>(div_rn(sl(i), sq[j]), sat);
+        out[i] = c;
+        zero_codes += (c & 0x7Fu) == 0u ? 1 : 0;
+      }
+      nunder += underflowed(vl, sl, base[j], n8, n[j], zero_codes);
     }
-    scales[grp] = ss;
-    tmax = amax > tmax ? amax : tmax;
-    int64_t zero_codes = encode_plain_fast<T>(vl, base, n8, sq, out);
-    for (int64_t i = base + n8; i < base + n; ++i) {
-      const uint8_t c = encode_fp8_rne<T>(div_rn(sl(i), sq), sat);
-      out[i] = c;
-      zero_codes += (c & 0x7Fu) == 0u ? 1 : 0;
-    }
-    nunder += underflowed(vl, sl, base, n8, n, zero_codes);
   }
   _mm_sfence();
 }
