@@ -415,22 +415,35 @@ __attribute__((noinline, cold)) void call_cold(F& f, int64_t i) {
 }
 
 inline constexpr int kPlainBatch = 8;
-template <class T, class VL, class SL, class General>
-void plain_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1, const ScaleConsts& sc,
-                  float bound, bool sat, uint8_t* out, float* scales, int64_t& nunder, uint32_t& tmax,
-                  General&& general) {
+// kFull: every group is group_cols long, a multiple of 32 (no short edge group, no tail of fewer
+// than 8 elements), so a group's span is grp * group_cols and its loops have no remainders.
+template <bool kFull, class T, class VL, class SL, class General>
+void plain_groups_impl(const VL& vl_in, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1,
+                       const ScaleConsts& sc, float bound, bool sat, uint8_t* out, float* scales, int64_t& nunder_out,
+                       uint32_t& tmax_out, General& general) {
+  // Local copies: the code stores could alias anything reached through a reference.
+  const VL vl = vl_in;
+  const int64_t cols = g.cols, gcols = g.group_cols, grid_cols = g.grid_cols;
+  int64_t nunder = 0;
+  uint32_t tmax = 0;
   for (int64_t b0 = g0; b0 < g1; b0 += kPlainBatch) {
     const int nb = g1 - b0 < kPlainBatch ? static_cast<int>(g1 - b0) : kPlainBatch;
     int64_t base[kPlainBatch], n[kPlainBatch];
     alignas(32) uint32_t amax[kPlainBatch] = {};
     alignas(32) float sq[kPlainBatch] = {}, ss[kPlainBatch] = {};
     // row_group_span's spans, stepping through the grid (one division per batch, not per group).
-    int64_t row = b0 / g.grid_cols, gc = b0 % g.grid_cols;
+    int64_t row = b0 / grid_cols, gc = b0 % grid_cols;
     for (int j = 0; j < nb; ++j) {
-      const int64_t c0 = gc * g.group_cols;
-      n[j] = c0 + g.group_cols < g.cols ? g.group_cols : g.cols - c0;
-      base[j] = row * g.cols + c0;
-      if (++gc == g.grid_cols) {
+      if constexpr (kFull) {
+        base[j] = (b0 + j) * gcols;
+        n[j] = gcols;
+        amax[j] = scan_amax_bits(vl, base[j], gcols);
+        continue;
+      }
+      const int64_t c0 = gc * gcols;
+      n[j] = c0 + gcols < cols ? gcols : cols - c0;
+      base[j] = row * cols + c0;
+      if (++gc == grid_cols) {
         gc = 0;
         ++row;
       }
@@ -459,17 +472,30 @@ void plain_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0
       }
       scales[grp] = ss[j];
       tmax = amax[j] > tmax ? amax[j] : tmax;
-      const int64_t n8 = n[j] - n[j] % 8;
+      const int64_t n8 = kFull ? n[j] : n[j] - n[j] % 8;
       int64_t zero_codes = encode_plain_fast<T>(vl, base[j], n8, sq[j], out);
-      for (int64_t i = base[j] + n8; i < base[j] + n[j]; ++i) {
-        const uint8_t c = encode_fp8_rne<T>(div_rn(sl(i), sq[j]), sat);
-        out[i] = c;
-        zero_codes += (c & 0x7Fu) == 0u ? 1 : 0;
-      }
+      if constexpr (!kFull)
+        for (int64_t i = base[j] + n8; i < base[j] + n[j]; ++i) {
+          const uint8_t c = encode_fp8_rne<T>(div_rn(sl(i), sq[j]), sat);
+          out[i] = c;
+          zero_codes += (c & 0x7Fu) == 0u ? 1 : 0;
+        }
       nunder += underflowed(vl, sl, base[j], n8, n[j], zero_codes);
     }
   }
+  nunder_out += nunder;
+  tmax_out = tmax > tmax_out ? tmax : tmax_out;
   _mm_sfence();
+}
+
+template <class T, class VL, class SL, class General>
+void plain_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1, const ScaleConsts& sc,
+                  float bound, bool sat, uint8_t* out, float* scales, int64_t& nunder, uint32_t& tmax,
+                  General&& general) {
+  if (g.cols % g.group_cols == 0 && g.group_cols % 32 == 0)
+    plain_groups_impl<true, T>(vl, sl, g, g0, g1, sc, bound, sat, out, scales, nunder, tmax, general);
+  else
+    plain_groups_impl<false, T>(vl, sl, g, g0, g1, sc, bound, sat, out, scales, nunder, tmax, general);
 }
 
 // ---- coat DE fast path ---------------------------------------------------------------------------
