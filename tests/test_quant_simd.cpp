@@ -46,6 +46,19 @@ __attribute__((target("avx2"))) void encode_finite_lanes(const uint32_t* bits, u
   }
 }
 
+// encode_store_finite32 over arrays (n a multiple of 32); returns the sum of its +-0 counts.
+template <class T>
+__attribute__((target("avx2"))) int64_t encode_finite32_lanes(const uint32_t* bits, uint8_t* out, size_t n) {
+  int64_t zeros = 0;
+  for (size_t i = 0; i < n; i += 32) {
+    __m256 v[4];
+    for (int j = 0; j < 4; ++j)
+      v[j] = _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + i + 8 * j)));
+    zeros += avx2::encode_store_finite32<T>(out + i, v[0], v[1], v[2], v[3]);
+  }
+  return zeros;
+}
+
 template <class T>
 __attribute__((target("avx2"))) void decode_all(float* out) {
   uint8_t codes[256];
@@ -100,6 +113,98 @@ TEST(QuantSimd, PowDetRandomMatchesScalar) {
   size_t bad = 0;
   for (size_t i = 0; i < n; ++i) bad += bits_of(out[i]) != bits_of(dmath::pow_det(x[i], y[i]));
   EXPECT_EQ(bad, 0u);
+}
+
+__attribute__((target("avx2"))) void pow_narrow_lanes(const float* x, float k, float* out, size_t n) {
+  const avx2::PowConstY ky(k);
+  for (size_t i = 0; i < n; i += 64) {
+    __m256 a[8], r[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm256_loadu_ps(x + i + 8 * j);
+    avx2::pow_det_pos_const_y_n<8, true>(a, r, ky);
+    for (int j = 0; j < 8; ++j) _mm256_storeu_ps(out + i + 8 * j, r[j]);
+  }
+}
+
+// kNarrow's shortcuts (no subnormal normalization, one product for 2^n) give pow_det's bits where
+// its conditions hold: x = +0 or normal, k |log2 x| + 1 <= 126. Exponents from DE-like multiples
+// of 1/16 to 16384, x spread over the whole allowed exponent range, results down into subnormals.
+TEST(QuantSimd, PowDetNarrowMatchesScalarWithinItsConditions) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937_64 g(11);
+  const size_t n = size_t{1} << 14;
+  std::vector<float> x(n), out(n);
+  size_t bad = 0, subnormal_results = 0;
+  for (int trial = 0; trial < 96; ++trial) {
+    const float k = trial < 64 ? static_cast<float>(1 + g() % 400) / 16.0f
+                               : std::ldexp(1.0f + static_cast<float>(g() % 8) / 8.0f, trial % 14);
+    std::uniform_real_distribution<double> log2x(-126.4 / k, 125.0 / k);  // n = rint(k log2 x) in [-126, 125]
+    for (size_t i = 0; i < n; ++i) {
+      const float v = static_cast<float>(std::exp2(std::max(-125.9, std::min(125.9, log2x(g)))));
+      x[i] = i % 61 == 0 ? 0.0f : v;
+    }
+    pow_narrow_lanes(x.data(), k, out.data(), n);
+    for (size_t i = 0; i < n; ++i) {
+      bad += bits_of(out[i]) != bits_of(dmath::pow_det(x[i], k));
+      subnormal_results += out[i] != 0.0f && out[i] < 1.17549435e-38f;
+    }
+  }
+  EXPECT_EQ(bad, 0u);
+  EXPECT_GT(subnormal_results, 0u) << "the single product's rounding into subnormals is exercised";
+}
+
+// expand_encode_store_n against the scalar expand_value + encode_fp8_rne, with vectors whose |v|
+// pass the saturation bound (the encode_rne branch) and vectors within it (the packed-sign branch).
+template <class T, bool kNarrow>
+__attribute__((target("avx2"))) int64_t expand_store_lanes(const float* x, const ExpandParams& p, bool sat, float bound,
+                                                           uint8_t* out, size_t n, int64_t& nsat) {
+  const avx2::PowConstY ky(p.k);
+  __m256i satc = _mm256_setzero_si256();
+  int64_t zeros = 0;
+  for (size_t i = 0; i < n; i += 64) {
+    __m256 v[8];
+    for (int j = 0; j < 8; ++j) v[j] = _mm256_loadu_ps(x + i + 8 * j);
+    zeros += avx2::expand_encode_store_n<T, 8, kNarrow>(v, _mm256_set1_ps(p.c), _mm256_set1_ps(p.s), ky, p.k == 1.0f,
+                                                        sat, _mm256_set1_ps(bound), satc, out + i);
+  }
+  nsat = avx2::hsum(satc);
+  return zeros;
+}
+
+TEST(QuantSimd, ExpandEncodeStoreMatchesScalar) {
+  SKIP_WITHOUT_AVX2();
+  std::mt19937_64 g(5);
+  const size_t n = 4096;
+  std::vector<float> x(n);
+  std::vector<uint8_t> got(n);
+  const float bound = saturation_bound(Format::E4M3);
+  for (float k : {1.0f, 0.5f, 1.25f})
+    for (float s : {1.0f, 0.25f, 2.0f})
+      for (bool sat : {true, false}) {
+        for (size_t i = 0; i < n; ++i) {
+          // blocks of 32 alternate between magnitudes below 1 and large ones (some |v| past the bound)
+          const float m = ((i / 32) % 2) ? (k < 1.0f ? 2e6f : 2000.0f) : 1.0f;
+          x[i] = std::uniform_real_distribution<float>(-m, m)(g);
+          if (i % 29 == 0) x[i] = (i % 2) ? -0.0f : 0.0f;
+        }
+        const ExpandParams p{k, 1.0f, s};
+        int64_t nsat = 0;
+        const int64_t zeros = k == 0.5f
+                                  ? expand_store_lanes<E4M3Traits, false>(x.data(), p, sat, bound, got.data(), n, nsat)
+                                  : expand_store_lanes<E4M3Traits, true>(x.data(), p, sat, bound, got.data(), n, nsat);
+        size_t bad = 0;
+        int64_t want_sat = 0, want_zeros = 0;
+        for (size_t i = 0; i < n; ++i) {
+          const float v = expand_value(x[i], p);
+          const uint8_t want = encode_fp8_rne<E4M3Traits>(v, sat);
+          bad += got[i] != want;
+          want_sat += dmath::abs_bits(v) > bound;
+          want_zeros += (want & 0x7Fu) == 0u;
+        }
+        EXPECT_EQ(bad, 0u) << "k " << k << " s " << s << " sat " << sat;
+        EXPECT_EQ(nsat, want_sat);
+        EXPECT_GT(want_sat, 0) << "some vectors take the encode_rne branch";
+        EXPECT_EQ(zeros, want_zeros);
+      }
 }
 
 __attribute__((target("avx2"))) void params_lanes(const avx2::CoatConsts& cc, const float* mx, const float* mn,
@@ -215,10 +320,20 @@ void check_finite_encoder(Format f) {
   bits.reserve(kBlock);
   std::vector<uint8_t> got(kBlock);
   uint64_t bad = 0, checked = 0;
+  std::vector<uint8_t> got32(kBlock);
+  uint64_t bad32 = 0, bad_zeros = 0;
   auto flush = [&] {
-    while (bits.size() % 8) bits.push_back(0u);
+    while (bits.size() % 32) bits.push_back(bits.size() % 2 ? 0x80000000u : 0u);
     encode_finite_lanes<T>(bits.data(), got.data(), bits.size());
-    for (size_t i = 0; i < bits.size(); ++i) bad += got[i] != encode_fp8_rne<T>(f32_from_bits(bits[i]), true);
+    const int64_t zeros = encode_finite32_lanes<T>(bits.data(), got32.data(), bits.size());
+    int64_t want_zeros = 0;
+    for (size_t i = 0; i < bits.size(); ++i) {
+      const uint8_t want = encode_fp8_rne<T>(f32_from_bits(bits[i]), true);
+      bad += got[i] != want;
+      bad32 += got32[i] != want;
+      want_zeros += (want & 0x7Fu) == 0u;
+    }
+    bad_zeros += zeros != want_zeros;
     checked += bits.size();
     bits.clear();
   };
@@ -229,6 +344,8 @@ void check_finite_encoder(Format f) {
   }
   flush();
   EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(bad32, 0u) << "32 at a time, signs through the packs";
+  EXPECT_EQ(bad_zeros, 0u) << "counts of +-0 codes";
   EXPECT_GT(checked, 2ull * bound_bits);
 }
 
@@ -251,7 +368,7 @@ TEST(QuantSimd, DecoderAllCodes) {
 
 // ---- whole calls, SIMD on vs off -------------------------------------------------------------------
 
-enum class Data { LogNormal, WithZeros, NonFinite, Tiny, Degenerate, Huge, KOne };
+enum class Data { LogNormal, WithZeros, NonFinite, Tiny, Degenerate, Huge, KOne, Wide };
 
 std::vector<float> make_data(int64_t n, int64_t cols, Data kind, uint64_t seed) {
   std::mt19937_64 g(seed);
@@ -288,6 +405,11 @@ std::vector<float> make_data(int64_t n, int64_t cols, Data kind, uint64_t seed) 
     case Data::KOne:  // magnitudes 2^0 .. 2^-16: DE groups with max/min = 2^16 get k == 1 exactly
       for (size_t i = 0; i < v.size(); ++i)
         v[i] = std::ldexp((g() & 1) ? 1.0f : -1.0f, -static_cast<int>((i * 7919) % 17));
+      break;
+    case Data::Wide:  // subnormals among normal values: with a large eps (c near sqrt(amax eps)),
+                      // DE's |x| / c is subnormal but not 0
+      for (size_t i = 0; i < v.size(); ++i)
+        if (i % 41 == 5) v[i] = f32_from_bits(1u + static_cast<uint32_t>(g() % 1000000));
       break;
   }
   return v;
@@ -338,6 +460,7 @@ TEST(QuantSimd, QuantizeAndDequantizeMatchScalarPath) {
                          "e5m2:g128:de=coat",
                          "e4m3:g128:de=robust",
                          "e4m3:g40:de=coat",
+                         "e4m3:g128:de=coat:eps=1e-3",
                          "e4m3:g128:sat=none",
                          "e4m3:g128:eps=1e-12",
                          "e4m3:g128:eps=1e-30:eps_add=fp64",
@@ -356,7 +479,7 @@ TEST(QuantSimd, QuantizeAndDequantizeMatchScalarPath) {
   const std::vector<std::vector<int64_t>> shapes = {{1, 5},    {5, 217},  {217, 300}, {3, 1000},
                                                     {64, 128}, {1, 4096}, {37}};
   const Data kinds[] = {Data::LogNormal,  Data::WithZeros, Data::NonFinite, Data::Tiny,
-                        Data::Degenerate, Data::Huge,      Data::KOne};
+                        Data::Degenerate, Data::Huge,      Data::KOne,      Data::Wide};
   uint64_t seed = 1;
   for (const char* st : specs) {
     const QuantSpec spec = QuantSpec::parse(st);

@@ -94,7 +94,9 @@ inline VI encode_rne(V v, bool saturate) {
 
 // The packs work within 128-bit halves: bytes packed from c0..c3 come out as the dwords c0lo c1lo
 // c2lo c3lo c0hi c1hi c2hi c3hi (4 bytes each); this permutation restores element order.
-inline VI packed_element_order(VI b) { return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)); }
+inline VI packed_element_order(VI b) {
+  return _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
 // The bytes held by 4 x 8 int32 lanes, in element order (c0's lanes first).
 inline VI pack_codes32(VI c0, VI c1, VI c2, VI c3) {
   return packed_element_order(_mm256_packus_epi16(_mm256_packus_epi32(c0, c1), _mm256_packus_epi32(c2, c3)));

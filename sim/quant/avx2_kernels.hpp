@@ -387,9 +387,9 @@ inline bool plain_scales8(VI amax, const ScaleConsts& c, float* s_quant, float* 
   V stored = sq;
   if (c.mode == ScaleMode::Bf16) {  // bf16_rne(sq) (sq is positive and finite), at least 2^-133
     const VI u = ib(sq);
-    const VI r = _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(u, ci(0x7FFFu)),
-                                                   _mm256_and_si256(_mm256_srli_epi32(u, 16), ci(1u))),
-                                  ci(0xFFFF0000u));
+    const VI r = _mm256_and_si256(
+        _mm256_add_epi32(_mm256_add_epi32(u, ci(0x7FFFu)), _mm256_and_si256(_mm256_srli_epi32(u, 16), ci(1u))),
+        ci(0xFFFF0000u));
     stored = sel(a_zero, one, fb(seli(eq(r, _mm256_setzero_si256()), ci(0x00010000u), r)));
   }
   _mm256_storeu_ps(s_quant, sq);
@@ -494,8 +494,7 @@ void plain_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0
                   General&& general) {
   if (g.cols % g.group_cols == 0 && g.group_cols % 32 == 0)
     plain_groups_impl<true, T>(vl, sl, g, g0, g1, sc, bound, sat, out, scales, nunder, tmax, general);
-  else
-    plain_groups_impl<false, T>(vl, sl, g, g0, g1, sc, bound, sat, out, scales, nunder, tmax, general);
+  else plain_groups_impl<false, T>(vl, sl, g, g0, g1, sc, bound, sat, out, scales, nunder, tmax, general);
 }
 
 // ---- coat DE fast path ---------------------------------------------------------------------------
@@ -522,13 +521,22 @@ struct PowConstY {
 // long dependency chain (~150 cycles), so interleaving independent vectors keeps the core busy.
 #define FP8SIM_EACH _Pragma("GCC unroll 8") for (int j = 0; j < N; ++j)
 #define FP8SIM_EACH_8 _Pragma("GCC unroll 8") for (int j = 0; j < 8; ++j)
-template <int N>
+//
+// kNarrow: the caller guarantees that every nonzero lane is a normal number and that its result's
+// n1 + n2 (the power of two split off, about k * log2 x) lies within [-126, 126]. Then the
+// subnormal normalization is dead, the clamp of n to +-400 is inactive, and scale_pow2(r, n) is
+// the single product r * 2^n: scale_pow2 forms r * 2^(n/2) exactly (r is in [0.7, 1.5]) and
+// rounds once in its second product, and r * 2^n rounds the same exact value once. Zero lanes
+// compute garbage that the final selection replaces by +0.
+template <int N, bool kNarrow = false>
 __attribute__((always_inline)) inline void pow_det_pos_const_y_n(const V* x, V* out, const PowConstY& k) {
   VI u[N], sub[N], ei[N];
   V f[N], s[N], z[N], R[N], hfsq[N], e[N], l[N];
   FP8SIM_EACH u[j] = ib(x[j]);
-  FP8SIM_EACH sub[j] = lt(u[j], ci(0x00800000u));
-  FP8SIM_EACH u[j] = seli(sub[j], ib(mul(x[j], cf(8388608.0f))), u[j]);
+  if constexpr (!kNarrow) {
+    FP8SIM_EACH sub[j] = lt(u[j], ci(0x00800000u));
+    FP8SIM_EACH u[j] = seli(sub[j], ib(mul(x[j], cf(8388608.0f))), u[j]);
+  }
   FP8SIM_EACH ei[j] = _mm256_srai_epi32(_mm256_sub_epi32(u[j], ci(0x3F3504F3u)), 23);
   FP8SIM_EACH f[j] = add(fb(_mm256_sub_epi32(u[j], _mm256_slli_epi32(ei[j], 23))), cf(-1.0f));
   FP8SIM_EACH s[j] = div(f[j], add(cf(2.0f), f[j]));
@@ -539,7 +547,11 @@ __attribute__((always_inline)) inline void pow_det_pos_const_y_n(const V* x, V* 
   FP8SIM_EACH R[j] = mul(R[j], z[j]);
   FP8SIM_EACH hfsq[j] = mul(mul(cf(0.5f), f[j]), f[j]);
   FP8SIM_EACH l[j] = mul(add(f[j], neg(add(hfsq[j], neg(mul(s[j], add(hfsq[j], R[j])))))), cf(1.44269502f));
-  FP8SIM_EACH e[j] = _mm256_cvtepi32_ps(_mm256_sub_epi32(ei[j], _mm256_and_si256(sub[j], ci(23))));
+  if constexpr (kNarrow) {
+    FP8SIM_EACH e[j] = _mm256_cvtepi32_ps(ei[j]);
+  } else {
+    FP8SIM_EACH e[j] = _mm256_cvtepi32_ps(_mm256_sub_epi32(ei[j], _mm256_and_si256(sub[j], ci(23))));
+  }
   V a_hi[N], n1[N], t[N], n2[N], g[N], p[N];
   VI ni[N];
   FP8SIM_EACH a_hi[j] = mul(k.y_hi, e[j]);
@@ -547,7 +559,11 @@ __attribute__((always_inline)) inline void pow_det_pos_const_y_n(const V* x, V* 
   FP8SIM_EACH t[j] = add(add(a_hi[j], neg(n1[j])), add(mul(k.y_lo, e[j]), mul(k.y, l[j])));
   FP8SIM_EACH n2[j] = rint_small(t[j]);
   FP8SIM_EACH g[j] = add(t[j], neg(n2[j]));
-  FP8SIM_EACH ni[j] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(add(n1[j], n2[j]), cf(-400.0f)), cf(400.0f)));
+  if constexpr (kNarrow) {
+    FP8SIM_EACH ni[j] = _mm256_cvttps_epi32(add(n1[j], n2[j]));
+  } else {
+    FP8SIM_EACH ni[j] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(add(n1[j], n2[j]), cf(-400.0f)), cf(400.0f)));
+  }
   FP8SIM_EACH p[j] = add(mul(cf(1.5252734e-05f), g[j]), cf(1.5403530e-04f));
   FP8SIM_EACH p[j] = add(mul(p[j], g[j]), cf(1.3333558e-03f));
   FP8SIM_EACH p[j] = add(mul(p[j], g[j]), cf(9.6181291e-03f));
@@ -555,16 +571,21 @@ __attribute__((always_inline)) inline void pow_det_pos_const_y_n(const V* x, V* 
   FP8SIM_EACH p[j] = add(mul(p[j], g[j]), cf(2.4022651e-01f));
   FP8SIM_EACH p[j] = add(mul(p[j], g[j]), cf(6.9314718e-01f));
   FP8SIM_EACH p[j] = add(cf(1.0f), mul(p[j], g[j]));
-  FP8SIM_EACH out[j] = sel(eq(ib(x[j]), _mm256_setzero_si256()), _mm256_setzero_ps(), scale_pow2(p[j], ni[j]));
+  if constexpr (kNarrow) {
+    FP8SIM_EACH out[j] = sel(eq(ib(x[j]), _mm256_setzero_si256()), _mm256_setzero_ps(),
+                             mul(p[j], fb(_mm256_slli_epi32(_mm256_add_epi32(ni[j], ci(127)), 23))));
+  } else {
+    FP8SIM_EACH out[j] = sel(eq(ib(x[j]), _mm256_setzero_si256()), _mm256_setzero_ps(), scale_pow2(p[j], ni[j]));
+  }
 }
 
 // pow_det(a, k) for N vectors of +0 / positive finite a with a usable k (k == 1: a itself).
-template <int N>
+template <int N, bool kNarrow = false>
 __attribute__((always_inline)) inline void pow_const_n(const V* a, V* out, const PowConstY& k, bool unit) {
   if (unit) {
     FP8SIM_EACH out[j] = a[j];
   } else {
-    pow_det_pos_const_y_n<N>(a, out, k);
+    pow_det_pos_const_y_n<N, kNarrow>(a, out, k);
   }
 }
 
@@ -585,6 +606,36 @@ __attribute__((always_inline)) inline void expand_encode_n(const V* x, V c, V s,
     satc = _mm256_sub_epi32(satc, fcmp_gt(vabs(v), vbound));
     codes[j] = encode_rne<T>(v, sat);
   }
+}
+
+// expand_encode_n on N vectors (N a multiple of 4) with the codes stored at out in element order
+// (store32); returns how many codes are +-0. Each 32 elements whose |v| are all within the
+// saturation bound take encode_store_finite32, the others encode_rne (v is never NaN: x is finite,
+// c and s are positive and finite, so |v| is finite or +Inf, and > bound catches the Inf).
+template <class T, int N, bool kNarrow>
+__attribute__((always_inline)) inline int64_t expand_encode_store_n(const V* x, V c, V s, const PowConstY& k,
+                                                                    bool k_unit, bool sat, V vbound, VI& satc,
+                                                                    uint8_t* out) {
+  static_assert(N % 4 == 0, "stores go 32 codes at a time");
+  V a[N], mag[N], v[N];
+  VI over[N];
+  FP8SIM_EACH a[j] = div(vabs(x[j]), c);
+  pow_const_n<N, kNarrow>(a, mag, k, k_unit);
+  FP8SIM_EACH {
+    v[j] = div(fb(_mm256_xor_si256(ib(mag[j]), _mm256_and_si256(ib(x[j]), ci(0x80000000u)))), s);
+    over[j] = fcmp_gt(vabs(v[j]), vbound);
+    satc = _mm256_sub_epi32(satc, over[j]);
+  }
+  int64_t zero_codes = 0;
+  for (int h = 0; h < N; h += 4) {
+    const VI any = _mm256_or_si256(_mm256_or_si256(over[h], over[h + 1]), _mm256_or_si256(over[h + 2], over[h + 3]));
+    if (_mm256_testz_si256(any, any))
+      zero_codes += encode_store_finite32<T>(out + 8 * h, v[h], v[h + 1], v[h + 2], v[h + 3]);
+    else
+      zero_codes += store_codes32(out + 8 * h, encode_rne<T>(v[h], sat), encode_rne<T>(v[h + 1], sat),
+                                  encode_rne<T>(v[h + 2], sat), encode_rne<T>(v[h + 3], sat));
+  }
+  return zero_codes;
 }
 
 // decode + compress_value on 8N codes (none NaN / Inf, every |q * s| finite; exponent 1/k usable).
@@ -662,6 +713,41 @@ inline void coat_params8(const CoatConsts& cc, V absmax, V absmin, V& k, V& c, V
   s = div(pow_det(div(maxv, c), k), cf(cc.fmax_store));
 }
 
+// True when pow_det_pos_const_y_n's kNarrow conditions hold for every nonzero |x| / c of a group
+// whose nonzero |x| lie in [amin, amax], with exponent k: RN(amin / c) is normal (so is every
+// larger quotient), and k |log2(|x| / c)| + 1 <= 126 (pow's n1 + n2 is k log2 within one). For a
+// in [lo, hi], floor_log2(lo) <= log2 a < floor_log2(hi) + 1, so |log2 a| <= e below.
+inline bool coat_narrow(float amin, float amax, const ExpandParams& p) {
+  if (!(amin > 0.0f)) return false;
+  const float lo = div_rn(amin, p.c), hi = div_rn(amax, p.c);
+  if (!(lo >= f32_from_bits(0x00800000u))) return false;
+  const int flo = floor_log2_f32(lo), fhi = floor_log2_f32(hi);
+  const int e = (flo < 0 ? -flo : flo) > (fhi < 0 ? -fhi : fhi) ? (flo < 0 ? -flo : flo) : (fhi < 0 ? -fhi : fhi);
+  return static_cast<double>(p.k) * (e + 1) <= 120.0;
+}
+
+// The codes of a fast-path coat group's first n8 elements (a multiple of 8) at out + base; adds its
+// saturated lanes to satc, returns how many codes are +-0.
+template <class T, bool kNarrow, class VL>
+__attribute__((always_inline)) inline int64_t coat_group_codes(const VL& vl, int64_t base, int64_t n8, V vc, V vs,
+                                                               const PowConstY& k, bool k_is_one, bool sat, V vbound,
+                                                               VI& satc, uint8_t* out) {
+  int64_t zero_codes = 0;
+  int64_t i = 0;
+  for (; i + 64 <= n8; i += 64) {
+    V xs[8];
+    FP8SIM_EACH_8 xs[j] = vl.load8(base + i + 8 * j);
+    zero_codes += expand_encode_store_n<T, 8, kNarrow>(xs, vc, vs, k, k_is_one, sat, vbound, satc, out + base + i);
+  }
+  for (; i < n8; i += 8) {
+    const V x = vl.load8(base + i);
+    VI cv;
+    expand_encode_n<T, 1>(&x, vc, vs, k, k_is_one, sat, vbound, satc, &cv);
+    zero_codes += store_codes8(out + base + i, cv);
+  }
+  return zero_codes;
+}
+
 // The coat-mode groups [g0, g1) of one-row groups (round to nearest): statistics, parameters from
 // params(absmax, absmin) (quantize.cpp: coat_expand_params with the spec's epsilon), then
 // expand_value + encode_fp8_rne per element with pow_det_pos_const_y_n. A group with a non-finite
@@ -731,22 +817,9 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
       // pow_det(a, 1) is a exactly (its y == 1 selection), so k == 1 groups skip the core.
       const bool k_is_one = p.k == 1.0f;
       VI satc = _mm256_setzero_si256();
-      int64_t zero_codes = 0;
-      int64_t i = 0;
-      for (; i + 64 <= n8; i += 64) {
-        V xs[8];
-        VI cv[8];
-        FP8SIM_EACH_8 xs[j] = vl.load8(base + i + 8 * j);
-        expand_encode_n<T, 8>(xs, vc, vs, k, k_is_one, sat, vbound, satc, cv);
-        for (int h = 0; h < 2; ++h)
-          zero_codes += store_codes32(out + base + i + 32 * h, cv[4 * h], cv[4 * h + 1], cv[4 * h + 2], cv[4 * h + 3]);
-      }
-      for (; i < n8; i += 8) {
-        const V x = vl.load8(base + i);
-        VI cv;
-        expand_encode_n<T, 1>(&x, vc, vs, k, k_is_one, sat, vbound, satc, &cv);
-        zero_codes += store_codes8(out + base + i, cv);
-      }
+      int64_t zero_codes = coat_narrow(bmin[jb], bmax[jb], p)
+                               ? coat_group_codes<T, true>(vl, base, n8, vc, vs, k, k_is_one, sat, vbound, satc, out)
+                               : coat_group_codes<T, false>(vl, base, n8, vc, vs, k, k_is_one, sat, vbound, satc, out);
       nsat += hsum(satc);
       for (int64_t j = base + n8; j < base + n; ++j) {
         const float x = sl(j);
