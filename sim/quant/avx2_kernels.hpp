@@ -204,6 +204,25 @@ inline SegStats segment_stats(const VL& ld, int64_t base, int64_t n8) {
   return s;
 }
 
+// The statistics a fast-path group needs over its first n8 elements, in fewer lane operations
+// than segment_stats: max |x| bits with the non-finite included (>= 0x7F800000 flags one: the
+// group then goes to the general path, which takes segment_stats), and the least nonzero |x| bits
+// (0x7F800000 when there is none, as segment_stats). The least nonzero is an unsigned minimum of
+// |x| - 1, where +-0 wraps to the largest value.
+template <class VL>
+__attribute__((always_inline)) inline void segment_amax_amin(const VL& ld, int64_t base, int64_t n8, uint32_t& amax,
+                                                             uint32_t& amin) {
+  VI m = _mm256_setzero_si256(), mn = _mm256_set1_epi32(-1);
+  for (int64_t i = 0; i < n8; i += 8) {
+    const VI a = _mm256_and_si256(ib(ld.load8(base + i)), ci(0x7FFFFFFFu));
+    m = _mm256_max_epi32(m, a);
+    mn = _mm256_min_epu32(mn, _mm256_sub_epi32(a, ci(1u)));
+  }
+  amax = hmax_u(m);
+  const uint32_t least = hmin_u(mn) + 1u;  // 0: no nonzero element
+  amin = least == 0u || least > 0x7F800000u ? 0x7F800000u : least;
+}
+
 // The element transform of encode_segment: x / sq, expand_value(x, p), or two products
 // (x * m1) * m2, which is x * s (m1 = s, m2 = 1: the product by 1 is exact) and div_full(x, b)
 // (divfull.hpp: div_full_factors).
@@ -519,7 +538,7 @@ struct PowConstY {
 // pow_det_pos_const_y_n: that pow_det on N vectors at once, statement by statement across the N
 // (the same operations per lane for every N; only the instruction order differs). One pow is a
 // long dependency chain (~150 cycles), so interleaving independent vectors keeps the core busy.
-#define FP8SIM_EACH _Pragma("GCC unroll 8") for (int j = 0; j < N; ++j)
+#define FP8SIM_EACH _Pragma("GCC unroll 16") for (int j = 0; j < N; ++j)
 #define FP8SIM_EACH_8 _Pragma("GCC unroll 8") for (int j = 0; j < 8; ++j)
 //
 // kNarrow: the caller guarantees that every nonzero lane is a normal number and that its result's
@@ -727,13 +746,19 @@ inline bool coat_narrow(float amin, float amax, const ExpandParams& p) {
 }
 
 // The codes of a fast-path coat group's first n8 elements (a multiple of 8) at out + base; adds its
-// saturated lanes to satc, returns how many codes are +-0.
+// saturated lanes to satc, returns how many codes are +-0. Blocks of 16 vectors first: interleaving
+// 16 pow chains measured 1.1x faster than 8 on Zen 4 despite the register spills (and 8 than 4).
 template <class T, bool kNarrow, class VL>
 __attribute__((always_inline)) inline int64_t coat_group_codes(const VL& vl, int64_t base, int64_t n8, V vc, V vs,
                                                                const PowConstY& k, bool k_is_one, bool sat, V vbound,
                                                                VI& satc, uint8_t* out) {
   int64_t zero_codes = 0;
   int64_t i = 0;
+  for (; i + 128 <= n8; i += 128) {
+    V xs[16];
+    _Pragma("GCC unroll 16") for (int j = 0; j < 16; ++j) xs[j] = vl.load8(base + i + 8 * j);
+    zero_codes += expand_encode_store_n<T, 16, kNarrow>(xs, vc, vs, k, k_is_one, sat, vbound, satc, out + base + i);
+  }
   for (; i + 64 <= n8; i += 64) {
     V xs[8];
     FP8SIM_EACH_8 xs[j] = vl.load8(base + i + 8 * j);
@@ -773,14 +798,16 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
       int64_t base, n;
       g.row_group_span(grp, base, n);
       const int64_t n8 = n - n % 8;
-      SegStats st = segment_stats(vl, base, n8);
-      GroupStatBits b{st.amax, st.amin};
+      uint32_t amax = 0u, amin = 0x7F800000u;
+      segment_amax_amin(vl, base, n8, amax, amin);
+      bool finite_j = amax < 0x7F800000u;
+      GroupStatBits b{finite_j ? amax : 0u, amin};
       for (int64_t i = base + n8; i < base + n; ++i) {
         const float x = sl(i);
         group_stat_add(b, x);
-        st.nonfinite += is_finite_bits(f32_bits(x)) ? 0 : 1;
+        finite_j = finite_j && is_finite_bits(f32_bits(x));
       }
-      finite[j] = st.nonfinite == 0;
+      finite[j] = finite_j;
       bmax[j] = group_absmax_value(b);
       bmin[j] = group_absmin_value(b);
       bmax_bits[j] = b.amax;
