@@ -11,7 +11,7 @@ fair measure. All cores: fp8sim's wall time with
 every OpenMP thread (meaningful only on an idle machine).
 
   .venv/bin/python scripts/bench_quant_numpy.py --bench build/tests/bench/bench_quant \\
-      --fp8sim build/fp8sim [--rows 2048 --cols 2048 --repeats 5]
+      --fp8sim build/fp8sim [--rows 2048 --cols 2048 --repeats 5] [--md OUT.md] [--json OUT.json]
 """
 import argparse
 import json
@@ -23,6 +23,8 @@ import time
 
 import ml_dtypes
 import numpy as np
+
+from bench_cast import cpu_name  # this directory: the same machine line as the cast bench
 
 E4M3 = ml_dtypes.float8_e4m3fn
 
@@ -109,6 +111,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=9, help="numpy calls timed (median) and Google Benchmark repetitions")
     ap.add_argument("--min-time", type=float, default=0.5, help="Google Benchmark min time per repetition (s)")
     ap.add_argument("--json", help="write the table as JSON here")
+    ap.add_argument("--md", help="also write the table to this Markdown file")
     args = ap.parse_args()
     if args.cols % 128:
         sys.exit("--cols must be a multiple of 128")
@@ -131,15 +134,22 @@ def main():
             row["codes_equal_frac"] = check_codes(args.fp8sim, x, spec, fn(x)[0])
         rows.append(row)
 
-    print(f"{args.rows} x {args.cols} float32, log-normal magnitudes; numpy {np.__version__}, "
-          f"ml_dtypes {ml_dtypes.__version__}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")
-    print("| spec | numpy, 1 core (Melem/s) | fp8sim, 1 core (Melem/s) | ratio per core | "
-          "fp8sim, all cores (Melem/s, wall) | codes equal to numpy |")
-    print("|---|---:|---:|---:|---:|---:|")
+    lines = [f"{args.rows} x {args.cols} float32, log-normal magnitudes; numpy {np.__version__}, "
+             f"ml_dtypes {ml_dtypes.__version__}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs "
+             f"({cpu_name()}). Command: `scripts/bench_quant_numpy.py`, medians of {args.repeats}.", "",
+             "| spec | numpy, 1 core (Melem/s) | fp8sim, 1 core (Melem/s) | ratio per core | "
+             "fp8sim, all cores (Melem/s, wall) | codes equal to numpy |",
+             "|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         eq = f"{100 * r['codes_equal_frac']:.4f}%" if "codes_equal_frac" in r else "-"
-        print(f"| {r['spec']} | {r['numpy_melem_s']:.1f} | {r['fp8sim_1core_melem_s']:.1f} | "
-              f"{r['ratio_per_core']:.1f}x | {r['fp8sim_all_melem_s']:.1f} ({r['all_threads']} threads) | {eq} |")
+        lines.append(f"| {r['spec']} | {r['numpy_melem_s']:.1f} | {r['fp8sim_1core_melem_s']:.1f} | "
+                     f"{r['ratio_per_core']:.1f}x | {r['fp8sim_all_melem_s']:.1f} ({r['all_threads']} threads) | {eq} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.md:
+        with open(args.md + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(args.md + ".tmp", args.md)
     if args.json:
         with open(args.json + ".tmp", "w") as f:
             json.dump(rows, f, indent=2)
