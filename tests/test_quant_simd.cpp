@@ -46,6 +46,20 @@ __attribute__((target("avx2"))) void encode_finite_lanes(const uint32_t* bits, u
   }
 }
 
+// avx512::encode16 of bits / 1 over arrays (n a multiple of 16); returns the sum of its +-0 counts.
+template <class T>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) int64_t encode_finite16_lanes(const uint32_t* bits,
+                                                                                            uint8_t* out, size_t n) {
+  int64_t zeros = 0;
+  for (size_t i = 0; i < n; i += 16) {
+    __mmask16 z;
+    const __m512 v = _mm512_castsi512_ps(_mm512_loadu_si512(bits + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), avx512::encode16<T>(v, _mm512_set1_ps(1.0f), z));
+    zeros += __builtin_popcount(static_cast<unsigned>(z));
+  }
+  return zeros;
+}
+
 // encode_store_finite32 over arrays (n a multiple of 32); returns the sum of its +-0 counts.
 template <class T>
 __attribute__((target("avx2"))) int64_t encode_finite32_lanes(const uint32_t* bits, uint8_t* out, size_t n) {
@@ -320,20 +334,23 @@ void check_finite_encoder(Format f) {
   bits.reserve(kBlock);
   std::vector<uint8_t> got(kBlock);
   uint64_t bad = 0, checked = 0;
-  std::vector<uint8_t> got32(kBlock);
-  uint64_t bad32 = 0, bad_zeros = 0;
+  std::vector<uint8_t> got32(kBlock), got16(kBlock);
+  uint64_t bad32 = 0, bad16 = 0, bad_zeros = 0;
   auto flush = [&] {
     while (bits.size() % 32) bits.push_back(bits.size() % 2 ? 0x80000000u : 0u);
     encode_finite_lanes<T>(bits.data(), got.data(), bits.size());
     const int64_t zeros = encode_finite32_lanes<T>(bits.data(), got32.data(), bits.size());
+    int64_t zeros16 = 0;
+    if (avx512::available()) zeros16 = encode_finite16_lanes<T>(bits.data(), got16.data(), bits.size());
     int64_t want_zeros = 0;
     for (size_t i = 0; i < bits.size(); ++i) {
       const uint8_t want = encode_fp8_rne<T>(f32_from_bits(bits[i]), true);
       bad += got[i] != want;
       bad32 += got32[i] != want;
+      bad16 += avx512::available() && got16[i] != want;
       want_zeros += (want & 0x7Fu) == 0u;
     }
-    bad_zeros += zeros != want_zeros;
+    bad_zeros += zeros != want_zeros || (avx512::available() && zeros16 != want_zeros);
     checked += bits.size();
     bits.clear();
   };
@@ -345,6 +362,7 @@ void check_finite_encoder(Format f) {
   flush();
   EXPECT_EQ(bad, 0u);
   EXPECT_EQ(bad32, 0u) << "32 at a time, signs through the packs";
+  EXPECT_EQ(bad16, 0u) << "AVX-512, x / 1";
   EXPECT_EQ(bad_zeros, 0u) << "counts of +-0 codes";
   EXPECT_GT(checked, 2ull * bound_bits);
 }
@@ -494,8 +512,11 @@ TEST(QuantSimd, QuantizeAndDequantizeMatchScalarPath) {
         for (int threads : {1, 2}) {
           QuantizeOptions o;
           o.threads = threads;
+          // the AVX-512 loops where the CPU has them (threads 1), the AVX2 loops (threads 2)
+          set_quant_avx512(threads == 1);
           const QuantizedTensor fast = quantize(x.data(), shape, spec, o);
           const QuantizedTensor fast_bf = quantize(xb.data(), shape, spec, o);
+          set_quant_avx512(true);
           QuantizedTensor ref, ref_bf;
           std::vector<float> y_ref(x.size()), y_fast(x.size());
           {

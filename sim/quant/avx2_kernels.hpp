@@ -10,11 +10,11 @@
 // (pow_det on special and random inputs, the encoder on every fp32 bit pattern, and whole
 // quantize/dequantize calls with the SIMD path on and off).
 //
-// Included by quantize.cpp (and its test). The lane helpers and the encoder are in
-// sim/formats/avx2_fp8.hpp, which the bulk cast shares. The pragma below gives every function
-// defined in this header the avx2 target; the headers it depends on are included before it, so
-// nothing they define is compiled for AVX2 (which would let the linker pick an AVX2 copy for a
-// non-AVX2 caller).
+// Included by quantize.cpp (and its test). The plain groups' code loop also has an AVX-512 form
+// (avx512_kernels.hpp), which plain_groups takes when its caller says the CPU has it. The lane helpers and the encoder
+// are in sim/formats/avx2_fp8.hpp, which the bulk cast shares. The pragma below gives every function defined in this
+// header the avx2 target; the headers it depends on are included before it, so nothing they define is compiled for AVX2
+// (which would let the linker pick an AVX2 copy for a non-AVX2 caller).
 #include <immintrin.h>
 
 #include <cstdint>
@@ -22,6 +22,7 @@
 #include "sim/common/hd.hpp"
 #include "sim/formats/avx2_fp8.hpp"
 #include "sim/formats/fp8.hpp"
+#include "sim/quant/avx512_kernels.hpp"
 #include "sim/quant/expand.hpp"
 #include "sim/quant/scale.hpp"
 #include "sim/quant/spec.hpp"
@@ -436,10 +437,11 @@ __attribute__((noinline, cold)) void call_cold(F& f, int64_t i) {
 inline constexpr int kPlainBatch = 8;
 // kFull: every group is group_cols long, a multiple of 32 (no short edge group, no tail of fewer
 // than 8 elements), so a group's span is grp * group_cols and its loops have no remainders.
+// wide: the codes through avx512::encode_plain (the caller checked the CPU).
 template <bool kFull, class T, class VL, class SL, class General>
 void plain_groups_impl(const VL& vl_in, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1,
-                       const ScaleConsts& sc, float bound, bool sat, uint8_t* out, float* scales, int64_t& nunder_out,
-                       uint32_t& tmax_out, General& general) {
+                       const ScaleConsts& sc, float bound, bool sat, bool wide, uint8_t* out, float* scales,
+                       int64_t& nunder_out, uint32_t& tmax_out, General& general) {
   // Local copies: the code stores could alias anything reached through a reference.
   const VL vl = vl_in;
   const int64_t cols = g.cols, gcols = g.group_cols, grid_cols = g.grid_cols;
@@ -492,7 +494,8 @@ void plain_groups_impl(const VL& vl_in, const SL& sl, const GroupGeometry& g, in
       scales[grp] = ss[j];
       tmax = amax[j] > tmax ? amax[j] : tmax;
       const int64_t n8 = kFull ? n[j] : n[j] - n[j] % 8;
-      int64_t zero_codes = encode_plain_fast<T>(vl, base[j], n8, sq[j], out);
+      int64_t zero_codes = wide && n8 % 16 == 0 ? avx512::encode_plain<T>(vl.p, base[j], n8, sq[j], out)
+                                                : encode_plain_fast<T>(vl, base[j], n8, sq[j], out);
       if constexpr (!kFull)
         for (int64_t i = base[j] + n8; i < base[j] + n[j]; ++i) {
           const uint8_t c = encode_fp8_rne<T>(div_rn(sl(i), sq[j]), sat);
@@ -509,11 +512,11 @@ void plain_groups_impl(const VL& vl_in, const SL& sl, const GroupGeometry& g, in
 
 template <class T, class VL, class SL, class General>
 void plain_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1, const ScaleConsts& sc,
-                  float bound, bool sat, uint8_t* out, float* scales, int64_t& nunder, uint32_t& tmax,
+                  float bound, bool sat, bool wide, uint8_t* out, float* scales, int64_t& nunder, uint32_t& tmax,
                   General&& general) {
   if (g.cols % g.group_cols == 0 && g.group_cols % 32 == 0)
-    plain_groups_impl<true, T>(vl, sl, g, g0, g1, sc, bound, sat, out, scales, nunder, tmax, general);
-  else plain_groups_impl<false, T>(vl, sl, g, g0, g1, sc, bound, sat, out, scales, nunder, tmax, general);
+    plain_groups_impl<true, T>(vl, sl, g, g0, g1, sc, bound, sat, wide, out, scales, nunder, tmax, general);
+  else plain_groups_impl<false, T>(vl, sl, g, g0, g1, sc, bound, sat, wide, out, scales, nunder, tmax, general);
 }
 
 // ---- coat DE fast path ---------------------------------------------------------------------------

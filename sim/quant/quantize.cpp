@@ -33,6 +33,16 @@ std::atomic<bool>& simd_flag() {
 void set_quant_simd(bool enabled) { simd_flag().store(enabled); }
 bool quant_simd() { return simd_flag().load() && avx2::available(); }
 
+namespace {
+std::atomic<bool>& avx512_flag() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+}  // namespace
+
+void set_quant_avx512(bool enabled) { avx512_flag().store(enabled); }
+bool quant_avx512() { return avx512_flag().load() && avx512::available(); }
+
 // ---- shapes, geometry, accounting -----------------------------------------------------------------
 
 int64_t shape_numel(std::span<const int64_t> shape) {
@@ -674,6 +684,7 @@ void quantize_rowgroups_fused(const Load& ld, QuantizedTensor& q, const ScaleCon
   int64_t nsat = 0, nunder = 0, nonfinite = 0;
   uint32_t tmax = 0;
   const auto vl = VecLoad<Load>::make(ld);
+  const bool wide = quant_avx512();
   avx2::CoatConsts cc;
   cc.eps_fp64 = spec.eps_add == EpsAdd::Fp64;
   cc.eps = spec.eps;
@@ -715,7 +726,7 @@ void quantize_rowgroups_fused(const Load& ld, QuantizedTensor& q, const ScaleCon
       avx2::coat_groups<T>(vl, ld, g, g0, g1, bound, sat, out, q.scales.data(), q.expand_k.data(), q.expand_c.data(),
                            nsat, nunder, tmax, cc, general);
     } else {
-      avx2::plain_groups<T>(vl, ld, g, g0, g1, sc, bound, sat, out, q.scales.data(), nunder, tmax, general);
+      avx2::plain_groups<T>(vl, ld, g, g0, g1, sc, bound, sat, wide, out, q.scales.data(), nunder, tmax, general);
     }
   }
   q.tensor_amax = f32_from_bits(tmax);

@@ -111,6 +111,10 @@ struct QuantizeOptions {
 // a user can select (FP8SIM_NO_SIMD=1 in the environment sets it off at start-up).
 void set_quant_simd(bool enabled);
 bool quant_simd();
+// Within the SIMD path, the AVX-512 loops where the CPU has AVX-512 (on by default; tests turn it
+// off to check the AVX2 loops on such a CPU too).
+void set_quant_avx512(bool enabled);
+bool quant_avx512();
 
 enum class InputDtype : uint8_t { F32, BF16, FP16 };
 
