@@ -55,10 +55,10 @@ inline __m128i encode16(__m512 x, __m512 vs, __mmask16& zeros) {
   const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
   // normal: (a + 2^(D-1) - 1 + lsb) >> D with the exponent-bias subtraction folded in (as avx2)
   const __m512i lsb = _mm512_and_si512(srli(a, D), _mm512_set1_epi32(1));
-  const __m512i normal = srli(
-      _mm512_add_epi32(_mm512_add_epi32(a, _mm512_set1_epi32(static_cast<int>((1u << (D - 1)) - 1u - kBiasShifted))),
-                       lsb),
-      D);
+  const __m512i normal =
+      srli(_mm512_add_epi32(
+               _mm512_add_epi32(a, _mm512_set1_epi32(static_cast<int>((1u << (D - 1)) - 1u - kBiasShifted))), lsb),
+           D);
   const __m512i sub = cvtps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(pow2f(T::kSubShift))));
   const __mmask16 subnormal = _mm512_cmplt_epu32_mask(a, _mm512_set1_epi32(static_cast<int>(T::kMinNormalBits)));
   const __m128i mag = cvtepi32_epi8(_mm512_mask_mov_epi32(normal, subnormal, sub));
