@@ -49,6 +49,13 @@ def cpu_name():
     return platform.processor() or "unknown CPU"
 
 
+def write_atomic(path, text):
+    """Writes text to path through a temporary file renamed over it (no partial file)."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -84,9 +91,7 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if a.md:
-        with open(a.md + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(a.md + ".tmp", a.md)
+        write_atomic(a.md, text)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ import time
 import ml_dtypes
 import numpy as np
 
-from bench_cast import cpu_name  # this directory: the same machine line as the cast bench
+from bench_cast import cpu_name, write_atomic  # this directory (the same machine line as the cast bench)
 
 E4M3 = ml_dtypes.float8_e4m3fn
 
@@ -87,7 +87,11 @@ def run_bench(binary, min_time, repetitions):
             continue
         name, arg = b["name"].split("/")[0], b["name"].split("/")[1]
         unit = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}[b["time_unit"]]
-        res[(name, arg)] = {"cpu_s": b["cpu_time"] * unit, "real_s": b["real_time"] * unit,
+        real_s = b["real_time"] * unit
+        # bench_quant's own tensor (2048 x 2048, whatever --rows / --cols give numpy): its elements
+        # per call are items/s x seconds per call
+        res[(name, arg)] = {"cpu_s": b["cpu_time"] * unit, "real_s": real_s,
+                            "elements": b["items_per_second"] * real_s,
                             "threads": int(b.get("threads", 1) if arg == "1" else b.get("threads", 0)),
                             "counter_threads": int(b.get("threads", 0))}
     return res
@@ -106,7 +110,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", required=True, help="path of the bench_quant Google Benchmark binary")
     ap.add_argument("--fp8sim", help="path of the fp8sim binary (to check the codes agree)")
-    ap.add_argument("--rows", type=int, default=2048)
+    ap.add_argument("--rows", type=int, default=2048,
+                    help="numpy's tensor (bench_quant's is always 2048 x 2048; ratios compare like sizes at the default)")
     ap.add_argument("--cols", type=int, default=2048)
     ap.add_argument("--repeats", type=int, default=9, help="numpy calls timed (median) and Google Benchmark repetitions")
     ap.add_argument("--min-time", type=float, default=0.5, help="Google Benchmark min time per repetition (s)")
@@ -126,8 +131,8 @@ def main():
         one, allc = bench[(bm, "1")], bench[(bm, "0")]
         row = {"spec": label, "elements": n,
                "numpy_melem_s": n / t_np / 1e6,
-               "fp8sim_1core_melem_s": n / one["cpu_s"] / 1e6,
-               "fp8sim_all_melem_s": n / allc["real_s"] / 1e6,
+               "fp8sim_1core_melem_s": one["elements"] / one["cpu_s"] / 1e6,
+               "fp8sim_all_melem_s": allc["elements"] / allc["real_s"] / 1e6,
                "all_threads": allc["counter_threads"]}
         row["ratio_per_core"] = row["fp8sim_1core_melem_s"] / row["numpy_melem_s"]
         if args.fp8sim:
@@ -147,13 +152,9 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text)
     if args.md:
-        with open(args.md + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(args.md + ".tmp", args.md)
+        write_atomic(args.md, text)
     if args.json:
-        with open(args.json + ".tmp", "w") as f:
-            json.dump(rows, f, indent=2)
-        os.replace(args.json + ".tmp", args.json)
+        write_atomic(args.json, json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":
