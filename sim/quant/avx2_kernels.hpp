@@ -738,7 +738,8 @@ inline void coat_params8(const CoatConsts& cc, V absmax, V absmin, V& k, V& c, V
 // True when pow_det_pos_const_y_n's kNarrow conditions hold for every nonzero |x| / c of a group
 // whose nonzero |x| lie in [amin, amax], with exponent k: RN(amin / c) is normal (so is every
 // larger quotient), and k |log2(|x| / c)| + 1 <= 126 (pow's n1 + n2 is k log2 within one). For a
-// in [lo, hi], floor_log2(lo) <= log2 a < floor_log2(hi) + 1, so |log2 a| <= e below.
+// in [lo, hi], floor_log2(lo) <= log2 a < floor_log2(hi) + 1, so |log2 a| <= e + 1 with e below,
+// and |n1 + n2| <= k (e + 1) + 1 <= 121.
 inline bool coat_narrow(float amin, float amax, const ExpandParams& p) {
   if (!(amin > 0.0f)) return false;
   const float lo = div_rn(amin, p.c), hi = div_rn(amax, p.c);
@@ -749,8 +750,9 @@ inline bool coat_narrow(float amin, float amax, const ExpandParams& p) {
 }
 
 // The codes of a fast-path coat group's first n8 elements (a multiple of 8) at out + base; adds its
-// saturated lanes to satc, returns how many codes are +-0. Blocks of 16 vectors first: interleaving
-// 16 pow chains measured 1.1x faster than 8 on Zen 4 despite the register spills (and 8 than 4).
+// saturated lanes to satc, returns how many codes are +-0. Blocks of 16 vectors first: 16
+// interleaved pow chains hide the chains' latency better than 8, and better than the spills of 16
+// cost (docs/dev-notes/cpu-tuning.md has the measurements).
 template <class T, bool kNarrow, class VL>
 __attribute__((always_inline)) inline int64_t coat_group_codes(const VL& vl, int64_t base, int64_t n8, V vc, V vs,
                                                                const PowConstY& k, bool k_is_one, bool sat, V vbound,
