@@ -23,12 +23,15 @@ inline bool available() {
   return ok;
 }
 
-// The start-up value of every SIMD switch (casts, quantizer, tensor-core model): off when
-// FP8SIM_NO_SIMD is set and not "0".
-inline bool env_allows_simd() {
-  const char* e = std::getenv("FP8SIM_NO_SIMD");
+// False when the environment variable `name` is set and not "0" (an opt-out switch).
+inline bool env_allows(const char* name) {
+  const char* e = std::getenv(name);
   return !(e != nullptr && e[0] != '\0' && e[0] != '0');
 }
+
+// The start-up value of every SIMD switch (casts, quantizer, tensor-core model): off when
+// FP8SIM_NO_SIMD is set and not "0".
+inline bool env_allows_simd() { return env_allows("FP8SIM_NO_SIMD"); }
 
 }  // namespace fp8sim::avx2
 

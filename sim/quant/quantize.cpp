@@ -35,7 +35,7 @@ bool quant_simd() { return simd_flag().load() && avx2::available(); }
 
 namespace {
 std::atomic<bool>& avx512_flag() {
-  static std::atomic<bool> on{true};
+  static std::atomic<bool> on{avx2::env_allows("FP8SIM_NO_AVX512")};
   return on;
 }
 }  // namespace

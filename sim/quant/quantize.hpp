@@ -111,8 +111,9 @@ struct QuantizeOptions {
 // a user can select (FP8SIM_NO_SIMD=1 in the environment sets it off at start-up).
 void set_quant_simd(bool enabled);
 bool quant_simd();
-// Within the SIMD path, the AVX-512 loops where the CPU has AVX-512 (on by default; tests turn it
-// off to check the AVX2 loops on such a CPU too).
+// Within the SIMD path, the AVX-512 loops where the CPU has AVX-512: on unless FP8SIM_NO_AVX512
+// is set (they are measured faster on Zen 4; a CPU that slows its clock for 512-bit work may
+// prefer AVX2); tests turn it off to check the AVX2 loops on such a CPU too. Same bits either way.
 void set_quant_avx512(bool enabled);
 bool quant_avx512();
 
