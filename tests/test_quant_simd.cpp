@@ -46,7 +46,7 @@ __attribute__((target("avx2"))) void encode_finite_lanes(const uint32_t* bits, u
   }
 }
 
-// avx512::encode16 of bits / 1 over arrays (n a multiple of 16); returns the sum of its +-0 counts.
+// avx512::encode16 over arrays (n a multiple of 16); returns the sum of its +-0 counts.
 template <class T>
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) int64_t encode_finite16_lanes(const uint32_t* bits,
                                                                                             uint8_t* out, size_t n) {
@@ -54,7 +54,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) int64_t encode_fin
   for (size_t i = 0; i < n; i += 16) {
     __mmask16 z;
     const __m512 v = _mm512_castsi512_ps(_mm512_loadu_si512(bits + i));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), avx512::encode16<T>(v, _mm512_set1_ps(1.0f), z));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), avx512::encode16<T>(v, z));
     zeros += __builtin_popcount(static_cast<unsigned>(z));
   }
   return zeros;
@@ -139,6 +139,16 @@ __attribute__((target("avx2"))) void pow_narrow_lanes(const float* x, float k, f
   }
 }
 
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void pow_narrow16_lanes(const float* x, float k,
+                                                                                      float* out, size_t n) {
+  for (size_t i = 0; i < n; i += 128) {
+    __m512 a[8], r[8];
+    for (int j = 0; j < 8; ++j) a[j] = _mm512_loadu_ps(x + i + 16 * j);
+    avx512::pow_narrow<8>(a, r, k);
+    for (int j = 0; j < 8; ++j) _mm512_storeu_ps(out + i + 16 * j, r[j]);
+  }
+}
+
 // kNarrow's shortcuts (no subnormal normalization, one product for 2^n) give pow_det's bits where
 // its conditions hold: x = +0 or normal, k |log2 x| + 1 <= 126. Exponents from DE-like multiples
 // of 1/16 to 16384, x spread over the whole allowed exponent range, results down into subnormals.
@@ -146,8 +156,8 @@ TEST(QuantSimd, PowDetNarrowMatchesScalarWithinItsConditions) {
   SKIP_WITHOUT_AVX2();
   std::mt19937_64 g(11);
   const size_t n = size_t{1} << 14;
-  std::vector<float> x(n), out(n);
-  size_t bad = 0, subnormal_results = 0;
+  std::vector<float> x(n), out(n), out16(n);
+  size_t bad = 0, bad16 = 0, subnormal_results = 0;
   for (int trial = 0; trial < 96; ++trial) {
     const float k = trial < 64 ? static_cast<float>(1 + g() % 400) / 16.0f
                                : std::ldexp(1.0f + static_cast<float>(g() % 8) / 8.0f, trial % 14);
@@ -157,12 +167,16 @@ TEST(QuantSimd, PowDetNarrowMatchesScalarWithinItsConditions) {
       x[i] = i % 61 == 0 ? 0.0f : v;
     }
     pow_narrow_lanes(x.data(), k, out.data(), n);
+    if (avx512::available()) pow_narrow16_lanes(x.data(), k, out16.data(), n);
     for (size_t i = 0; i < n; ++i) {
-      bad += bits_of(out[i]) != bits_of(dmath::pow_det(x[i], k));
+      const uint32_t want = bits_of(dmath::pow_det(x[i], k));
+      bad += bits_of(out[i]) != want;
+      bad16 += avx512::available() && bits_of(out16[i]) != want;
       subnormal_results += out[i] != 0.0f && out[i] < 1.17549435e-38f;
     }
   }
   EXPECT_EQ(bad, 0u);
+  EXPECT_EQ(bad16, 0u) << "AVX-512";
   EXPECT_GT(subnormal_results, 0u) << "the single product's rounding into subnormals is exercised";
 }
 
@@ -184,6 +198,15 @@ __attribute__((target("avx2"))) int64_t expand_store_lanes(const float* x, const
   return zeros;
 }
 
+// avx512::coat_codes128 per block of 128: false (nothing stored) or the scalar codes.
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void coat128_lanes(const float* x, const ExpandParams& p,
+                                                                                 float bound, uint8_t* out, size_t n,
+                                                                                 std::vector<bool>& done,
+                                                                                 int64_t& zeros) {
+  for (size_t i = 0; i < n; i += 128)
+    done.push_back(avx512::coat_codes128<E4M3Traits>(x + i, p.c, p.s, p.k, bound, out + i, zeros));
+}
+
 TEST(QuantSimd, ExpandEncodeStoreMatchesScalar) {
   SKIP_WITHOUT_AVX2();
   std::mt19937_64 g(5);
@@ -195,8 +218,8 @@ TEST(QuantSimd, ExpandEncodeStoreMatchesScalar) {
     for (float s : {1.0f, 0.25f, 2.0f})
       for (bool sat : {true, false}) {
         for (size_t i = 0; i < n; ++i) {
-          // blocks of 32 alternate between magnitudes below 1 and large ones (some |v| past the bound)
-          const float m = ((i / 32) % 2) ? (k < 1.0f ? 2e6f : 2000.0f) : 1.0f;
+          // blocks of 128 alternate between magnitudes below 1 and large ones (some |v| past the bound)
+          const float m = ((i / 128) % 2) ? (k < 1.0f ? 2e6f : 2000.0f) : 1.0f;
           x[i] = std::uniform_real_distribution<float>(-m, m)(g);
           if (i % 29 == 0) x[i] = (i % 2) ? -0.0f : 0.0f;
         }
@@ -218,6 +241,24 @@ TEST(QuantSimd, ExpandEncodeStoreMatchesScalar) {
         EXPECT_EQ(nsat, want_sat);
         EXPECT_GT(want_sat, 0) << "some vectors take the encode_rne branch";
         EXPECT_EQ(zeros, want_zeros);
+        if (avx512::available() && k != 1.0f) {
+          std::vector<uint8_t> got16(n, 0xAA);
+          std::vector<bool> done;
+          int64_t zeros16 = 0, want_zeros16 = 0;
+          size_t bad16 = 0, taken = 0;
+          coat128_lanes(x.data(), p, bound, got16.data(), n, done, zeros16);
+          for (size_t b = 0; b < done.size(); ++b)
+            for (size_t i = 128 * b; i < 128 * (b + 1); ++i) {
+              const uint8_t want = encode_fp8_rne<E4M3Traits>(expand_value(x[i], p), sat);
+              bad16 += done[b] ? got16[i] != want : got16[i] != 0xAA;  // refused blocks: nothing stored
+              want_zeros16 += done[b] && (want & 0x7Fu) == 0u;
+              taken += done[b];
+            }
+          EXPECT_EQ(bad16, 0u) << "AVX-512 k " << k << " s " << s << " sat " << sat;
+          EXPECT_EQ(zeros16, want_zeros16);
+          EXPECT_GT(taken, 0u);
+          EXPECT_LT(taken, n) << "some blocks pass the bound and are refused";
+        }
       }
 }
 
@@ -362,7 +403,7 @@ void check_finite_encoder(Format f) {
   flush();
   EXPECT_EQ(bad, 0u);
   EXPECT_EQ(bad32, 0u) << "32 at a time, signs through the packs";
-  EXPECT_EQ(bad16, 0u) << "AVX-512, x / 1";
+  EXPECT_EQ(bad16, 0u) << "AVX-512";
   EXPECT_EQ(bad_zeros, 0u) << "counts of +-0 codes";
   EXPECT_GT(checked, 2ull * bound_bits);
 }

@@ -753,11 +753,17 @@ inline bool coat_narrow(float amin, float amax, const ExpandParams& p) {
 // saturated lanes to satc, returns how many codes are +-0. Blocks of 16 vectors first: 16
 // interleaved pow chains hide the chains' latency better than 8, and better than the spills of 16
 // cost (docs/dev-notes/cpu-tuning.md has the measurements).
+// wide: a group of 128 with k != 1 goes through avx512::coat_codes128 first.
 template <class T, bool kNarrow, class VL>
-__attribute__((always_inline)) inline int64_t coat_group_codes(const VL& vl, int64_t base, int64_t n8, V vc, V vs,
-                                                               const PowConstY& k, bool k_is_one, bool sat, V vbound,
+__attribute__((always_inline)) inline int64_t coat_group_codes(const VL& vl, int64_t base, int64_t n8,
+                                                               const ExpandParams& p, V vc, V vs, const PowConstY& k,
+                                                               bool k_is_one, bool sat, float bound, bool wide,
                                                                VI& satc, uint8_t* out) {
   int64_t zero_codes = 0;
+  if (kNarrow && wide && !k_is_one && n8 == 128 &&
+      avx512::coat_codes128<T>(vl.p + base, p.c, p.s, p.k, bound, out + base, zero_codes))
+    return zero_codes;
+  const V vbound = cf(bound);
   int64_t i = 0;
   for (; i + 128 <= n8; i += 128) {
     V xs[16];
@@ -784,9 +790,8 @@ __attribute__((always_inline)) inline int64_t coat_group_codes(const VL& vl, int
 // element or whose k, c, s fall outside the fast path's conditions goes to general(grp).
 template <class T, class VL, class SL, class General>
 void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0, int64_t g1, float bound, bool sat,
-                 uint8_t* out, float* scales, float* ks, float* cs, int64_t& nsat, int64_t& nunder, uint32_t& tmax,
-                 const CoatConsts& cc, General&& general) {
-  const V vbound = cf(bound);
+                 bool wide, uint8_t* out, float* scales, float* ks, float* cs, int64_t& nsat, int64_t& nunder,
+                 uint32_t& tmax, const CoatConsts& cc, General&& general) {
   // Batches of 8 groups: their statistics, then their parameters in one vector evaluation, then
   // each group's codes.
   alignas(32) float bmax[8], bmin[8], bk[8], bc[8], bs[8];
@@ -849,9 +854,10 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
       // pow_det(a, 1) is a exactly (its y == 1 selection), so k == 1 groups skip the core.
       const bool k_is_one = p.k == 1.0f;
       VI satc = _mm256_setzero_si256();
-      int64_t zero_codes = coat_narrow(bmin[jb], bmax[jb], p)
-                               ? coat_group_codes<T, true>(vl, base, n8, vc, vs, k, k_is_one, sat, vbound, satc, out)
-                               : coat_group_codes<T, false>(vl, base, n8, vc, vs, k, k_is_one, sat, vbound, satc, out);
+      int64_t zero_codes =
+          coat_narrow(bmin[jb], bmax[jb], p)
+              ? coat_group_codes<T, true>(vl, base, n8, p, vc, vs, k, k_is_one, sat, bound, wide, satc, out)
+              : coat_group_codes<T, false>(vl, base, n8, p, vc, vs, k, k_is_one, sat, bound, wide, satc, out);
       nsat += hsum(satc);
       for (int64_t j = base + n8; j < base + n; ++j) {
         const float x = sl(j);

@@ -723,8 +723,8 @@ void quantize_rowgroups_fused(const Load& ld, QuantizedTensor& q, const ScaleCon
       }
     };
     if (coat) {
-      avx2::coat_groups<T>(vl, ld, g, g0, g1, bound, sat, out, q.scales.data(), q.expand_k.data(), q.expand_c.data(),
-                           nsat, nunder, tmax, cc, general);
+      avx2::coat_groups<T>(vl, ld, g, g0, g1, bound, sat, wide, out, q.scales.data(), q.expand_k.data(),
+                           q.expand_c.data(), nsat, nunder, tmax, cc, general);
     } else {
       avx2::plain_groups<T>(vl, ld, g, g0, g1, sc, bound, sat, wide, out, q.scales.data(), nunder, tmax, general);
     }
