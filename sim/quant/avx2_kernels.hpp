@@ -10,14 +10,18 @@
 // (pow_det on special and random inputs, the encoder on every fp32 bit pattern, and whole
 // quantize/dequantize calls with the SIMD path on and off).
 //
-// Included by quantize.cpp (and its test). The plain groups' code loop also has an AVX-512 form
-// (avx512_kernels.hpp), which plain_groups takes when its caller says the CPU has it. The lane helpers and the encoder
-// are in sim/formats/avx2_fp8.hpp, which the bulk cast shares. The pragma below gives every function defined in this
-// header the avx2 target; the headers it depends on are included before it, so nothing they define is compiled for AVX2
-// (which would let the linker pick an AVX2 copy for a non-AVX2 caller).
+// Included by quantize.cpp (and its test). The plain groups' code loop and the coat groups' narrow
+// 128-element codes also have AVX-512 forms (avx512_kernels.hpp), which plain_groups and
+// coat_groups take when their caller says so (`wide`). The lane helpers and the encoder are in
+// sim/formats/avx2_fp8.hpp, which the bulk cast shares. The pragma below gives every function
+// defined in this header the avx2 target; the headers it depends on are included before it, so
+// nothing they define is compiled for AVX2 (which would let the linker pick an AVX2 copy for a
+// non-AVX2 caller).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "sim/common/hd.hpp"
 #include "sim/formats/avx2_fp8.hpp"
@@ -381,6 +385,14 @@ __attribute__((always_inline)) inline int64_t encode_plain_fast(const VL& ld, in
   return zero_codes;
 }
 
+// add_eps_fp64: float(double(v) + eps), both conversions and the add rounding to nearest.
+inline V add_eps_fp64(V v, double eps) {
+  const __m256d e = _mm256_set1_pd(eps);
+  const __m128 lo = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), e));
+  const __m128 hi = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), e));
+  return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
+}
+
 // scale.hpp's plain_scales(amax_with_eps(amax, c), c) for 8 lanes of finite amax bits, where it
 // is a few lane operations: fp32 and bf16 scales with the IEEE or reciprocal quotient (the
 // default g128 specs, COAT's activations, DeepSeek's). Returns false, writing nothing, for the
@@ -390,16 +402,7 @@ inline bool plain_scales8(VI amax, const ScaleConsts& c, float* s_quant, float* 
   // amax_with_eps: amax < floor ? floor : amax, then + eps in fp32 or through fp64.
   V a = fb(amax);
   a = sel(fcmp_lt(a, cf(c.amax_floor)), cf(c.amax_floor), a);
-  if (c.eps != 0.0) {
-    if (c.eps_add == EpsAdd::Fp64) {
-      const __m256d e = _mm256_set1_pd(c.eps);
-      const __m128 lo = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(a)), e));
-      const __m128 hi = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(a, 1)), e));
-      a = _mm256_set_m128(hi, lo);
-    } else {
-      a = add(a, cf(static_cast<float>(c.eps)));
-    }
-  }
+  if (c.eps != 0.0) a = c.eps_add == EpsAdd::Fp64 ? add_eps_fp64(a, c.eps) : add(a, cf(static_cast<float>(c.eps)));
   const V t = c.scale_div == ScaleDiv::Rcp ? mul(a, cf(div_rn(1.0f, c.fmax))) : div(a, cf(c.fmax));
   const V zero = _mm256_setzero_ps(), one = cf(1.0f);
   const VI a_zero = ib(_mm256_cmp_ps(a, zero, _CMP_EQ_OQ));  // an all-zero group: s = 1
@@ -417,6 +420,15 @@ inline bool plain_scales8(VI amax, const ScaleConsts& c, float* s_quant, float* 
   return true;
 }
 
+// f(i) out of line: the general path of the group loops is rare, and inlined it takes registers
+// and code space from their hot loops.
+template <class F>
+__attribute__((noinline, cold)) void call_cold(F& f, int64_t i) {
+  f(i);
+}
+
+inline constexpr int kPlainBatch = 8;
+
 // The one-row groups [g0, g1) of a plain (fp32 / pow2 / E8M0 / bf16 scale, round-to-nearest)
 // spec: scale from amax (scale.hpp's plain_scales), then the fast encoder, one group in L1 at a
 // time. A group with a non-finite element or a quotient that could pass the saturation bound is
@@ -427,14 +439,7 @@ inline bool plain_scales8(VI amax, const ScaleConsts& c, float* s_quant, float* 
 // group's scan -> horizontal max -> scale -> bound check is a chain of dependent latencies (two
 // divisions among them) that its codes wait for; a batch puts the chains of 8 groups side by
 // side, and the batch's 4 KB of fp32 input is still in L1 when the codes are written.
-// f(i) out of line: the general path of the group loops is rare, and inlined it takes registers
-// and code space from their hot loops.
-template <class F>
-__attribute__((noinline, cold)) void call_cold(F& f, int64_t i) {
-  f(i);
-}
-
-inline constexpr int kPlainBatch = 8;
+//
 // kFull: every group is group_cols long, a multiple of 32 (no short edge group, no tail of fewer
 // than 8 elements), so a group's span is grp * group_cols and its loops have no remainders.
 // wide: the codes through avx512::encode_plain (the caller checked the CPU).
@@ -452,29 +457,31 @@ void plain_groups_impl(const VL& vl_in, const SL& sl, const GroupGeometry& g, in
     int64_t base[kPlainBatch], n[kPlainBatch];
     alignas(32) uint32_t amax[kPlainBatch] = {};
     alignas(32) float sq[kPlainBatch] = {}, ss[kPlainBatch] = {};
-    // row_group_span's spans, stepping through the grid (one division per batch, not per group).
-    int64_t row = b0 / grid_cols, gc = b0 % grid_cols;
-    for (int j = 0; j < nb; ++j) {
-      if constexpr (kFull) {
+    if constexpr (kFull) {
+      for (int j = 0; j < nb; ++j) {
         base[j] = (b0 + j) * gcols;
         n[j] = gcols;
         amax[j] = scan_amax_bits(vl, base[j], gcols);
-        continue;
       }
-      const int64_t c0 = gc * gcols;
-      n[j] = c0 + gcols < cols ? gcols : cols - c0;
-      base[j] = row * cols + c0;
-      if (++gc == grid_cols) {
-        gc = 0;
-        ++row;
+    } else {
+      // row_group_span's spans, stepping through the grid (one division per batch, not per group).
+      int64_t row = b0 / grid_cols, gc = b0 % grid_cols;
+      for (int j = 0; j < nb; ++j) {
+        const int64_t c0 = gc * gcols;
+        n[j] = c0 + gcols < cols ? gcols : cols - c0;
+        base[j] = row * cols + c0;
+        if (++gc == grid_cols) {
+          gc = 0;
+          ++row;
+        }
+        const int64_t n8 = n[j] - n[j] % 8;
+        uint32_t a = scan_amax_bits(vl, base[j], n8);
+        for (int64_t i = base[j] + n8; i < base[j] + n[j]; ++i) {
+          const uint32_t e = f32_bits(sl(i)) & 0x7FFFFFFFu;
+          a = e > a ? e : a;
+        }
+        amax[j] = a;
       }
-      const int64_t n8 = n[j] - n[j] % 8;
-      uint32_t a = scan_amax_bits(vl, base[j], n8);
-      for (int64_t i = base[j] + n8; i < base[j] + n[j]; ++i) {
-        const uint32_t e = f32_bits(sl(i)) & 0x7FFFFFFFu;
-        a = e > a ? e : a;
-      }
-      amax[j] = a;
     }
     // Fast where amax is finite and RN(amax / sq) <= bound; lanes past nb (amax 0, sq 1) are not
     // looked at.
@@ -673,14 +680,6 @@ __attribute__((always_inline)) inline void decode_compress_n(const uint8_t* code
 
 // ---- coat DE parameters, 8 groups at once ----------------------------------------------------------
 
-// add_eps_fp64: float(double(v) + eps), both conversions and the add rounding to nearest.
-inline V add_eps_fp64(V v, double eps) {
-  const __m256d e = _mm256_set1_pd(eps);
-  const __m128 lo = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)), e));
-  const __m128 hi = _mm256_cvtpd_ps(_mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)), e));
-  return _mm256_insertf128_ps(_mm256_castps128_ps256(lo), hi, 1);
-}
-
 // dmath::log2_det, lane-wise (special values selected after the core ran on 1.0 there).
 inline V log2_det(V x) {
   const VI u = ib(x);
@@ -745,7 +744,7 @@ inline bool coat_narrow(float amin, float amax, const ExpandParams& p) {
   const float lo = div_rn(amin, p.c), hi = div_rn(amax, p.c);
   if (!(lo >= f32_from_bits(0x00800000u))) return false;
   const int flo = floor_log2_f32(lo), fhi = floor_log2_f32(hi);
-  const int e = (flo < 0 ? -flo : flo) > (fhi < 0 ? -fhi : fhi) ? (flo < 0 ? -flo : flo) : (fhi < 0 ? -fhi : fhi);
+  const int e = std::max(std::abs(flo), std::abs(fhi));
   return static_cast<double>(p.k) * (e + 1) <= 120.0;
 }
 
@@ -756,14 +755,16 @@ inline bool coat_narrow(float amin, float amax, const ExpandParams& p) {
 // wide: a group of 128 with k != 1 goes through avx512::coat_codes128 first.
 template <class T, bool kNarrow, class VL>
 __attribute__((always_inline)) inline int64_t coat_group_codes(const VL& vl, int64_t base, int64_t n8,
-                                                               const ExpandParams& p, V vc, V vs, const PowConstY& k,
-                                                               bool k_is_one, bool sat, float bound, bool wide,
+                                                               const ExpandParams& p, bool sat, float bound, bool wide,
                                                                VI& satc, uint8_t* out) {
+  // pow_det(a, 1) is a exactly (its y == 1 selection), so k == 1 groups skip the core.
+  const bool k_is_one = p.k == 1.0f;
   int64_t zero_codes = 0;
   if (kNarrow && wide && !k_is_one && n8 == 128 &&
       avx512::coat_codes128<T>(vl.p + base, p.c, p.s, p.k, bound, out + base, zero_codes))
     return zero_codes;
-  const V vbound = cf(bound);
+  const PowConstY k(p.k);
+  const V vc = cf(p.c), vs = cf(p.s), vbound = cf(bound);
   int64_t i = 0;
   for (; i + 128 <= n8; i += 128) {
     V xs[16];
@@ -849,15 +850,10 @@ void coat_groups(const VL& vl, const SL& sl, const GroupGeometry& g, int64_t g0,
       ks[grp] = p.k;
       cs[grp] = p.c;
       tmax = bmax_bits[jb] > tmax ? bmax_bits[jb] : tmax;
-      const PowConstY k(p.k);
-      const V vc = cf(p.c), vs = cf(p.s);
-      // pow_det(a, 1) is a exactly (its y == 1 selection), so k == 1 groups skip the core.
-      const bool k_is_one = p.k == 1.0f;
       VI satc = _mm256_setzero_si256();
-      int64_t zero_codes =
-          coat_narrow(bmin[jb], bmax[jb], p)
-              ? coat_group_codes<T, true>(vl, base, n8, p, vc, vs, k, k_is_one, sat, bound, wide, satc, out)
-              : coat_group_codes<T, false>(vl, base, n8, p, vc, vs, k, k_is_one, sat, bound, wide, satc, out);
+      int64_t zero_codes = coat_narrow(bmin[jb], bmax[jb], p)
+                               ? coat_group_codes<T, true>(vl, base, n8, p, sat, bound, wide, satc, out)
+                               : coat_group_codes<T, false>(vl, base, n8, p, sat, bound, wide, satc, out);
       nsat += hsum(satc);
       for (int64_t j = base + n8; j < base + n; ++j) {
         const float x = sl(j);

@@ -28,17 +28,14 @@ std::atomic<bool>& simd_flag() {
   static std::atomic<bool> on{avx2::env_allows_simd()};
   return on;
 }
-}  // namespace
-
-void set_quant_simd(bool enabled) { simd_flag().store(enabled); }
-bool quant_simd() { return simd_flag().load() && avx2::available(); }
-
-namespace {
 std::atomic<bool>& avx512_flag() {
   static std::atomic<bool> on{avx2::env_allows("FP8SIM_NO_AVX512")};
   return on;
 }
 }  // namespace
+
+void set_quant_simd(bool enabled) { simd_flag().store(enabled); }
+bool quant_simd() { return simd_flag().load() && avx2::available(); }
 
 void set_quant_avx512(bool enabled) { avx512_flag().store(enabled); }
 bool quant_avx512() { return avx512_flag().load() && avx512::available(); }
