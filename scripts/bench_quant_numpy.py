@@ -118,8 +118,19 @@ def main():
     ap.add_argument("--json", help="write the table as JSON here")
     ap.add_argument("--md", help="also write the table to this Markdown file")
     args = ap.parse_args()
+
+    def usage_error(msg):  # one line, exit status 2 (bad usage)
+        print(f"bench_quant_numpy.py: error: {msg}", file=sys.stderr)
+        sys.exit(2)
+
     if args.cols % 128:
-        sys.exit("--cols must be a multiple of 128")
+        usage_error("--cols must be a multiple of 128")
+    for flag, path in (("--bench", args.bench), ("--fp8sim", args.fp8sim)):
+        if path and not os.access(path, os.X_OK):
+            usage_error(f"{flag} '{path}' is not an executable file (build first: cmake --build build)")
+    for flag, path in (("--md", args.md), ("--json", args.json)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            usage_error(f"{flag} '{path}': its directory does not exist")
 
     x = make_data(args.rows, args.cols)
     n = x.size
