@@ -12,6 +12,7 @@ Usage:
   python3 scripts/measure_matrix.py --plan memory --out DIR [--jobs 4] [--deadline 540]
   python3 scripts/measure_matrix.py --plan speed --out DIR --coat fp8_coat-1.0.11.tar.gz
   python3 scripts/measure_matrix.py --plan memory --list     # print the entries and exit
+  python3 scripts/measure_matrix.py --plan maxbatch-compiled --check-at 1b-gqa=48 --out DIR
 """
 import argparse
 import json
@@ -45,7 +46,24 @@ CONFIGS = {
 MEMORY_CONFIGS = ["l2-7b-L4", "l3-8b-L4", "1b-gqa", "1b-mha", "l2-7b-L4-s4096", "0.3b-v152k"]
 
 
-def entries(plan, coat):
+def usage_error(msg):
+    print(f"measure_matrix.py: error: {msg}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_check_at(text):
+    """'CFG=B,CFG=B,...' -> {CFG: B}: the micro-batch fp8sim predicts as the largest under the cap,
+    per configuration of the maxbatch-compiled plan."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        cfg, sep, b = item.partition("=")
+        if not sep or cfg not in CONFIGS or not b.isdigit() or int(b) < 1:
+            usage_error(f"--check-at wants CONFIG=B (B >= 1, CONFIG one of {', '.join(CONFIGS)}), not '{item}'")
+        out[cfg] = int(b)
+    return out
+
+
+def entries(plan, coat, check_at=None):
     out = []
 
     def add(cfg, fw, compile_=False, ckpt=False, steps=0, profile=False, max_batch=None, batches=None, extra=(),
@@ -87,6 +105,15 @@ def entries(plan, coat):
             add(c, "hf", ckpt=True, max_batch=80, batches=[1])
             if coat:  # memory does not depend on the autotuner's choice; each new shape would autotune
                 add(c, "coat", max_batch=80, batches=[1], extra=["--coat-first-config"])
+    elif plan == "maxbatch-compiled":
+        # hf under torch.compile at the maxbatch plan's configurations: a search would compile the
+        # graph again for every micro-batch it tries, so only fp8sim's answer B and B+1 are tried
+        # (--check-at CONFIG=B, B from `fp8sim memory --model CFG.json --framework hf --compile
+        # --gpu-mem-gib 80`); the uncapped measured run at B compiles the graph the check reuses
+        if not check_at:
+            usage_error("plan maxbatch-compiled needs --check-at CONFIG=B,...")
+        for c, b in check_at.items():
+            add(c, "hf", compile_=True, max_batch=80, batches=[b], extra=["--check-batches", f"{b},{b + 1}"])
     elif plan == "snapshot":
         # the blocks alive at the peak, where the profiles miss it: compiled + checkpointed
         # backward, the torch loop on a 128k vocabulary, the compiled backward's end
@@ -150,17 +177,21 @@ def entries(plan, coat):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--plan", required=True, choices=["memory", "maxbatch", "snapshot", "coat", "speed", "speed-core",
-                                                   "speed-frameworks", "speed-coat", "speed-torchao"])
+    ap.add_argument("--plan", required=True, choices=["memory", "maxbatch", "maxbatch-compiled", "snapshot", "coat",
+                                                   "speed", "speed-core", "speed-frameworks", "speed-coat",
+                                                   "speed-torchao"])
     ap.add_argument("--out", help="output directory")
     ap.add_argument("--jobs", type=int, default=4, help="memory-only entries at once (default 4)")
     ap.add_argument("--deadline", type=float, default=540, help="seconds after which no entry starts")
     ap.add_argument("--per-entry", type=float, default=300, help="seconds one entry may run")
     ap.add_argument("--coat", default="", help="fp8-coat sdist for the coat entries")
     ap.add_argument("--only", default="", help="comma-separated substrings: run entries whose name has one")
+    ap.add_argument("--check-at", default="", metavar="CFG=B,...",
+                    help="plan maxbatch-compiled: per configuration, fp8sim's largest micro-batch B at 80 GiB "
+                         "(B and B+1 are tried)")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
-    todo = entries(args.plan, args.coat)
+    todo = entries(args.plan, args.coat, parse_check_at(args.check_at))
     if args.only:
         keys = args.only.split(",")
         todo = [e for e in todo if any(k in e["name"] for k in keys)]

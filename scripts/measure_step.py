@@ -24,7 +24,9 @@ PyTorch profiler (--profile): kernel count, GPU busy time, time per kernel class
 that take the most time by name. --snapshot records the allocator's history during the measured
 step and keeps the blocks alive at its peak, grouped by the source line that allocated them. --max-batch CAP_GIB
 then searches the largest micro-batch whose step runs with torch.cuda.set_per_process_memory_fraction
-capped at CAP_GIB (allocator OOM = does not fit), doubling and then bisecting.
+capped at CAP_GIB (allocator OOM = does not fit), doubling and then bisecting; with --check-batches
+B1,B2 it tries only those micro-batches under the cap (under --compile every micro-batch tried
+compiles again, which makes a search slow): give fp8sim's answer B and B+1 to confirm it.
 
 Memory terms (bytes), all from the CUDA caching allocator:
   weights      parameter bytes (+ bfloat16 autocast weight copies saved for backward, eager only)
@@ -478,30 +480,43 @@ def is_oom(e):
     return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
-def max_batch(st, args, cap_gib):
-    """Largest micro-batch whose step runs under a cap of cap_gib (doubling, then bisecting)."""
+def set_cap(cap_gib):
+    """Caps PyTorch's caching allocator at cap_gib of the device (None: the whole device), after
+    handing back what it has cached: the first micro-batch tried starts from an empty cache, as
+    every later one does (try_batch empties it after each)."""
+    torch.cuda.empty_cache()
     total = torch.cuda.get_device_properties(0).total_memory
-    torch.cuda.set_per_process_memory_fraction(min(1.0, cap_gib * GIB / total))
+    torch.cuda.set_per_process_memory_fraction(1.0 if cap_gib is None else min(1.0, cap_gib * GIB / total))
+
+
+def try_batch(st, b, seq):
+    """Whether one training step at micro-batch b runs (an allocator OOM in any form: it does not
+    fit); the gradients are freed and the cache emptied afterwards either way."""
+    ok = True
+    try:
+        inp, tgt = st.batch(b, seq)
+        st.step(inp, tgt)
+        st.sync()
+        del inp, tgt
+    except Exception as e:  # noqa: BLE001 - an OOM in any form is the answer "does not fit"
+        if not is_oom(e):
+            raise
+        ok = False
+    st.s.opt.zero_grad(set_to_none=True)
+    torch.cuda.empty_cache()
+    print(f"  max-batch: batch {b}: {'fits' if ok else 'OOM'}", flush=True)
+    return ok
+
+
+def max_batch(st, args, cap_gib, cap=set_cap):
+    """Largest micro-batch whose step runs under a cap of cap_gib (doubling, then bisecting)."""
+    cap(cap_gib)
     tried = {}
 
     def fits(b):
-        if b in tried:
-            return tried[b]
-        ok = True
-        try:
-            inp, tgt = st.batch(b, args.seq)
-            st.step(inp, tgt)
-            st.sync()
-            del inp, tgt
-        except Exception as e:  # noqa: BLE001 - an OOM in any form is the answer "does not fit"
-            if not is_oom(e):
-                raise
-            ok = False
-        st.s.opt.zero_grad(set_to_none=True)
-        torch.cuda.empty_cache()
-        tried[b] = ok
-        print(f"  max-batch: batch {b}: {'fits' if ok else 'OOM'}", flush=True)
-        return ok
+        if b not in tried:
+            tried[b] = try_batch(st, b, args.seq)
+        return tried[b]
 
     lo, hi = 0, None
     b = 1
@@ -512,16 +527,36 @@ def max_batch(st, args, cap_gib):
             hi = b
             break
     if hi is None:
-        return {"cap_gib": cap_gib, "max_batch": lo, "limit_reached": True, "tried": tried}
+        cap(None)
+        return {"cap_gib": cap_gib, "max_batch": lo, "limit_reached": True,
+                "tried": {str(k): v for k, v in sorted(tried.items())}}
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if fits(mid):
             lo = mid
         else:
             hi = mid
-    torch.cuda.set_per_process_memory_fraction(1.0)
+    cap(None)
     return {"cap_gib": cap_gib, "max_batch": lo, "limit_reached": False,
             "tried": {str(k): v for k, v in sorted(tried.items())}}
+
+
+def check_batches(st, args, cap_gib, batches, cap=set_cap):
+    """Only the given micro-batches, each tried as max_batch() tries one, under the same cap: the
+    record `fp8sim memory --validate` judges (fp8sim's largest micro-batch B is confirmed when B
+    fits and B + 1 does not). Tried in ascending order, as a search reaches its answer."""
+    cap(cap_gib)
+    tried = {str(b): try_batch(st, b, args.seq) for b in sorted(set(batches))}
+    cap(None)
+    return {"cap_gib": cap_gib, "tried": tried}
+
+
+def parse_batches(text):
+    """'B1,B2,...' -> [B1, B2, ...], each an integer >= 1; ValueError otherwise."""
+    out = [int(x) for x in text.split(",")]
+    if not out or any(b < 1 for b in out):
+        raise ValueError(text)
+    return out
 
 
 def run(args):
@@ -591,7 +626,10 @@ def run(args):
         "gpus": 1, "zero": 0, "seq": args.seq, "grads_persist": not s.set_to_none,
         "loop_holds_logits": s.holds_logits, "runs": runs,
     }
-    if args.max_batch and dev.type == "cuda":
+    if args.max_batch and args.check_batches and dev.type == "cuda":
+        doc["max_batch_check"] = check_batches(st, args, args.max_batch, args.check_batches)
+        print(f"  max-batch check at {args.max_batch} GiB: {doc['max_batch_check']['tried']}", flush=True)
+    elif args.max_batch and dev.type == "cuda":
         doc["max_batch"] = max_batch(st, args, args.max_batch)
         print(f"  max batch at {args.max_batch} GiB: {doc['max_batch']['max_batch']}", flush=True)
     doc["seconds"] = round(time.time() - t_start, 1)
@@ -621,6 +659,11 @@ def main():
                          "its peak, by allocating source line (live_at_peak)")
     ap.add_argument("--max-batch", type=float, metavar="CAP_GIB", help="search the largest micro-batch under this cap")
     ap.add_argument("--max-batch-limit", type=int, default=256)
+    ap.add_argument("--check-batches", metavar="B1,B2", type=parse_batches,
+                    help="with --max-batch CAP_GIB: try only these micro-batches under the cap instead of searching "
+                         "(each new micro-batch recompiles under --compile); records max_batch_check, which "
+                         "`fp8sim memory --validate` judges: its largest micro-batch B is confirmed when B fits and "
+                         "B+1 does not")
     ap.add_argument("--coat", help="fp8-coat sdist (.tar.gz) or unpacked directory (framework coat)")
     ap.add_argument("--coat-first-config", action="store_true",
                     help="coat: its autotuned Triton kernels run their first configuration (memory and max-batch "
@@ -640,6 +683,10 @@ def main():
         die("--batch and --seq must be >= 1", 2)
     if args.framework == "coat" and not args.coat:
         die("--framework coat needs --coat SDIST_OR_DIR", 2)
+    if args.check_batches and not args.max_batch:
+        die("--check-batches needs --max-batch CAP_GIB (the cap they are tried under)", 2)
+    if args.max_batch is not None and not args.max_batch > 0:
+        die("--max-batch must be a positive number of GiB", 2)
     if args.coat_first_config and (args.framework != "coat" or args.steps or args.profile):
         die("--coat-first-config is for --framework coat without --steps or --profile", 2)
     try:

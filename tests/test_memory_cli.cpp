@@ -1,4 +1,5 @@
 // fp8sim memory through the real binary: tables, JSON, --compare, --paper, --validate, bad input.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -127,6 +128,44 @@ TEST(CliMemory, PredictionWithin10PercentOfTheCommittedH200Measurement) {
   EXPECT_EQ(r.out.find("MISS"), std::string::npos) << r.out;
 }
 
+// A max-batch check prints its verdict in words: confirmed (exit 0), or the mismatch (exit 1 with
+// one line that says how many checks were not confirmed).
+TEST(CliMemory, MaxBatchCheckSaysConfirmedOrTheMismatch) {
+  const fs::path src = fs::path(FP8SIM_SOURCE_DIR) / "reports" / "h200" / "frameworks" / "hf__1b-gqa__maxbatch.json";
+  const Json committed = Json::parse(read_text_file(src));
+  memory::MemoryOptions o;
+  o.framework = "hf";
+  o.zero = 0;
+  o.grads_persist = false;
+  o.seq = committed.at("seq").as_int();
+  o.gpu_mem_gib = committed.at("max_batch").at("cap_gib").as_number();
+  const int64_t p = memory::max_batch(model::parse_model(committed.at("model_config"), "test"), o);
+  for (bool next_fits : {false, true}) {
+    Json d = committed;
+    Json mx = Json::object();
+    mx["cap_gib"] = o.gpu_mem_gib;
+    Json tried = Json::object();
+    tried[std::to_string(p)] = true;
+    tried[std::to_string(p + 1)] = next_fits;
+    mx["tried"] = tried;
+    d["max_batch_check"] = mx;
+    const fs::path in = tmp("check.json");
+    write_file_atomic(in, d.dump());
+    const auto r = run_fp8sim({"memory", "--validate", in.string()});
+    if (!next_fits) {
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_NE(r.out.find(fmt::format("confirmed {} ({} fits, {} OOM)", p, p, p + 1)), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("1 max-batch checks, 0 not confirmed"), std::string::npos) << r.out;
+    } else {
+      expect_one_line_error(r, "1 of 1 max-batch checks not confirmed", 1);
+      EXPECT_NE(r.out.find(fmt::format("{} fits: the largest micro-batch is above fp8sim's {}", p + 1, p)),
+                std::string::npos)
+          << r.out;
+    }
+    fs::remove(in);
+  }
+}
+
 TEST(CliMemory, BadInputGivesOneLineErrors) {
   // A name that is not a model is bad usage; a model file that is missing or bad is bad data.
   expect_one_line_error(run_fp8sim({"memory", "--model", "nope"}), "unknown model 'nope' (valid:", 2);
@@ -141,6 +180,11 @@ TEST(CliMemory, BadInputGivesOneLineErrors) {
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--gpu-mem-gib", "-1"}), "--gpu-mem-gib", 2);
   expect_one_line_error(run_fp8sim({"memory", "--recipe", "coat"}), "--model is required", 2);
   expect_one_line_error(run_fp8sim({"memory", "--paper", "--list-models"}), "only one of", 2);
+  // The compiled torch reference is modelled on one GPU at ZeRO-0 (the default is ZeRO-3).
+  expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--compile"}), "--zero 0", 2);
+  expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--compile", "--zero", "0", "--checkpointing"}),
+                        "without checkpointing", 2);
+  EXPECT_EQ(run_fp8sim({"memory", "--model", "llama2-7b", "--compile", "--zero", "0"}).exit_code, 0);
   // A config with heads not dividing hidden, given as a file.
   const fs::path bad = tmp("bad_model.json");
   Json cfg = Json::parse(read_text_file(model::models_dir() / "tiny-llama.json"));

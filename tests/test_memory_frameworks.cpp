@@ -3,8 +3,12 @@
 // written by scripts/measure_step.py).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
+#include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
@@ -230,6 +234,170 @@ TEST(MemoryFrameworks, TorchReferenceCopiesOnlyWhatTheLinearsRead) {
   EXPECT_GE(listed, 2);  // the timed speed runs, measured before the loop held its logits
 }
 
+Footprint torch_compiled(const model::ModelConfig& m, bool loop_holds_logits, int64_t batch = 2) {
+  MemoryOptions o;  // the torch reference, one GPU at ZeRO-0, bf16, as the compiled runs were measured
+  o.zero = 0;
+  o.batch = batch;
+  o.compiled = true;
+  o.loop_holds_logits = loop_holds_logits;
+  return compute_footprint(m, o);
+}
+
+const memory::Phase& phase(const Footprint& f, const std::string& name) {
+  for (const auto& p : f.phases)
+    if (p.name == name) return p;
+  throw std::runtime_error("no phase " + name);
+}
+
+// The compiled torch reference keeps what compiled transformers keeps but for K and V, which its
+// SDPA call (enable_gqa) saves at their own width: 12H + 4Q + 4KV + 6F bytes per token plus the
+// fp32 rstd and log-sum-exp. Its loss runs eagerly outside the graph: log_softmax's fp32 output,
+// the bf16 logits and their fp32 upcast at the forward's end, 8 bytes per logit in the loss
+// backward, and the logits' bf16 gradient handed to the compiled backward.
+TEST(MemoryFrameworks, CompiledTorchReferenceKeepsKvAtItsOwnWidthAndAnEagerLoss) {
+  const model::ModelConfig gqa = llama(4), mha = llama(32);
+  const int64_t T = 2 * 2048, H = gqa.hidden, F = gqa.ffn, Q = gqa.q_dim(), TV = T * gqa.vocab;
+  const Footprint f = torch_compiled(gqa, true);
+  EXPECT_EQ(f.layer_activation_bytes, T * (12 * H + 4 * Q + 4 * gqa.kv_dim() + 6 * F + 4 * gqa.heads + 8));
+  EXPECT_EQ(torch_compiled(mha, true).layer_activation_bytes - f.layer_activation_bytes,
+            4 * T * (mha.kv_dim() - gqa.kv_dim()));
+  // transformers' compiled layer keeps K and V repeated to every head, 4T(Q - KV) bytes more on GQA.
+  EXPECT_EQ(run("hf", gqa, false, 2, true).layer_activation_bytes - f.layer_activation_bytes,
+            4 * T * (Q - gqa.kv_dim()));
+  EXPECT_EQ(component(f.activations, "outside.loss.log_probs"), 4 * TV);
+  EXPECT_EQ(component(f.activations, "outside.final_norm.input"), 4 * T * H);
+  // The persistent terms are the eager reference's at ZeRO-0 (autocast's bf16 copies included).
+  MemoryOptions eager;
+  eager.zero = 0;
+  eager.batch = 2;
+  const Footprint e = compute_footprint(gqa, eager);
+  EXPECT_EQ(f.weights, e.weights);
+  EXPECT_EQ(f.gradients, e.gradients);
+  EXPECT_EQ(f.optimizer(), e.optimizer());
+  EXPECT_LT(f.activations_total, e.activations_total);
+  EXPECT_EQ(phase(f, "optimizer_step").total(), phase(e, "optimizer_step").total());
+  EXPECT_EQ(component(phase(f, "backward_loss").temporaries, "loss_grads"), 8 * TV);
+  EXPECT_EQ(component(phase(f, "backward_layers").temporaries, "logits_output_grad"), 2 * TV);
+}
+
+// A loop that frees its logits once the loss is formed keeps 2 bytes per logit less from the
+// forward's end through the loss backward; at the forward's end the logits and their fp32 upcast
+// are alive either way.
+TEST(MemoryFrameworks, CompiledTorchReferenceHoldsTheLogitsAsItsLoopDoes) {
+  const model::ModelConfig m = llama(4);
+  const int64_t TV = 2 * int64_t{2048} * m.vocab;
+  const Footprint held = torch_compiled(m, true), freed = torch_compiled(m, false);
+  EXPECT_EQ(held.activations_total - freed.activations_total, 2 * TV);
+  EXPECT_EQ(component(held.activations, "outside.logits"), 2 * TV);
+  EXPECT_EQ(component(freed.activations, "outside.logits"), -1);
+  EXPECT_EQ(phase(held, "forward_loss").total(), phase(freed, "forward_loss").total());
+  EXPECT_EQ(component(phase(freed, "forward_loss").temporaries, "logits"), 2 * TV);
+  EXPECT_EQ(component(phase(held, "forward_loss").temporaries, "logits_fp32"), 4 * TV);
+  EXPECT_EQ(phase(held, "backward_loss").total() - phase(freed, "backward_loss").total(), 2 * TV);
+  EXPECT_EQ(held.peak_phase, "backward_loss");
+  // The eager reference counts the logits its loop holds (Table 2's accounting) and models no other loop.
+  MemoryOptions o;
+  o.zero = 0;
+  o.loop_holds_logits = false;
+  EXPECT_THROW(compute_footprint(m, o), UsageError);
+}
+
+// Every committed compiled torch-loop run is modelled, with the loop its file records (those runs
+// predate loop_holds_logits: a loop that freed its logits). Given a loop that held them instead, the
+// 152k-vocabulary runs' forward-retained prediction moves by 2 bytes per logit, out of the target.
+TEST(MemoryFrameworks, CompiledTorchRunsAreJudgedWithTheLoopTheyRecord) {
+  const std::string dir = std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/frameworks";
+  const memory::StepValidation v = memory::memory_validate_steps({dir});
+  int compiled = 0, listed = 0;
+  for (const auto& r : v.rows)
+    if (r.framework == "torch" && r.compile) {
+      ++compiled;
+      listed += r.modelled() ? 0 : 1;
+    }
+  EXPECT_GE(compiled, 13);
+  EXPECT_EQ(listed, 0);
+  Json d = Json::parse(read_text_file(dir + "/torch-compiled__0.3b-v152k.json"));
+  ASSERT_EQ(d.find("loop_holds_logits"), nullptr);
+  d["loop_holds_logits"] = true;
+  const std::string path = test::temp_dir() + "/torch-compiled-held.json";
+  std::ofstream(path) << d.dump(-1);
+  const memory::StepValidation held = memory::memory_validate_steps({path});
+  ASSERT_FALSE(held.rows.empty());
+  for (const auto& r : held.rows) {
+    ASSERT_TRUE(r.modelled());
+    EXPECT_GT(r.prediction->retained_rel, memory::kStepActivationTolerance) << r.batch;
+    EXPECT_FALSE(r.prediction->ok);
+  }
+}
+
+// A max-batch check tries only the given micro-batches: fp8sim's largest micro-batch P is confirmed
+// when P fits and P + 1 does not, a mismatch when P does not fit or P + 1 does, and undecided (not
+// confirmed) when the check tried neither in a way that decides it. P is the one the same
+// measurement's search is judged against.
+TEST(MemoryFrameworks, MaxBatchCheckConfirmsOnlyFp8simsAnswerFittingAndTheNextNot) {
+  const std::string src = std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/frameworks/hf__1b-gqa__maxbatch.json";
+  const Json committed = Json::parse(read_text_file(src));
+  const memory::StepValidation searched = memory::memory_validate_steps({src});
+  ASSERT_EQ(searched.max_batch.size(), 1u);
+  EXPECT_TRUE(searched.max_batch_checks.empty());
+  const int64_t p = searched.max_batch[0].predicted_max_batch;
+  ASSERT_GE(p, 2);
+  auto check = [&](const std::vector<std::pair<int64_t, bool>>& tried) {
+    Json d = committed;
+    d.as_object().erase(std::remove_if(d.as_object().begin(), d.as_object().end(),
+                                       [](const auto& kv) { return kv.first == "max_batch"; }),
+                        d.as_object().end());
+    Json mx = Json::object();
+    mx["cap_gib"] = committed.at("max_batch").at("cap_gib");
+    Json t = Json::object();
+    for (const auto& [b, fits] : tried) t[std::to_string(b)] = fits;
+    mx["tried"] = t;
+    d["max_batch_check"] = mx;
+    const std::string path = test::temp_dir() + "/check.json";
+    std::ofstream(path) << d.dump(-1);
+    return memory::memory_validate_steps({path});
+  };
+  struct Case {
+    std::vector<std::pair<int64_t, bool>> tried;
+    bool ok;
+    std::string verdict;
+  };
+  const std::string P = std::to_string(p), P1 = std::to_string(p + 1);
+  const Case cases[] = {
+      {{{p, true}, {p + 1, false}}, true, "confirmed " + P + " (" + P + " fits, " + P1 + " OOM)"},
+      {{{p + 1, false}, {p, true}, {p - 1, true}}, true, "confirmed " + P},
+      {{{p, false}, {p + 1, false}}, false, P + " OOM: the largest micro-batch is below fp8sim's " + P},
+      {{{p, true}, {p + 1, true}}, false, P1 + " fits: the largest micro-batch is above fp8sim's " + P},
+      {{{p - 1, true}, {p + 2, false}}, false, "undecided: fp8sim's " + P + " and " + P1 + " were not both tried"},
+      {{{p, true}}, false, "undecided"},
+  };
+  for (const auto& c : cases) {
+    const memory::StepValidation v = check(c.tried);
+    EXPECT_TRUE(v.max_batch.empty());
+    ASSERT_EQ(v.max_batch_checks.size(), 1u);
+    const memory::MaxBatchCheckRow& r = v.max_batch_checks[0];
+    EXPECT_EQ(r.predicted_max_batch, p);
+    EXPECT_EQ(r.ok, c.ok) << r.verdict;
+    EXPECT_EQ(r.verdict.rfind(c.verdict, 0), 0u) << r.verdict;
+    EXPECT_EQ(v.max_batch_checks_missed, c.ok ? 0 : 1);
+    EXPECT_EQ(v.ok, c.ok);
+    EXPECT_TRUE(std::is_sorted(r.tried.begin(), r.tried.end()));
+  }
+  // A micro-batch that is not a positive integer, or a result that is not true or false, is bad data.
+  for (const char* key : {"x", "0", "-3", "2.5"}) {
+    Json d = committed;
+    Json mx = Json::object();
+    mx["cap_gib"] = 80;
+    Json t = Json::object();
+    t[key] = true;
+    mx["tried"] = t;
+    d["max_batch_check"] = mx;
+    const std::string path = test::temp_dir() + "/bad_check.json";
+    std::ofstream(path) << d.dump(-1);
+    EXPECT_THROW(memory::memory_validate_steps({path}), Error) << key;
+  }
+}
+
 // Compiled, transformers' eager attention keeps its probabilities as eager mode does (6 bytes per
 // score: the fp32 softmax output and its bf16 copy) where the SDPA path keeps a log-sum-exp; the
 // rest of the compiled layer is the same. Every committed compiled hf-eager run is modelled.
@@ -383,6 +551,23 @@ TEST(MemoryFrameworks, ProfilesRefuseWhatTheyDoNotModel) {
   model::ModelConfig gelu = m;
   gelu.act = model::ActKind::GELU;
   EXPECT_THROW(compute_footprint(gelu, o), UsageError);  // Llama layers only
+  // The compiled torch reference: one GPU at ZeRO-0, bf16, Llama layers, no checkpointing.
+  MemoryOptions t;
+  t.compiled = true;
+  t.zero = 0;
+  EXPECT_NO_THROW(compute_footprint(m, t));
+  EXPECT_THROW(compute_footprint(gelu, t), UsageError);
+  t.checkpointing = true;
+  EXPECT_THROW(compute_footprint(m, t), UsageError);
+  t.checkpointing = false;
+  t.recipe = "te";
+  EXPECT_THROW(compute_footprint(m, t), UsageError);
+  t.recipe = "bf16";
+  t.gpus = 2;
+  EXPECT_THROW(compute_footprint(m, t), UsageError);
+  t.gpus = 1;
+  t.zero = 3;
+  EXPECT_THROW(compute_footprint(m, t), UsageError);
 }
 
 }  // namespace

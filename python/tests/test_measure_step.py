@@ -66,3 +66,67 @@ def test_torch_loop_holds_its_logits(tmp_path):
     r = subprocess.run([sys.executable, str(SCRIPTS / "measure_step.py"), "--check", "--framework", "hf",
                         "--coat-first-config", "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 2 and "--coat-first-config is for --framework coat" in r.stderr
+
+
+class FakeStepper:
+    """A step that runs up to `limit` micro-batches and is out of memory above it, as the capped
+    allocator answers; records the micro-batches stepped."""
+
+    class Opt:
+        def zero_grad(self, set_to_none=True):
+            pass
+
+    def __init__(self, limit, error=None):
+        self.limit, self.error, self.stepped = limit, error, []
+        self.s = type("S", (), {"opt": FakeStepper.Opt()})()
+
+    def batch(self, b, seq):
+        return b, seq
+
+    def step(self, inp, tgt):
+        self.stepped.append(inp)
+        if self.error is not None:
+            raise self.error
+        if inp > self.limit:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    def sync(self):
+        pass
+
+
+def test_check_batches_tries_only_the_given_micro_batches_as_the_search_does(ms):
+    args = type("A", (), {"seq": 16, "max_batch_limit": 256})()
+    caps = []
+    st = FakeStepper(17)
+    found = ms.max_batch(st, args, 80.0, cap=caps.append)
+    assert found["max_batch"] == 17 and found["tried"]["17"] is True and found["tried"]["18"] is False
+    assert caps == [80.0, None]
+    caps.clear()
+    st = FakeStepper(17)
+    check = ms.check_batches(st, args, 80.0, [18, 17, 17], cap=caps.append)
+    assert check == {"cap_gib": 80.0, "tried": {"17": True, "18": False}}
+    assert st.stepped == [17, 18]  # ascending, each once: nothing else is compiled or run
+    assert caps == [80.0, None]
+    check = ms.check_batches(FakeStepper(40), args, 80.0, [17, 18], cap=lambda c: None)
+    assert check["tried"] == {"17": True, "18": True}
+    # Anything but an out-of-memory error is a failure of the run, not an answer.
+    with pytest.raises(RuntimeError, match="bad kernel"):
+        ms.check_batches(FakeStepper(40, RuntimeError("bad kernel")), args, 80.0, [1], cap=lambda c: None)
+
+
+def test_check_batches_needs_the_cap_and_positive_micro_batches(ms, tmp_path):
+    assert ms.parse_batches("30,31") == [30, 31]
+    for bad in ("", "x", "3,0", "-1"):
+        with pytest.raises(ValueError):
+            ms.parse_batches(bad)
+    out = tmp_path / "check.json"
+    script = str(SCRIPTS / "measure_step.py")
+    cases = [(["--check-batches", "3,4"], "--check-batches needs --max-batch CAP_GIB"),
+             (["--max-batch", "80", "--check-batches", "3,x"], "--check-batches"),
+             (["--max-batch", "0"], "--max-batch must be a positive number")]
+    for extra, needle in cases:
+        r = subprocess.run([sys.executable, script, "--check", "--framework", "torch", "--out", str(out), *extra],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 2, r.stderr
+        assert needle in r.stderr
+        assert not out.exists()

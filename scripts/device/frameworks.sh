@@ -2,8 +2,9 @@
 # Measures training steps as real frameworks run them (scripts/measure_matrix.py plans) on the GPU
 # machine and leaves $OUT/frameworks_PLAN.tgz per plan (each measurement's JSON and log, index.json).
 #   usage: OUT=DIR bash scripts/device/frameworks.sh PLAN[,PLAN...] [DEADLINE_S [MEASURE_MATRIX_ARGS...]]
-#   (for example `frameworks.sh coat 500 --only coat-ckpt__l2-7b-L4__b1,coat__1b-gqa__b2`)
-# Plans: memory, maxbatch, coat, speed, speed-torchao, ... (measure_matrix.py --help). Wheels the GPU machine lacks travel
+#   (for example `frameworks.sh coat 500 --only coat-ckpt__l2-7b-L4__b1,coat__1b-gqa__b2`, or
+#   `frameworks.sh maxbatch-compiled 240 --check-at 1b-gqa=B`, B fp8sim's largest micro-batch at 80 GiB)
+# Plans: memory, maxbatch, maxbatch-compiled, coat, speed, speed-torchao, ... (measure_matrix.py --help). Wheels the GPU machine lacks travel
 # in .whl/ (git-ignored; carry it): .whl/ao/ torchao, .whl/t445/ transformers 4.45.2 with tokenizers
 # 0.20 and huggingface_hub < 1.0 (COAT's model code needs them), .whl/coat/ the fp8-coat sdist.
 # The deadline (default 500 s, counted after the setup) is shared by the plans and stops new entries, not running ones (each may

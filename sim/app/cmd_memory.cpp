@@ -34,7 +34,8 @@ void print_breakdown(const memory::MemoryResult& d) {
   const memory::MemoryOptions& o = f.opts;
   fmt::print("{} ({:.3f} B params), recipe {}, {}\n", f.model.display_name,
              static_cast<double>(f.model.param_count()) / 1e9, d.recipe, d.sharding);
-  if (o.framework != "torch") fmt::print("framework profile {}{}\n", o.framework, o.compiled ? ", torch.compile" : "");
+  if (o.framework != "torch" || o.compiled)
+    fmt::print("framework profile {}{}\n", o.framework, o.compiled ? ", torch.compile" : "");
   fmt::print("micro-batch {} x {} tokens{}{}\n\n", o.batch, o.seq, o.checkpointing ? ", activation checkpointing" : "",
              o.grads_persist ? "" : ", gradients freed between steps");
   // Components: a left-aligned explanation column reads better than cli::print_table's right alignment.
@@ -250,6 +251,24 @@ std::vector<std::string> step_run_cells(const memory::StepRun& r) {
           p ? (p->ok ? "ok" : "MISS") : r.why};
 }
 
+void print_max_batch_checks(const memory::StepValidation& v) {
+  if (v.max_batch_checks.empty()) return;
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : v.max_batch_checks) {
+    std::string tried;
+    for (const auto& [b, fits] : r.tried)
+      tried += fmt::format("{}{} {}", tried.empty() ? "" : ", ", b, fits ? "fits" : "OOM");
+    rows.push_back({r.model, step_setting(r.framework, r.compile, r.checkpointing), fmt::format("{}", r.seq),
+                    fmt::format("{:g}", r.cap_gib), tried, fmt::format("{}", r.predicted_max_batch), r.verdict});
+  }
+  fmt::print(
+      "\nLargest micro-batch under a memory cap, checked at fp8sim's answer (the step tried with the allocator "
+      "capped)\n");
+  cli::print_table({"model", "framework", "seq", "cap GiB", "tried", "fp8sim", "verdict"}, rows);
+  fmt::print("\n{} max-batch checks, {} not confirmed (fp8sim's B fits and B+1 does not)\n", v.max_batch_checks.size(),
+             v.max_batch_checks_missed);
+}
+
 void print_validate_steps(const memory::StepValidation& v) {
   std::vector<std::vector<std::string>> rows;
   for (const auto& r : v.rows) rows.push_back(step_run_cells(r));
@@ -258,17 +277,19 @@ void print_validate_steps(const memory::StepValidation& v) {
                    rows);
   fmt::print("\n{} runs modelled, {} outside the targets (peak {:.0f}%, forward-retained {:.0f}%)\n", v.modelled,
              v.missed, 100 * memory::kStepPeakTolerance, 100 * memory::kStepActivationTolerance);
-  if (v.max_batch.empty()) return;
-  rows.clear();
-  for (const auto& r : v.max_batch)
-    rows.push_back({r.model, step_setting(r.framework, r.compile, r.checkpointing), fmt::format("{}", r.seq),
-                    fmt::format("{:g}", r.cap_gib),
-                    fmt::format("{}{}", r.measured_max_batch, r.limit_reached ? " (search limit)" : ""),
-                    fmt::format("{}", r.predicted_max_batch), r.ok ? "ok" : "MISS"});
-  fmt::print("\nLargest micro-batch under a memory cap (measured: the step runs with the allocator capped)\n");
-  cli::print_table({"model", "framework", "seq", "cap GiB", "measured", "fp8sim", "verdict"}, rows);
-  fmt::print("\n{} max-batch searches, {} outside the target ({:.0f}% or 1)\n", v.max_batch.size(), v.max_batch_missed,
-             100 * memory::kMaxBatchTolerance);
+  if (!v.max_batch.empty()) {
+    rows.clear();
+    for (const auto& r : v.max_batch)
+      rows.push_back({r.model, step_setting(r.framework, r.compile, r.checkpointing), fmt::format("{}", r.seq),
+                      fmt::format("{:g}", r.cap_gib),
+                      fmt::format("{}{}", r.measured_max_batch, r.limit_reached ? " (search limit)" : ""),
+                      fmt::format("{}", r.predicted_max_batch), r.ok ? "ok" : "MISS"});
+    fmt::print("\nLargest micro-batch under a memory cap (measured: the step runs with the allocator capped)\n");
+    cli::print_table({"model", "framework", "seq", "cap GiB", "measured", "fp8sim", "verdict"}, rows);
+    fmt::print("\n{} max-batch searches, {} outside the target ({:.0f}% or 1)\n", v.max_batch.size(),
+               v.max_batch_missed, 100 * memory::kMaxBatchTolerance);
+  }
+  print_max_batch_checks(v);
 }
 
 bool is_step_validation(const std::string& path) {
@@ -300,8 +321,8 @@ int run_memory(const std::vector<std::string>& args) {
       "free-grads",
       "gradients are freed between steps (zero_grad(set_to_none=True)): not resident in forward/backward")(
       "compile",
-      "the model runs under torch.compile (modelled for --framework hf, hf-eager and torchao-float8, with or "
-      "without --checkpointing)")(
+      "the model runs under torch.compile (modelled for --framework hf and hf-eager, with or without "
+      "--checkpointing, torchao-float8, and torch on one GPU with --zero 0, without --checkpointing)")(
       "framework", po::value(&framework)->default_value("torch"),
       "what the training code keeps: torch (the reference accounting, any recipe), hf (transformers 5.x, SDPA), "
       "hf-4.45, hf-eager, coat (COAT's own code), torchao-float8 (torchao's float8 training, with --compile), "
@@ -392,6 +413,9 @@ int run_memory(const std::vector<std::string>& args) {
     if (v.max_batch_missed > 0)
       missed += fmt::format("{}{} of {} max-batch searches outside the target (see the tables)",
                             missed.empty() ? "" : "; ", v.max_batch_missed, v.max_batch.size());
+    if (v.max_batch_checks_missed > 0)
+      missed += fmt::format("{}{} of {} max-batch checks not confirmed (see the tables)", missed.empty() ? "" : "; ",
+                            v.max_batch_checks_missed, v.max_batch_checks.size());
   } else if (vm.count("validate")) {
     const memory::MemoryValidation v = memory::memory_validate_file(validate_path);
     print_validate(v);

@@ -17,6 +17,7 @@ constexpr const char* kHfLlama = "transformers 5.x models/llama/modeling_llama.p
 constexpr const char* kHf445Llama = "transformers 4.45.2 models/llama/modeling_llama.py";
 constexpr const char* kCoat = "fp8-coat 1.0.11 coat/models/coat_llama.py";
 constexpr const char* kTorchao = "torchao 0.16 float8/float8_linear.py matmul_with_hp_or_float8_args";
+constexpr const char* kTorchRef = "scripts/measure_memory.py Block.forward";
 // megatron-te is derived from these sources (TransformerEngine 2.20.0.dev0 at commit d0067d0,
 // Megatron-LM with Megatron-Core 0.20.0 at commit d98e8a6), not measured.
 constexpr const char* kTe = "TE 2.20.0.dev0 transformer_engine/pytorch/";
@@ -140,7 +141,9 @@ const std::vector<FrameworkInfo>& frameworks() {
   return list;
 }
 
-bool models_compile(const std::string& name) { return name == "hf" || name == "hf-eager" || name == "torchao-float8"; }
+bool models_compile(const std::string& name) {
+  return name == "hf" || name == "hf-eager" || name == "torchao-float8" || name == "torch";
+}
 
 const FrameworkInfo& find_framework(const std::string& name) {
   for (const auto& f : frameworks())
@@ -299,6 +302,24 @@ std::vector<FrameworkTensor> framework_outside_tensors(const FrameworkInfo& fw, 
   return v;
 }
 
+std::vector<FrameworkTensor> torch_compiled_layer_tensors(const ModelConfig& m, int64_t batch, int64_t seq) {
+  // The same partition as transformers' compiled layer (compiled_layer_tensors) with one
+  // difference: the reference calls SDPA with enable_gqa, so K and V are saved at their own width
+  // rather than repeated to every head. Derived from the H200 runs' per-token bytes (1 B MHA and
+  // Llama-3-8B layers), not from Inductor's source.
+  const int64_t T = batch * seq, H = m.hidden, F = m.ffn, Q = m.q_dim(), KV = m.kv_dim(), NH = m.heads;
+  const std::string why = std::string(kTorchRef) + " under torch.compile (Inductor min-cut partitioner)";
+  return {{"norm_inputs", "fp32", 2 * T * H * 4, why + ": both norms' fp32 inputs (the residual stream)"},
+          {"norm_rstd", "fp32", 2 * T * 4, why + ": both norms' rsqrt outputs"},
+          {"norm_outputs", "bf16", 2 * T * H * 2,
+           why + ": norm(x).to(bfloat16), one per norm, read by q/k/v_proj and by gate/up_proj"},
+          {"attention.q_k_v", "bf16", T * (Q + 2 * KV) * 2,
+           why + ": SDPA's q and k (after RoPE) and v; enable_gqa, so K and V at their own width"},
+          {"attention.out", "bf16", T * Q * 2, why + ": SDPA's output, o_proj's input"},
+          {"attention.lse", "fp32", T * NH * 4, "flash attention's log-sum-exp, fp32 (B, heads, S)"},
+          {"mlp", "bf16", 3 * T * F * 2, why + ": gate_proj's and up_proj's outputs and the SiLU output"}};
+}
+
 namespace {
 
 // megatron-te: Megatron-LM's pretrain_gpt.py loop on one GPU (tensor, pipeline and context parallel
@@ -431,7 +452,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   }
   if (o.compiled && !models_compile(fw.name))
     throw UsageError(fmt::format(
-        "torch.compile is modelled for the hf, hf-eager and torchao-float8 profiles only, not {}", fw.name));
+        "torch.compile is modelled for the hf, hf-eager, torchao-float8 and torch profiles only, not {}", fw.name));
   const bool torchao = fw.name == "torchao-float8";
   if (torchao && !o.compiled)
     throw UsageError(
@@ -586,6 +607,103 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   f.phases.insert(f.phases.end(), extra.begin(), extra.end());
   f.phases.push_back(bwd);
   f.phases.push_back(opt);
+  f.pick_peak();
+  return f;
+}
+
+// The compiled graph ends at the logits: the reference loop computes the loss outside it, so the
+// loss keeps what eager cross-entropy keeps (log_softmax's fp32 output), and its backward hands the
+// compiled backward a real bf16 gradient of the logits. On the H200 runs (seven configurations, a
+// loop that freed its logits) what forward leaves is the weight copies, these layer terms and the
+// outside terms to within 0.4%; the forward peak is that plus the bf16 logits and their fp32
+// upcast; the step's peak is the loss backward (8 bytes per logit) or the optimizer step.
+Footprint torch_compiled_footprint(const ModelConfig& m, const MemoryOptions& o) {
+  if (o.gpus != 1 || o.zero != 0)
+    throw UsageError(
+        "torch.compile of the torch reference is modelled on one GPU with --zero 0 (as measured); give --gpus 1 "
+        "--zero 0");
+  if (o.recipe != "bf16")
+    throw UsageError(
+        fmt::format("torch.compile of the torch reference is modelled for the bf16 recipe, not {}", o.recipe));
+  if (o.checkpointing)
+    throw UsageError(
+        "torch.compile of the torch reference is modelled without checkpointing (its loop has none; give "
+        "--framework hf)");
+  if (m.norm != model::NormKind::RMSNorm || m.act != model::ActKind::SwiGLU)
+    throw UsageError("torch.compile of the torch reference is modelled for Llama layers (RMSNorm, SwiGLU)");
+  // Persistent terms: the eager reference's (fp32 master weights, autocast's bf16 copies of what
+  // F.linear reads, which the compiled graph saves for backward, gradients, moments, workspace).
+  MemoryOptions eager = o;
+  eager.compiled = false;
+  eager.loop_holds_logits = true;
+  const Footprint base = compute_footprint(m, eager);
+  Footprint f;
+  f.model = m;
+  f.opts = o;
+  f.params = base.params;
+  f.persistent = base.persistent;
+  const int64_t T = o.batch * o.seq, V = m.vocab, L = m.layers, TV = T * V;
+  const std::vector<FrameworkTensor> layer = torch_compiled_layer_tensors(m, o.batch, o.seq);
+  int64_t layer_bytes = 0;
+  for (const auto& t : layer) layer_bytes += t.bytes;
+  f.layer_activation_bytes = layer_bytes;
+  f.unit_u_bytes = T * m.hidden * 2;
+  for (const auto& t : layer)
+    f.activations.push_back({fmt::format("layers.{}", t.name), "activations", t.bytes * L,
+                             fmt::format("{} layers x {} {}: {}", L, t.dtype, t.name, t.source)});
+  f.activations.push_back({"outside.final_norm.input", "activations", T * m.hidden * 4,
+                           "fp32: torch.compile keeps the final norm's fp32 input (its bf16 output, the LM head's "
+                           "input, is recomputed)"});
+  f.activations.push_back({"outside.final_norm.rstd", "activations", T * 4, "fp32: its rstd"});
+  if (o.loop_holds_logits)
+    f.activations.push_back({"outside.logits", "activations", TV * 2,
+                             "bf16: the compiled graph's logits output, which the loop holds until backward has run"});
+  const int64_t log_probs = TV * 4;
+  f.activations.push_back({"outside.loss.log_probs", "activations", log_probs,
+                           "fp32: F.cross_entropy on logits.float(), outside the compiled graph: log_softmax saves "
+                           "its fp32 output"});
+  f.sum_groups();
+  const int64_t persistent_all = f.weights + f.gradients + f.optimizer() + f.other_persistent;
+  const int64_t persistent_fwd_bwd = o.grads_persist ? persistent_all : persistent_all - f.gradients;
+
+  Phase fwd{"forward_loss",
+            "cross-entropy in forward: every saved tensor, the logits and their fp32 upcast alive",
+            persistent_fwd_bwd + f.activations_total,
+            {}};
+  if (!o.loop_holds_logits)
+    fwd.temporaries.push_back(
+        {"logits", "temporaries", TV * 2, "the compiled graph's bf16 logits output, freed once the loss is formed"});
+  fwd.temporaries.push_back(
+      {"logits_fp32", "temporaries", TV * 4, "logits.float(), alive while log_softmax writes its fp32 output"});
+  Phase loss{
+      "backward_loss", "cross-entropy backward: all activations alive", persistent_fwd_bwd + f.activations_total, {}};
+  loss.temporaries.push_back({"loss_grads", "temporaries", TV * 8,
+                              "nll_loss's dense fp32 gradient + log_softmax's fp32 input gradient (tokens x vocab)"});
+  // The compiled backward starts with every layer's saved tensors alive (it frees them as it goes,
+  // so its first layer, the last decoder layer, is its largest point), the loss's buffers freed.
+  // It holds its logits-gradient input until it returns, as the allocator's history of the hf
+  // compiled runs shows for that input; no history of a compiled torch run was recorded, and this
+  // phase stays below the loss backward by 10 bytes per logit less the MLP working set.
+  Phase bwd{"backward_layers",
+            "start of the compiled backward (the last decoder layer): the loss's buffers freed, every saved tensor "
+            "alive",
+            persistent_fwd_bwd + f.activations_total - log_probs,
+            {}};
+  bwd.temporaries.push_back({"logits_output_grad", "temporaries", TV * 2,
+                             "the bf16 gradient of the compiled graph's logits output (.float()'s backward), an input "
+                             "the compiled backward holds until it returns"});
+  if (!o.grads_persist)
+    bwd.temporaries.push_back({"grads_so_far", "temporaries",
+                               f.gradients / std::max<int64_t>(1, f.params) * m.outside_param_count(),
+                               "gradients allocated so far (LM head, final norm)"});
+  bwd.temporaries.push_back({"backward_working_set", "temporaries", (3 * m.ffn + 2 * m.hidden) * T * 2,
+                             "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, "
+                             "bf16"});
+  // The optimizer step is the eager reference's: same parameters, gradients and optimizer.
+  const auto opt =
+      std::find_if(base.phases.begin(), base.phases.end(), [](const Phase& p) { return p.name == "optimizer_step"; });
+  FP8SIM_CHECK(opt != base.phases.end(), "the torch reference has no optimizer_step phase");
+  f.phases = {fwd, loss, bwd, *opt};
   f.pick_peak();
   return f;
 }

@@ -20,8 +20,9 @@
 //             mixed-precision optimizer; BF16 (recipe bf16) or TE FP8 delayed scaling (recipe te).
 //             DERIVED from the source, not measured (neither is installed on the GPU host).
 // The framework profiles model one GPU without sharding (tensor parallel 1, no sequence
-// parallelism), eager mode; torch.compile is modelled for hf, hf-eager and torchao-float8 without
-// checkpointing (measured in reports/h200/frameworks).
+// parallelism), eager mode; torch.compile is modelled for hf and hf-eager (with and without
+// checkpointing), torchao-float8, and the torch reference on one GPU without checkpointing
+// (measured in reports/h200/frameworks).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,7 +40,8 @@ struct FrameworkInfo {
   bool runs(const std::string& r) const;
 };
 const std::vector<FrameworkInfo>& frameworks();
-// Whether the profile `name` models torch.compile (without checkpointing): hf, hf-eager, torchao-float8.
+// Whether the profile `name` models torch.compile: hf, hf-eager, torchao-float8 and torch (the
+// reference, within the limits torch_compiled_footprint states).
 bool models_compile(const std::string& name);
 // The profile named `name`; UsageError listing the names otherwise.
 const FrameworkInfo& find_framework(const std::string& name);
@@ -60,6 +62,20 @@ std::vector<FrameworkTensor> framework_layer_tensors(const FrameworkInfo& fw, co
                                                      int64_t batch, int64_t seq, const std::string& recipe = "");
 std::vector<FrameworkTensor> framework_outside_tensors(const FrameworkInfo& fw, const model::ModelConfig& m,
                                                        int64_t batch, int64_t seq);
+
+// What torch.compile(model) keeps for backward in one decoder layer of the torch reference model
+// (scripts/measure_memory.py's Block: RMSNorm, SDPA with enable_gqa, SwiGLU) for micro-batch x seq
+// tokens: the tensors Inductor's min-cut partitioner saves, 12H + 4Q + 4KV + 6F bytes per token
+// plus the fp32 rstd and log-sum-exp (H hidden, Q and KV the query and key/value widths, F ffn).
+std::vector<FrameworkTensor> torch_compiled_layer_tensors(const model::ModelConfig& m, int64_t batch, int64_t seq);
+
+// The torch reference under torch.compile(model), the loss (F.cross_entropy on logits.float())
+// outside the compiled graph as the reference loop computes it (compute_footprint dispatches here
+// for framework torch with `compiled`). Persistent terms are the reference's at ZeRO-0; the loop
+// holds the logits or not as o.loop_holds_logits says. Throws UsageError outside what was measured:
+// more than one GPU, ZeRO other than 0, a recipe other than bf16, checkpointing, layers other than
+// RMSNorm + SwiGLU.
+Footprint torch_compiled_footprint(const model::ModelConfig& m, const MemoryOptions& o);
 
 // The footprint under a framework profile other than torch (compute_footprint dispatches here).
 // Throws UsageError when the options ask for something the profile does not model (more than one

@@ -77,7 +77,14 @@ struct MemoryOptions {
   // The framework profile (framework.hpp): "torch" is the recipe-driven reference accounting;
   // others follow what that framework's code keeps (one GPU, their own recipe).
   std::string framework = "torch";
-  bool compiled = false;  // torch.compile(model): modelled for the hf profile
+  // torch.compile(model): modelled for the hf, hf-eager and torchao-float8 profiles, and for the
+  // torch reference on one GPU at ZeRO-0 with the bf16 recipe, without checkpointing (framework.hpp).
+  bool compiled = false;
+  // The torch reference's loop keeps the model's bf16 logits alive until backward has run (as
+  // scripts/measure_memory.py's loop does); false: they are freed once the loss is formed. Only
+  // the compiled torch reference models a loop that frees them; the framework profiles model their
+  // own loops, which hold only the loss.
+  bool loop_holds_logits = true;
   double gpu_mem_gib = kH100GiB;
 };
 // Throws UsageError naming the bad option (gpus/batch/seq < 1, zero outside 0..3, gpu memory

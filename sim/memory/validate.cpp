@@ -134,8 +134,11 @@ struct StepSetting {
   model::ModelConfig model;
   std::string framework, profile;
   bool compiled, checkpointing;
-  bool known;     // a profile of that name exists
-  bool modelled;  // known, not the torch reference, and not compiled unless the profile models it
+  bool known;  // a profile of that name exists
+  // known, not compiled unless the profile models it, and for an eager torch-loop run, a loop that
+  // held its logits
+  bool modelled;
+  bool loop_holds_logits;  // the file's loop_holds_logits (absent: false)
 };
 
 StepSetting step_setting(const Json& d, const std::string& origin) {
@@ -157,13 +160,15 @@ StepSetting step_setting(const Json& d, const std::string& origin) {
   }
   bool known = false;
   for (const auto& f : frameworks()) known = known || f.name == profile;
-  // The torch reference accounting keeps the bf16 logits alive through backward, as the reference
-  // loop does (scripts/measure_memory.py); a measurement judged by it must say its loop did too.
+  // The eager torch reference accounting keeps the bf16 logits alive through backward, as the
+  // reference loop does (scripts/measure_memory.py); an eager measurement judged by it must say its
+  // loop did too. The compiled reference models either loop, as the file records it (the field
+  // was added when the loop began to hold them: absent means it did not).
   const Json* holds = d.find("loop_holds_logits");
   const bool holds_logits = holds && holds->is_bool() && holds->as_bool();
-  const bool modelled =
-      known && (!compiled.as_bool() || models_compile(profile)) && (profile != "torch" || holds_logits);
-  return {m, fw.as_string(), profile, compiled.as_bool(), ckpt.as_bool(), known, modelled};
+  const bool modelled = known && (!compiled.as_bool() || models_compile(profile)) &&
+                        (profile != "torch" || compiled.as_bool() || holds_logits);
+  return {m, fw.as_string(), profile, compiled.as_bool(), ckpt.as_bool(), known, modelled, holds_logits};
 }
 
 // The options of the profile for one micro-batch of the measurement.
@@ -183,6 +188,7 @@ MemoryOptions step_options(const Json& d, const std::string& origin, const StepS
   o.checkpointing = s.checkpointing;
   o.compiled = s.compiled;
   o.grads_persist = s.profile == "torch";
+  o.loop_holds_logits = s.profile != "torch" || s.loop_holds_logits;
   return o;
 }
 
@@ -210,6 +216,56 @@ MaxBatchRow max_batch_row(const Json& d, const Json& mx, const std::string& orig
           predicted,
           limit_reached,
           !limit_reached && std::fabs(static_cast<double>(predicted - measured)) <= allowed};
+}
+
+// The max-batch check `mx` of a modelled measurement beside fp8sim's largest micro-batch.
+MaxBatchCheckRow max_batch_check_row(const Json& d, const Json& mx, const std::string& origin, const StepSetting& s) {
+  const std::string where = origin + " max_batch_check";
+  FP8SIM_REQUIRE(mx.is_object(), "measurement {}: expected an object", where);
+  const Json& cap = field(mx, where, "cap_gib");
+  FP8SIM_REQUIRE(cap.is_number() && cap.as_number() > 0, "measurement {}: 'cap_gib' must be a positive number", where);
+  const Json& tried = field(mx, where, "tried");
+  FP8SIM_REQUIRE(tried.is_object() && !tried.as_object().empty(),
+                 "measurement {}: 'tried' must be a non-empty object of micro-batch: fits", where);
+  std::vector<std::pair<int64_t, bool>> rows;
+  for (const auto& [key, fits] : tried.as_object()) {
+    int64_t b = 0;
+    const bool number = !key.empty() && key.size() < 10 && key.find_first_not_of("0123456789") == std::string::npos;
+    if (number) b = std::stoll(key);
+    FP8SIM_REQUIRE(number && b >= 1 && fits.is_bool(),
+                   "measurement {}: 'tried' maps micro-batches (integers >= 1) to true or false, not \"{}\"", where,
+                   key);
+    rows.emplace_back(b, fits.as_bool());
+  }
+  std::sort(rows.begin(), rows.end());
+  MemoryOptions o = step_options(d, origin, s, 1);
+  o.gpu_mem_gib = cap.as_number();
+  const int64_t p = max_batch(s.model, o, false);
+  auto result = [&](int64_t b) -> std::optional<bool> {
+    if (b == 0) return true;  // the empty batch always runs
+    for (const auto& [tb, fits] : rows)
+      if (tb == b) return fits;
+    return std::nullopt;
+  };
+  const std::optional<bool> at = result(p), above = result(p + 1);
+  std::string verdict;
+  if (at && !*at) verdict = fmt::format("{} OOM: the largest micro-batch is below fp8sim's {}", p, p);
+  else if (above && *above) verdict = fmt::format("{} fits: the largest micro-batch is above fp8sim's {}", p + 1, p);
+  else if (at && above) verdict = fmt::format("confirmed {} ({} fits, {} OOM)", p, p, p + 1);
+  else verdict = fmt::format("undecided: fp8sim's {} and {} were not both tried", p, p + 1);
+  const bool ok = at && above && *at && !*above;
+  return {std::filesystem::path(origin).filename().string(),
+          s.model.name,
+          s.framework,
+          s.profile,
+          s.compiled,
+          s.checkpointing,
+          o.seq,
+          cap.as_number(),
+          rows,
+          p,
+          verdict,
+          ok};
 }
 
 // fp8sim's prediction for one modelled run: the peak, and what forward leaves allocated
@@ -264,13 +320,17 @@ StepRun step_run(const Json& d, const Json& r, const std::string& origin, const 
   return run;
 }
 
-// The runs of one step measurement, and into `max_rows` its max-batch search when it has one.
-std::vector<StepRun> step_rows(const Json& d, const std::string& origin, std::vector<MaxBatchRow>& max_rows) {
+// The runs of one step measurement, into `max_rows` its max-batch search and into `check_rows`
+// its max-batch check, when it has them.
+std::vector<StepRun> step_rows(const Json& d, const std::string& origin, std::vector<MaxBatchRow>& max_rows,
+                               std::vector<MaxBatchCheckRow>& check_rows) {
   const StepSetting s = step_setting(d, origin);
   const Json& runs = field(d, origin, "runs");
   FP8SIM_REQUIRE(runs.is_array() && !runs.as_array().empty(), "measurement {}: 'runs' must be a non-empty array",
                  origin);
   if (const Json* mx = d.find("max_batch"); mx && s.modelled) max_rows.push_back(max_batch_row(d, *mx, origin, s));
+  if (const Json* mx = d.find("max_batch_check"); mx && s.modelled)
+    check_rows.push_back(max_batch_check_row(d, *mx, origin, s));
   std::vector<StepRun> rows;
   for (const auto& r : runs.as_array()) rows.push_back(step_run(d, r, origin, s));
   return rows;
@@ -322,12 +382,31 @@ Json max_batch_json(const MaxBatchRow& r) {
   return row;
 }
 
+Json max_batch_check_json(const MaxBatchCheckRow& r) {
+  Json row = Json::object();
+  row["file"] = r.file;
+  row["model"] = r.model;
+  row["framework"] = r.framework;
+  row["profile"] = r.profile;
+  row["compile"] = r.compile;
+  row["checkpointing"] = r.checkpointing;
+  row["seq"] = r.seq;
+  row["cap_gib"] = r.cap_gib;
+  Json tried = Json::object();
+  for (const auto& [b, fits] : r.tried) tried[std::to_string(b)] = fits;
+  row["tried"] = tried;
+  row["predicted_max_batch"] = r.predicted_max_batch;
+  row["verdict"] = r.verdict;
+  row["ok"] = r.ok;
+  return row;
+}
+
 }  // namespace
 
 StepValidation memory_validate_steps(const std::vector<std::string>& paths) {
-  StepValidation out{{}, 0, 0, {}, 0, false};
+  StepValidation out{{}, 0, 0, {}, 0, {}, 0, false};
   for (const StepMeasurement& m : read_step_measurements(paths))
-    for (StepRun& r : step_rows(m.doc, m.file.string(), out.max_batch)) {
+    for (StepRun& r : step_rows(m.doc, m.file.string(), out.max_batch, out.max_batch_checks)) {
       if (r.prediction) {
         ++out.modelled;
         out.missed += r.prediction->ok ? 0 : 1;
@@ -336,7 +415,8 @@ StepValidation memory_validate_steps(const std::vector<std::string>& paths) {
     }
   FP8SIM_REQUIRE(!out.rows.empty(), "no step measurements in {}", fmt::join(paths, ", "));
   for (const auto& r : out.max_batch) out.max_batch_missed += r.ok ? 0 : 1;
-  out.ok = out.missed == 0 && out.max_batch_missed == 0;
+  for (const auto& r : out.max_batch_checks) out.max_batch_checks_missed += r.ok ? 0 : 1;
+  out.ok = out.missed == 0 && out.max_batch_missed == 0 && out.max_batch_checks_missed == 0;
   return out;
 }
 
@@ -354,6 +434,10 @@ Json StepValidation::to_json() const {
   out["missed"] = missed;
   out["max_batch"] = jm;
   out["max_batch_missed"] = max_batch_missed;
+  Json jc = Json::array();
+  for (const auto& r : max_batch_checks) jc.push_back(max_batch_check_json(r));
+  out["max_batch_checks"] = jc;
+  out["max_batch_checks_missed"] = max_batch_checks_missed;
   out["ok"] = ok;
   return out;
 }

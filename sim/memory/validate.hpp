@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/common/json.hpp"
@@ -62,13 +63,20 @@ MemoryValidation memory_validate_file(const std::string& path);
 // compile and checkpointing setting, one or more micro-batches) against the framework profile
 // (framework.hpp). Per run: the peak (torch.cuda.max_memory_allocated), what forward leaves
 // allocated (activations + autocast's weight copies) and the reserved peak beside it. Targets:
-// peak within kStepPeakTolerance, forward-retained within kStepActivationTolerance. Compiled runs
-// are listed as measured but not modelled. `paths`: files, or directories whose *.json files of
-// that format are all read (others are skipped), in name order. A measurement with a max-batch
-// search (measure_step.py --max-batch CAP: the largest micro-batch whose step runs with the
-// caching allocator capped at CAP GiB) is also judged against fp8sim's largest micro-batch whose
-// peak fits in CAP: within kMaxBatchTolerance of the measured one, or 1, whichever is larger
-// (the allocator's fragmentation makes the measured one the smaller, when they differ).
+// peak within kStepPeakTolerance, forward-retained within kStepActivationTolerance. Runs of a
+// framework without a profile, compiled runs of a profile that does not model torch.compile, and
+// eager torch-loop runs that do not record loop_holds_logits are listed as measured but not
+// modelled; a compiled torch-loop run is modelled with the loop its file records
+// (loop_holds_logits absent: a loop that freed its logits). `paths`: files, or directories whose
+// *.json files of that format are all read (others are skipped), in name order. A measurement
+// with a max-batch search (measure_step.py --max-batch CAP: the largest micro-batch whose step
+// runs with the caching allocator capped at CAP GiB) is also judged against fp8sim's largest
+// micro-batch whose peak fits in CAP: within kMaxBatchTolerance of the measured one, or 1,
+// whichever is larger (the allocator's fragmentation makes the measured one the smaller, when
+// they differ). A measurement with a max-batch check (measure_step.py --max-batch CAP
+// --check-batches B1,B2,...: only those micro-batches tried, each as the search tries one;
+// max_batch_check {"cap_gib", "tried": {"B": fits}}) is judged exactly: fp8sim's largest
+// micro-batch P is confirmed when P fits and P + 1 does not.
 inline constexpr double kStepPeakTolerance = 0.05;
 inline constexpr double kStepActivationTolerance = 0.10;
 inline constexpr double kMaxBatchTolerance = 0.05;
@@ -105,14 +113,30 @@ struct MaxBatchRow {
   bool ok;
 };
 
+// One max-batch check beside fp8sim's largest micro-batch P under the same cap.
+struct MaxBatchCheckRow {
+  std::string file, model, framework, profile;
+  bool compile, checkpointing;
+  int64_t seq;
+  double cap_gib;
+  std::vector<std::pair<int64_t, bool>> tried;  // each micro-batch tried and whether its step ran, ascending
+  int64_t predicted_max_batch;
+  // "confirmed P (P fits, P+1 OOM)", or the mismatch ("P OOM: ..." / "P+1 fits: ..."), or that the
+  // check tried neither P nor P + 1 in a way that decides it.
+  std::string verdict;
+  bool ok;  // confirmed
+};
+
 struct StepValidation {
   std::vector<StepRun> rows;
   int64_t modelled, missed;  // runs modelled, and those of them outside the targets
   std::vector<MaxBatchRow> max_batch;
   int64_t max_batch_missed;
+  std::vector<MaxBatchCheckRow> max_batch_checks;
+  int64_t max_batch_checks_missed;  // checks not confirmed
   bool ok;
   // {"tolerance": {"peak", "retained"}, "rows", "modelled", "missed", "max_batch",
-  // "max_batch_missed", "ok"}.
+  // "max_batch_missed", "max_batch_checks", "max_batch_checks_missed", "ok"}.
   Json to_json() const;
 };
 StepValidation memory_validate_steps(const std::vector<std::string>& paths);
