@@ -1,6 +1,7 @@
 // GPU AdamW steps (gpu/optim) against the CPU reference (sim/optim): parameters, moment codes,
 // scales, k and c bit for bit after several consecutive steps, for every state recipe, through
-// the fused one-pass kernel and the three-phase path, on awkward and real sizes.
+// the fused one-pass kernels (per group, elementwise states) and the three-phase path, on awkward
+// and real sizes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -56,10 +57,17 @@ struct Case {
   bool fused;
 };
 
-void run_case(const Case& cs, int64_t n, int steps) {
-  const optim::StateRecipe r = cs.recipe == "coat+sr"
-                                   ? optim::StateRecipe::parse("coat").with_rounding(Rounding::Stochastic, 77)
-                                   : optim::StateRecipe::parse(cs.recipe);
+// "X+sr": preset X with stochastic rounding (seed 77).
+optim::StateRecipe case_recipe(const std::string& name) {
+  const auto plus = name.find("+sr");
+  if (plus == std::string::npos) return optim::StateRecipe::parse(name);
+  return optim::StateRecipe::parse(name.substr(0, plus)).with_rounding(Rounding::Stochastic, 77);
+}
+
+// `specials`: some gradients NaN or +-Inf (their moments become non-finite: the per-tensor
+// scales' amax leaves them out and the encoders store them as the CPU does).
+void run_case(const Case& cs, int64_t n, int steps, bool specials = false) {
+  const optim::StateRecipe r = case_recipe(cs.recipe);
   if (cs.fused && !optim::grouped_step_supported(r)) GTEST_SKIP() << cs.recipe << " has no fused path";
   std::vector<float> p = test::lognormal_data(static_cast<size_t>(n), 1, 3.0);
   for (auto& x : p) x *= 0.02f;
@@ -77,7 +85,11 @@ void run_case(const Case& cs, int64_t n, int steps) {
   std::vector<float> pc = p, pg = p;
   optim::LowpScratch scratch;
   for (int s = 1; s <= steps; ++s) {
-    const std::vector<float> g = test::lognormal_data(static_cast<size_t>(n), 100 + s, 3.0);
+    std::vector<float> g = test::lognormal_data(static_cast<size_t>(n), 100 + s, 3.0);
+    if (specials && n > 7) {
+      g[static_cast<size_t>(n / 3)] = std::nanf("");
+      g[static_cast<size_t>(n / 2)] = s % 2 ? INFINITY : -INFINITY;
+    }
     const uint64_t step = static_cast<uint64_t>(t0 + s);
     const optim::AdamwStepConsts c = optim::make_step_consts(h, static_cast<int64_t>(step), cs.rule);
     if (r.is_fp32()) {
@@ -126,11 +138,39 @@ TEST(AdamwGpu, CoatNoExpandFused) {
   for (auto n : kSizes) run_case({"coat-noexpand", optim::UpdateRule::Coat, true}, n, 3);
 }
 
+// adamw_lowp_cuda with the elementwise-state step switched off: every recipe in three phases.
 TEST(AdamwGpu, EveryRecipeThreePhase) {
   FP8SIM_SKIP_WITHOUT_GPU();
+  gpu::adamw_elementwise_fused(false);
   for (const char* rcp :
        {"coat", "coat-noexpand", "te-fp8", "fp8lm", "bf16", "m=e5m2:g128:de=coat,v=e4m3:g64:de=robust"})
     for (auto n : kSizes) run_case({rcp, optim::UpdateRule::Coat, false}, n, 2);
+  gpu::adamw_elementwise_fused(true);
+}
+
+// The elementwise-state step (an amax pass where a moment has a per-tensor scale, then the fused
+// step) against the CPU's three phases: every kind of elementwise moment (bf16 / fp16 without a
+// scale, fp16 / bf16 with a power-of-two or fp32 per-tensor scale, E4M3 / E5M2 per tensor),
+// saturating or not, nearest or stochastic rounding, both update rules, non-finite gradients, and
+// sizes from 1 element to a multi-block grid.
+TEST(AdamwGpu, ElementwiseStatesEqualTheCpu) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  for (const char* rcp : {"te-fp8", "fp8lm", "bf16", "te-fp8+sr", "m=e5m2:tensor,v=bf16:tensor:scale=fp32",
+                          "m=fp16,v=e4m3:tensor:sat=none", "m=e4m3:tensor:scale=pow2:sat=none,v=fp16:tensor"}) {
+    const optim::StateRecipe r = case_recipe(rcp);
+    ASSERT_TRUE(optim::elementwise_step_supported(r)) << rcp;
+    for (auto rule : {optim::UpdateRule::Coat, optim::UpdateRule::Torch})
+      for (auto n : kSizes) run_case({rcp, rule, false}, n, 3);
+    run_case({rcp, optim::UpdateRule::Coat, false}, 4096 + 100, 3, /*specials=*/true);
+  }
+  // A recipe with a moment the step does not store falls back to the three phases.
+  for (const char* rcp : {"m=fp32,v=e4m3:tensor", "m=e4m3:tensor,v=e4m3:g128"}) {
+    ASSERT_FALSE(optim::elementwise_step_supported(case_recipe(rcp))) << rcp;
+    run_case({rcp, optim::UpdateRule::Coat, false}, 4096 + 100, 2);
+  }
+  // A parameter the size of a Llama-2-7B MLP weight (the grid loops many times; the amax reduction
+  // spans every block).
+  run_case({"te-fp8", optim::UpdateRule::Coat, false}, int64_t{4096} * 11008, 1);
 }
 
 // The fused BF16-moment step (DeepSeek-V3's optimizer in the speed replay) against the CPU's
@@ -458,6 +498,23 @@ TEST(AdamwGpu, CoatFusedShortcutsOffGiveTheSameBits) {
     }
   }
   gpu::detail::adamw_fast_paths(3, 2, true, true);
+}
+
+// The whole-group kernels with and without loads ahead (each team loading its next group while it
+// computes the current one) give the same bits, for DE and plain groups, over sizes where a team
+// has one, two or many groups to do; loads ahead are taken only by whole-group launches.
+TEST(AdamwGpu, FusedLoadsAheadGiveTheSameBits) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  for (int mode : {0, 1}) {
+    gpu::detail::adamw_prefetch(mode);
+    for (const char* rcp : {"coat", "coat-noexpand", "coat+sr"})
+      for (auto nn : {int64_t{128}, int64_t{128 * 40}, int64_t{128 * 1000}, int64_t{128 * 40 + 5}}) {
+        run_case({rcp, optim::UpdateRule::Coat, true}, nn, 2);
+        EXPECT_EQ(gpu::detail::adamw_last_launch_prefetch(), mode == 1 && nn % 128 == 0) << rcp << " n=" << nn;
+      }
+    run_case({"coat", optim::UpdateRule::Torch, true}, int64_t{4096} * 1024, 1);
+  }
+  gpu::detail::adamw_prefetch(-1);
 }
 
 }  // namespace

@@ -325,7 +325,18 @@ void run_adamw(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
     t = c.timer.time(
         [&](cudaStream_t st) { adamw_lowp_cuda(p.get(), g.get(), dm, dv, n, consts, 0, 100, scratch.get(), st); },
         c.opts.warmup, c.opts.reps);
-    e.kernel_path = "three phases (dequantize, update, quantize)";
+    const bool scaled = !r.m.spec->is_passthrough() || !r.v.spec->is_passthrough();
+    if (!optim::elementwise_step_supported(r)) {
+      e.kernel_path = "three phases (dequantize, update, quantize)";
+    } else if (!scaled) {
+      e.kernel_path = "fused one-pass (elementwise states)";
+    } else {
+      e.kernel_path = "amax pass + fused step (elementwise states)";
+      // The per-tensor scale needs the new moments' amax before the first code: the amax pass
+      // reads g and both moments once more, beyond the bytes the step must move.
+      e.note = fmt::format("the amax pass reads {:.0f} more bytes per parameter (g and both moments)",
+                           4.0 + state_bytes / static_cast<double>(n));
+    }
   }
   put_timing(c, e, t, bytes);
   e.params = n;

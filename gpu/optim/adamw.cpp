@@ -9,6 +9,7 @@
 
 #include "gpu/common/buffer.hpp"
 #include "gpu/common/cuda_check.hpp"
+#include "gpu/formats/format_code.hpp"
 #include "gpu/optim/adamw_launch.hpp"
 #include "sim/common/check.hpp"
 
@@ -19,6 +20,26 @@ void adamw_fp32_cuda(float* p, const float* g, float* m, float* v, size_t n, con
   detail::launch_adamw_fp32(p, g, m, v, n, c, stream);
 }
 
+namespace {
+
+detail::ElemMoment elem_moment(const QuantSpec& s, void* codes, float* scale, uint64_t key) {
+  detail::ElemMoment e;
+  e.codes = codes;
+  e.scale = scale;
+  e.kind = s.is_passthrough() ? detail::ElemKind::Pass16
+                              : (s.is_16bit() ? detail::ElemKind::Scaled16 : detail::ElemKind::Fp8);
+  e.format = gpu_format_code(s.format);
+  e.saturate = s.saturation == Saturation::Finite;
+  e.stochastic = s.rounding == Rounding::Stochastic && e.kind == detail::ElemKind::Fp8;
+  e.seed = e.stochastic ? key : 0;  // as optim::store_moment keys the spec
+  if (!s.is_passthrough()) e.sc = scale_consts(s);
+  return e;
+}
+
+bool g_elementwise = true;  // test hook: adamw_lowp_cuda may take the elementwise-state step
+
+}  // namespace
+
 void adamw_bf16_moments_cuda(float* p, const float* g, uint16_t* m, uint16_t* v, size_t n,
                              const optim::AdamwStepConsts& c, const optim::StateRecipe& recipe, cudaStream_t stream) {
   auto bf16_spec = [](const optim::MomentSpec& ms) {
@@ -26,9 +47,11 @@ void adamw_bf16_moments_cuda(float* p, const float* g, uint16_t* m, uint16_t* v,
   };
   if (!bf16_spec(recipe.m) || !bf16_spec(recipe.v))
     throw UsageError(fmt::format("the BF16-moment AdamW kernel needs bf16 moments, not {}", recipe.to_string()));
-  detail::launch_adamw_bf16_moments(p, g, m, v, n, c, recipe.m.spec->saturation == Saturation::Finite,
-                                    recipe.v.spec->saturation == Saturation::Finite, stream);
+  detail::launch_adamw_elementwise(p, g, elem_moment(*recipe.m.spec, m, nullptr, 0),
+                                   elem_moment(*recipe.v.spec, v, nullptr, 0), n, c, nullptr, stream);
 }
+
+void adamw_elementwise_fused(bool on) { g_elementwise = on; }
 
 void adamw_fp8_grouped_cuda(float* p, const float* g, const Fp8MomentDev& m, const Fp8MomentDev& v, size_t n,
                             int group_size, const optim::AdamwStepConsts& c, const optim::GroupMomentConsts& cm,
@@ -79,6 +102,18 @@ void adamw_lowp_cuda(float* p, const float* g, LowpMomentDev& m, LowpMomentDev& 
       FP8SIM_REQUIRE(!ms->spec.spec->delayed.enabled(),
                      "GPU AdamW: delayed scaling of optimizer states ({}) is not supported",
                      ms->spec.spec->to_string());
+  optim::StateRecipe r;
+  r.m = m.spec;
+  r.v = v.spec;
+  if (g_elementwise && optim::elementwise_step_supported(r)) {
+    auto key = [&](const LowpMomentDev& ms, int moment) {
+      return optim::state_rounding_key(ms.spec.spec->seed, param_index, step, moment);
+    };
+    detail::launch_adamw_elementwise(p, g, elem_moment(*m.spec.spec, m.codes, m.scales, key(m, 0)),
+                                     elem_moment(*v.spec.spec, v.codes, v.scales, key(v, 1)), static_cast<size_t>(n), c,
+                                     static_cast<uint32_t*>(d_scratch), stream);
+    return;
+  }
   auto* base = static_cast<unsigned char*>(d_scratch);
   float* sm = reinterpret_cast<float*>(base);
   float* sv = sm + n;

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "gpu/common/buffer.hpp"
@@ -16,6 +17,8 @@
 #include "gpu/quant/dmath_gpu.cuh"
 #include "gpu/quant/guarded_encode.cuh"
 #include "gpu/quant/quantize_kernels.cuh"
+#include "sim/formats/philox.hpp"
+#include "sim/quant/scale.hpp"
 
 namespace fp8sim::gpu::detail {
 
@@ -50,46 +53,271 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// AdamW with BF16 moments (the bf16 state recipe, DeepSeek-V3's): each element's m and v widened
-// exactly, updated by adamw_element, stored RNE to bf16 (saturating as the moment's spec says);
-// p moves with the unrounded moments, as optim::lowp_adamw_step does. One pass, 4 elements a
-// thread where aligned. Version: sim/speed/kernel_versions.hpp's kAdamwBf16mKernelVersion.
-__global__ void __launch_bounds__(256)
-    adamw_bf16_moments_kernel(float* __restrict__ p, const float* __restrict__ g, uint16_t* __restrict__ m,
-                              uint16_t* __restrict__ v, int64_t n, bool vec, optim::AdamwStepConsts c, bool sat_m,
-                              bool sat_v) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  const int64_t n4 = vec ? n / 4 : 0;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += stride) {
-    float4 pp = reinterpret_cast<float4*>(p)[i];
-    const float4 gg = reinterpret_cast<const float4*>(g)[i];
-    const uint2 mw = reinterpret_cast<const uint2*>(m)[i], vw = reinterpret_cast<const uint2*>(v)[i];
-    float mm[4] = {bf16_to_f32(static_cast<uint16_t>(mw.x)), bf16_to_f32(static_cast<uint16_t>(mw.x >> 16)),
-                   bf16_to_f32(static_cast<uint16_t>(mw.y)), bf16_to_f32(static_cast<uint16_t>(mw.y >> 16))};
-    float vv[4] = {bf16_to_f32(static_cast<uint16_t>(vw.x)), bf16_to_f32(static_cast<uint16_t>(vw.x >> 16)),
-                   bf16_to_f32(static_cast<uint16_t>(vw.y)), bf16_to_f32(static_cast<uint16_t>(vw.y >> 16))};
-    optim::adamw_element(pp.x, gg.x, mm[0], vv[0], c);
-    optim::adamw_element(pp.y, gg.y, mm[1], vv[1], c);
-    optim::adamw_element(pp.z, gg.z, mm[2], vv[2], c);
-    optim::adamw_element(pp.w, gg.w, mm[3], vv[3], c);
-    reinterpret_cast<float4*>(p)[i] = pp;
-    uint32_t mo[2], vo[2];
+// ---- Elementwise-state AdamW (bf16, te-fp8, fp8lm and every per-tensor or 16-bit state) ----
+// Each element: its moments decoded (16-bit widening, FP8 through a 256-entry table, times the old
+// per-tensor scale where there is one, as the dequantizer does), adamw_element, and the new
+// moments encoded as the quantizer stores them. A scaled moment needs the amax of the whole new
+// moment before its first code is written (the CPU quantizes the finished moment), so such states
+// take two passes: pass 1 recomputes only the new moments (adamw_moments: the same operations),
+// reduces their finite amax and, in its last block, turns it into the new scale (plain_scales, as
+// the per-tensor quantizer's stage 2 does); pass 2 is the fused step. Pass 1 reads g and the
+// codes: 6 of te-fp8's 22 bytes per parameter. States without a scale (bf16) run pass 2 alone.
+// Versions: sim/speed/kernel_versions.hpp's kAdamwBf16mKernelVersion and kAdamwLowpKernelVersion.
+// Workspace words: 0 amax of m, 1 amax of v (bits), 2 block counter (all zeroed by the launcher),
+// 3 / 4 the old scales of m / v, 5 / 6 the new divisors (s_quant) of m / v.
+
+constexpr int kElemUnits = 2;  // 4-element units per thread per iteration (loads first, then math)
+
+struct ElemUnit {
+  float4 p, g;
+  uint2 m, v;  // codes: 4 bytes (FP8, in .x) or 8 bytes (16-bit)
+};
+
+__device__ __forceinline__ bool elem_scaled(const ElemMoment& e) { return e.kind != ElemKind::Pass16; }
+
+__device__ __forceinline__ uint2 elem_load_codes(const ElemMoment& e, int64_t unit) {
+  if (e.kind == ElemKind::Fp8) return make_uint2(static_cast<const uint32_t*>(e.codes)[unit], 0u);
+  return static_cast<const uint2*>(e.codes)[unit];
+}
+__device__ __forceinline__ uint32_t elem_load_code(const ElemMoment& e, int64_t i) {
+  if (e.kind == ElemKind::Fp8) return static_cast<const uint8_t*>(e.codes)[i];
+  return static_cast<const uint16_t*>(e.codes)[i];
+}
+
+// Element j (0..3) of a unit's codes.
+__device__ __forceinline__ uint32_t elem_code_of(const ElemMoment& e, uint2 w, int j) {
+  if (e.kind == ElemKind::Fp8) return (w.x >> (8 * j)) & 0xFFu;
+  return ((j < 2 ? w.x : w.y) >> (16 * (j & 1))) & 0xFFFFu;
+}
+
+__device__ __forceinline__ float elem_widen16(const ElemMoment& e, uint32_t h) {
+  return e.format == 2 ? bf16_to_f32(static_cast<uint16_t>(h)) : fp16_to_f32(static_cast<uint16_t>(h));
+}
+
+// The dequantized moment (dequant_kernel / dequant_passthrough_kernel's operations).
+__device__ __forceinline__ float elem_decode(const ElemMoment& e, uint32_t code, float s_old, const float* lut) {
+  if (e.kind == ElemKind::Fp8) return mul_rn(lut[code], s_old);
+  const float w = elem_widen16(e, code);
+  return e.kind == ElemKind::Scaled16 ? mul_rn(w, s_old) : w;
+}
+
+struct ElemEnc {
+  float sq = 1.0f;  // the new divisor
+  FastRecip rc{1.0f, 1.0f};
+  bool fast = false;  // FP8: div_by stands for the quotient of finite values (apply=div, round-to-nearest)
+  bool hw = false;    // FP8: the hardware converter encodes finite values
+};
+
+__device__ __forceinline__ uint32_t elem_encode16(const ElemMoment& e, float x, float sq) {
+  const float q = e.kind == ElemKind::Scaled16 ? div_rn(x, sq) : x;  // scaled16_kernel / passthrough_kernel
+  return e.format == 2 ? f32_to_bf16_rne(q, e.saturate) : f32_to_fp16_rne(q, e.saturate);
+}
+
+// The FP8 code of one value, by the per-tensor encode's reference path (encode_tensor_word_ref).
+// Out of line (rare: non-finite values, stochastic rounding, scales outside div_by's range), with
+// scalar arguments (a reference to a kernel parameter would copy the parameter to local memory).
+__device__ __noinline__ uint32_t encode_fp8_ref_scalar(float x, ElemEnc k, Apply apply, int format, bool saturate,
+                                                       bool stochastic, uint64_t seed, uint64_t idx) {
+  ScaleConsts sc;
+  sc.apply = apply;
+  const bool fin = is_finite_bits(f32_bits(x));
+  const float q = k.fast && fin ? div_by(x, k.rc) : apply_scale(x, k.sq, sc);
+  return stochastic ? encode_fp8_stochastic(q, format, saturate, philox_word(seed, idx))
+                    : encode_fp8(q, format, saturate);
+}
+__device__ __forceinline__ uint32_t elem_encode_fp8_ref(const ElemMoment& e, float x, const ElemEnc& k, uint64_t idx) {
+  return encode_fp8_ref_scalar(x, k, e.sc.apply, e.format, e.saturate, e.stochastic, e.seed, idx);
+}
+
+// The codes of 4 consecutive new moments (elements idx .. idx + 3), packed as elem_load_codes reads them.
+__device__ __forceinline__ uint2 elem_encode4(const ElemMoment& e, const float (&x)[4], const ElemEnc& k,
+                                              uint64_t idx) {
+  if (e.kind != ElemKind::Fp8) {
+    uint32_t h[4];
 #pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      mo[k] = static_cast<uint32_t>(f32_to_bf16_rne(mm[2 * k], sat_m)) |
-              (static_cast<uint32_t>(f32_to_bf16_rne(mm[2 * k + 1], sat_m)) << 16);
-      vo[k] = static_cast<uint32_t>(f32_to_bf16_rne(vv[2 * k], sat_v)) |
-              (static_cast<uint32_t>(f32_to_bf16_rne(vv[2 * k + 1], sat_v)) << 16);
-    }
-    reinterpret_cast<uint2*>(m)[i] = make_uint2(mo[0], mo[1]);
-    reinterpret_cast<uint2*>(v)[i] = make_uint2(vo[0], vo[1]);
+    for (int j = 0; j < 4; ++j) h[j] = elem_encode16(e, x[j], k.sq);
+    return make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
   }
-  for (int64_t i = 4 * n4 + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    float pp = p[i], mm = bf16_to_f32(m[i]), vv = bf16_to_f32(v[i]);
+  uint32_t m = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) m = max(m, f32_bits(x[j]) & 0x7FFFFFFFu);
+  if (k.hw && k.fast && m < 0x7F800000u) {  // every value finite: the encode kernel's hardware path
+    float q[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) q[j] = div_by(x[j], k.rc);
+    const uint32_t w = e.format == 0 ? cvt2_hw<E4M3Traits>(q[0], q[1]) | (cvt2_hw<E4M3Traits>(q[2], q[3]) << 16)
+                                     : cvt2_hw<E5M2Traits>(q[0], q[1]) | (cvt2_hw<E5M2Traits>(q[2], q[3]) << 16);
+    return make_uint2(w, 0u);
+  }
+  uint32_t w = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) w |= elem_encode_fp8_ref(e, x[j], k, idx + j) << (8 * j);
+  return make_uint2(w, 0u);
+}
+
+__device__ __forceinline__ void elem_store_codes(const ElemMoment& e, int64_t unit, uint2 w) {
+  if (e.kind == ElemKind::Fp8) static_cast<uint32_t*>(e.codes)[unit] = w.x;
+  else static_cast<uint2*>(e.codes)[unit] = w;
+}
+__device__ __forceinline__ void elem_store_code(const ElemMoment& e, int64_t i, uint32_t code) {
+  if (e.kind == ElemKind::Fp8) static_cast<uint8_t*>(e.codes)[i] = static_cast<uint8_t>(code);
+  else static_cast<uint16_t*>(e.codes)[i] = static_cast<uint16_t>(code);
+}
+
+__device__ __forceinline__ void elem_fill_luts(const ElemMoment& m, const ElemMoment& v, float* lut_m, float* lut_v) {
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) {
+    if (m.kind == ElemKind::Fp8) lut_m[i] = decode_fp8(static_cast<uint8_t>(i), m.format);
+    if (v.kind == ElemKind::Fp8) lut_v[i] = decode_fp8(static_cast<uint8_t>(i), v.format);
+  }
+  __syncthreads();
+}
+
+__device__ __forceinline__ void elem_amax_add(uint32_t& amax, float x) {
+  const uint32_t a = f32_bits(x) & 0x7FFFFFFFu;
+  amax = a < 0x7F800000u && a > amax ? a : amax;  // finite values only, as the quantizer's stage 1
+}
+
+// A scaled moment's new scale from the amax of the new moment (the per-tensor quantizer's
+// finish_scale): the divisor into *sq_out, the stored scale over the old one.
+__device__ __forceinline__ void elem_new_scale(const ElemMoment& e, uint32_t* amax, uint32_t* sq_out) {
+  if (!elem_scaled(e)) return;
+  float sq, stored;
+  plain_scales(amax_with_eps(f32_from_bits(atomicMax(amax, 0u)), e.sc), e.sc, sq, stored);
+  *sq_out = f32_bits(sq);
+  e.scale[0] = stored;
+}
+
+// Pass 1: the finite amax of the new m and v; the last block writes the new scales.
+__global__ void __launch_bounds__(256)
+    adamw_elem_amax_kernel(const float* __restrict__ g, ElemMoment m, ElemMoment v, int64_t n, bool vec,
+                           optim::AdamwStepConsts c, uint32_t* __restrict__ ws) {
+  __shared__ float lut_m[256], lut_v[256];
+  __shared__ uint32_t warp_max[2][8];
+  elem_fill_luts(m, v, lut_m, lut_v);
+  const float sm_old = elem_scaled(m) ? m.scale[0] : 1.0f, sv_old = elem_scaled(v) ? v.scale[0] : 1.0f;
+  uint32_t am = 0, av = 0;
+  const int64_t units = vec ? n / 4 : 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t u0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u0 < units;
+       u0 += kElemUnits * stride) {
+    float4 gg[kElemUnits];
+    uint2 cm[kElemUnits], cv[kElemUnits];
+#pragma unroll
+    for (int k = 0; k < kElemUnits; ++k) {
+      const int64_t u = u0 + k * stride;
+      if (u < units) {
+        gg[k] = reinterpret_cast<const float4*>(g)[u];
+        cm[k] = elem_load_codes(m, u);
+        cv[k] = elem_load_codes(v, u);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kElemUnits; ++k) {
+      if (u0 + k * stride >= units) break;
+      const float gj[4] = {gg[k].x, gg[k].y, gg[k].z, gg[k].w};
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        float mm = elem_decode(m, elem_code_of(m, cm[k], j), sm_old, lut_m);
+        float vv = elem_decode(v, elem_code_of(v, cv[k], j), sv_old, lut_v);
+        optim::adamw_moments(gj[j], mm, vv, c);
+        elem_amax_add(am, mm);
+        elem_amax_add(av, vv);
+      }
+    }
+  }
+  for (int64_t i = 4 * units + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float mm = elem_decode(m, elem_load_code(m, i), sm_old, lut_m);
+    float vv = elem_decode(v, elem_load_code(v, i), sv_old, lut_v);
+    optim::adamw_moments(g[i], mm, vv, c);
+    elem_amax_add(am, mm);
+    elem_amax_add(av, vv);
+  }
+  am = warp_max_u32(am);
+  av = warp_max_u32(av);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    warp_max[0][warp] = am;
+    warp_max[1][warp] = av;
+  }
+  __syncthreads();
+  if (threadIdx.x < 2) {
+    uint32_t r = 0;
+    for (int w = 0; w < static_cast<int>(blockDim.x >> 5); ++w) r = max(r, warp_max[threadIdx.x][w]);
+    if (r) atomicMax(ws + threadIdx.x, r);  // non-negative floats order like their bits
+  }
+  if (last_block_done(ws + 2) && threadIdx.x == 0) {
+    ws[3] = f32_bits(sm_old);
+    ws[4] = f32_bits(sv_old);
+    elem_new_scale(m, ws + 0, ws + 5);
+    elem_new_scale(v, ws + 1, ws + 6);
+  }
+}
+
+__device__ __forceinline__ ElemEnc elem_enc(const ElemMoment& e, const uint32_t* ws, int k, bool hw) {
+  ElemEnc r;
+  if (!elem_scaled(e)) return r;
+  r.sq = f32_from_bits(ws[5 + k]);
+  if (e.kind == ElemKind::Fp8) {
+    r.fast = e.sc.apply == Apply::Div && !e.stochastic && fast_recip_ok(r.sq);
+    r.rc = fast_recip(r.fast ? r.sq : 1.0f);
+    // As the per-tensor encode (tensor_hw_ok): non-saturating storage only where no |x / s| can
+    // overflow, which a scale from the moment's own amax without a negative epsilon guarantees.
+    r.hw = hw && !e.stochastic && (e.saturate || e.sc.eps >= 0.0);
+  }
+  return r;
+}
+
+// Pass 2: the fused step (decode, adamw_element, encode), 4 elements per unit.
+__global__ void __launch_bounds__(256)
+    adamw_elem_step_kernel(float* __restrict__ p, const float* __restrict__ g, ElemMoment m, ElemMoment v, int64_t n,
+                           bool vec, optim::AdamwStepConsts c, const uint32_t* __restrict__ ws, bool hw) {
+  __shared__ float lut_m[256], lut_v[256];
+  elem_fill_luts(m, v, lut_m, lut_v);
+  const float sm_old = elem_scaled(m) ? f32_from_bits(ws[3]) : 1.0f;
+  const float sv_old = elem_scaled(v) ? f32_from_bits(ws[4]) : 1.0f;
+  const ElemEnc km = elem_enc(m, ws, 0, hw), kv = elem_enc(v, ws, 1, hw);
+  const int64_t units = vec ? n / 4 : 0;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t u0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u0 < units;
+       u0 += kElemUnits * stride) {
+    ElemUnit in[kElemUnits];
+#pragma unroll
+    for (int k = 0; k < kElemUnits; ++k) {
+      const int64_t u = u0 + k * stride;
+      if (u < units) {
+        in[k].p = reinterpret_cast<const float4*>(p)[u];
+        in[k].g = reinterpret_cast<const float4*>(g)[u];
+        in[k].m = elem_load_codes(m, u);
+        in[k].v = elem_load_codes(v, u);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kElemUnits; ++k) {
+      const int64_t u = u0 + k * stride;
+      if (u >= units) break;
+      float pj[4] = {in[k].p.x, in[k].p.y, in[k].p.z, in[k].p.w};
+      const float gj[4] = {in[k].g.x, in[k].g.y, in[k].g.z, in[k].g.w};
+      float mm[4], vv[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        mm[j] = elem_decode(m, elem_code_of(m, in[k].m, j), sm_old, lut_m);
+        vv[j] = elem_decode(v, elem_code_of(v, in[k].v, j), sv_old, lut_v);
+        optim::adamw_element(pj[j], gj[j], mm[j], vv[j], c);
+      }
+      reinterpret_cast<float4*>(p)[u] = make_float4(pj[0], pj[1], pj[2], pj[3]);
+      elem_store_codes(m, u, elem_encode4(m, mm, km, static_cast<uint64_t>(4 * u)));
+      elem_store_codes(v, u, elem_encode4(v, vv, kv, static_cast<uint64_t>(4 * u)));
+    }
+  }
+  for (int64_t i = 4 * units + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    float pp = p[i];
+    float mm = elem_decode(m, elem_load_code(m, i), sm_old, lut_m);
+    float vv = elem_decode(v, elem_load_code(v, i), sv_old, lut_v);
     optim::adamw_element(pp, g[i], mm, vv, c);
     p[i] = pp;
-    m[i] = f32_to_bf16_rne(mm, sat_m);
-    v[i] = f32_to_bf16_rne(vv, sat_v);
+    const uint64_t idx = static_cast<uint64_t>(i);
+    elem_store_code(m, i, m.kind == ElemKind::Fp8 ? elem_encode_fp8_ref(m, mm, km, idx) : elem_encode16(m, mm, km.sq));
+    elem_store_code(v, i, v.kind == ElemKind::Fp8 ? elem_encode_fp8_ref(v, vv, kv, idx) : elem_encode16(v, vv, kv.sq));
   }
 }
 
@@ -283,6 +511,29 @@ __device__ __noinline__ uint32_t encode_expand_ref(float x, ExpandParams e, int 
   return encode_fp8(expand_value(x, e), fmt, sat);
 }
 
+// One lane's share of a group as it comes from memory: W words of 4 elements and the group's old
+// parameters. The kernel with loads ahead (PF) loads the next group's while it computes the current
+// one, so each warp keeps twice the bytes in flight (at the price of the registers that hold them).
+template <int W>
+struct LaneRaw {
+  float4 p[W], g[W];
+  uint32_t m[W], v[W];
+  ExpandParams em, ev;
+};
+template <int W>
+__device__ __forceinline__ void load_lane(LaneRaw<W>& r, const float* p, const float* g, const Fp8MomentPtrs& m,
+                                          const Fp8MomentPtrs& v, int64_t idx, int64_t grp) {
+#pragma unroll
+  for (int w = 0; w < W; ++w) {
+    r.p[w] = *reinterpret_cast<const float4*>(p + idx + 4 * w);
+    r.g[w] = *reinterpret_cast<const float4*>(g + idx + 4 * w);
+    r.m[w] = *reinterpret_cast<const uint32_t*>(m.codes + idx + 4 * w);
+    r.v[w] = *reinterpret_cast<const uint32_t*>(v.codes + idx + 4 * w);
+  }
+  r.em = ExpandParams{m.k ? m.k[grp] : 1.0f, m.c ? m.c[grp] : 1.0f, m.scales[grp]};
+  r.ev = ExpandParams{v.k ? v.k[grp] : 1.0f, v.c ? v.c[grp] : 1.0f, v.scales[grp]};
+}
+
 // One team of TEAM lanes per group, EPL (4 or 8) consecutive elements per lane, the whole group
 // in registers. DE moments use the exact shortcuts above: the mantissa table for dequantization
 // (teams of 16 or 32 lanes) and the guarded requantization (nearest rounding with the verified
@@ -290,7 +541,8 @@ __device__ __noinline__ uint32_t encode_expand_ref(float x, ExpandParams e, int 
 // over the team: for TEAM == 32 the m parameters on lanes 0-15 and v's on 16-31, for TEAM == 16
 // with EPL == 8 lanes 0-7 and 8-15 of each 16-lane team. `counts` (optional, tests) receives how
 // many elements took each path: {decode table, decode reference, encode guarded, encode reference}.
-template <int TEAM, int EPL, int MINB, bool FULL>
+// Version: sim/speed/kernel_versions.hpp's kAdamwFp8DeKernelVersion.
+template <int TEAM, int EPL, int MINB, bool FULL, bool PF = false>
 __global__ void __launch_bounds__(256, MINB)
     adamw_fp8_grouped_kernel(float* __restrict__ p, const float* __restrict__ g, Fp8MomentPtrs m, Fp8MomentPtrs v,
                              int64_t n, int G, bool vec, optim::AdamwStepConsts c, optim::GroupMomentConsts cm,
@@ -314,9 +566,21 @@ __global__ void __launch_bounds__(256, MINB)
   const int team_lane = lane & (TEAM - 1);
   const int team_in_block = threadIdx.x / TEAM;
   const int64_t groups = (n + G - 1) / G;
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock; base < groups;
-       base += static_cast<int64_t>(gridDim.x) * kTeamsPerBlock) {
+  const int64_t team_stride = static_cast<int64_t>(gridDim.x) * kTeamsPerBlock;
+  static_assert(!PF || FULL, "loads ahead only in the kernel without element-wise paths");
+  LaneRaw<W> nxt;  // PF: the lane's share of this team's next group, loaded ahead
+  if constexpr (PF) {
+    const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock + team_in_block;
+    if (g0 < groups) load_lane(nxt, p, g, m, v, g0 * G + team_lane * EPL, g0);
+  }
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock; base < groups; base += team_stride) {
     const int64_t grp = base + team_in_block;
+    LaneRaw<W> cur;
+    if constexpr (PF) {
+      cur = nxt;
+      const int64_t gn = grp + team_stride;
+      if (gn < groups) load_lane(nxt, p, g, m, v, gn * G + team_lane * EPL, gn);
+    }
     const bool active = grp < groups;
     const int64_t i0 = active ? grp * G : 0;
     const int len = active ? static_cast<int>(G < n - i0 ? G : n - i0) : 0;
@@ -346,12 +610,13 @@ __global__ void __launch_bounds__(256, MINB)
       qv[j] = 0;
     }
     if (vec_lane) {
+      if constexpr (!PF) load_lane(cur, p, g, m, v, idx, grp);
 #pragma unroll
       for (int w = 0; w < W; ++w) {
-        const float4 p4 = *reinterpret_cast<const float4*>(p + idx + 4 * w);
-        const float4 g4 = *reinterpret_cast<const float4*>(g + idx + 4 * w);
-        const uint32_t m4 = *reinterpret_cast<const uint32_t*>(m.codes + idx + 4 * w);
-        const uint32_t v4 = *reinterpret_cast<const uint32_t*>(v.codes + idx + 4 * w);
+        const float4 p4 = cur.p[w];
+        const float4 g4 = cur.g[w];
+        const uint32_t m4 = cur.m[w];
+        const uint32_t v4 = cur.v[w];
         pv[4 * w + 0] = p4.x;
         pv[4 * w + 1] = p4.y;
         pv[4 * w + 2] = p4.z;
@@ -379,7 +644,10 @@ __global__ void __launch_bounds__(256, MINB)
     }
     // The old parameters (plain scaling keeps no k, c: decode uses only the stored scale).
     optim::GroupParams pm_old, pv_old;
-    if (active) {
+    if (vec_lane) {
+      pm_old.e = cur.em;
+      pv_old.e = cur.ev;
+    } else if (active) {
       pm_old.e = ExpandParams{m.k ? m.k[grp] : 1.0f, m.c ? m.c[grp] : 1.0f, m.scales[grp]};
       pv_old.e = ExpandParams{v.k ? v.k[grp] : 1.0f, v.c ? v.c[grp] : 1.0f, v.scales[grp]};
     }
@@ -689,6 +957,17 @@ int g_min_blocks = 2;                         // __launch_bounds__ blocks per SM
 bool g_wide = true;                           // G > 64: 16 lanes x 8 elements (else 32 x 4)
 bool g_full = true;                           // whole-group launches may take the FULL kernel
 bool g_last_full = false;                     // whether the last fused launch took it (test hook)
+int g_prefetch = -1;                          // loads ahead: -1 = FP8SIM_ADAMW_PREFETCH (default on), 0 off, 1 on
+bool g_last_prefetch = false;                 // whether the last fused launch loaded ahead (test hook)
+
+bool prefetch_on() {
+  if (g_prefetch >= 0) return g_prefetch == 1;
+  static const bool env_on = [] {
+    const char* e = std::getenv("FP8SIM_ADAMW_PREFETCH");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }();
+  return env_on;
+}
 
 }  // namespace
 
@@ -700,6 +979,9 @@ void adamw_fast_paths(int mask, int min_blocks, bool wide, bool full) {
 }
 
 bool adamw_last_launch_full() { return g_last_full; }
+
+void adamw_prefetch(int mode) { g_prefetch = mode < 0 ? -1 : (mode ? 1 : 0); }
+bool adamw_last_launch_prefetch() { return g_last_prefetch; }
 
 void adamw_path_counting(bool on) {
   if (on && g_path_counts == nullptr) {
@@ -760,13 +1042,21 @@ void launch_adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, c
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 
-void launch_adamw_bf16_moments(float* p, const float* g, uint16_t* m, uint16_t* v, size_t n,
-                               const optim::AdamwStepConsts& c, bool saturate_m, bool saturate_v, cudaStream_t stream) {
+void launch_adamw_elementwise(float* p, const float* g, const ElemMoment& m, const ElemMoment& v, size_t n,
+                              const optim::AdamwStepConsts& c, uint32_t* ws, cudaStream_t stream) {
   if (n == 0) return;
-  const bool vec = aligned(p, 16) && aligned(g, 16) && aligned(m, 8) && aligned(v, 8);
-  const int grid = grid_cap(static_cast<int64_t>((vec ? n / 4 : n) + 255) / 256, 16);
-  adamw_bf16_moments_kernel<<<grid, 256, 0, stream>>>(p, g, m, v, static_cast<int64_t>(n), vec, c, saturate_m,
-                                                      saturate_v);
+  const unsigned code_align_m = m.kind == ElemKind::Fp8 ? 4 : 8, code_align_v = v.kind == ElemKind::Fp8 ? 4 : 8;
+  const bool vec = aligned(p, 16) && aligned(g, 16) && aligned(m.codes, code_align_m) && aligned(v.codes, code_align_v);
+  const auto N = static_cast<int64_t>(n);
+  const int64_t threads = ((vec ? N / 4 : N) + kElemUnits - 1) / kElemUnits;
+  const int grid = grid_cap((threads + 255) / 256, 8);
+  const bool scaled = m.kind != ElemKind::Pass16 || v.kind != ElemKind::Pass16;
+  if (scaled) {
+    FP8SIM_CUDA_CHECK(cudaMemsetAsync(ws, 0, 3 * sizeof(uint32_t), stream));
+    adamw_elem_amax_kernel<<<grid, 256, 0, stream>>>(g, m, v, N, vec, c, ws);
+    FP8SIM_CUDA_CHECK_LAUNCH();
+  }
+  adamw_elem_step_kernel<<<grid, 256, 0, stream>>>(p, g, m, v, N, vec, c, ws, hw_cvt_verified());
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 
@@ -800,12 +1090,23 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
   // paths (the common G = 128 launches; others keep the general kernel).
   const bool full = vec && G == team * epl && N % G == 0 && g_full && (!wide || g_min_blocks == 2);
   g_last_full = full;
+  // Loads ahead (PF): as many blocks as are resident at once, each looping over its groups.
+  const bool pf = full && prefetch_on();
 #define FP8SIM_ADAMW_LAUNCH(T, E, B, F) \
   adamw_fp8_grouped_kernel<T, E, B, F>  \
       <<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw, fast, lb_m, lb_v, cnt)
+#define FP8SIM_ADAMW_LAUNCH_PF(T, E, B)                                                             \
+  do {                                                                                              \
+    static const int resident = resident_blocks(adamw_fp8_grouped_kernel<T, E, B, true, true>);     \
+    adamw_fp8_grouped_kernel<T, E, B, true, true>                                                   \
+        <<<grid_cap((groups + teams_per_block - 1) / teams_per_block, resident), 256, 0, stream>>>( \
+            p, g, m, v, N, G, vec, c, cm, cv, hw, fast, lb_m, lb_v, cnt);                           \
+  } while (0)
+  g_last_prefetch = pf;
   if (wide) {
     if (g_min_blocks == 2) {
-      if (full) FP8SIM_ADAMW_LAUNCH(16, 8, 2, true);
+      if (pf) FP8SIM_ADAMW_LAUNCH_PF(16, 8, 2);
+      else if (full) FP8SIM_ADAMW_LAUNCH(16, 8, 2, true);
       else FP8SIM_ADAMW_LAUNCH(16, 8, 2, false);
     } else {
       FP8SIM_ADAMW_LAUNCH(16, 8, 3, false);
@@ -828,11 +1129,13 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
         FP8SIM_ADAMW_LAUNCH(16, 4, 3, false);
         break;
       default:
-        if (full) FP8SIM_ADAMW_LAUNCH(32, 4, 3, true);
+        if (pf) FP8SIM_ADAMW_LAUNCH_PF(32, 4, 2);
+        else if (full) FP8SIM_ADAMW_LAUNCH(32, 4, 3, true);
         else FP8SIM_ADAMW_LAUNCH(32, 4, 3, false);
         break;
     }
   }
+#undef FP8SIM_ADAMW_LAUNCH_PF
 #undef FP8SIM_ADAMW_LAUNCH
   FP8SIM_CUDA_CHECK_LAUNCH();
 }

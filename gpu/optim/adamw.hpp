@@ -4,6 +4,11 @@
 //
 //  * adamw_fp32_cuda: fp32 states, one elementwise pass.
 //  * adamw_bf16_moments_cuda: BF16 states (DeepSeek-V3), one elementwise pass.
+//  * the elementwise-state step (adamw_lowp_cuda takes it when optim::elementwise_step_supported): every
+//    moment stored one value per element, as a 16-bit value with or without one per-tensor scale
+//    or as an FP8 code with one per-tensor scale (bf16, te-fp8, fp8lm). A pass computing the new
+//    moments' amax (only when a moment is scaled; the scale needs the amax of the whole new moment)
+//    and one fused pass: decode, update, encode.
 //  * adamw_fp8_grouped_cuda: the fused FP8-state step for recipes where
 //    optim::grouped_step_supported() holds (the `coat` recipe: E4M3/E5M2 1xG groups with DE),
 //    in ONE pass over memory: a team of lanes per group (16 lanes x 8 elements for DE groups of
@@ -13,10 +18,9 @@
 //    requantizes. DE moments take two exact shortcuts (gpu/optim/adamw.cu explains and proves
 //    them): log2 of |q*s| from a per-group table of the 8 FP8 mantissas, and requantization from
 //    a guarded lg2/ex2 approximation whose code is certain, with the reference pow for the rest.
-//  * adamw_lowp_cuda: any state recipe, in the three phases of optim::lowp_adamw_step
-//    (dequantize both moments into fp32 scratch, update, requantize with gpu/quant), which is
-//    what per-tensor recipes (te-fp8, fp8lm) need: the scale depends on the amax of the whole new
-//    moment.
+//  * adamw_lowp_cuda: any state recipe: the elementwise-state step where it applies, else the
+//    three phases of optim::lowp_adamw_step (dequantize both moments into fp32 scratch, update,
+//    requantize with gpu/quant).
 // Device pointers; asynchronous on the given stream; nothing is allocated inside the launchers.
 #include <cuda_runtime.h>
 
@@ -68,7 +72,11 @@ struct LowpMomentDev {
   float* c = nullptr;
 };
 
-// Scratch the three-phase step needs: 2 * n floats plus a quantize workspace.
+// Test hook: whether adamw_lowp_cuda may take the elementwise-state step (default true; false runs
+// the three phases for every recipe; the results are identical).
+void adamw_elementwise_fused(bool on);
+
+// Scratch adamw_lowp_cuda needs: 2 * n floats plus a quantize workspace.
 size_t lowp_scratch_bytes(const optim::StateRecipe& r, int64_t n);
 
 // One step of parameter `param_index` (the rounding keys follow optim::state_rounding_key with

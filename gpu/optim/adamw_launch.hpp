@@ -7,6 +7,7 @@
 
 #include "sim/optim/adamw_math.hpp"
 #include "sim/optim/lowp_group.hpp"
+#include "sim/quant/scale.hpp"
 
 namespace fp8sim::gpu::detail {
 
@@ -19,8 +20,29 @@ struct Fp8MomentPtrs {
 
 void launch_adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c,
                        cudaStream_t stream);
-void launch_adamw_bf16_moments(float* p, const float* g, uint16_t* m, uint16_t* v, size_t n,
-                               const optim::AdamwStepConsts& c, bool saturate_m, bool saturate_v, cudaStream_t stream);
+
+// A moment stored one value per element (the elementwise-state step): a 16-bit value (bf16/fp16)
+// without a scale, a 16-bit value with one per-tensor scale, or an FP8 code with one per-tensor
+// scale. Scaled kinds follow the per-tensor quantizer: the scale comes from the finite amax of the
+// whole new moment (plain_scales), 16-bit values are divided by it with div_rn, FP8 values with
+// apply_scale's quotient.
+enum class ElemKind : int { Pass16 = 0, Scaled16 = 1, Fp8 = 2 };
+struct ElemMoment {
+  void* codes = nullptr;   // 2 bytes (16-bit kinds) or 1 byte per element
+  float* scale = nullptr;  // scaled kinds: one float, the old scale on entry, the new one on return
+  ElemKind kind = ElemKind::Pass16;
+  int format = 0;  // gpu_format_code: 0 E4M3, 1 E5M2, 2 BF16, 3 FP16
+  bool saturate = true;
+  bool stochastic = false;  // FP8: stochastic rounding keyed on (seed, element index)
+  uint64_t seed = 0;
+  ScaleConsts sc{};  // scaled kinds
+};
+// Words of device workspace launch_adamw_elementwise needs when a moment is scaled.
+constexpr int kElemWsWords = 8;
+// One AdamW step over n elements with elementwise moments: a pass computing the new moments' amax
+// (only when a moment is scaled; its last block writes the new scales) and the fused step.
+void launch_adamw_elementwise(float* p, const float* g, const ElemMoment& m, const ElemMoment& v, size_t n,
+                              const optim::AdamwStepConsts& c, uint32_t* ws, cudaStream_t stream);
 // group_size <= 128.
 void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8MomentPtrs v, size_t n, int group_size,
                               const optim::AdamwStepConsts& c, const optim::GroupMomentConsts& cm,
@@ -41,6 +63,11 @@ void adamw_path_counting(bool on);
 void adamw_fast_paths(int mask, int min_blocks, bool wide = true, bool full = true);
 // Whether the last fused launch took that kernel (tests).
 bool adamw_last_launch_full();
+// Whether the kernel without element-wise paths loads each team's next group while it computes
+// the current one (-1: as FP8SIM_ADAMW_PREFETCH says, on unless it is "0"; 0: off; 1: on), and
+// whether the last fused launch did; for tests and timing comparisons (results are identical).
+void adamw_prefetch(int mode);
+bool adamw_last_launch_prefetch();
 void adamw_path_counts(unsigned long long out[4]);
 // decode_table vs compress_value for every code and each of the params: out = {mismatches,
 // table-eligible (params, code) pairs}.

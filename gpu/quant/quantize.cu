@@ -487,20 +487,6 @@ __device__ __forceinline__ void raise_max_of_slice(const uint32_t* __restrict__ 
   if ((threadIdx.x & 31) == 0 && r) atomicMax(out, r);
 }
 
-// After raise_max_of_slice: whether this block is the last of the grid to finish (`done`: a
-// counter zeroed by the caller), in which case *out holds the grid's maximum (the pattern of
-// CUDA's threadFenceReduction sample). Every thread of the block gets the answer.
-__device__ __forceinline__ bool last_block_done(unsigned* done) {
-  __shared__ bool last;
-  __syncthreads();  // every warp's atomicMax is issued
-  if (threadIdx.x == 0) {
-    __threadfence();  // ... and visible device-wide before this block counts itself done
-    last = atomicAdd(done, 1u) == gridDim.x - 1;
-  }
-  __syncthreads();
-  return last;
-}
-
 // With `done`, the last block also runs finish_scale on the result, so stage 2 is one launch.
 __global__ void __launch_bounds__(256)
     max_maxima_kernel(const uint32_t* __restrict__ maxima, int64_t m, uint32_t* __restrict__ out,

@@ -78,6 +78,22 @@ __device__ __forceinline__ uint32_t warp_max_u32(uint32_t v) {
   for (int off = 16; off > 0; off >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, off));
   return v;
 }
+
+// Whether this block is the last of the grid to finish (`done`: a counter zeroed by the caller):
+// every block's earlier global writes and atomics (e.g. an atomicMax of its maximum) are then
+// visible to it (the pattern of CUDA's threadFenceReduction sample). Every thread of the block
+// gets the answer.
+__device__ __forceinline__ bool last_block_done(unsigned* done) {
+  __shared__ bool last;
+  __syncthreads();  // every warp's writes and atomics are issued
+  if (threadIdx.x == 0) {
+    __threadfence();  // ... and visible device-wide before this block counts itself done
+    last = atomicAdd(done, 1u) == gridDim.x - 1;
+  }
+  __syncthreads();
+  return last;
+}
+
 // Block-wide reduction (blockDim.x a multiple of 32, <= 1024); every thread gets the result.
 __device__ __forceinline__ Stats stats_reduce_block(Stats s) {
   __shared__ Stats warp_stats[32];

@@ -529,9 +529,9 @@ class Replayer {
     return p;
   }
 
-  // AdamW with low-precision moments on fp32 params and grads: DeepSeek-V3's BF16 moments (the
-  // fused kernel), FP8-LM's E4M3 m and FP16 v with power-of-two per-tensor scales (gpu/optim's
-  // three phases: the scale needs the amax of the whole new moment).
+  // AdamW with low-precision moments on fp32 params and grads: DeepSeek-V3's BF16 moments (one
+  // fused pass), FP8-LM's E4M3 m and FP16 v with power-of-two per-tensor scales (an amax pass and
+  // the fused step: the scale needs the amax of the whole new moment).
   Prepared prepare_lowp_optimizer(const KernelOp& op, int64_t n) {
     Prepared p;
     const bool bf16m = op.variant == "adamw_bf16m";
@@ -564,8 +564,8 @@ class Replayer {
     auto v = std::make_shared<LowpMomentDev>(moment(recipe.v, 4, true));
     void* scratch = pool_.get<uint8_t>(6, lowp_scratch_bytes(recipe, n));
     p.impl = fmt::format(
-        "gpu/optim adamw_lowp_cuda: three-phase AdamW (dequantize, update, requantize), moments {}, fp32 params "
-        "and grads",
+        "gpu/optim adamw_lowp_cuda: AdamW with elementwise states (an amax pass, then dequantize, update and "
+        "requantize in one pass), moments {}, fp32 params and grads",
         recipe.to_string());
     p.launch = [=, this] { adamw_lowp_cuda(pp, g, *m, *v, n, consts, 0, 2, scratch, s_); };
     return p;

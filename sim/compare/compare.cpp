@@ -335,7 +335,10 @@ void run_adamw(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Ent
       AdamwEntry e;
       e.recipe = rc.recipe;
       e.rule = std::string(optim::update_rule_name(rc.rule));
-      e.kernel = recipe.is_fp32() ? "fp32 elementwise" : (rc.fused ? "fused one-pass" : "three phases");
+      e.kernel = recipe.is_fp32()                            ? "fp32 elementwise"
+                 : rc.fused                                  ? "fused one-pass"
+                 : optim::elementwise_step_supported(recipe) ? "elementwise states"
+                                                             : "three phases";
       e.tensor = w->name;
       e.shape = w->shape;
       e.elements = n;

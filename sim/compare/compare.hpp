@@ -5,8 +5,8 @@
 //   quantize  every granularity and scale mode, DE coat/robust, delayed  0 differing codes, scales,
 //             scaling, stochastic; each also dequantized on both sides  k, c; 0 ulp after dequantize
 //   adamw     one optimizer step per parameter for every state recipe    0 differing p bits / codes /
-//             (fp32, bf16, coat fused + three-phase, coat-noexpand,      scales / k / c
-//             te-fp8, fp8lm)
+//             (fp32; bf16, te-fp8, fp8lm: elementwise states; coat      scales / k / c
+//             fused + three-phase, coat-noexpand)
 //   gemm      each linear layer's input x weight through cuBLASLt (BF16; within the tolerance of
 //             FP8 per-tensor fast/split, row-wise, 1x128 x 128x128 block;  sim/gemm/gemm_ref.hpp
 //             E5M2 x E4M3 dgrad) vs. the Eigen fp32 reference
@@ -93,7 +93,7 @@ struct MomentComparison {
 struct AdamwEntry {
   std::string recipe;  // optimizer-state recipe
   std::string rule;    // update rule
-  std::string kernel;  // "fp32 elementwise", "fused one-pass" or "three phases"
+  std::string kernel;  // "fp32 elementwise", "fused one-pass", "elementwise states" or "three phases"
   std::string tensor;
   std::vector<int64_t> shape;
   int64_t elements = 0;

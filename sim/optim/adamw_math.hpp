@@ -66,22 +66,40 @@ struct AdamwStepConsts {
   float wd;
 };
 
+// The moments' part of each rule alone (what a per-tensor state scale needs before the step: the
+// amax of the new moments); adamw_element_* compute m and v with these, so both give the same bits.
+FP8SIM_ADAMW_HD void adamw_moments_torch(float g, float& m, float& v, const AdamwStepConsts& c) {
+  m = fma_rn(c.one_minus_beta1, add_rn(g, -m), m);
+  v = fma_rn(mul_rn(c.one_minus_beta2, g), g, mul_rn(v, c.beta2));
+}
+FP8SIM_ADAMW_HD void adamw_moments_coat(float g, float& m, float& v, const AdamwStepConsts& c) {
+  m = add_rn(mul_rn(c.beta1, m), mul_rn(c.one_minus_beta1, g));
+  v = add_rn(mul_rn(c.beta2, v), mul_rn(mul_rn(c.one_minus_beta2, g), g));
+}
+
 // torch.optim.AdamW's CPU for-loop step for one element (see the header comment).
 FP8SIM_ADAMW_HD void adamw_element_torch(float& p, float g, float& m, float& v, const AdamwStepConsts& c) {
   p = mul_rn(p, c.decay);
-  m = fma_rn(c.one_minus_beta1, add_rn(g, -m), m);
-  v = fma_rn(mul_rn(c.one_minus_beta2, g), g, mul_rn(v, c.beta2));
+  adamw_moments_torch(g, m, v, c);
   const float denom = add_rn(div_rn(sqrt_rn(v), c.bc2_sqrt), c.eps);
   p = add_rn(p, div_rn(mul_rn(c.neg_step_size, m), denom));
 }
 
 // COAT's FP8 AdamW kernel formula for one element (see the header comment).
 FP8SIM_ADAMW_HD void adamw_element_coat(float& p, float g, float& m, float& v, const AdamwStepConsts& c) {
-  m = add_rn(mul_rn(c.beta1, m), mul_rn(c.one_minus_beta1, g));
-  v = add_rn(mul_rn(c.beta2, v), mul_rn(mul_rn(c.one_minus_beta2, g), g));
+  adamw_moments_coat(g, m, v, c);
   const float denom = mul_rn(add_rn(div_rn(sqrt_rn(v), c.bc2_sqrt), c.eps), c.bc1);
   const float update = add_rn(div_rn(m, denom), mul_rn(c.wd, p));
   p = add_rn(p, -mul_rn(c.lr, update));
+}
+
+// The new moments of one element under the rule in `c` (p is not needed).
+FP8SIM_ADAMW_HD void adamw_moments(float g, float& m, float& v, const AdamwStepConsts& c) {
+  if (c.rule == UpdateRule::Torch) {
+    adamw_moments_torch(g, m, v, c);
+  } else {
+    adamw_moments_coat(g, m, v, c);
+  }
 }
 
 // One element under the rule in `c` (uniform across a launch, so the branch does not diverge).

@@ -82,6 +82,14 @@ bool grouped_moment_ok(const MomentSpec& ms) {
          (s.expand == ExpandMode::None || s.expand == ExpandMode::Coat);
 }
 
+bool elementwise_moment(const MomentSpec& ms) {
+  if (!ms.spec) return false;
+  const QuantSpec& s = *ms.spec;
+  if (s.is_passthrough()) return s.format == Format::BF16 || s.format == Format::FP16;
+  return s.granularity == Granularity::Tensor && !s.delayed.enabled() && !s.has_expand() &&
+         (is_fp8(s.format) || s.is_16bit());
+}
+
 }  // namespace
 
 GroupMomentConsts group_moment_consts(const QuantSpec& s, uint64_t key) {
@@ -165,6 +173,8 @@ __attribute__((target_clones("avx2", "default"))) void run_groups(int64_t g0, in
 bool grouped_step_supported(const StateRecipe& r) {
   return grouped_moment_ok(r.m) && grouped_moment_ok(r.v) && r.m.spec->group_size == r.v.spec->group_size;
 }
+
+bool elementwise_step_supported(const StateRecipe& r) { return elementwise_moment(r.m) && elementwise_moment(r.v); }
 
 void lowp_adamw_step_grouped(float* p, const float* g, ParamOptimState& st, const AdamwStepConsts& c,
                              uint64_t param_index, uint64_t step, int threads) {

@@ -70,6 +70,12 @@ void lowp_adamw_step(float* p, const float* g, ParamOptimState& st, const AdamwS
 // `coat-noexpand` recipes and their E5M2 / other-G / stochastic variants).
 bool grouped_step_supported(const StateRecipe& r);
 
+// Whether both moments are stored one value per element with at most one per-tensor scale: 16-bit
+// (bf16 / fp16) with or without a per-tensor scale, or FP8 with a per-tensor scale; no delayed
+// scaling, no expansion (bf16, te-fp8, fp8lm). The GPU runs such recipes as one fused step, after
+// a pass for the new moments' amax where a moment is scaled (gpu/optim/adamw.hpp).
+bool elementwise_step_supported(const StateRecipe& r);
+
 // The launch constants of one moment for the fused loop (lowp_group.hpp) from its spec; `key` is
 // state_rounding_key(spec.seed, param_index, step, moment) (used only for stochastic rounding).
 GroupMomentConsts group_moment_consts(const QuantSpec& spec, uint64_t key);

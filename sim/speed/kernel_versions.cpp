@@ -24,7 +24,8 @@ const std::vector<KernelFamily>& kernel_families() {
       {"block_quantize", kBlockQuantizeKernelVersion, "gpu/speed/kernels.cu"},
       {"dequantize", kDequantizeKernelVersion, "gpu/speed/kernels.cu"},
       {"adamw_fp8_de", kAdamwFp8DeKernelVersion, "gpu/optim/adamw.cu (adamw_fp8_grouped_cuda)"},
-      {"adamw_fp8lm", kAdamwLowpKernelVersion, "gpu/optim/adamw.cpp (adamw_lowp_cuda, the fp8lm moments)"},
+      {"adamw_fp8lm", kAdamwLowpKernelVersion,
+       "gpu/optim/adamw.cu (adamw_lowp_cuda's elementwise-state step, the fp8lm moments)"},
       {"adamw_bf16m", kAdamwBf16mKernelVersion, "gpu/optim/adamw.cu (adamw_bf16_moments_cuda)"},
   };
   return families;

@@ -28,9 +28,9 @@ inline constexpr int kReduceMaxKernelVersion = 1;      // gpu/speed/kernels.cu: 
 inline constexpr int kAmaxKernelVersion = 1;           // gpu/speed/kernels.cu: amax_bf16
 inline constexpr int kCrossEntropyKernelVersion = 1;   // gpu/speed/kernels.cu: cross_entropy
 inline constexpr int kEmbeddingKernelVersion = 1;      // gpu/speed/kernels.cu: embedding_fwd, embedding_bwd
-inline constexpr int kAdamwFp8DeKernelVersion = 1;     // gpu/optim/adamw.cu: the fused FP8 AdamW with DE
-inline constexpr int kAdamwLowpKernelVersion = 1;      // gpu/optim: the three-phase low-precision AdamW (fp8lm)
-inline constexpr int kAdamwBf16mKernelVersion = 1;     // gpu/optim/adamw.cu: the fused AdamW with BF16 moments
+inline constexpr int kAdamwFp8DeKernelVersion = 2;     // gpu/optim/adamw.cu: the fused FP8 AdamW with DE
+inline constexpr int kAdamwLowpKernelVersion = 2;      // gpu/optim/adamw.cu: the elementwise-state AdamW (fp8lm)
+inline constexpr int kAdamwBf16mKernelVersion = 2;     // gpu/optim/adamw.cu: the elementwise-state AdamW, BF16 moments
 inline constexpr int kBlockQuantizeKernelVersion = 1;  // gpu/speed/kernels.cu: block_quantize
 inline constexpr int kDequantizeKernelVersion = 1;     // gpu/speed/kernels.cu: dequantize_mx
 
