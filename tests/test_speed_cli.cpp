@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 
+#include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
 #include "sim/common/json.hpp"
 #include "sim/recipe/recipe.hpp"
@@ -199,6 +201,67 @@ TEST(CalibrateCli, ListsTheSetWithoutAGpuAndRefusesBadInput) {
   one_line(run_fp8sim({"calibrate", "--model", "llama2-7b,", "--list"}), 2, "empty");
   one_line(run_fp8sim({"calibrate", "--model", "no-such-model", "--list"}), 2, "no-such-model");
   one_line(run_fp8sim({"calibrate", "--reps", "0", "--out", "x.json"}), 2, "--reps");
+}
+
+// Update mode: only the named families are re-timed, the file's other measurements, PyTorch's
+// times and provenance stay, and the update is recorded; names and combinations are checked
+// before any GPU is asked for.
+TEST(CalibrateCli, UpdateReplacesOnlyTheNamedFamilies) {
+  std::vector<std::string> notes;
+  const std::vector<KernelOp> all = calibration_kernels({{"llama2-7b", 2, 2048}}, notes);
+  const std::vector<KernelOp> opt = kernels_of_families(all, {"adamw_fp8lm", "adamw_bf16m"});
+  ASSERT_EQ(opt.size(), 2u);
+  for (const KernelOp& op : opt) EXPECT_EQ(op.kind, Kind::Optimizer) << op.key();
+  EXPECT_THROW(kernels_of_families(all, {"adamw_fp8lm", "nope"}), UsageError);
+
+  // Every measurement a step behind in version; the update re-times the optimizers at this build's.
+  const Calibration old = Calibration::load(calibration_file([](const KernelFamily& f) { return f.version - 1; }));
+  Calibration fresh;
+  for (const KernelOp& op : opt) {
+    Measurement m = *old.find(op.key());
+    m.median_ms *= 0.5;
+    m.min_ms = m.max_ms = m.median_ms;
+    m.version = kernel_family(op.kind, op.variant)->version;
+    fresh.add(m);
+  }
+  const Calibration u =
+      updated_calibration(old, fresh, {"adamw_fp8lm", "adamw_bf16m"}, "2026-01-01T00:00:00Z", "abc", "fp8sim x");
+  EXPECT_EQ(u.measurements().size(), old.measurements().size());
+  for (const auto& [key, m] : u.measurements()) {
+    const Measurement* f = fresh.find(key);
+    EXPECT_EQ(m.median_ms, f ? f->median_ms : old.find(key)->median_ms) << key;
+  }
+  EXPECT_EQ(u.created, old.created);
+  ASSERT_EQ(u.updates.size(), 1u);
+  EXPECT_EQ(u.updates.as_array()[0].at("commit").as_string(), "abc");
+  EXPECT_EQ(u.updates.as_array()[0].at("kernels").as_int(), 2);
+  // The stale families are now every one but the two re-timed, and the record survives a round trip.
+  std::set<std::string> stale;
+  for (const StaleFamily& sf : u.stale_families(all)) stale.insert(sf.family);
+  EXPECT_FALSE(stale.count("adamw_fp8lm"));
+  EXPECT_FALSE(stale.count("adamw_bf16m"));
+  EXPECT_TRUE(stale.count("rmsnorm"));
+  const Calibration back = Calibration::from_json(Json::parse(u.to_json().dump()), "round trip");
+  EXPECT_EQ(back.updates.dump(), u.updates.dump());
+
+  auto one_line = [](const test::CommandResult& res, int code, const std::string& needle) {
+    EXPECT_EQ(res.exit_code, code) << res.err;
+    EXPECT_NE(res.err.find(needle), std::string::npos) << res.err;
+    EXPECT_EQ(std::count(res.err.begin(), res.err.end(), '\n'), 1) << res.err;
+  };
+  const std::string cal = calibration_file(), dir = test::temp_dir();
+  one_line(run_fp8sim({"calibrate", "--update", cal, "--out", dir + "/a.json"}), 2, "--families");
+  one_line(run_fp8sim({"calibrate", "--families", "rmsnorm", "--out", dir + "/a.json"}), 2, "--update");
+  one_line(run_fp8sim({"calibrate", "--update", cal, "--families", "rmsnorm,nope", "--out", dir + "/a.json"}), 2,
+           "unknown kernel family 'nope'");
+  one_line(run_fp8sim(
+               {"calibrate", "--update", cal, "--families", "rmsnorm", "--torch-times", cal, "--out", dir + "/a.json"}),
+           2, "PyTorch");
+  one_line(
+      run_fp8sim({"calibrate", "--update", dir + "/missing.json", "--families", "rmsnorm", "--out", dir + "/a.json"}),
+      1, "missing.json");
+  one_line(run_fp8sim({"calibrate", "--update", cal, "--families", "rmsnorm", "--out", cal}), 2, cal);
+  EXPECT_FALSE(std::filesystem::exists(dir + "/a.json"));
 }
 
 TEST(CalibrateCli, WithoutAGpuSaysSoAndWritesNothing) {

@@ -12,6 +12,7 @@
 #include "sim/common/output.hpp"
 #include "sim/common/sizes.hpp"
 #include "sim/speed/calibrate.hpp"
+#include "sim/speed/kernel_versions.hpp"
 #include "sim/speed/speed.hpp"
 
 namespace fp8sim {
@@ -34,7 +35,7 @@ std::vector<std::string> comma_list(const std::string& option, const std::string
 
 int run_calibrate(const std::vector<std::string>& args) {
   po::options_description opts("options");
-  std::string out, models, batches, seqs, torch_times;
+  std::string out, models, batches, seqs, torch_times, update_from, families;
   int reps = 10, warmup = 3;
   opts.add_options()("out,o", po::value(&out), "write the calibration to FILE (atomically; - : stdout)")(
       "model,m", po::value(&models),
@@ -45,7 +46,12 @@ int run_calibrate(const std::vector<std::string>& args) {
       "PyTorch's attention, fused AdamW and layer times from scripts/torch_layer_time.py (default: those of the "
       "committed calibration)")("reps", po::value(&reps)->default_value(10), "timed repetitions per kernel")(
       "warmup", po::value(&warmup)->default_value(3), "untimed warm-up launches per kernel")(
-      "list", "print the kernels the set needs, by kind, and exit (no GPU needed)");
+      "update", po::value(&update_from),
+      "start from this calibration and re-time only the kernels of --families, keeping every other "
+      "measurement, PyTorch's times and the file's provenance; the update is recorded in its 'updates'")(
+      "families", po::value(&families),
+      "with --update: comma-separated kernel families to re-time (--list prints them with their versions)")(
+      "list", "print the kernels the set needs, by kind, and the kernel families, and exit (no GPU needed)");
   po::variables_map vm;
   if (!cli::parse("calibrate", args, opts, {}, vm, "--out FILE [--model M,...] [--torch-times FILE]",
                   "Measures on the GPU every kernel that the speed replay's plans (every recipe's) need at a\n"
@@ -57,7 +63,9 @@ int run_calibrate(const std::vector<std::string>& args) {
                   "Examples:\n"
                   "  fp8sim calibrate --list\n"
                   "  fp8sim calibrate --torch-times torch_times.json --out calibration.json  (GPU)\n"
-                  "  fp8sim calibrate --model llama2-7b --batch 2 --out cal.json  (GPU)"))
+                  "  fp8sim calibrate --model llama2-7b --batch 2 --out cal.json  (GPU)\n"
+                  "  fp8sim calibrate --update reports/h200/calibration.json --families adamw_fp8lm,adamw_bf16m "
+                  "--out cal.json  (GPU: re-time the kernels that changed)"))
     return 0;
 
   std::vector<CalibrationShape> shapes;
@@ -76,6 +84,13 @@ int run_calibrate(const std::vector<std::string>& args) {
     throw UsageError("--batch and --seq go with --model (the default set has its own)");
   }
   if (reps <= 0 || warmup < 0) throw UsageError("--reps must be positive and --warmup non-negative");
+  if (vm.count("families") && !vm.count("update")) throw UsageError("--families goes with --update FILE");
+  if (vm.count("update") && !vm.count("families"))
+    throw UsageError("--update needs --families (the kernel families to re-time; --list prints them)");
+  if (vm.count("update") && vm.count("torch-times"))
+    throw UsageError("--update re-times fp8sim's kernels only: PyTorch's times stay those of the file it updates");
+  const std::vector<std::string> family_list =
+      vm.count("families") ? comma_list("--families", families) : std::vector<std::string>{};
 
   if (vm.count("list")) {
     std::vector<std::string> notes;
@@ -87,6 +102,9 @@ int run_calibrate(const std::vector<std::string>& args) {
     for (const auto& [k, n] : by_kind) rows.push_back({k, std::to_string(n)});
     cli::print_table({"kernel", "shapes"}, rows);
     fmt::print("{} kernels\n", ops.size());
+    std::vector<std::vector<std::string>> fam;
+    for (const KernelFamily& f : kernel_families()) fam.push_back({f.name, std::to_string(f.version), f.code});
+    cli::print_table({"family", "version", "kernels"}, fam);
     for (const std::string& n : notes) fmt::print(stderr, "fp8sim calibrate: note: {}\n", n);
     return 0;
   }
@@ -94,10 +112,19 @@ int run_calibrate(const std::vector<std::string>& args) {
 
   RunFiles files;
   files.input("--torch-times", torch_times);
+  files.input("--update", update_from);
   const int out_id = files.output("--out", out);
   CalibrateOptions o;
   o.shapes = shapes;
   o.torch_times = torch_times;
+  o.update_from = update_from;
+  o.families = family_list;
+  if (!update_from.empty()) {  // the file and the names checked before the GPU is asked for
+    Calibration::load(update_from);
+    std::vector<std::string> ignored;
+    kernels_of_families(calibration_kernels(shapes.empty() ? default_calibration_shapes() : shapes, ignored),
+                        family_list);
+  }
   o.measure = {.warmup = warmup, .reps = reps};
   o.command_line = "fp8sim calibrate";
   for (const auto& a : args) o.command_line += " " + a;

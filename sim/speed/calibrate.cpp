@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 #include "sim/backend/backend.hpp"
 #include "sim/common/build_info.hpp"
 #include "sim/common/check.hpp"
 #include "sim/model/model.hpp"
+#include "sim/speed/kernel_versions.hpp"
 #include "sim/speed/speed.hpp"
 
 namespace fp8sim::speed {
@@ -51,12 +53,62 @@ std::vector<KernelOp> calibration_kernels(const std::vector<CalibrationShape>& s
   return out;
 }
 
+std::vector<KernelOp> kernels_of_families(const std::vector<KernelOp>& ops, const std::vector<std::string>& families) {
+  std::string known;
+  for (const KernelFamily& f : kernel_families()) known += (known.empty() ? "" : ", ") + std::string(f.name);
+  std::set<std::string> want;
+  for (const std::string& name : families) {
+    bool found = false;
+    for (const KernelFamily& f : kernel_families()) found = found || name == f.name;
+    if (!found) throw UsageError(fmt::format("unknown kernel family '{}' (families: {})", name, known));
+    want.insert(name);
+  }
+  std::vector<KernelOp> out;
+  std::set<std::string> hit;
+  for (const KernelOp& op : ops) {
+    const KernelFamily* f = kernel_family(op.kind, op.variant);
+    if (f && want.count(f->name)) {
+      out.push_back(op);
+      hit.insert(f->name);
+    }
+  }
+  for (const std::string& name : want)
+    if (!hit.count(name))
+      throw UsageError(fmt::format("kernel family '{}' has no kernel in the calibration set", name));
+  return out;
+}
+
+Calibration updated_calibration(Calibration base, const Calibration& fresh, const std::vector<std::string>& families,
+                                const std::string& created, const std::string& commit, const std::string& command) {
+  for (const auto& [key, m] : fresh.measurements()) base.add(m);
+  Json entry = Json::object();
+  entry["created"] = created;
+  entry["commit"] = commit;
+  entry["command"] = command;
+  Json names = Json::array();
+  for (const std::string& f : families) names.push_back(f);
+  entry["families"] = names;
+  entry["kernels"] = static_cast<double>(fresh.measurements().size());
+  if (!base.updates.is_array()) base.updates = Json::array();
+  base.updates.push_back(entry);
+  return base;
+}
+
 Calibration calibrate(const CalibrateOptions& opts, gpu::Backend& gpu, std::vector<std::string>& notes) {
   const std::vector<CalibrationShape> shapes = opts.shapes.empty() ? default_calibration_shapes() : opts.shapes;
+  const bool update = !opts.update_from.empty();
+  FP8SIM_REQUIRE(!update || opts.torch_times.empty(),
+                 "--update re-times fp8sim's kernels only: PyTorch's times stay those of the file it updates");
   const Json tdoc = opts.torch_times.empty() ? Json() : load_torch_times(opts.torch_times);  // checked before timing
-  const std::vector<KernelOp> ops = calibration_kernels(shapes, notes);
+  std::optional<Calibration> base;
+  if (update) base = Calibration::load(opts.update_from);  // checked before timing too
+  std::vector<KernelOp> ops = calibration_kernels(shapes, notes);
+  if (update) ops = kernels_of_families(ops, opts.families);
   gpu.require("calibrate times the kernels on a GPU");
   Calibration cal = gpu.measure_kernels(ops, opts.measure, opts.progress);
+  if (update)
+    return updated_calibration(std::move(*base), cal, opts.families, utc_timestamp(), build_commit(),
+                               opts.command_line);
   cal.origin = "measured in this run";
   cal.created = utc_timestamp();
   cal.command = opts.command_line;

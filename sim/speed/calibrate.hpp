@@ -36,6 +36,11 @@ struct CalibrateOptions {
   MeasureSettings measure;
   std::string command_line;                                 // recorded in the file
   std::function<void(double done, double total)> progress;  // kernels timed so far
+  // Update mode: start from this calibration and re-time only the kernels of `families`
+  // (kernel_families() names), keeping every other measurement, its PyTorch times and its
+  // provenance; the update itself is recorded in the file's `updates`.
+  std::filesystem::path update_from;
+  std::vector<std::string> families;
 };
 
 // The documented set (above), in a fixed order.
@@ -46,9 +51,19 @@ std::vector<CalibrationShape> default_calibration_shapes();
 // shape a plan refuses.
 std::vector<KernelOp> calibration_kernels(const std::vector<CalibrationShape>& shapes, std::vector<std::string>& notes);
 
+// The kernels of `ops` whose family (kernel_family) is one of `families`, in order. UsageError for
+// a name kernel_families() does not have, or for a family none of `ops` belongs to.
+std::vector<KernelOp> kernels_of_families(const std::vector<KernelOp>& ops, const std::vector<std::string>& families);
+
+// `base` with the measurements of `fresh` in place of its own of the same keys, and an entry in
+// its `updates` (created, commit, command, families, how many kernels).
+Calibration updated_calibration(Calibration base, const Calibration& fresh, const std::vector<std::string>& families,
+                                const std::string& created, const std::string& commit, const std::string& command);
+
 // Times calibration_kernels on `gpu` (which must have a GPU) and returns the calibration: created,
 // command, the build's commit, PyTorch's times (from opts.torch_times, else the committed
-// calibration's, with a note). Throws Error / UsageError.
+// calibration's, with a note). In update mode (opts.update_from) it times only the kernels of
+// opts.families and returns updated_calibration of the given file. Throws Error / UsageError.
 Calibration calibrate(const CalibrateOptions& opts, gpu::Backend& gpu, std::vector<std::string>& notes);
 
 }  // namespace fp8sim::speed

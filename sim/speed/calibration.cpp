@@ -141,6 +141,10 @@ Calibration Calibration::from_json(const Json& doc, const std::string& origin) {
     if (const Json* s = f->find("commit"); s && s->is_string()) c.commit = s->as_string();
   if (const Json* s = doc.find("copy_gbps"); s && s->is_number()) c.copy_gbps = s->as_number();
   if (const Json* t = doc.find("torch")) c.torch = *t;
+  if (const Json* u = doc.find("updates")) {
+    FP8SIM_REQUIRE(u->is_array(), "calibration '{}': 'updates' must be an array", origin);
+    c.updates = *u;
+  }
   const Json* ms = doc.find("measurements");
   FP8SIM_REQUIRE(ms && ms->is_array(), "calibration '{}': 'measurements' must be an array", origin);
   FP8SIM_REQUIRE(!ms->as_array().empty(), "calibration '{}': 'measurements' is empty", origin);
@@ -175,6 +179,7 @@ Json Calibration::to_json() const {
   for (const KernelFamily& f : kernel_families()) versions[f.name] = f.version;
   build["kernel_versions"] = versions;
   j["fp8sim"] = build;
+  if (updates.is_array() && !updates.as_array().empty()) j["updates"] = updates;
   if (copy_gbps > 0) j["copy_gbps"] = copy_gbps;
   Json arr = Json::array();
   for (const auto& [k, m] : by_key_) arr.push_back(m.to_json());

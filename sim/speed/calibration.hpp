@@ -86,6 +86,9 @@ class Calibration {
   double copy_gbps = 0;
   Json torch;          // PyTorch reference document, or null
   std::string origin;  // file it came from, or "measured in this run"
+  // Partial re-measurements since the file was created (`fp8sim calibrate --update`), oldest
+  // first: {created, commit, command, families, kernels}; an empty array when there were none.
+  Json updates = Json::array();
 
   static Calibration from_json(const Json& doc, const std::string& origin);
   static Calibration load(const std::filesystem::path& p);
