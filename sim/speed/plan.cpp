@@ -162,12 +162,14 @@ class Builder {
     const std::string sharded = fmt::format("on {} params per GPU ({} GPUs), timed on {} params and scaled linearly",
                                             params_per_gpu, o_.gpus, o_.optimizer_probe_params);
     if (plan_ == Plan::FP8LM) {
+      // 18 bytes per parameter for the step, 7 more for the amax pass (g, m and v read again).
       add(mk("optimizer.step", phase_, Kind::Optimizer, "adamw_fp8lm", {o_.optimizer_probe_params}), 0,
-          o_.optimizer_probe_params * 18.0,
+          o_.optimizer_probe_params * 25.0,
           "AdamW with an E4M3 first moment and an FP16 second moment, power-of-two per-tensor scales, " + sharded);
       deviate(
           "FP8-LM keeps FP16 master weights (with a scale) and FP8 weight gradients; the replay times gpu/optim's "
-          "three-phase low-precision AdamW with the fp8lm moments on fp32 params and grads");
+          "elementwise-state AdamW (an amax pass, then one fused pass) with the fp8lm moments on fp32 params and "
+          "grads");
     } else if (plan_ == Plan::DEEPSEEK) {
       add(mk("optimizer.step", phase_, Kind::Optimizer, "adamw_bf16m", {o_.optimizer_probe_params}), 0,
           o_.optimizer_probe_params * 20.0, "fused AdamW with BF16 moments, fp32 master weights and grads, " + sharded);
