@@ -365,7 +365,9 @@ Json step_run_json(const StepRun& r) {
   return row;
 }
 
-Json max_batch_json(const MaxBatchRow& r) {
+// The fields that name a max-batch run (MaxBatchRow and MaxBatchCheckRow share them).
+template <class Row>
+Json max_batch_run_json(const Row& r) {
   Json row = Json::object();
   row["file"] = r.file;
   row["model"] = r.model;
@@ -375,6 +377,11 @@ Json max_batch_json(const MaxBatchRow& r) {
   row["checkpointing"] = r.checkpointing;
   row["seq"] = r.seq;
   row["cap_gib"] = r.cap_gib;
+  return row;
+}
+
+Json max_batch_json(const MaxBatchRow& r) {
+  Json row = max_batch_run_json(r);
   row["measured_max_batch"] = r.measured_max_batch;
   row["predicted_max_batch"] = r.predicted_max_batch;
   row["limit_reached"] = r.limit_reached;
@@ -383,15 +390,7 @@ Json max_batch_json(const MaxBatchRow& r) {
 }
 
 Json max_batch_check_json(const MaxBatchCheckRow& r) {
-  Json row = Json::object();
-  row["file"] = r.file;
-  row["model"] = r.model;
-  row["framework"] = r.framework;
-  row["profile"] = r.profile;
-  row["compile"] = r.compile;
-  row["checkpointing"] = r.checkpointing;
-  row["seq"] = r.seq;
-  row["cap_gib"] = r.cap_gib;
+  Json row = max_batch_run_json(r);
   Json tried = Json::object();
   for (const auto& [b, fits] : r.tried) tried[std::to_string(b)] = fits;
   row["tried"] = tried;
