@@ -1,5 +1,6 @@
-// Host side of the GPU AdamW steps: validation, the three-phase path for any recipe, and the
-// upload/run/download convenience that mirrors optim::lowp_adamw_step.
+// Host side of the GPU AdamW steps: validation, the choice between the elementwise-state step and
+// the three-phase path for any recipe, and the upload/run/download convenience that mirrors
+// optim::lowp_adamw_step.
 #include "gpu/optim/adamw.hpp"
 
 #include <fmt/format.h>
