@@ -119,12 +119,6 @@ int run_calibrate(const std::vector<std::string>& args) {
   o.torch_times = torch_times;
   o.update_from = update_from;
   o.families = family_list;
-  if (!update_from.empty()) {  // the file and the names checked before the GPU is asked for
-    Calibration::load(update_from);
-    std::vector<std::string> ignored;
-    kernels_of_families(calibration_kernels(shapes.empty() ? default_calibration_shapes() : shapes, ignored),
-                        family_list);
-  }
   o.measure = {.warmup = warmup, .reps = reps};
   o.command_line = "fp8sim calibrate";
   for (const auto& a : args) o.command_line += " " + a;
@@ -134,9 +128,9 @@ int run_calibrate(const std::vector<std::string>& args) {
     bar->update(done);
   };
   std::vector<std::string> notes;
-  gpu::Backend& gpu = gpu_api::backend();
-  gpu.require("calibrate times the kernels on a GPU");
-  const Calibration cal = calibrate(o, gpu, notes);
+  // calibrate() checks the inputs (the torch times, the file to update, the family names) before
+  // it asks for the GPU.
+  const Calibration cal = calibrate(o, gpu_api::backend(), notes);
   if (bar) bar->finish();
   files.write(out_id, cal.to_json().dump(1) + "\n");
   for (const std::string& n : notes) fmt::print(stderr, "fp8sim calibrate: note: {}\n", n);

@@ -251,6 +251,20 @@ std::vector<std::string> step_run_cells(const memory::StepRun& r) {
           p ? (p->ok ? "ok" : "MISS") : r.why};
 }
 
+void print_max_batch_searches(const memory::StepValidation& v) {
+  if (v.max_batch.empty()) return;
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& r : v.max_batch)
+    rows.push_back({r.model, step_setting(r.framework, r.compile, r.checkpointing), fmt::format("{}", r.seq),
+                    fmt::format("{:g}", r.cap_gib),
+                    fmt::format("{}{}", r.measured_max_batch, r.limit_reached ? " (search limit)" : ""),
+                    fmt::format("{}", r.predicted_max_batch), r.ok ? "ok" : "MISS"});
+  fmt::print("\nLargest micro-batch under a memory cap (measured: the step runs with the allocator capped)\n");
+  cli::print_table({"model", "framework", "seq", "cap GiB", "measured", "fp8sim", "verdict"}, rows);
+  fmt::print("\n{} max-batch searches, {} outside the target ({:.0f}% or 1)\n", v.max_batch.size(), v.max_batch_missed,
+             100 * memory::kMaxBatchTolerance);
+}
+
 void print_max_batch_checks(const memory::StepValidation& v) {
   if (v.max_batch_checks.empty()) return;
   std::vector<std::vector<std::string>> rows;
@@ -277,18 +291,7 @@ void print_validate_steps(const memory::StepValidation& v) {
                    rows);
   fmt::print("\n{} runs modelled, {} outside the targets (peak {:.0f}%, forward-retained {:.0f}%)\n", v.modelled,
              v.missed, 100 * memory::kStepPeakTolerance, 100 * memory::kStepActivationTolerance);
-  if (!v.max_batch.empty()) {
-    rows.clear();
-    for (const auto& r : v.max_batch)
-      rows.push_back({r.model, step_setting(r.framework, r.compile, r.checkpointing), fmt::format("{}", r.seq),
-                      fmt::format("{:g}", r.cap_gib),
-                      fmt::format("{}{}", r.measured_max_batch, r.limit_reached ? " (search limit)" : ""),
-                      fmt::format("{}", r.predicted_max_batch), r.ok ? "ok" : "MISS"});
-    fmt::print("\nLargest micro-batch under a memory cap (measured: the step runs with the allocator capped)\n");
-    cli::print_table({"model", "framework", "seq", "cap GiB", "measured", "fp8sim", "verdict"}, rows);
-    fmt::print("\n{} max-batch searches, {} outside the target ({:.0f}% or 1)\n", v.max_batch.size(),
-               v.max_batch_missed, 100 * memory::kMaxBatchTolerance);
-  }
+  print_max_batch_searches(v);
   print_max_batch_checks(v);
 }
 
