@@ -28,6 +28,16 @@ capped at CAP_GIB (allocator OOM = does not fit), doubling and then bisecting; w
 B1,B2 it tries only those micro-batches under the cap (under --compile every micro-batch tried
 compiles again, which makes a search slow): give fp8sim's answer B and B+1 to confirm it.
 
+Data parallel (--dist, under torchrun, one GPU per process; NCCL, or gloo on the CPU): every rank
+measures its own step and rank 0 writes one document with each rank's numbers (`ranks`):
+  ddp            DistributedDataParallel with its defaults (25 MB buckets, gradient_as_bucket_view=False)
+                 over the framework's fp32 parameters; the framework's autocast and optimizer
+  fsdp2          fully_shard (FSDP2) on every decoder layer, then on the root (embedding, final norm, LM
+                 head); MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32) unless
+                 --fsdp-param-dtype fp32 (fp32 all-gathers, autocast casts); the optimizer runs on the
+                 fp32 shards. Frameworks torch and hf (with or without --checkpointing), eager.
+NCCL_NVLS_ENABLE=0 is set (NVLink multicast off) unless the environment sets it.
+
 Memory terms (bytes), all from the CUDA caching allocator:
   weights      parameter bytes (+ bfloat16 autocast weight copies saved for backward, eager only)
   gradients    bytes of every .grad after backward
@@ -39,7 +49,10 @@ Memory terms (bytes), all from the CUDA caching allocator:
 Usage:
   python3 scripts/measure_step.py --framework hf --model llama3-8b --layers 4 --batch 2 --seq 2048 \\
       --compile --out run.json
+  torchrun --nproc_per_node 4 scripts/measure_step.py --dist fsdp2 --framework hf --model llama2-7b \
+      --layers 8 --batch 2 --out fsdp2.json
   python3 scripts/measure_step.py --check      # CPU smoke test of the torch and hf code paths
+  torchrun --nproc_per_node 2 scripts/measure_step.py --check --dist fsdp2   # and of the sharding, on gloo
 """
 import argparse
 import json
@@ -110,6 +123,7 @@ class Setup:
     def __init__(self):
         self.model = None
         self.opt = None
+        self.make_opt = None  # params -> optimizer, called once the model is wrapped (FSDP2 replaces parameters)
         self.autocast = True
         self.set_to_none = True
         self.hf_loss = True  # model(input_ids, labels=...) returns the loss
@@ -126,9 +140,7 @@ def build(args, cfg, dev):
     if fw == "torch":
         with torch.device(dev):
             s.model = ref.Model(cfg)
-        if args.checkpointing:
-            die("framework torch has no checkpointing switch; use hf", 2)
-        s.opt = torch.optim.AdamW(s.model.parameters(), lr=1e-4, weight_decay=0.1, foreach=True, fused=False)
+        s.make_opt = lambda params: torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1, foreach=True, fused=False)
         s.set_to_none, s.hf_loss = False, False
         s.training = ("fp32 params + bf16 autocast; SDPA causal; F.cross_entropy(logits.float()), the loop holding "
                       "logits through backward; AdamW(foreach=True); zero_grad(set_to_none=False)")
@@ -150,7 +162,7 @@ def build(args, cfg, dev):
 
             convert_to_float8_training(s.model, config=Float8LinearConfig(), module_filter_fn=keep)
             s.recipe = "te"
-        s.opt = torch.optim.AdamW(s.model.parameters(), lr=1e-4, weight_decay=0.1, fused=dev.type == "cuda")
+        s.make_opt = lambda params: torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1, fused=dev.type == "cuda")
         s.training = (f"transformers LlamaForCausalLM attn_implementation={attn}; fp32 params + bf16 autocast; "
                       "loss = model(input_ids, labels=input_ids).loss; AdamW(fused=True); zero_grad(set_to_none=True)"
                       + ("; torchao convert_to_float8_training (tensorwise), lm_head excluded" if s.recipe == "te" else ""))
@@ -178,9 +190,20 @@ def build(args, cfg, dev):
         s.training = t.get("notes", "COAT's own CoatLlamaForCausalLM and CoatAdamW")
     else:
         die(f"unknown framework '{fw}'", 2)
-    if args.checkpointing and fw != "coat":
+    if args.checkpointing and fw == "torch":
+        from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+            CheckpointImpl, apply_activation_checkpointing, checkpoint_wrapper)
+        apply_activation_checkpointing(
+            s.model, checkpoint_wrapper_fn=lambda m: checkpoint_wrapper(m, checkpoint_impl=CheckpointImpl.NO_REENTRANT),
+            check_fn=lambda m: isinstance(m, ref.Block))
+        s.training += "; activation checkpointing of every block (checkpoint_wrapper, NO_REENTRANT)"
+    elif args.checkpointing and fw != "coat":
         s.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         s.training += "; gradient checkpointing (use_reentrant=False)"
+    if args.dist:
+        wrap_data_parallel(s, args, dev)
+    if s.opt is None:
+        s.opt = s.make_opt(s.model.parameters())
     if args.compile:
         # one static graph per micro-batch, as a fixed-shape training run compiles it
         torch._dynamo.config.automatic_dynamic_shapes = False
@@ -204,6 +227,69 @@ def triton_first_config():
 
     autotuner.Autotuner.__init__ = first
     autotuner.Autotuner._fp8sim_first_config = True
+
+
+# ---- data parallel (--dist) -----------------------------------------------------------------------
+
+DIST = ("ddp", "fsdp2")
+
+
+def dist_env():
+    """(rank, world size, local rank) from torchrun's environment; None outside torchrun."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def init_dist(args):
+    """Joins the process group torchrun set up; returns this rank's device. One GPU per process
+    (cuda:LOCAL_RANK) with NCCL, or the CPU with gloo."""
+    import torch.distributed as dist
+    rank, world, local = dist_env()
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available() or local >= torch.cuda.device_count():
+            die(f"rank {rank}: no CUDA device {local} (torchrun --nproc_per_node must not exceed the GPUs; "
+                "--device cpu runs on gloo)")
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off
+        dev = torch.device("cuda", local)
+        torch.cuda.set_device(dev)
+        dist.init_process_group("nccl", device_id=dev)
+    else:
+        dev = torch.device("cpu")
+        dist.init_process_group("gloo")
+    return dev
+
+
+def decoder_layers(model):
+    """The decoder layers of the reference model (blocks) or of transformers' LlamaForCausalLM."""
+    if hasattr(model, "blocks"):
+        return list(model.blocks)
+    return list(model.model.layers)
+
+
+def wrap_data_parallel(s, args, dev):
+    """DDP or FSDP2 around s.model, as the module docstring says."""
+    import torch.distributed as dist
+    n = dist.get_world_size()
+    if args.dist == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+        s.model = DistributedDataParallel(s.model, device_ids=[dev.index] if dev.type == "cuda" else None)
+        s.training += f"; DistributedDataParallel over {n} ranks (defaults: 25 MB buckets, gradient_as_bucket_view=False)"
+        return
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+          if args.fsdp_param_dtype == "bf16" else MixedPrecisionPolicy())
+    for layer in decoder_layers(s.model):
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(s.model, mp_policy=mp)
+    s.training += (f"; FSDP2 fully_shard per decoder layer + root over {n} ranks, "
+                   + ("MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)" if args.fsdp_param_dtype == "bf16"
+                      else "fp32 parameters gathered (no MixedPrecisionPolicy)"))
+
+
+def local_tensor(t):
+    """A DTensor's local shard (FSDP2's parameters, gradients and optimizer states), else t."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 # ---- measurement --------------------------------------------------------------------------------
@@ -463,13 +549,16 @@ def kernel_class(name):
 
 
 def component_bytes(s):
+    """(parameters in the model, then this rank's bytes of parameters, gradients and optimizer
+    states): under FSDP2 the local shards, the parameter count that of the whole model."""
     params = [p for p in s.model.parameters()]
-    pbytes = sum(p.numel() * p.element_size() for p in params)
-    grads = sum(p.grad.numel() * p.grad.element_size() for p in params if p.grad is not None)
+    pbytes = sum(local_tensor(p).numel() * p.element_size() for p in params)
+    grads = sum(local_tensor(p.grad).numel() * p.grad.element_size() for p in params if p.grad is not None)
     optim = 0
     seen = set()
     for st in s.opt.state.values():
         for v in (st.values() if isinstance(st, dict) else []):
+            v = local_tensor(v) if torch.is_tensor(v) else v
             if torch.is_tensor(v) and v.data_ptr() not in seen:
                 seen.add(v.data_ptr())
                 optim += v.numel() * v.element_size()
@@ -559,15 +648,30 @@ def parse_batches(text):
     return out
 
 
+def gather_ranks(r):
+    """Rank 0 gets every rank's record of one micro-batch (the others get None)."""
+    import torch.distributed as dist
+    out = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(r, out, dst=0)
+    return out
+
+
 def run(args):
-    dev = torch.device(args.device)
+    rank, world = 0, 1
+    if args.dist:
+        dev = init_dist(args)
+        import torch.distributed as dist
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         die("no CUDA device (use --check for a CPU smoke test)")
     cfg, cfg_path = model_config(args)
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # every rank builds the same model (FSDP2 shards it, DDP checks it)
     t_start = time.time()
     s = build(args, cfg, dev)
     st = Stepper(s, cfg, dev)
+    st.gen.manual_seed(1 + rank)  # each rank its own tokens, as data parallelism feeds them
     runs = []
     for b in args.batch:
         inp, tgt = st.batch(b, args.seq)
@@ -577,7 +681,7 @@ def run(args):
         st.sync()
         warm_s = time.time() - t0
         hooks = not args.compile and args.framework != "coat"
-        m = st.measured_step(inp, tgt, hooks, snapshot=args.snapshot and dev.type == "cuda")
+        m = st.measured_step(inp, tgt, hooks, snapshot=args.snapshot and dev.type == "cuda" and rank == 0)
         n_params, pbytes, grads, optim = component_bytes(s)
         copies = m["weight_copies"] or 0
         r = {"batch": b, "warmup_s": round(warm_s, 2),
@@ -610,6 +714,14 @@ def run(args):
         if args.profile:
             r["profile"] = st.profiled(inp, tgt)
         del inp, tgt
+        if args.dist:
+            every = gather_ranks(r)
+            if rank != 0:
+                continue
+            # measured_bytes, detail_bytes and the times stay rank 0's; `ranks` holds every rank's.
+            r["ranks"] = [{"rank": i, "measured_bytes": x["measured_bytes"], "detail_bytes": x["detail_bytes"],
+                           **({"step_ms_median": x["step_ms"]["median"]} if "step_ms" in x else {})}
+                          for i, x in enumerate(every)]
         runs.append(r)
         mb = r["measured_bytes"]
         print(f"{args.framework}{' compiled' if args.compile else ''}{' ckpt' if args.checkpointing else ''} "
@@ -623,9 +735,24 @@ def run(args):
         "versions": s.versions, "framework": args.framework, "compile": args.compile,
         "checkpointing": args.checkpointing, "recipe": s.recipe, "training": s.training,
         "model": cfg["name"], "model_config_path": cfg_path, "model_config": cfg, "params": n_params,
-        "gpus": 1, "zero": 0, "seq": args.seq, "grads_persist": not s.set_to_none,
+        "gpus": world, "zero": 3 if args.dist == "fsdp2" else 0, "seq": args.seq, "grads_persist": not s.set_to_none,
         "loop_holds_logits": s.holds_logits, "runs": runs,
     }
+    if args.dist:
+        doc["dist"] = args.dist
+        if args.dist == "fsdp2":
+            doc["fsdp_param_dtype"] = args.fsdp_param_dtype
+        if dev.type == "cuda":
+            doc["device"] += f" x {world}"
+        # The wrapped model (DDP's reducer, FSDP2's hooks) goes before its process group does.
+        import gc
+        import torch.distributed as dist
+        dist.barrier()
+        s.model = s.opt = st.s = None
+        gc.collect()
+        dist.destroy_process_group()
+        if rank != 0:
+            return
     if args.max_batch and args.check_batches and dev.type == "cuda":
         doc["max_batch_check"] = check_batches(st, args, args.max_batch, args.check_batches)
         print(f"  max-batch check at {args.max_batch} GiB: {doc['max_batch_check']['tried']}", flush=True)
@@ -668,6 +795,11 @@ def main():
     ap.add_argument("--coat-first-config", action="store_true",
                     help="coat: its autotuned Triton kernels run their first configuration (memory and max-batch "
                          "runs; not with --steps)")
+    ap.add_argument("--dist", choices=DIST,
+                    help="data parallel under torchrun, one GPU per process (see above); every rank measures")
+    ap.add_argument("--fsdp-param-dtype", choices=("bf16", "fp32"), default="bf16",
+                    help="--dist fsdp2: the dtype parameters are all-gathered in (default bf16: "
+                         "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32))")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", help="output JSON path")
     ap.add_argument("--check", action="store_true", help="CPU smoke test (tiny-llama, no memory numbers)")
@@ -677,6 +809,14 @@ def main():
     if args.check:
         args.model, args.device, args.batch, args.seq, args.warmup, args.steps = "tiny-llama", "cpu", [2], 32, 1, 1
         args.out = args.out or "/tmp/fp8sim_measure_step_check.json"
+    if args.dist:
+        if dist_env() is None:
+            die(f"--dist {args.dist} runs under torchrun (torchrun --nproc_per_node N scripts/measure_step.py ...)", 2)
+        bad = [o for o, on in (("--compile", args.compile), ("--max-batch", args.max_batch is not None),
+                               ("--profile", args.profile)) if on]
+        if args.framework not in ("torch", "hf", "hf-eager") or bad:
+            die(f"--dist runs the torch, hf and hf-eager frameworks eagerly, without --max-batch or --profile; "
+                f"not {', '.join([args.framework] + bad) if args.framework not in ('torch', 'hf', 'hf-eager') else ', '.join(bad)}", 2)
     if not args.out:
         die("--out is required", 2)
     if any(b < 1 for b in args.batch) or args.seq < 1:

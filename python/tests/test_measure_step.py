@@ -130,3 +130,68 @@ def test_check_batches_needs_the_cap_and_positive_micro_batches(ms, tmp_path):
         assert r.returncode == 2, r.stderr
         assert needle in r.stderr
         assert not out.exists()
+
+
+def torchrun(*args, nproc=2, timeout=600):
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+                           str(SCRIPTS / "measure_step.py"), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def shard_elements(shape, n, rank):
+    """FSDP2's dim-0 shard of a parameter on `rank` of n: torch.chunk's rows (ceil(rows / n) per
+    rank, the last ranks short or empty), every other dimension whole."""
+    rows, rest = shape[0], 1
+    for d in shape[1:]:
+        rest *= d
+    c = -(-rows // n)
+    return max(0, min(rows, (rank + 1) * c) - rank * c) * rest
+
+
+@pytest.mark.parametrize("dist,framework,extra", [("fsdp2", "torch", []), ("ddp", "hf", ["--checkpointing"])])
+def test_data_parallel_ranks_each_measure_their_share(dist, framework, extra, tmp_path):
+    """Under torchrun on gloo every rank measures its step and rank 0 writes them all: FSDP2's
+    ranks hold dim-0 shards of the fp32 parameters that add up to the model, with their gradients
+    and both AdamW moments; DDP's ranks each hold the whole model."""
+    out = tmp_path / "dp.json"
+    r = torchrun("--check", "--dist", dist, "--framework", framework, *extra, "--out", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert doc["gpus"] == 2 and doc["dist"] == dist and doc["zero"] == (3 if dist == "fsdp2" else 0)
+    assert doc["checkpointing"] == bool(extra)
+    (run,) = doc["runs"]
+    assert [x["rank"] for x in run["ranks"]] == [0, 1]
+    assert run["measured_bytes"] == run["ranks"][0]["measured_bytes"]
+    sys.path.insert(0, str(SCRIPTS))
+    import measure_step as ms_mod
+    cfg = doc["model_config"]
+    # The parameter shapes, from the model the script builds (built here on the CPU, not sharded).
+    with torch.device("cpu"):
+        if framework == "torch":
+            model = ms_mod.ref.Model(cfg)
+        else:
+            from transformers import LlamaForCausalLM
+            model = LlamaForCausalLM(ms_mod.hf_llama_config(cfg, "sdpa"))
+    shapes = [tuple(p.shape) for p in model.parameters()]
+    whole = sum(p.numel() for p in model.parameters()) * 4
+    assert doc["params"] == whole // 4
+    per_rank = []
+    for rank, x in enumerate(run["ranks"]):
+        mb, db = x["measured_bytes"], x["detail_bytes"]
+        local = sum(shard_elements(s, 2, rank) for s in shapes) * 4 if dist == "fsdp2" else whole
+        assert db["parameters"] == local
+        assert mb["gradients"] == local
+        # exp_avg and exp_avg_sq of every local parameter; AdamW's step counters are 4-byte scalars
+        assert 2 * local <= mb["optimizer"] <= 2 * local + 4 * len(shapes)
+        per_rank.append(local)
+    if dist == "fsdp2":
+        assert sum(per_rank) == whole
+
+
+def test_data_parallel_needs_torchrun_and_an_eager_framework(tmp_path):
+    out = tmp_path / "dp.json"
+    r = subprocess.run([sys.executable, str(SCRIPTS / "measure_step.py"), "--check", "--dist", "fsdp2", "--out",
+                        str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2 and "runs under torchrun" in r.stderr
+    r = torchrun("--check", "--dist", "ddp", "--compile", "--out", str(out))
+    assert r.returncode != 0 and "not --compile" in r.stderr
+    assert not out.exists()
