@@ -2,7 +2,8 @@
 """Run a matrix of scripts/measure_step.py measurements on the GPU machine, within a deadline.
 
 Each entry is one measure_step.py process (its own CUDA context, so a failure or an OOM touches
-nothing else). Memory-only entries run --jobs at a time (the allocator's numbers are per process);
+nothing else), or for the multi-gpu plan one torchrun of N processes (--dist ddp|fsdp2), alone on
+the machine. Memory-only entries run --jobs at a time (the allocator's numbers are per process);
 timed entries (--steps > 0, --max-batch) and COAT's run alone, after the memory entries, so that nothing shares the GPU
 while they are timed. Entries run in the order listed (the most important first); when the deadline
 comes, no new entry starts and every finished one is kept. Writes DIR/NAME.json per entry, DIR/log.txt
@@ -13,6 +14,7 @@ Usage:
   python3 scripts/measure_matrix.py --plan speed --out DIR --coat fp8_coat-1.0.11.tar.gz
   python3 scripts/measure_matrix.py --plan memory --list     # print the entries and exit
   python3 scripts/measure_matrix.py --plan maxbatch-compiled --check-at 1b-gqa=48 --out DIR
+  python3 scripts/measure_matrix.py --plan multi-gpu --gpus 2,4 --out DIR   # torchrun, every GPU per entry
 """
 import argparse
 import json
@@ -63,13 +65,13 @@ def parse_check_at(text):
     return out
 
 
-def entries(plan, coat, check_at=None):
+def entries(plan, coat, check_at=None, gpus=(2,)):
     out = []
 
     def add(cfg, fw, compile_=False, ckpt=False, steps=0, profile=False, max_batch=None, batches=None, extra=(),
-            t445=False, tag=""):
+            t445=False, tag="", dist=None, nproc=0):
         margs, bs, seq = CONFIGS[cfg]
-        name = f"{fw}{'-compiled' if compile_ else ''}{'-ckpt' if ckpt else ''}__{cfg}"
+        name = f"{fw}{'-compiled' if compile_ else ''}{'-ckpt' if ckpt else ''}__{f'{dist}-x{nproc}__' if dist else ''}{cfg}"
         if max_batch:
             name += "__maxbatch"
         name += tag
@@ -87,10 +89,13 @@ def entries(plan, coat, check_at=None):
             a += ["--max-batch", str(max_batch)]
         if fw == "coat":
             a += ["--coat", coat]
+        if dist:
+            a += ["--dist", dist]
         a += list(extra)
-        # COAT's Triton kernels autotune per shape in each process: its entries run alone
-        out.append({"name": name, "args": a, "timed": bool(steps) or bool(max_batch) or fw == "coat",
-                    "t445": fw == "coat" or t445})
+        # COAT's Triton kernels autotune per shape in each process, and a torchrun takes every GPU:
+        # those entries run alone
+        out.append({"name": name, "args": a, "timed": bool(steps) or bool(max_batch) or fw == "coat" or bool(nproc),
+                    "t445": fw == "coat" or t445, "nproc": nproc})
 
     if plan == "memory":
         # most important first: what a user runs, then the switches
@@ -170,8 +175,30 @@ def entries(plan, coat, check_at=None):
             add(c, "hf", True, steps=6, profile=True)
             add(c, "torch", steps=6, profile=True)
             add(c, "torch", True, steps=6, profile=True)
+    elif plan == "multi-gpu":
+        # DDP and FSDP2 (bf16 all-gathers) of the torch reference, which `fp8sim memory --gpus N
+        # --zero 0|3` models, then of transformers' Llama; checkpointing; FSDP2 gathering fp32
+        for fw, ckpt, dist, extra in [("torch", False, "fsdp2", ()), ("torch", False, "ddp", ()),
+                                      ("hf", False, "fsdp2", ()), ("torch", True, "fsdp2", ()),
+                                      ("hf", True, "fsdp2", ()), ("hf", False, "ddp", ()),
+                                      ("torch", False, "fsdp2", ("--fsdp-param-dtype", "fp32"))]:
+            for c in ["1b-gqa", "l2-7b-L4", "0.3b-v152k"]:
+                for n in gpus:
+                    add(c, fw, ckpt=ckpt, dist=dist, nproc=n, batches=CONFIGS[c][1][:1], extra=extra,
+                        tag="__fp32gather" if extra else "")
     else:
         raise SystemExit(f"measure_matrix.py: error: unknown plan '{plan}'")
+    return out
+
+
+def parse_gpus(text):
+    """'2,4' -> [2, 4]: the data-parallel sizes of the multi-gpu plan (each >= 2)."""
+    try:
+        out = [int(x) for x in text.split(",")]
+    except ValueError:
+        out = []
+    if not out or any(n < 2 for n in out):
+        usage_error(f"--gpus wants data-parallel sizes >= 2 separated by commas (e.g. 2,4), not '{text}'")
     return out
 
 
@@ -179,7 +206,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--plan", required=True, choices=["memory", "maxbatch", "maxbatch-compiled", "snapshot", "coat",
                                                    "speed", "speed-core", "speed-frameworks", "speed-coat",
-                                                   "speed-torchao"])
+                                                   "speed-torchao", "multi-gpu"])
     ap.add_argument("--out", help="output directory")
     ap.add_argument("--jobs", type=int, default=4, help="memory-only entries at once (default 4)")
     ap.add_argument("--deadline", type=float, default=540, help="seconds after which no entry starts")
@@ -189,9 +216,12 @@ def main():
     ap.add_argument("--check-at", default="", metavar="CFG=B,...",
                     help="plan maxbatch-compiled: per configuration, fp8sim's largest micro-batch B at 80 GiB "
                          "(B and B+1 are tried)")
+    ap.add_argument("--gpus", default="2", metavar="N,...",
+                    help="plan multi-gpu: the data-parallel sizes, each run with torchrun --nproc_per_node N "
+                         "(default 2)")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
-    todo = entries(args.plan, args.coat, parse_check_at(args.check_at))
+    todo = entries(args.plan, args.coat, parse_check_at(args.check_at), parse_gpus(args.gpus))
     if args.only:
         keys = args.only.split(",")
         todo = [e for e in todo if any(k in e["name"] for k in keys)]
@@ -212,6 +242,8 @@ def main():
     def start(e):
         outp = os.path.join(args.out, e["name"] + ".json")
         cmd = [py, script, *e["args"], "--out", outp]
+        if e["nproc"]:
+            cmd[1:1] = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={e['nproc']}"]
         errp = open(os.path.join(args.out, e["name"] + ".log"), "w")
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         if e["t445"]:  # COAT's code needs transformers 4.45.2: its site directory goes first
@@ -227,7 +259,8 @@ def main():
         r["f"].close()
         secs = round(time.time() - r["t"], 1)
         index.append({"name": r["e"]["name"], "status": status, "seconds": secs,
-                      "command": "python3 scripts/measure_step.py " + " ".join(r["e"]["args"])})
+                      "command": (f"torchrun --standalone --nproc_per_node {r['e']['nproc']} " if r["e"]["nproc"]
+                                  else "python3 ") + "scripts/measure_step.py " + " ".join(r["e"]["args"])})
         tail = open(os.path.join(args.out, r["e"]["name"] + ".log")).read().strip().splitlines()[-2:]
         msg = f"[{time.time() - t0:6.0f}s] {r['e']['name']}: {status} ({secs}s) {' | '.join(tail)}"
         print(msg, flush=True)

@@ -330,6 +330,93 @@ TEST(MemoryFrameworks, CompiledTorchRunsAreJudgedWithTheLoopTheyRecord) {
   }
 }
 
+// A data-parallel measurement (measure_step.py --dist under torchrun) is modelled by the torch
+// reference at its GPUs and sharding, and every rank is judged: the rank farthest from the per-GPU
+// prediction speaks for the run. A framework profile (one GPU) lists such a run, not modelled.
+TEST(MemoryFrameworks, DataParallelRunsAreJudgedOnEveryRank) {
+  const std::string dir = std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/frameworks";
+  Json d = Json::parse(read_text_file(dir + "/torch__1b-mha.json"));
+  ASSERT_TRUE(d["loop_holds_logits"].as_bool());
+  const model::ModelConfig m = model::parse_model(d["model_config"], "test");
+  d["runs"].as_array().resize(1);
+  Json& r = d["runs"].as_array().at(0);
+  const int64_t batch = r["batch"].as_int();
+  for (const int zero : {0, 3}) {
+    MemoryOptions o;
+    o.gpus = 2;
+    o.zero = zero;
+    o.batch = batch;
+    o.seq = d["seq"].as_int();
+    o.grads_persist = true;
+    const Footprint f = compute_footprint(m, o);
+    // Rank 0 measures 2% above the prediction, rank 1 `over` above it.
+    auto ranked = [&](double over) {
+      Json doc = d;
+      doc["gpus"] = 2;
+      doc["zero"] = zero;
+      doc["dist"] = zero == 3 ? "fsdp2" : "ddp";
+      Json& run = doc["runs"].as_array().at(0);
+      Json ranks = Json::array();
+      for (const double x : {0.02, over}) {
+        Json rec = Json::object();
+        Json mb = run["measured_bytes"];
+        Json db = run["detail_bytes"];
+        mb["peak"] = static_cast<double>(f.peak) * (1 + x);
+        db["allocated_before_forward"] = 0;
+        db["allocated_after_forward_and_loss"] = 1e9;
+        rec["measured_bytes"] = mb;
+        rec["detail_bytes"] = db;
+        ranks.push_back(rec);
+      }
+      run["ranks"] = ranks;
+      const std::string path = test::temp_dir() + "/dp-" + std::to_string(zero) + ".json";
+      std::ofstream(path) << doc.dump(-1);
+      return memory::memory_validate_steps({path});
+    };
+    const memory::StepValidation near = ranked(-0.03), far = ranked(0.07);
+    ASSERT_EQ(near.rows.size(), 1u);
+    const memory::StepRun& a = near.rows[0];
+    ASSERT_TRUE(a.modelled());
+    EXPECT_EQ(a.gpus, 2);
+    EXPECT_EQ(a.parallel, zero == 3 ? "fsdp2" : "ddp");
+    EXPECT_NEAR(a.measured_peak_gib, static_cast<double>(f.peak) * 1.02 / memory::kGiB, 1e-9);
+    EXPECT_NEAR(a.prediction->predicted_peak_gib, static_cast<double>(f.peak) / memory::kGiB, 1e-12);
+    EXPECT_NEAR(a.prediction->peak_rel, 1 / 0.97 - 1, 1e-9) << "the rank farthest off, not rank 0";
+    EXPECT_EQ(a.prediction->peak_phase, f.peak_phase);
+    const memory::StepRun& b = far.rows[0];
+    EXPECT_NEAR(b.prediction->peak_rel, 1 / 1.07 - 1, 1e-9);
+    EXPECT_FALSE(b.prediction->ok);
+    EXPECT_EQ(far.missed, 1);
+  }
+  // A profile of one GPU lists the run; a file whose ranks do not match its GPUs is refused.
+  Json hf = d;
+  hf["framework"] = "hf";
+  hf["gpus"] = 2;
+  hf["dist"] = "ddp";
+  Json& run = hf["runs"].as_array().at(0);
+  Json ranks = Json::array();
+  ranks.push_back(run);
+  ranks.push_back(run);
+  run["ranks"] = ranks;
+  const std::string path = test::temp_dir() + "/dp-hf.json";
+  std::ofstream(path) << hf.dump(-1);
+  const memory::StepValidation listed = memory::memory_validate_steps({path});
+  ASSERT_EQ(listed.rows.size(), 1u);
+  EXPECT_FALSE(listed.rows[0].modelled());
+  EXPECT_NE(listed.rows[0].why.find("profiles model one GPU"), std::string::npos) << listed.rows[0].why;
+  run["ranks"].as_array().pop_back();
+  std::ofstream(path) << hf.dump(-1);
+  try {
+    memory::memory_validate_steps({path});
+    ADD_FAILURE() << "two GPUs with one rank's record accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one record per GPU"), std::string::npos) << e.what();
+  }
+  hf["dist"] = "mpi";
+  std::ofstream(path) << hf.dump(-1);
+  EXPECT_THROW(memory::memory_validate_steps({path}), Error);
+}
+
 // A max-batch check tries only the given micro-batches: fp8sim's largest micro-batch P is confirmed
 // when P fits and P + 1 does not, a mismatch when P does not fit or P + 1 does, and undecided (not
 // confirmed) when the check tried neither in a way that decides it. P is the one the same

@@ -229,8 +229,10 @@ void print_validate(const memory::MemoryValidation& v) {
 }
 
 // "hf compiled ckpt": the framework and how it ran.
-std::string step_setting(const std::string& framework, bool compile, bool checkpointing) {
+std::string step_setting(const std::string& framework, bool compile, bool checkpointing,
+                         const std::string& parallel = "", int64_t gpus = 1) {
   std::string setting = framework;
+  if (!parallel.empty()) setting += fmt::format(" {}x{}", parallel, gpus);
   if (compile) setting += " compiled";
   if (checkpointing) setting += " ckpt";
   return setting;
@@ -239,7 +241,7 @@ std::string step_setting(const std::string& framework, bool compile, bool checkp
 std::vector<std::string> step_run_cells(const memory::StepRun& r) {
   const auto& p = r.prediction;
   return {r.model,
-          step_setting(r.framework, r.compile, r.checkpointing),
+          step_setting(r.framework, r.compile, r.checkpointing, r.parallel, r.gpus),
           fmt::format("{}x{}", r.batch, r.seq),
           fmt::format("{:.2f}", r.measured_peak_gib),
           p ? fmt::format("{:.2f}", p->predicted_peak_gib) : "-",
@@ -291,6 +293,10 @@ void print_validate_steps(const memory::StepValidation& v) {
                    rows);
   fmt::print("\n{} runs modelled, {} outside the targets (peak {:.0f}%, forward-retained {:.0f}%)\n", v.modelled,
              v.missed, 100 * memory::kStepPeakTolerance, 100 * memory::kStepActivationTolerance);
+  if (std::any_of(v.rows.begin(), v.rows.end(), [](const memory::StepRun& r) { return r.gpus > 1; }))
+    fmt::print(
+        "Data-parallel rows (ddp / fsdp2 x GPUs): the measured numbers are the largest over the ranks; each diff is "
+        "the rank farthest from fp8sim's per-GPU prediction\n");
   print_max_batch_searches(v);
   print_max_batch_checks(v);
 }

@@ -139,6 +139,9 @@ struct StepSetting {
   // held its logits
   bool modelled;
   bool loop_holds_logits;  // the file's loop_holds_logits (absent: false)
+  int64_t gpus = 1;        // data-parallel ranks
+  int zero = 0;            // 0 DDP (or one GPU), 3 FSDP
+  std::string parallel;    // the file's dist: "ddp", "fsdp2", or "" (one GPU)
 };
 
 StepSetting step_setting(const Json& d, const std::string& origin) {
@@ -166,9 +169,22 @@ StepSetting step_setting(const Json& d, const std::string& origin) {
   // was added when the loop began to hold them: absent means it did not).
   const Json* holds = d.find("loop_holds_logits");
   const bool holds_logits = holds && holds->is_bool() && holds->as_bool();
+  // Data parallel: measure_step.py --dist records the ranks, the sharding and the wrapper.
+  const Json* gj = d.find("gpus");
+  const int64_t gpus = gj ? int_field(d, origin, "gpus") : 1;
+  std::string parallel;
+  if (const Json* dj = d.find("dist")) {
+    FP8SIM_REQUIRE(dj->is_string() && (dj->as_string() == "ddp" || dj->as_string() == "fsdp2"),
+                   "measurement {}: field 'dist' must be \"ddp\" or \"fsdp2\"", origin);
+    parallel = dj->as_string();
+  }
+  FP8SIM_REQUIRE(gpus >= 1 && (gpus == 1 || !parallel.empty()),
+                 "measurement {}: 'gpus' must be 1, or the ranks of a 'dist' run (measure_step.py --dist)", origin);
   const bool modelled = known && (!compiled.as_bool() || models_compile(profile)) &&
-                        (profile != "torch" || compiled.as_bool() || holds_logits);
-  return {m, fw.as_string(), profile, compiled.as_bool(), ckpt.as_bool(), known, modelled, holds_logits};
+                        (profile != "torch" || compiled.as_bool() || holds_logits) &&
+                        (parallel.empty() || profile == "torch");
+  return {m,        fw.as_string(), profile, compiled.as_bool(),          ckpt.as_bool(), known,
+          modelled, holds_logits,   gpus,    parallel == "fsdp2" ? 3 : 0, parallel};
 }
 
 // The options of the profile for one micro-batch of the measurement.
@@ -181,8 +197,8 @@ MemoryOptions step_options(const Json& d, const std::string& origin, const StepS
     FP8SIM_REQUIRE(rec.is_string(), "measurement {}: field 'recipe' must be a string", origin);
     o.recipe = rec.as_string();
   }
-  o.gpus = 1;
-  o.zero = 0;
+  o.gpus = s.gpus;
+  o.zero = s.zero;
   o.batch = batch;
   o.seq = int_field(d, origin, "seq");
   o.checkpointing = s.checkpointing;
@@ -285,16 +301,41 @@ StepPrediction step_prediction(const Footprint& f, double peak, double retained)
           std::fabs(rp) <= kStepPeakTolerance && std::fabs(ra) <= kStepActivationTolerance};
 }
 
+// One rank's measured peak, reserved peak and forward-retained bytes.
+struct RankBytes {
+  double peak, reserved, retained;
+};
+
+RankBytes rank_bytes(const Json& rec, const std::string& where) {
+  const Json& mb = field(rec, where, "measured_bytes");
+  const Json& db = field(rec, where, "detail_bytes");
+  return {
+      bytes_field(mb, where, "peak"), bytes_field(mb, where, "reserved"),
+      bytes_field(db, where, "allocated_after_forward_and_loss") - bytes_field(db, where, "allocated_before_forward")};
+}
+
+// Every rank's bytes: the run's own (one GPU), or its `ranks` (data parallel, one per rank).
+std::vector<RankBytes> run_ranks(const Json& r, const std::string& where, const StepSetting& s) {
+  if (s.parallel.empty()) return {rank_bytes(r, where)};
+  const Json& ranks = field(r, where, "ranks");
+  FP8SIM_REQUIRE(ranks.is_array() && static_cast<int64_t>(ranks.as_array().size()) == s.gpus,
+                 "measurement {}: 'ranks' must hold one record per GPU ({})", where, s.gpus);
+  std::vector<RankBytes> out;
+  for (const auto& rec : ranks.as_array()) out.push_back(rank_bytes(rec, where + " ranks[]"));
+  return out;
+}
+
 StepRun step_run(const Json& d, const Json& r, const std::string& origin, const StepSetting& s) {
   const std::string where = origin + " runs[]";
-  const Json& mb = field(r, where, "measured_bytes");
-  const Json& db = field(r, where, "detail_bytes");
   const int64_t batch = int_field(r, where, "batch");
   const int64_t seq = int_field(d, origin, "seq");
-  const double peak = bytes_field(mb, where, "peak");
-  const double reserved = bytes_field(mb, where, "reserved");
-  const double retained =
-      bytes_field(db, where, "allocated_after_forward_and_loss") - bytes_field(db, where, "allocated_before_forward");
+  const std::vector<RankBytes> ranks = run_ranks(r, where, s);
+  double peak = 0, reserved = 0, retained = 0;
+  for (const auto& x : ranks) {
+    peak = std::max(peak, x.peak);
+    reserved = std::max(reserved, x.reserved);
+    retained = std::max(retained, x.retained);
+  }
   StepRun run{std::filesystem::path(origin).filename().string(),
               s.model.name,
               s.framework,
@@ -308,15 +349,33 @@ StepRun step_run(const Json& d, const Json& r, const std::string& origin, const 
               retained / kGiB,
               peak > 0 ? std::optional<double>(reserved / peak) : std::nullopt,
               std::nullopt,
-              ""};
+              "",
+              s.gpus,
+              s.parallel};
   if (!s.modelled) {
-    run.why = s.compiled             ? "torch.compile: measured, not modelled for this framework"
+    run.why = s.compiled ? "torch.compile: measured, not modelled for this framework"
+              : !s.parallel.empty() && s.known
+                  ? fmt::format(
+                        "{} over {} GPUs: the framework profiles model one GPU (the torch reference "
+                        "models DDP and FSDP)",
+                        s.framework, s.gpus)
               : s.profile == "torch" ? "torch loop that does not hold the logits (no loop_holds_logits)"
                                      : "no profile for this framework";
     return run;
   }
   const Footprint f = compute_footprint(s.model, step_options(d, origin, s, batch));
-  run.prediction = step_prediction(f, peak, retained);
+  // One per-GPU footprint against every rank: the rank farthest off speaks for the run.
+  for (const auto& x : ranks) {
+    StepPrediction p = step_prediction(f, x.peak, x.retained);
+    if (!run.prediction) {
+      run.prediction = p;
+      continue;
+    }
+    StepPrediction& w = *run.prediction;
+    if (std::fabs(p.peak_rel) > std::fabs(w.peak_rel)) w.peak_rel = p.peak_rel;
+    if (std::fabs(p.retained_rel) > std::fabs(w.retained_rel)) w.retained_rel = p.retained_rel;
+    w.ok = w.ok && p.ok;
+  }
   return run;
 }
 
@@ -346,6 +405,8 @@ Json step_run_json(const StepRun& r) {
   row["checkpointing"] = r.checkpointing;
   row["batch"] = r.batch;
   row["seq"] = r.seq;
+  row["gpus"] = r.gpus;
+  if (!r.parallel.empty()) row["dist"] = r.parallel;
   row["measured_peak_gib"] = r.measured_peak_gib;
   row["measured_reserved_gib"] = r.measured_reserved_gib;
   row["measured_retained_gib"] = r.measured_retained_gib;

@@ -76,7 +76,9 @@ MemoryValidation memory_validate_file(const std::string& path);
 // they differ). A measurement with a max-batch check (measure_step.py --max-batch CAP
 // --check-batches B1,B2,...: only those micro-batches tried, each as the search tries one;
 // max_batch_check {"cap_gib", "tried": {"B": fits}}) is judged exactly: fp8sim's largest
-// micro-batch P is confirmed when P fits and P + 1 does not.
+// micro-batch P is confirmed when P fits and P + 1 does not. A data-parallel measurement
+// (measure_step.py --dist ddp|fsdp2 under torchrun: gpus, zero, dist, and per run every rank's
+// numbers in `ranks`) is modelled by the torch reference at its gpus and zero, every rank judged.
 inline constexpr double kStepPeakTolerance = 0.05;
 inline constexpr double kStepActivationTolerance = 0.10;
 inline constexpr double kMaxBatchTolerance = 0.05;
@@ -99,6 +101,11 @@ struct StepRun {
   std::optional<double> reserved_over_peak;  // absent for a zero peak
   std::optional<StepPrediction> prediction;  // absent: listed as measured, not modelled
   std::string why;                           // why it is not modelled (without a prediction)
+  // Data parallel (measure_step.py --dist): the ranks, "ddp" or "fsdp2" ("" on one GPU). The
+  // measured numbers are then the largest over the ranks and the prediction (one per-GPU footprint)
+  // is judged against every rank: its differences are the rank farthest off, ok only if all are.
+  int64_t gpus = 1;
+  std::string parallel;
   bool modelled() const { return prediction.has_value(); }
 };
 
