@@ -19,7 +19,8 @@ uint64_t state_rounding_key(uint64_t user_seed, uint64_t param_index, uint64_t s
   return splitmix64_mix(k ^ static_cast<uint64_t>(moment + 1));
 }
 
-void store_moment(MomentState& ms, const float* x, int64_t n, uint64_t rounding_key, int threads) {
+void store_moment(MomentState& ms, const float* x, int64_t n, uint64_t rounding_key, int threads, uint64_t index_offset,
+                  std::optional<float> tensor_amax) {
   ms.numel = n;
   if (ms.spec.is_fp32()) {
     ms.fp32.assign(x, x + n);
@@ -30,6 +31,8 @@ void store_moment(MomentState& ms, const float* x, int64_t n, uint64_t rounding_
   const Shape shape{n};  // flattened: groups run along the whole parameter
   QuantizeOptions opts;
   opts.threads = threads;
+  opts.index_offset = index_offset;
+  opts.tensor_amax = tensor_amax;
   quantize_into(x, shape, spec, ms.q, opts);  // reuses the state's buffers step after step
   ms.q.spec.seed = ms.spec.spec->seed;        // keep the user's seed on record, not the derived key
 }

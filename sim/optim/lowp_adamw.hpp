@@ -13,6 +13,7 @@
 // * lowp_adamw_step_grouped (lowp_group.hpp): the fused per-group loop a GPU kernel runs,
 //   for specs whose groups are independent.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "sim/optim/adamw.hpp"
@@ -48,8 +49,11 @@ uint64_t state_rounding_key(uint64_t user_seed, uint64_t param_index, uint64_t s
 ParamOptimState make_param_state(const StateRecipe& r, const float* m0, const float* v0, int64_t n,
                                  uint64_t param_index, uint64_t step, int threads = 0);
 
-// Stores fp32 values x (n elements) into a moment (quantizing under its spec).
-void store_moment(MomentState& ms, const float* x, int64_t n, uint64_t rounding_key, int threads = 0);
+// Stores fp32 values x (n elements) into a moment (quantizing under its spec). A shard of a larger
+// moment (sharded.hpp) passes its first element's index in the whole (stochastic rounding's
+// element index) and, for a per-tensor spec, the whole moment's amax.
+void store_moment(MomentState& ms, const float* x, int64_t n, uint64_t rounding_key, int threads = 0,
+                  uint64_t index_offset = 0, std::optional<float> tensor_amax = std::nullopt);
 // The moment's values as fp32 (dequantized), n = ms.numel elements.
 void load_moment(const MomentState& ms, float* out, int threads = 0);
 
