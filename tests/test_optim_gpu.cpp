@@ -19,6 +19,7 @@
 #include "sim/formats/fp8.hpp"
 #include "sim/optim/adamw.hpp"
 #include "sim/optim/lowp_adamw.hpp"
+#include "sim/optim/sharded.hpp"
 #include "sim/optim/state_recipe.hpp"
 #include "sim/quant/expand.hpp"
 #include "sim/quant/spec.hpp"
@@ -136,6 +137,71 @@ TEST(AdamwGpu, CoatStochasticRoundingFused) {
 TEST(AdamwGpu, CoatNoExpandFused) {
   FP8SIM_SKIP_WITHOUT_GPU();
   for (auto n : kSizes) run_case({"coat-noexpand", optim::UpdateRule::Coat, true}, n, 3);
+}
+
+// Data-parallel ranks stepping FSDP2's dim-0 shards of a weight with the fused DE kernel, shard k on
+// GPU k % (GPUs on the host), give the one-GPU step's bits once gathered (sim/optim/sharded.hpp: no
+// 1x128 group straddles two shards of a weight whose rows are a multiple of 128). Nearest
+// rounding and group scales: the GPU kernels key stochastic rounding on the shard's own index and
+// take a per-tensor amax over their own shard, which the CPU's sharded step does not.
+TEST(AdamwGpu, ShardsOnEachGpuGatherToTheOneGpuStep) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  int devices = 0;
+  ASSERT_EQ(cudaGetDeviceCount(&devices), cudaSuccess);
+  const std::vector<int64_t> shape{36, 1024};
+  const int64_t n = shape[0] * shape[1];
+  for (const char* rcp : {"coat", "coat-noexpand"})
+    for (const int64_t ranks : {2, 4}) {
+      const optim::StateRecipe r = optim::StateRecipe::parse(rcp);
+      const auto shards = optim::fsdp2_shards(shape, ranks);
+      ASSERT_EQ(optim::shard_step_problem(r, shards), "");
+      std::vector<float> p = test::lognormal_data(static_cast<size_t>(n), 1, 3.0);
+      for (auto& x : p) x *= 0.02f;
+      std::vector<float> m0 = test::lognormal_data(static_cast<size_t>(n), 2, 4.0);
+      std::vector<float> v0 = test::lognormal_data(static_cast<size_t>(n), 3, 4.0, false);
+      for (auto& x : m0) x *= 1e-4f;
+      for (auto& x : v0) x = std::fabs(x) * 1e-8f;
+      optim::ParamOptimState whole = optim::make_param_state(r, m0.data(), v0.data(), n, 5, 10);
+      std::vector<optim::ParamOptimState> parts = optim::make_shard_states(r, m0.data(), v0.data(), n, shards, 5, 10);
+      std::vector<float> pw = p, ps = p;
+      optim::AdamwHyper h;
+      h.lr = 3e-4;
+      h.weight_decay = 0.1;
+      for (int s = 1; s <= 3; ++s) {
+        const std::vector<float> g = test::lognormal_data(static_cast<size_t>(n), 50 + s, 3.0);
+        const optim::AdamwStepConsts c = optim::make_step_consts(h, 10 + s, optim::UpdateRule::Coat);
+        ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+        gpu::lowp_adamw_step_on_gpu(pw.data(), g.data(), whole, c, 5, static_cast<uint64_t>(10 + s), true);
+        for (size_t k = 0; k < shards.size(); ++k) {
+          if (shards[k].size() == 0) continue;
+          ASSERT_EQ(cudaSetDevice(static_cast<int>(k) % devices), cudaSuccess);
+          gpu::lowp_adamw_step_on_gpu(ps.data() + shards[k].begin, g.data() + shards[k].begin, parts[k], c, 5,
+                                      static_cast<uint64_t>(10 + s), true);
+        }
+        ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+        const std::string ctx = std::string(rcp) + " over " + std::to_string(ranks) + " ranks on " +
+                                std::to_string(std::min<int64_t>(ranks, devices)) + " GPU(s), step " +
+                                std::to_string(s);
+        EXPECT_EQ(count_diff(pw, ps), 0) << ctx << " parameters";
+        // Each shard's codes and scales are the whole state's at the shard's elements and groups.
+        for (size_t k = 0; k < shards.size(); ++k)
+          for (int which = 0; which < 2; ++which) {
+            const optim::MomentState& w = which ? whole.v : whole.m;
+            const optim::MomentState& part = which ? parts[k].v : parts[k].m;
+            const int64_t b = shards[k].begin, e = shards[k].end, g0 = b / 128;
+            EXPECT_EQ(std::memcmp(part.q.codes.data(), w.q.codes.data() + b, static_cast<size_t>(e - b)), 0)
+                << ctx << " codes of shard " << k;
+            for (size_t j = 0; j < part.q.scales.size(); ++j) {
+              EXPECT_EQ(std::memcmp(&part.q.scales[j], &w.q.scales[static_cast<size_t>(g0) + j], 4), 0)
+                  << ctx << " scale " << j << " of shard " << k;
+              if (!w.q.expand_k.empty())
+                EXPECT_EQ(std::memcmp(&part.q.expand_k[j], &w.q.expand_k[static_cast<size_t>(g0) + j], 4), 0)
+                    << ctx << " k " << j << " of shard " << k;
+            }
+          }
+        if (::testing::Test::HasFailure()) return;
+      }
+    }
 }
 
 // adamw_lowp_cuda with the elementwise-state step switched off: every recipe in three phases.
