@@ -185,6 +185,13 @@ TEST(CliMemory, BadInputGivesOneLineErrors) {
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--compile", "--zero", "0", "--checkpointing"}),
                         "without checkpointing", 2);
   EXPECT_EQ(run_fp8sim({"memory", "--model", "llama2-7b", "--compile", "--zero", "0"}).exit_code, 0);
+  // FSDP2 shards parameters: --zero 3 only; its gather dtype is bf16 or fp32.
+  expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--gpus", "4", "--zero", "2", "--fsdp", "2"}),
+                        "it needs --zero 3", 2);
+  expect_one_line_error(
+      run_fp8sim({"memory", "--model", "llama2-7b", "--gpus", "4", "--fsdp", "2", "--fsdp-param-dtype", "fp16"}),
+      "--fsdp-param-dtype must be bf16 or fp32", 2);
+  EXPECT_EQ(run_fp8sim({"memory", "--model", "llama2-7b", "--gpus", "4", "--fsdp", "2"}).exit_code, 0);
   // A config with heads not dividing hidden, given as a file.
   const fs::path bad = tmp("bad_model.json");
   Json cfg = Json::parse(read_text_file(model::models_dir() / "tiny-llama.json"));

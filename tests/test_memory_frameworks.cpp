@@ -345,6 +345,7 @@ TEST(MemoryFrameworks, DataParallelRunsAreJudgedOnEveryRank) {
     MemoryOptions o;
     o.gpus = 2;
     o.zero = zero;
+    o.fsdp = zero == 3 ? 2 : 1;
     o.batch = batch;
     o.seq = d["seq"].as_int();
     o.grads_persist = true;

@@ -133,6 +133,12 @@ TEST(SpeedCli, BadInputGivesOneLineErrorsAndNoOutputFile) {
   expect_one_line_error(run_fp8sim({"speed", "--batch", "0", "--calibration", cal}), 2, "--batch");
   expect_one_line_error(run_fp8sim({"speed", "--batch", "bf16=two", "--calibration", cal}), 2, "--batch");
   expect_one_line_error(run_fp8sim({"speed", "--seq", "-5", "--calibration", cal}), 2, "--seq");
+  // The communication's details need the communication model; a fit is a bench_allgather.py document.
+  expect_one_line_error(run_fp8sim({"speed", "--fp8-allgather", "--calibration", cal}), 2, "add --fsdp-comm");
+  expect_one_line_error(run_fp8sim({"speed", "--fsdp-comm", "serial", "--reduce-dtype", "fp16", "--calibration", cal}),
+                        2, "--reduce-dtype must be bf16 or fp32");
+  expect_one_line_error(run_fp8sim({"speed", "--fsdp-comm", "serial", "--comm-fit", cal, "--calibration", cal}), 1,
+                        "not a scripts/bench_allgather.py document");
   expect_one_line_error(run_fp8sim({"speed", "--fsdp-comm", "maybe", "--calibration", cal}), 2, "--fsdp-comm");
   expect_one_line_error(run_fp8sim({"speed", "--gpus", "x", "--calibration", cal}), 2, "gpus");
   expect_one_line_error(run_fp8sim({"speed", "--calibration", cal, "--torch-times", "t.json"}), 2, "--torch-times");

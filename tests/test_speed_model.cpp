@@ -902,6 +902,57 @@ TEST(SpeedReport, TorchTimesKeepTheDefaultAndMaskedSdpa) {
   EXPECT_EQ(ms[4].flops, ms[2].flops);  // the same useful work: the mask costs time, not FLOPs
 }
 
+// The collectives priced by scripts/bench_allgather.py's fits: a latency per FSDP unit (each layer
+// and the root) and call, the bytes at the fitted bus bandwidth; FP8 codes for the FP8 recipes'
+// all-gathers (--fp8-allgather), fp32 reduce-scatters (--reduce-dtype fp32). The BF16 recipe keeps
+// BF16 all-gathers.
+TEST(SpeedModel, FsdpCommunicationFromFittedCollectives) {
+  const ModelShape m = llama7b();
+  const PlanOptions o = po(2, 2048, 4);
+  Calibration c;
+  add_plan(c, build_plan(m, Plan::BF16, o));
+  add_plan(c, build_plan(m, Plan::TE, o));
+  const std::string path = test::temp_dir() + "/allgather.json";
+  std::ofstream(path) << R"({"format": "fp8sim-allgather-bench", "version": 1,
+    "machine": {"device": "GPU X", "world_size": 4},
+    "fits": [{"collective": "all_gather", "dtype": "bfloat16", "latency_us": 30, "bus_gbps": 300},
+             {"collective": "all_gather", "dtype": "uint8", "latency_us": 25, "bus_gbps": 280},
+             {"collective": "reduce_scatter", "dtype": "bfloat16", "latency_us": 40, "bus_gbps": 250},
+             {"collective": "reduce_scatter", "dtype": "float32", "latency_us": 45, "bus_gbps": null,
+              "note": "no bandwidth"}]})";
+  SpeedOptions so;
+  so.fsdp_comm = "serial";
+  so.comm_fit = load_comm_fit(path);
+  EXPECT_EQ(so.comm_fit->gpus, 4);
+  EXPECT_FALSE(so.comm_fit->reduce_scatter_f32.has_value());  // a fit without a bandwidth is not used
+  const double P = static_cast<double>(m.params), frac = 3.0 / 4.0, units = m.layers + 1;
+  const double bf16_ag = 2 * (units * 30e-3 + 2 * P * frac / 300e9 * 1e3);
+  const double rs = units * 40e-3 + 2 * P * frac / 250e9 * 1e3;
+  EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).comm_ms, bf16_ag + rs, 1e-9);
+  so.fp8_allgather = true;
+  const double fp8_ag = 2 * (units * 25e-3 + 1 * P * frac / 280e9 * 1e3);
+  EXPECT_NEAR(evaluate_recipe(m, {"te", Plan::TE}, o, c, so, false).comm_ms, fp8_ag + rs, 1e-9);
+  EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).comm_ms, bf16_ag + rs, 1e-9);
+  // Without a fit: --link-gbps, no latency, 4 bytes per parameter reduce-scattered in fp32.
+  so.comm_fit.reset();
+  so.reduce_dtype = "fp32";
+  so.link_gbps = 200;
+  EXPECT_NEAR(evaluate_recipe(m, {"te", Plan::TE}, o, c, so, false).comm_ms, (2 * 1 + 4) * P * frac / 200e9 * 1e3,
+              1e-9);
+  // A fit that lacks the collective asked for, or a document of another kind, is refused by name.
+  so.comm_fit = load_comm_fit(path);
+  so.recipes = {{"bf16", Plan::BF16}};
+  so.calibration = full_calibration_file(false);
+  try {
+    speed_report(so);
+    ADD_FAILURE() << "an fp32 reduce-scatter priced without its fit";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("fp32 reduce-scatter"), std::string::npos) << e.what();
+  }
+  std::ofstream(path) << R"({"format": "fp8sim-step-measurement"})";
+  EXPECT_THROW(load_comm_fit(path), Error);
+}
+
 TEST(SpeedReport, RejectsNonsenseOptions) {
   SpeedOptions o;
   o.recipes = registry_plans();

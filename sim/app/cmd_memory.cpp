@@ -49,13 +49,15 @@ void print_breakdown(const memory::MemoryResult& d) {
   for (const auto* c : comps)
     fmt::print("{:<{}}  {:<11}  {:>8.3f}  {}\n", c->name, w, c->group, memory::gib(c->bytes), c->what);
   fmt::print("\n");
-  fmt::print("{:<16}  {:>9}  {:>9}  {}\n", "phase", "total GiB", "resident", "+ temporaries (GiB)");
-  fmt::print("{}\n", std::string(16 + 2 + 9 + 2 + 9 + 2 + 40, '-'));
+  size_t pw = 16;
+  for (const auto& p : f.phases) pw = std::max(pw, p.name.size());
+  fmt::print("{:<{}}  {:>9}  {:>9}  {}\n", "phase", pw, "total GiB", "resident", "+ temporaries (GiB)");
+  fmt::print("{}\n", std::string(pw + 2 + 9 + 2 + 9 + 2 + 40, '-'));
   for (const auto& p : f.phases) {
     std::string t;
     for (const auto& c : p.temporaries)
       t += fmt::format("{}{} {:.2f}", t.empty() ? "" : ", ", c.name, memory::gib(c.bytes));
-    fmt::print("{:<16}  {:>9.2f}  {:>9.2f}  {}\n", p.name, memory::gib(p.total()), memory::gib(p.resident),
+    fmt::print("{:<{}}  {:>9.2f}  {:>9.2f}  {}\n", p.name, pw, memory::gib(p.total()), memory::gib(p.resident),
                t.empty() ? "-" : t);
   }
   fmt::print("\n");
@@ -314,7 +316,8 @@ int run_memory(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::string model_name, recipe_arg = "bf16", json_out, validate_path, framework = "torch";
   int64_t gpus = 1, batch = 1, seq = 2048;
-  int zero = 3;
+  int zero = 3, fsdp = 1;
+  std::string fsdp_dtype = "bf16";
   double gpu_mem = memory::kH100GiB;
   opts.add_options()("model,m", po::value(&model_name),
                      "model: a name from models/ (see --list-models) or a JSON config file (fp8sim's, or a Hugging "
@@ -326,6 +329,11 @@ int run_memory(const std::vector<std::string>& args) {
       "seq,s", po::value(&seq)->default_value(2048), "sequence length (tokens)")(
       "zero,z", po::value(&zero)->default_value(3),
       "sharding: 0 = DDP, 1 = ZeRO-1 (optimizer + master), 2 = ZeRO-2 (+ grads), 3 = ZeRO-3 / FSDP (+ params)")(
+      "fsdp", po::value(&fsdp)->default_value(1),
+      "with --zero 3: 1 = FSDP1 as COAT trained (flat parameters, bf16 mixed precision), 2 = FSDP2 (fully_shard per "
+      "layer and on the root, dim-0 shards, param_dtype bf16, reduce_dtype fp32)")(
+      "fsdp-param-dtype", po::value(&fsdp_dtype)->default_value("bf16"),
+      "with --fsdp 2: bf16 (MixedPrecisionPolicy) or fp32 (no policy: fp32 all-gathers, autocast casts)")(
       "checkpointing", "full activation checkpointing of every decoder layer")(
       "free-grads",
       "gradients are freed between steps (zero_grad(set_to_none=True)): not resident in forward/backward")(
@@ -440,6 +448,10 @@ int run_memory(const std::vector<std::string>& args) {
     o.batch = batch;
     o.seq = seq;
     o.zero = zero;
+    if (fsdp_dtype != "bf16" && fsdp_dtype != "fp32")
+      throw UsageError(fmt::format("--fsdp-param-dtype must be bf16 or fp32, not '{}'", fsdp_dtype));
+    o.fsdp = fsdp;
+    o.fsdp_gather_fp32 = fsdp_dtype == "fp32";
     o.checkpointing = vm.count("checkpointing") > 0;
     o.grads_persist = vm.count("free-grads") == 0;
     o.gpu_mem_gib = gpu_mem;

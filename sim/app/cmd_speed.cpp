@@ -220,8 +220,9 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
     for (const auto& [name, what] : speed_frameworks()) known += (known.empty() ? "" : ", ") + name;
     throw UsageError(fmt::format("--framework '{}' is not modelled (one of: {})", framework, known));
   }
-  for (const char* opt : {"recipes", "gpus", "grad-accum", "torch-times", "write-calibration", "table7", "no-fig4b",
-                          "fsdp-comm", "link-gbps", "reps", "warmup", "ops", "markdown"})
+  for (const char* opt :
+       {"recipes", "gpus", "grad-accum", "torch-times", "write-calibration", "table7", "no-fig4b", "fsdp-comm",
+        "link-gbps", "fp8-allgather", "reduce-dtype", "comm-fit", "reps", "warmup", "ops", "markdown"})
     if (vm.count(opt) && !vm[opt].defaulted())
       throw UsageError(fmt::format("--{} does not go with --framework (one GPU, BF16, eager)", opt));
   if (!validate.empty() && (!vm["model"].defaulted() || !vm["batch"].defaulted() || !vm["seq"].defaulted()))
@@ -300,6 +301,7 @@ int run_speed(const std::vector<std::string>& args) {
               framework, step_ops, validate;
   int64_t seq = 2048, gpus = 1, accum = 1;
   double link = 360;
+  std::string reduce_dtype = "bf16", comm_fit;
   int reps = 10, warmup = 3;
   opts.add_options()("model,m", po::value(&model)->default_value("llama2-7b"),
                      "model name (models/NAME.json) or a model JSON path")(
@@ -322,6 +324,12 @@ int run_speed(const std::vector<std::string>& args) {
       "no-fig4b", "leave out the Figure 4(b) table")("fsdp-comm", po::value(&fsdp)->default_value("none"),
                                                      "FSDP communication model: none, serial or overlap")(
       "link-gbps", po::value(&link)->default_value(360), "bus bandwidth the FSDP model assumes, GB/s")(
+      "fp8-allgather", "the FSDP model all-gathers the weights as FP8 codes (1 B/param) instead of BF16 (2 B)")(
+      "reduce-dtype", po::value(&reduce_dtype)->default_value("bf16"),
+      "the FSDP model reduce-scatters the gradients in bf16 or fp32 (FSDP2's reduce_dtype=float32)")(
+      "comm-fit", po::value(&comm_fit),
+      "price each FSDP collective by the latency and bus bandwidth fitted in this scripts/bench_allgather.py "
+      "JSON (measured on the GPUs) instead of --link-gbps without latency")(
       "reps", po::value(&reps)->default_value(10), "measuring run: timed repetitions per kernel")(
       "warmup", po::value(&warmup)->default_value(3), "measuring run: untimed warm-up launches per kernel")(
       "framework", po::value(&framework),
@@ -386,6 +394,18 @@ int run_speed(const std::vector<std::string>& args) {
   if (fsdp != "none" && fsdp != "serial" && fsdp != "overlap")
     throw UsageError(fmt::format("--fsdp-comm must be none, serial or overlap, not '{}'", fsdp));
   if (reps <= 0 || warmup < 0) throw UsageError("--reps must be positive and --warmup non-negative");
+  if (reduce_dtype != "bf16" && reduce_dtype != "fp32")
+    throw UsageError(fmt::format("--reduce-dtype must be bf16 or fp32, not '{}'", reduce_dtype));
+  const bool comm_detail = vm.count("fp8-allgather") || !vm["reduce-dtype"].defaulted() || vm.count("comm-fit");
+  if (comm_detail && fsdp == "none")
+    throw UsageError(
+        "--fp8-allgather, --reduce-dtype and --comm-fit describe the FSDP communication: add --fsdp-comm "
+        "serial or overlap");
+  if (vm.count("comm-fit") && !vm["link-gbps"].defaulted())
+    throw UsageError("--comm-fit prices the collectives from its fits: drop --link-gbps");
+  o.fp8_allgather = vm.count("fp8-allgather") > 0;
+  o.reduce_dtype = reduce_dtype;
+  if (vm.count("comm-fit")) o.comm_fit = load_comm_fit(comm_fit);
   o.seq = seq;
   o.gpus = gpus;
   o.grad_accum = accum;

@@ -131,6 +131,10 @@ void validate(const MemoryOptions& o) {
   find_framework(o.framework);
   validate_run_sizes({.batch = o.batch, .seq = o.seq, .gpus = o.gpus, .grad_accum = std::nullopt});
   if (o.zero < 0 || o.zero > 3) throw UsageError(fmt::format("--zero must be 0, 1, 2 or 3, not {}", o.zero));
+  if (o.fsdp != 1 && o.fsdp != 2) throw UsageError(fmt::format("--fsdp must be 1 or 2, not {}", o.fsdp));
+  if (o.fsdp == 2 && o.zero != 3) throw UsageError("--fsdp 2 shards parameters: it needs --zero 3");
+  if (o.fsdp_gather_fp32 && o.fsdp != 2)
+    throw UsageError("--fsdp-param-dtype fp32 describes FSDP2's all-gathers: it needs --fsdp 2 --zero 3");
   if (!(std::isfinite(o.gpu_mem_gib) && o.gpu_mem_gib > 0))
     throw UsageError(fmt::format("--gpu-mem-gib must be a positive number, not {}", o.gpu_mem_gib));
 }
@@ -182,6 +186,145 @@ void Footprint::pick_peak() {
     }
 }
 
+namespace {
+
+// FSDP2 (fully_shard on every decoder layer and on the root; torch 2.11's
+// torch/distributed/fsdp/_fully_shard): the buffers a rank holds beside its shards, per phase,
+// with P the parameters of a unit (a layer, or the root: embedding, final norm, LM head), Pad
+// their dim-0-padded count (ceil(rows / N) rows on every rank), s the bytes of a gathered element
+// (2 under param_dtype=bf16, 4 gathering fp32):
+//   - a unit's all-gather output (s Pad) and its unsharded parameters (s Pad): forward holds the
+//     last layer's output until the root's post-forward, beside the root's parameters, which are
+//     not resharded after forward; at each layer's copy-out the previous layer's output is still
+//     alive (root + 3 layers);
+//   - backward prefetches one layer ahead; the layer's unsharded gradients (s P, the parameters'
+//     dtype) are copied into an fp32 reduce-scatter input (4 Pad) that stays alive until the
+//     next layer's reduce-scatter: at the end of a layer's backward the root, the LM head's and
+//     final norm's gradients, the previous layer's reduce-scatter input, this layer and the
+//     prefetched one, and this layer's gradients;
+//   - the root reduce-scatters in the final callback, with every activation gone:
+//     max(root gradients + its reduce-scatter input, LM-head gradient + input + the new shard).
+void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o, const recipe::MemoryModel& r,
+                      int64_t persistent_fwd_bwd, int64_t persistent_all, int64_t outside_freed_after_head) {
+  const int64_t N = o.gpus, s = o.fsdp_gather_fp32 ? 4 : 2;
+  int64_t pad_l = 0, pad_r = 0, shard_r = 0;
+  for (const auto& u : all_params(m)) {
+    const int64_t shard = numel(shard_shape(u.p.shape, N));
+    (u.in_layer ? pad_l : pad_r) += shard * N;
+    if (!u.in_layer) shard_r += shard;
+  }
+  const int64_t P_l = m.layer_param_count(), P_r = m.outside_param_count(), T = o.batch * o.seq;
+  const int64_t head = m.tied_embeddings ? m.embedding_param_count() : m.head_param_count();
+  const int64_t after_head = m.tied_embeddings ? P_r : P_r - m.embedding_param_count();
+  const Component root{"fsdp_root_params", "temporaries", s * pad_r,
+                       "the root unit (embedding, final norm, LM head) gathered, not resharded after forward"};
+  const Component layer_gather{"fsdp_layer_gather", "temporaries", s * pad_l, "a decoder layer's all-gather output"};
+  const Component layer_params{"fsdp_layer_params", "temporaries", s * pad_l,
+                               "the layer's unsharded parameters, copied out of it"};
+  int64_t ids = 0;
+  for (const auto& x : f.outside_saved)
+    if (x.role == SavedRole::TokenIds) ids += x.bytes.total();
+  // What one layer keeps in forward: its saved tensors, or with checkpointing its kept input.
+  int64_t per_layer = f.layer_activation_bytes;
+  for (const auto& a : f.activations)
+    if (a.name == "layers.checkpointed_inputs") per_layer = a.bytes / m.layers;
+  for (auto& ph : f.phases) {
+    auto& t = ph.temporaries;
+    if (ph.name == "forward_end") {
+      t.push_back(root);
+      t.push_back({"fsdp_last_layer_gather", "temporaries", s * pad_l,
+                   "the last layer's all-gather output, held until the root's post-forward"});
+    } else if (ph.name == "backward_loss") {
+      t.push_back(root);  // the next layer is prefetched once the logits' gradient exists
+    }
+  }
+  // At each layer's copy-out the previous unit's all-gather output is still held: the root's at
+  // the first layer, the previous layer's at the others (the last one has the most activations).
+  const Component root_gather{"fsdp_root_gather", "temporaries", s * pad_r,
+                              "the root's all-gather output, held until the first layer's copy-out returns"};
+  Phase first_copy{"forward_first_copy_out",
+                   "forward, the first layer's parameters copied out of its all-gather while the root's output is "
+                   "still held",
+                   persistent_fwd_bwd + ids,
+                   {root, root_gather, layer_gather, layer_params}};
+  Phase copy_out{"forward_copy_out",
+                 "forward, the last layer's parameters copied out of its all-gather while the previous layer's "
+                 "output is still held",
+                 persistent_fwd_bwd + ids + (m.layers - 1) * per_layer,
+                 {root,
+                  {"fsdp_previous_layer_gather", "temporaries", s * pad_l, "the previous layer's all-gather output"},
+                  layer_gather,
+                  layer_params}};
+  const int64_t ws = ((m.act == model::ActKind::SwiGLU ? 3 : 2) * m.ffn + 2 * m.hidden) * T * 2;
+  auto layer_backward = [&](const std::string& name, const std::string& what, int64_t layers_freed,
+                            bool previous_reduce) {
+    Phase b{
+        name, what, persistent_fwd_bwd + f.activations_total - outside_freed_after_head - layers_freed * per_layer, {}};
+    b.temporaries.push_back(root);
+    b.temporaries.push_back({"fsdp_root_grads", "temporaries", s * after_head,
+                             "the root's unsharded gradients made so far (LM head, final norm)"});
+    if (previous_reduce) {
+      b.temporaries.push_back({"fsdp_reduce_scatter_input", "temporaries", 4 * pad_l,
+                               "the previous layer's fp32 reduce-scatter input, held until this layer's"});
+      if (!o.grads_persist)
+        b.temporaries.push_back(
+            {"fsdp_layer_shard_grads", "temporaries", 4 * pad_l / N, "the previous layer's sharded fp32 gradients"});
+    }
+    b.temporaries.push_back({"fsdp_gathered_layers", "temporaries", 2 * s * pad_l,
+                             "this layer's unsharded parameters and the next layer's prefetched all-gather"});
+    b.temporaries.push_back(
+        {"fsdp_layer_grads", "temporaries", s * P_l, "this layer's unsharded gradients in the parameters' dtype"});
+    if (r.fp8_gemm)
+      b.temporaries.push_back({"fp8_weight_cast", "temporaries", P_l * 2,
+                               "one layer's weights cast to FP8 just in time: codes + transposed codes for dgrad"});
+    b.temporaries.push_back({"backward_working_set", "temporaries", ws,
+                             "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, "
+                             "bf16"});
+    return b;
+  };
+  Phase last = layer_backward("backward_layers", "backward of the last decoder layer (FSDP2's buffers)", 0, false);
+  Phase next = layer_backward("backward_next_layer",
+                              "backward of the second-to-last layer: the last layer's reduce-scatter input still held",
+                              1, m.layers > 1);
+  // Gathering fp32, the linears' weights reach F.linear through autocast's bf16 casts of the
+  // unsharded parameters: each cast is cached until autocast exits and saved for backward, so a
+  // layer's casts live from its forward to its backward (with checkpointing, backward keeps only
+  // the recomputed layer's); the LM head's until its backward.
+  const int64_t cast_layer = o.fsdp_gather_fp32 ? 2 * m.layer_linear_param_count() : 0;
+  const int64_t cast_head = o.fsdp_gather_fp32 ? 2 * m.vocab * m.hidden : 0;
+  auto casts = [&](int64_t layers, bool head) {
+    return Component{"autocast_weight_copies", "temporaries", layers * cast_layer + (head ? cast_head : 0),
+                     "torch.autocast's bf16 casts of the gathered fp32 linear weights still alive"};
+  };
+  if (o.fsdp_gather_fp32) {
+    copy_out.temporaries.push_back(casts(m.layers - 1, false));
+    last.temporaries.push_back(casts(o.checkpointing ? 1 : m.layers - 1, false));
+    next.temporaries.push_back(casts(o.checkpointing ? 1 : std::max<int64_t>(0, m.layers - 2), false));
+    for (auto& ph : f.phases)
+      if (ph.name == "forward_end" || ph.name == "backward_loss") ph.temporaries.push_back(casts(m.layers, true));
+  }
+  Phase end{"backward_end",
+            "end of backward: the root reduce-scatters in FSDP2's final callback, every activation freed",
+            persistent_all - (o.grads_persist ? 0 : 4 * shard_r),
+            {{"fsdp_root_reduce_scatter_input", "temporaries", 4 * pad_r, "the root's fp32 reduce-scatter input"},
+             {"fsdp_root_unsharded_grads", "temporaries", std::max(s * P_r, s * head + 4 * shard_r),
+              "the root's unsharded gradients, then the LM head's beside the root's new sharded gradients"}}};
+  std::vector<Phase> phases;
+  for (auto& ph : f.phases) {
+    if (ph.name == "backward_layers") {
+      phases.push_back(last);
+      phases.push_back(next);
+      phases.push_back(end);
+      continue;
+    }
+    phases.push_back(ph);
+    if (ph.name == "forward_end") phases.insert(phases.end() - 1, {first_copy, copy_out});
+  }
+  f.phases = phases;
+}
+
+}  // namespace
+
 Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   validate(o);
   if (o.framework != "torch") return framework_footprint(m, o);
@@ -210,6 +353,7 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   f.persistent.push_back({"master_weights", "weights", master.total(),
                           fmt::format("{} master copy of {} params{}", r.master.label, f.params,
                                       master_shards > 1 ? fmt::format(", sharded over {} GPUs", N) : "")});
+  const bool fsdp2 = o.zero == 3 && o.fsdp == 2;
   if (o.zero == 0) {
     // torch.autocast casts what F.linear reads: the layers' linears and the LM head (the embedding
     // when tied); norm weights and an untied embedding stay fp32.
@@ -300,7 +444,7 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   const int64_t persistent_fwd_bwd = o.grads_persist ? persistent_all : persistent_all - f.gradients;
 
   // ---- phases -----------------------------------------------------------------------------
-  const bool fsdp = o.zero == 3;
+  const bool fsdp = o.zero == 3 && o.fsdp == 1;
   const int64_t layer_params = m.layer_param_count();
   const int64_t outside_params = m.outside_param_count();
   const int64_t TV = T * m.vocab;
@@ -364,6 +508,7 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     opt.temporaries.push_back({"adamw_foreach_sqrt", "temporaries", param_elements(ps, opt_shards) * 4,
                                "torch.optim.AdamW (foreach) allocates sqrt(exp_avg_sq) for the whole shard, fp32"});
   f.phases = {fwd, loss, bwd, opt};
+  if (fsdp2) add_fsdp2_phases(f, m, o, r, persistent_fwd_bwd, persistent_all, outside_freed_after_head);
   f.pick_peak();
   return f;
 }

@@ -71,7 +71,15 @@ struct MemoryOptions {
   int64_t gpus = 1;
   int64_t batch = 1;  // micro-batch per GPU
   int64_t seq = 2048;
-  int zero = 3;                // 0 = DDP, 1/2 = ZeRO-1/2, 3 = ZeRO-3 / FSDP FULL_SHARD
+  int zero = 3;  // 0 = DDP, 1/2 = ZeRO-1/2, 3 = ZeRO-3 / FSDP FULL_SHARD
+  // Which FSDP runs zero = 3: 1, FSDP1 as COAT's training ran it (flat parameters per block, bf16
+  // mixed precision, the root unit unsharded from forward to backward); 2, FSDP2 (fully_shard per
+  // decoder layer and on the root, dim-0 shards, MixedPrecisionPolicy(param_dtype=bf16,
+  // reduce_dtype=fp32)), whose buffers follow torch 2.11's code (memory.cpp, docs/memory-model.md).
+  int fsdp = 1;
+  // FSDP2 without a MixedPrecisionPolicy: fp32 all-gathers, gradients and reduce-scatters, and
+  // torch.autocast's bf16 copies of the gathered linears' weights kept for backward.
+  bool fsdp_gather_fp32 = false;
   bool checkpointing = false;  // full activation checkpointing of every decoder layer
   bool grads_persist = true;   // gradient buffers stay allocated between steps (see memory.cpp)
   // The framework profile (framework.hpp): "torch" is the recipe-driven reference accounting;

@@ -138,10 +138,11 @@ struct StepSetting {
   // known, not compiled unless the profile models it, and for an eager torch-loop run, a loop that
   // held its logits
   bool modelled;
-  bool loop_holds_logits;  // the file's loop_holds_logits (absent: false)
-  int64_t gpus = 1;        // data-parallel ranks
-  int zero = 0;            // 0 DDP (or one GPU), 3 FSDP
-  std::string parallel;    // the file's dist: "ddp", "fsdp2", or "" (one GPU)
+  bool loop_holds_logits;    // the file's loop_holds_logits (absent: false)
+  int64_t gpus = 1;          // data-parallel ranks
+  int zero = 0;              // 0 DDP (or one GPU), 3 FSDP
+  std::string parallel;      // the file's dist: "ddp", "fsdp2", or "" (one GPU)
+  bool gather_fp32 = false;  // FSDP2 without a MixedPrecisionPolicy (fsdp_param_dtype "fp32")
 };
 
 StepSetting step_setting(const Json& d, const std::string& origin) {
@@ -183,8 +184,12 @@ StepSetting step_setting(const Json& d, const std::string& origin) {
   const bool modelled = known && (!compiled.as_bool() || models_compile(profile)) &&
                         (profile != "torch" || compiled.as_bool() || holds_logits) &&
                         (parallel.empty() || profile == "torch");
-  return {m,        fw.as_string(), profile, compiled.as_bool(),          ckpt.as_bool(), known,
-          modelled, holds_logits,   gpus,    parallel == "fsdp2" ? 3 : 0, parallel};
+  const Json* pd = d.find("fsdp_param_dtype");
+  FP8SIM_REQUIRE(!pd || (pd->is_string() && (pd->as_string() == "bf16" || pd->as_string() == "fp32")),
+                 "measurement {}: field 'fsdp_param_dtype' must be \"bf16\" or \"fp32\"", origin);
+  return {
+      m,        fw.as_string(), profile, compiled.as_bool(),          ckpt.as_bool(), known,
+      modelled, holds_logits,   gpus,    parallel == "fsdp2" ? 3 : 0, parallel,       pd && pd->as_string() == "fp32"};
 }
 
 // The options of the profile for one micro-batch of the measurement.
@@ -199,6 +204,8 @@ MemoryOptions step_options(const Json& d, const std::string& origin, const StepS
   }
   o.gpus = s.gpus;
   o.zero = s.zero;
+  o.fsdp = s.parallel == "fsdp2" ? 2 : 1;
+  o.fsdp_gather_fp32 = s.gather_fp32;
   o.batch = batch;
   o.seq = int_field(d, origin, "seq");
   o.checkpointing = s.checkpointing;
@@ -290,6 +297,12 @@ StepPrediction step_prediction(const Footprint& f, double peak, double retained)
   int64_t copies = 0;
   for (const auto& c : f.persistent)
     if (c.name == "autocast_weight_copies" || c.name == "working_weights") copies = c.bytes;
+  // What FSDP keeps from forward beside the activations: the root's gathered parameters (not
+  // resharded after forward) and, gathering fp32, autocast's casts of the gathered weights.
+  for (const auto& ph : f.phases)
+    if (ph.name == "forward_end")
+      for (const auto& c : ph.temporaries)
+        if (c.name == "fsdp_root_params" || c.name == "autocast_weight_copies") copies += c.bytes;
   const double pred_retained = static_cast<double>(f.activations_total + copies);
   const double rp = peak > 0 ? static_cast<double>(f.peak) / peak - 1 : 0;
   const double ra = retained > 0 ? pred_retained / retained - 1 : 0;

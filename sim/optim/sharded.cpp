@@ -61,7 +61,8 @@ void check_shards(const std::vector<ShardRange>& shards) {
   FP8SIM_REQUIRE(!shards.empty() && shards.front().begin == 0, "shards must start at element 0");
   for (size_t k = 0; k < shards.size(); ++k) {
     FP8SIM_REQUIRE(shards[k].end >= shards[k].begin, "shard {} ends before it begins", k);
-    if (k) FP8SIM_REQUIRE(shards[k].begin == shards[k - 1].end, "shard {} does not start where shard {} ends", k, k - 1);
+    if (k)
+      FP8SIM_REQUIRE(shards[k].begin == shards[k - 1].end, "shard {} does not start where shard {} ends", k, k - 1);
   }
 }
 

@@ -109,17 +109,51 @@ PlanOptions plan_options(const SpeedOptions& o, int64_t batch, int64_t seq, int6
   return po;
 }
 
-double fsdp_comm_ms(const ModelShape& m, int64_t gpus, const SpeedOptions& o, double compute_ms, double* raw_ms) {
+// The two collectives' prices: the fitted ones (comm_fit) or link_gbps without latency.
+struct CommPrices {
+  LinkFit all_gather, reduce_scatter;
+  double all_gather_bytes, reduce_scatter_bytes;  // per parameter
+};
+
+// fp8: the recipe's weights are all-gathered as FP8 codes (--fp8-allgather, a recipe that runs FP8
+// GEMMs); BF16 otherwise.
+CommPrices comm_prices(const SpeedOptions& o, bool fp8) {
+  CommPrices c{{0, o.link_gbps}, {0, o.link_gbps}, fp8 ? 1.0 : 2.0, o.reduce_dtype == "fp32" ? 4.0 : 2.0};
+  if (o.comm_fit) {
+    const CommFit& f = *o.comm_fit;
+    const auto& ag = fp8 ? f.all_gather_u8 : f.all_gather_bf16;
+    const auto& rs = o.reduce_dtype == "fp32" ? f.reduce_scatter_f32 : f.reduce_scatter_bf16;
+    FP8SIM_REQUIRE(ag && rs, "--comm-fit {} has no fitted bandwidth for the {} all-gather or the {} reduce-scatter",
+                   f.source, fp8 ? "uint8 (FP8)" : "bfloat16", o.reduce_dtype);
+    c.all_gather = *ag;
+    c.reduce_scatter = *rs;
+  }
+  return c;
+}
+
+// A collective over `params` parameters in all, moving `bytes_per_param` each, issued as `calls`
+// calls (one per FSDP unit): a latency per call, the bytes at the bus bandwidth.
+double collective_ms(const LinkFit& f, double bytes_per_param, double params, double frac, double calls) {
+  return calls * f.latency_us * 1e-3 + bytes_per_param * params * frac / (f.bus_gbps * 1e9) * 1e3;
+}
+
+// Per micro-batch, per FSDP unit (each decoder layer and the root): the weights all-gathered for
+// forward and again for backward, the gradients reduce-scattered once.
+double fsdp_comm_ms(const ModelShape& m, int64_t gpus, const SpeedOptions& o, bool fp8, double compute_ms,
+                    double* raw_ms) {
   *raw_ms = 0;
   if (o.fsdp_comm == "none" || gpus <= 1) return 0;
   const double frac = static_cast<double>(gpus - 1) / static_cast<double>(gpus);
-  const double bytes = 6.0 * static_cast<double>(m.params) * frac * static_cast<double>(o.grad_accum);
-  const double ms = bytes / (o.link_gbps * 1e9) * 1e3;
+  const CommPrices c = comm_prices(o, fp8);
+  const double P = static_cast<double>(m.params), units = static_cast<double>(m.layers + 1);
+  const double ms =
+      static_cast<double>(o.grad_accum) * (2 * collective_ms(c.all_gather, c.all_gather_bytes, P, frac, units) +
+                                           collective_ms(c.reduce_scatter, c.reduce_scatter_bytes, P, frac, units));
   *raw_ms = ms;
   if (o.fsdp_comm == "serial") return ms;
   // overlap: the first layer's forward all-gather cannot hide behind anything.
-  const double layer_params = static_cast<double>(m.params) / static_cast<double>(m.layers);
-  const double first = 2.0 * layer_params * frac / (o.link_gbps * 1e9) * 1e3;
+  const double layer_params = P / static_cast<double>(m.layers);
+  const double first = collective_ms(c.all_gather, c.all_gather_bytes, layer_params, frac, 1);
   return std::max(0.0, ms - compute_ms) + first;
 }
 
@@ -142,6 +176,49 @@ std::string utc_timestamp() {
 std::filesystem::path default_calibration_path() {
   if (const char* e = std::getenv("FP8SIM_CALIBRATION"); e && *e) return e;
   return data_root() / "reports" / "h200" / "calibration.json";
+}
+
+// ---------------------------------------------------------------------------- collective fits
+CommFit load_comm_fit(const std::filesystem::path& path) {
+  Json doc;
+  try {
+    doc = Json::parse(read_text_file(path));
+  } catch (const Error& e) {
+    throw Error(fmt::format("--comm-fit '{}': {}", path.string(), e.what()));
+  }
+  const std::string where = fmt::format("--comm-fit '{}'", path.string());
+  const Json* format = doc.is_object() ? doc.find("format") : nullptr;
+  FP8SIM_REQUIRE(format && format->is_string() && format->as_string() == "fp8sim-allgather-bench",
+                 "{}: not a scripts/bench_allgather.py document (format \"fp8sim-allgather-bench\")", where);
+  CommFit out;
+  out.source = path.string();
+  const Json* machine = doc.find("machine");
+  FP8SIM_REQUIRE(machine && machine->is_object(), "{}: 'machine' must be an object", where);
+  const Json* ws = machine->find("world_size");
+  FP8SIM_REQUIRE(ws && ws->is_number() && ws->as_number() >= 2, "{}: 'machine.world_size' must be 2 or more", where);
+  out.gpus = static_cast<int64_t>(ws->as_number());
+  const Json* dev = machine->find("device");
+  out.device = dev && dev->is_string() ? dev->as_string() : "?";
+  const Json* fits = doc.find("fits");
+  FP8SIM_REQUIRE(fits && fits->is_array(), "{}: 'fits' must be an array", where);
+  for (const Json& f : fits->as_array()) {
+    const Json* coll = f.is_object() ? f.find("collective") : nullptr;
+    const Json* dt = f.is_object() ? f.find("dtype") : nullptr;
+    FP8SIM_REQUIRE(coll && coll->is_string() && dt && dt->is_string(), "{}: every fit needs 'collective' and 'dtype'",
+                   where);
+    const Json* lat = f.find("latency_us");
+    const Json* bw = f.find("bus_gbps");
+    if (!bw || bw->is_null()) continue;  // the sweep did not show a bandwidth: not usable
+    FP8SIM_REQUIRE(bw->is_number() && bw->as_number() > 0 && lat && lat->is_number() && lat->as_number() >= 0,
+                   "{}: fit {}/{} needs latency_us >= 0 and bus_gbps > 0", where, coll->as_string(), dt->as_string());
+    const LinkFit lf{lat->as_number(), bw->as_number()};
+    const std::string key = coll->as_string() + "/" + dt->as_string();
+    if (key == "all_gather/bfloat16") out.all_gather_bf16 = lf;
+    else if (key == "all_gather/uint8") out.all_gather_u8 = lf;
+    else if (key == "reduce_scatter/bfloat16") out.reduce_scatter_bf16 = lf;
+    else if (key == "reduce_scatter/float32") out.reduce_scatter_f32 = lf;
+  }
+  return out;
 }
 
 // ------------------------------------------------------------------------------------ torch doc
@@ -379,7 +456,8 @@ RecipeSpeed evaluate_recipe(const ModelShape& m, const PlanRecipe& r, const Plan
     }
     if (with_ops) e.ops->push_back(speed_op(op, p, cal));
   }
-  e.comm_ms = fsdp_comm_ms(m, po.gpus, opts, e.compute_ms, &e.comm_unoverlapped_ms);
+  e.comm_ms =
+      fsdp_comm_ms(m, po.gpus, opts, opts.fp8_allgather && r.plan != Plan::BF16, e.compute_ms, &e.comm_unoverlapped_ms);
   e.step_ms = e.compute_ms + e.comm_ms;
   e.recipe = r.name;
   e.batch = po.batch;
@@ -407,6 +485,15 @@ void check_options(const SpeedOptions& opts) {
   FP8SIM_REQUIRE(opts.fsdp_comm == "none" || opts.fsdp_comm == "serial" || opts.fsdp_comm == "overlap",
                  "--fsdp-comm must be none, serial or overlap (not '{}')", opts.fsdp_comm);
   FP8SIM_REQUIRE(std::isfinite(opts.link_gbps) && opts.link_gbps > 0, "--link-gbps must be a positive number");
+  FP8SIM_REQUIRE(opts.reduce_dtype == "bf16" || opts.reduce_dtype == "fp32",
+                 "--reduce-dtype must be bf16 or fp32 (not '{}')", opts.reduce_dtype);
+  if (opts.fsdp_comm == "none")
+    FP8SIM_REQUIRE(!opts.fp8_allgather && opts.reduce_dtype == "bf16" && !opts.comm_fit,
+                   "--fp8-allgather, --reduce-dtype and --comm-fit describe the FSDP communication: add --fsdp-comm "
+                   "serial or overlap");
+  else
+    for (const bool fp8 : {false, opts.fp8_allgather})
+      comm_prices(opts, fp8);  // a fit without the collectives asked for fails here, before any GPU work
 }
 
 // Table 7's models by name, loaded up front so that a missing config fails before any GPU work;
@@ -568,11 +655,23 @@ SpeedTiming speed_timing(const SpeedOptions& opts, const Timing& t) {
                 source_relative(cal.origin), dev, cal.created.empty() ? "an unknown date" : cal.created);
   timing.fsdp_comm = opts.fsdp_comm;
   if (opts.fsdp_comm != "none") {
-    timing.link_gbps = opts.link_gbps;
+    const CommPrices c = comm_prices(opts, false), c8 = comm_prices(opts, opts.fp8_allgather);
+    const auto price = [](const LinkFit& f) {
+      return f.latency_us > 0 ? fmt::format("{:.1f} us + bytes at {:.0f} GB/s", f.latency_us, f.bus_gbps)
+                              : fmt::format("{:.0f} GB/s", f.bus_gbps);
+    };
+    if (!opts.comm_fit) timing.link_gbps = opts.link_gbps;
     timing.comm_model = fmt::format(
-        "FSDP: per micro-batch 2 all-gathers of BF16 weights + 1 reduce-scatter of BF16 grads = 6 B x params x "
-        "(gpus-1)/gpus per GPU at an assumed {} GB/s bus bandwidth; {}",
-        opts.link_gbps,
+        "FSDP: per micro-batch and FSDP unit 2 all-gathers of the weights ({}) + 1 reduce-scatter of {} grads "
+        "({:g} B/param), x (gpus-1)/gpus per GPU; all-gather {}, reduce-scatter {} ({}); {}",
+        opts.fp8_allgather ? fmt::format("BF16, 2 B/param; FP8 codes, 1 B/param, for the FP8 recipes, all-gather {}",
+                                         price(c8.all_gather))
+                           : std::string("BF16, 2 B/param"),
+        opts.reduce_dtype == "fp32" ? "fp32" : "BF16", c.reduce_scatter_bytes, price(c.all_gather),
+        price(c.reduce_scatter),
+        opts.comm_fit ? fmt::format("fitted by scripts/bench_allgather.py on {} x {}, {}", opts.comm_fit->gpus,
+                                    opts.comm_fit->device, source_relative(opts.comm_fit->source))
+                      : std::string("an assumed bus bandwidth, no latency"),
         opts.fsdp_comm == "serial" ? "added to the step"
                                    : "overlapped with compute except the excess and the first layer's all-gather");
   }

@@ -36,6 +36,23 @@ struct PlanRecipe {
   Plan plan = Plan::BF16;
 };
 
+// One collective's time as scripts/bench_allgather.py fits it: latency_us + bus bytes / bus_gbps
+// (bus bytes = N x a rank's shard x (N-1)/N, nccl-tests' convention).
+struct LinkFit {
+  double latency_us = 0;
+  double bus_gbps = 0;
+};
+
+// The fits of a bench_allgather.py run (format "fp8sim-allgather-bench"): all-gather of bf16 and of
+// uint8 (FP8 codes), reduce-scatter of bf16 and of fp32, on `gpus` GPUs of `device`.
+struct CommFit {
+  std::string source, device;
+  int64_t gpus = 0;
+  std::optional<LinkFit> all_gather_bf16, all_gather_u8, reduce_scatter_bf16, reduce_scatter_f32;
+};
+// Reads the fits; throws Error naming the file and field for anything else.
+CommFit load_comm_fit(const std::filesystem::path& path);
+
 struct SpeedOptions {
   std::string model = "llama2-7b";              // models/NAME.json or a path to a model JSON
   int64_t batch = 1;                            // micro-batch per GPU, every recipe
@@ -53,6 +70,14 @@ struct SpeedOptions {
   // the first layer's all-gather.
   std::string fsdp_comm = "none";
   double link_gbps = 360;
+  // What the collectives move, and each one's time: the weights all-gathered as FP8 codes (1 B per
+  // parameter; one fp32 scale per tensor, under 1e-6 of the bytes, is left out) instead of BF16;
+  // the gradients reduce-scattered in "fp32" (FSDP2's reduce_dtype=float32) instead of "bf16"; with
+  // comm_fit, every collective priced by its fit (a latency per FSDP unit -- each decoder layer and
+  // the root -- plus its bytes at the fitted bus bandwidth) instead of link_gbps without latency.
+  bool fp8_allgather = false;
+  std::string reduce_dtype = "bf16";
+  std::optional<CommFit> comm_fit;
   std::filesystem::path calibration;        // model from this file (even on a GPU machine)
   std::filesystem::path torch_times;        // measured run: scripts/torch_layer_time.py output
   std::filesystem::path write_calibration;  // measured run: merge the measurements into this file
