@@ -261,15 +261,16 @@ def model(config: ConfigLike) -> dict[str, Any]:
 
 
 def memory(config: ConfigLike, *, recipe: Optional[str] = None, gpus: int = 1, batch: int = 1, seq: int = 2048,
-           zero: int = 3, checkpointing: bool = False, free_grads: bool = False, compile: bool = False,
-           framework: str = "torch", gpu_mem_gib: Optional[float] = None, compare: bool = False) -> dict[str, Any]:
+           zero: int = 3, fsdp: int = 1, fsdp_param_dtype: str = "bf16", checkpointing: bool = False,
+           free_grads: bool = False, compile: bool = False, framework: str = "torch",
+           gpu_mem_gib: Optional[float] = None, compare: bool = False) -> dict[str, Any]:
     """Per-GPU memory of one training step: the document of ``fp8sim memory --json`` with the
-    same options (``compare=True``: ``--compare``). ``recipe`` defaults to bf16, or to the
-    framework profile's recipe; ``gpu_mem_gib`` to an 80 GB H100's 79.65 GiB; ``config`` as for
-    :func:`model`."""
+    same options (``compare=True``: ``--compare``; ``fsdp=2``: ``--fsdp 2``, FSDP2's buffers
+    under ``zero=3``). ``recipe`` defaults to bf16, or to the framework profile's recipe;
+    ``gpu_mem_gib`` to an 80 GB H100's 79.65 GiB; ``config`` as for :func:`model`."""
     text, is_json, origin = _config(config)
-    return json.loads(_core.memory(text, is_json, origin, recipe, gpus, batch, seq, zero, checkpointing, free_grads,
-                                   compile, framework,
+    return json.loads(_core.memory(text, is_json, origin, recipe, gpus, batch, seq, zero, fsdp, fsdp_param_dtype,
+                                   checkpointing, free_grads, compile, framework,
                                    None if gpu_mem_gib is None else float(gpu_mem_gib), compare))
 
 

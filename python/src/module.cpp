@@ -252,8 +252,8 @@ nb::dict spec_size(const std::string& text, const std::vector<int64_t>& shape) {
 // `fp8sim memory --json` as JSON text.
 std::string memory(const std::string& config, bool is_json, const std::string& origin,
                    const std::optional<std::string>& recipe, int64_t gpus, int64_t batch, int64_t seq, int zero,
-                   bool checkpointing, bool free_grads, bool compiled, const std::string& framework,
-                   const std::optional<double>& gpu_mem_gib, bool compare) {
+                   int fsdp, const std::string& fsdp_param_dtype, bool checkpointing, bool free_grads, bool compiled,
+                   const std::string& framework, const std::optional<double>& gpu_mem_gib, bool compare) {
   nb::gil_scoped_release nogil;
   memory::MemoryOptions o;
   if (recipe) o.recipe = *recipe;
@@ -261,6 +261,10 @@ std::string memory(const std::string& config, bool is_json, const std::string& o
   o.batch = batch;
   o.seq = seq;
   o.zero = zero;
+  if (fsdp_param_dtype != "bf16" && fsdp_param_dtype != "fp32")
+    throw UsageError(fmt::format("fsdp_param_dtype must be 'bf16' or 'fp32', not '{}'", fsdp_param_dtype));
+  o.fsdp = fsdp;
+  o.fsdp_gather_fp32 = fsdp_param_dtype == "fp32";
   o.checkpointing = checkpointing;
   o.grads_persist = !free_grads;
   o.compiled = compiled;
@@ -442,7 +446,8 @@ NB_MODULE(_core, m) {
   m.def("spec_info", &spec_info, "text"_a);
   m.def("spec_size", &spec_size, "text"_a, "shape"_a);
   m.def("memory", &memory, "config"_a, "is_json"_a, "origin"_a, "recipe"_a.none(), "gpus"_a, "batch"_a, "seq"_a,
-        "zero"_a, "checkpointing"_a, "free_grads"_a, "compiled"_a, "framework"_a, "gpu_mem_gib"_a.none(), "compare"_a);
+        "zero"_a, "fsdp"_a, "fsdp_param_dtype"_a, "checkpointing"_a, "free_grads"_a, "compiled"_a, "framework"_a,
+        "gpu_mem_gib"_a.none(), "compare"_a);
   m.def("model_info", &model_info, "config"_a, "is_json"_a, "origin"_a);
   m.def("analyze", &analyze, "path"_a.none(), "tensors"_a, "label"_a, "recipe"_a, "step"_a.none(), "gemm"_a,
         "histograms"_a, "threads"_a = 0);

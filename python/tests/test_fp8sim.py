@@ -396,10 +396,12 @@ MEMORY_RUNS = [
     ("tiny-llama", ["--compare", "--seq", "512", "--zero", "2", "--gpu-mem-gib", "40"],
      dict(compare=True, seq=512, zero=2, gpu_mem_gib=40)),
     (str(HF / "Mistral-Nemo-Base-2407" / "config.json"), ["--recipe", "te", "--gpus", "8"], dict(recipe="te", gpus=8)),
+    ("llama3-8b", ["--gpus", "4", "--fsdp", "2", "--fsdp-param-dtype", "fp32", "--checkpointing"],
+     dict(gpus=4, fsdp=2, fsdp_param_dtype="fp32", checkpointing=True)),
 ]
 
 
-@pytest.mark.parametrize("model,args,kwargs", MEMORY_RUNS, ids=["name", "framework", "compare", "hf-file"])
+@pytest.mark.parametrize("model,args,kwargs", MEMORY_RUNS, ids=["name", "framework", "compare", "hf-file", "fsdp2"])
 def test_memory_equals_the_command(cli, tmp_path, model, args, kwargs):
     run(cli, "memory", "--model", model, *args, "--json", tmp_path / "m.json")
     assert fp8sim.memory(model, **kwargs) == json.loads((tmp_path / "m.json").read_text())
@@ -432,6 +434,10 @@ def test_memory_errors():
         fp8sim.memory("tiny-llama", gpus=0)
     with pytest.raises(ValueError, match="recipe"):
         fp8sim.memory("tiny-llama", recipe="nope")
+    with pytest.raises(ValueError, match="fsdp_param_dtype"):
+        fp8sim.memory("tiny-llama", gpus=2, fsdp=2, fsdp_param_dtype="fp16")
+    with pytest.raises(ValueError, match="--zero 3"):
+        fp8sim.memory("tiny-llama", gpus=2, zero=2, fsdp=2)
 
 
 def test_the_package_finds_its_data():
