@@ -389,7 +389,8 @@ TEST(MemoryFrameworks, DataParallelRunsAreJudgedOnEveryRank) {
     EXPECT_FALSE(b.prediction->ok);
     EXPECT_EQ(far.missed, 1);
   }
-  // A profile of one GPU lists the run; a file whose ranks do not match its GPUs is refused.
+  // transformers' eager model under DDP is the hf profile plus DDP's fp32 buckets; under FSDP2 a
+  // profile lists the run, not modelled. A file whose ranks do not match its GPUs is refused.
   Json hf = d;
   hf["framework"] = "hf";
   hf["gpus"] = 2;
@@ -401,10 +402,29 @@ TEST(MemoryFrameworks, DataParallelRunsAreJudgedOnEveryRank) {
   run["ranks"] = ranks;
   const std::string path = test::temp_dir() + "/dp-hf.json";
   std::ofstream(path) << hf.dump(-1);
+  const memory::StepValidation ddp = memory::memory_validate_steps({path});
+  ASSERT_EQ(ddp.rows.size(), 1u);
+  ASSERT_TRUE(ddp.rows[0].modelled());
+  MemoryOptions one;
+  one.framework = "hf";
+  one.recipe = "bf16";
+  one.zero = 0;
+  one.grads_persist = false;
+  one.batch = batch;
+  one.seq = d["seq"].as_int();
+  const Footprint single = compute_footprint(m, one);
+  one.gpus = 2;
+  const Footprint two = compute_footprint(m, one);
+  EXPECT_EQ(two.other_persistent - single.other_persistent, m.param_count() * 4);
+  EXPECT_NEAR(ddp.rows[0].prediction->predicted_peak_gib, static_cast<double>(two.peak) / memory::kGiB, 1e-12);
+  hf["dist"] = "fsdp2";
+  std::ofstream(path) << hf.dump(-1);
   const memory::StepValidation listed = memory::memory_validate_steps({path});
   ASSERT_EQ(listed.rows.size(), 1u);
   EXPECT_FALSE(listed.rows[0].modelled());
   EXPECT_NE(listed.rows[0].why.find("profiles model one GPU"), std::string::npos) << listed.rows[0].why;
+  one.zero = 3;
+  EXPECT_THROW(compute_footprint(m, one), UsageError);
   run["ranks"].as_array().pop_back();
   std::ofstream(path) << hf.dump(-1);
   try {

@@ -344,7 +344,9 @@ int run_memory(const std::vector<std::string>& args) {
       "what the training code keeps: torch (the reference accounting, any recipe), hf (transformers 5.x, SDPA), "
       "hf-4.45, hf-eager, coat (COAT's own code), torchao-float8 (torchao's float8 training, with --compile), "
       "megatron-te (Megatron-LM on TransformerEngine layers, BF16 or "
-      "FP8 delayed scaling; derived from their source, not measured); the framework profiles model one GPU")(
+      "FP8 delayed scaling; derived from their source, not measured); the framework profiles model one GPU (hf, "
+      "hf-eager and "
+      "hf-4.45 also DDP over --gpus N)")(
       "gpu-mem-gib", po::value(&gpu_mem)->default_value(memory::kH100GiB, "79.65"),
       "GPU memory budget in GiB for 'fits' and the max batch (default: H100 80GB, 81559 MiB)")(
       "compare", "all recipes side by side with BF16/recipe ratios")(

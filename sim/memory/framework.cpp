@@ -145,6 +145,8 @@ bool models_compile(const std::string& name) {
   return name == "hf" || name == "hf-eager" || name == "torchao-float8" || name == "torch";
 }
 
+bool models_ddp(const std::string& name) { return name == "hf" || name == "hf-eager" || name == "hf-4.45"; }
+
 const FrameworkInfo& find_framework(const std::string& name) {
   for (const auto& f : frameworks())
     if (f.name == name) return f;
@@ -442,9 +444,11 @@ Footprint megatron_footprint(const ModelConfig& m, const MemoryOptions& o) {
 
 Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   const FrameworkInfo& fw = find_framework(o.framework);
-  if (o.gpus != 1)
-    throw UsageError(
-        fmt::format("framework {} is modelled on one GPU; use --framework torch for sharded runs", fw.name));
+  // Several GPUs: DDP of transformers' eager model (its buckets are the only addition per rank).
+  const bool ddp = o.gpus > 1;
+  if (ddp && !(models_ddp(fw.name) && o.zero == 0 && !o.compiled))
+    throw UsageError(fmt::format("framework {} is modelled on one GPU{}; use --framework torch for sharded runs",
+                                 fw.name, models_ddp(fw.name) ? " and, eager, under DDP (--zero 0)" : ""));
   if (!fw.runs(o.recipe)) {
     std::string recipes = fw.recipe;
     for (const auto& r : fw.other_recipes) recipes += " or " + r;
@@ -467,6 +471,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   if (torchao) ref.recipe = "bf16";
   ref.framework = "torch";
   ref.compiled = false;
+  ref.gpus = 1;
   ref.zero = 3;
   ref.checkpointing = false;
   ref.grads_persist = true;
@@ -478,6 +483,10 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   f.params = base.params;
   for (const auto& c : base.persistent)
     if (c.name != "working_weights") f.persistent.push_back(c);
+  if (ddp)
+    f.persistent.push_back({"ddp_buckets", "other", f.params * 4,
+                            "DDP's all-reduce bucket buffers: fp32 (the parameters' dtype), allocated when DDP is "
+                            "built (gradient_as_bucket_view=False)"});
 
   const int64_t T = o.batch * o.seq, V = m.vocab, L = m.layers;
   // Every nn.Linear weight is cast to bf16 once per step by autocast and kept for backward

@@ -43,6 +43,10 @@ const std::vector<FrameworkInfo>& frameworks();
 // Whether the profile `name` models torch.compile: hf, hf-eager, torchao-float8 and torch (the
 // reference, within the limits torch_compiled_footprint states).
 bool models_compile(const std::string& name);
+// Whether the profile `name` models data parallelism over several GPUs as DDP (eager, --zero 0:
+// every rank holds the whole model plus DDP's bucket buffers): transformers' eager profiles (hf,
+// hf-eager, hf-4.45). The torch reference models every ZeRO stage and FSDP itself.
+bool models_ddp(const std::string& name);
 // The profile named `name`; UsageError listing the names otherwise.
 const FrameworkInfo& find_framework(const std::string& name);
 
