@@ -175,19 +175,37 @@ __global__ void __launch_bounds__(256)
       const ExpandParams cand = robust_expand_candidate(absmax, absmin, P.fmax, P.fmax_target, ok);
       double terms[16];
       g.ep = fb;
+      // The fallback is plain scaling: with k = c = 1, expand_value is x / s and compress_value
+      // q * s, bit for bit (pow_det(x, 1) == x; dividing or multiplying by 1 is exact; every NaN
+      // encodes to the NaN code and adds no error term), so it needs no pow.
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        q[j] = encode_value<T>(P, expand_value(v[j], fb), static_cast<uint64_t>(flat0 + j));
-        terms[j] = j < valid ? sq_err_term(v[j], compress_value(lut[q[j]], fb)) : 0.0;
+        q[j] = encode_value<T>(P, div_rn(v[j], fb.s), static_cast<uint64_t>(flat0 + j));
+        terms[j] = j < valid ? sq_err_term(v[j], mul_rn(lut[q[j]], fb.s)) : 0.0;
       }
       double sse_fb = tree16(terms);
       for (int off = 1; off < team; off <<= 1) sse_fb = sse_fb + __shfl_xor_sync(kFullMask, sse_fb, off);
       {  // every lane of the warp runs the shuffles below (ok may differ between the warp's teams)
         uint8_t qc[16];
+        if (ok) {  // uniform over the team: ok comes from its reduced statistics
+          // The candidate's codes as coat mode makes them (coat_encode16: the guarded encoder where
+          // the converter is verified, else expand_value's operations with the y-only work of
+          // pow_det hoisted; same bits as encode_value(expand_value(x))), and its dequantized
+          // values with 1/k's y-only work hoisted once per group (pow_det_y: pow_det's bits).
+          coat_encode16<T>(P, v, cand, hw, static_cast<uint64_t>(flat0), qc);
+          const PowY Yinv = pow_y(div_rn(1.0f, cand.k));
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          qc[j] = encode_value<T>(P, expand_value(v[j], cand), static_cast<uint64_t>(flat0 + j));
-          terms[j] = j < valid ? sq_err_term(v[j], compress_value(lut[qc[j]], cand)) : 0.0;
+          for (int j = 0; j < 16; ++j) {
+            const float qs = mul_rn(lut[qc[j]], cand.s);
+            const float y = mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), cand.c);
+            terms[j] = j < valid ? sq_err_term(v[j], y) : 0.0;
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            qc[j] = 0;
+            terms[j] = 0.0;
+          }
         }
         double sse_c = tree16(terms);
         for (int off = 1; off < team; off <<= 1) sse_c = sse_c + __shfl_xor_sync(kFullMask, sse_c, off);
@@ -294,12 +312,30 @@ __device__ __forceinline__ int64_t flat_of(const QuantKernelParams& P, const Gro
   return (b.r0 + j / b.w) * P.cols + b.c0 + j % b.w;
 }
 
+// One element of robust DE: its code under p, and with `y` its dequantized value. `plain`: p is
+// the fallback (k = c = 1), where expand_value is x / s and compress_value q * s bit for bit
+// (pow_det(x, 1) == x, and / 1, * 1 are exact); otherwise Yk and Yinv are pow_y(k) and
+// pow_y(1 / k), pow_det's y-only work done once per group (pow_det_y: the same bits).
+template <class T>
+__device__ __forceinline__ uint8_t robust_encode(const QuantKernelParams& P, float xv, const ExpandParams& p,
+                                                 bool plain, const PowY& Yk, uint64_t flat) {
+  if (plain) return encode_value<T>(P, div_rn(xv, p.s), flat);
+  const float mag = pow_det_y(div_rn(dmath::abs_bits(xv), p.c), Yk);
+  return encode_value<T>(P, div_rn(dmath::neg_if(mag, dmath::sign_bit(xv)), p.s), flat);
+}
+__device__ __forceinline__ float robust_decode(float q, const ExpandParams& p, bool plain, const PowY& Yinv) {
+  const float qs = mul_rn(q, p.s);
+  if (plain) return qs;
+  return mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), p.c);
+}
+
 // Robust DE's squared error of one candidate over the group, summed in the CPU's bisection order:
 // each thread owns a contiguous power-of-two chunk of the zero-padded index space [0, P2) and
 // sums it pairwise (binary-counter stack), then the chunks combine pairwise across lanes and warps.
 template <class T, InDt D>
 __device__ double robust_sse_block(const void* x, const QuantKernelParams& P, const GroupBounds& b,
-                                   const ExpandParams& p, const float* lut) {
+                                   const ExpandParams& p, bool plain, const float* lut) {
+  const PowY Yk = pow_y(p.k), Yinv = pow_y(div_rn(1.0f, p.k));
   __shared__ double warp_sums[32];
   int64_t P2 = 1;
   while (P2 < b.n) P2 <<= 1;
@@ -314,8 +350,8 @@ __device__ double robust_sse_block(const void* x, const QuantKernelParams& P, co
     if (j < b.n && j < P2) {
       const int64_t flat = flat_of(P, b, j);
       const float xv = load_elem<D>(x, flat);
-      const uint8_t q = encode_value<T>(P, expand_value(xv, p), static_cast<uint64_t>(flat));
-      val = sq_err_term(xv, compress_value(lut[q], p));
+      const uint8_t q = robust_encode<T>(P, xv, p, plain, Yk, static_cast<uint64_t>(flat));
+      val = sq_err_term(xv, robust_decode(lut[q], p, plain, Yinv));
     }
     for (int64_t k = i; k & 1; k >>= 1) val = stack[--depth] + val;
     stack[depth++] = val;
@@ -360,15 +396,20 @@ __global__ void __launch_bounds__(256)
       bool ok = false;
       const ExpandParams cand = robust_expand_candidate(absmax, absmin, P.fmax, P.fmax_target, ok);
       g.ep = fb;
-      const double sse_fb = robust_sse_block<T, D>(x, P, b, fb, lut);
+      bool plain = true;
+      const double sse_fb = robust_sse_block<T, D>(x, P, b, fb, true, lut);
       if (ok) {
-        const double sse_c = robust_sse_block<T, D>(x, P, b, cand, lut);
-        if (sse_c < sse_fb) g.ep = cand;
+        const double sse_c = robust_sse_block<T, D>(x, P, b, cand, false, lut);
+        if (sse_c < sse_fb) {
+          g.ep = cand;
+          plain = false;
+        }
       }
       g.s_stored = g.ep.s;
+      const PowY Yk = pow_y(g.ep.k);
       for (int64_t j = threadIdx.x; j < b.n; j += blockDim.x) {
         const int64_t flat = flat_of(P, b, j);
-        codes[flat] = encode_value<T>(P, expand_value(load_elem<D>(x, flat), g.ep), static_cast<uint64_t>(flat));
+        codes[flat] = robust_encode<T>(P, load_elem<D>(x, flat), g.ep, plain, Yk, static_cast<uint64_t>(flat));
       }
     } else {
       g = group_params(P, MODE, st);
