@@ -120,6 +120,17 @@ TEST(Dmath, PowWithinBound) {
   }
 }
 
+// pow_det(x, 1) == x is what lets robust DE's fallback (k = c = 1) quantize as plain scaling
+// without a pow on the GPU: every subnormal, +-0 and +Inf, and every 97th pattern of the rest.
+TEST(Dmath, PowOfOneIsTheIdentity) {
+  for (uint32_t u = 0; u <= 0x7F800000u; u += u < 0x00800000u ? 1u : 97u) {
+    const float x = f32_from_bits(u);
+    ASSERT_EQ(bits(dmath::pow_det(x, 1.0f)), u) << std::hex << u;
+  }
+  ASSERT_EQ(bits(dmath::pow_det(-0.0f, 1.0f)), 0u);  // -0 is treated as +0 (DE passes magnitudes)
+  ASSERT_EQ(bits(dmath::pow_det(f32_from_bits(0x7F7FFFFFu), 1.0f)), 0x7F7FFFFFu);
+}
+
 TEST(Dmath, PowExactCases) {
   std::mt19937 g(5);
   std::uniform_real_distribution<float> u(1e-30f, 1e30f);
