@@ -186,6 +186,10 @@ def entries(plan, coat, check_at=None, gpus=(2,)):
                 for n in gpus:
                     add(c, fw, ckpt=ckpt, dist=dist, nproc=n, batches=CONFIGS[c][1][:1], extra=extra,
                         tag="__fp32gather" if extra else "")
+        # rank 0's allocator history at its peak, by allocating line: where a prediction misses
+        for fw in ("torch", "hf"):
+            add("1b-gqa", fw, dist="fsdp2", nproc=gpus[0], batches=CONFIGS["1b-gqa"][1][:1], extra=["--snapshot"],
+                tag="__snapshot")
     else:
         raise SystemExit(f"measure_matrix.py: error: unknown plan '{plan}'")
     return out
