@@ -543,6 +543,12 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
             "cross-entropy in forward: every saved tensor and the logits alive",
             resident + f.activations_total,
             {}};
+  // Checkpointed layers' autocast casts: nothing saves them for backward, but autocast's cache
+  // holds them until it exits, after the loss.
+  if (o.checkpointing && layer_copies > 0 && !o.compiled)
+    fwd.temporaries.push_back({"autocast_layer_casts", "temporaries", L * layer_copies,
+                               "torch.autocast's cache of the checkpointed layers' bf16 weight casts, freed when "
+                               "autocast exits"});
   if (!o.compiled)
     fwd.temporaries.push_back({"logits", "temporaries", v445 ? TV * 8 : TV * 6,
                                v445 ? "fp32 logits (lm_head output .float()) and their shifted contiguous copy"

@@ -94,7 +94,10 @@ int64_t sum_total(const std::vector<SavedBytes>& v) {
   return b;
 }
 
-std::string sharding_name(int zero, int64_t gpus) {
+std::string sharding_name(int zero, int fsdp, int64_t gpus) {
+  if (zero == 3 && fsdp == 2)
+    return fmt::format("FSDP2 (fully_shard per layer and on the root) over {} GPU{} (+ parameters sharded)", gpus,
+                       gpus == 1 ? "" : "s");
   if (gpus == 1)
     return zero == 3 ? "FSDP FULL_SHARD on 1 GPU (nothing to shard; per-layer gathering still happens)" : "single GPU";
   switch (zero) {
@@ -132,6 +135,8 @@ void validate(const MemoryOptions& o) {
   validate_run_sizes({.batch = o.batch, .seq = o.seq, .gpus = o.gpus, .grad_accum = std::nullopt});
   if (o.zero < 0 || o.zero > 3) throw UsageError(fmt::format("--zero must be 0, 1, 2 or 3, not {}", o.zero));
   if (o.fsdp != 1 && o.fsdp != 2) throw UsageError(fmt::format("--fsdp must be 1 or 2, not {}", o.fsdp));
+  if (o.fsdp == 2 && o.framework != "torch")
+    throw UsageError(fmt::format("--fsdp 2 is modelled for the torch reference, not --framework {}", o.framework));
   if (o.fsdp == 2 && o.zero != 3) throw UsageError("--fsdp 2 shards parameters: it needs --zero 3");
   if (o.fsdp_gather_fp32 && o.fsdp != 2)
     throw UsageError("--fsdp-param-dtype fp32 describes FSDP2's all-gathers: it needs --fsdp 2 --zero 3");
@@ -214,7 +219,12 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
     if (!u.in_layer) shard_r += shard;
   }
   const int64_t P_l = m.layer_param_count(), P_r = m.outside_param_count(), T = o.batch * o.seq;
-  const int64_t head = m.tied_embeddings ? m.embedding_param_count() : m.head_param_count();
+  // The root's last parameter, whose unsharded gradient the reduce-scatter's loop still holds when
+  // it allocates the new shard: the LM head, or with tied embeddings the final norm's weight (the
+  // embedding when the norm has none).
+  const int64_t last_root = !m.tied_embeddings    ? m.head_param_count()
+                            : m.norm_params() > 0 ? m.norm_params()
+                                                  : m.embedding_param_count();
   const int64_t after_head = m.tied_embeddings ? P_r : P_r - m.embedding_param_count();
   const Component root{"fsdp_root_params", "temporaries", s * pad_r,
                        "the root unit (embedding, final norm, LM head) gathered, not resharded after forward"};
@@ -300,15 +310,18 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
     copy_out.temporaries.push_back(casts(m.layers - 1, false));
     last.temporaries.push_back(casts(o.checkpointing ? 1 : m.layers - 1, false));
     next.temporaries.push_back(casts(o.checkpointing ? 1 : std::max<int64_t>(0, m.layers - 2), false));
+    // The loss's backward runs after autocast has exited: with checkpointing its cache let the
+    // layers' casts go (none was saved for backward) and only the LM head's, saved by F.linear, lives.
     for (auto& ph : f.phases)
-      if (ph.name == "forward_end" || ph.name == "backward_loss") ph.temporaries.push_back(casts(m.layers, true));
+      if (ph.name == "forward_end" || ph.name == "backward_loss")
+        ph.temporaries.push_back(casts(ph.name == "backward_loss" && o.checkpointing ? 0 : m.layers, true));
   }
   Phase end{"backward_end",
             "end of backward: the root reduce-scatters in FSDP2's final callback, every activation freed",
             persistent_all - (o.grads_persist ? 0 : 4 * shard_r),
             {{"fsdp_root_reduce_scatter_input", "temporaries", 4 * pad_r, "the root's fp32 reduce-scatter input"},
-             {"fsdp_root_unsharded_grads", "temporaries", std::max(s * P_r, s * head + 4 * shard_r),
-              "the root's unsharded gradients, then the LM head's beside the root's new sharded gradients"}}};
+             {"fsdp_root_unsharded_grads", "temporaries", std::max(s * P_r, s * last_root + 4 * shard_r),
+              "the root's unsharded gradients, then its last parameter's beside the root's new sharded gradients"}}};
   std::vector<Phase> phases;
   for (auto& ph : f.phases) {
     if (ph.name == "backward_layers") {
@@ -318,7 +331,10 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
       continue;
     }
     phases.push_back(ph);
-    if (ph.name == "forward_end") phases.insert(phases.end() - 1, {first_copy, copy_out});
+    if (ph.name == "forward_end") {
+      phases.insert(phases.end() - 1, first_copy);
+      if (m.layers > 1) phases.insert(phases.end() - 1, copy_out);  // a previous layer's output held
+    }
   }
   f.phases = phases;
 }
@@ -357,10 +373,15 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   if (o.zero == 0) {
     // torch.autocast casts what F.linear reads: the layers' linears and the LM head (the embedding
     // when tied); norm weights and an untied embedding stay fp32.
-    const int64_t cast = m.layers * m.layer_linear_param_count() + m.vocab * m.hidden;
+    // With checkpointing the layers' casts live only while autocast runs (its cache holds them
+    // through forward; nothing saves them for backward): a temporary of forward, and of each
+    // layer's recomputation (below).
+    const int64_t cast = (o.checkpointing ? 0 : m.layers * m.layer_linear_param_count()) + m.vocab * m.hidden;
     f.persistent.push_back({"working_weights", "weights", cast * 2,
-                            "bf16 copies torch.autocast makes of the linears' weights (not of norms or an untied "
-                            "embedding), replicated"});
+                            o.checkpointing ? "bf16 copy torch.autocast makes of the LM head's weight, kept for "
+                                              "backward (the checkpointed layers' casts are temporaries)"
+                                            : "bf16 copies torch.autocast makes of the linears' weights (not of norms "
+                                              "or an untied embedding), replicated"});
   } else if (o.zero <= 2) {
     const StorageBytes work = param_storage(ps, bf16, 1, false);
     f.persistent.push_back({"working_weights", "weights", work.total(),
@@ -425,7 +446,11 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   } else {
     // Each checkpointed layer keeps its input (the bf16 residual stream; COAT's layers also pass
     // their FP8 1x16 copy of it); backward recomputes one layer at a time.
-    StorageBytes in = storage_bytes(bf16, std::vector<int64_t>{T, m.hidden});
+    // The residual stream is bf16 where the layers run on bf16 parameters (FSDP's mixed precision,
+    // ZeRO-1/2's bf16 copies), fp32 where autocast runs them on fp32 parameters (one GPU or DDP,
+    // FSDP2 gathering fp32).
+    const bool fp32_residual = o.zero == 0 || (o.zero == 3 && o.fsdp == 2 && o.fsdp_gather_fp32);
+    StorageBytes in = storage_bytes(fp32_residual ? Storage::parse("fp32") : bf16, std::vector<int64_t>{T, m.hidden});
     if (r.checkpoint_fp8_input)
       in += storage_bytes(r.activation(SavedRole::NormInput), std::vector<int64_t>{T, m.hidden});
     f.activations.push_back({"layers.checkpointed_inputs", "activations", in.total() * m.layers,
@@ -453,6 +478,11 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     if (s.role != SavedRole::TokenIds) outside_freed_after_head += s.bytes.total();
 
   Phase fwd{"forward_end", "end of forward: every saved tensor alive", persistent_fwd_bwd + f.activations_total, {}};
+  const int64_t layer_casts = 2 * m.layer_linear_param_count();
+  if (o.zero == 0 && o.checkpointing)
+    fwd.temporaries.push_back({"autocast_layer_casts", "temporaries", m.layers * layer_casts,
+                               "torch.autocast's cache of the checkpointed layers' bf16 weight casts, freed when "
+                               "autocast exits"});
   if (fsdp)
     fwd.temporaries.push_back({"fsdp_root_params", "temporaries", outside_params * 2,
                                "FSDP root unit (embedding, final norm, LM head) gathered in bf16, kept from "
@@ -488,6 +518,9 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     bwd.temporaries.push_back(
         {"grads_so_far", "temporaries", head.total(), "gradients allocated so far (LM head, final norm)"});
   }
+  if (o.zero == 0 && o.checkpointing)
+    bwd.temporaries.push_back(
+        {"autocast_layer_casts", "temporaries", layer_casts, "the recomputed layer's bf16 weight casts (autocast)"});
   if (r.fp8_gemm)
     bwd.temporaries.push_back({"fp8_weight_cast", "temporaries", layer_params * 2,
                                "one layer's weights cast to FP8 just in time: codes + transposed codes for dgrad"});
@@ -602,7 +635,7 @@ Json layer_json(const Footprint& f) {
 
 MemoryResult memory_result(const Footprint& f, bool with_max_batch) {
   const recipe::TrainingRecipe& r = find_recipe(f.opts.recipe);
-  MemoryResult res{f, r.name, r.memory->description, sharding_name(f.opts.zero, f.opts.gpus), {}, {}};
+  MemoryResult res{f, r.name, r.memory->description, sharding_name(f.opts.zero, f.opts.fsdp, f.opts.gpus), {}, {}};
   if (with_max_batch) {
     res.max_batch = max_batch(f.model, f.opts, false);
     res.max_batch_pow2 = max_batch(f.model, f.opts, true);
@@ -621,6 +654,8 @@ Json MemoryResult::to_json() const {
   j["batch"] = o.batch;
   j["seq"] = o.seq;
   j["zero"] = o.zero;
+  if (o.zero == 3) j["fsdp"] = o.fsdp;
+  if (o.zero == 3 && o.fsdp == 2) j["fsdp_param_dtype"] = o.fsdp_gather_fp32 ? "fp32" : "bf16";
   j["sharding"] = sharding;
   j["checkpointing"] = o.checkpointing;
   j["grads_persist"] = o.grads_persist;

@@ -298,12 +298,17 @@ StepPrediction step_prediction(const Footprint& f, double peak, double retained)
   int64_t copies = 0;
   for (const auto& c : f.persistent)
     if (c.name == "autocast_weight_copies" || c.name == "working_weights") copies = c.bytes;
-  // What FSDP keeps from forward beside the activations: the root's gathered parameters (not
-  // resharded after forward) and, gathering fp32, autocast's casts of the gathered weights.
+  // What forward leaves beside the activations, once the loop's autocast has exited: FSDP's root
+  // parameters (not resharded after forward) and, gathering fp32, autocast's casts still saved
+  // (the loss's backward phase holds what is left of them); the torch reference's checkpointed
+  // accounting counts one recomputed layer among its activations, which exists only in backward.
   for (const auto& ph : f.phases)
-    if (ph.name == "forward_end")
-      for (const auto& c : ph.temporaries)
-        if (c.name == "fsdp_root_params" || c.name == "autocast_weight_copies") copies += c.bytes;
+    for (const auto& c : ph.temporaries)
+      if ((ph.name == "forward_end" && c.name == "fsdp_root_params") ||
+          (ph.name == "backward_loss" && c.name == "autocast_weight_copies"))
+        copies += c.bytes;
+  for (const auto& a : f.activations)
+    if (a.name == "layers.recomputed_layer") copies -= a.bytes;
   const double pred_retained = static_cast<double>(f.activations_total + copies);
   const double rp = peak > 0 ? static_cast<double>(f.peak) / peak - 1 : 0;
   const double ra = retained > 0 ? pred_retained / retained - 1 : 0;
