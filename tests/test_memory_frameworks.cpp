@@ -154,6 +154,15 @@ TEST(MemoryFrameworks, CheckpointingKeepsTheFp32LayerInputs) {
     if (c.name.rfind("layers.", 0) == 0) layers += c.bytes;
   EXPECT_EQ(layers, m.layers * 2 * 2048 * m.hidden * 4);
   EXPECT_LT(f.peak, run("hf", m, false).peak);
+  // Forward still holds every layer's bf16 weight casts in autocast's cache (freed when it exits);
+  // COAT's layers cast their weights to FP8 themselves.
+  int64_t casts = -1;
+  for (const auto& p : f.phases)
+    for (const auto& c : p.temporaries)
+      if (p.name == "forward_loss" && c.name == "autocast_layer_casts") casts = c.bytes;
+  EXPECT_EQ(casts, m.layers * 2 * m.layer_linear_param_count());
+  for (const auto& p : run("coat", m, true).phases)
+    for (const auto& c : p.temporaries) EXPECT_NE(c.name, "autocast_layer_casts");
 }
 
 TEST(MemoryFrameworks, CoatKeepsLessThanItsBf16BaseAndNoLayerWeightCopies) {

@@ -6,6 +6,7 @@
 // tensors than CUDA's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "sim/common/check.hpp"
@@ -96,6 +97,53 @@ TEST(MemoryFsdp2, GatheringFp32DoublesTheBuffersAndAddsAutocastsCasts) {
   const Footprint f = fsdp2(tiny(), 2, true);
   EXPECT_EQ(fsdp_bytes(f, "forward_copy_out", true), 1109640);
   EXPECT_EQ(fsdp_bytes(f, "backward_next_layer", true), 1312080);
+}
+
+int64_t temporary(const Footprint& f, const std::string& phase, const std::string& name) {
+  for (const auto& p : f.phases)
+    if (p.name == phase)
+      for (const auto& c : p.temporaries)
+        if (c.name == name) return c.bytes;
+  return -1;
+}
+
+TEST(MemoryFsdp2, CheckpointedCastsLiveOnlyWhileAutocastRuns) {
+  // Gathering fp32 under checkpointing: autocast's cache holds every layer's bf16 cast through
+  // forward; after it exits (before the loss's backward) only the LM head's, saved by F.linear, lives.
+  const model::ModelConfig m = tiny();
+  MemoryOptions o;
+  o.gpus = 2;
+  o.zero = 3;
+  o.fsdp = 2;
+  o.fsdp_gather_fp32 = true;
+  o.checkpointing = true;
+  o.batch = 2;
+  o.seq = 16;
+  const Footprint f = compute_footprint(m, o);
+  const int64_t layer = 2 * m.layer_linear_param_count(), head = 2 * m.vocab * m.hidden;
+  EXPECT_EQ(temporary(f, "forward_end", "autocast_weight_copies"), m.layers * layer + head);
+  EXPECT_EQ(temporary(f, "backward_loss", "autocast_weight_copies"), head);
+  EXPECT_EQ(temporary(f, "backward_next_layer", "autocast_weight_copies"), layer);  // the recomputed layer's
+}
+
+TEST(MemoryFsdp2, ATiedRootEndsItsReduceScatterHoldingTheFinalNormsGradient) {
+  // Tied embeddings: the root's parameters are the embedding and the final norm, the norm last, so
+  // the reduce-scatter's loop holds the norm's unsharded gradient beside the new shard.
+  Json j = Json::object();
+  j["name"] = "tied";
+  j["hidden_size"] = 64;
+  j["intermediate_size"] = 128;
+  j["num_hidden_layers"] = 2;
+  j["num_attention_heads"] = 4;
+  j["num_key_value_heads"] = 4;
+  j["vocab_size"] = 4000;
+  j["norm"] = "rmsnorm";
+  j["activation"] = "swiglu";
+  j["tie_word_embeddings"] = true;
+  const model::ModelConfig m = model::parse_model(j, "test");
+  const Footprint f = fsdp2(m, 2);
+  const int64_t P_r = m.outside_param_count(), shard_r = (4000 * 64 + 64) / 2;  // rows divide by 2
+  EXPECT_EQ(temporary(f, "backward_end", "fsdp_root_unsharded_grads"), std::max(2 * P_r, 2 * 64 + 4 * shard_r));
 }
 
 TEST(MemoryFsdp2, OptionsThatDoNotDescribeFsdp2AreRefused) {
