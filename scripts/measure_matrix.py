@@ -271,13 +271,22 @@ def main():
         log.write(msg + "\n")
         log.flush()
 
+    def stop(p):
+        """Ends an entry: SIGTERM first, which torchrun forwards to its workers (they run in
+        sessions of their own, out of reach of a kill of the launcher), then SIGKILL after 30 s."""
+        p.terminate()
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
     def reap(block):
         while running:
             for r in list(running):
                 rc = r["p"].poll()
                 if rc is None and time.time() - r["t"] > args.per_entry:
-                    r["p"].kill()
-                    r["p"].wait()
+                    stop(r["p"])
                     rc = "timeout"
                 if rc is not None:
                     running.remove(r)

@@ -122,7 +122,8 @@ TEST(OptimSharded, ShardsGiveTheOneGpuStepsBits) {
   const std::vector<std::vector<int64_t>> shapes{{20, 256}, {1024}, {3, 384}};
   for (const std::string recipe :
        {"coat", "coat-noexpand", "te-fp8", "fp8lm", "bf16", "m=e4m3:g128:de=coat:round=stochastic:seed=5,v=e4m3:g128",
-        "m=e4m3:round=stochastic:seed=3,v=fp32"})
+        "m=e4m3:round=stochastic:seed=3,v=fp32", "m=bf16:tensor,v=fp16:tensor",
+        "m=e2m1:g16:scale=e4m3,v=e2m1:g16:scale=e4m3:round=stochastic:seed=9"})
     for (const auto& shape : shapes)
       for (const int64_t ranks : {2, 3, 4}) {
         // 1024 over 3 ranks starts rank 1 at element 342, inside a group: refused for group
@@ -150,6 +151,9 @@ TEST(OptimSharded, ShardsThatSplitAGroupAreRefusedWithTheReason) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("inside a group"), std::string::npos);
   }
+  // Per-tensor dynamic range expansion needs the whole moment's minimum too: refused.
+  EXPECT_NE(shard_step_problem(StateRecipe::parse("m=e4m3:tensor:de=coat,v=e4m3:tensor"), shards).find("minimum"),
+            std::string::npos);
   // Per-tensor scales and 16-bit moments shard anywhere.
   EXPECT_EQ(shard_step_problem(StateRecipe::parse("te-fp8"), shards), "");
   EXPECT_EQ(shard_step_problem(StateRecipe::parse("bf16"), shards), "");

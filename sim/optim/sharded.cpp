@@ -27,16 +27,23 @@ std::vector<ShardRange> fsdp2_shards(std::span<const int64_t> shape, int64_t ran
 
 namespace {
 
-// The moment's scale is one per tensor: the ranks must agree on its amax.
+// The moment's scale depends on the whole tensor's amax (one scale per tensor, or NVFP4's
+// per-tensor fp32 scale above its E4M3 group scales): the ranks must agree on it.
 bool per_tensor(const MomentSpec& ms) {
-  return ms.spec && !ms.spec->is_passthrough() && ms.spec->granularity == Granularity::Tensor;
+  return ms.spec && !ms.spec->is_passthrough() &&
+         (ms.spec->granularity == Granularity::Tensor || ms.spec->scale == ScaleMode::E4M3);
 }
 
 std::string moment_problem(const MomentSpec& ms, const char* name, const std::vector<ShardRange>& shards) {
   if (!ms.spec || ms.spec->is_passthrough()) return "";
   const QuantSpec& s = *ms.spec;
   if (s.delayed.enabled()) return fmt::format("{} uses delayed scaling, whose amax history is not sharded", name);
-  if (s.granularity == Granularity::Tensor) return "";
+  if (s.granularity == Granularity::Tensor)
+    return s.has_expand() ? fmt::format(
+                                "{} expands its dynamic range per tensor, which needs the whole moment's "
+                                "minimum beside its maximum (not sharded)",
+                                name)
+                          : "";
   if (s.granularity != Granularity::Group)
     return fmt::format("{} is quantized per {}, which is not sharded (per tensor or in 1xG groups)", name,
                        s.to_string());

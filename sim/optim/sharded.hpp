@@ -11,8 +11,10 @@
 //     refused: the group's statistics would need both ranks' elements (COAT's optimizer, run on
 //     FSDP1's flat shards, restarts its groups at each rank's slice instead, so its result depends
 //     on the number of ranks).
-//   * A per-tensor scale needs the amax of the whole new moment: the ranks all-reduce it (max, which
-//     is exact) between the update and the encoding.
+//   * A per-tensor scale (or NVFP4's per-tensor scale above its group scales) needs the amax of
+//     the whole new moment: the ranks all-reduce it (max, which is exact) between the update and
+//     the encoding. Per-tensor dynamic range expansion, which also needs the whole moment's
+//     minimum, is refused.
 //   * Stochastic rounding draws element i's bits from its index in the whole parameter: each shard
 //     quantizes with its global offset.
 // Delayed scaling (an amax history per tensor) is not sharded here.
