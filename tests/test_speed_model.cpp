@@ -45,6 +45,7 @@ ModelShape llama7b() {
   m.head_dim = 128;
   m.vocab = 32000;
   m.params = 6738415616;
+  m.root_params = 2 * 32000 * 4096 + 4096;  // untied embedding and LM head, the final RMSNorm
   return m;
 }
 
@@ -735,12 +736,18 @@ TEST(SpeedModel, FsdpCommunicationModel) {
   const double compute = evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).step_ms;
   so.fsdp_comm = "serial";
   so.link_gbps = 200;
-  const double comm = 6.0 * m.params * 3.0 / 4.0 / 200e9 * 1e3;  // ms
+  // Layers all-gathered twice (forward, backward), the root (embedding, final norm, LM head) once,
+  // every gradient reduce-scattered once: 2 x 2 B per layer parameter + 2 B per root parameter +
+  // 2 B per parameter, x 3/4 of it over the link.
+  const double P = static_cast<double>(m.params), R = static_cast<double>(m.root_params), PL = P - R;
+  ASSERT_EQ(m.root_params, 2 * m.vocab * m.hidden + m.hidden);             // untied embedding and head, RMSNorm
+  const double comm = (4 * PL + 2 * R + 2 * P) * 3.0 / 4.0 / 200e9 * 1e3;  // ms
   EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).step_ms, compute + comm, 1e-6);
   so.fsdp_comm = "overlap";
-  const double first_layer = 2.0 * (static_cast<double>(m.params) / m.layers) * 3.0 / 4.0 / 200e9 * 1e3;
+  // Exposed: the root's all-gather, the first layer's, the root's reduce-scatter.
+  const double exposed = (2 * R + 2 * PL / m.layers + 2 * R) * 3.0 / 4.0 / 200e9 * 1e3;
   EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).comm_ms,
-              std::max(0.0, comm - compute) + first_layer, 1e-6);
+              exposed + std::max(0.0, comm - exposed - compute), 1e-6);
 }
 
 // A calibration file covering Table 7 and Figure 4(b) in full, built from the plans themselves.
@@ -914,7 +921,7 @@ TEST(SpeedModel, FsdpCommunicationFromFittedCollectives) {
   add_plan(c, build_plan(m, Plan::TE, o));
   const std::string path = test::temp_dir() + "/allgather.json";
   std::ofstream(path) << R"({"format": "fp8sim-allgather-bench", "version": 1,
-    "machine": {"device": "GPU X", "world_size": 4},
+    "machine": {"device": "cuda", "gpu": "GPU X", "backend": "nccl", "world_size": 4},
     "fits": [{"collective": "all_gather", "dtype": "bfloat16", "latency_us": 30, "bus_gbps": 300},
              {"collective": "all_gather", "dtype": "uint8", "latency_us": 25, "bus_gbps": 280},
              {"collective": "reduce_scatter", "dtype": "bfloat16", "latency_us": 40, "bus_gbps": 250},
@@ -924,21 +931,25 @@ TEST(SpeedModel, FsdpCommunicationFromFittedCollectives) {
   so.fsdp_comm = "serial";
   so.comm_fit = load_comm_fit(path);
   EXPECT_EQ(so.comm_fit->gpus, 4);
+  EXPECT_EQ(so.comm_fit->device, "GPU X");
   EXPECT_FALSE(so.comm_fit->reduce_scatter_f32.has_value());  // a fit without a bandwidth is not used
-  const double P = static_cast<double>(m.params), frac = 3.0 / 4.0, units = m.layers + 1;
-  const double bf16_ag = 2 * (units * 30e-3 + 2 * P * frac / 300e9 * 1e3);
-  const double rs = units * 40e-3 + 2 * P * frac / 250e9 * 1e3;
+  const double P = static_cast<double>(m.params), R = static_cast<double>(m.root_params), PL = P - R;
+  const double frac = 3.0 / 4.0, L = m.layers;
+  // The root's BF16 all-gather once (one call); each layer's twice (2L calls); L + 1 reduce-scatters.
+  const double root_ag = 30e-3 + 2 * R * frac / 300e9 * 1e3;
+  const double bf16_ag = root_ag + 2 * (L * 30e-3 + 2 * PL * frac / 300e9 * 1e3);
+  const double rs = (L + 1) * 40e-3 + 2 * P * frac / 250e9 * 1e3;
   EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).comm_ms, bf16_ag + rs, 1e-9);
-  so.fp8_allgather = true;
-  const double fp8_ag = 2 * (units * 25e-3 + 1 * P * frac / 280e9 * 1e3);
+  so.fp8_allgather = true;  // the FP8 recipes' layers as FP8 codes; the root stays BF16
+  const double fp8_ag = root_ag + 2 * (L * 25e-3 + 1 * PL * frac / 280e9 * 1e3);
   EXPECT_NEAR(evaluate_recipe(m, {"te", Plan::TE}, o, c, so, false).comm_ms, fp8_ag + rs, 1e-9);
   EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).comm_ms, bf16_ag + rs, 1e-9);
   // Without a fit: --link-gbps, no latency, 4 bytes per parameter reduce-scattered in fp32.
   so.comm_fit.reset();
   so.reduce_dtype = "fp32";
   so.link_gbps = 200;
-  EXPECT_NEAR(evaluate_recipe(m, {"te", Plan::TE}, o, c, so, false).comm_ms, (2 * 1 + 4) * P * frac / 200e9 * 1e3,
-              1e-9);
+  EXPECT_NEAR(evaluate_recipe(m, {"te", Plan::TE}, o, c, so, false).comm_ms,
+              (2 * 1 * PL + 2 * R + 4 * P) * frac / 200e9 * 1e3, 1e-9);
   // A fit that lacks the collective asked for, or a document of another kind, is refused by name.
   so.comm_fit = load_comm_fit(path);
   so.recipes = {{"bf16", Plan::BF16}};
@@ -951,6 +962,15 @@ TEST(SpeedModel, FsdpCommunicationFromFittedCollectives) {
   }
   std::ofstream(path) << R"({"format": "fp8sim-step-measurement"})";
   EXPECT_THROW(load_comm_fit(path), Error);
+  // A CPU run on gloo prices no GPU link.
+  std::ofstream(path) << R"({"format": "fp8sim-allgather-bench", "machine": {"device": "cpu", "backend": "gloo",
+    "world_size": 2}, "fits": []})";
+  try {
+    load_comm_fit(path);
+    ADD_FAILURE() << "a gloo fit accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'gloo' backend"), std::string::npos) << e.what();
+  }
 }
 
 TEST(SpeedReport, RejectsNonsenseOptions) {

@@ -25,6 +25,7 @@ ModelShape model_shape(const model::ModelConfig& cfg) {
   m.norm = std::string(model::norm_kind_name(cfg.norm));
   m.activation = std::string(model::act_kind_name(cfg.act));
   m.params = cfg.param_count();
+  m.root_params = cfg.outside_param_count();
   check_shape(m);
 
   // The replay hard-codes a Llama block (q, k, v, o, gate, up, down); make sure the model's own

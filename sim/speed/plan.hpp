@@ -61,7 +61,8 @@ struct ModelShape {
   bool tied = false;     // LM head shares the embedding
   std::string norm = "rmsnorm";
   std::string activation = "swiglu";
-  int64_t params = 0;  // total parameters (embedding + layers + norm + head)
+  int64_t params = 0;       // total parameters (embedding + layers + norm + head)
+  int64_t root_params = 0;  // outside the layers: embedding, final norm, LM head (FSDP's root unit)
 };
 // Validates sizes (positive, heads dividing, alignment the FP8 GEMMs need); Error on failure.
 void check_shape(const ModelShape& m);

@@ -137,24 +137,29 @@ double collective_ms(const LinkFit& f, double bytes_per_param, double params, do
   return calls * f.latency_us * 1e-3 + bytes_per_param * params * frac / (f.bus_gbps * 1e9) * 1e3;
 }
 
-// Per micro-batch, per FSDP unit (each decoder layer and the root): the weights all-gathered for
-// forward and again for backward, the gradients reduce-scattered once.
+// Per micro-batch: every decoder layer's weights all-gathered for forward and again for backward,
+// the root unit's (embedding, final norm, LM head: BF16 in every recipe) once, as FSDP keeps the
+// root gathered from forward to backward; every unit's gradients reduce-scattered once. Overlapped,
+// what cannot hide behind compute is the root's and the first layer's all-gathers before the
+// first kernel and the root's reduce-scatter after the last.
 double fsdp_comm_ms(const ModelShape& m, int64_t gpus, const SpeedOptions& o, bool fp8, double compute_ms,
                     double* raw_ms) {
   *raw_ms = 0;
   if (o.fsdp_comm == "none" || gpus <= 1) return 0;
   const double frac = static_cast<double>(gpus - 1) / static_cast<double>(gpus);
-  const CommPrices c = comm_prices(o, fp8);
-  const double P = static_cast<double>(m.params), units = static_cast<double>(m.layers + 1);
-  const double ms =
-      static_cast<double>(o.grad_accum) * (2 * collective_ms(c.all_gather, c.all_gather_bytes, P, frac, units) +
-                                           collective_ms(c.reduce_scatter, c.reduce_scatter_bytes, P, frac, units));
+  const CommPrices layers = comm_prices(o, fp8), root = comm_prices(o, false);
+  const double R = static_cast<double>(m.root_params), PL = static_cast<double>(m.params) - R;
+  const double L = static_cast<double>(m.layers), accum = static_cast<double>(o.grad_accum);
+  const double ag_layers = collective_ms(layers.all_gather, layers.all_gather_bytes, PL, frac, L);
+  const double ag_root = collective_ms(root.all_gather, root.all_gather_bytes, R, frac, 1);
+  const double rs_layers = collective_ms(layers.reduce_scatter, layers.reduce_scatter_bytes, PL, frac, L);
+  const double rs_root = collective_ms(layers.reduce_scatter, layers.reduce_scatter_bytes, R, frac, 1);
+  const double ms = accum * (2 * ag_layers + ag_root + rs_layers + rs_root);
   *raw_ms = ms;
   if (o.fsdp_comm == "serial") return ms;
-  // overlap: the first layer's forward all-gather cannot hide behind anything.
-  const double layer_params = P / static_cast<double>(m.layers);
-  const double first = collective_ms(c.all_gather, c.all_gather_bytes, layer_params, frac, 1);
-  return std::max(0.0, ms - compute_ms) + first;
+  const double exposed =
+      accum * (ag_root + collective_ms(layers.all_gather, layers.all_gather_bytes, PL / L, frac, 1) + rs_root);
+  return exposed + std::max(0.0, ms - exposed - compute_ms);
 }
 
 }  // namespace
@@ -197,8 +202,15 @@ CommFit load_comm_fit(const std::filesystem::path& path) {
   const Json* ws = machine->find("world_size");
   FP8SIM_REQUIRE(ws && ws->is_number() && ws->as_number() >= 2, "{}: 'machine.world_size' must be 2 or more", where);
   out.gpus = static_cast<int64_t>(ws->as_number());
+  const Json* backend = machine->find("backend");
+  const std::string be = backend && backend->is_string() ? backend->as_string() : "?";
+  FP8SIM_REQUIRE(be == "nccl",
+                 "{}: measured with the '{}' backend, not NCCL on GPUs: its fits price no GPU link (run "
+                 "scripts/bench_allgather.py on the GPU machine)",
+                 where, be);
+  const Json* gpu = machine->find("gpu");
   const Json* dev = machine->find("device");
-  out.device = dev && dev->is_string() ? dev->as_string() : "?";
+  out.device = gpu && gpu->is_string() ? gpu->as_string() : dev && dev->is_string() ? dev->as_string() : "?";
   const Json* fits = doc.find("fits");
   FP8SIM_REQUIRE(fits && fits->is_array(), "{}: 'fits' must be an array", where);
   for (const Json& f : fits->as_array()) {
@@ -662,18 +674,23 @@ SpeedTiming speed_timing(const SpeedOptions& opts, const Timing& t) {
     };
     if (!opts.comm_fit) timing.link_gbps = opts.link_gbps;
     timing.comm_model = fmt::format(
-        "FSDP: per micro-batch and FSDP unit 2 all-gathers of the weights ({}) + 1 reduce-scatter of {} grads "
-        "({:g} B/param), x (gpus-1)/gpus per GPU; all-gather {}, reduce-scatter {} ({}); {}",
+        "FSDP: per micro-batch 2 all-gathers of each layer's weights ({}; the root unit's BF16 once, kept "
+        "gathered from forward to backward) + 1 reduce-scatter of every unit's {} grads ({:g} B/param), x "
+        "(gpus-1)/gpus per GPU; all-gather {}, reduce-scatter {} ({}); {}",
         opts.fp8_allgather ? fmt::format("BF16, 2 B/param; FP8 codes, 1 B/param, for the FP8 recipes, all-gather {}",
                                          price(c8.all_gather))
                            : std::string("BF16, 2 B/param"),
         opts.reduce_dtype == "fp32" ? "fp32" : "BF16", c.reduce_scatter_bytes, price(c.all_gather),
         price(c.reduce_scatter),
-        opts.comm_fit ? fmt::format("fitted by scripts/bench_allgather.py on {} x {}, {}", opts.comm_fit->gpus,
-                                    opts.comm_fit->device, source_relative(opts.comm_fit->source))
+        opts.comm_fit ? fmt::format("fitted by scripts/bench_allgather.py on {} x {}, {}{}", opts.comm_fit->gpus,
+                                    opts.comm_fit->device, source_relative(opts.comm_fit->source),
+                                    opts.comm_fit->gpus == opts.gpus
+                                        ? std::string()
+                                        : fmt::format("; applied to {} GPUs, which it did not measure", opts.gpus))
                       : std::string("an assumed bus bandwidth, no latency"),
         opts.fsdp_comm == "serial" ? "added to the step"
-                                   : "overlapped with compute except the excess and the first layer's all-gather");
+                                   : "overlapped with compute except the excess, the root's and the first layer's "
+                                     "all-gathers and the root's reduce-scatter");
   }
   return timing;
 }

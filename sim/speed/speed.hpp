@@ -63,15 +63,17 @@ struct SpeedOptions {
   std::vector<PlanRecipe> recipes;
   int64_t gpus = 1;        // FSDP data-parallel GPUs: shards the optimizer step
   int64_t grad_accum = 1;  // micro-batches per optimizer step
-  // FSDP communication per micro-batch: all-gather the BF16 weights for forward and again for
-  // backward, reduce-scatter the BF16 gradients: 6 x params x (gpus-1)/gpus bytes per GPU at
-  // link_gbps (an assumed bus bandwidth, default NCCL on H100 NVLink). "none": not modelled;
-  // "serial": added to the step; "overlap": hidden behind compute except what exceeds it plus
-  // the first layer's all-gather.
+  // FSDP communication per micro-batch: every layer's BF16 weights all-gathered for forward and
+  // again for backward, the root unit's (embedding, final norm, LM head) once (FSDP keeps it
+  // gathered), every gradient reduce-scattered once, x (gpus-1)/gpus per GPU at link_gbps (an
+  // assumed bus bandwidth, default NCCL on H100 NVLink). "none": not modelled; "serial": added to
+  // the step; "overlap": hidden behind compute except what exceeds it and what no kernel can hide
+  // (the root's and the first layer's all-gathers, the root's reduce-scatter).
   std::string fsdp_comm = "none";
   double link_gbps = 360;
-  // What the collectives move, and each one's time: the weights all-gathered as FP8 codes (1 B per
-  // parameter; one fp32 scale per tensor, under 1e-6 of the bytes, is left out) instead of BF16;
+  // What the collectives move, and each one's time: an FP8 recipe's layer weights all-gathered as
+  // FP8 codes (1 B per parameter; one fp32 scale per tensor, under 1e-6 of the bytes, is left out)
+  // instead of BF16 (the root stays BF16);
   // the gradients reduce-scattered in "fp32" (FSDP2's reduce_dtype=float32) instead of "bf16"; with
   // comm_fit, every collective priced by its fit (a latency per FSDP unit -- each decoder layer and
   // the root -- plus its bytes at the fitted bus bandwidth) instead of link_gbps without latency.
