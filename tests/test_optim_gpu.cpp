@@ -502,6 +502,11 @@ void shortcut_paths_case(int64_t tail) {
   std::vector<float> pc = p, pg = p;
   optim::LowpScratch scratch;
   gpu::detail::adamw_path_counting(true);
+  // Counting ends with this scope whatever ends it: its counters live on the device that enabled
+  // it, and a later kernel on another GPU must not count into them.
+  struct StopCounting {
+    ~StopCounting() { gpu::detail::adamw_path_counting(false); }
+  } stop_counting;
   unsigned long long total[4] = {0, 0, 0, 0};
   for (int s = 1; s <= 2; ++s) {
     const uint64_t step = static_cast<uint64_t>(t0 + s);

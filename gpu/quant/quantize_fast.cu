@@ -23,6 +23,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
 #include "gpu/common/buffer.hpp"
 #include "gpu/common/cuda_check.hpp"
@@ -709,11 +711,19 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
   }
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
     auto kernel = quant_staged_kernel<T, D, 2>;
-    static const bool opted_in = [&] {  // allow the largest dynamic size once per instantiation
-      return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_cap)) ==
-             cudaSuccess;
-    }();
-    (void)opted_in;                 // a failure surfaces as the launch error below
+    {  // allow the largest dynamic size once per instantiation and device (CUDA keeps it per device)
+      static std::mutex mu;
+      static std::vector<bool> opted;
+      int dev = 0;
+      FP8SIM_CUDA_CHECK(cudaGetDevice(&dev));
+      std::lock_guard<std::mutex> lock(mu);
+      if (opted.size() <= static_cast<size_t>(dev)) opted.resize(static_cast<size_t>(dev) + 1, false);
+      if (!opted[static_cast<size_t>(dev)]) {
+        // a failure surfaces as the launch error below
+        (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem_cap));
+        opted[static_cast<size_t>(dev)] = true;
+      }
+    }
     static size_t cached_smem = 0;  // the occupancy query, redone only when the stage size changes
     static int cached_blocks = 1;
     if (cached_smem != smem) {
