@@ -146,6 +146,30 @@ TEST(MemoryFsdp2, ATiedRootEndsItsReduceScatterHoldingTheFinalNormsGradient) {
   EXPECT_EQ(temporary(f, "backward_end", "fsdp_root_unsharded_grads"), std::max(2 * P_r, 2 * 64 + 4 * shard_r));
 }
 
+TEST(MemoryFsdp2, ALoopComputingTheLossFreesTheLastGatherBeforeIt) {
+  // The torch loop computes the loss on the returned logits: the root's post-forward has freed the
+  // last layer's all-gather output by then, which the LM head's moment still holds.
+  const Footprint f = fsdp2(tiny(), 2);
+  EXPECT_EQ(temporary(f, "forward_lm_head", "fsdp_last_layer_gather"), 2 * 58800);
+  EXPECT_EQ(temporary(f, "forward_end", "fsdp_last_layer_gather"), -1);
+  EXPECT_EQ(temporary(f, "backward_loss", "fsdp_prefetched_layer"), -1);  // prefetched after the logits' gradient
+  // transformers computes the loss in the model's forward: the gather lives through it and the
+  // prefetch comes before the loss's backward.
+  MemoryOptions o;
+  o.framework = "hf";
+  o.recipe = "bf16";
+  o.gpus = 2;
+  o.zero = 3;
+  o.fsdp = 2;
+  o.batch = 2;
+  o.seq = 16;
+  o.grads_persist = false;
+  const Footprint hf = compute_footprint(tiny(), o);
+  EXPECT_EQ(temporary(hf, "forward_loss", "fsdp_last_layer_gather"), 2 * 58800);
+  EXPECT_EQ(temporary(hf, "backward_loss", "fsdp_prefetched_layer"), 2 * 58800);
+  EXPECT_EQ(fsdp_bytes(hf, "backward_next_layer"), fsdp_bytes(f, "backward_next_layer"));  // the same buffers
+}
+
 TEST(MemoryFsdp2, OptionsThatDoNotDescribeFsdp2AreRefused) {
   MemoryOptions o;
   o.gpus = 2;

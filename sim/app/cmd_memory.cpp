@@ -331,9 +331,9 @@ int run_memory(const std::vector<std::string>& args) {
       "sharding: 0 = DDP, 1 = ZeRO-1 (optimizer + master), 2 = ZeRO-2 (+ grads), 3 = ZeRO-3 / FSDP (+ params)")(
       "fsdp", po::value(&fsdp)->default_value(1),
       "with --zero 3: 1 = FSDP1 as COAT trained (flat parameters, bf16 mixed precision), 2 = FSDP2 (fully_shard per "
-      "layer and on the root, dim-0 shards, param_dtype bf16, reduce_dtype fp32)")(
-      "fsdp-param-dtype", po::value(&fsdp_dtype)->default_value("bf16"),
-      "with --fsdp 2: bf16 (MixedPrecisionPolicy) or fp32 (no policy: fp32 all-gathers, autocast casts)")(
+      "layer and on the root, dim-0 shards, param_dtype bf16, reduce_dtype fp32; also for --framework hf and "
+      "hf-eager)")("fsdp-param-dtype", po::value(&fsdp_dtype)->default_value("bf16"),
+                   "with --fsdp 2: bf16 (MixedPrecisionPolicy) or fp32 (no policy: fp32 all-gathers, autocast casts)")(
       "checkpointing", "full activation checkpointing of every decoder layer")(
       "free-grads",
       "gradients are freed between steps (zero_grad(set_to_none=True)): not resident in forward/backward")(
@@ -346,7 +346,7 @@ int run_memory(const std::vector<std::string>& args) {
       "megatron-te (Megatron-LM on TransformerEngine layers, BF16 or "
       "FP8 delayed scaling; derived from their source, not measured); the framework profiles model one GPU (hf, "
       "hf-eager and "
-      "hf-4.45 also DDP over --gpus N)")(
+      "hf-4.45 also DDP over --gpus N; hf and hf-eager FSDP2 with --fsdp 2)")(
       "gpu-mem-gib", po::value(&gpu_mem)->default_value(memory::kH100GiB, "79.65"),
       "GPU memory budget in GiB for 'fits' and the max batch (default: H100 80GB, 81559 MiB)")(
       "compare", "all recipes side by side with BF16/recipe ratios")(

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "sim/common/check.hpp"
+#include "sim/memory/fsdp2.hpp"
 
 namespace fp8sim::memory {
 
@@ -156,7 +157,7 @@ const FrameworkInfo& find_framework(const std::string& name) {
 }
 
 std::vector<FrameworkTensor> framework_layer_tensors(const FrameworkInfo& fw, const ModelConfig& m, int64_t batch,
-                                                     int64_t seq, const std::string& recipe) {
+                                                     int64_t seq, const std::string& recipe, bool bf16_params) {
   if (fw.name == "megatron-te") return megatron_layer_tensors(m, batch, seq, recipe == "te");
   const int64_t T = batch * seq, H = m.hidden, F = m.ffn, Q = m.q_dim(), NH = m.heads;
   const int64_t KV = repeats_kv(fw) ? Q : m.kv_dim();
@@ -187,6 +188,19 @@ std::vector<FrameworkTensor> framework_layer_tensors(const FrameworkInfo& fw, co
   }
   const std::string src = fw.name == "hf-4.45" ? kHf445Llama : kHfLlama;
   for (const char* norm : {"attn_norm", "mlp_norm"}) {
+    if (bf16_params) {
+      add(fmt::format("{}.input", norm), "fp32", tensor_bytes(T * H, 4),
+          src +
+              " LlamaRMSNorm.forward: hidden_states.to(float32) makes an fp32 copy of the bf16 residual stream, "
+              "which pow(2) and the rsqrt product save");
+      add(fmt::format("{}.rstd", norm), "fp32", tensor_bytes(T, 4), src + " LlamaRMSNorm.forward: rsqrt's output");
+      add(fmt::format("{}.normalised", norm), "bf16", tensor_bytes(T * H, 2),
+          src + " LlamaRMSNorm.forward: weight * x.to(bfloat16) saves the bf16 normalised x");
+      add(fmt::format("{}.output", norm), "bf16", tensor_bytes(T * H, 2),
+          std::string(norm) == "attn_norm" ? "the bf16 norm output, one storage saved by q_proj, k_proj and v_proj"
+                                           : "the bf16 norm output, one storage saved by gate_proj and up_proj");
+      continue;
+    }
     add(fmt::format("{}.input", norm), "fp32", tensor_bytes(T * H, 4),
         src + " LlamaRMSNorm.forward: pow(2) saves the fp32 residual-stream input");
     add(fmt::format("{}.rstd", norm), "fp32", tensor_bytes(T, 4), src + " LlamaRMSNorm.forward: rsqrt's output");
@@ -213,8 +227,9 @@ std::vector<FrameworkTensor> framework_layer_tensors(const FrameworkInfo& fw, co
         "a view and o_proj saves the same storage");
     add("attention.lse", "fp32", tensor_bytes(T * NH, 4), "flash attention's log-sum-exp, fp32 (B, heads, S)");
   }
-  add("gate_up_proj.inputs", "bf16", 2 * tensor_bytes(T * H, 2),
-      "torch.autocast casts the fp32 norm output to bf16 separately for gate_proj and up_proj");
+  if (!bf16_params)
+    add("gate_up_proj.inputs", "bf16", 2 * tensor_bytes(T * H, 2),
+        "torch.autocast casts the fp32 norm output to bf16 separately for gate_proj and up_proj");
   add("mlp.gate_silu_up_product", "bf16", 4 * tensor_bytes(T * F, 2),
       src +
           " LlamaMLP: SiLU saves gate_proj's output, the product saves SiLU's and up_proj's outputs, "
@@ -280,7 +295,7 @@ std::vector<FrameworkTensor> compiled_outside_tensors(const ModelConfig& m, int6
 }  // namespace
 
 std::vector<FrameworkTensor> framework_outside_tensors(const FrameworkInfo& fw, const ModelConfig& m, int64_t batch,
-                                                       int64_t seq) {
+                                                       int64_t seq, bool bf16_params) {
   if (fw.name == "megatron-te") return megatron_outside_tensors(m, batch, seq);
   const int64_t T = batch * seq, H = m.hidden, V = m.vocab;
   const std::string src = fw.name == "hf" || fw.name == "hf-eager" ? kHfLlama : kHf445Llama;
@@ -295,10 +310,14 @@ std::vector<FrameworkTensor> framework_outside_tensors(const FrameworkInfo& fw, 
                  std::string(kHf445Llama) + " LlamaForCausalLM.forward: CrossEntropyLoss on the fp32 logits"});
     return v;
   }
-  v.push_back({"final_norm.input", "fp32", tensor_bytes(T * H, 4), src + " LlamaRMSNorm (model.norm)"});
+  v.push_back({"final_norm.input", "fp32", tensor_bytes(T * H, 4),
+               src + (bf16_params ? " LlamaRMSNorm (model.norm): the fp32 copy of the bf16 residual stream"
+                                  : " LlamaRMSNorm (model.norm)")});
   v.push_back({"final_norm.rstd", "fp32", tensor_bytes(T, 4), src + " LlamaRMSNorm (model.norm)"});
-  v.push_back({"final_norm.normalised", "fp32", tensor_bytes(T * H, 4), src + " LlamaRMSNorm: weight * x"});
-  v.push_back({"lm_head.input", "bf16", tensor_bytes(T * H, 2), "torch.autocast's bf16 cast of lm_head's input"});
+  v.push_back({"final_norm.normalised", bf16_params ? "bf16" : "fp32", tensor_bytes(T * H, bf16_params ? 2 : 4),
+               src + " LlamaRMSNorm: weight * x"});
+  v.push_back({"lm_head.input", "bf16", tensor_bytes(T * H, 2),
+               bf16_params ? "the bf16 final norm output" : "torch.autocast's bf16 cast of lm_head's input"});
   v.push_back({"loss.log_probs", "fp32", tensor_bytes(T * V, 4),
                "cross_entropy on logits.float(): log_softmax saves its fp32 output"});
   return v;
@@ -444,11 +463,18 @@ Footprint megatron_footprint(const ModelConfig& m, const MemoryOptions& o) {
 
 Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   const FrameworkInfo& fw = find_framework(o.framework);
-  // Several GPUs: DDP of transformers' eager model (its buckets are the only addition per rank).
-  const bool ddp = o.gpus > 1;
-  if (ddp && !(models_ddp(fw.name) && o.zero == 0 && !o.compiled))
-    throw UsageError(fmt::format("framework {} is modelled on one GPU{}; use --framework torch for sharded runs",
-                                 fw.name, models_ddp(fw.name) ? " and, eager, under DDP (--zero 0)" : ""));
+  // Several GPUs: transformers' eager model under DDP (its buckets are the only addition per
+  // rank) or FSDP2 (transformers 5.x: sharded states, FSDP2's buffers; with bf16 parameters the
+  // layers keep other tensors, below).
+  const bool fsdp2 = o.zero == 3 && o.fsdp == 2;
+  const bool ddp = o.gpus > 1 && !fsdp2;
+  const bool sharded_ok = fsdp2 ? fw.name == "hf" || fw.name == "hf-eager" : models_ddp(fw.name) && o.zero == 0;
+  if ((ddp || fsdp2) && !(sharded_ok && !o.compiled))
+    throw UsageError(fmt::format(
+        "framework {} is modelled on one GPU{}; use --framework torch for sharded runs", fw.name,
+        models_ddp(fw.name) ? " and, eager, under DDP (--zero 0) or, for hf and hf-eager, FSDP2 (--fsdp 2)" : ""));
+  // FSDP2 with MixedPrecisionPolicy(param_dtype=bf16): the layers run on bf16 parameters.
+  const bool bf16_params = fsdp2 && !o.fsdp_gather_fp32;
   if (!fw.runs(o.recipe)) {
     std::string recipes = fw.recipe;
     for (const auto& r : fw.other_recipes) recipes += " or " + r;
@@ -471,7 +497,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   if (torchao) ref.recipe = "bf16";
   ref.framework = "torch";
   ref.compiled = false;
-  ref.gpus = 1;
+  ref.gpus = fsdp2 ? o.gpus : 1;
   ref.zero = 3;
   ref.checkpointing = false;
   ref.grads_persist = true;
@@ -479,7 +505,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   Footprint f;
   f.model = m;
   f.opts = o;
-  f.opts.zero = 0;  // one GPU, nothing sharded
+  if (!fsdp2) f.opts.zero = 0;  // one GPU or DDP: nothing sharded
   f.params = base.params;
   for (const auto& c : base.persistent)
     if (c.name != "working_weights") f.persistent.push_back(c);
@@ -497,19 +523,24 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   // COAT's and torchao's linears cast the fp32 weights to FP8 themselves; only the LM head goes
   // through autocast.
   const bool own_weight_casts = coat || torchao;
-  const int64_t layer_copies = own_weight_casts ? 0 : linear_params * 2, head_copy = head_params * 2;
+  // With bf16 parameters (FSDP2) the linears read FSDP2's unsharded bf16 parameters: no copies.
+  const int64_t layer_copies = own_weight_casts || bf16_params ? 0 : linear_params * 2;
+  const int64_t head_copy = bf16_params ? 0 : head_params * 2;
   const int64_t copies = o.checkpointing || own_weight_casts ? head_copy : L * layer_copies + head_copy;
   f.persistent.push_back(
       {"autocast_weight_copies", "weights", copies,
-       o.checkpointing    ? "bf16 copy of the LM head weight (torch.autocast's cache); checkpointed "
+       bf16_params        ? "none: the linears read FSDP2's unsharded bf16 parameters (its buffers, below)"
+       : o.checkpointing  ? "bf16 copy of the LM head weight (torch.autocast's cache); checkpointed "
                             "layers cast theirs again when recomputed"
        : own_weight_casts ? "bf16 copy of the LM head weight (torch.autocast's cache); the decoder linears cast their "
                             "fp32 weights to FP8 per GEMM and keep no copy"
                           : "bf16 copies of every Linear weight (torch.autocast's cache), kept for backward"});
-  const std::vector<FrameworkTensor> layer =
-      o.compiled ? compiled_layer_tensors(fw, m, o.batch, o.seq) : framework_layer_tensors(fw, m, o.batch, o.seq);
-  const std::vector<FrameworkTensor> outside =
-      o.compiled ? compiled_outside_tensors(m, o.batch, o.seq) : framework_outside_tensors(fw, m, o.batch, o.seq);
+  const std::vector<FrameworkTensor> layer = o.compiled
+                                                 ? compiled_layer_tensors(fw, m, o.batch, o.seq)
+                                                 : framework_layer_tensors(fw, m, o.batch, o.seq, "", bf16_params);
+  const std::vector<FrameworkTensor> outside = o.compiled
+                                                   ? compiled_outside_tensors(m, o.batch, o.seq)
+                                                   : framework_outside_tensors(fw, m, o.batch, o.seq, bf16_params);
   int64_t layer_bytes = 0;
   for (const auto& t : layer) layer_bytes += t.bytes;
   f.layer_activation_bytes = layer_bytes;
@@ -520,14 +551,15 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
                                fmt::format("{} layers x {} {}: {}", L, t.dtype, t.name, t.source)});
   } else {
     // COAT's layers pass three tensors (bf16 residual, its FP8 copy and the 1x16 scales) that
-    // its checkpoint keeps; transformers' layers pass the fp32 residual stream.
-    const int64_t per_token = coat ? 2 * m.hidden + m.hidden + m.hidden / 8 : 4 * m.hidden;
+    // its checkpoint keeps; transformers' layers pass the residual stream (fp32, or bf16 on bf16
+    // parameters).
+    const int64_t per_token = coat ? 2 * m.hidden + m.hidden + m.hidden / 8 : (bf16_params ? 2 : 4) * m.hidden;
     f.activations.push_back({"layers.checkpointed_inputs", "activations", L * T * per_token,
                              fmt::format("{} layers x the layer inputs torch.utils.checkpoint keeps", L)});
     if (fw.name == "hf-eager")
-      f.activations.push_back({"layers.causal_mask", "activations", o.batch * o.seq * o.seq * 4,
-                               "the fp32 4-D causal mask eager attention builds, an input every checkpointed layer "
-                               "keeps (one storage)"});
+      f.activations.push_back({"layers.causal_mask", "activations", o.batch * o.seq * o.seq * (bf16_params ? 2 : 4),
+                               "the 4-D causal mask eager attention builds in the embeddings' dtype, an input every "
+                               "checkpointed layer keeps (one storage)"});
   }
   for (const auto& t : outside)
     f.activations.push_back({fmt::format("outside.{}", t.name), "activations", t.bytes, t.dtype + ": " + t.source});
@@ -622,6 +654,19 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   f.phases.insert(f.phases.end(), extra.begin(), extra.end());
   f.phases.push_back(bwd);
   f.phases.push_back(opt);
+  if (fsdp2) {
+    // FSDP2's buffers; transformers computes the loss in the model's forward (model(labels=...)).
+    Fsdp2Steps st;
+    st.forward = "forward_loss";
+    st.loss_in_model = true;
+    st.persistent_fwd_bwd = resident;
+    st.persistent_all = resident + f.gradients;
+    for (const auto& t : outside) st.outside_freed_after_head += t.bytes;
+    st.per_layer = o.checkpointing ? T * (bf16_params ? 2 : 4) * m.hidden : layer_bytes;
+    st.working_set = ((m.act == model::ActKind::SwiGLU ? 3 : 2) * m.ffn * 2 + 2 * m.hidden * (bf16_params ? 2 : 4)) * T;
+    st.working_set_what = "MLP backward: bf16 grads of the (T, ffn) tensors and two residual-stream grads";
+    add_fsdp2_phases(f, m, o, *find_recipe(o.recipe).memory, st);
+  }
   f.pick_peak();
   return f;
 }

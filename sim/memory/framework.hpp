@@ -61,11 +61,15 @@ struct FrameworkTensor {
 
 // What the framework keeps for backward in one decoder layer (checkpointing false) and outside
 // the layers, for micro-batch x seq tokens. `recipe` picks the variant of a profile that models
-// more than one ("" = its default recipe).
+// more than one ("" = its default recipe). `bf16_params` (hf and hf-eager): the layers run on bf16
+// parameters (FSDP2's param_dtype=bf16) instead of fp32 ones under autocast: a bf16 residual
+// stream, the norms' normalised output kept in bf16, one bf16 input shared by q/k/v_proj and one
+// by gate/up_proj (10 H bytes per token fewer per layer, 2 H outside).
 std::vector<FrameworkTensor> framework_layer_tensors(const FrameworkInfo& fw, const model::ModelConfig& m,
-                                                     int64_t batch, int64_t seq, const std::string& recipe = "");
+                                                     int64_t batch, int64_t seq, const std::string& recipe = "",
+                                                     bool bf16_params = false);
 std::vector<FrameworkTensor> framework_outside_tensors(const FrameworkInfo& fw, const model::ModelConfig& m,
-                                                       int64_t batch, int64_t seq);
+                                                       int64_t batch, int64_t seq, bool bf16_params = false);
 
 // What torch.compile(model) keeps for backward in one decoder layer of the torch reference model
 // (scripts/measure_memory.py's Block: RMSNorm, SDPA with enable_gqa, SwiGLU) for micro-batch x seq

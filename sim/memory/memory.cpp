@@ -10,6 +10,7 @@
 #include "sim/common/check.hpp"
 #include "sim/common/sizes.hpp"
 #include "sim/memory/framework.hpp"
+#include "sim/memory/fsdp2.hpp"
 #include "sim/quant/quantize.hpp"
 
 namespace fp8sim::memory {
@@ -135,8 +136,9 @@ void validate(const MemoryOptions& o) {
   validate_run_sizes({.batch = o.batch, .seq = o.seq, .gpus = o.gpus, .grad_accum = std::nullopt});
   if (o.zero < 0 || o.zero > 3) throw UsageError(fmt::format("--zero must be 0, 1, 2 or 3, not {}", o.zero));
   if (o.fsdp != 1 && o.fsdp != 2) throw UsageError(fmt::format("--fsdp must be 1 or 2, not {}", o.fsdp));
-  if (o.fsdp == 2 && o.framework != "torch")
-    throw UsageError(fmt::format("--fsdp 2 is modelled for the torch reference, not --framework {}", o.framework));
+  if (o.fsdp == 2 && o.framework != "torch" && o.framework != "hf" && o.framework != "hf-eager")
+    throw UsageError(
+        fmt::format("--fsdp 2 is modelled for the torch reference, hf and hf-eager, not --framework {}", o.framework));
   if (o.fsdp == 2 && o.zero != 3) throw UsageError("--fsdp 2 shards parameters: it needs --zero 3");
   if (o.fsdp_gather_fp32 && o.fsdp != 2)
     throw UsageError("--fsdp-param-dtype fp32 describes FSDP2's all-gathers: it needs --fsdp 2 --zero 3");
@@ -191,8 +193,6 @@ void Footprint::pick_peak() {
     }
 }
 
-namespace {
-
 // FSDP2 (fully_shard on every decoder layer and on the root; torch 2.11's
 // torch/distributed/fsdp/_fully_shard): the buffers a rank holds beside its shards, per phase,
 // with P the parameters of a unit (a layer, or the root: embedding, final norm, LM head), Pad
@@ -210,7 +210,9 @@ namespace {
 //   - the root reduce-scatters in the final callback, with every activation gone:
 //     max(root gradients + its reduce-scatter input, LM-head gradient + input + the new shard).
 void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o, const recipe::MemoryModel& r,
-                      int64_t persistent_fwd_bwd, int64_t persistent_all, int64_t outside_freed_after_head) {
+                      const Fsdp2Steps& st) {
+  const int64_t persistent_fwd_bwd = st.persistent_fwd_bwd, persistent_all = st.persistent_all;
+  const int64_t outside_freed_after_head = st.outside_freed_after_head;
   const int64_t N = o.gpus, s = o.fsdp_gather_fp32 ? 4 : 2;
   int64_t pad_l = 0, pad_r = 0, shard_r = 0;
   for (const auto& u : all_params(m)) {
@@ -231,21 +233,31 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
   const Component layer_gather{"fsdp_layer_gather", "temporaries", s * pad_l, "a decoder layer's all-gather output"};
   const Component layer_params{"fsdp_layer_params", "temporaries", s * pad_l,
                                "the layer's unsharded parameters, copied out of it"};
-  int64_t ids = 0;
-  for (const auto& x : f.outside_saved)
-    if (x.role == SavedRole::TokenIds) ids += x.bytes.total();
-  // What one layer keeps in forward: its saved tensors, or with checkpointing its kept input.
-  int64_t per_layer = f.layer_activation_bytes;
-  for (const auto& a : f.activations)
-    if (a.name == "layers.checkpointed_inputs") per_layer = a.bytes / m.layers;
+  const int64_t ids = st.ids, per_layer = st.per_layer;
+  const Component last_gather{"fsdp_last_layer_gather", "temporaries", s * pad_l,
+                              "the last layer's all-gather output, held until the root's post-forward"};
+  // The root's post-forward frees the last layer's all-gather output: after the loss when the model
+  // computes it, else once the logits are made (before the loop's loss). Backward prefetches the
+  // last layer from the root's pre-backward hook on the model's output: before the loss's backward
+  // when that output is the loss, after it when it is the logits.
+  Phase lm_head{"forward_lm_head",
+                "forward, the LM head making the logits: the last layer's all-gather output held",
+                persistent_fwd_bwd + f.activations_total - st.loss_saved,
+                {root, last_gather}};
   for (auto& ph : f.phases) {
     auto& t = ph.temporaries;
-    if (ph.name == "forward_end") {
+    if (ph.name == st.forward) {
       t.push_back(root);
-      t.push_back({"fsdp_last_layer_gather", "temporaries", s * pad_l,
-                   "the last layer's all-gather output, held until the root's post-forward"});
-    } else if (ph.name == "backward_loss") {
-      t.push_back(root);  // the next layer is prefetched once the logits' gradient exists
+      if (st.loss_in_model) t.push_back(last_gather);
+    } else if (ph.name == st.loss) {
+      t.push_back(root);
+      if (st.loss_in_model)
+        t.push_back({"fsdp_prefetched_layer", "temporaries", s * pad_l,
+                     "the last layer, prefetched for backward before the loss's backward"});
+    } else if (ph.name == "backward_last_attention") {  // eager attention's softmax backward, last layer
+      t.push_back(root);
+      t.push_back({"fsdp_gathered_layers", "temporaries", 2 * s * pad_l,
+                   "this layer's unsharded parameters and the next layer's prefetched all-gather"});
     }
   }
   // At each layer's copy-out the previous unit's all-gather output is still held: the root's at
@@ -265,7 +277,7 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
                   {"fsdp_previous_layer_gather", "temporaries", s * pad_l, "the previous layer's all-gather output"},
                   layer_gather,
                   layer_params}};
-  const int64_t ws = ((m.act == model::ActKind::SwiGLU ? 3 : 2) * m.ffn + 2 * m.hidden) * T * 2;
+  const int64_t ws = st.working_set;
   auto layer_backward = [&](const std::string& name, const std::string& what, int64_t layers_freed,
                             bool previous_reduce) {
     Phase b{
@@ -287,9 +299,7 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
     if (r.fp8_gemm)
       b.temporaries.push_back({"fp8_weight_cast", "temporaries", P_l * 2,
                                "one layer's weights cast to FP8 just in time: codes + transposed codes for dgrad"});
-    b.temporaries.push_back({"backward_working_set", "temporaries", ws,
-                             "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, "
-                             "bf16"});
+    b.temporaries.push_back({"backward_working_set", "temporaries", ws, st.working_set_what});
     return b;
   };
   Phase last = layer_backward("backward_layers", "backward of the last decoder layer (FSDP2's buffers)", 0, false);
@@ -313,8 +323,8 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
     // The loss's backward runs after autocast has exited: with checkpointing its cache let the
     // layers' casts go (none was saved for backward) and only the LM head's, saved by F.linear, lives.
     for (auto& ph : f.phases)
-      if (ph.name == "forward_end" || ph.name == "backward_loss")
-        ph.temporaries.push_back(casts(ph.name == "backward_loss" && o.checkpointing ? 0 : m.layers, true));
+      if (ph.name == st.forward || ph.name == st.loss)
+        ph.temporaries.push_back(casts(ph.name == st.loss && o.checkpointing ? 0 : m.layers, true));
   }
   Phase end{"backward_end",
             "end of backward: the root reduce-scatters in FSDP2's final callback, every activation freed",
@@ -324,22 +334,21 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
               "the root's unsharded gradients, then its last parameter's beside the root's new sharded gradients"}}};
   std::vector<Phase> phases;
   for (auto& ph : f.phases) {
-    if (ph.name == "backward_layers") {
+    if (ph.name == st.backward) {
       phases.push_back(last);
       phases.push_back(next);
       phases.push_back(end);
       continue;
     }
     phases.push_back(ph);
-    if (ph.name == "forward_end") {
+    if (ph.name == st.forward) {
       phases.insert(phases.end() - 1, first_copy);
       if (m.layers > 1) phases.insert(phases.end() - 1, copy_out);  // a previous layer's output held
+      if (!st.loss_in_model) phases.insert(phases.end() - 1, lm_head);
     }
   }
   f.phases = phases;
 }
-
-}  // namespace
 
 Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   validate(o);
@@ -541,7 +550,22 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     opt.temporaries.push_back({"adamw_foreach_sqrt", "temporaries", param_elements(ps, opt_shards) * 4,
                                "torch.optim.AdamW (foreach) allocates sqrt(exp_avg_sq) for the whole shard, fp32"});
   f.phases = {fwd, loss, bwd, opt};
-  if (fsdp2) add_fsdp2_phases(f, m, o, r, persistent_fwd_bwd, persistent_all, outside_freed_after_head);
+  if (fsdp2) {
+    Fsdp2Steps st;
+    st.persistent_fwd_bwd = persistent_fwd_bwd;
+    st.persistent_all = persistent_all;
+    st.outside_freed_after_head = outside_freed_after_head;
+    for (const auto& x : f.outside_saved) {
+      if (x.role == SavedRole::TokenIds) st.ids += x.bytes.total();
+      if (x.role == SavedRole::LossBuffer) st.loss_saved += x.bytes.total();
+    }
+    st.per_layer = f.layer_activation_bytes;
+    for (const auto& a : f.activations)
+      if (a.name == "layers.checkpointed_inputs") st.per_layer = a.bytes / m.layers;
+    st.working_set = (ffn_branches * m.ffn + 2 * m.hidden) * T * 2;
+    st.working_set_what = "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, bf16";
+    add_fsdp2_phases(f, m, o, r, st);
+  }
   f.pick_peak();
   return f;
 }
@@ -704,7 +728,7 @@ void apply_framework_profile(MemoryOptions& o, bool recipe_given) {
   if (o.framework == "torch") return;
   if (!recipe_given) o.recipe = find_framework(o.framework).recipe;
   o.grads_persist = false;
-  o.zero = 0;
+  o.zero = o.fsdp == 2 ? 3 : 0;  // DDP over --gpus, or FSDP2
 }
 
 MemoryComparison memory_compare(const ModelConfig& m, const MemoryOptions& o) {

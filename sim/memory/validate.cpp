@@ -184,7 +184,8 @@ StepSetting step_setting(const Json& d, const std::string& origin) {
   const bool modelled =
       known && (!compiled.as_bool() || models_compile(profile)) &&
       (profile != "torch" || compiled.as_bool() || holds_logits) &&
-      (parallel.empty() || profile == "torch" || (parallel == "ddp" && models_ddp(profile) && !compiled.as_bool()));
+      (parallel.empty() || profile == "torch" || (parallel == "ddp" && models_ddp(profile) && !compiled.as_bool()) ||
+       (parallel == "fsdp2" && (profile == "hf" || profile == "hf-eager") && !compiled.as_bool()));
   const Json* pd = d.find("fsdp_param_dtype");
   FP8SIM_REQUIRE(!pd || (pd->is_string() && (pd->as_string() == "bf16" || pd->as_string() == "fp32")),
                  "measurement {}: field 'fsdp_param_dtype' must be \"bf16\" or \"fp32\"", origin);
