@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "sim/common/check.hpp"
 #include "sim/memory/memory.hpp"
@@ -99,6 +100,12 @@ TEST(MemoryFsdp2, GatheringFp32DoublesTheBuffersAndAddsAutocastsCasts) {
   EXPECT_EQ(fsdp_bytes(f, "backward_next_layer", true), 1312080);
 }
 
+int64_t component_bytes(const std::vector<memory::Component>& cs, const std::string& name) {
+  for (const auto& c : cs)
+    if (c.name == name) return c.bytes;
+  return -1;
+}
+
 int64_t temporary(const Footprint& f, const std::string& phase, const std::string& name) {
   for (const auto& p : f.phases)
     if (p.name == phase)
@@ -168,6 +175,12 @@ TEST(MemoryFsdp2, ALoopComputingTheLossFreesTheLastGatherBeforeIt) {
   EXPECT_EQ(temporary(hf, "forward_loss", "fsdp_last_layer_gather"), 2 * 58800);
   EXPECT_EQ(temporary(hf, "backward_loss", "fsdp_prefetched_layer"), 2 * 58800);
   EXPECT_EQ(fsdp_bytes(hf, "backward_next_layer"), fsdp_bytes(f, "backward_next_layer"));  // the same buffers
+  // Gathering fp32, the profile counts autocast's weight copies once, as on one GPU.
+  o.fsdp_gather_fp32 = true;
+  const Footprint hf32 = compute_footprint(tiny(), o);
+  EXPECT_EQ(component_bytes(hf32.persistent, "autocast_weight_copies"),
+            2 * (3 * tiny().layer_linear_param_count() + 301 * 70));
+  for (const auto& p : hf32.phases) EXPECT_EQ(temporary(hf32, p.name, "autocast_weight_copies"), -1) << p.name;
 }
 
 TEST(MemoryFsdp2, OptionsThatDoNotDescribeFsdp2AreRefused) {

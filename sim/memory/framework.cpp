@@ -665,6 +665,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
     st.per_layer = o.checkpointing ? T * (bf16_params ? 2 : 4) * m.hidden : layer_bytes;
     st.working_set = ((m.act == model::ActKind::SwiGLU ? 3 : 2) * m.ffn * 2 + 2 * m.hidden * (bf16_params ? 2 : 4)) * T;
     st.working_set_what = "MLP backward: bf16 grads of the (T, ffn) tensors and two residual-stream grads";
+    st.autocast_casts = false;  // gathering fp32, the profile counts autocast's copies itself (above)
     add_fsdp2_phases(f, m, o, *find_recipe(o.recipe).memory, st);
   }
   f.pick_peak();

@@ -10,8 +10,8 @@
 namespace fp8sim::memory {
 
 struct Fsdp2Steps {
-  std::string forward = "forward_end";     // the phase that ends forward
-  std::string loss = "backward_loss";      // the loss's backward
+  std::string forward = "forward_end";       // the phase that ends forward
+  std::string loss = "backward_loss";        // the loss's backward
   std::string backward = "backward_layers";  // replaced by FSDP2's layer phases and its final callback
   // The model computes the loss in its forward (transformers' model(labels=...)): the last layer's
   // all-gather output is held through the loss, and backward prefetches the last layer before the
@@ -26,6 +26,9 @@ struct Fsdp2Steps {
   int64_t per_layer = 0;                 // what one layer keeps in forward
   int64_t working_set = 0;               // a layer's backward working set
   std::string working_set_what;
+  // Gathering fp32: add autocast's casts of the gathered weights per phase (false where the
+  // footprint counts them itself, as transformers' profiles do).
+  bool autocast_casts = true;
 };
 
 // Adds FSDP2's all-gather, unsharded-parameter, gradient and reduce-scatter buffers to f's phases

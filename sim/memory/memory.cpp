@@ -316,7 +316,7 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
     return Component{"autocast_weight_copies", "temporaries", layers * cast_layer + (head ? cast_head : 0),
                      "torch.autocast's bf16 casts of the gathered fp32 linear weights still alive"};
   };
-  if (o.fsdp_gather_fp32) {
+  if (o.fsdp_gather_fp32 && st.autocast_casts) {
     copy_out.temporaries.push_back(casts(m.layers - 1, false));
     last.temporaries.push_back(casts(o.checkpointing ? 1 : m.layers - 1, false));
     next.temporaries.push_back(casts(o.checkpointing ? 1 : std::max<int64_t>(0, m.layers - 2), false));
