@@ -517,17 +517,8 @@ def main(argv=None):
     world = int(os.environ["WORLD_SIZE"])
 
     nvls_set = "NCCL_NVLS_ENABLE" not in os.environ
-    if a.device == "cuda":
-        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off
-        local = int(os.environ.get("LOCAL_RANK", 0))
-        if local >= torch.cuda.device_count():
-            die(f"local rank {local} but {torch.cuda.device_count()} GPUs on this host", 2)
-        dev = torch.device("cuda", local)
-        torch.cuda.set_device(dev)
-        dist.init_process_group("nccl", device_id=dev)
-    else:
-        dev = torch.device("cpu")
-        dist.init_process_group("gloo")
+    import dist_start
+    dev = dist_start.start(a.device, die)
     try:
         b = Bench(a, dev)
         doc = run_all(a, b, sizes, world, nvls_set)

@@ -242,22 +242,9 @@ def dist_env():
 
 
 def init_dist(args):
-    """Joins the process group torchrun set up; returns this rank's device. One GPU per process
-    (cuda:LOCAL_RANK) with NCCL, or the CPU with gloo."""
-    import torch.distributed as dist
-    rank, world, local = dist_env()
-    if args.device.startswith("cuda"):
-        if not torch.cuda.is_available() or local >= torch.cuda.device_count():
-            die(f"rank {rank}: no CUDA device {local} (torchrun --nproc_per_node must not exceed the GPUs; "
-                "--device cpu runs on gloo)")
-        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast stays off
-        dev = torch.device("cuda", local)
-        torch.cuda.set_device(dev)
-        dist.init_process_group("nccl", device_id=dev)
-    else:
-        dev = torch.device("cpu")
-        dist.init_process_group("gloo")
-    return dev
+    """Joins the process group torchrun set up; returns this rank's device (scripts/dist_start.py)."""
+    import dist_start
+    return dist_start.start(args.device, die)
 
 
 def decoder_layers(model):

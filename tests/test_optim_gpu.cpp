@@ -65,17 +65,26 @@ optim::StateRecipe case_recipe(const std::string& name) {
   return optim::StateRecipe::parse(name.substr(0, plus)).with_rounding(Rounding::Stochastic, 77);
 }
 
+// Parameters, and moments spanning many decades as Adam's do, for a step test of n elements.
+struct StepData {
+  std::vector<float> p, m0, v0;
+};
+StepData step_data(int64_t n) {
+  StepData d{test::lognormal_data(static_cast<size_t>(n), 1, 3.0), test::lognormal_data(static_cast<size_t>(n), 2, 4.0),
+             test::lognormal_data(static_cast<size_t>(n), 3, 4.0, false)};
+  for (auto& x : d.p) x *= 0.02f;
+  for (auto& x : d.m0) x *= 1e-4f;
+  for (auto& x : d.v0) x = std::fabs(x) * 1e-8f;
+  return d;
+}
+
 // `specials`: some gradients NaN or +-Inf (their moments become non-finite: the per-tensor
 // scales' amax leaves them out and the encoders store them as the CPU does).
 void run_case(const Case& cs, int64_t n, int steps, bool specials = false) {
   const optim::StateRecipe r = case_recipe(cs.recipe);
   if (cs.fused && !optim::grouped_step_supported(r)) GTEST_SKIP() << cs.recipe << " has no fused path";
-  std::vector<float> p = test::lognormal_data(static_cast<size_t>(n), 1, 3.0);
-  for (auto& x : p) x *= 0.02f;
-  std::vector<float> m0 = test::lognormal_data(static_cast<size_t>(n), 2, 4.0);
-  std::vector<float> v0 = test::lognormal_data(static_cast<size_t>(n), 3, 4.0, false);
-  for (auto& x : m0) x *= 1e-4f;
-  for (auto& x : v0) x = std::fabs(x) * 1e-8f;
+  const StepData data = step_data(n);
+  const std::vector<float>&p = data.p, &m0 = data.m0, &v0 = data.v0;
   optim::AdamwHyper h;
   h.lr = 3e-4;
   h.weight_decay = 0.1;
@@ -155,12 +164,8 @@ TEST(AdamwGpu, ShardsOnEachGpuGatherToTheOneGpuStep) {
       const optim::StateRecipe r = optim::StateRecipe::parse(rcp);
       const auto shards = optim::fsdp2_shards(shape, ranks);
       ASSERT_EQ(optim::shard_step_problem(r, shards), "");
-      std::vector<float> p = test::lognormal_data(static_cast<size_t>(n), 1, 3.0);
-      for (auto& x : p) x *= 0.02f;
-      std::vector<float> m0 = test::lognormal_data(static_cast<size_t>(n), 2, 4.0);
-      std::vector<float> v0 = test::lognormal_data(static_cast<size_t>(n), 3, 4.0, false);
-      for (auto& x : m0) x *= 1e-4f;
-      for (auto& x : v0) x = std::fabs(x) * 1e-8f;
+      const StepData data = step_data(n);
+      const std::vector<float>&p = data.p, &m0 = data.m0, &v0 = data.v0;
       optim::ParamOptimState whole = optim::make_param_state(r, m0.data(), v0.data(), n, 5, 10);
       std::vector<optim::ParamOptimState> parts = optim::make_shard_states(r, m0.data(), v0.data(), n, shards, 5, 10);
       std::vector<float> pw = p, ps = p;
