@@ -175,12 +175,16 @@ TEST(MemoryFsdp2, ALoopComputingTheLossFreesTheLastGatherBeforeIt) {
   EXPECT_EQ(temporary(hf, "forward_loss", "fsdp_last_layer_gather"), 2 * 58800);
   EXPECT_EQ(temporary(hf, "backward_loss", "fsdp_prefetched_layer"), 2 * 58800);
   EXPECT_EQ(fsdp_bytes(hf, "backward_next_layer"), fsdp_bytes(f, "backward_next_layer"));  // the same buffers
-  // Gathering fp32, the profile counts autocast's weight copies once, as on one GPU.
+  // Gathering fp32, autocast's copies of the gathered weights follow the layers (FSDP2's phases),
+  // not a persistent term: all of them through forward and the loss, one layer fewer per layer of
+  // backward, none once backward ends.
   o.fsdp_gather_fp32 = true;
   const Footprint hf32 = compute_footprint(tiny(), o);
-  EXPECT_EQ(component_bytes(hf32.persistent, "autocast_weight_copies"),
-            2 * (3 * tiny().layer_linear_param_count() + 301 * 70));
-  for (const auto& p : hf32.phases) EXPECT_EQ(temporary(hf32, p.name, "autocast_weight_copies"), -1) << p.name;
+  const int64_t layer = 2 * tiny().layer_linear_param_count(), head = 2 * 301 * 70;
+  EXPECT_EQ(component_bytes(hf32.persistent, "autocast_weight_copies"), 0);
+  EXPECT_EQ(temporary(hf32, "forward_loss", "autocast_weight_copies"), 3 * layer + head);
+  EXPECT_EQ(temporary(hf32, "backward_next_layer", "autocast_weight_copies"), 1 * layer);
+  EXPECT_EQ(temporary(hf32, "backward_end", "autocast_weight_copies"), -1);
 }
 
 TEST(MemoryFsdp2, OptionsThatDoNotDescribeFsdp2AreRefused) {

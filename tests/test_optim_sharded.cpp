@@ -154,6 +154,10 @@ TEST(OptimSharded, ShardsThatSplitAGroupAreRefusedWithTheReason) {
   // Per-tensor dynamic range expansion needs the whole moment's minimum too: refused.
   EXPECT_NE(shard_step_problem(StateRecipe::parse("m=e4m3:tensor:de=coat,v=e4m3:tensor"), shards).find("minimum"),
             std::string::npos);
+  // A Hadamard transform before a per-tensor scale takes no all-reduced amax: refused.
+  EXPECT_NE(shard_step_problem(StateRecipe::parse("m=e2m1:g16:scale=e4m3:rht=16,v=e4m3:g128"), fsdp2_shards(shape, 2))
+                .find("Hadamard"),
+            std::string::npos);
   // Per-tensor scales and 16-bit moments shard anywhere.
   EXPECT_EQ(shard_step_problem(StateRecipe::parse("te-fp8"), shards), "");
   EXPECT_EQ(shard_step_problem(StateRecipe::parse("bf16"), shards), "");

@@ -744,8 +744,8 @@ TEST(SpeedModel, FsdpCommunicationModel) {
   const double comm = (4 * PL + 2 * R + 2 * P) * 3.0 / 4.0 / 200e9 * 1e3;  // ms
   EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).step_ms, compute + comm, 1e-6);
   so.fsdp_comm = "overlap";
-  // Exposed: the root's all-gather, the first layer's, the root's reduce-scatter.
-  const double exposed = (2 * R + 2 * PL / m.layers + 2 * R) * 3.0 / 4.0 / 200e9 * 1e3;
+  // Exposed: the root's and the first layer's all-gathers and reduce-scatters.
+  const double exposed = (2 * R + 2 * PL / m.layers + 2 * PL / m.layers + 2 * R) * 3.0 / 4.0 / 200e9 * 1e3;
   EXPECT_NEAR(evaluate_recipe(m, {"bf16", Plan::BF16}, o, c, so, false).comm_ms,
               exposed + std::max(0.0, comm - exposed - compute), 1e-6);
 }

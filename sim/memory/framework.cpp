@@ -524,12 +524,16 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   // through autocast.
   const bool own_weight_casts = coat || torchao;
   // With bf16 parameters (FSDP2) the linears read FSDP2's unsharded bf16 parameters: no copies.
+  // Gathering fp32 under FSDP2, autocast's copies follow each layer's forward and backward, as
+  // FSDP2's phases count them (fsdp2.hpp), not a persistent term.
   const int64_t layer_copies = own_weight_casts || bf16_params ? 0 : linear_params * 2;
   const int64_t head_copy = bf16_params ? 0 : head_params * 2;
-  const int64_t copies = o.checkpointing || own_weight_casts ? head_copy : L * layer_copies + head_copy;
+  const int64_t copies = fsdp2 ? 0 : (o.checkpointing || own_weight_casts ? head_copy : L * layer_copies + head_copy);
   f.persistent.push_back(
       {"autocast_weight_copies", "weights", copies,
        bf16_params        ? "none: the linears read FSDP2's unsharded bf16 parameters (its buffers, below)"
+       : fsdp2            ? "none kept for the step: autocast's copies of FSDP2's gathered fp32 weights are "
+                            "temporaries of each layer's forward and backward"
        : o.checkpointing  ? "bf16 copy of the LM head weight (torch.autocast's cache); checkpointed "
                             "layers cast theirs again when recomputed"
        : own_weight_casts ? "bf16 copy of the LM head weight (torch.autocast's cache); the decoder linears cast their "
@@ -577,7 +581,7 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
             {}};
   // Checkpointed layers' autocast casts: nothing saves them for backward, but autocast's cache
   // holds them until it exits, after the loss.
-  if (o.checkpointing && layer_copies > 0 && !o.compiled)
+  if (o.checkpointing && layer_copies > 0 && !o.compiled && !fsdp2)
     fwd.temporaries.push_back({"autocast_layer_casts", "temporaries", L * layer_copies,
                                "torch.autocast's cache of the checkpointed layers' bf16 weight casts, freed when "
                                "autocast exits"});
@@ -635,12 +639,14 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   if (eager && !o.checkpointing && mlp_saved) {
     // The last layer's attention backward: every activation but the loss buffer and that layer's
     // MLP tensors is alive, the LM head's and that MLP's gradients exist, plus the transient.
-    const int64_t mlp_grads = (m.act == model::ActKind::SwiGLU ? 3 : 2) * m.hidden * m.ffn * 4;
+    // (gradients in the parameters' dtype: fp32, or bf16 unsharded ones under FSDP2's bf16 parameters)
+    const int64_t gb = bf16_params ? 2 : 4;
+    const int64_t mlp_grads = (m.act == model::ActKind::SwiGLU ? 3 : 2) * m.hidden * m.ffn * gb;
     Phase att{"backward_last_attention",
               "eager attention backward of the last layer",
               resident + f.activations_total - lsm_bytes(outside) - mlp_saved->bytes,
               {}};
-    att.temporaries.push_back({"grads_so_far", "temporaries", head_params * 4 + mlp_grads,
+    att.temporaries.push_back({"grads_so_far", "temporaries", head_params * gb + mlp_grads,
                                "fp32 gradients of the LM head and of the last layer's MLP"});
     att.temporaries.push_back({"eager_attention_backward", "temporaries", scores * 8,
                                "softmax backward: fp32 gradient of the probabilities and of the scores"});
@@ -665,7 +671,12 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
     st.per_layer = o.checkpointing ? T * (bf16_params ? 2 : 4) * m.hidden : layer_bytes;
     st.working_set = ((m.act == model::ActKind::SwiGLU ? 3 : 2) * m.ffn * 2 + 2 * m.hidden * (bf16_params ? 2 : 4)) * T;
     st.working_set_what = "MLP backward: bf16 grads of the (T, ffn) tensors and two residual-stream grads";
-    st.autocast_casts = false;  // gathering fp32, the profile counts autocast's copies itself (above)
+    if (o.checkpointing)
+      st.layer_backward_extra.push_back(
+          {"recomputed_layer", "temporaries", layer_bytes, "the layer's saved tensors, recomputed for its backward"});
+    if (eager)
+      st.layer_backward_extra.push_back({"eager_attention_backward", "temporaries", scores * 8,
+                                         "softmax backward: fp32 gradient of the probabilities and of the scores"});
     add_fsdp2_phases(f, m, o, *find_recipe(o.recipe).memory, st);
   }
   f.pick_peak();

@@ -4,6 +4,7 @@
 // phase names, where the loss is computed and what a layer's backward works in.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "sim/memory/memory.hpp"
 
@@ -26,8 +27,10 @@ struct Fsdp2Steps {
   int64_t per_layer = 0;                 // what one layer keeps in forward
   int64_t working_set = 0;               // a layer's backward working set
   std::string working_set_what;
-  // Gathering fp32: add autocast's casts of the gathered weights per phase (false where the
-  // footprint counts them itself, as transformers' profiles do).
+  // Further temporaries of a layer's backward: the recomputed layer's tensors under
+  // checkpointing, eager attention's softmax backward.
+  std::vector<Component> layer_backward_extra;
+  // Gathering fp32: add autocast's casts of the gathered weights per phase.
   bool autocast_casts = true;
 };
 

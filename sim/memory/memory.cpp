@@ -300,6 +300,7 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
       b.temporaries.push_back({"fp8_weight_cast", "temporaries", P_l * 2,
                                "one layer's weights cast to FP8 just in time: codes + transposed codes for dgrad"});
     b.temporaries.push_back({"backward_working_set", "temporaries", ws, st.working_set_what});
+    for (const auto& c : st.layer_backward_extra) b.temporaries.push_back(c);
     return b;
   };
   Phase last = layer_backward("backward_layers", "backward of the last decoder layer (FSDP2's buffers)", 0, false);
@@ -325,6 +326,7 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
     for (auto& ph : f.phases)
       if (ph.name == st.forward || ph.name == st.loss)
         ph.temporaries.push_back(casts(ph.name == st.loss && o.checkpointing ? 0 : m.layers, true));
+    lm_head.temporaries.push_back(casts(m.layers, true));
   }
   Phase end{"backward_end",
             "end of backward: the root reduce-scatters in FSDP2's final callback, every activation freed",
@@ -464,8 +466,8 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
       in += storage_bytes(r.activation(SavedRole::NormInput), std::vector<int64_t>{T, m.hidden});
     f.activations.push_back({"layers.checkpointed_inputs", "activations", in.total() * m.layers,
                              fmt::format("{} layers x the layer input kept by activation checkpointing", m.layers)});
-    f.activations.push_back({"layers.recomputed_layer", "activations", f.layer_activation_bytes,
-                             "one layer's saved tensors, recomputed during its backward"});
+    // One layer's saved tensors exist again while backward recomputes it: a temporary of the
+    // backward phases (below), not something forward keeps.
   }
   for (const auto& s : f.outside_saved)
     f.activations.push_back({fmt::format("outside.{}", s.tensor), "activations", s.bytes.total(),
@@ -511,6 +513,9 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
             "backward of the last decoder layer: logits and loss buffers freed",
             persistent_fwd_bwd + f.activations_total - outside_freed_after_head,
             {}};
+  if (o.checkpointing)
+    bwd.temporaries.push_back({"recomputed_layer", "temporaries", f.layer_activation_bytes,
+                               "the layer's saved tensors, recomputed for its backward"});
   if (fsdp) {
     bwd.temporaries.push_back(fwd.temporaries.front());
     bwd.temporaries.push_back({"fsdp_root_grads", "temporaries",
@@ -564,6 +569,9 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
       if (a.name == "layers.checkpointed_inputs") st.per_layer = a.bytes / m.layers;
     st.working_set = (ffn_branches * m.ffn + 2 * m.hidden) * T * 2;
     st.working_set_what = "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, bf16";
+    if (o.checkpointing)
+      st.layer_backward_extra.push_back({"recomputed_layer", "temporaries", f.layer_activation_bytes,
+                                         "the layer's saved tensors, recomputed for its backward"});
     add_fsdp2_phases(f, m, o, r, st);
   }
   f.pick_peak();

@@ -300,16 +300,13 @@ StepPrediction step_prediction(const Footprint& f, double peak, double retained)
   for (const auto& c : f.persistent)
     if (c.name == "autocast_weight_copies" || c.name == "working_weights") copies = c.bytes;
   // What forward leaves beside the activations, once the loop's autocast has exited: FSDP's root
-  // parameters (not resharded after forward) and, gathering fp32, autocast's casts still saved
-  // (the loss's backward phase holds what is left of them); the torch reference's checkpointed
-  // accounting counts one recomputed layer among its activations, which exists only in backward.
+  // parameters (not resharded after forward; the phase that ends forward holds them) and,
+  // gathering fp32, autocast's casts still saved (the loss's backward phase holds what is left).
   for (const auto& ph : f.phases)
     for (const auto& c : ph.temporaries)
-      if ((ph.name == "forward_end" && c.name == "fsdp_root_params") ||
+      if (((ph.name == "forward_end" || ph.name == "forward_loss") && c.name == "fsdp_root_params") ||
           (ph.name == "backward_loss" && c.name == "autocast_weight_copies"))
         copies += c.bytes;
-  for (const auto& a : f.activations)
-    if (a.name == "layers.recomputed_layer") copies -= a.bytes;
   const double pred_retained = static_cast<double>(f.activations_total + copies);
   const double rp = peak > 0 ? static_cast<double>(f.peak) / peak - 1 : 0;
   const double ra = retained > 0 ? pred_retained / retained - 1 : 0;

@@ -38,6 +38,11 @@ std::string moment_problem(const MomentSpec& ms, const char* name, const std::ve
   if (!ms.spec || ms.spec->is_passthrough()) return "";
   const QuantSpec& s = *ms.spec;
   if (s.delayed.enabled()) return fmt::format("{} uses delayed scaling, whose amax history is not sharded", name);
+  if (s.rht > 0 && per_tensor(ms))
+    return fmt::format(
+        "{} applies a Hadamard transform before a per-tensor scale, which takes no all-reduced amax "
+        "(not sharded)",
+        name);
   if (s.granularity == Granularity::Tensor)
     return s.has_expand() ? fmt::format(
                                 "{} expands its dynamic range per tensor, which needs the whole moment's "

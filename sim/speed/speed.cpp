@@ -141,7 +141,7 @@ double collective_ms(const LinkFit& f, double bytes_per_param, double params, do
 // the root unit's (embedding, final norm, LM head: BF16 in every recipe) once, as FSDP keeps the
 // root gathered from forward to backward; every unit's gradients reduce-scattered once. Overlapped,
 // what cannot hide behind compute is the root's and the first layer's all-gathers before the
-// first kernel and the root's reduce-scatter after the last.
+// first kernel and the first layer's and the root's reduce-scatters after the last.
 double fsdp_comm_ms(const ModelShape& m, int64_t gpus, const SpeedOptions& o, bool fp8, double compute_ms,
                     double* raw_ms) {
   *raw_ms = 0;
@@ -157,8 +157,10 @@ double fsdp_comm_ms(const ModelShape& m, int64_t gpus, const SpeedOptions& o, bo
   const double ms = accum * (2 * ag_layers + ag_root + rs_layers + rs_root);
   *raw_ms = ms;
   if (o.fsdp_comm == "serial") return ms;
+  const double first_layer = PL / L;
   const double exposed =
-      accum * (ag_root + collective_ms(layers.all_gather, layers.all_gather_bytes, PL / L, frac, 1) + rs_root);
+      accum * (ag_root + collective_ms(layers.all_gather, layers.all_gather_bytes, first_layer, frac, 1) +
+               collective_ms(layers.reduce_scatter, layers.reduce_scatter_bytes, first_layer, frac, 1) + rs_root);
   return exposed + std::max(0.0, ms - exposed - compute_ms);
 }
 
@@ -690,7 +692,7 @@ SpeedTiming speed_timing(const SpeedOptions& opts, const Timing& t) {
                       : std::string("an assumed bus bandwidth, no latency"),
         opts.fsdp_comm == "serial" ? "added to the step"
                                    : "overlapped with compute except the excess, the root's and the first layer's "
-                                     "all-gathers and the root's reduce-scatter");
+                                     "all-gathers and reduce-scatters");
   }
   return timing;
 }
