@@ -220,7 +220,7 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
     (u.in_layer ? pad_l : pad_r) += shard * N;
     if (!u.in_layer) shard_r += shard;
   }
-  const int64_t P_l = m.layer_param_count(), P_r = m.outside_param_count(), T = o.batch * o.seq;
+  const int64_t P_l = m.layer_param_count(), P_r = m.outside_param_count();
   // The root's last parameter, whose unsharded gradient the reduce-scatter's loop still holds when
   // it allocates the new shard: the LM head, or with tied embeddings the final norm's weight (the
   // embedding when the norm has none).
