@@ -199,9 +199,10 @@ TEST(AdamwGpu, ShardsOnEachGpuGatherToTheOneGpuStep) {
             for (size_t j = 0; j < part.q.scales.size(); ++j) {
               EXPECT_EQ(std::memcmp(&part.q.scales[j], &w.q.scales[static_cast<size_t>(g0) + j], 4), 0)
                   << ctx << " scale " << j << " of shard " << k;
-              if (!w.q.expand_k.empty())
+              if (!w.q.expand_k.empty()) {
                 EXPECT_EQ(std::memcmp(&part.q.expand_k[j], &w.q.expand_k[static_cast<size_t>(g0) + j], 4), 0)
                     << ctx << " k " << j << " of shard " << k;
+              }
             }
           }
         if (::testing::Test::HasFailure()) return;
