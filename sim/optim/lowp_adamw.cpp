@@ -39,7 +39,7 @@ void store_moment(MomentState& ms, const float* x, int64_t n, uint64_t rounding_
 
 void load_moment(const MomentState& ms, float* out, int threads) {
   if (ms.spec.is_fp32()) {
-    std::memcpy(out, ms.fp32.data(), static_cast<size_t>(ms.numel) * 4);
+    if (ms.numel > 0) std::memcpy(out, ms.fp32.data(), static_cast<size_t>(ms.numel) * 4);  // an empty shard: nothing
     return;
   }
   dequantize(ms.q, out, threads);
