@@ -148,6 +148,8 @@ bool models_compile(const std::string& name) {
 
 bool models_ddp(const std::string& name) { return name == "hf" || name == "hf-eager" || name == "hf-4.45"; }
 
+bool models_fsdp2(const std::string& name) { return name == "torch" || name == "hf" || name == "hf-eager"; }
+
 const FrameworkInfo& find_framework(const std::string& name) {
   for (const auto& f : frameworks())
     if (f.name == name) return f;
@@ -468,13 +470,15 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
   // layers keep other tensors, below).
   const bool fsdp2 = o.zero == 3 && o.fsdp == 2;
   const bool ddp = o.gpus > 1 && !fsdp2;
-  const bool sharded_ok = fsdp2 ? fw.name == "hf" || fw.name == "hf-eager" : models_ddp(fw.name) && o.zero == 0;
+  const bool sharded_ok = fsdp2 ? models_fsdp2(fw.name) : models_ddp(fw.name) && o.zero == 0;
   if ((ddp || fsdp2) && !(sharded_ok && !o.compiled))
     throw UsageError(fmt::format(
         "framework {} is modelled on one GPU{}; use --framework torch for sharded runs", fw.name,
         models_ddp(fw.name) ? " and, eager, under DDP (--zero 0) or, for hf and hf-eager, FSDP2 (--fsdp 2)" : ""));
-  // FSDP2 with MixedPrecisionPolicy(param_dtype=bf16): the layers run on bf16 parameters.
+  // FSDP2 with MixedPrecisionPolicy(param_dtype=bf16): the layers run on bf16 parameters, and the
+  // residual stream is bf16 (fp32 under autocast on fp32 parameters).
   const bool bf16_params = fsdp2 && !o.fsdp_gather_fp32;
+  const int64_t residual_bytes = bf16_params ? 2 : 4;
   if (!fw.runs(o.recipe)) {
     std::string recipes = fw.recipe;
     for (const auto& r : fw.other_recipes) recipes += " or " + r;
@@ -557,11 +561,11 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
     // COAT's layers pass three tensors (bf16 residual, its FP8 copy and the 1x16 scales) that
     // its checkpoint keeps; transformers' layers pass the residual stream (fp32, or bf16 on bf16
     // parameters).
-    const int64_t per_token = coat ? 2 * m.hidden + m.hidden + m.hidden / 8 : (bf16_params ? 2 : 4) * m.hidden;
+    const int64_t per_token = coat ? 2 * m.hidden + m.hidden + m.hidden / 8 : residual_bytes * m.hidden;
     f.activations.push_back({"layers.checkpointed_inputs", "activations", L * T * per_token,
                              fmt::format("{} layers x the layer inputs torch.utils.checkpoint keeps", L)});
     if (fw.name == "hf-eager")
-      f.activations.push_back({"layers.causal_mask", "activations", o.batch * o.seq * o.seq * (bf16_params ? 2 : 4),
+      f.activations.push_back({"layers.causal_mask", "activations", o.batch * o.seq * o.seq * residual_bytes,
                                "the 4-D causal mask eager attention builds in the embeddings' dtype, an input every "
                                "checkpointed layer keeps (one storage)"});
   }
@@ -667,10 +671,9 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
     st.loss_in_model = true;
     st.persistent_fwd_bwd = resident;
     st.persistent_all = resident + f.gradients;
-    for (const auto& t : outside) st.outside_freed_after_head += t.bytes;
-    st.per_layer = o.checkpointing ? T * (bf16_params ? 2 : 4) * m.hidden : layer_bytes;
-    st.working_set = ((m.act == model::ActKind::SwiGLU ? 3 : 2) * m.ffn * 2 + 2 * m.hidden * (bf16_params ? 2 : 4)) * T;
-    st.working_set_what = "MLP backward: bf16 grads of the (T, ffn) tensors and two residual-stream grads";
+    st.working_set = {"backward_working_set", "temporaries",
+                      ((m.act == model::ActKind::SwiGLU ? 3 : 2) * m.ffn * 2 + 2 * m.hidden * residual_bytes) * T,
+                      "MLP backward: bf16 grads of the (T, ffn) tensors and two residual-stream grads"};
     if (o.checkpointing)
       st.layer_backward_extra.push_back(
           {"recomputed_layer", "temporaries", layer_bytes, "the layer's saved tensors, recomputed for its backward"});

@@ -47,6 +47,9 @@ bool models_compile(const std::string& name);
 // every rank holds the whole model plus DDP's bucket buffers): transformers' eager profiles (hf,
 // hf-eager, hf-4.45). The torch reference models every ZeRO stage and FSDP itself.
 bool models_ddp(const std::string& name);
+// Whether the profile `name` models FSDP2 (--zero 3 --fsdp 2): the torch reference, and
+// transformers 5.x's eager profiles (hf, hf-eager).
+bool models_fsdp2(const std::string& name);
 // The profile named `name`; UsageError listing the names otherwise.
 const FrameworkInfo& find_framework(const std::string& name);
 

@@ -19,23 +19,17 @@ struct Fsdp2Steps {
   // loss's backward. Otherwise (a loop computing the loss on the returned logits) the output goes
   // once the logits are made, and the prefetch waits for the logits' gradient.
   bool loss_in_model = false;
-  int64_t persistent_fwd_bwd = 0;        // persistent bytes alive in forward and backward
-  int64_t persistent_all = 0;            // with every gradient
-  int64_t outside_freed_after_head = 0;  // activations outside the layers freed by the LM head's backward
-  int64_t ids = 0;                       // token ids kept from forward's start
-  int64_t loss_saved = 0;                // what the loss saves, made after the LM head
-  int64_t per_layer = 0;                 // what one layer keeps in forward
-  int64_t working_set = 0;               // a layer's backward working set
-  std::string working_set_what;
+  int64_t persistent_fwd_bwd = 0;  // persistent bytes alive in forward and backward
+  int64_t persistent_all = 0;      // with every gradient
+  Component working_set;           // a layer's backward working set
   // Further temporaries of a layer's backward: the recomputed layer's tensors under
   // checkpointing, eager attention's softmax backward.
   std::vector<Component> layer_backward_extra;
-  // Gathering fp32: add autocast's casts of the gathered weights per phase.
-  bool autocast_casts = true;
 };
 
 // Adds FSDP2's all-gather, unsharded-parameter, gradient and reduce-scatter buffers to f's phases
-// (o.zero == 3, o.fsdp == 2), with the copy-out phases of forward and the final callback's.
+// (o.zero == 3, o.fsdp == 2), with the copy-out phases of forward and the final callback's. What
+// forward keeps per layer, outside the layers and for the loss comes from f's activations.
 void add_fsdp2_phases(Footprint& f, const model::ModelConfig& m, const MemoryOptions& o, const recipe::MemoryModel& r,
                       const Fsdp2Steps& st);
 

@@ -136,7 +136,7 @@ void validate(const MemoryOptions& o) {
   validate_run_sizes({.batch = o.batch, .seq = o.seq, .gpus = o.gpus, .grad_accum = std::nullopt});
   if (o.zero < 0 || o.zero > 3) throw UsageError(fmt::format("--zero must be 0, 1, 2 or 3, not {}", o.zero));
   if (o.fsdp != 1 && o.fsdp != 2) throw UsageError(fmt::format("--fsdp must be 1 or 2, not {}", o.fsdp));
-  if (o.fsdp == 2 && o.framework != "torch" && o.framework != "hf" && o.framework != "hf-eager")
+  if (o.fsdp == 2 && !models_fsdp2(o.framework))
     throw UsageError(
         fmt::format("--fsdp 2 is modelled for the torch reference, hf and hf-eager, not --framework {}", o.framework));
   if (o.fsdp == 2 && o.zero != 3) throw UsageError("--fsdp 2 shards parameters: it needs --zero 3");
@@ -212,7 +212,19 @@ void Footprint::pick_peak() {
 void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o, const recipe::MemoryModel& r,
                       const Fsdp2Steps& st) {
   const int64_t persistent_fwd_bwd = st.persistent_fwd_bwd, persistent_all = st.persistent_all;
-  const int64_t outside_freed_after_head = st.outside_freed_after_head;
+  // From f: the token ids (kept from forward's start) and the loss's saved tensors (made after the
+  // LM head), what the LM head's backward frees outside the layers, what one layer keeps.
+  int64_t ids = 0, loss_saved = 0, outside = 0;
+  for (const auto& x : f.outside_saved) {
+    if (x.role == SavedRole::TokenIds) ids += x.bytes.total();
+    if (x.role == SavedRole::LossBuffer) loss_saved += x.bytes.total();
+  }
+  int64_t per_layer = f.layer_activation_bytes;
+  for (const auto& a : f.activations) {
+    if (a.name.rfind("outside.", 0) == 0) outside += a.bytes;
+    if (a.name == "layers.checkpointed_inputs") per_layer = a.bytes / m.layers;
+  }
+  const int64_t outside_freed_after_head = outside - ids;
   const int64_t N = o.gpus, s = o.fsdp_gather_fp32 ? 4 : 2;
   int64_t pad_l = 0, pad_r = 0, shard_r = 0;
   for (const auto& u : all_params(m)) {
@@ -233,7 +245,6 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
   const Component layer_gather{"fsdp_layer_gather", "temporaries", s * pad_l, "a decoder layer's all-gather output"};
   const Component layer_params{"fsdp_layer_params", "temporaries", s * pad_l,
                                "the layer's unsharded parameters, copied out of it"};
-  const int64_t ids = st.ids, per_layer = st.per_layer;
   const Component last_gather{"fsdp_last_layer_gather", "temporaries", s * pad_l,
                               "the last layer's all-gather output, held until the root's post-forward"};
   // The root's post-forward frees the last layer's all-gather output: after the loss when the model
@@ -242,7 +253,7 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
   // when that output is the loss, after it when it is the logits.
   Phase lm_head{"forward_lm_head",
                 "forward, the LM head making the logits: the last layer's all-gather output held",
-                persistent_fwd_bwd + f.activations_total - st.loss_saved,
+                persistent_fwd_bwd + f.activations_total - loss_saved,
                 {root, last_gather}};
   for (auto& ph : f.phases) {
     auto& t = ph.temporaries;
@@ -277,7 +288,6 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
                   {"fsdp_previous_layer_gather", "temporaries", s * pad_l, "the previous layer's all-gather output"},
                   layer_gather,
                   layer_params}};
-  const int64_t ws = st.working_set;
   auto layer_backward = [&](const std::string& name, const std::string& what, int64_t layers_freed,
                             bool previous_reduce) {
     Phase b{
@@ -299,7 +309,7 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
     if (r.fp8_gemm)
       b.temporaries.push_back({"fp8_weight_cast", "temporaries", P_l * 2,
                                "one layer's weights cast to FP8 just in time: codes + transposed codes for dgrad"});
-    b.temporaries.push_back({"backward_working_set", "temporaries", ws, st.working_set_what});
+    b.temporaries.push_back(st.working_set);
     for (const auto& c : st.layer_backward_extra) b.temporaries.push_back(c);
     return b;
   };
@@ -317,7 +327,7 @@ void add_fsdp2_phases(Footprint& f, const ModelConfig& m, const MemoryOptions& o
     return Component{"autocast_weight_copies", "temporaries", layers * cast_layer + (head ? cast_head : 0),
                      "torch.autocast's bf16 casts of the gathered fp32 linear weights still alive"};
   };
-  if (o.fsdp_gather_fp32 && st.autocast_casts) {
+  if (o.fsdp_gather_fp32) {
     copy_out.temporaries.push_back(casts(m.layers - 1, false));
     last.temporaries.push_back(casts(o.checkpointing ? 1 : m.layers - 1, false));
     next.temporaries.push_back(casts(o.checkpointing ? 1 : std::max<int64_t>(0, m.layers - 2), false));
@@ -513,9 +523,9 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
             "backward of the last decoder layer: logits and loss buffers freed",
             persistent_fwd_bwd + f.activations_total - outside_freed_after_head,
             {}};
-  if (o.checkpointing)
-    bwd.temporaries.push_back({"recomputed_layer", "temporaries", f.layer_activation_bytes,
-                               "the layer's saved tensors, recomputed for its backward"});
+  const Component recomputed{"recomputed_layer", "temporaries", f.layer_activation_bytes,
+                             "the layer's saved tensors, recomputed for its backward"};
+  if (o.checkpointing) bwd.temporaries.push_back(recomputed);
   if (fsdp) {
     bwd.temporaries.push_back(fwd.temporaries.front());
     bwd.temporaries.push_back({"fsdp_root_grads", "temporaries",
@@ -539,9 +549,10 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     bwd.temporaries.push_back({"fp8_weight_cast", "temporaries", layer_params * 2,
                                "one layer's weights cast to FP8 just in time: codes + transposed codes for dgrad"});
   const int64_t ffn_branches = m.act == model::ActKind::SwiGLU ? 3 : 2;
-  bwd.temporaries.push_back(
-      {"backward_working_set", "temporaries", (ffn_branches * m.ffn + 2 * m.hidden) * T * 2,
-       "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, bf16"});
+  const Component working_set{"backward_working_set", "temporaries", (ffn_branches * m.ffn + 2 * m.hidden) * T * 2,
+                              "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, "
+                              "bf16"};
+  bwd.temporaries.push_back(working_set);
 
   // Under DDP (ZeRO-0) the bf16 working weights are torch.autocast's cached casts of the fp32
   // parameters, freed when the autocast region ends; ZeRO-1/2 keep bf16 parameters throughout.
@@ -559,19 +570,8 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
     Fsdp2Steps st;
     st.persistent_fwd_bwd = persistent_fwd_bwd;
     st.persistent_all = persistent_all;
-    st.outside_freed_after_head = outside_freed_after_head;
-    for (const auto& x : f.outside_saved) {
-      if (x.role == SavedRole::TokenIds) st.ids += x.bytes.total();
-      if (x.role == SavedRole::LossBuffer) st.loss_saved += x.bytes.total();
-    }
-    st.per_layer = f.layer_activation_bytes;
-    for (const auto& a : f.activations)
-      if (a.name == "layers.checkpointed_inputs") st.per_layer = a.bytes / m.layers;
-    st.working_set = (ffn_branches * m.ffn + 2 * m.hidden) * T * 2;
-    st.working_set_what = "MLP backward: grads of the (T, ffn) tensors and of the (T, hidden) residual stream, bf16";
-    if (o.checkpointing)
-      st.layer_backward_extra.push_back({"recomputed_layer", "temporaries", f.layer_activation_bytes,
-                                         "the layer's saved tensors, recomputed for its backward"});
+    st.working_set = working_set;
+    if (o.checkpointing) st.layer_backward_extra.push_back(recomputed);
     add_fsdp2_phases(f, m, o, r, st);
   }
   f.pick_peak();

@@ -181,11 +181,10 @@ StepSetting step_setting(const Json& d, const std::string& origin) {
   }
   FP8SIM_REQUIRE(gpus >= 1 && (gpus == 1 || !parallel.empty()),
                  "measurement {}: 'gpus' must be 1, or the ranks of a 'dist' run (measure_step.py --dist)", origin);
-  const bool modelled =
-      known && (!compiled.as_bool() || models_compile(profile)) &&
-      (profile != "torch" || compiled.as_bool() || holds_logits) &&
-      (parallel.empty() || profile == "torch" || (parallel == "ddp" && models_ddp(profile) && !compiled.as_bool()) ||
-       (parallel == "fsdp2" && (profile == "hf" || profile == "hf-eager") && !compiled.as_bool()));
+  const bool modelled = known && (!compiled.as_bool() || models_compile(profile)) &&
+                        (profile != "torch" || compiled.as_bool() || holds_logits) &&
+                        (parallel.empty() || profile == "torch" ||
+                         (!compiled.as_bool() && (parallel == "ddp" ? models_ddp(profile) : models_fsdp2(profile))));
   const Json* pd = d.find("fsdp_param_dtype");
   FP8SIM_REQUIRE(!pd || (pd->is_string() && (pd->as_string() == "bf16" || pd->as_string() == "fp32")),
                  "measurement {}: field 'fsdp_param_dtype' must be \"bf16\" or \"fp32\"", origin);
@@ -374,7 +373,7 @@ StepRun step_run(const Json& d, const Json& r, const std::string& origin, const 
               : !s.parallel.empty() && s.known
                   ? fmt::format(
                         "{} {} over {} GPUs: the framework profiles model one GPU and, for transformers' "
-                        "eager model, DDP (the torch reference models DDP and FSDP)",
+                        "eager model, DDP and FSDP2 (the torch reference models DDP and FSDP)",
                         s.framework, s.parallel, s.gpus)
               : s.profile == "torch" ? "torch loop that does not hold the logits (no loop_holds_logits)"
                                      : "no profile for this framework";

@@ -78,6 +78,22 @@ void check_shards(const std::vector<ShardRange>& shards) {
   }
 }
 
+// Every rank stores its shard of the new moments ms, vs: per-tensor moments with the amax
+// all-reduced over the ranks, every code keyed on its global element index.
+void store_shards(std::vector<ParamOptimState>& states, const std::vector<std::vector<float>>& ms,
+                  const std::vector<std::vector<float>>& vs, const std::vector<ShardRange>& shards,
+                  const StateRecipe& r, uint64_t param_index, uint64_t step, int threads) {
+  const std::optional<float> am = per_tensor(r.m) ? std::optional<float>(finite_amax(ms)) : std::nullopt;
+  const std::optional<float> av = per_tensor(r.v) ? std::optional<float>(finite_amax(vs)) : std::nullopt;
+  const uint64_t seed_m = r.m.spec ? r.m.spec->seed : 0, seed_v = r.v.spec ? r.v.spec->seed : 0;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const int64_t nk = shards[k].size();
+    const uint64_t off = static_cast<uint64_t>(shards[k].begin);
+    store_moment(states[k].m, ms[k].data(), nk, state_rounding_key(seed_m, param_index, step, 0), threads, off, am);
+    store_moment(states[k].v, vs[k].data(), nk, state_rounding_key(seed_v, param_index, step, 1), threads, off, av);
+  }
+}
+
 }  // namespace
 
 std::string shard_step_problem(const StateRecipe& r, const std::vector<ShardRange>& shards) {
@@ -97,20 +113,13 @@ std::vector<ParamOptimState> make_shard_states(const StateRecipe& r, const float
     ms.emplace_back(m0 + s.begin, m0 + s.end);
     vs.emplace_back(v0 + s.begin, v0 + s.end);
   }
-  const std::optional<float> am = per_tensor(r.m) ? std::optional<float>(finite_amax(ms)) : std::nullopt;
-  const std::optional<float> av = per_tensor(r.v) ? std::optional<float>(finite_amax(vs)) : std::nullopt;
-  const uint64_t seed_m = r.m.spec ? r.m.spec->seed : 0, seed_v = r.v.spec ? r.v.spec->seed : 0;
   std::vector<ParamOptimState> out(shards.size());
   for (size_t k = 0; k < shards.size(); ++k) {
-    ParamOptimState& st = out[k];
-    const int64_t nk = shards[k].size();
-    const uint64_t off = static_cast<uint64_t>(shards[k].begin);
-    st.numel = nk;
-    st.m.spec = r.m;
-    st.v.spec = r.v;
-    store_moment(st.m, ms[k].data(), nk, state_rounding_key(seed_m, param_index, step, 0), threads, off, am);
-    store_moment(st.v, vs[k].data(), nk, state_rounding_key(seed_v, param_index, step, 1), threads, off, av);
+    out[k].numel = shards[k].size();
+    out[k].m.spec = r.m;
+    out[k].v.spec = r.v;
   }
+  store_shards(out, ms, vs, shards, r, param_index, step, threads);
   return out;
 }
 
@@ -136,17 +145,8 @@ void sharded_lowp_adamw_step(float* p, const float* g, std::vector<ParamOptimSta
     adamw_step_fp32(p + shards[k].begin, g + shards[k].begin, ms[k].data(), vs[k].data(), static_cast<size_t>(nk), c,
                     threads);
   }
-  // 2. per-tensor moments: the ranks' amax all-reduced (max)
-  const std::optional<float> am = per_tensor(r.m) ? std::optional<float>(finite_amax(ms)) : std::nullopt;
-  const std::optional<float> av = per_tensor(r.v) ? std::optional<float>(finite_amax(vs)) : std::nullopt;
-  // 3. every rank: requantize, keyed on the global element index
-  const uint64_t seed_m = r.m.spec ? r.m.spec->seed : 0, seed_v = r.v.spec ? r.v.spec->seed : 0;
-  for (size_t k = 0; k < shards.size(); ++k) {
-    const int64_t nk = shards[k].size();
-    const uint64_t off = static_cast<uint64_t>(shards[k].begin);
-    store_moment(states[k].m, ms[k].data(), nk, state_rounding_key(seed_m, param_index, step, 0), threads, off, am);
-    store_moment(states[k].v, vs[k].data(), nk, state_rounding_key(seed_v, param_index, step, 1), threads, off, av);
-  }
+  // 2. every rank: requantize (per-tensor moments with the ranks' amax all-reduced)
+  store_shards(states, ms, vs, shards, r, param_index, step, threads);
 }
 
 }  // namespace fp8sim::optim
