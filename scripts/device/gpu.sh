@@ -6,11 +6,13 @@
 # stops the others, and steps.tsv records each one's exit status and duration.
 #
 #   usage: OUT=DIR bash scripts/device/gpu.sh [--smoke] [--only STEP,...] [--skip STEP,...] [--coat]
+#                                             [--ops OP,...]
 #     steps: env tests compare plan peers bench          (default: all)
 #     --smoke  < 60 s: the cast + GEMM tests and a filtered quantize/adamw subset, compare on 2
 #              tensors per role, bench --smoke without peers
 #     --coat   build COAT's kernels from .bundle/peers/fp8_coat-*.tar.gz (if present) and time them
 #              as peers, with the code agreement check (adds ~2 min of compile time)
+#     --ops    the ops that plan, peers and bench time (`fp8sim bench --ops`; default: all)
 #   outputs: $OUT/gpu/{steps.tsv, summary.txt, env.log, test_*.xml, test_*.log, compare.{json,md,log},
 #            plan.json, peers.json, peers.log, bench.{json,md,log}}
 set -u -o pipefail
@@ -24,12 +26,14 @@ smoke=0
 coat=0
 only=""
 skip=""
+ops=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --smoke) smoke=1 ;;
     --coat) coat=1 ;;
     --only) only=",$2,"; shift ;;
     --skip) skip=",$2,"; shift ;;
+    --ops) ops=(--ops "$2"); shift ;;
     *) echo "gpu.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
   shift
@@ -103,7 +107,7 @@ fi
 smoke_flag=()
 (( smoke )) && smoke_flag=(--smoke)
 if want plan; then
-  step plan 30 "$RUN" fp8sim bench --write-plan "$D/plan.json" "${smoke_flag[@]}"
+  step plan 30 "$RUN" fp8sim bench --write-plan "$D/plan.json" "${smoke_flag[@]}" "${ops[@]}"
 fi
 
 peers_args=()
@@ -117,7 +121,7 @@ fi
 [[ -d "$D/coat_states" ]] && peers_args+=(--coat-states "$D/coat_states")
 
 if want bench; then
-  step bench $(( smoke ? 45 : 480 )) "$RUN" fp8sim bench "${smoke_flag[@]}" "${peers_args[@]}" \
+  step bench $(( smoke ? 45 : 480 )) "$RUN" fp8sim bench "${smoke_flag[@]}" "${ops[@]}" "${peers_args[@]}" \
     --json "$D/bench.json" --md "$D/bench.md"
 fi
 rm -rf "$D/coat_states"  # large; the agreement numbers are in bench.json
