@@ -593,6 +593,14 @@ Footprint framework_footprint(const ModelConfig& m, const MemoryOptions& o) {
     fwd.temporaries.push_back({"logits", "temporaries", v445 ? TV * 8 : TV * 6,
                                v445 ? "fp32 logits (lm_head output .float()) and their shifted contiguous copy"
                                     : "bf16 logits and their fp32 upcast (loss_utils ForCausalLMLoss)"});
+  // The final norm's output: LlamaRMSNorm returns weight * x.to(input_dtype), which an fp32 weight
+  // promotes to fp32, and LlamaForCausalLM.forward holds it (the base model's output) until it
+  // returns, after the loss. Nothing saves it for backward. On bf16 parameters it is the LM head's
+  // bf16 input, counted above.
+  if (!o.compiled && !bf16_params)
+    fwd.temporaries.push_back({"final_norm_output", "temporaries", T * m.hidden * 4,
+                               "the final RMSNorm's fp32 output (fp32 weight x normalised), held by the causal-LM "
+                               "forward through the LM head and the loss"});
   Phase loss{"backward_loss", "cross-entropy backward: all activations alive", resident + f.activations_total, {}};
   if (o.compiled)
     loss.temporaries.push_back({"loss_grads", "temporaries", TV * 4, "the fused loss backward's fp32 logits gradient"});
