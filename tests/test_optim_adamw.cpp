@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -132,6 +135,40 @@ TEST(OptimAdamwReplay, MidTrainingWindowReproducesTorch) {
   EXPECT_LE(r.max_bound_ratio, 1.0);
   std::printf("window: %zu of %zu weights differ from torch, max %.1f ulp, max rel err %.3g, max err/bound %.3f\n",
               r.p_mismatch, r.elements, r.max_ulps_final, r.max_rel_err, r.max_bound_ratio);
+}
+
+// A NaN parameter or moment is stored as the quiet NaN 0x7FC00000: a NaN gradient (whatever its
+// sign or payload) and an infinite one (Inf / Inf in the update) under both rules, where the CPU's
+// own arithmetic would give another pattern (x86: 0xFFC00000 for Inf / Inf, the operand's payload
+// when one propagates). The GPU's kernels share this code and give the same bits.
+TEST(OptimAdamwStep, NaNResultsAreTheOneQuietNaN) {
+  uint32_t neg_payload_bits = 0xFFA00001u;  // a negative NaN with a payload
+  float neg_payload;
+  std::memcpy(&neg_payload, &neg_payload_bits, 4);
+  const float g[] = {std::numeric_limits<float>::quiet_NaN(), neg_payload, INFINITY, -INFINITY, 1e-3f};
+  const size_t n = std::size(g);
+  auto bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+  };
+  AdamwHyper h;
+  h.lr = 1e-3;
+  h.weight_decay = 0.1;
+  for (auto rule : {UpdateRule::Torch, UpdateRule::Coat}) {
+    std::vector<float> p(n, 0.5f), m(n, 1e-4f), v(n, 1e-8f);
+    adamw_step_fp32(p.data(), g, m.data(), v.data(), n, make_step_consts(h, 3, rule), 1);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(bits(p[i]), 0x7FC00000u) << "rule " << static_cast<int>(rule) << " element " << i;
+      if (i < 2) {
+        EXPECT_EQ(bits(m[i]), 0x7FC00000u) << i;
+        EXPECT_EQ(bits(v[i]), 0x7FC00000u) << i;
+      } else {
+        EXPECT_TRUE(std::isinf(m[i]) && std::isinf(v[i])) << i;  // infinite moments stay infinite
+      }
+    }
+    EXPECT_TRUE(std::isfinite(p[4]) && std::isfinite(m[4]) && std::isfinite(v[4]));
+  }
 }
 
 }  // namespace

@@ -577,22 +577,5 @@ TEST(AdamwGpu, CoatFusedShortcutsOffGiveTheSameBits) {
   gpu::detail::adamw_fast_paths(3, 2, true, true);
 }
 
-// The whole-group kernels with and without loads ahead (each team loading its next group while it
-// computes the current one) give the same bits, for DE and plain groups, over sizes where a team
-// has one, two or many groups to do; loads ahead are taken only by whole-group launches.
-TEST(AdamwGpu, FusedLoadsAheadGiveTheSameBits) {
-  FP8SIM_SKIP_WITHOUT_GPU();
-  for (int mode : {0, 1}) {
-    gpu::detail::adamw_prefetch(mode);
-    for (const char* rcp : {"coat", "coat-noexpand", "coat+sr"})
-      for (auto nn : {int64_t{128}, int64_t{128 * 40}, int64_t{128 * 1000}, int64_t{128 * 40 + 5}}) {
-        run_case({rcp, optim::UpdateRule::Coat, true}, nn, 2);
-        EXPECT_EQ(gpu::detail::adamw_last_launch_prefetch(), mode == 1 && nn % 128 == 0) << rcp << " n=" << nn;
-      }
-    run_case({"coat", optim::UpdateRule::Torch, true}, int64_t{4096} * 1024, 1);
-  }
-  gpu::detail::adamw_prefetch(-1);
-}
-
 }  // namespace
 }  // namespace fp8sim

@@ -512,8 +512,7 @@ __device__ __noinline__ uint32_t encode_expand_ref(float x, ExpandParams e, int 
 }
 
 // One lane's share of a group as it comes from memory: W words of 4 elements and the group's old
-// parameters. The kernel with loads ahead (PF) loads the next group's while it computes the current
-// one, so each warp keeps twice the bytes in flight (at the price of the registers that hold them).
+// parameters.
 template <int W>
 struct LaneRaw {
   float4 p[W], g[W];
@@ -542,7 +541,7 @@ __device__ __forceinline__ void load_lane(LaneRaw<W>& r, const float* p, const f
 // with EPL == 8 lanes 0-7 and 8-15 of each 16-lane team. `counts` (optional, tests) receives how
 // many elements took each path: {decode table, decode reference, encode guarded, encode reference}.
 // Version: sim/speed/kernel_versions.hpp's kAdamwFp8DeKernelVersion.
-template <int TEAM, int EPL, int MINB, bool FULL, bool PF = false>
+template <int TEAM, int EPL, int MINB, bool FULL>
 __global__ void __launch_bounds__(256, MINB)
     adamw_fp8_grouped_kernel(float* __restrict__ p, const float* __restrict__ g, Fp8MomentPtrs m, Fp8MomentPtrs v,
                              int64_t n, int G, bool vec, optim::AdamwStepConsts c, optim::GroupMomentConsts cm,
@@ -567,20 +566,9 @@ __global__ void __launch_bounds__(256, MINB)
   const int team_in_block = threadIdx.x / TEAM;
   const int64_t groups = (n + G - 1) / G;
   const int64_t team_stride = static_cast<int64_t>(gridDim.x) * kTeamsPerBlock;
-  static_assert(!PF || FULL, "loads ahead only in the kernel without element-wise paths");
-  LaneRaw<W> nxt;  // PF: the lane's share of this team's next group, loaded ahead
-  if constexpr (PF) {
-    const int64_t g0 = static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock + team_in_block;
-    if (g0 < groups) load_lane(nxt, p, g, m, v, g0 * G + team_lane * EPL, g0);
-  }
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kTeamsPerBlock; base < groups; base += team_stride) {
     const int64_t grp = base + team_in_block;
     LaneRaw<W> cur;
-    if constexpr (PF) {
-      cur = nxt;
-      const int64_t gn = grp + team_stride;
-      if (gn < groups) load_lane(nxt, p, g, m, v, gn * G + team_lane * EPL, gn);
-    }
     const bool active = grp < groups;
     const int64_t i0 = active ? grp * G : 0;
     const int len = active ? static_cast<int>(G < n - i0 ? G : n - i0) : 0;
@@ -610,7 +598,7 @@ __global__ void __launch_bounds__(256, MINB)
       qv[j] = 0;
     }
     if (vec_lane) {
-      if constexpr (!PF) load_lane(cur, p, g, m, v, idx, grp);
+      load_lane(cur, p, g, m, v, idx, grp);
 #pragma unroll
       for (int w = 0; w < W; ++w) {
         const float4 p4 = cur.p[w];
@@ -957,19 +945,6 @@ int g_min_blocks = 2;                         // __launch_bounds__ blocks per SM
 bool g_wide = true;                           // G > 64: 16 lanes x 8 elements (else 32 x 4)
 bool g_full = true;                           // whole-group launches may take the FULL kernel
 bool g_last_full = false;                     // whether the last fused launch took it (test hook)
-int g_prefetch = -1;                          // loads ahead: -1 = FP8SIM_ADAMW_PREFETCH (default off), 0 off, 1 on
-bool g_last_prefetch = false;                 // whether the last fused launch loaded ahead (test hook)
-
-bool prefetch_on() {
-  if (g_prefetch >= 0) return g_prefetch == 1;
-  // Off unless asked for: the variants that load ahead have not been timed against the others on
-  // a GPU yet (the plain one holds 118 registers, 2 blocks per SM; the DE one spills 96 bytes).
-  static const bool env_on = [] {
-    const char* e = std::getenv("FP8SIM_ADAMW_PREFETCH");
-    return e != nullptr && std::strcmp(e, "1") == 0;
-  }();
-  return env_on;
-}
 
 }  // namespace
 
@@ -981,9 +956,6 @@ void adamw_fast_paths(int mask, int min_blocks, bool wide, bool full) {
 }
 
 bool adamw_last_launch_full() { return g_last_full; }
-
-void adamw_prefetch(int mode) { g_prefetch = mode < 0 ? -1 : (mode ? 1 : 0); }
-bool adamw_last_launch_prefetch() { return g_last_prefetch; }
 
 void adamw_path_counting(bool on) {
   if (on && g_path_counts == nullptr) {
@@ -1092,23 +1064,12 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
   // paths (the common G = 128 launches; others keep the general kernel).
   const bool full = vec && G == team * epl && N % G == 0 && g_full && (!wide || g_min_blocks == 2);
   g_last_full = full;
-  // Loads ahead (PF): as many blocks as are resident at once, each looping over its groups.
-  const bool pf = full && prefetch_on();
 #define FP8SIM_ADAMW_LAUNCH(T, E, B, F) \
   adamw_fp8_grouped_kernel<T, E, B, F>  \
       <<<grid, 256, 0, stream>>>(p, g, m, v, N, G, vec, c, cm, cv, hw, fast, lb_m, lb_v, cnt)
-#define FP8SIM_ADAMW_LAUNCH_PF(T, E, B)                                                             \
-  do {                                                                                              \
-    static const int resident = resident_blocks(adamw_fp8_grouped_kernel<T, E, B, true, true>);     \
-    adamw_fp8_grouped_kernel<T, E, B, true, true>                                                   \
-        <<<grid_cap((groups + teams_per_block - 1) / teams_per_block, resident), 256, 0, stream>>>( \
-            p, g, m, v, N, G, vec, c, cm, cv, hw, fast, lb_m, lb_v, cnt);                           \
-  } while (0)
-  g_last_prefetch = pf;
   if (wide) {
     if (g_min_blocks == 2) {
-      if (pf) FP8SIM_ADAMW_LAUNCH_PF(16, 8, 2);
-      else if (full) FP8SIM_ADAMW_LAUNCH(16, 8, 2, true);
+      if (full) FP8SIM_ADAMW_LAUNCH(16, 8, 2, true);
       else FP8SIM_ADAMW_LAUNCH(16, 8, 2, false);
     } else {
       FP8SIM_ADAMW_LAUNCH(16, 8, 3, false);
@@ -1131,13 +1092,11 @@ void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8Mome
         FP8SIM_ADAMW_LAUNCH(16, 4, 3, false);
         break;
       default:
-        if (pf) FP8SIM_ADAMW_LAUNCH_PF(32, 4, 2);
-        else if (full) FP8SIM_ADAMW_LAUNCH(32, 4, 3, true);
+        if (full) FP8SIM_ADAMW_LAUNCH(32, 4, 3, true);
         else FP8SIM_ADAMW_LAUNCH(32, 4, 3, false);
         break;
     }
   }
-#undef FP8SIM_ADAMW_LAUNCH_PF
 #undef FP8SIM_ADAMW_LAUNCH
   FP8SIM_CUDA_CHECK_LAUNCH();
 }

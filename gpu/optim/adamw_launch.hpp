@@ -63,11 +63,6 @@ void adamw_path_counting(bool on);
 void adamw_fast_paths(int mask, int min_blocks, bool wide = true, bool full = true);
 // Whether the last fused launch took that kernel (tests).
 bool adamw_last_launch_full();
-// Whether the kernel without element-wise paths loads each team's next group while it computes
-// the current one (-1: as FP8SIM_ADAMW_PREFETCH says, on only when it is "1"; 0: off; 1: on), and
-// whether the last fused launch did; for tests and timing comparisons (results are identical).
-void adamw_prefetch(int mode);
-bool adamw_last_launch_prefetch();
 void adamw_path_counts(unsigned long long out[4]);
 // decode_table vs compress_value for every code and each of the params: out = {mismatches,
 // table-eligible (params, code) pairs}.

@@ -69,6 +69,8 @@ if [[ ! -x "$B/fp8sim" || ! -x "$B/run" ]]; then
   exit 1
 fi
 RUN="$B/run"
+# Tests that run the CLI or read the sample trace find them here, not at the build machine's paths.
+export FP8SIM_TEST_BINARY="$B/fp8sim" FP8SIM_TEST_SOURCE_DIR="$ROOT"
 if [[ ! -d "$B/tests" && -f "$B/tests.tar.xz" ]]; then tar -C "$B" -xJf "$B/tests.tar.xz"; fi
 
 if want env; then

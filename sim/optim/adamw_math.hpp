@@ -66,15 +66,21 @@ struct AdamwStepConsts {
   float wd;
 };
 
+// A NaN result is stored as the quiet NaN 0x7FC00000 whatever its sign and payload: IEEE 754
+// leaves those to the hardware (an x86 invalid operation gives 0xFFC00000 and propagates an
+// operand's payload; a CUDA core gives 0x7FFFFFFF), and a NaN's bits reach the stored state
+// (16-bit moments keep the top of its payload, FP8 codes its sign). One pattern on both sides.
+FP8SIM_ADAMW_HD float canonical_nan(float x) { return x != x ? f32_from_bits(0x7FC00000u) : x; }
+
 // The moments' part of each rule alone (what a per-tensor state scale needs before the step: the
 // amax of the new moments); adamw_element_* compute m and v with these, so both give the same bits.
 FP8SIM_ADAMW_HD void adamw_moments_torch(float g, float& m, float& v, const AdamwStepConsts& c) {
-  m = fma_rn(c.one_minus_beta1, add_rn(g, -m), m);
-  v = fma_rn(mul_rn(c.one_minus_beta2, g), g, mul_rn(v, c.beta2));
+  m = canonical_nan(fma_rn(c.one_minus_beta1, add_rn(g, -m), m));
+  v = canonical_nan(fma_rn(mul_rn(c.one_minus_beta2, g), g, mul_rn(v, c.beta2)));
 }
 FP8SIM_ADAMW_HD void adamw_moments_coat(float g, float& m, float& v, const AdamwStepConsts& c) {
-  m = add_rn(mul_rn(c.beta1, m), mul_rn(c.one_minus_beta1, g));
-  v = add_rn(mul_rn(c.beta2, v), mul_rn(mul_rn(c.one_minus_beta2, g), g));
+  m = canonical_nan(add_rn(mul_rn(c.beta1, m), mul_rn(c.one_minus_beta1, g)));
+  v = canonical_nan(add_rn(mul_rn(c.beta2, v), mul_rn(mul_rn(c.one_minus_beta2, g), g)));
 }
 
 // torch.optim.AdamW's CPU for-loop step for one element (see the header comment).
@@ -82,7 +88,7 @@ FP8SIM_ADAMW_HD void adamw_element_torch(float& p, float g, float& m, float& v, 
   p = mul_rn(p, c.decay);
   adamw_moments_torch(g, m, v, c);
   const float denom = add_rn(div_rn(sqrt_rn(v), c.bc2_sqrt), c.eps);
-  p = add_rn(p, div_rn(mul_rn(c.neg_step_size, m), denom));
+  p = canonical_nan(add_rn(p, div_rn(mul_rn(c.neg_step_size, m), denom)));
 }
 
 // COAT's FP8 AdamW kernel formula for one element (see the header comment).
@@ -90,7 +96,7 @@ FP8SIM_ADAMW_HD void adamw_element_coat(float& p, float g, float& m, float& v, c
   adamw_moments_coat(g, m, v, c);
   const float denom = mul_rn(add_rn(div_rn(sqrt_rn(v), c.bc2_sqrt), c.eps), c.bc1);
   const float update = add_rn(div_rn(m, denom), mul_rn(c.wd, p));
-  p = add_rn(p, -mul_rn(c.lr, update));
+  p = canonical_nan(add_rn(p, -mul_rn(c.lr, update)));
 }
 
 // The new moments of one element under the rule in `c` (p is not needed).

@@ -259,6 +259,10 @@ std::vector<std::string> temporaries_in(const std::string& dir) {
   return out;
 }
 
-std::string sample_trace() { return std::string(FP8SIM_SOURCE_DIR) + "/traces/tiny-llama-s300.h5"; }
+std::string sample_trace() {
+  // FP8SIM_TEST_SOURCE_DIR: the checkout's root where the tests run from a bundle on another host
+  const char* root = std::getenv("FP8SIM_TEST_SOURCE_DIR");
+  return std::string(root && *root ? root : FP8SIM_SOURCE_DIR) + "/traces/tiny-llama-s300.h5";
+}
 
 }  // namespace fp8sim::test

@@ -70,7 +70,7 @@ std::string file_content(const std::string& path);
 std::vector<std::string> temporaries_in(const std::string& dir);
 // Every name under `dir` (recursively, relative, sorted).
 std::vector<std::string> listing(const std::string& dir);
-// The committed sample trace.
+// The committed sample trace (under $FP8SIM_TEST_SOURCE_DIR when set, else the source tree).
 std::string sample_trace();
 
 }  // namespace fp8sim::test
