@@ -169,6 +169,8 @@ TEST(CliMemory, MaxBatchCheckSaysConfirmedOrTheMismatch) {
 TEST(CliMemory, BadInputGivesOneLineErrors) {
   // A name that is not a model is bad usage; a model file that is missing or bad is bad data.
   expect_one_line_error(run_fp8sim({"memory", "--model", "nope"}), "unknown model 'nope' (valid:", 2);
+  expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--framework", "hf", "--eager-norms"}),
+                        "--eager-norms is a choice of the torch profile without --compile", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "/no/such.json"}), "no such file", 1);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--gpus", "0"}), "--gpus must be >= 1", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--zero", "4"}), "--zero must be 0, 1, 2 or 3",

@@ -93,6 +93,32 @@ TEST(MemoryFrameworks, CommittedMaxBatchSearchesAreWithinTheTarget) {
   EXPECT_GE(coat, 3);
 }
 
+// The torch reference with eager RMSNorm and RoPE (what the measured reference loop runs): each
+// norm keeps its fp32 x * rstd beside Table 2's terms, and RoPE's inputs are not kept; models
+// with LayerNorm are unchanged. The committed torch-loop runs are judged with it (above).
+TEST(MemoryFrameworks, EagerNormsKeepTheirFp32NormalisedInputAndRopeNothing) {
+  const model::ModelConfig m = llama(4);
+  const int64_t T = 2 * 2048;
+  MemoryOptions o;
+  o.recipe = "bf16";
+  o.batch = 2;
+  o.seq = 2048;
+  const Footprint fused = compute_footprint(m, o);
+  o.eager_norms = true;
+  const Footprint eager = compute_footprint(m, o);
+  const int64_t rope = T * (m.q_dim() + m.kv_dim()) * 2;  // bf16 q and k
+  EXPECT_EQ(eager.activations_total - fused.activations_total,
+            m.layers * (2 * T * m.hidden * 4 - rope) + T * m.hidden * 4);
+  EXPECT_EQ(component(eager.activations, "layers.RoPE"), 0);
+  EXPECT_EQ(component(eager.activations, "outside.final_norm.normalised"), T * m.hidden * 4);
+  EXPECT_EQ(component(fused.activations, "outside.final_norm.normalised"), -1);
+  const model::ModelConfig olmo = model::load_model("olmo-1b");
+  o.eager_norms = false;
+  const Footprint ln = compute_footprint(olmo, o);
+  o.eager_norms = true;
+  EXPECT_EQ(compute_footprint(olmo, o).activations_total, ln.activations_total);
+}
+
 // The final RMSNorm returns weight * x.to(input_dtype): with fp32 weights its output is fp32, and
 // the causal-LM forward holds it through the LM head and the loss. It is a temporary of the
 // forward's loss (nothing saves it), absent where the compiled graph fuses it away and where the
@@ -418,6 +444,7 @@ TEST(MemoryFrameworks, DataParallelRunsAreJudgedOnEveryRank) {
     o.batch = batch;
     o.seq = d["seq"].as_int();
     o.grads_persist = true;
+    o.eager_norms = true;  // the measured reference loop's norms, as --validate models them
     const Footprint f = compute_footprint(m, o);
     // Rank 0 measures 2% above the prediction, rank 1 `over` above it.
     auto ranked = [&](double over) {

@@ -34,8 +34,9 @@ void print_breakdown(const memory::MemoryResult& d) {
   const memory::MemoryOptions& o = f.opts;
   fmt::print("{} ({:.3f} B params), recipe {}, {}\n", f.model.display_name,
              static_cast<double>(f.model.param_count()) / 1e9, d.recipe, d.sharding);
-  if (o.framework != "torch" || o.compiled)
-    fmt::print("framework profile {}{}\n", o.framework, o.compiled ? ", torch.compile" : "");
+  if (o.framework != "torch" || o.compiled || o.eager_norms)
+    fmt::print("framework profile {}{}{}\n", o.framework, o.compiled ? ", torch.compile" : "",
+               o.eager_norms ? ", eager RMSNorm and RoPE" : "");
   fmt::print("micro-batch {} x {} tokens{}{}\n\n", o.batch, o.seq, o.checkpointing ? ", activation checkpointing" : "",
              o.grads_persist ? "" : ", gradients freed between steps");
   // Components: a left-aligned explanation column reads better than cli::print_table's right alignment.
@@ -335,6 +336,9 @@ int run_memory(const std::vector<std::string>& args) {
       "hf-eager)")("fsdp-param-dtype", po::value(&fsdp_dtype)->default_value("bf16"),
                    "with --fsdp 2: bf16 (MixedPrecisionPolicy) or fp32 (no policy: fp32 all-gathers, autocast casts)")(
       "checkpointing", "full activation checkpointing of every decoder layer")(
+      "eager-norms",
+      "torch profile: RMSNorm and RoPE as eager PyTorch ops, not Table 2's fused kernels (each RMSNorm also "
+      "keeps its fp32 x * rstd, RoPE keeps nothing per token), as a hand-written PyTorch Llama runs them")(
       "free-grads",
       "gradients are freed between steps (zero_grad(set_to_none=True)): not resident in forward/backward")(
       "compile",
@@ -459,6 +463,11 @@ int run_memory(const std::vector<std::string>& args) {
     o.gpu_mem_gib = gpu_mem;
     o.framework = framework;
     o.compiled = vm.count("compile") > 0;
+    o.eager_norms = vm.count("eager-norms") > 0;
+    if (o.eager_norms && (o.framework != "torch" || o.compiled))
+      throw UsageError(
+          "--eager-norms is a choice of the torch profile without --compile (the other profiles "
+          "model their own norms)");
     memory::apply_framework_profile(o, !vm["recipe"].defaulted());
     memory::validate(o);
     if (vm.count("compare")) {

@@ -719,6 +719,7 @@ Footprint torch_compiled_footprint(const ModelConfig& m, const MemoryOptions& o)
   MemoryOptions eager = o;
   eager.compiled = false;
   eager.loop_holds_logits = true;
+  eager.eager_norms = false;  // only the persistent terms are read
   const Footprint base = compute_footprint(m, eager);
   Footprint f;
   f.model = m;

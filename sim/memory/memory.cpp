@@ -89,6 +89,21 @@ std::vector<SavedBytes> saved_bytes(const std::vector<OpDesc>& ops, const recipe
   return out;
 }
 
+// MemoryOptions::eager_norms: each norm also keeps its fp32 normalised input x * rstd (the weight
+// multiply's saved operand); RoPE's inputs are not kept (its multiplies save only the cos/sin
+// tables, which need no gradient, and cat saves nothing).
+std::vector<SavedBytes> eager_norms_saved(const std::vector<SavedBytes>& v) {
+  const Storage fp32 = Storage::parse("fp32");
+  std::vector<SavedBytes> out;
+  for (const auto& s : v) {
+    if (s.role == SavedRole::RopeInput) continue;
+    out.push_back(s);
+    if (s.role == SavedRole::NormInput || s.role == SavedRole::FinalNormInput)
+      out.push_back({s.op, s.op + ".normalised", s.role, s.column, s.shape, fp32.label, storage_bytes(fp32, s.shape)});
+  }
+  return out;
+}
+
 int64_t sum_total(const std::vector<SavedBytes>& v) {
   int64_t b = 0;
   for (const auto& s : v) b += s.bytes.total();
@@ -449,6 +464,10 @@ Footprint compute_footprint(const ModelConfig& m, const MemoryOptions& o) {
   f.unit_u_bytes = T * m.hidden * 2;
   f.layer_saved = saved_bytes(lops, r);
   f.outside_saved = saved_bytes(model::outside_ops(m, o.batch, o.seq), r);
+  if (o.eager_norms && m.norm == model::NormKind::RMSNorm) {
+    f.layer_saved = eager_norms_saved(f.layer_saved);
+    f.outside_saved = eager_norms_saved(f.outside_saved);
+  }
   f.layer_activation_bytes = sum_total(f.layer_saved);
   if (!o.checkpointing) {
     for (Table2Column c : model::kTable2Columns) {
@@ -693,6 +712,7 @@ Json MemoryResult::to_json() const {
   j["grads_persist"] = o.grads_persist;
   if (o.framework != "torch") j["framework"] = o.framework;
   if (o.compiled) j["compiled"] = true;
+  if (o.eager_norms) j["eager_norms"] = true;
   j["gpu_mem_gib"] = o.gpu_mem_gib;
   j["params"] = f.params;
   j["weights_gib"] = gib(f.weights);

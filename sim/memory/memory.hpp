@@ -93,6 +93,11 @@ struct MemoryOptions {
   // the compiled torch reference models a loop that frees them; the framework profiles model their
   // own loops, which hold only the loss.
   bool loop_holds_logits = true;
+  // The torch reference's RMSNorm and RoPE as eager PyTorch ops rather than Table 2's fused kernels:
+  // each RMSNorm (x * rstd, then * weight, in fp32) keeps x * rstd for the weight's gradient, and
+  // RoPE (mul by cos/sin tables and cat) keeps no per-token tensor. The measured reference loop
+  // (scripts/measure_step.py --framework torch) runs them so; models without RMSNorm are unchanged.
+  bool eager_norms = false;
   double gpu_mem_gib = kH100GiB;
 };
 // Throws UsageError naming the bad option (gpus/batch/seq < 1, zero outside 0..3, gpu memory

@@ -213,6 +213,8 @@ MemoryOptions step_options(const Json& d, const std::string& origin, const StepS
   o.compiled = s.compiled;
   o.grads_persist = s.profile == "torch";
   o.loop_holds_logits = s.profile != "torch" || s.loop_holds_logits;
+  // The measured reference loop's RMSNorm and RoPE are eager PyTorch ops.
+  o.eager_norms = s.profile == "torch" && !s.compiled;
   return o;
 }
 
