@@ -19,6 +19,7 @@
 #include "sim/gemm/tc_cases.hpp"
 #include "sim/gemm/tc_gemm.hpp"
 #include "sim/optim/adamw.hpp"
+#include "sim/speed/calibrate.hpp"
 #include "tests/support/test_util.hpp"
 #ifdef FP8SIM_HAVE_CUDA
 #include "gpu/common/device.hpp"
@@ -473,6 +474,27 @@ class CpuAsGpu final : public gpu::Backend {
     return out;
   }
 };
+
+// `calibrate --update` refuses a file measured on another GPU before timing anything: one
+// calibration holds one GPU's times under its device name.
+TEST(CalibrateLib, UpdateFromAnotherGpusFileIsRefusedBeforeTiming) {
+  CpuAsGpu gpu;
+  speed::CalibrateOptions o;
+  o.update_from = std::string(FP8SIM_SOURCE_DIR) + "/reports/h200/calibration.json";
+  o.families = {"adamw_bf16m"};
+  std::vector<std::string> notes;
+  try {
+    speed::calibrate(o, gpu, notes);
+    FAIL() << "an H200 calibration was updated from another GPU";
+  } catch (const UsageError& e) {
+    FAIL() << "a usage error: " << e.what();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("NVIDIA H200"), std::string::npos) << what;
+    EXPECT_NE(what.find("the CPU reference"), std::string::npos) << what;
+    EXPECT_EQ(what.find("no kernel timing"), std::string::npos) << what;
+  }
+}
 
 TEST(CompareLib, EndToEndOnTheSampleTraceWithTheCpuAsTheGpu) {
   CpuAsGpu ops;

@@ -89,6 +89,7 @@ Calibration updated_calibration(Calibration base, const Calibration& fresh, cons
   for (const std::string& f : families) names.push_back(f);
   entry["families"] = names;
   entry["kernels"] = static_cast<double>(fresh.measurements().size());
+  if (const Json* name = fresh.device.is_object() ? fresh.device.find("name") : nullptr) entry["device"] = *name;
   if (!base.updates.is_array()) base.updates = Json::array();
   base.updates.push_back(entry);
   return base;
@@ -105,6 +106,18 @@ Calibration calibrate(const CalibrateOptions& opts, gpu::Backend& gpu, std::vect
   std::vector<KernelOp> ops = calibration_kernels(shapes, notes);
   if (update) ops = kernels_of_families(ops, opts.families);
   gpu.require("calibrate times the kernels on a GPU");
+  if (update) {
+    // One calibration holds one GPU's times: an update from another GPU would mix them under the
+    // file's device name.
+    const Json* name = base->device.is_object() ? base->device.find("name") : nullptr;
+    const std::string was = name && name->is_string() ? name->as_string() : std::string();
+    const std::string now = gpu.device().name;
+    if (was != now)
+      throw Error(
+          fmt::format("--update: '{}' holds times measured on {}, and this GPU is {}: a calibration is one "
+                      "GPU's (make one for this GPU with --out)",
+                      opts.update_from.string(), was.empty() ? std::string("an unrecorded GPU") : was, now));
+  }
   Calibration cal = gpu.measure_kernels(ops, opts.measure, opts.progress);
   if (update)
     return updated_calibration(std::move(*base), cal, opts.families, utc_timestamp(), build_commit(),
