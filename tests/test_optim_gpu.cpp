@@ -99,6 +99,10 @@ void run_case(const Case& cs, int64_t n, int steps, bool specials = false) {
     if (specials && n > 7) {
       g[static_cast<size_t>(n / 3)] = std::nanf("");
       g[static_cast<size_t>(n / 2)] = s % 2 ? INFINITY : -INFINITY;
+      if (n > 15) {  // a negative NaN with a payload: the stored NaN is still the one quiet NaN
+        uint32_t bits = 0xFFC12345u;
+        std::memcpy(&g[static_cast<size_t>(n / 4)], &bits, sizeof bits);
+      }
     }
     const uint64_t step = static_cast<uint64_t>(t0 + s);
     const optim::AdamwStepConsts c = optim::make_step_consts(h, static_cast<int64_t>(step), cs.rule);
@@ -146,6 +150,18 @@ TEST(AdamwGpu, CoatStochasticRoundingFused) {
 TEST(AdamwGpu, CoatNoExpandFused) {
   FP8SIM_SKIP_WITHOUT_GPU();
   for (auto n : kSizes) run_case({"coat-noexpand", optim::UpdateRule::Coat, true}, n, 3);
+}
+
+// NaN and Inf gradients through the fp32 kernel and the whole-group FP8 kernels (with and without
+// DE, whole groups and a ragged tail): the same p, codes and scales as the CPU, NaN as 0x7FC00000.
+TEST(AdamwGpu, SpecialGradientsGiveTheCpuBitsOnEveryKernel) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  for (int64_t n : {int64_t{4096 + 100}, int64_t{128 * 40}}) {
+    run_case({"fp32", optim::UpdateRule::Torch, false}, n, 3, /*specials=*/true);
+    run_case({"coat", optim::UpdateRule::Coat, true}, n, 3, /*specials=*/true);
+    run_case({"coat", optim::UpdateRule::Coat, false}, n, 2, /*specials=*/true);
+    run_case({"coat-noexpand", optim::UpdateRule::Coat, true}, n, 3, /*specials=*/true);
+  }
 }
 
 // Data-parallel ranks stepping FSDP2's dim-0 shards of a weight with the fused DE kernel, shard k on

@@ -90,7 +90,9 @@ std::vector<float> test_data(size_t n, uint64_t seed, bool specials) {
     x[2] = -0.0f;
     x[3] = std::numeric_limits<float>::infinity();
     x[5] = std::numeric_limits<float>::quiet_NaN();
-    x[6] = 1e-40f;  // subnormal
+    x[6] = 1e-40f;                                 // subnormal
+    const uint32_t neg_payload_nan = 0xFFC12345u;  // 16-bit storage keeps its sign and payload
+    std::memcpy(&x[7], &neg_payload_nan, sizeof neg_payload_nan);
   }
   return x;
 }
@@ -339,7 +341,7 @@ TEST(QuantizeGpu, GroupScalingWithProducerMaximaEqualsJustInTime) {
 
 TEST(QuantizeGpu, PassThroughFormats) {
   FP8SIM_SKIP_WITHOUT_GPU();
-  for (const char* s : {"bf16:tensor", "fp16:tensor"})
+  for (const char* s : {"bf16:tensor", "fp16:tensor", "bf16:tensor:scale=fp32", "fp16:tensor:scale=fp32"})
     for (const auto& shape : kAwkward) check_spec(s, shape, InputDtype::F32, true);
 }
 

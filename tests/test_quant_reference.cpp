@@ -49,6 +49,32 @@ TEST(QuantizeHand, PerTensorE4M3) {
   EXPECT_EQ(q.tensor_amax, 7.0f);
 }
 
+// A NaN in 16-bit storage with a per-tensor scale keeps its sign and top payload bits, quieted,
+// whatever the platform's arithmetic does with a NaN operand (the GPU's gives 0x7FFFFFFF):
+// 0xFFC12345 -> fp16 0xFE09 -> 0xFFC12000; the signalling 0x7FA54321 -> 0x7FE54321 quieted ->
+// fp16 0x7F2A -> 0x7FE54000, bf16 0x7FE5 -> 0x7FE50000.
+TEST(QuantizeHand, Scaled16BitStorageKeepsANaNsSignAndPayload) {
+  const uint32_t in[4] = {0x40000000u, 0xFFC12345u, 0x7FA54321u, 0xBF800000u};  // 2, NaN, sNaN, -1
+  std::vector<float> x(4);
+  std::memcpy(x.data(), in, sizeof in);
+  auto code16 = [](const QuantizedTensor& q, int i) {
+    uint16_t c;
+    std::memcpy(&c, q.codes.data() + 2 * i, 2);
+    return c;
+  };
+  const QuantizedTensor h = q_of(x, {4}, "fp16:tensor:scale=fp32");
+  ASSERT_EQ(h.scales.size(), 1u);
+  EXPECT_EQ(code16(h, 1), 0xFE09);
+  EXPECT_EQ(code16(h, 2), 0x7F2A);
+  const std::vector<float> dh = dequantize(h);
+  EXPECT_EQ(bits(dh[1]), 0xFFC12000u);
+  EXPECT_EQ(bits(dh[2]), 0x7FE54000u);
+  const QuantizedTensor b = q_of(x, {4}, "bf16:tensor:scale=fp32");
+  EXPECT_EQ(code16(b, 1), 0xFFC1);
+  EXPECT_EQ(code16(b, 2), 0x7FE5);
+  EXPECT_EQ(bits(dequantize(b)[2]), 0x7FE50000u);
+}
+
 TEST(QuantizeHand, PerRow) {
   // row 0: amax 448 -> s = 1: 448 -> 0x7E, 224 -> 0x76, 1 -> 0x38 (E=7, M=0).
   // row 1: amax 3.5 -> s = 2^-7: -448 -> 0xFE, 224 -> 0x76, 1 -> 0x38.

@@ -75,6 +75,14 @@ struct ElemUnit {
 
 __device__ __forceinline__ bool elem_scaled(const ElemMoment& e) { return e.kind != ElemKind::Pass16; }
 
+// The kernels are instantiated per pair of moment kinds (KM, KV >= 0: the ElemKind, known at
+// compile time, so every per-element choice of kind folds away); -1 keeps the launch's kind.
+template <int K>
+__device__ __forceinline__ ElemMoment elem_fixed(ElemMoment e) {
+  if constexpr (K >= 0) e.kind = static_cast<ElemKind>(K);
+  return e;
+}
+
 __device__ __forceinline__ uint2 elem_load_codes(const ElemMoment& e, int64_t unit) {
   if (e.kind == ElemKind::Fp8) return make_uint2(static_cast<const uint32_t*>(e.codes)[unit], 0u);
   return static_cast<const uint2*>(e.codes)[unit];
@@ -98,7 +106,7 @@ __device__ __forceinline__ float elem_widen16(const ElemMoment& e, uint32_t h) {
 __device__ __forceinline__ float elem_decode(const ElemMoment& e, uint32_t code, float s_old, const float* lut) {
   if (e.kind == ElemKind::Fp8) return mul_rn(lut[code], s_old);
   const float w = elem_widen16(e, code);
-  return e.kind == ElemKind::Scaled16 ? mul_rn(w, s_old) : w;
+  return e.kind == ElemKind::Scaled16 ? mul_rn_nan_kept(w, s_old) : w;
 }
 
 struct ElemEnc {
@@ -109,7 +117,7 @@ struct ElemEnc {
 };
 
 __device__ __forceinline__ uint32_t elem_encode16(const ElemMoment& e, float x, float sq) {
-  const float q = e.kind == ElemKind::Scaled16 ? div_rn(x, sq) : x;  // scaled16_kernel / passthrough_kernel
+  const float q = e.kind == ElemKind::Scaled16 ? div_rn_nan_kept(x, sq) : x;  // scaled16_kernel / passthrough_kernel
   return e.format == 2 ? f32_to_bf16_rne(q, e.saturate) : f32_to_fp16_rne(q, e.saturate);
 }
 
@@ -188,9 +196,11 @@ __device__ __forceinline__ void elem_new_scale(const ElemMoment& e, uint32_t* am
 }
 
 // Pass 1: the finite amax of the new m and v; the last block writes the new scales.
+template <int KM, int KV>
 __global__ void __launch_bounds__(256)
-    adamw_elem_amax_kernel(const float* __restrict__ g, ElemMoment m, ElemMoment v, int64_t n, bool vec,
+    adamw_elem_amax_kernel(const float* __restrict__ g, ElemMoment m_arg, ElemMoment v_arg, int64_t n, bool vec,
                            optim::AdamwStepConsts c, uint32_t* __restrict__ ws) {
+  const ElemMoment m = elem_fixed<KM>(m_arg), v = elem_fixed<KV>(v_arg);
   __shared__ float lut_m[256], lut_v[256];
   __shared__ uint32_t warp_max[2][8];
   elem_fill_luts(m, v, lut_m, lut_v);
@@ -268,9 +278,11 @@ __device__ __forceinline__ ElemEnc elem_enc(const ElemMoment& e, const uint32_t*
 }
 
 // Pass 2: the fused step (decode, adamw_element, encode), 4 elements per unit.
+template <int KM, int KV>
 __global__ void __launch_bounds__(256)
-    adamw_elem_step_kernel(float* __restrict__ p, const float* __restrict__ g, ElemMoment m, ElemMoment v, int64_t n,
-                           bool vec, optim::AdamwStepConsts c, const uint32_t* __restrict__ ws, bool hw) {
+    adamw_elem_step_kernel(float* __restrict__ p, const float* __restrict__ g, ElemMoment m_arg, ElemMoment v_arg,
+                           int64_t n, bool vec, optim::AdamwStepConsts c, const uint32_t* __restrict__ ws, bool hw) {
+  const ElemMoment m = elem_fixed<KM>(m_arg), v = elem_fixed<KV>(v_arg);
   __shared__ float lut_m[256], lut_v[256];
   elem_fill_luts(m, v, lut_m, lut_v);
   const float sm_old = elem_scaled(m) ? f32_from_bits(ws[3]) : 1.0f;
@@ -1016,22 +1028,69 @@ void launch_adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, c
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+
+// FP8SIM_ADAMW_ELEM (read once; a development switch for timing): 0 = the kernels with the
+// moments' kinds read at run time, 8 blocks per SM; 1 = the same kernels, one wave of resident
+// blocks; unset or 2 = kernels instantiated per pair of kinds, one wave of resident blocks.
+int elem_variant() {
+  static const int v = [] {
+    const char* e = std::getenv("FP8SIM_ADAMW_ELEM");
+    return e != nullptr && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : 2;
+  }();
+  return v;
+}
+
+template <int KM, int KV>
+void launch_elem_kernels(float* p, const float* g, const ElemMoment& m, const ElemMoment& v, int64_t N, bool vec,
+                         const optim::AdamwStepConsts& c, uint32_t* ws, bool resident, cudaStream_t stream) {
+  // Every block walks the same number of units: a grid of the blocks that fit at once (one wave)
+  // leaves no partial last wave.
+  static const int per_sm_amax = resident_blocks(adamw_elem_amax_kernel<KM, KV>);
+  static const int per_sm_step = resident_blocks(adamw_elem_step_kernel<KM, KV>);
+  const int64_t want = (((vec ? N / 4 : N) + kElemUnits - 1) / kElemUnits + 255) / 256;
+  if (m.kind != ElemKind::Pass16 || v.kind != ElemKind::Pass16) {
+    FP8SIM_CUDA_CHECK(cudaMemsetAsync(ws, 0, 3 * sizeof(uint32_t), stream));
+    adamw_elem_amax_kernel<KM, KV>
+        <<<grid_cap(want, resident ? per_sm_amax : 8), 256, 0, stream>>>(g, m, v, N, vec, c, ws);
+    FP8SIM_CUDA_CHECK_LAUNCH();
+  }
+  adamw_elem_step_kernel<KM, KV>
+      <<<grid_cap(want, resident ? per_sm_step : 8), 256, 0, stream>>>(p, g, m, v, N, vec, c, ws, hw_cvt_verified());
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
+template <int KM>
+void launch_elem_for_v(float* p, const float* g, const ElemMoment& m, const ElemMoment& v, int64_t N, bool vec,
+                       const optim::AdamwStepConsts& c, uint32_t* ws, cudaStream_t stream) {
+  switch (v.kind) {
+    case ElemKind::Pass16:
+      return launch_elem_kernels<KM, 0>(p, g, m, v, N, vec, c, ws, true, stream);
+    case ElemKind::Scaled16:
+      return launch_elem_kernels<KM, 1>(p, g, m, v, N, vec, c, ws, true, stream);
+    case ElemKind::Fp8:
+      return launch_elem_kernels<KM, 2>(p, g, m, v, N, vec, c, ws, true, stream);
+  }
+}
+
+}  // namespace
+
 void launch_adamw_elementwise(float* p, const float* g, const ElemMoment& m, const ElemMoment& v, size_t n,
                               const optim::AdamwStepConsts& c, uint32_t* ws, cudaStream_t stream) {
   if (n == 0) return;
   const unsigned code_align_m = m.kind == ElemKind::Fp8 ? 4 : 8, code_align_v = v.kind == ElemKind::Fp8 ? 4 : 8;
   const bool vec = aligned(p, 16) && aligned(g, 16) && aligned(m.codes, code_align_m) && aligned(v.codes, code_align_v);
   const auto N = static_cast<int64_t>(n);
-  const int64_t threads = ((vec ? N / 4 : N) + kElemUnits - 1) / kElemUnits;
-  const int grid = grid_cap((threads + 255) / 256, 8);
-  const bool scaled = m.kind != ElemKind::Pass16 || v.kind != ElemKind::Pass16;
-  if (scaled) {
-    FP8SIM_CUDA_CHECK(cudaMemsetAsync(ws, 0, 3 * sizeof(uint32_t), stream));
-    adamw_elem_amax_kernel<<<grid, 256, 0, stream>>>(g, m, v, N, vec, c, ws);
-    FP8SIM_CUDA_CHECK_LAUNCH();
+  const int variant = elem_variant();
+  if (variant < 2) return launch_elem_kernels<-1, -1>(p, g, m, v, N, vec, c, ws, variant == 1, stream);
+  switch (m.kind) {
+    case ElemKind::Pass16:
+      return launch_elem_for_v<0>(p, g, m, v, N, vec, c, ws, stream);
+    case ElemKind::Scaled16:
+      return launch_elem_for_v<1>(p, g, m, v, N, vec, c, ws, stream);
+    case ElemKind::Fp8:
+      return launch_elem_for_v<2>(p, g, m, v, N, vec, c, ws, stream);
   }
-  adamw_elem_step_kernel<<<grid, 256, 0, stream>>>(p, g, m, v, N, vec, c, ws, hw_cvt_verified());
-  FP8SIM_CUDA_CHECK_LAUNCH();
 }
 
 void launch_adamw_fp8_grouped(float* p, const float* g, Fp8MomentPtrs m, Fp8MomentPtrs v, size_t n, int G,

@@ -730,7 +730,7 @@ __global__ void __launch_bounds__(256) scaled16_kernel(const void* __restrict__ 
   const float sq = f32_from_bits(slot[0]);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const float v = div_rn(load_elem<D>(x, i), sq);
+    const float v = div_rn_nan_kept(load_elem<D>(x, i), sq);
     out[i] = BF16 ? f32_to_bf16_rne(v, saturate) : f32_to_fp16_rne(v, saturate);
   }
 }
@@ -777,7 +777,7 @@ __global__ void __launch_bounds__(256)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float w = BF16 ? bf16_to_f32(codes[i]) : fp16_to_f32(codes[i]);
-    out[i] = scale ? mul_rn(w, scale[0]) : w;
+    out[i] = scale ? mul_rn_nan_kept(w, scale[0]) : w;
   }
 }
 

@@ -76,6 +76,19 @@ FP8SIM_HD float fma_rn(float a, float b, float c) {
 }
 
 FP8SIM_HD bool is_nan_bits(uint32_t u) { return (u & 0x7FFFFFFFu) > 0x7F800000u; }
+
+// x / s and x * s (s a finite scale) where a NaN x comes out as x quieted, its sign and payload
+// kept: what x86's SSE arithmetic gives, while CUDA's gives its one NaN 0x7FFFFFFF. The 16-bit
+// formats carry a NaN's payload (f32_to_bf16_rne / f32_to_fp16_rne keep its top bits), so their
+// scaled encode and decode use these, on the CPU and the GPU alike.
+FP8SIM_HD float div_rn_nan_kept(float x, float s) {
+  const uint32_t u = f32_bits(x);
+  return is_nan_bits(u) ? f32_from_bits(u | 0x00400000u) : div_rn(x, s);
+}
+FP8SIM_HD float mul_rn_nan_kept(float x, float s) {
+  const uint32_t u = f32_bits(x);
+  return is_nan_bits(u) ? f32_from_bits(u | 0x00400000u) : mul_rn(x, s);
+}
 FP8SIM_HD bool is_finite_bits(uint32_t u) { return (u & 0x7F800000u) != 0x7F800000u; }
 
 }  // namespace fp8sim

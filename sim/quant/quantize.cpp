@@ -642,7 +642,7 @@ void encode_16bit(const Load& ld, QuantizedTensor& q, const std::vector<float>& 
         const int64_t c0 = gj * g.group_cols, c1 = std::min(g.cols, c0 + g.group_cols);
         for (int64_t i = r * g.cols + c0; i < r * g.cols + c1; ++i) {
           const float x = ld(i);
-          const float v = div_rn(x, sq);
+          const float v = div_rn_nan_kept(x, sq);
           const uint16_t c = bf ? f32_to_bf16_rne(v, sat) : f32_to_fp16_rne(v, sat);
           std::memcpy(out + 2 * i, &c, 2);
           const uint32_t ax = f32_bits(x) & 0x7FFFFFFFu;
@@ -1040,7 +1040,7 @@ void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
           for (int64_t i = r * g.cols + c0; i < r * g.cols + c1; ++i) {
             uint16_t c;
             std::memcpy(&c, q.codes.data() + 2 * i, 2);
-            out[i] = mul_rn(bf ? bf16_to_f32(c) : fp16_to_f32(c), q.scales[grp]);
+            out[i] = mul_rn_nan_kept(bf ? bf16_to_f32(c) : fp16_to_f32(c), q.scales[grp]);
           }
         } else {
           const ExpandParams p =

@@ -29,8 +29,8 @@ inline constexpr int kAmaxKernelVersion = 1;           // gpu/speed/kernels.cu: 
 inline constexpr int kCrossEntropyKernelVersion = 1;   // gpu/speed/kernels.cu: cross_entropy
 inline constexpr int kEmbeddingKernelVersion = 1;      // gpu/speed/kernels.cu: embedding_fwd, embedding_bwd
 inline constexpr int kAdamwFp8DeKernelVersion = 1;     // gpu/optim/adamw.cu: the fused FP8 AdamW with DE
-inline constexpr int kAdamwLowpKernelVersion = 2;      // gpu/optim/adamw.cu: the elementwise-state AdamW (fp8lm)
-inline constexpr int kAdamwBf16mKernelVersion = 2;     // gpu/optim/adamw.cu: the elementwise-state AdamW, BF16 moments
+inline constexpr int kAdamwLowpKernelVersion = 3;      // gpu/optim/adamw.cu: the elementwise-state AdamW (fp8lm)
+inline constexpr int kAdamwBf16mKernelVersion = 3;     // gpu/optim/adamw.cu: the elementwise-state AdamW, BF16 moments
 inline constexpr int kBlockQuantizeKernelVersion = 1;  // gpu/speed/kernels.cu: block_quantize
 inline constexpr int kDequantizeKernelVersion = 1;     // gpu/speed/kernels.cu: dequantize_mx
 
