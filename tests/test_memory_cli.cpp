@@ -171,6 +171,13 @@ TEST(CliMemory, BadInputGivesOneLineErrors) {
   expect_one_line_error(run_fp8sim({"memory", "--model", "nope"}), "unknown model 'nope' (valid:", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--framework", "hf", "--eager-norms"}),
                         "--eager-norms is a choice of the torch profile without --compile", 2);
+  expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--compile", "--eager-norms"}),
+                        "--eager-norms is a choice of the torch profile without --compile", 2);
+  expect_one_line_error(
+      run_fp8sim({"memory", "--model", "olmo-1b", "--eager-norms"}),
+      "--eager-norms models RMSNorm written as PyTorch ops; model 'olmo-1b' normalises with LayerNorm", 2);
+  expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--framework", "typo", "--eager-norms"}),
+                        "unknown framework 'typo'", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "/no/such.json"}), "no such file", 1);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--gpus", "0"}), "--gpus must be >= 1", 2);
   expect_one_line_error(run_fp8sim({"memory", "--model", "llama2-7b", "--zero", "4"}), "--zero must be 0, 1, 2 or 3",

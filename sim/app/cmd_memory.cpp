@@ -464,12 +464,17 @@ int run_memory(const std::vector<std::string>& args) {
     o.framework = framework;
     o.compiled = vm.count("compile") > 0;
     o.eager_norms = vm.count("eager-norms") > 0;
+    memory::apply_framework_profile(o, !vm["recipe"].defaulted());
     if (o.eager_norms && (o.framework != "torch" || o.compiled))
       throw UsageError(
           "--eager-norms is a choice of the torch profile without --compile (the other profiles "
           "model their own norms)");
-    memory::apply_framework_profile(o, !vm["recipe"].defaulted());
     memory::validate(o);
+    if (o.eager_norms && model::load_model(model_name).norm != model::NormKind::RMSNorm)
+      throw UsageError(
+          fmt::format("--eager-norms models RMSNorm written as PyTorch ops; model '{}' normalises with "
+                      "LayerNorm",
+                      model_name));
     if (vm.count("compare")) {
       const memory::MemoryComparison c = memory::memory_compare(model_name, o);
       print_compare(c);

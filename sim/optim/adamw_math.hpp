@@ -31,6 +31,10 @@
 //     p = p - lr * ( m / ((sqrt(v)/bc2_sqrt + eps) * bc1) + wd*p )
 //   with 1-b1, 1-b2 computed in fp32 from the fp32 betas as the kernel does.
 //
+// A NaN result (p, m or v) is stored as the one quiet NaN 0x7FC00000 (canonical_nan): the CPU's
+// and the GPU's arithmetic produce different NaN bits, so NaN payloads are outside both the
+// torch-exactness and the CPU-GPU contract, and this one value is what both sides store.
+//
 // The low-precision-state optimizers dequantize m and v, call adamw_element with the SAME rule,
 // and requantize the new (unquantized) m and v: the quantization error of this step only
 // reaches the parameters from the next step on (docs/numerics.md).
