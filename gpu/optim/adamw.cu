@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
 #include "gpu/common/buffer.hpp"
@@ -75,11 +74,11 @@ struct ElemUnit {
 
 __device__ __forceinline__ bool elem_scaled(const ElemMoment& e) { return e.kind != ElemKind::Pass16; }
 
-// The kernels are instantiated per pair of moment kinds (KM, KV >= 0: the ElemKind, known at
-// compile time, so every per-element choice of kind folds away); -1 keeps the launch's kind.
+// The kernels are instantiated per pair of moment kinds (KM, KV: ElemKind values, known at compile
+// time, so every per-element choice of kind folds away; the launch dispatches on the moments' kinds).
 template <int K>
 __device__ __forceinline__ ElemMoment elem_fixed(ElemMoment e) {
-  if constexpr (K >= 0) e.kind = static_cast<ElemKind>(K);
+  e.kind = static_cast<ElemKind>(K);
   return e;
 }
 
@@ -1030,20 +1029,9 @@ void launch_adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, c
 
 namespace {
 
-// FP8SIM_ADAMW_ELEM (read once; a development switch for timing): 0 = the kernels with the
-// moments' kinds read at run time, 8 blocks per SM; 1 = the same kernels, one wave of resident
-// blocks; unset or 2 = kernels instantiated per pair of kinds, one wave of resident blocks.
-int elem_variant() {
-  static const int v = [] {
-    const char* e = std::getenv("FP8SIM_ADAMW_ELEM");
-    return e != nullptr && (e[0] == '0' || e[0] == '1') ? e[0] - '0' : 2;
-  }();
-  return v;
-}
-
 template <int KM, int KV>
 void launch_elem_kernels(float* p, const float* g, const ElemMoment& m, const ElemMoment& v, int64_t N, bool vec,
-                         const optim::AdamwStepConsts& c, uint32_t* ws, bool resident, cudaStream_t stream) {
+                         const optim::AdamwStepConsts& c, uint32_t* ws, cudaStream_t stream) {
   // Every block walks the same number of units: a grid of the blocks that fit at once (one wave)
   // leaves no partial last wave.
   static const int per_sm_amax = resident_blocks(adamw_elem_amax_kernel<KM, KV>);
@@ -1051,12 +1039,11 @@ void launch_elem_kernels(float* p, const float* g, const ElemMoment& m, const El
   const int64_t want = (((vec ? N / 4 : N) + kElemUnits - 1) / kElemUnits + 255) / 256;
   if (m.kind != ElemKind::Pass16 || v.kind != ElemKind::Pass16) {
     FP8SIM_CUDA_CHECK(cudaMemsetAsync(ws, 0, 3 * sizeof(uint32_t), stream));
-    adamw_elem_amax_kernel<KM, KV>
-        <<<grid_cap(want, resident ? per_sm_amax : 8), 256, 0, stream>>>(g, m, v, N, vec, c, ws);
+    adamw_elem_amax_kernel<KM, KV><<<grid_cap(want, per_sm_amax), 256, 0, stream>>>(g, m, v, N, vec, c, ws);
     FP8SIM_CUDA_CHECK_LAUNCH();
   }
   adamw_elem_step_kernel<KM, KV>
-      <<<grid_cap(want, resident ? per_sm_step : 8), 256, 0, stream>>>(p, g, m, v, N, vec, c, ws, hw_cvt_verified());
+      <<<grid_cap(want, per_sm_step), 256, 0, stream>>>(p, g, m, v, N, vec, c, ws, hw_cvt_verified());
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 
@@ -1065,11 +1052,11 @@ void launch_elem_for_v(float* p, const float* g, const ElemMoment& m, const Elem
                        const optim::AdamwStepConsts& c, uint32_t* ws, cudaStream_t stream) {
   switch (v.kind) {
     case ElemKind::Pass16:
-      return launch_elem_kernels<KM, 0>(p, g, m, v, N, vec, c, ws, true, stream);
+      return launch_elem_kernels<KM, 0>(p, g, m, v, N, vec, c, ws, stream);
     case ElemKind::Scaled16:
-      return launch_elem_kernels<KM, 1>(p, g, m, v, N, vec, c, ws, true, stream);
+      return launch_elem_kernels<KM, 1>(p, g, m, v, N, vec, c, ws, stream);
     case ElemKind::Fp8:
-      return launch_elem_kernels<KM, 2>(p, g, m, v, N, vec, c, ws, true, stream);
+      return launch_elem_kernels<KM, 2>(p, g, m, v, N, vec, c, ws, stream);
   }
 }
 
@@ -1081,8 +1068,6 @@ void launch_adamw_elementwise(float* p, const float* g, const ElemMoment& m, con
   const unsigned code_align_m = m.kind == ElemKind::Fp8 ? 4 : 8, code_align_v = v.kind == ElemKind::Fp8 ? 4 : 8;
   const bool vec = aligned(p, 16) && aligned(g, 16) && aligned(m.codes, code_align_m) && aligned(v.codes, code_align_v);
   const auto N = static_cast<int64_t>(n);
-  const int variant = elem_variant();
-  if (variant < 2) return launch_elem_kernels<-1, -1>(p, g, m, v, N, vec, c, ws, variant == 1, stream);
   switch (m.kind) {
     case ElemKind::Pass16:
       return launch_elem_for_v<0>(p, g, m, v, N, vec, c, ws, stream);
