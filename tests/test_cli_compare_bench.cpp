@@ -420,7 +420,8 @@ namespace {
 class CpuAsGpu final : public gpu::Backend {
  public:
   bool corrupt_quantize = false, corrupt_adamw = false, corrupt_gemm = false;
-  gpu::DeviceStatus device() override { return {.available = true, .name = "the CPU reference"}; }
+  std::string name = "the CPU reference";
+  gpu::DeviceStatus device() override { return {.available = true, .name = name}; }
   Json machine() override { return Json::object(); }
   bench::BenchDoc run_bench(const bench::BenchOptions&) override { throw Error("CpuAsGpu: no bench"); }
   speed::Calibration measure_kernels(const std::vector<speed::KernelOp>&, const speed::MeasureSettings&,
@@ -493,6 +494,14 @@ TEST(CalibrateLib, UpdateFromAnotherGpusFileIsRefusedBeforeTiming) {
     EXPECT_NE(what.find("NVIDIA H200"), std::string::npos) << what;
     EXPECT_NE(what.find("the CPU reference"), std::string::npos) << what;
     EXPECT_EQ(what.find("no kernel timing"), std::string::npos) << what;
+  }
+  // The file's own GPU gets as far as timing (which this stand-in cannot do).
+  gpu.name = "NVIDIA H200";
+  try {
+    speed::calibrate(o, gpu, notes);
+    FAIL() << "CpuAsGpu timed kernels";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no kernel timing"), std::string::npos) << e.what();
   }
 }
 

@@ -99,7 +99,7 @@ void run_case(const Case& cs, int64_t n, int steps, bool specials = false) {
     if (specials && n > 7) {
       g[static_cast<size_t>(n / 3)] = std::nanf("");
       g[static_cast<size_t>(n / 2)] = s % 2 ? INFINITY : -INFINITY;
-      if (n > 15) {  // a negative NaN with a payload: the stored NaN is still the one quiet NaN
+      if (n > 15) {  // a negative NaN with a payload: the step stores the one quiet NaN
         uint32_t bits = 0xFFC12345u;
         std::memcpy(&g[static_cast<size_t>(n / 4)], &bits, sizeof bits);
       }
@@ -152,9 +152,10 @@ TEST(AdamwGpu, CoatNoExpandFused) {
   for (auto n : kSizes) run_case({"coat-noexpand", optim::UpdateRule::Coat, true}, n, 3);
 }
 
-// NaN and Inf gradients through the fp32 kernel and the whole-group FP8 kernels (with and without
-// DE, whole groups and a ragged tail): the same p, codes and scales as the CPU, NaN as 0x7FC00000.
-TEST(AdamwGpu, SpecialGradientsGiveTheCpuBitsOnEveryKernel) {
+// NaN and Inf gradients through the fp32 kernel, the whole-group FP8 kernels (with and without DE,
+// whole groups and a ragged tail) and the three phases: the same p, codes and scales as the CPU,
+// NaN as 0x7FC00000 (ElementwiseStatesEqualTheCpu covers the elementwise-state kernels).
+TEST(AdamwGpu, SpecialGradientsGiveTheCpuBitsOnTheFp32AndWholeGroupKernels) {
   FP8SIM_SKIP_WITHOUT_GPU();
   for (int64_t n : {int64_t{4096 + 100}, int64_t{128 * 40}}) {
     run_case({"fp32", optim::UpdateRule::Torch, false}, n, 3, /*specials=*/true);
@@ -244,7 +245,10 @@ TEST(AdamwGpu, EveryRecipeThreePhase) {
 TEST(AdamwGpu, ElementwiseStatesEqualTheCpu) {
   FP8SIM_SKIP_WITHOUT_GPU();
   for (const char* rcp : {"te-fp8", "fp8lm", "bf16", "te-fp8+sr", "m=e5m2:tensor,v=bf16:tensor:scale=fp32",
-                          "m=fp16,v=e4m3:tensor:sat=none", "m=e4m3:tensor:scale=pow2:sat=none,v=fp16:tensor"}) {
+                          "m=fp16,v=e4m3:tensor:sat=none", "m=e4m3:tensor:scale=pow2:sat=none,v=fp16:tensor",
+                          // the other four pairs of kinds (scaled 16-bit m; unscaled m with scaled v)
+                          "m=bf16:tensor:scale=fp32,v=fp16:tensor:scale=pow2", "m=fp16:tensor:scale=fp32,v=e4m3:tensor",
+                          "m=bf16:tensor:scale=pow2,v=bf16", "m=bf16,v=fp16:tensor:scale=fp32"}) {
     const optim::StateRecipe r = case_recipe(rcp);
     ASSERT_TRUE(optim::elementwise_step_supported(r)) << rcp;
     for (auto rule : {optim::UpdateRule::Coat, optim::UpdateRule::Torch})

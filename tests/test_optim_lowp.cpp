@@ -323,8 +323,10 @@ TEST(OptimLowp, RecipeParsing) {
 // Which recipes the GPU runs as the elementwise-state step (gpu/optim): both moments one value per
 // element with at most one per-tensor scale, no delayed scaling, no expansion.
 TEST(OptimLowp, ElementwiseStepSupported) {
-  for (const char* yes : {"bf16", "te-fp8", "fp8lm", "m=e5m2:tensor,v=bf16:tensor:scale=fp32",
-                          "m=fp16,v=e4m3:tensor:sat=none", "m=e4m3:tensor:scale=pow2:sat=none,v=fp16:tensor"})
+  for (const char* yes :
+       {"bf16", "te-fp8", "fp8lm", "m=e5m2:tensor,v=bf16:tensor:scale=fp32", "m=fp16,v=e4m3:tensor:sat=none",
+        "m=e4m3:tensor:scale=pow2:sat=none,v=fp16:tensor", "m=bf16:tensor:scale=fp32,v=fp16:tensor:scale=pow2",
+        "m=fp16:tensor:scale=fp32,v=e4m3:tensor", "m=bf16:tensor:scale=pow2,v=bf16", "m=bf16,v=fp16:tensor:scale=fp32"})
     EXPECT_TRUE(elementwise_step_supported(StateRecipe::parse(yes))) << yes;
   for (const char* no : {"fp32", "coat", "coat-noexpand", "m=fp32,v=e4m3:tensor", "m=e4m3:tensor,v=e4m3:g128",
                          "m=e4m3:tensor:delayed=16,max,v=bf16", "m=bf16,v=e4m3:row"})

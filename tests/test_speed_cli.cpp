@@ -223,6 +223,7 @@ TEST(CalibrateCli, UpdateReplacesOnlyTheNamedFamilies) {
   // Every measurement a step behind in version; the update re-times the optimizers at this build's.
   const Calibration old = Calibration::load(calibration_file([](const KernelFamily& f) { return f.version - 1; }));
   Calibration fresh;
+  fresh.device["name"] = "NVIDIA H200";
   for (const KernelOp& op : opt) {
     Measurement m = *old.find(op.key());
     m.median_ms *= 0.5;
@@ -241,6 +242,7 @@ TEST(CalibrateCli, UpdateReplacesOnlyTheNamedFamilies) {
   ASSERT_EQ(u.updates.size(), 1u);
   EXPECT_EQ(u.updates.as_array()[0].at("commit").as_string(), "abc");
   EXPECT_EQ(u.updates.as_array()[0].at("kernels").as_int(), 2);
+  EXPECT_EQ(u.updates.as_array()[0].at("device").as_string(), "NVIDIA H200");
   // The stale families are now every one but the two re-timed, and the record survives a round trip.
   std::set<std::string> stale;
   for (const StaleFamily& sf : u.stale_families(all)) stale.insert(sf.family);

@@ -1032,8 +1032,8 @@ namespace {
 template <int KM, int KV>
 void launch_elem_kernels(float* p, const float* g, const ElemMoment& m, const ElemMoment& v, int64_t N, bool vec,
                          const optim::AdamwStepConsts& c, uint32_t* ws, cudaStream_t stream) {
-  // Every block walks the same number of units: a grid of the blocks that fit at once (one wave)
-  // leaves no partial last wave.
+  // A grid of the blocks that fit at once (one wave of grid-stride blocks) leaves no partial last
+  // wave.
   static const int per_sm_amax = resident_blocks(adamw_elem_amax_kernel<KM, KV>);
   static const int per_sm_step = resident_blocks(adamw_elem_step_kernel<KM, KV>);
   const int64_t want = (((vec ? N / 4 : N) + kElemUnits - 1) / kElemUnits + 255) / 256;

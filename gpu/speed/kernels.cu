@@ -715,6 +715,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // y = bf16(decode(q) * 2^(s - 127)); 8 elements of one row a thread (one 8-byte load, one 16-byte store).
+// A NaN code or the NaN scale (0xFF) gives CUDA's NaN, whose bf16 bits (0x7FFF) are not the CPU's:
+// the replay times this kernel, and its tests compare finite values.
 template <bool COLUMNWISE>
 __global__ void __launch_bounds__(kThreads)
     dequantize_mx_kernel(const uint8_t* __restrict__ q, const uint8_t* __restrict__ s, int64_t rows, int64_t cols,
