@@ -470,19 +470,20 @@ int run_memory(const std::vector<std::string>& args) {
           "--eager-norms is a choice of the torch profile without --compile (the other profiles "
           "model their own norms)");
     memory::validate(o);
-    if (o.eager_norms && model::load_model(model_name).norm != model::NormKind::RMSNorm)
+    const model::ModelConfig model = model::load_model(model_name);
+    if (o.eager_norms && model.norm != model::NormKind::RMSNorm)
       throw UsageError(
           fmt::format("--eager-norms models RMSNorm written as PyTorch ops; model '{}' normalises with "
                       "LayerNorm",
                       model_name));
     if (vm.count("compare")) {
-      const memory::MemoryComparison c = memory::memory_compare(model_name, o);
+      const memory::MemoryComparison c = memory::memory_compare(model, o);
       print_compare(c);
       if (vm.count("detail"))
         for (const auto& d : c.recipes) print_layer_detail(d.footprint);
       doc = c.to_json();
     } else {
-      const memory::MemoryResult d = memory::memory_breakdown(model_name, o);
+      const memory::MemoryResult d = memory::memory_breakdown(model, o);
       print_breakdown(d);
       if (vm.count("detail")) print_layer_detail(d.footprint);
       doc = d.to_json();
