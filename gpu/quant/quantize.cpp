@@ -121,6 +121,15 @@ detail::LowbitParams lowbit_plan(const QuantSpec& spec, const GroupGeometry& g, 
 
 }  // namespace
 
+bool lowbit_fast_path(const QuantSpec& spec, std::span<const int64_t> shape, InputDtype dtype) {
+  spec.validate();
+  if (!lowbit_spec(spec)) return false;
+  const GroupGeometry g = group_geometry(spec, shape);
+  detail::LowbitParams S = lowbit_plan(spec, g, false);
+  S.vec = S.codes_aligned = true;
+  return detail::lowbit_fast_applies(make_params(spec, g, 0), S, dtype_code(dtype));
+}
+
 size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> shape) {
   return (maxima_words(shape_numel(shape)) + 1 + detail::kSlotWords) * sizeof(uint32_t);  // + inf flag, slot
 }

@@ -62,6 +62,11 @@ size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> 
 void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
                    const QuantGpuOut& out, void* d_workspace, const QuantGpuOptions& opts, cudaStream_t stream);
 
+// Whether quantize_cuda runs this spec, shape and input dtype on the 4- and 6-bit kernels' 1xG
+// fast path (16-byte aligned input and codes assumed); false for every spec outside those
+// kernels. Tests use it to know which kernel their comparisons cover.
+bool lowbit_fast_path(const QuantSpec& spec, std::span<const int64_t> shape, InputDtype dtype);
+
 // Dequantizes into d_out (numel floats). Pass-through specs read 16-bit codes.
 void dequantize_cuda(const QuantSpec& spec, std::span<const int64_t> shape, const void* d_codes, const float* d_scales,
                      const float* d_k, const float* d_c, float* d_out, cudaStream_t stream);

@@ -91,6 +91,11 @@ struct LowbitParams {
 // amax_word: one workspace word (the tensor amax of the two-pass modes).
 void launch_quantize_lowbit(const QuantLaunch& launch, const LowbitParams& lp, uint32_t* amax_word,
                             cudaStream_t stream);
+// Whether launch_quantize_lowbit takes its 1xG fast kernel (one thread per group): E2M1, E2M3 or
+// E3M2 codes; NVFP4 1x16 or power-of-two plain scales (E8M0, pow2) on 1x16 / 1x32 groups along
+// whole rows; round to nearest, no rht; fp32 or bf16 input, 16-byte aligned, aligned code stores.
+// dtype as QuantLaunch::dtype. Every other launch takes the generic kernel.
+bool lowbit_fast_applies(const QuantKernelParams& params, const LowbitParams& lp, int dtype);
 // Test hook: fp32 inputs (all 2^32) whose table-encoded code differs from encode_fp8_rne (format
 // code 0, 1, 4, 5 or 6).
 uint64_t lowbit_lut_mismatches(int format, bool saturate);

@@ -527,6 +527,117 @@ __global__ void __launch_bounds__(256)
   if (tensor_amax_out && S.mode != kLowbitNvfp4 && S.mode != kLowbitTensor) warp_atomic_max(m, tensor_amax_out);
 }
 
+// ---- the 1xG fast path -----------------------------------------------------------------------------
+// The common activation quantizers, NVFP4 (1x16, two-level scales) and power-of-two plain scales
+// such as MX's E8M0 (1x16, 1x32), rounded to nearest, without rht, on whole groups of a 16-byte
+// aligned input with aligned code stores: one thread per group (no team, no shuffles, no segment
+// arithmetic), U groups' loads in flight per thread, the group max as 16-bit pairs for bf16 and
+// fp16, each element one product, the table encoder and a share of the packing. The group scale
+// and the encoding are the generic kernel's functions in the same order, so the bits are the same.
+// The generic kernel holds every mode, layout and rounding in one body (about 36,000 instructions
+// of SASS per instantiation against this kernel's few hundred), which is what keeps it issue-bound.
+template <InDt D, int G>
+constexpr int kFastUnits = G / kWordElems<D> <= 2 ? 3 : 2;  // groups in flight per thread
+
+template <class T, InDt D, int G, bool NV>
+__global__ void __launch_bounds__(256)
+    lowbit_1xg_fast_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
+                           QuantKernelParams P, int64_t groups, const uint32_t* __restrict__ tensor_amax_in,
+                           uint32_t* __restrict__ tensor_amax_out, float* __restrict__ tensor_scale_out) {
+  constexpr int W = kWordElems<D>;
+  constexpr int NW = G / W;  // 16-byte words per group
+  constexpr int U = kFastUnits<D, G>;
+  __shared__ alignas(16) uint8_t lut[kLutEntries<T>];
+  load_lut<T>(lut, P.format, P.saturate);
+  Nvfp4TensorScale nv;
+  if constexpr (NV) {
+    nv = nvfp4_tensor_scale(f32_from_bits(*tensor_amax_in), P.fmax);
+    if (blockIdx.x == 0 && threadIdx.x == 0 && tensor_scale_out) *tensor_scale_out = nv.s_dec;
+  }
+  uint32_t tm = 0u;  // the finite tensor amax as a by-product (plain scales)
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t g0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g0 < groups; g0 += U * stride) {
+    uint4 raw[U][NW];
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const int64_t g = g0 + k * stride;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) raw[k][w] = g < groups ? x[g * NW + w] : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const int64_t g = g0 + k * stride;
+      if (g >= groups) break;
+      float v[G];
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        float t[W];
+        widen_word<D>(raw[k][w], t);
+#pragma unroll
+        for (int j = 0; j < W; ++j) v[w * W + j] = t[j];
+      }
+      uint32_t m = absmax_bits_words<D, NW>(raw[k]);
+      if (m >= 0x7F800000u) {  // a NaN or Inf in the group: the max over its finite elements
+        m = 0u;
+#pragma unroll
+        for (int j = 0; j < G; ++j) {
+          const uint32_t a = f32_bits(v[j]) & 0x7FFFFFFFu;
+          m = max(m, a < 0x7F800000u ? a : 0u);
+        }
+      }
+      tm = max(tm, m);
+      float mult, stored;
+      if constexpr (NV) {
+        nvfp4_group_scale(f32_from_bits(m), P.fmax, nv, mult, stored);
+      } else {
+        float sq;
+        plain_scales(amax_with_eps(f32_from_bits(m), P.scale), P.scale, sq, stored);
+        mult = div_rn(1.0f, sq);  // exact: sq is a power of two (the launcher's condition)
+      }
+#pragma unroll
+      for (int s = 0; s < G / 16; ++s) {
+        uint32_t q[16];
+#pragma unroll
+        for (int j = 0; j < 16; ++j) q[j] = encode_lut<T>(mul_rn(v[16 * s + j], mult), lut);
+        store_codes(codes, g * G + 16 * s, T::kBits, true, q);
+      }
+      scales[g] = stored;
+    }
+  }
+  if (tensor_amax_out) warp_atomic_max(tm, tensor_amax_out);
+}
+
+// Pass 1 of the two-pass modes without rht: max |x| over the finite elements of the whole tensor
+// (every element belongs to a segment), U 16-byte words in flight per thread.
+template <InDt D>
+__global__ void __launch_bounds__(256)
+    amax_words_kernel(const uint4* __restrict__ x, int64_t words, uint32_t* __restrict__ amax) {
+  constexpr int U = 4;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  uint32_t m = 0u;
+  for (int64_t w0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w0 < words; w0 += U * stride) {
+    uint4 raw[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) raw[k] = w0 + k * stride < words ? x[w0 + k * stride] : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      uint32_t a = absmax_bits_word<D>(raw[k]);
+      if (a >= 0x7F800000u) {
+        float v[kWordElems<D>];
+        widen_word<D>(raw[k], v);
+        a = 0u;
+#pragma unroll
+        for (int j = 0; j < kWordElems<D>; ++j) {
+          const uint32_t b = f32_bits(v[j]) & 0x7FFFFFFFu;
+          a = max(a, b < 0x7F800000u ? b : 0u);
+        }
+      }
+      m = max(m, a);
+    }
+  }
+  warp_atomic_max(m, amax);
+}
+
 // Dequantize: thread t owns segment t (row-major); decode, scale (or compress), then the inverse
 // transform under rht.
 template <class T>
@@ -625,6 +736,15 @@ void cast_to_small_cuda(const void* d_in, bool bf16, uint8_t* d_out, size_t n, c
 
 namespace fp8sim::gpu::detail {
 
+bool lowbit_fast_applies(const QuantKernelParams& P, const LowbitParams& S, int dtype) {
+  const bool small_format = P.format == gpu_format_code(Format::E2M1) || P.format == gpu_format_code(Format::E2M3) ||
+                            P.format == gpu_format_code(Format::E3M2);
+  const bool geometry = P.group_rows == 1 && (P.group_cols == 16 || P.group_cols == 32) && P.cols % P.group_cols == 0;
+  const bool scales = S.mode == kLowbitNvfp4 ? P.group_cols == 16 : (S.mode == kLowbitPlain && S.pow2_div);
+  return small_format && geometry && scales && dtype != static_cast<int>(InDt::FP16) && !S.rht && !P.stochastic &&
+         S.vec && S.codes_aligned;
+}
+
 void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_t* amax_word, cudaStream_t s) {
   ensure_rne_luts();
   const QuantKernelParams& P = L.params;
@@ -632,9 +752,24 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
   uint8_t* codes = static_cast<uint8_t*>(L.codes);
   const bool two_pass = S.mode == kLowbitNvfp4 || S.mode == kLowbitTensor;
   const int grid = grid_cap((S.slots + 255) / 256, 16);
+  const int64_t numel = P.rows * P.cols;
   if (two_pass && L.producer_maxima) {  // a producer's chunk maxima stand for pass 1
     launch_reduce_maxima(L.producer_maxima, static_cast<int64_t>(L.producer_maxima_count),
                          reinterpret_cast<float*>(amax_word), s);
+  } else if (two_pass && !S.rht && S.vec) {  // every element counts: a plain reduction over words
+    FP8SIM_CUDA_CHECK(cudaMemsetAsync(amax_word, 0, sizeof(uint32_t), s));
+    const uint4* xw = static_cast<const uint4*>(L.x);
+    if (dt == InDt::F32) {
+      static const int r = resident_blocks(amax_words_kernel<InDt::F32>);
+      amax_words_kernel<InDt::F32><<<grid_cap((numel / 4 + 1023) / 1024, r), 256, 0, s>>>(xw, numel / 4, amax_word);
+    } else if (dt == InDt::BF16) {
+      static const int r = resident_blocks(amax_words_kernel<InDt::BF16>);
+      amax_words_kernel<InDt::BF16><<<grid_cap((numel / 8 + 1023) / 1024, r), 256, 0, s>>>(xw, numel / 8, amax_word);
+    } else {
+      static const int r = resident_blocks(amax_words_kernel<InDt::FP16>);
+      amax_words_kernel<InDt::FP16><<<grid_cap((numel / 8 + 1023) / 1024, r), 256, 0, s>>>(xw, numel / 8, amax_word);
+    }
+    FP8SIM_CUDA_CHECK_LAUNCH();
   } else if (two_pass) {
     FP8SIM_CUDA_CHECK(cudaMemsetAsync(amax_word, 0, sizeof(uint32_t), s));
     if (dt == InDt::F32) lowbit_amax_kernel<InDt::F32><<<grid, 256, 0, s>>>(L.x, P, S, amax_word);
@@ -646,6 +781,26 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
   if (L.tensor_amax && !two_pass) {
     FP8SIM_CUDA_CHECK(cudaMemsetAsync(L.tensor_amax, 0, sizeof(float), s));
     amax_out = reinterpret_cast<uint32_t*>(L.tensor_amax);
+  }
+  if (lowbit_fast_applies(P, S, L.dtype)) {
+    const int64_t groups = numel / P.group_cols;
+    dispatch_lowbit(P.format, dt, [&]<class T, InDt D>() {
+      if constexpr (T::kBits < 8 && D != InDt::FP16) {
+        auto go = [&]<int G, bool NV>() {
+          static const int resident = resident_blocks(lowbit_1xg_fast_kernel<T, D, G, NV>);
+          const int64_t want = (groups + 256 * kFastUnits<D, G> - 1) / (256 * kFastUnits<D, G>);
+          lowbit_1xg_fast_kernel<T, D, G, NV><<<grid_cap(want, resident), 256, 0, s>>>(
+              static_cast<const uint4*>(L.x), codes, L.scales, P, groups, amax_word, amax_out, S.tensor_scale);
+        };
+        if (S.mode == kLowbitNvfp4) go.template operator()<16, true>();
+        else if (P.group_cols == 16) go.template operator()<16, false>();
+        else go.template operator()<32, false>();
+      }
+    });
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    if (two_pass && L.tensor_amax)
+      FP8SIM_CUDA_CHECK(cudaMemcpyAsync(L.tensor_amax, amax_word, sizeof(float), cudaMemcpyDeviceToDevice, s));
+    return;
   }
   dispatch_lowbit(P.format, dt, [&]<class T, InDt D>() {
     // No more blocks than fit at once: each thread then walks several segments, which amortises
