@@ -528,31 +528,72 @@ __global__ void __launch_bounds__(256)
 }
 
 // ---- the 1xG fast path -----------------------------------------------------------------------------
-// The common activation quantizers, NVFP4 (1x16, two-level scales) and power-of-two plain scales
-// such as MX's E8M0 (1x16, 1x32), rounded to nearest, without rht, on whole groups of a 16-byte
+// The common activation quantizers, NVFP4 (1x16, two-level scales; also under rht=16, TE's NVFP4
+// recipe for the weight-gradient operands, the segment's transform in registers) and power-of-two
+// plain scales such as MX's E8M0 (1x16, 1x32), rounded to nearest, on whole groups of a 16-byte
 // aligned input with aligned code stores: one thread per group (no team, no shuffles, no segment
-// arithmetic), U groups' loads in flight per thread, the group max as 16-bit pairs for bf16 and
-// fp16, each element one product, the table encoder and a share of the packing. The group scale
-// and the encoding are the generic kernel's functions in the same order, so the bits are the same.
-// The generic kernel holds every mode, layout and rounding in one body (about 36,000 instructions
-// of SASS per instantiation against this kernel's few hundred), which is what keeps it issue-bound.
+// arithmetic), U groups' loads in flight per thread, without rht the group max as 16-bit pairs for
+// bf16, each element one product, the table encoder and a share of the packing. The transform,
+// group scale and encoding are the generic kernel's functions in the same order, so the bits are
+// the same. The generic kernel holds every mode, layout and rounding in one body (about 36,000
+// instructions of SASS per instantiation, against a few thousand here), which is what keeps it
+// issue-bound.
 template <InDt D, int G>
 constexpr int kFastUnits = G / kWordElems<D> <= 2 ? 3 : 2;  // groups in flight per thread
 
-template <class T, InDt D, int G, bool NV>
+// The group's fp32 values (under RHT transformed segment by segment) and their max |x| over the
+// finite elements, as bits.
+template <InDt D, int G, bool RHT>
+__device__ __forceinline__ uint32_t fast_group_values(const uint4 (&raw)[G / kWordElems<D>], const LowbitParams& S,
+                                                      float (&v)[G]) {
+  constexpr int W = kWordElems<D>;
+#pragma unroll
+  for (int w = 0; w < G / W; ++w) {
+    float t[W];
+    widen_word<D>(raw[w], t);
+#pragma unroll
+    for (int j = 0; j < W; ++j) v[w * W + j] = t[j];
+  }
+  if constexpr (RHT) {
+    uint32_t m = 0u;
+#pragma unroll
+    for (int s = 0; s < G / 16; ++s) {
+      float seg[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) seg[j] = v[16 * s + j];
+      rht_segment(seg, 16 * s, S, false);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) v[16 * s + j] = seg[j];
+      m = max(m, finite_amax16(seg));
+    }
+    return m;
+  } else {
+    uint32_t m = absmax_bits_words<D, G / W>(raw);
+    if (m >= 0x7F800000u) {  // a NaN or Inf in the group: the max over its finite elements
+      m = 0u;
+#pragma unroll
+      for (int j = 0; j < G; ++j) {
+        const uint32_t a = f32_bits(v[j]) & 0x7FFFFFFFu;
+        m = max(m, a < 0x7F800000u ? a : 0u);
+      }
+    }
+    return m;
+  }
+}
+
+template <class T, InDt D, int G, bool NV, bool RHT>
 __global__ void __launch_bounds__(256)
     lowbit_1xg_fast_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
-                           QuantKernelParams P, int64_t groups, const uint32_t* __restrict__ tensor_amax_in,
-                           uint32_t* __restrict__ tensor_amax_out, float* __restrict__ tensor_scale_out) {
-  constexpr int W = kWordElems<D>;
-  constexpr int NW = G / W;  // 16-byte words per group
+                           QuantKernelParams P, LowbitParams S, int64_t groups,
+                           const uint32_t* __restrict__ tensor_amax_in, uint32_t* __restrict__ tensor_amax_out) {
+  constexpr int NW = G / kWordElems<D>;  // 16-byte words per group
   constexpr int U = kFastUnits<D, G>;
   __shared__ alignas(16) uint8_t lut[kLutEntries<T>];
   load_lut<T>(lut, P.format, P.saturate);
   Nvfp4TensorScale nv;
   if constexpr (NV) {
     nv = nvfp4_tensor_scale(f32_from_bits(*tensor_amax_in), P.fmax);
-    if (blockIdx.x == 0 && threadIdx.x == 0 && tensor_scale_out) *tensor_scale_out = nv.s_dec;
+    if (blockIdx.x == 0 && threadIdx.x == 0 && S.tensor_scale) *S.tensor_scale = nv.s_dec;
   }
   uint32_t tm = 0u;  // the finite tensor amax as a by-product (plain scales)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -569,22 +610,7 @@ __global__ void __launch_bounds__(256)
       const int64_t g = g0 + k * stride;
       if (g >= groups) break;
       float v[G];
-#pragma unroll
-      for (int w = 0; w < NW; ++w) {
-        float t[W];
-        widen_word<D>(raw[k][w], t);
-#pragma unroll
-        for (int j = 0; j < W; ++j) v[w * W + j] = t[j];
-      }
-      uint32_t m = absmax_bits_words<D, NW>(raw[k]);
-      if (m >= 0x7F800000u) {  // a NaN or Inf in the group: the max over its finite elements
-        m = 0u;
-#pragma unroll
-        for (int j = 0; j < G; ++j) {
-          const uint32_t a = f32_bits(v[j]) & 0x7FFFFFFFu;
-          m = max(m, a < 0x7F800000u ? a : 0u);
-        }
-      }
+      const uint32_t m = fast_group_values<D, G, RHT>(raw[k], S, v);
       tm = max(tm, m);
       float mult, stored;
       if constexpr (NV) {
@@ -607,32 +633,28 @@ __global__ void __launch_bounds__(256)
   if (tensor_amax_out) warp_atomic_max(tm, tensor_amax_out);
 }
 
-// Pass 1 of the two-pass modes without rht: max |x| over the finite elements of the whole tensor
-// (every element belongs to a segment), U 16-byte words in flight per thread.
-template <InDt D>
+// Pass 1 of the two-pass modes without rht or with rht=16: max |x| over the finite (transformed)
+// elements of the whole tensor (every element belongs to a segment), U 16-element segments in
+// flight per thread.
+template <InDt D, bool RHT>
 __global__ void __launch_bounds__(256)
-    amax_words_kernel(const uint4* __restrict__ x, int64_t words, uint32_t* __restrict__ amax) {
+    amax_segments_kernel(const uint4* __restrict__ x, LowbitParams S, int64_t segments, uint32_t* __restrict__ amax) {
   constexpr int U = 4;
+  constexpr int NW = 16 / kWordElems<D>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   uint32_t m = 0u;
-  for (int64_t w0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w0 < words; w0 += U * stride) {
-    uint4 raw[U];
-#pragma unroll
-    for (int k = 0; k < U; ++k) raw[k] = w0 + k * stride < words ? x[w0 + k * stride] : make_uint4(0u, 0u, 0u, 0u);
+  for (int64_t s0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s0 < segments; s0 += U * stride) {
+    uint4 raw[U][NW];
 #pragma unroll
     for (int k = 0; k < U; ++k) {
-      uint32_t a = absmax_bits_word<D>(raw[k]);
-      if (a >= 0x7F800000u) {
-        float v[kWordElems<D>];
-        widen_word<D>(raw[k], v);
-        a = 0u;
+      const int64_t sg = s0 + k * stride;
 #pragma unroll
-        for (int j = 0; j < kWordElems<D>; ++j) {
-          const uint32_t b = f32_bits(v[j]) & 0x7FFFFFFFu;
-          a = max(a, b < 0x7F800000u ? b : 0u);
-        }
-      }
-      m = max(m, a);
+      for (int w = 0; w < NW; ++w) raw[k][w] = sg < segments ? x[sg * NW + w] : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      float v[16];
+      m = max(m, fast_group_values<D, 16, RHT>(raw[k], S, v));  // zero words past the end add 0
     }
   }
   warp_atomic_max(m, amax);
@@ -741,8 +763,9 @@ bool lowbit_fast_applies(const QuantKernelParams& P, const LowbitParams& S, int 
                             P.format == gpu_format_code(Format::E3M2);
   const bool geometry = P.group_rows == 1 && (P.group_cols == 16 || P.group_cols == 32) && P.cols % P.group_cols == 0;
   const bool scales = S.mode == kLowbitNvfp4 ? P.group_cols == 16 : (S.mode == kLowbitPlain && S.pow2_div);
-  return small_format && geometry && scales && dtype != static_cast<int>(InDt::FP16) && !S.rht && !P.stochastic &&
-         S.vec && S.codes_aligned;
+  const bool rht = S.rht == 0 || (S.rht == 16 && S.mode == kLowbitNvfp4);  // TE's NVFP4 recipe
+  return small_format && geometry && scales && rht && dtype != static_cast<int>(InDt::FP16) && !P.stochastic && S.vec &&
+         S.codes_aligned;
 }
 
 void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_t* amax_word, cudaStream_t s) {
@@ -756,19 +779,18 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
   if (two_pass && L.producer_maxima) {  // a producer's chunk maxima stand for pass 1
     launch_reduce_maxima(L.producer_maxima, static_cast<int64_t>(L.producer_maxima_count),
                          reinterpret_cast<float*>(amax_word), s);
-  } else if (two_pass && !S.rht && S.vec) {  // every element counts: a plain reduction over words
+  } else if (two_pass && (S.rht == 0 || S.rht == 16) && S.vec) {  // every element counts: segment by segment
     FP8SIM_CUDA_CHECK(cudaMemsetAsync(amax_word, 0, sizeof(uint32_t), s));
-    const uint4* xw = static_cast<const uint4*>(L.x);
-    if (dt == InDt::F32) {
-      static const int r = resident_blocks(amax_words_kernel<InDt::F32>);
-      amax_words_kernel<InDt::F32><<<grid_cap((numel / 4 + 1023) / 1024, r), 256, 0, s>>>(xw, numel / 4, amax_word);
-    } else if (dt == InDt::BF16) {
-      static const int r = resident_blocks(amax_words_kernel<InDt::BF16>);
-      amax_words_kernel<InDt::BF16><<<grid_cap((numel / 8 + 1023) / 1024, r), 256, 0, s>>>(xw, numel / 8, amax_word);
-    } else {
-      static const int r = resident_blocks(amax_words_kernel<InDt::FP16>);
-      amax_words_kernel<InDt::FP16><<<grid_cap((numel / 8 + 1023) / 1024, r), 256, 0, s>>>(xw, numel / 8, amax_word);
-    }
+    const int64_t segments = numel / 16;
+    auto go = [&]<InDt D, bool RHT>() {
+      static const int r = resident_blocks(amax_segments_kernel<D, RHT>);
+      amax_segments_kernel<D, RHT><<<grid_cap((segments + 1023) / 1024, r), 256, 0, s>>>(static_cast<const uint4*>(L.x),
+                                                                                         S, segments, amax_word);
+    };
+    if (dt == InDt::F32) S.rht ? go.template operator()<InDt::F32, true>() : go.template operator()<InDt::F32, false>();
+    else if (dt == InDt::BF16)
+      S.rht ? go.template operator()<InDt::BF16, true>() : go.template operator()<InDt::BF16, false>();
+    else S.rht ? go.template operator()<InDt::FP16, true>() : go.template operator()<InDt::FP16, false>();
     FP8SIM_CUDA_CHECK_LAUNCH();
   } else if (two_pass) {
     FP8SIM_CUDA_CHECK(cudaMemsetAsync(amax_word, 0, sizeof(uint32_t), s));
@@ -786,15 +808,16 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
     const int64_t groups = numel / P.group_cols;
     dispatch_lowbit(P.format, dt, [&]<class T, InDt D>() {
       if constexpr (T::kBits < 8 && D != InDt::FP16) {
-        auto go = [&]<int G, bool NV>() {
-          static const int resident = resident_blocks(lowbit_1xg_fast_kernel<T, D, G, NV>);
+        auto go = [&]<int G, bool NV, bool RHT>() {
+          static const int resident = resident_blocks(lowbit_1xg_fast_kernel<T, D, G, NV, RHT>);
           const int64_t want = (groups + 256 * kFastUnits<D, G> - 1) / (256 * kFastUnits<D, G>);
-          lowbit_1xg_fast_kernel<T, D, G, NV><<<grid_cap(want, resident), 256, 0, s>>>(
-              static_cast<const uint4*>(L.x), codes, L.scales, P, groups, amax_word, amax_out, S.tensor_scale);
+          lowbit_1xg_fast_kernel<T, D, G, NV, RHT><<<grid_cap(want, resident), 256, 0, s>>>(
+              static_cast<const uint4*>(L.x), codes, L.scales, P, S, groups, amax_word, amax_out);
         };
-        if (S.mode == kLowbitNvfp4) go.template operator()<16, true>();
-        else if (P.group_cols == 16) go.template operator()<16, false>();
-        else go.template operator()<32, false>();
+        if (S.mode == kLowbitNvfp4 && S.rht) go.template operator()<16, true, true>();
+        else if (S.mode == kLowbitNvfp4) go.template operator()<16, true, false>();
+        else if (P.group_cols == 16) go.template operator()<16, false, false>();
+        else go.template operator()<32, false, false>();
       }
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
