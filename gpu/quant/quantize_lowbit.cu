@@ -581,11 +581,18 @@ __device__ __forceinline__ uint32_t fast_group_values(const uint4 (&raw)[G / kWo
   }
 }
 
+// NVFP4's group scale rounded to E4M3 by the reference encoder: out of line, so that the hardware
+// path (hw_e4m3) stays a branch instead of being if-converted into both.
+__device__ __noinline__ uint32_t encode_e4m3_ref(float d) { return encode_fp8_rne<E4M3Traits>(d, true); }
+
+// hw_e4m3: cvt2_hw rounds NVFP4's group scales (hw_cvt_verified(): equal to the reference encoder
+// on every finite input; the value rounded is finite).
 template <class T, InDt D, int G, bool NV, bool RHT>
 __global__ void __launch_bounds__(256)
     lowbit_1xg_fast_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
                            QuantKernelParams P, LowbitParams S, int64_t groups,
-                           const uint32_t* __restrict__ tensor_amax_in, uint32_t* __restrict__ tensor_amax_out) {
+                           const uint32_t* __restrict__ tensor_amax_in, uint32_t* __restrict__ tensor_amax_out,
+                           bool hw_e4m3) {
   constexpr int NW = G / kWordElems<D>;  // 16-byte words per group
   constexpr int U = kFastUnits<D, G>;
   __shared__ alignas(16) uint8_t lut[kLutEntries<T>];
@@ -614,7 +621,9 @@ __global__ void __launch_bounds__(256)
       tm = max(tm, m);
       float mult, stored;
       if constexpr (NV) {
-        nvfp4_group_scale(f32_from_bits(m), P.fmax, nv, mult, stored);
+        const float d = nvfp4_group_scale_value(f32_from_bits(m), P.fmax, nv);
+        const uint32_t code = hw_e4m3 ? (cvt2_hw<E4M3Traits>(d, 0.0f) & 0xFFu) : encode_e4m3_ref(d);
+        nvfp4_group_scale_from(decode_fp8<E4M3Traits>(static_cast<uint8_t>(code)), nv, mult, stored);
       } else {
         float sq;
         plain_scales(amax_with_eps(f32_from_bits(m), P.scale), P.scale, sq, stored);
@@ -806,13 +815,14 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
   }
   if (lowbit_fast_applies(P, S, L.dtype)) {
     const int64_t groups = numel / P.group_cols;
+    const bool hw_e4m3 = S.mode == kLowbitNvfp4 && rne_hw_ok(P);
     dispatch_lowbit(P.format, dt, [&]<class T, InDt D>() {
       if constexpr (T::kBits < 8 && D != InDt::FP16) {
         auto go = [&]<int G, bool NV, bool RHT>() {
           static const int resident = resident_blocks(lowbit_1xg_fast_kernel<T, D, G, NV, RHT>);
           const int64_t want = (groups + 256 * kFastUnits<D, G> - 1) / (256 * kFastUnits<D, G>);
           lowbit_1xg_fast_kernel<T, D, G, NV, RHT><<<grid_cap(want, resident), 256, 0, s>>>(
-              static_cast<const uint4*>(L.x), codes, L.scales, P, S, groups, amax_word, amax_out);
+              static_cast<const uint4*>(L.x), codes, L.scales, P, S, groups, amax_word, amax_out, hw_e4m3);
         };
         if (S.mode == kLowbitNvfp4 && S.rht) go.template operator()<16, true, true>();
         else if (S.mode == kLowbitNvfp4) go.template operator()<16, true, false>();

@@ -226,12 +226,20 @@ FP8SIM_HD float nvfp4_multiplier(float stored) {
   const float mult = div_rn(1.0f, stored);
   return mult <= kFltMax ? mult : kFltMax;
 }
-FP8SIM_HD void nvfp4_group_scale(float amax_g, float fmax_e, const Nvfp4TensorScale& t, float& mult, float& stored) {
-  float d = mul_rn(div_rn(amax_g, fmax_e), t.s_enc);
-  if (!(d <= 448.0f)) d = 448.0f;
-  const float e4m3 = decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(d, true));
+// A group's scales in two halves around the E4M3 rounding (a GPU kernel rounds with the hardware
+// converter where it is proven equal): the value to round, finite and in [0, 448], then the
+// stored scale and the multiplier from the rounded value.
+FP8SIM_HD float nvfp4_group_scale_value(float amax_g, float fmax_e, const Nvfp4TensorScale& t) {
+  const float d = mul_rn(div_rn(amax_g, fmax_e), t.s_enc);
+  return d <= 448.0f ? d : 448.0f;
+}
+FP8SIM_HD void nvfp4_group_scale_from(float e4m3, const Nvfp4TensorScale& t, float& mult, float& stored) {
   stored = mul_rn(e4m3, t.s_dec);
   mult = nvfp4_multiplier(stored);
+}
+FP8SIM_HD void nvfp4_group_scale(float amax_g, float fmax_e, const Nvfp4TensorScale& t, float& mult, float& stored) {
+  const float d = nvfp4_group_scale_value(amax_g, fmax_e, t);
+  nvfp4_group_scale_from(decode_fp8<E4M3Traits>(encode_fp8_rne<E4M3Traits>(d, true)), t, mult, stored);
 }
 
 // Group statistics over finite elements, as fp32 bits (non-negative floats order like their
