@@ -152,19 +152,21 @@ TEST(QuantizeLowbitGpu, Nvfp4TwoLevelScalesEveryDtypeAndDataKind) {
         for (Data d : {Data::Normal, Data::Specials, Data::Tiny, Data::Zeros}) check(s, shape, dt, d);
 }
 
-// The 1xG fast kernel (NVFP4 1x16, also under rht=16, and power-of-two scales on 1x16 / 1x32
-// groups, nearest rounding, fp32 and bf16): which specs take it, then its bits on shapes with one group, with
-// several groups per thread and with more groups than one resident grid covers (the outer loop).
+// The fast kernels (NVFP4 1x16, also under rht=16, and 16x16; power-of-two scales on 1x16 / 1x32
+// groups and 16x16 blocks; nearest rounding, fp32 and bf16): which specs take them, then their
+// bits on shapes with one group, partial 16x16 blocks, several groups per thread and more groups
+// than one resident grid covers (the outer loop).
 TEST(QuantizeLowbitGpu, FastPathTakesTheCommonActivationQuantizers) {
   FP8SIM_SKIP_WITHOUT_GPU();
   const std::vector<int64_t> act = {256, 2048};
-  for (const char* s :
-       {"nvfp4", "nvfp4:rht=16", "mxfp4", "mxfp6-e2m3", "mxfp6-e3m2", "e2m1:g16:scale=e8m0", "e3m2:g32:scale=pow2"})
+  for (const char* s : {"nvfp4", "nvfp4:rht=16", "nvfp4-w", "mxfp4", "mxfp6-e2m3", "mxfp6-e3m2", "e2m1:g16:scale=e8m0",
+                        "e3m2:g32:scale=pow2", "e2m1:b16x16:scale=e8m0"})
     for (InputDtype dt : {InputDtype::F32, InputDtype::BF16})
       EXPECT_TRUE(gpu::lowbit_fast_path(QuantSpec::parse(s), act, dt)) << s;
   EXPECT_FALSE(gpu::lowbit_fast_path(QuantSpec::parse("nvfp4"), act, InputDtype::FP16));
-  for (const char* s : {"nvfp4-w", "nvfp4:rht=64", "mxfp4:rht=16", "nvfp4:round=stochastic", "e2m1:g32:scale=fp32",
-                        "e2m1:g64", "e2m1:tensor", "e2m1:g32:de=coat", "e4m3:g16:scale=e8m0", "e4m3:g128:rht=16"})
+  for (const char* s :
+       {"nvfp4-w:rht=16", "nvfp4:rht=64", "mxfp4:rht=16", "nvfp4:round=stochastic", "e2m1:g32:scale=fp32", "e2m1:g64",
+        "e2m1:tensor", "e2m1:g32:de=coat", "e4m3:g16:scale=e8m0", "e4m3:g128:rht=16"})
     EXPECT_FALSE(gpu::lowbit_fast_path(QuantSpec::parse(s), act, InputDtype::BF16)) << s;
   EXPECT_FALSE(gpu::lowbit_fast_path(QuantSpec::parse("mxfp4"), std::vector<int64_t>{5, 176}, InputDtype::BF16))
       << "rows of partial 1x32 groups";
@@ -172,14 +174,15 @@ TEST(QuantizeLowbitGpu, FastPathTakesTheCommonActivationQuantizers) {
 
 TEST(QuantizeLowbitGpu, FastPathEqualsTheCpu) {
   FP8SIM_SKIP_WITHOUT_GPU();
-  const std::vector<std::vector<int64_t>> shapes = {{1, 32}, {3, 64}, {176, 64}, {256, 2048}};
-  for (const char* s : {"nvfp4", "nvfp4:rht=16", "nvfp4:rht=16:rht_seed=7", "mxfp4", "mxfp6-e2m3", "mxfp6-e3m2",
-                        "e2m1:g16:scale=e8m0", "e3m2:g32:scale=pow2", "e2m1:g32:scale=e8m0:mx=floor"})
+  const std::vector<std::vector<int64_t>> shapes = {{1, 32}, {3, 64}, {176, 64}, {40, 96}, {256, 2048}};
+  for (const char* s : {"nvfp4", "nvfp4:rht=16", "nvfp4:rht=16:rht_seed=7", "nvfp4-w", "mxfp4", "mxfp6-e2m3",
+                        "mxfp6-e3m2", "e2m1:g16:scale=e8m0", "e3m2:g32:scale=pow2", "e2m1:g32:scale=e8m0:mx=floor",
+                        "e2m1:b16x16:scale=e8m0", "e3m2:b16x16:scale=e4m3"})
     for (const auto& shape : shapes)
       for (InputDtype dt : {InputDtype::F32, InputDtype::BF16})
         for (Data d : {Data::Normal, Data::Specials, Data::Tiny, Data::Zeros}) check(s, shape, dt, d);
   // more groups than a resident grid of 256-thread blocks covers in one pass of its loop
-  for (const char* s : {"nvfp4", "nvfp4:rht=16", "mxfp4"})
+  for (const char* s : {"nvfp4", "nvfp4:rht=16", "nvfp4-w", "mxfp4"})
     for (Data d : {Data::Normal, Data::Specials}) check(s, {1024, 8192}, InputDtype::BF16, d);
 }
 

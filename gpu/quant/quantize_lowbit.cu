@@ -642,6 +642,72 @@ __global__ void __launch_bounds__(256)
   if (tensor_amax_out) warp_atomic_max(tm, tensor_amax_out);
 }
 
+// NVFP4's weight layout (16x16 blocks) and power-of-two scales on 16x16 blocks, without rht,
+// rounded to nearest: a team of 16 lanes per block, lane l holding row l of the block (16
+// elements, loaded straight into registers), the block max reduced with four shuffles, every lane
+// encoding its own row. U blocks in flight per thread.
+template <class T, InDt D, bool NV>
+__global__ void __launch_bounds__(256)
+    lowbit_16x16_fast_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
+                             QuantKernelParams P, LowbitParams S, const uint32_t* __restrict__ tensor_amax_in,
+                             uint32_t* __restrict__ tensor_amax_out, bool hw_e4m3) {
+  constexpr int NW = 16 / kWordElems<D>;
+  constexpr int U = 3;
+  __shared__ alignas(16) uint8_t lut[kLutEntries<T>];
+  load_lut<T>(lut, P.format, P.saturate);
+  Nvfp4TensorScale nv;
+  if constexpr (NV) {
+    nv = nvfp4_tensor_scale(f32_from_bits(*tensor_amax_in), P.fmax);
+    if (blockIdx.x == 0 && threadIdx.x == 0 && S.tensor_scale) *S.tensor_scale = nv.s_dec;
+  }
+  const int lane = threadIdx.x & 15;
+  const int64_t slots = S.slots;  // 16 per block: whole warps run every iteration together
+  uint32_t tm = 0u;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t0 - (threadIdx.x & 31) < slots;
+       t0 += U * stride) {
+    uint4 raw[U][NW];
+    int64_t flat[U];
+    bool ok[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const int64_t t = t0 + k * stride;
+      int64_t gi = 0, gj = 0;
+      divmod(t >> 4, P.grid_cols, S.narrow, gi, gj);
+      const int64_t row = gi * 16 + lane;
+      ok[k] = t < slots && row < P.rows;
+      flat[k] = row * P.cols + gj * 16;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) raw[k][w] = ok[k] ? x[flat[k] / kWordElems<D> + w] : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      float v[16];
+      uint32_t m = fast_group_values<D, 16, false>(raw[k], S, v);
+#pragma unroll
+      for (int off = 1; off < 16; off <<= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
+      if (!ok[k]) continue;
+      tm = max(tm, m);
+      float mult, stored;
+      if constexpr (NV) {
+        const float d = nvfp4_group_scale_value(f32_from_bits(m), P.fmax, nv);
+        const uint32_t code = hw_e4m3 ? (cvt2_hw<E4M3Traits>(d, 0.0f) & 0xFFu) : encode_e4m3_ref(d);
+        nvfp4_group_scale_from(decode_fp8<E4M3Traits>(static_cast<uint8_t>(code)), nv, mult, stored);
+      } else {
+        float sq;
+        plain_scales(amax_with_eps(f32_from_bits(m), P.scale), P.scale, sq, stored);
+        mult = div_rn(1.0f, sq);  // exact: sq is a power of two (the launcher's condition)
+      }
+      uint32_t q[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) q[j] = encode_lut<T>(mul_rn(v[j], mult), lut);
+      store_codes(codes, flat[k], T::kBits, true, q);
+      if (lane == 0) scales[(t0 + k * stride) >> 4] = stored;
+    }
+  }
+  if (tensor_amax_out) warp_atomic_max(tm, tensor_amax_out);
+}
+
 // Pass 1 of the two-pass modes without rht or with rht=16: max |x| over the finite (transformed)
 // elements of the whole tensor (every element belongs to a segment), U 16-element segments in
 // flight per thread.
@@ -770,11 +836,12 @@ namespace fp8sim::gpu::detail {
 bool lowbit_fast_applies(const QuantKernelParams& P, const LowbitParams& S, int dtype) {
   const bool small_format = P.format == gpu_format_code(Format::E2M1) || P.format == gpu_format_code(Format::E2M3) ||
                             P.format == gpu_format_code(Format::E3M2);
-  const bool geometry = P.group_rows == 1 && (P.group_cols == 16 || P.group_cols == 32) && P.cols % P.group_cols == 0;
+  const bool row_groups = P.group_rows == 1 && (P.group_cols == 16 || P.group_cols == 32) && P.cols % P.group_cols == 0;
+  const bool blocks = P.group_rows == 16 && P.group_cols == 16;  // rows are whole segments (lowbit_plan)
   const bool scales = S.mode == kLowbitNvfp4 ? P.group_cols == 16 : (S.mode == kLowbitPlain && S.pow2_div);
-  const bool rht = S.rht == 0 || (S.rht == 16 && S.mode == kLowbitNvfp4);  // TE's NVFP4 recipe
-  return small_format && geometry && scales && rht && dtype != static_cast<int>(InDt::FP16) && !P.stochastic && S.vec &&
-         S.codes_aligned;
+  const bool rht = S.rht == 0 || (S.rht == 16 && S.mode == kLowbitNvfp4 && row_groups);  // TE's NVFP4 recipe
+  return small_format && (row_groups || blocks) && scales && rht && dtype != static_cast<int>(InDt::FP16) &&
+         !P.stochastic && S.vec && S.codes_aligned;
 }
 
 void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_t* amax_word, cudaStream_t s) {
@@ -824,7 +891,16 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
           lowbit_1xg_fast_kernel<T, D, G, NV, RHT><<<grid_cap(want, resident), 256, 0, s>>>(
               static_cast<const uint4*>(L.x), codes, L.scales, P, S, groups, amax_word, amax_out, hw_e4m3);
         };
-        if (S.mode == kLowbitNvfp4 && S.rht) go.template operator()<16, true, true>();
+        if (P.group_rows == 16) {
+          auto go16 = [&]<bool NV>() {
+            static const int resident = resident_blocks(lowbit_16x16_fast_kernel<T, D, NV>);
+            const int64_t want = (S.slots + 256 * 3 - 1) / (256 * 3);
+            lowbit_16x16_fast_kernel<T, D, NV><<<grid_cap(want, resident), 256, 0, s>>>(
+                static_cast<const uint4*>(L.x), codes, L.scales, P, S, amax_word, amax_out, hw_e4m3);
+          };
+          if (S.mode == kLowbitNvfp4) go16.template operator()<true>();
+          else go16.template operator()<false>();
+        } else if (S.mode == kLowbitNvfp4 && S.rht) go.template operator()<16, true, true>();
         else if (S.mode == kLowbitNvfp4) go.template operator()<16, true, false>();
         else if (P.group_cols == 16) go.template operator()<16, false, false>();
         else go.template operator()<32, false, false>();
