@@ -581,9 +581,50 @@ __device__ __forceinline__ uint32_t fast_group_values(const uint4 (&raw)[G / kWo
   }
 }
 
+// U units of NW 16-byte words each, unit k being `first + k * stride` of `count` (zeros past the
+// end), straight into registers: the fast kernels' loads in flight.
+template <int U, int NW>
+__device__ __forceinline__ void load_units(const uint4* __restrict__ x, int64_t first, int64_t stride, int64_t count,
+                                           uint4 (&raw)[U][NW]) {
+#pragma unroll
+  for (int k = 0; k < U; ++k) {
+    const int64_t u = first + k * stride;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) raw[k][w] = u < count ? x[u * NW + w] : make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
 // NVFP4's group scale rounded to E4M3 by the reference encoder: out of line, so that the hardware
 // path (hw_e4m3) stays a branch instead of being if-converted into both.
 __device__ __noinline__ uint32_t encode_e4m3_ref(float d) { return encode_fp8_rne<E4M3Traits>(d, true); }
+
+// A group's multiplier and stored scale from its finite max m: NVFP4's two-level scales (E4M3
+// rounding by cvt2_hw where hw_e4m3) or power-of-two plain scales.
+template <bool NV>
+__device__ __forceinline__ void fast_group_scale(const QuantKernelParams& P, const Nvfp4TensorScale& nv, uint32_t m,
+                                                 bool hw_e4m3, float& mult, float& stored) {
+  if constexpr (NV) {
+    const float d = nvfp4_group_scale_value(f32_from_bits(m), P.fmax, nv);
+    const uint32_t code = hw_e4m3 ? (cvt2_hw<E4M3Traits>(d, 0.0f) & 0xFFu) : encode_e4m3_ref(d);
+    nvfp4_group_scale_from(decode_fp8<E4M3Traits>(static_cast<uint8_t>(code)), nv, mult, stored);
+  } else {
+    float sq;
+    plain_scales(amax_with_eps(f32_from_bits(m), P.scale), P.scale, sq, stored);
+    mult = div_rn(1.0f, sq);  // exact: sq is a power of two (the launcher's condition)
+  }
+}
+
+// NVFP4's tensor scale from pass 1's amax (block 0 stores S_dec); unused for plain scales.
+template <bool NV>
+__device__ __forceinline__ Nvfp4TensorScale fast_tensor_scale(const QuantKernelParams& P, const LowbitParams& S,
+                                                              const uint32_t* tensor_amax_in) {
+  Nvfp4TensorScale nv;
+  if constexpr (NV) {
+    nv = nvfp4_tensor_scale(f32_from_bits(*tensor_amax_in), P.fmax);
+    if (blockIdx.x == 0 && threadIdx.x == 0 && S.tensor_scale) *S.tensor_scale = nv.s_dec;
+  }
+  return nv;
+}
 
 // hw_e4m3: cvt2_hw rounds NVFP4's group scales (hw_cvt_verified(): equal to the reference encoder
 // on every finite input; the value rounded is finite).
@@ -597,21 +638,12 @@ __global__ void __launch_bounds__(256)
   constexpr int U = kFastUnits<D, G>;
   __shared__ alignas(16) uint8_t lut[kLutEntries<T>];
   load_lut<T>(lut, P.format, P.saturate);
-  Nvfp4TensorScale nv;
-  if constexpr (NV) {
-    nv = nvfp4_tensor_scale(f32_from_bits(*tensor_amax_in), P.fmax);
-    if (blockIdx.x == 0 && threadIdx.x == 0 && S.tensor_scale) *S.tensor_scale = nv.s_dec;
-  }
+  const Nvfp4TensorScale nv = fast_tensor_scale<NV>(P, S, tensor_amax_in);
   uint32_t tm = 0u;  // the finite tensor amax as a by-product (plain scales)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t g0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g0 < groups; g0 += U * stride) {
     uint4 raw[U][NW];
-#pragma unroll
-    for (int k = 0; k < U; ++k) {
-      const int64_t g = g0 + k * stride;
-#pragma unroll
-      for (int w = 0; w < NW; ++w) raw[k][w] = g < groups ? x[g * NW + w] : make_uint4(0u, 0u, 0u, 0u);
-    }
+    load_units(x, g0, stride, groups, raw);
 #pragma unroll
     for (int k = 0; k < U; ++k) {
       const int64_t g = g0 + k * stride;
@@ -620,15 +652,7 @@ __global__ void __launch_bounds__(256)
       const uint32_t m = fast_group_values<D, G, RHT>(raw[k], S, v);
       tm = max(tm, m);
       float mult, stored;
-      if constexpr (NV) {
-        const float d = nvfp4_group_scale_value(f32_from_bits(m), P.fmax, nv);
-        const uint32_t code = hw_e4m3 ? (cvt2_hw<E4M3Traits>(d, 0.0f) & 0xFFu) : encode_e4m3_ref(d);
-        nvfp4_group_scale_from(decode_fp8<E4M3Traits>(static_cast<uint8_t>(code)), nv, mult, stored);
-      } else {
-        float sq;
-        plain_scales(amax_with_eps(f32_from_bits(m), P.scale), P.scale, sq, stored);
-        mult = div_rn(1.0f, sq);  // exact: sq is a power of two (the launcher's condition)
-      }
+      fast_group_scale<NV>(P, nv, m, hw_e4m3, mult, stored);
 #pragma unroll
       for (int s = 0; s < G / 16; ++s) {
         uint32_t q[16];
@@ -655,11 +679,7 @@ __global__ void __launch_bounds__(256)
   constexpr int U = 3;
   __shared__ alignas(16) uint8_t lut[kLutEntries<T>];
   load_lut<T>(lut, P.format, P.saturate);
-  Nvfp4TensorScale nv;
-  if constexpr (NV) {
-    nv = nvfp4_tensor_scale(f32_from_bits(*tensor_amax_in), P.fmax);
-    if (blockIdx.x == 0 && threadIdx.x == 0 && S.tensor_scale) *S.tensor_scale = nv.s_dec;
-  }
+  const Nvfp4TensorScale nv = fast_tensor_scale<NV>(P, S, tensor_amax_in);
   const int lane = threadIdx.x & 15;
   const int64_t slots = S.slots;  // 16 per block: whole warps run every iteration together
   uint32_t tm = 0u;
@@ -689,15 +709,7 @@ __global__ void __launch_bounds__(256)
       if (!ok[k]) continue;
       tm = max(tm, m);
       float mult, stored;
-      if constexpr (NV) {
-        const float d = nvfp4_group_scale_value(f32_from_bits(m), P.fmax, nv);
-        const uint32_t code = hw_e4m3 ? (cvt2_hw<E4M3Traits>(d, 0.0f) & 0xFFu) : encode_e4m3_ref(d);
-        nvfp4_group_scale_from(decode_fp8<E4M3Traits>(static_cast<uint8_t>(code)), nv, mult, stored);
-      } else {
-        float sq;
-        plain_scales(amax_with_eps(f32_from_bits(m), P.scale), P.scale, sq, stored);
-        mult = div_rn(1.0f, sq);  // exact: sq is a power of two (the launcher's condition)
-      }
+      fast_group_scale<NV>(P, nv, m, hw_e4m3, mult, stored);
       uint32_t q[16];
 #pragma unroll
       for (int j = 0; j < 16; ++j) q[j] = encode_lut<T>(mul_rn(v[j], mult), lut);
@@ -720,12 +732,7 @@ __global__ void __launch_bounds__(256)
   uint32_t m = 0u;
   for (int64_t s0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s0 < segments; s0 += U * stride) {
     uint4 raw[U][NW];
-#pragma unroll
-    for (int k = 0; k < U; ++k) {
-      const int64_t sg = s0 + k * stride;
-#pragma unroll
-      for (int w = 0; w < NW; ++w) raw[k][w] = sg < segments ? x[sg * NW + w] : make_uint4(0u, 0u, 0u, 0u);
-    }
+    load_units(x, s0, stride, segments, raw);
 #pragma unroll
     for (int k = 0; k < U; ++k) {
       float v[16];
