@@ -4,7 +4,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 
 namespace fp8sim::gpu {
 
@@ -28,25 +27,6 @@ inline int sm_count_cached() { return device_attr_cached<cudaDevAttrMultiProcess
 inline int grid_cap(int64_t want_blocks, int per_sm) {
   const int64_t cap = static_cast<int64_t>(sm_count_cached()) * per_sm;
   return static_cast<int>(want_blocks < 1 ? 1 : (want_blocks < cap ? want_blocks : cap));
-}
-
-// A persistent grid for a grid-stride loop that takes `per_block` items per block and iteration:
-// the fewest blocks (at most per_sm per multiprocessor) that need no more iterations than the full
-// resident grid, so that every iteration, the last included, keeps the blocks equally busy. (A
-// full resident grid over 8192 x 4096 bf16 in 1x128 units of 32 elements, three per thread, runs
-// 3.45 iterations: the last with 45% of its blocks.) FP8SIM_BALANCED_GRID=0 gives the full grid
-// (the A/B switch of the kernel-tuning note).
-inline int balanced_grid(int64_t items, int64_t per_block, int per_sm) {
-  const int full = grid_cap((items + per_block - 1) / per_block, per_sm);
-  static const bool on = [] {
-    const char* e = std::getenv("FP8SIM_BALANCED_GRID");
-    return !(e && e[0] == '0');
-  }();
-  if (!on) return full;
-  const int64_t per_iter = static_cast<int64_t>(full) * per_block;
-  const int64_t iters = (items + per_iter - 1) / per_iter;
-  const int64_t blocks = (items + iters * per_block - 1) / (iters * per_block);
-  return static_cast<int>(blocks < 1 ? 1 : blocks);
 }
 
 // How many 256-thread blocks of `kernel` (with `smem` bytes of dynamic shared memory) fit on one

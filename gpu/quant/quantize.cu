@@ -904,19 +904,16 @@ void launch_scaled16(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
 // The per-tensor encode's grid: a persistent grid of at most the resident blocks (no partial
 // last wave), at most 16 per SM (the delayed encode's per-block maxima must fit the workspace).
 struct TensorEncodeShape {
-  bool vec;       // 16-byte aligned input and codes (codes aligned to 8 only take the element-wise loop)
-  bool hw;        // tensor_hw_ok
-  int64_t want;   // blocks that cover the tensor
-  int64_t units;  // whole units (vec)
-  // A grid of at most b blocks per SM: balanced over the unit loop's iterations when vec
-  int grid(int b) const { return vec ? balanced_grid(units, 256 * kTensorUnits, b) : grid_cap(want, b); }
+  bool vec;      // 16-byte aligned input and codes (codes aligned to 8 only take the element-wise loop)
+  bool hw;       // tensor_hw_ok
+  int64_t want;  // blocks that cover the tensor
 };
 TensorEncodeShape tensor_encode_shape(const QuantLaunch& L, InDt dt, int64_t n) {
   const uint8_t* codes = static_cast<const uint8_t*>(L.codes);
   const bool vec = (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 && (reinterpret_cast<uintptr_t>(codes) % 16) == 0;
   const int64_t unit = dt == InDt::F32 ? kTensorUnit<InDt::F32> : kTensorUnit<InDt::BF16>;
   const int64_t want = (n / unit + 256 * kTensorUnits - 1) / (256 * kTensorUnits) + 1;
-  return {vec, tensor_hw_ok(L), want, n / unit};
+  return {vec, tensor_hw_ok(L), want};
 }
 template <class Kernel>
 int resident_of(Kernel kernel) {  // blocks per SM, at most 16
@@ -933,7 +930,7 @@ void launch_tensor_delayed(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_
   int grid = 1;
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
     static const int b = resident_of(encode_tensor_kernel<T, D, kDelayed>);
-    grid = t.grid(b);
+    grid = grid_cap(t.want, b);
     encode_tensor_kernel<T, D, kDelayed>
         <<<grid, 256, 0, s>>>(L.x, codes, n, t.vec, t.hw, P, nullptr, L.chunk_maxima, L.inf_flag, FusedStage2{});
   });
@@ -961,7 +958,7 @@ void launch_tensor_plain(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t 
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
     auto kernel = encode_tensor_kernel<T, D, kPlain>;
     static const int b = resident_of(kernel);
-    const int grid = t.grid(b);
+    const int grid = grid_cap(t.want, b);
     if (fused.maxima) {
       // Cooperative: every block resident at once (grid <= resident blocks x SMs), which the
       // grid barrier in the kernel needs.

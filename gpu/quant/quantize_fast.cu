@@ -660,7 +660,7 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
         // A persistent grid of at most the resident blocks: each block takes an equal share.
         auto kernel = quant_1xg_fast_kernel<T, D, E, U>;
         static const int resident = resident_blocks(kernel);
-        const int grid = balanced_grid(units, 256 * U, resident);
+        const int grid = grid_cap((units + 256 * U - 1) / (256 * U), resident);
         kernel<<<grid, 256, 0, s>>>(static_cast<const uint4*>(L.x), static_cast<uint8_t*>(L.codes), L.scales, P, team,
                                     team_log2, units, hw);
       };
@@ -698,7 +698,7 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
       auto go = [&]<int NW>() {
         auto kernel = quant_warp_group_kernel<T, D, NW>;
         static const int resident = resident_blocks(kernel);
-        const int grid = balanced_grid(groups, 8, resident);
+        const int grid = grid_cap((groups + 7) / 8, resident);
         kernel<<<grid, 256, 0, s>>>(static_cast<const uint4*>(L.x), static_cast<uint8_t*>(L.codes), L.scales, P, hw);
       };
       if (per <= 4) go.template operator()<4>();
@@ -730,7 +730,7 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
       cached_blocks = resident_blocks(kernel, smem);
       cached_smem = smem;
     }
-    const int grid = balanced_grid(groups, 1, cached_blocks);
+    const int grid = grid_cap(groups, cached_blocks);
     kernel<<<grid, 256, smem, s>>>(static_cast<const uint4*>(L.x), static_cast<uint8_t*>(L.codes), L.scales, P,
                                    static_cast<int>(words), hw);
   });

@@ -867,8 +867,8 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
     const int64_t segments = numel / 16;
     auto go = [&]<InDt D, bool RHT>() {
       static const int r = resident_blocks(amax_segments_kernel<D, RHT>);
-      amax_segments_kernel<D, RHT>
-          <<<balanced_grid(segments, 1024, r), 256, 0, s>>>(static_cast<const uint4*>(L.x), S, segments, amax_word);
+      amax_segments_kernel<D, RHT><<<grid_cap((segments + 1023) / 1024, r), 256, 0, s>>>(static_cast<const uint4*>(L.x),
+                                                                                         S, segments, amax_word);
     };
     if (dt == InDt::F32) S.rht ? go.template operator()<InDt::F32, true>() : go.template operator()<InDt::F32, false>();
     else if (dt == InDt::BF16)
@@ -894,14 +894,15 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
       if constexpr (T::kBits < 8 && D != InDt::FP16) {
         auto go = [&]<int G, bool NV, bool RHT>() {
           static const int resident = resident_blocks(lowbit_1xg_fast_kernel<T, D, G, NV, RHT>);
-          lowbit_1xg_fast_kernel<T, D, G, NV, RHT>
-              <<<balanced_grid(groups, 256 * kFastUnits<D, G>, resident), 256, 0, s>>>(
-                  static_cast<const uint4*>(L.x), codes, L.scales, P, S, groups, amax_word, amax_out, hw_e4m3);
+          const int64_t want = (groups + 256 * kFastUnits<D, G> - 1) / (256 * kFastUnits<D, G>);
+          lowbit_1xg_fast_kernel<T, D, G, NV, RHT><<<grid_cap(want, resident), 256, 0, s>>>(
+              static_cast<const uint4*>(L.x), codes, L.scales, P, S, groups, amax_word, amax_out, hw_e4m3);
         };
         if (P.group_rows == 16) {
           auto go16 = [&]<bool NV>() {
             static const int resident = resident_blocks(lowbit_16x16_fast_kernel<T, D, NV>);
-            lowbit_16x16_fast_kernel<T, D, NV><<<balanced_grid(S.slots, 256 * 3, resident), 256, 0, s>>>(
+            const int64_t want = (S.slots + 256 * 3 - 1) / (256 * 3);
+            lowbit_16x16_fast_kernel<T, D, NV><<<grid_cap(want, resident), 256, 0, s>>>(
                 static_cast<const uint4*>(L.x), codes, L.scales, P, S, amax_word, amax_out, hw_e4m3);
           };
           if (S.mode == kLowbitNvfp4) go16.template operator()<true>();
