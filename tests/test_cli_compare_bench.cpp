@@ -226,6 +226,45 @@ TEST(CliBench, FromReevaluatesTheTargetsOfASavedRunWithoutAGpu) {
   EXPECT_FALSE(std::filesystem::exists(dir + "/bad.md"));
 }
 
+TEST(CliBench, FromMergesAPeersFileTimedSeparately) {
+  // A saved run without peers and a peers file (scripts/bench_peers.py's form) for its kernel:
+  // --from --peers merges them, records the file and its settings, and evaluates the targets.
+  const std::string dir = test::temp_dir();
+  Json doc = Json::object();
+  doc["command"] = "fp8sim bench --json x";
+  Json k = kernel("quantize|mxfp4|bf16|8192x4096", "quantize", 0.0284);
+  k["bytes"] = 8.4e7;
+  k["ceiling_gbps"] = 4290.0;
+  k["fraction_of_ceiling"] = 8.4e7 / 0.0284e-3 / 1e9 / 4290.0;
+  Json ks = Json::array();
+  ks.push_back(k);
+  doc["kernels"] = ks;
+  write_file_atomic(dir + "/in.json", doc.dump(2));
+  Json peers = Json::object();
+  Json es = Json::array();
+  es.push_back(peer("quantize|mxfp4|bf16|8192x4096", "torch.compile", 0.1631));
+  peers["entries"] = es;
+  peers["torch"] = "2.11.0";
+  peers["launch_lead_us"] = 500.0;
+  write_file_atomic(dir + "/peers.json", peers.dump(2));
+  auto r = test::run_fp8sim({"bench", "--from", dir + "/in.json", "--peers", dir + "/peers.json", "--json",
+                             dir + "/out.json", "--md", dir + "/out.md"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json out = Json::parse(read_text_file(dir + "/out.json"));
+  const Json& k0 = out.at("kernels").as_array()[0];
+  EXPECT_EQ(k0.at("peer").as_string(), "torch.compile");
+  EXPECT_NEAR(k0.at("speedup_vs_peer").as_number(), 0.1631 / 0.0284, 1e-9);
+  EXPECT_TRUE(k0.at("targets").at("vs_torch_compile").at("met").as_bool());
+  EXPECT_EQ(out.at("peers_file").as_string(), dir + "/peers.json");
+  EXPECT_EQ(out.at("peers_torch").as_string(), "2.11.0");
+  // COAT's agreement is measured beside the kernels: refused with --from (usage, nothing written).
+  r = test::run_fp8sim({"bench", "--from", dir + "/in.json", "--coat-states", dir, "--json", dir + "/coat.json"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(one_line(r.err)) << r.err;
+  EXPECT_NE(r.err.find("--coat-states"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/coat.json"));
+}
+
 TEST(BenchLib, MergePeersPicksTheFastestSuccessfulPeerAndEvaluatesTargets) {
   Json json_doc = Json::object();
   Json ks = Json::array();

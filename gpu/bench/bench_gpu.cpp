@@ -428,8 +428,6 @@ bench::BenchKernel kernel_entry(const bench::BenchItem& it) {
 }
 
 // The peers' timing setting beside ours: its value, or "not recorded".
-Json peers_setting(const std::optional<double>& v) { return v ? Json(*v) : Json("not recorded"); }
-
 }  // namespace
 
 Json machine_json() {
@@ -513,17 +511,8 @@ bench::BenchDoc run_bench(const bench::BenchOptions& opts) {
     c.gbps = *k0.ceiling_gbps;
     doc.ceiling = c;
   }
-  if (!opts.peers_path.empty()) {
-    const bench::Peers& peers = opts.peers;
-    doc.peers_file = opts.peers_path;
-    doc.peers_torch = peers.torch;
-    // The peers' timing settings beside ours (cmd_bench warns before timing when they differ): the
-    // GEMM comparison is fair only if the peers idled as long before each GEMM, and without the
-    // launch lead a peer's host-side launch work beyond one flush is timed as GPU time.
-    doc.peers_gemm_cooldown_s = peers_setting(peers.gemm_cooldown_s);
-    doc.peers_launch_lead_us = peers_setting(peers.launch_lead_us);
-    bench::merge_peers(doc, peers);
-  }
+  // (cmd_bench warns before timing when the peers' settings differ from this run's)
+  if (!opts.peers_path.empty()) bench::attach_peers(doc, opts.peers, opts.peers_path);
   if (!opts.coat_states_dir.empty()) {
     try {
       doc.coat_agreement = coat_agreement(opts.coat_states_dir);

@@ -126,8 +126,9 @@ int run_bench_cmd(const std::vector<std::string>& args) {
       "needs no GPU")("from", po::value(&a.from),
                       "no timing: re-evaluate the targets of a bench document written by an "
                       "earlier run (its --json output) and write it again with --json / --md; "
-                      "needs no GPU")("json", po::value(&a.json_out),
-                                      "write the bench document (reports/h200/bench.json) here (- : stdout)")(
+                      "with --peers, those peers are merged first (timed in the same session as "
+                      "the document); needs no GPU")(
+      "json", po::value(&a.json_out), "write the bench document (reports/h200/bench.json) here (- : stdout)")(
       "md", po::value(&a.md_out), "write the Markdown report (reports/h200/bench.md) here (- : stdout)");
   // Settings that reproduce how a document was measured, for comparing with it; the defaults are
   // the method docs/benchmarks.md describes.
@@ -191,14 +192,19 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   };
   if (!a.from.empty()) {
     if (json_id < 0 && md_id < 0) throw UsageError("--from needs --json or --md (where to write the result)");
+    if (!a.coat_states.empty())
+      throw UsageError("--coat-states needs a timed run (COAT's agreement is measured with the kernels), not --from");
     const Json j = Json::parse(read_text_file(a.from));
     FP8SIM_REQUIRE(j.is_object() && j.find("kernels") && j.at("kernels").is_array(),
                    "'{}' is not a bench document (no 'kernels' list; written by fp8sim bench --json?)", a.from);
+    const std::string peer_warnings = load_peers(o);
+    fmt::print(stderr, "{}", peer_warnings);
     bench::BenchDoc doc;
     std::string md;
     try {
       doc = bench::BenchDoc::from_json(j);
       doc.rerendered = o.command_line;  // the timing and its command stay the original run's
+      if (!o.peers_path.empty()) bench::attach_peers(doc, o.peers, o.peers_path);  // over the document's
       bench::evaluate_targets(doc);
       md = render(doc);
     } catch (const Error& e) {

@@ -567,6 +567,18 @@ int merge_peers(BenchDoc& doc, const Peers& peers) {
   return merged;
 }
 
+int attach_peers(BenchDoc& doc, const Peers& peers, const std::string& path) {
+  auto setting = [](const std::optional<double>& v) { return v ? Json(*v) : Json("not recorded"); };
+  doc.peers_file = path;
+  doc.peers_torch = peers.torch;
+  // The peers' timing settings beside ours: the GEMM comparison is fair only if the peers idled as
+  // long before each GEMM, and without the launch lead a peer's host-side launch work beyond one
+  // flush is timed as GPU time.
+  doc.peers_gemm_cooldown_s = setting(peers.gemm_cooldown_s);
+  doc.peers_launch_lead_us = setting(peers.launch_lead_us);
+  return merge_peers(doc, peers);
+}
+
 namespace {
 
 // The median of the named peer among a kernel's peers, or NaN.

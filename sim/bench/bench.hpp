@@ -205,6 +205,9 @@ Json plan_json(const BenchOptions& opts);
 // the fastest successful one `peer` with `peer_median_ms` and `speedup_vs_peer` (peer time / our
 // time: > 1 means fp8sim is faster). Returns how many kernels got a peer.
 int merge_peers(BenchDoc& doc, const Peers& peers);
+// The peers file's provenance and timing settings into the document (path, torch version, idle
+// before each GEMM, launch lead), then merge_peers: what a timed run with --peers records.
+int attach_peers(BenchDoc& doc, const Peers& peers, const std::string& path);
 // Fills each kernel's `targets` (the thresholds docs/benchmarks.md lists) and the document's `targets_summary`.
 void evaluate_targets(BenchDoc& doc);
 
