@@ -227,8 +227,9 @@ TEST(CliBench, FromReevaluatesTheTargetsOfASavedRunWithoutAGpu) {
 }
 
 TEST(CliBench, FromMergesAPeersFileTimedSeparately) {
-  // A saved run without peers and a peers file (scripts/bench_peers.py's form) for its kernel:
-  // --from --peers merges them, records the file and its settings, and evaluates the targets.
+  // A saved run and a peers file (scripts/bench_peers.py's form) for one of its kernels: --from
+  // --peers merges them, records the file and its settings, drops the peers of an earlier file,
+  // compares the settings with the document's run, and evaluates the targets.
   const std::string dir = test::temp_dir();
   Json doc = Json::object();
   doc["command"] = "fp8sim bench --json x";
@@ -236,9 +237,19 @@ TEST(CliBench, FromMergesAPeersFileTimedSeparately) {
   k["bytes"] = 8.4e7;
   k["ceiling_gbps"] = 4290.0;
   k["fraction_of_ceiling"] = 8.4e7 / 0.0284e-3 / 1e9 / 4290.0;
+  // a kernel whose peer came from an earlier file: the new file has none for it
+  Json old = kernel("quantize|e4m3:g128|bf16|8192x4096", "quantize", 0.0310);
+  Json old_peers = Json::array();
+  old_peers.push_back(peer(old.at("key").as_string(), "torch.compile", 0.0323));
+  old["peers"] = old_peers;
+  old["peer"] = "torch.compile";
+  old["peer_median_ms"] = 0.0323;
+  old["speedup_vs_peer"] = 0.0323 / 0.0310;
   Json ks = Json::array();
   ks.push_back(k);
+  ks.push_back(old);
   doc["kernels"] = ks;
+  doc["launch_lead_us"] = 500.0;
   write_file_atomic(dir + "/in.json", doc.dump(2));
   Json peers = Json::object();
   Json es = Json::array();
@@ -257,6 +268,17 @@ TEST(CliBench, FromMergesAPeersFileTimedSeparately) {
   EXPECT_TRUE(k0.at("targets").at("vs_torch_compile").at("met").as_bool());
   EXPECT_EQ(out.at("peers_file").as_string(), dir + "/peers.json");
   EXPECT_EQ(out.at("peers_torch").as_string(), "2.11.0");
+  const Json& k1 = out.at("kernels").as_array()[1];  // the earlier file's peer is gone with it
+  EXPECT_FALSE(k1.find("peer")) << k1.dump(2);
+  EXPECT_FALSE(k1.find("speedup_vs_peer")) << k1.dump(2);
+  EXPECT_EQ(r.err.find("launch lead"), std::string::npos) << "the document's lead equals the peers': " << r.err;
+  // The peers' settings are compared with the document's run: a document timed without the lead.
+  doc["launch_lead_us"] = 0.0;
+  write_file_atomic(dir + "/in0.json", doc.dump(2));
+  r = test::run_fp8sim(
+      {"bench", "--from", dir + "/in0.json", "--peers", dir + "/peers.json", "--json", dir + "/out0.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("launch lead"), std::string::npos) << r.err;
   // COAT's agreement is measured beside the kernels: refused with --from (usage, nothing written).
   r = test::run_fp8sim({"bench", "--from", dir + "/in.json", "--coat-states", dir, "--json", dir + "/coat.json"});
   EXPECT_EQ(r.exit_code, 2);

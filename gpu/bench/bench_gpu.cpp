@@ -427,7 +427,6 @@ bench::BenchKernel kernel_entry(const bench::BenchItem& it) {
   return e;
 }
 
-// The peers' timing setting beside ours: its value, or "not recorded".
 }  // namespace
 
 Json machine_json() {

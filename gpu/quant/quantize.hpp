@@ -62,9 +62,10 @@ size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> 
 void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
                    const QuantGpuOut& out, void* d_workspace, const QuantGpuOptions& opts, cudaStream_t stream);
 
-// Whether quantize_cuda runs this spec, shape and input dtype on the 4- and 6-bit kernels' 1xG
-// fast path (16-byte aligned input and codes assumed); false for every spec outside those
-// kernels. Tests use it to know which kernel their comparisons cover.
+// Whether quantize_cuda runs this spec, shape and input dtype on one of the 4- and 6-bit kernels'
+// fast kernels (1xG groups, 16x16 blocks; 16-byte aligned input and codes assumed); false for a
+// spec outside those kernels, UsageError for a shape they refuse (as quantize_cuda). Tests use it
+// to know which kernel their comparisons cover.
 bool lowbit_fast_path(const QuantSpec& spec, std::span<const int64_t> shape, InputDtype dtype);
 
 // Dequantizes into d_out (numel floats). Pass-through specs read 16-bit codes.

@@ -91,12 +91,11 @@ struct LowbitParams {
 // amax_word: one workspace word (the tensor amax of the two-pass modes).
 void launch_quantize_lowbit(const QuantLaunch& launch, const LowbitParams& lp, uint32_t* amax_word,
                             cudaStream_t stream);
-// Whether launch_quantize_lowbit takes a fast kernel (1xG: one thread per group): E2M1, E2M3 or
-// E3M2 codes; NVFP4 1x16 (also under rht=16) and 16x16, or power-of-two plain scales (E8M0, pow2)
-// on 1x16 / 1x32 groups along whole rows or 16x16 blocks, without rht; round to nearest; fp32 or
-// bf16 input, 16-byte aligned, aligned code stores (16x16 blocks: a team of 16 lanes per block). The tensor amax pass
-// (NVFP4, per-tensor scaling) takes a plain segment reduction for any dtype without rht or with rht=16 on an aligned
-// input. dtype as QuantLaunch::dtype. Every other launch takes the generic kernel.
+// Whether launch_quantize_lowbit takes a fast kernel (1xG groups: one thread per group; 16x16
+// blocks: a team of 16 lanes per block) over the generic one: E2M1, E2M3 or E3M2 codes; NVFP4 1x16
+// (also under rht=16) and 16x16, or power-of-two plain scales (E8M0, pow2) on 1x16 / 1x32 groups
+// along whole rows or 16x16 blocks, without rht; round to nearest; fp32 or bf16 input, 16-byte
+// aligned, aligned code stores. dtype as QuantLaunch::dtype.
 bool lowbit_fast_applies(const QuantKernelParams& params, const LowbitParams& lp, int dtype);
 // Test hook: fp32 inputs (all 2^32) whose table-encoded code differs from encode_fp8_rne (format
 // code 0, 1, 4, 5 or 6).

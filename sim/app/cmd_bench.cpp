@@ -197,12 +197,21 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     const Json j = Json::parse(read_text_file(a.from));
     FP8SIM_REQUIRE(j.is_object() && j.find("kernels") && j.at("kernels").is_array(),
                    "'{}' is not a bench document (no 'kernels' list; written by fp8sim bench --json?)", a.from);
-    const std::string peer_warnings = load_peers(o);
-    fmt::print(stderr, "{}", peer_warnings);
     bench::BenchDoc doc;
-    std::string md;
     try {
       doc = bench::BenchDoc::from_json(j);
+    } catch (const Error& e) {
+      throw Error(fmt::format("'{}' is not a usable bench document: {}", a.from, e.what()));
+    }
+    // The peers' settings are compared with the document's run, not with this command's defaults.
+    if (doc.gemm_cooldown_s) o.gemm_cooldown_s = *doc.gemm_cooldown_s;
+    if (doc.launch_lead_us) o.launch_lead_us = *doc.launch_lead_us;
+    o.ops.clear();
+    for (const auto& k : doc.kernels)
+      if (std::find(o.ops.begin(), o.ops.end(), k.op) == o.ops.end()) o.ops.push_back(k.op);
+    fmt::print(stderr, "{}", load_peers(o));
+    std::string md;
+    try {
       doc.rerendered = o.command_line;  // the timing and its command stay the original run's
       if (!o.peers_path.empty()) bench::attach_peers(doc, o.peers, o.peers_path);  // over the document's
       bench::evaluate_targets(doc);

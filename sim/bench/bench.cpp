@@ -576,6 +576,12 @@ int attach_peers(BenchDoc& doc, const Peers& peers, const std::string& path) {
   // flush is timed as GPU time.
   doc.peers_gemm_cooldown_s = setting(peers.gemm_cooldown_s);
   doc.peers_launch_lead_us = setting(peers.launch_lead_us);
+  for (auto& k : doc.kernels) {  // one file's peers only: none kept from a document's earlier file
+    k.peers.reset();
+    k.peer.reset();
+    k.peer_median_ms.reset();
+    k.speedup_vs_peer.reset();
+  }
   return merge_peers(doc, peers);
 }
 

@@ -206,7 +206,8 @@ Json plan_json(const BenchOptions& opts);
 // time: > 1 means fp8sim is faster). Returns how many kernels got a peer.
 int merge_peers(BenchDoc& doc, const Peers& peers);
 // The peers file's provenance and timing settings into the document (path, torch version, idle
-// before each GEMM, launch lead), then merge_peers: what a timed run with --peers records.
+// before each GEMM, launch lead), every kernel's earlier peers cleared, then merge_peers: what a
+// timed run with --peers records.
 int attach_peers(BenchDoc& doc, const Peers& peers, const std::string& path);
 // Fills each kernel's `targets` (the thresholds docs/benchmarks.md lists) and the document's `targets_summary`.
 void evaluate_targets(BenchDoc& doc);
