@@ -271,21 +271,26 @@ __device__ __forceinline__ uint32_t segment_signs(const RhtSigns& sg, int n, int
   return static_cast<uint32_t>(word >> (i & 63)) & 0xFFFFu;
 }
 
+// max |x| over the finite elements of v, as bits, skipping NaN and Inf element by element (the
+// rare path, for values known to hold one).
+template <int N>
+__device__ __forceinline__ uint32_t finite_only_amax(const float (&v)[N]) {
+  uint32_t m = 0u;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const uint32_t a = f32_bits(v[j]) & 0x7FFFFFFFu;
+    m = max(m, a < 0x7F800000u ? a : 0u);
+  }
+  return m;
+}
+
 // max |x| over the finite elements of a segment, as bits: the max of all magnitudes, recomputed
 // without the non-finite ones in the rare segment that holds one.
 __device__ __forceinline__ uint32_t finite_amax16(const float (&v)[16]) {
   uint32_t m = 0u;
 #pragma unroll
   for (int j = 0; j < 16; ++j) m = max(m, f32_bits(v[j]) & 0x7FFFFFFFu);
-  if (m >= 0x7F800000u) {
-    m = 0u;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      const uint32_t a = f32_bits(v[j]) & 0x7FFFFFFFu;
-      m = max(m, a < 0x7F800000u ? a : 0u);
-    }
-  }
-  return m;
+  return m >= 0x7F800000u ? finite_only_amax(v) : m;
 }
 
 // The random Hadamard transform of the thread's segment within its row's n-element blocks
@@ -568,16 +573,8 @@ __device__ __forceinline__ uint32_t fast_group_values(const uint4 (&raw)[G / kWo
     }
     return m;
   } else {
-    uint32_t m = absmax_bits_words<D, G / W>(raw);
-    if (m >= 0x7F800000u) {  // a NaN or Inf in the group: the max over its finite elements
-      m = 0u;
-#pragma unroll
-      for (int j = 0; j < G; ++j) {
-        const uint32_t a = f32_bits(v[j]) & 0x7FFFFFFFu;
-        m = max(m, a < 0x7F800000u ? a : 0u);
-      }
-    }
-    return m;
+    const uint32_t m = absmax_bits_words<D, G / W>(raw);
+    return m >= 0x7F800000u ? finite_only_amax(v) : m;  // a NaN or Inf in the group: its finite max
   }
 }
 
@@ -670,13 +667,14 @@ __global__ void __launch_bounds__(256)
 // rounded to nearest: a team of 16 lanes per block, lane l holding row l of the block (16
 // elements, loaded straight into registers), the block max reduced with four shuffles, every lane
 // encoding its own row. U blocks in flight per thread.
+constexpr int kBlockUnits = 3;  // 16x16 kernel: blocks in flight per thread
 template <class T, InDt D, bool NV>
 __global__ void __launch_bounds__(256)
     lowbit_16x16_fast_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
                              QuantKernelParams P, LowbitParams S, const uint32_t* __restrict__ tensor_amax_in,
                              uint32_t* __restrict__ tensor_amax_out, bool hw_e4m3) {
   constexpr int NW = 16 / kWordElems<D>;
-  constexpr int U = 3;
+  constexpr int U = kBlockUnits;
   __shared__ alignas(16) uint8_t lut[kLutEntries<T>];
   load_lut<T>(lut, P.format, P.saturate);
   const Nvfp4TensorScale nv = fast_tensor_scale<NV>(P, S, tensor_amax_in);
@@ -870,10 +868,10 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
       amax_segments_kernel<D, RHT><<<grid_cap((segments + 1023) / 1024, r), 256, 0, s>>>(static_cast<const uint4*>(L.x),
                                                                                          S, segments, amax_word);
     };
-    if (dt == InDt::F32) S.rht ? go.template operator()<InDt::F32, true>() : go.template operator()<InDt::F32, false>();
-    else if (dt == InDt::BF16)
-      S.rht ? go.template operator()<InDt::BF16, true>() : go.template operator()<InDt::BF16, false>();
-    else S.rht ? go.template operator()<InDt::FP16, true>() : go.template operator()<InDt::FP16, false>();
+    auto with_rht = [&]<InDt D>() { S.rht ? go.template operator()<D, true>() : go.template operator()<D, false>(); };
+    if (dt == InDt::F32) with_rht.template operator()<InDt::F32>();
+    else if (dt == InDt::BF16) with_rht.template operator()<InDt::BF16>();
+    else with_rht.template operator()<InDt::FP16>();
     FP8SIM_CUDA_CHECK_LAUNCH();
   } else if (two_pass) {
     FP8SIM_CUDA_CHECK(cudaMemsetAsync(amax_word, 0, sizeof(uint32_t), s));
@@ -901,7 +899,7 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
         if (P.group_rows == 16) {
           auto go16 = [&]<bool NV>() {
             static const int resident = resident_blocks(lowbit_16x16_fast_kernel<T, D, NV>);
-            const int64_t want = (S.slots + 256 * 3 - 1) / (256 * 3);
+            const int64_t want = (S.slots + 256 * kBlockUnits - 1) / (256 * kBlockUnits);
             lowbit_16x16_fast_kernel<T, D, NV><<<grid_cap(want, resident), 256, 0, s>>>(
                 static_cast<const uint4*>(L.x), codes, L.scales, P, S, amax_word, amax_out, hw_e4m3);
           };
@@ -913,18 +911,15 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
         else go.template operator()<32, false, false>();
       }
     });
-    FP8SIM_CUDA_CHECK_LAUNCH();
-    if (two_pass && L.tensor_amax)
-      FP8SIM_CUDA_CHECK(cudaMemcpyAsync(L.tensor_amax, amax_word, sizeof(float), cudaMemcpyDeviceToDevice, s));
-    return;
+  } else {
+    dispatch_lowbit(P.format, dt, [&]<class T, InDt D>() {
+      // No more blocks than fit at once: each thread then walks several segments, which amortises
+      // its prologue (the table copy, the tensor scale) and keeps its next segment's loads in flight.
+      static const int resident = resident_blocks(lowbit_quant_kernel<T, D>);
+      lowbit_quant_kernel<T, D><<<grid_cap((S.slots + 255) / 256, resident), 256, 0, s>>>(
+          L.x, codes, L.scales, L.k, L.c, P, S, amax_word, amax_out, S.tensor_scale);
+    });
   }
-  dispatch_lowbit(P.format, dt, [&]<class T, InDt D>() {
-    // No more blocks than fit at once: each thread then walks several segments, which amortises
-    // its prologue (the table copy, the tensor scale) and keeps its next segment's loads in flight.
-    static const int resident = resident_blocks(lowbit_quant_kernel<T, D>);
-    lowbit_quant_kernel<T, D><<<grid_cap((S.slots + 255) / 256, resident), 256, 0, s>>>(
-        L.x, codes, L.scales, L.k, L.c, P, S, amax_word, amax_out, S.tensor_scale);
-  });
   FP8SIM_CUDA_CHECK_LAUNCH();
   if (two_pass && L.tensor_amax)
     FP8SIM_CUDA_CHECK(cudaMemcpyAsync(L.tensor_amax, amax_word, sizeof(float), cudaMemcpyDeviceToDevice, s));
