@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <numeric>
+#include <thread>
 
 #include "sim/common/dist.hpp"
 #include "tests/support/proc.hpp"
@@ -98,6 +100,16 @@ TEST(Counter, OneProcessHandsOutConsecutiveNumbers) {
   EXPECT_EQ(dist::make_counter()->fetch_add(1), 0u);
 }
 
+TEST(ProcessAge, CountsFromTheProcessStartAndGrows) {
+  // This test process started before the test ran, and not more than the suite's time limit ago.
+  const double a = dist::process_age_seconds();
+  EXPECT_GT(a, 0.0);
+  EXPECT_LT(a, 3600.0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_GE(dist::process_age_seconds(), a + 0.03);  // ticks of 10 ms
+  EXPECT_EQ(dist::startup_seconds(), 0.0) << "no job start-up in a single process";
+}
+
 // ---- the command line under mpirun ------------------------------------------------------------
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
@@ -149,6 +161,27 @@ TEST_F(Mpirun, AnalyzeGivesTheSameBytesForEveryRankCount) {
       fs::remove(out);
     }
   }
+}
+
+// --timing accounts for the time outside the ranks' work: when it began (after MPI's start-up, which
+// took some time) and how long exchanging and writing took after it.
+TEST_F(Mpirun, AnalyzeTimingSaysWhereTheTimeOutsideTheWorkWent) {
+  const std::string dir = test::temp_dir(), out = dir + "/t.json";
+  const test::CommandResult r =
+      mpirun(2, "analyze " + q(test::sample_trace()) + " --recipe te --no-gemm --timing --json " + q(out));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string key = "rank 0: the work began ";
+  const size_t at = r.err.find(key);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const double began = std::stod(r.err.substr(at + key.size()));
+  const size_t up = r.err.find(" s after the process started (", at);
+  ASSERT_NE(up, std::string::npos) << r.err;
+  const double startup = std::stod(r.err.substr(up + 30));
+  EXPECT_GT(startup, 0.0) << "MPI_Init takes time";
+  EXPECT_GE(began, startup);
+  EXPECT_LT(began, 300.0);
+  EXPECT_NE(r.err.find("the last rank's at "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the results were exchanged and written in "), std::string::npos) << r.err;
 }
 
 TEST_F(Mpirun, OptimGivesTheSameBytesForEveryRankCount) {

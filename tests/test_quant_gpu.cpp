@@ -654,6 +654,14 @@ TEST(QuantizeGpu, HardwareConverterEqualsReferenceEncoderOnAllFiniteFloats) {
   EXPECT_EQ(gpu::detail::hw_cvt_mismatches(false), 0u) << "E5M2";
 }
 
+TEST(QuantizeGpu, HardwareFp16ConverterEqualsReferenceOnAllNonNanFloats) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  // The elementwise-state AdamW encodes and decodes fp16 moments with cvt.rn.f16.f32 / cvt.f32.f16
+  // where they equal f32_to_fp16_rne (saturating and not) and fp16_to_f32: every non-NaN fp32 bit
+  // pattern and every non-NaN fp16 code.
+  EXPECT_EQ(gpu::detail::hw_fp16_mismatches(), 0u);
+}
+
 TEST(QuantizeGpu, ReciprocalDivisionIsCorrectlyRounded) {
   FP8SIM_SKIP_WITHOUT_GPU();
   // div_by (per-group reciprocal + two Markstein corrections) against div_rn on 2^26 random

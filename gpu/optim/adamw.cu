@@ -97,27 +97,46 @@ __device__ __forceinline__ uint32_t elem_code_of(const ElemMoment& e, uint2 w, i
   return ((j < 2 ? w.x : w.y) >> (16 * (j & 1))) & 0xFFFFu;
 }
 
-__device__ __forceinline__ float elem_widen16(const ElemMoment& e, uint32_t h) {
-  return e.format == 2 ? bf16_to_f32(static_cast<uint16_t>(h)) : fp16_to_f32(static_cast<uint16_t>(h));
+// Bits of the kernels' `hw` argument: the hardware converters proven equal to the reference on this
+// device (hw_cvt_verified for FP8, hw_fp16_verified for fp16).
+constexpr unsigned kHwFp8 = 1u, kHwFp16 = 2u;
+
+__device__ __forceinline__ float elem_widen16(const ElemMoment& e, uint32_t h, bool hw16) {
+  if (e.format == 2) return bf16_to_f32(static_cast<uint16_t>(h));
+  const bool nan = (h & 0x7C00u) == 0x7C00u && (h & 0x3FFu) != 0;  // keeps its payload: the reference
+  return hw16 && !nan ? fp16_to_f32_hw(h) : fp16_to_f32(static_cast<uint16_t>(h));
 }
 
 // The dequantized moment (dequant_kernel / dequant_passthrough_kernel's operations).
-__device__ __forceinline__ float elem_decode(const ElemMoment& e, uint32_t code, float s_old, const float* lut) {
+__device__ __forceinline__ float elem_decode(const ElemMoment& e, uint32_t code, float s_old, const float* lut,
+                                             bool hw16) {
   if (e.kind == ElemKind::Fp8) return mul_rn(lut[code], s_old);
-  const float w = elem_widen16(e, code);
+  const float w = elem_widen16(e, code, hw16);
   return e.kind == ElemKind::Scaled16 ? mul_rn_nan_kept(w, s_old) : w;
 }
 
 struct ElemEnc {
-  float sq = 1.0f;  // the new divisor
+  float sq = 1.0f;    // the new divisor
+  float rinv = 1.0f;  // pow2: 1 / sq, exact
   FastRecip rc{1.0f, 1.0f};
-  bool fast = false;  // FP8: div_by stands for the quotient of finite values (apply=div, round-to-nearest)
+  // sq is a power of two with a normal reciprocal: x * rinv is RN(x / sq) for every x, the same
+  // real number rounded once (fp32 subnormal results included), so the product replaces the division.
+  bool pow2 = false;
+  bool fast = false;  // FP8: elem_quot stands for the quotient of finite values (apply=div, round-to-nearest)
   bool hw = false;    // FP8: the hardware converter encodes finite values
+  bool hw16 = false;  // fp16: the hardware converters encode and decode every value but NaN
 };
 
-__device__ __forceinline__ uint32_t elem_encode16(const ElemMoment& e, float x, float sq) {
-  const float q = e.kind == ElemKind::Scaled16 ? div_rn_nan_kept(x, sq) : x;  // scaled16_kernel / passthrough_kernel
-  return e.format == 2 ? f32_to_bf16_rne(q, e.saturate) : f32_to_fp16_rne(q, e.saturate);
+// RN(x / sq) for a finite x, where k.fast holds (div_by's range, or an exact power-of-two product).
+__device__ __forceinline__ float elem_quot(float x, const ElemEnc& k) {
+  return k.pow2 ? __fmul_rn(x, k.rinv) : div_by(x, k.rc);
+}
+
+__device__ __forceinline__ uint32_t elem_encode16(const ElemMoment& e, float x, const ElemEnc& k) {
+  float q = x;  // scaled16_kernel / passthrough_kernel
+  if (e.kind == ElemKind::Scaled16) q = k.pow2 ? mul_rn_nan_kept(x, k.rinv) : div_rn_nan_kept(x, k.sq);
+  if (e.format == 2) return f32_to_bf16_rne(q, e.saturate);
+  return k.hw16 && !is_nan_bits(f32_bits(q)) ? f32_to_fp16_hw(q, e.saturate) : f32_to_fp16_rne(q, e.saturate);
 }
 
 // The FP8 code of one value, by the per-tensor encode's reference path (encode_tensor_word_ref).
@@ -128,7 +147,7 @@ __device__ __noinline__ uint32_t encode_fp8_ref_scalar(float x, ElemEnc k, Apply
   ScaleConsts sc;
   sc.apply = apply;
   const bool fin = is_finite_bits(f32_bits(x));
-  const float q = k.fast && fin ? div_by(x, k.rc) : apply_scale(x, k.sq, sc);
+  const float q = k.fast && fin ? elem_quot(x, k) : apply_scale(x, k.sq, sc);
   return stochastic ? encode_fp8_stochastic(q, format, saturate, philox_word(seed, idx))
                     : encode_fp8(q, format, saturate);
 }
@@ -142,7 +161,7 @@ __device__ __forceinline__ uint2 elem_encode4(const ElemMoment& e, const float (
   if (e.kind != ElemKind::Fp8) {
     uint32_t h[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) h[j] = elem_encode16(e, x[j], k.sq);
+    for (int j = 0; j < 4; ++j) h[j] = elem_encode16(e, x[j], k);
     return make_uint2(h[0] | (h[1] << 16), h[2] | (h[3] << 16));
   }
   uint32_t m = 0;
@@ -151,7 +170,7 @@ __device__ __forceinline__ uint2 elem_encode4(const ElemMoment& e, const float (
   if (k.hw && k.fast && m < 0x7F800000u) {  // every value finite: the encode kernel's hardware path
     float q[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) q[j] = div_by(x[j], k.rc);
+    for (int j = 0; j < 4; ++j) q[j] = elem_quot(x[j], k);
     const uint32_t w = e.format == 0 ? cvt2_hw<E4M3Traits>(q[0], q[1]) | (cvt2_hw<E4M3Traits>(q[2], q[3]) << 16)
                                      : cvt2_hw<E5M2Traits>(q[0], q[1]) | (cvt2_hw<E5M2Traits>(q[2], q[3]) << 16);
     return make_uint2(w, 0u);
@@ -198,12 +217,13 @@ __device__ __forceinline__ void elem_new_scale(const ElemMoment& e, uint32_t* am
 template <int KM, int KV>
 __global__ void __launch_bounds__(256)
     adamw_elem_amax_kernel(const float* __restrict__ g, ElemMoment m_arg, ElemMoment v_arg, int64_t n, bool vec,
-                           optim::AdamwStepConsts c, uint32_t* __restrict__ ws) {
+                           optim::AdamwStepConsts c, uint32_t* __restrict__ ws, unsigned hw) {
   const ElemMoment m = elem_fixed<KM>(m_arg), v = elem_fixed<KV>(v_arg);
   __shared__ float lut_m[256], lut_v[256];
   __shared__ uint32_t warp_max[2][8];
   elem_fill_luts(m, v, lut_m, lut_v);
   const float sm_old = elem_scaled(m) ? m.scale[0] : 1.0f, sv_old = elem_scaled(v) ? v.scale[0] : 1.0f;
+  const bool hw16 = hw & kHwFp16;
   uint32_t am = 0, av = 0;
   const int64_t units = vec ? n / 4 : 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -226,8 +246,8 @@ __global__ void __launch_bounds__(256)
       const float gj[4] = {gg[k].x, gg[k].y, gg[k].z, gg[k].w};
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        float mm = elem_decode(m, elem_code_of(m, cm[k], j), sm_old, lut_m);
-        float vv = elem_decode(v, elem_code_of(v, cv[k], j), sv_old, lut_v);
+        float mm = elem_decode(m, elem_code_of(m, cm[k], j), sm_old, lut_m, hw16);
+        float vv = elem_decode(v, elem_code_of(v, cv[k], j), sv_old, lut_v, hw16);
         optim::adamw_moments(gj[j], mm, vv, c);
         elem_amax_add(am, mm);
         elem_amax_add(av, vv);
@@ -235,8 +255,8 @@ __global__ void __launch_bounds__(256)
     }
   }
   for (int64_t i = 4 * units + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    float mm = elem_decode(m, elem_load_code(m, i), sm_old, lut_m);
-    float vv = elem_decode(v, elem_load_code(v, i), sv_old, lut_v);
+    float mm = elem_decode(m, elem_load_code(m, i), sm_old, lut_m, hw16);
+    float vv = elem_decode(v, elem_load_code(v, i), sv_old, lut_v, hw16);
     optim::adamw_moments(g[i], mm, vv, c);
     elem_amax_add(am, mm);
     elem_amax_add(av, vv);
@@ -262,16 +282,20 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-__device__ __forceinline__ ElemEnc elem_enc(const ElemMoment& e, const uint32_t* ws, int k, bool hw) {
+__device__ __forceinline__ ElemEnc elem_enc(const ElemMoment& e, const uint32_t* ws, int k, unsigned hw) {
   ElemEnc r;
+  r.hw16 = (hw & kHwFp16) && e.kind != ElemKind::Fp8 && e.format == 3;
   if (!elem_scaled(e)) return r;
   r.sq = f32_from_bits(ws[5 + k]);
+  const uint32_t b = f32_bits(r.sq);
+  r.pow2 = (b & 0x007FFFFFu) == 0 && (b >> 23) - 1u < 253u;  // 2^-126 <= sq <= 2^126
+  r.rinv = r.pow2 ? div_rn(1.0f, r.sq) : 1.0f;
   if (e.kind == ElemKind::Fp8) {
-    r.fast = e.sc.apply == Apply::Div && !e.stochastic && fast_recip_ok(r.sq);
-    r.rc = fast_recip(r.fast ? r.sq : 1.0f);
+    r.fast = e.sc.apply == Apply::Div && !e.stochastic && (r.pow2 || fast_recip_ok(r.sq));
+    r.rc = fast_recip(r.fast && !r.pow2 ? r.sq : 1.0f);
     // As the per-tensor encode (tensor_hw_ok): non-saturating storage only where no |x / s| can
     // overflow, which a scale from the moment's own amax without a negative epsilon guarantees.
-    r.hw = hw && !e.stochastic && (e.saturate || e.sc.eps >= 0.0);
+    r.hw = (hw & kHwFp8) && !e.stochastic && (e.saturate || e.sc.eps >= 0.0);
   }
   return r;
 }
@@ -280,13 +304,15 @@ __device__ __forceinline__ ElemEnc elem_enc(const ElemMoment& e, const uint32_t*
 template <int KM, int KV>
 __global__ void __launch_bounds__(256)
     adamw_elem_step_kernel(float* __restrict__ p, const float* __restrict__ g, ElemMoment m_arg, ElemMoment v_arg,
-                           int64_t n, bool vec, optim::AdamwStepConsts c, const uint32_t* __restrict__ ws, bool hw) {
+                           int64_t n, bool vec, optim::AdamwStepConsts c, const uint32_t* __restrict__ ws,
+                           unsigned hw) {
   const ElemMoment m = elem_fixed<KM>(m_arg), v = elem_fixed<KV>(v_arg);
   __shared__ float lut_m[256], lut_v[256];
   elem_fill_luts(m, v, lut_m, lut_v);
   const float sm_old = elem_scaled(m) ? f32_from_bits(ws[3]) : 1.0f;
   const float sv_old = elem_scaled(v) ? f32_from_bits(ws[4]) : 1.0f;
   const ElemEnc km = elem_enc(m, ws, 0, hw), kv = elem_enc(v, ws, 1, hw);
+  const bool hw16 = hw & kHwFp16;
   const int64_t units = vec ? n / 4 : 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t u0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; u0 < units;
@@ -311,8 +337,8 @@ __global__ void __launch_bounds__(256)
       float mm[4], vv[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        mm[j] = elem_decode(m, elem_code_of(m, in[k].m, j), sm_old, lut_m);
-        vv[j] = elem_decode(v, elem_code_of(v, in[k].v, j), sv_old, lut_v);
+        mm[j] = elem_decode(m, elem_code_of(m, in[k].m, j), sm_old, lut_m, hw16);
+        vv[j] = elem_decode(v, elem_code_of(v, in[k].v, j), sv_old, lut_v, hw16);
         optim::adamw_element(pj[j], gj[j], mm[j], vv[j], c);
       }
       reinterpret_cast<float4*>(p)[u] = make_float4(pj[0], pj[1], pj[2], pj[3]);
@@ -322,13 +348,13 @@ __global__ void __launch_bounds__(256)
   }
   for (int64_t i = 4 * units + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     float pp = p[i];
-    float mm = elem_decode(m, elem_load_code(m, i), sm_old, lut_m);
-    float vv = elem_decode(v, elem_load_code(v, i), sv_old, lut_v);
+    float mm = elem_decode(m, elem_load_code(m, i), sm_old, lut_m, hw16);
+    float vv = elem_decode(v, elem_load_code(v, i), sv_old, lut_v, hw16);
     optim::adamw_element(pp, g[i], mm, vv, c);
     p[i] = pp;
     const uint64_t idx = static_cast<uint64_t>(i);
-    elem_store_code(m, i, m.kind == ElemKind::Fp8 ? elem_encode_fp8_ref(m, mm, km, idx) : elem_encode16(m, mm, km.sq));
-    elem_store_code(v, i, v.kind == ElemKind::Fp8 ? elem_encode_fp8_ref(v, vv, kv, idx) : elem_encode16(v, vv, kv.sq));
+    elem_store_code(m, i, m.kind == ElemKind::Fp8 ? elem_encode_fp8_ref(m, mm, km, idx) : elem_encode16(m, mm, km));
+    elem_store_code(v, i, v.kind == ElemKind::Fp8 ? elem_encode_fp8_ref(v, vv, kv, idx) : elem_encode16(v, vv, kv));
   }
 }
 
@@ -1037,13 +1063,13 @@ void launch_elem_kernels(float* p, const float* g, const ElemMoment& m, const El
   static const int per_sm_amax = resident_blocks(adamw_elem_amax_kernel<KM, KV>);
   static const int per_sm_step = resident_blocks(adamw_elem_step_kernel<KM, KV>);
   const int64_t want = (((vec ? N / 4 : N) + kElemUnits - 1) / kElemUnits + 255) / 256;
+  const unsigned hw = (hw_cvt_verified() ? kHwFp8 : 0u) | (hw_fp16_verified() ? kHwFp16 : 0u);
   if (m.kind != ElemKind::Pass16 || v.kind != ElemKind::Pass16) {
     FP8SIM_CUDA_CHECK(cudaMemsetAsync(ws, 0, 3 * sizeof(uint32_t), stream));
-    adamw_elem_amax_kernel<KM, KV><<<grid_cap(want, per_sm_amax), 256, 0, stream>>>(g, m, v, N, vec, c, ws);
+    adamw_elem_amax_kernel<KM, KV><<<grid_cap(want, per_sm_amax), 256, 0, stream>>>(g, m, v, N, vec, c, ws, hw);
     FP8SIM_CUDA_CHECK_LAUNCH();
   }
-  adamw_elem_step_kernel<KM, KV>
-      <<<grid_cap(want, per_sm_step), 256, 0, stream>>>(p, g, m, v, N, vec, c, ws, hw_cvt_verified());
+  adamw_elem_step_kernel<KM, KV><<<grid_cap(want, per_sm_step), 256, 0, stream>>>(p, g, m, v, N, vec, c, ws, hw);
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 

@@ -60,6 +60,26 @@ __global__ void __launch_bounds__(256) hw_cvt_check_kernel(unsigned long long* m
   if ((threadIdx.x & 31) == 0 && bad) atomicAdd(mismatches, bad);
 }
 
+// Every fp32 bit pattern that is not a NaN: count those whose f32_to_fp16_hw code differs from
+// f32_to_fp16_rne's, saturating and not; and every fp16 code that is not a NaN: count those whose
+// fp16_to_f32_hw value differs from fp16_to_f32's in any bit.
+__global__ void __launch_bounds__(256) hw_fp16_check_kernel(unsigned long long* mismatches) {
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  unsigned long long bad = 0;
+  for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (uint64_t{1} << 32);
+       i += stride) {
+    const auto u = static_cast<uint32_t>(i);
+    if (is_nan_bits(u)) continue;
+    const float x = f32_from_bits(u);
+    bad +=
+        (f32_to_fp16_hw(x, false) != f32_to_fp16_rne(x, false)) + (f32_to_fp16_hw(x, true) != f32_to_fp16_rne(x, true));
+    if (i < 65536 && ((u & 0x7C00u) != 0x7C00u || (u & 0x3FFu) == 0))
+      bad += f32_bits(fp16_to_f32_hw(u)) != f32_bits(fp16_to_f32(static_cast<uint16_t>(u)));
+  }
+  for (int off = 16; off > 0; off >>= 1) bad += __shfl_xor_sync(kFullMask, bad, off);
+  if ((threadIdx.x & 31) == 0 && bad) atomicAdd(mismatches, bad);
+}
+
 // ---- div_by's check (test hook) ------------------------------------------------------------------
 __device__ __forceinline__ uint32_t mix32(uint64_t v) {
   v ^= v >> 33;
@@ -601,6 +621,32 @@ bool hw_cvt_verified() {
     return good && h == 0;
   }();
   return ok;
+}
+
+bool hw_fp16_verified() {
+  static const bool ok = [] {
+    unsigned long long* d = nullptr;
+    if (cudaMalloc(&d, sizeof(unsigned long long)) != cudaSuccess) return false;
+    cudaStream_t s = nullptr;
+    bool good = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
+    unsigned long long h = 1;
+    if (good) {
+      cudaMemsetAsync(d, 0, sizeof(unsigned long long), s);
+      hw_fp16_check_kernel<<<sm_count_cached() * 8, 256, 0, s>>>(d);
+      good = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
+             cudaStreamSynchronize(s) == cudaSuccess;
+      cudaStreamDestroy(s);
+    }
+    cudaFree(d);
+    return good && h == 0;
+  }();
+  return ok;
+}
+
+uint64_t hw_fp16_mismatches() {
+  unsigned long long h[1];
+  device_counters(h, [&](unsigned long long* d) { hw_fp16_check_kernel<<<sm_count_cached() * 8, 256>>>(d); });
+  return h[0];
 }
 
 uint64_t hw_cvt_mismatches(bool e4m3) {

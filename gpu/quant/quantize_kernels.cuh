@@ -1,6 +1,7 @@
 #pragma once
 // Device building blocks shared by the quantize kernels (gpu/quant/quantize.cu) and the fused
 // optimizer kernels (gpu/optim/adamw.cu). CUDA only; no fmt, no exceptions.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -156,6 +157,20 @@ __device__ __forceinline__ uint32_t cvt2_hw(float lo, float hi) {
 #endif
 }
 
+// fp32 -> fp16 by the hardware converter (cvt.rn.f16.f32: RNE, subnormal results kept, overflow
+// to Inf), then saturation to +-65504 when asked: equal to f32_to_fp16_rne(x, saturate) for every
+// input that is not a NaN (which keeps its payload only in the reference), checked on the device
+// by hw_fp16_verified() before any kernel uses it. fp16 -> fp32 likewise for every code that is
+// not a NaN (the conversion is exact).
+__device__ __forceinline__ uint32_t f32_to_fp16_hw(float x, bool saturate) {
+  uint32_t h = __half_as_ushort(__float2half_rn(x));
+  if (saturate && (h & 0x7FFFu) == 0x7C00u) h ^= 0x7C00u ^ 0x7BFFu;  // +-Inf -> +-65504
+  return h;
+}
+__device__ __forceinline__ float fp16_to_f32_hw(uint32_t h) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h)));
+}
+
 // 8 bf16 / fp16 values of a 16-byte word (element 2j in the low half of w[j]) or 4 fp32 values.
 template <InDt D>
 __device__ __forceinline__ float widen_lo(uint32_t w) {
@@ -247,6 +262,10 @@ __device__ __forceinline__ void cp_async_wait() {
 // Set by hw_cvt_verified() (gpu/quant/quantize_fast.cu): whether cvt2_hw equals the reference
 // encoder on every finite fp32 input for both formats on this device (host side).
 bool hw_cvt_verified();
+// Set by hw_fp16_verified() (gpu/quant/quantize_fast.cu): whether f32_to_fp16_hw equals
+// f32_to_fp16_rne on every non-NaN fp32 input (saturating and not) and fp16_to_f32_hw equals
+// fp16_to_f32 on every non-NaN code, on this device (host side).
+bool hw_fp16_verified();
 
 // The decoded value of every FP8 code (exact), in shared memory so a per-element lookup is one
 // LDS instead of the branchy bit decode. Fill with fill_decode_table() at kernel start.

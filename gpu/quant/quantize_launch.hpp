@@ -113,8 +113,10 @@ void launch_quantize(const QuantLaunch& launch, cudaStream_t stream);
 // staged groups (rows, RxC blocks, long 1xG); false when the launch does not fit them.
 bool launch_quant_fast(const QuantLaunch& launch, cudaStream_t stream);
 // Test hooks: finite fp32 inputs (all 2^32 patterns) whose hardware FP8 code differs from the
-// reference encoder; random (a, b) pairs where div_by differs from div_rn.
+// reference encoder; non-NaN inputs and codes where the hardware fp16 conversions differ from the
+// reference (f32_to_fp16_hw, fp16_to_f32_hw); random (a, b) pairs where div_by differs from div_rn.
 uint64_t hw_cvt_mismatches(bool e4m3);
+uint64_t hw_fp16_mismatches();
 uint64_t div_by_mismatches(uint64_t n, uint64_t seed);
 // x (random, every class) and y (DE exponents, special values) where pow_det_y != pow_det.
 uint64_t pow_y_mismatches(uint64_t n, uint64_t seed);

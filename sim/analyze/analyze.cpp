@@ -918,6 +918,8 @@ AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingR
     auto secs = [](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
     const auto started = Clock::now();
     AnalyzeResult::RankTime time;
+    time.began = dist::process_age_seconds();
+    time.startup = dist::startup_seconds();
     // The counter counts the items the whole job has taken: rank 0's bar shows the job's progress.
     Progress progress(ranks > 1 ? fmt::format("analyze ({} ranks, items taken)", ranks) : std::string("analyze"),
                       static_cast<double>(queue.size()));

@@ -193,6 +193,8 @@ struct AnalyzeResult {
     double read = 0;      // reading tensors, on the read-ahead thread (overlapped with the computing)
     double wait = 0;      // the computing waiting for a read
     int64_t slabbed = 0;  // tensors read in slabs (over AnalyzeOptions::memory_budget)
+    double began = 0;     // when its work began, in seconds since its process started (dist::process_age_seconds)
+    double startup = 0;   // its job start-up (dist::startup_seconds)
   };
   std::vector<RankTime> rank_times;
   Json to_json() const;

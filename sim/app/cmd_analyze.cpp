@@ -255,6 +255,20 @@ int run_analyze(const std::vector<std::string>& args) {
   files.commit();
   if (json_id >= 0 && json_out != "-") cli::note(fmt::format("wrote {}", json_out));
   if (md_id >= 0 && md_out != "-") cli::note(fmt::format("wrote {}", md_out));
+  if (vm.count("timing")) {
+    // Where a job's time goes outside the ranks' work: starting (process, MPI, the trace and recipe
+    // opened), and after the work (exchanging and assembling the results, writing the outputs).
+    const auto& t = a.rank_times;
+    const auto last =
+        std::max_element(t.begin(), t.end(), [](const auto& x, const auto& y) { return x.began < y.began; });
+    cli::note(
+        fmt::format("rank 0: the work began {:.2f} s after the process started ({:.2f} s of it in the job's "
+                    "start-up){}; the results were exchanged and written in {:.2f} s after it",
+                    t.front().began, t.front().startup,
+                    t.size() > 1 ? fmt::format(", the last rank's at {:.2f} s (rank {})", last->began, last - t.begin())
+                                 : std::string(),
+                    dist::process_age_seconds() - t.front().began - t.front().work));
+  }
   // A verdict, not a failure of the run: the outputs that report the NaN/Inf are written.
   if (vm.count("strict") && !bad.empty())
     throw Error(fmt::format("{} tensor(s) hold NaN/Inf values (--strict)", bad.size()));

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <initializer_list>
@@ -45,6 +46,7 @@ void start() {
       "started by an MPI launcher, but this fp8sim was built without MPI (install an MPI library, e.g. Debian's "
       "libopenmpi-dev, and rebuild; docs/scale-out.md)");
 #else
+  const auto began = std::chrono::steady_clock::now();
   std::error_code ec;
   const fs::path dir = fs::read_symlink("/proc/self/exe", ec).parent_path();
   std::string why = fmt::format("the MPI module {} is missing beside the binary and in its lib/", FP8SIM_MPI_MODULE);
@@ -64,6 +66,7 @@ void start() {
       break;
     }
     dist::set_comm(std::unique_ptr<dist::Comm>(entry()));
+    dist::set_startup_seconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
     return;
   }
   throw UsageError(fmt::format("started by an MPI launcher: {}", why));

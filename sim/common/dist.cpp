@@ -2,9 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <time.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <new>
 #include <numeric>
+#include <sstream>
 
 namespace fp8sim::dist {
 
@@ -77,6 +83,30 @@ void set_comm(std::unique_ptr<Comm> comm) {
   g_failure = {};
 }
 void reset_comm() { set_comm(nullptr); }
+
+namespace {
+double g_startup = 0;
+}
+double startup_seconds() { return g_startup; }
+void set_startup_seconds(double s) { g_startup = s; }
+
+double process_age_seconds() {
+  // Field 22 of /proc/self/stat: the start time in clock ticks since boot (the fields before it
+  // follow the command name, which may hold spaces: parse after its closing parenthesis).
+  std::ifstream f("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+  }
+  const long ticks = ::sysconf(_SC_CLK_TCK);
+  timespec now{};
+  if (ticks <= 0 || ::clock_gettime(CLOCK_BOOTTIME, &now) != 0) return 0;
+  const double started = std::strtod(field.c_str(), nullptr) / static_cast<double>(ticks);
+  return std::max(0.0, static_cast<double>(now.tv_sec) + 1e-9 * static_cast<double>(now.tv_nsec) - started);
+}
 int rank() { return installed()->rank(); }
 int size() { return installed()->size(); }
 std::string comm_name() { return installed()->name(); }

@@ -58,6 +58,13 @@ int size();
 inline bool is_root() { return rank() == 0; }
 inline bool distributed() { return size() > 1; }
 std::string comm_name();
+// Seconds since this process started (the kernel's start time: exec and dynamic loading
+// included), at a resolution of a clock tick (10 ms); for the job's start-up and finishing times.
+double process_age_seconds();
+// Seconds the job's start-up took in this process (loading the MPI module and MPI_Init); 0 in a
+// single process. The launcher sets it.
+double startup_seconds();
+void set_startup_seconds(double s);
 
 // A new job-wide counter starting at 0 (collective: every rank calls it at the same point, and
 // destroys it at the same point). It begins with check_all_ok(): JobFailure on every rank when
