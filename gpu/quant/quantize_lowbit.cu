@@ -720,15 +720,19 @@ __global__ void __launch_bounds__(256)
 
 // Pass 1 of the two-pass modes without rht or with rht=16: max |x| over the finite (transformed)
 // elements of the whole tensor (every element belongs to a segment), U 16-element segments in
-// flight per thread.
+// flight per thread. The grid walks the tensor from its tail to its head, so that the head, which
+// the encode pass reads first, is what stays in L2 (as the FP8 per-tensor stage 1 does; the max
+// is the same in any order).
 template <InDt D, bool RHT>
 __global__ void __launch_bounds__(256)
     amax_segments_kernel(const uint4* __restrict__ x, LowbitParams S, int64_t segments, uint32_t* __restrict__ amax) {
   constexpr int U = 4;
   constexpr int NW = 16 / kWordElems<D>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t span = U * stride, rounds = (segments + span - 1) / span;
   uint32_t m = 0u;
-  for (int64_t s0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s0 < segments; s0 += U * stride) {
+  for (int64_t r = rounds - 1; r >= 0; --r) {
+    const int64_t s0 = r * span + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     uint4 raw[U][NW];
     load_units(x, s0, stride, segments, raw);
 #pragma unroll
