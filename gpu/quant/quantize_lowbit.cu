@@ -21,6 +21,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "gpu/common/cuda_check.hpp"
@@ -718,6 +720,64 @@ __global__ void __launch_bounds__(256)
   if (tensor_amax_out) warp_atomic_max(tm, tensor_amax_out);
 }
 
+// The same blocks as a tile of 16 rows x 16 blocks per iteration of a 256-thread block: thread t
+// holds row t / 16 of block column t % 16, so that a half-warp reads 256 consecutive elements of
+// one row and writes their 128 consecutive code bytes (the team kernel above reads 16 rows x 64
+// bytes per warp); the 16 row maxima of each block meet in shared memory (one barrier per
+// iteration, the buffer alternating between iterations). U tiles in flight per block.
+constexpr int kTileUnits = 2;
+template <class T, InDt D, bool NV>
+__global__ void __launch_bounds__(256)
+    lowbit_16x16_tile_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
+                             QuantKernelParams P, LowbitParams S, const uint32_t* __restrict__ tensor_amax_in,
+                             uint32_t* __restrict__ tensor_amax_out, bool hw_e4m3) {
+  constexpr int NW = 16 / kWordElems<D>;
+  constexpr int U = kTileUnits;
+  __shared__ alignas(16) uint8_t lut[kLutEntries<T>];
+  __shared__ uint32_t row_max[2][U][16 * 17];  // [buffer][unit][column * 17 + row]: no bank conflicts
+  load_lut<T>(lut, P.format, P.saturate);
+  const Nvfp4TensorScale nv = fast_tensor_scale<NV>(P, S, tensor_amax_in);
+  const int r = static_cast<int>(threadIdx.x >> 4), bj = static_cast<int>(threadIdx.x & 15);
+  const int64_t tile_cols = (P.grid_cols + 15) / 16, tiles = P.grid_rows * tile_cols;
+  uint32_t tm = 0u;
+  int buf = 0;
+  for (int64_t t0 = blockIdx.x; t0 < tiles; t0 += U * static_cast<int64_t>(gridDim.x), buf ^= 1) {
+    uint4 raw[U][NW];
+    int64_t flat[U], blk[U];
+    bool ok[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const int64_t tile = t0 + k * static_cast<int64_t>(gridDim.x);
+      const int64_t gi = tile / tile_cols, gj = (tile - gi * tile_cols) * 16 + bj, row = gi * 16 + r;
+      ok[k] = tile < tiles && gj < P.grid_cols && row < P.rows;
+      flat[k] = row * P.cols + gj * 16;
+      blk[k] = gi * P.grid_cols + gj;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) raw[k][w] = ok[k] ? x[flat[k] / kWordElems<D> + w] : make_uint4(0u, 0u, 0u, 0u);
+    }
+    float v[U][16];
+#pragma unroll
+    for (int k = 0; k < U; ++k) row_max[buf][k][bj * 17 + r] = fast_group_values<D, 16, false>(raw[k], S, v[k]);
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      uint32_t m = 0u;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) m = max(m, row_max[buf][k][bj * 17 + i]);
+      if (!ok[k]) continue;
+      tm = max(tm, m);
+      float mult, stored;
+      fast_group_scale<NV>(P, nv, m, hw_e4m3, mult, stored);
+      uint32_t q[16];
+#pragma unroll
+      for (int j = 0; j < 16; ++j) q[j] = encode_lut<T>(mul_rn(v[k][j], mult), lut);
+      store_codes(codes, flat[k], T::kBits, true, q);
+      if (r == 0) scales[blk[k]] = stored;
+    }
+  }
+  if (tensor_amax_out) warp_atomic_max(tm, tensor_amax_out);
+}
+
 // Pass 1 of the two-pass modes without rht or with rht=16: max |x| over the finite (transformed)
 // elements of the whole tensor (every element belongs to a segment), U 16-element segments in
 // flight per thread. The grid walks the tensor from its tail to its head, so that the head, which
@@ -842,6 +902,16 @@ void cast_to_small_cuda(const void* d_in, bool bf16, uint8_t* d_out, size_t n, c
 
 namespace fp8sim::gpu::detail {
 
+namespace {
+// Which kernel runs 16x16 blocks: the tile kernel (FP8SIM_LOWBIT_TILES=1) or the team kernel.
+bool g_16x16_tiles = [] {
+  const char* e = std::getenv("FP8SIM_LOWBIT_TILES");
+  return e && std::string(e) == "1";
+}();
+}  // namespace
+
+void lowbit_16x16_tiles(bool on) { g_16x16_tiles = on; }
+
 bool lowbit_fast_applies(const QuantKernelParams& P, const LowbitParams& S, int dtype) {
   const bool small_format = P.format == gpu_format_code(Format::E2M1) || P.format == gpu_format_code(Format::E2M3) ||
                             P.format == gpu_format_code(Format::E3M2);
@@ -902,6 +972,14 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
         };
         if (P.group_rows == 16) {
           auto go16 = [&]<bool NV>() {
+            if (g_16x16_tiles) {
+              static const int resident = resident_blocks(lowbit_16x16_tile_kernel<T, D, NV>);
+              const int64_t tiles = P.grid_rows * ((P.grid_cols + 15) / 16);
+              lowbit_16x16_tile_kernel<T, D, NV>
+                  <<<grid_cap((tiles + kTileUnits - 1) / kTileUnits, resident), 256, 0, s>>>(
+                      static_cast<const uint4*>(L.x), codes, L.scales, P, S, amax_word, amax_out, hw_e4m3);
+              return;
+            }
             static const int resident = resident_blocks(lowbit_16x16_fast_kernel<T, D, NV>);
             const int64_t want = (S.slots + 256 * kBlockUnits - 1) / (256 * kBlockUnits);
             lowbit_16x16_fast_kernel<T, D, NV><<<grid_cap(want, resident), 256, 0, s>>>(
