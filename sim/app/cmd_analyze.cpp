@@ -78,7 +78,10 @@ int run_analyze(const std::vector<std::string>& args) {
       "tensor-core-rows", po::value<int64_t>()->default_value(256),
       "rows of each GEMM output that the Hopper tensor-core model computes, evenly spaced (0: all; -1: skip "
       "the model)")("histograms", "keep the per-tensor scaled-magnitude histograms in the JSON")(
-      "timing", "say where the time went: reading the trace, or computing")(
+      "timing",
+      "say where the time went: reading the trace or computing, the work of each rank, and the time "
+      "before the work (process and MPI start-up, opening the trace) and after it (exchanging results, "
+      "writing)")(
       "memory-budget", po::value<std::string>()->default_value("auto"),
       "GiB one tensor's work may hold per process: a larger tensor is read and measured in slabs of rows, with "
       "the same numbers (auto: a quarter of this machine's memory shared among its ranks; 0: whole tensors)")(
