@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "gpu/common/buffer.hpp"
@@ -99,7 +100,7 @@ __device__ __forceinline__ uint32_t elem_code_of(const ElemMoment& e, uint2 w, i
 
 // Bits of the kernels' `hw` argument: the hardware converters proven equal to the reference on this
 // device (hw_cvt_verified for FP8, hw_fp16_verified for fp16).
-constexpr unsigned kHwFp8 = 1u, kHwFp16 = 2u;
+constexpr unsigned kHwFp8 = 1u, kHwFp16 = 2u, kPow2 = 4u;  // EXPERIMENT kPow2
 
 __device__ __forceinline__ float elem_widen16(const ElemMoment& e, uint32_t h, bool hw16) {
   if (e.format == 2) return bf16_to_f32(static_cast<uint16_t>(h));
@@ -288,7 +289,7 @@ __device__ __forceinline__ ElemEnc elem_enc(const ElemMoment& e, const uint32_t*
   if (!elem_scaled(e)) return r;
   r.sq = f32_from_bits(ws[5 + k]);
   const uint32_t b = f32_bits(r.sq);
-  r.pow2 = (b & 0x007FFFFFu) == 0 && (b >> 23) - 1u < 253u;  // 2^-126 <= sq <= 2^126
+  r.pow2 = (hw & kPow2) && (b & 0x007FFFFFu) == 0 && (b >> 23) - 1u < 253u;  // 2^-126 <= sq <= 2^126
   r.rinv = r.pow2 ? div_rn(1.0f, r.sq) : 1.0f;
   if (e.kind == ElemKind::Fp8) {
     r.fast = e.sc.apply == Apply::Div && !e.stochastic && (r.pow2 || fast_recip_ok(r.sq));
@@ -1063,7 +1064,8 @@ void launch_elem_kernels(float* p, const float* g, const ElemMoment& m, const El
   static const int per_sm_amax = resident_blocks(adamw_elem_amax_kernel<KM, KV>);
   static const int per_sm_step = resident_blocks(adamw_elem_step_kernel<KM, KV>);
   const int64_t want = (((vec ? N / 4 : N) + kElemUnits - 1) / kElemUnits + 255) / 256;
-  const unsigned hw = (hw_cvt_verified() ? kHwFp8 : 0u) | (hw_fp16_verified() ? kHwFp16 : 0u);
+  static const bool off = std::getenv("FP8SIM_ADAMW_NO_HW16") != nullptr;  // EXPERIMENT
+  const unsigned hw = (hw_cvt_verified() ? kHwFp8 : 0u) | (!off && hw_fp16_verified() ? kHwFp16 : 0u) | (off ? 0u : kPow2);
   if (m.kind != ElemKind::Pass16 || v.kind != ElemKind::Pass16) {
     FP8SIM_CUDA_CHECK(cudaMemsetAsync(ws, 0, 3 * sizeof(uint32_t), stream));
     adamw_elem_amax_kernel<KM, KV><<<grid_cap(want, per_sm_amax), 256, 0, stream>>>(g, m, v, N, vec, c, ws, hw);

@@ -97,9 +97,6 @@ void launch_quantize_lowbit(const QuantLaunch& launch, const LowbitParams& lp, u
 // along whole rows or 16x16 blocks, without rht; round to nearest; fp32 or bf16 input, 16-byte
 // aligned, aligned code stores. dtype as QuantLaunch::dtype.
 bool lowbit_fast_applies(const QuantKernelParams& params, const LowbitParams& lp, int dtype);
-// Test hook: 16x16 blocks on the tile kernel (true) or the team kernel (false); the default comes
-// from FP8SIM_LOWBIT_TILES.
-void lowbit_16x16_tiles(bool on);
 // Test hook: fp32 inputs (all 2^32) whose table-encoded code differs from encode_fp8_rne (format
 // code 0, 1, 4, 5 or 6).
 uint64_t lowbit_lut_mismatches(int format, bool saturate);

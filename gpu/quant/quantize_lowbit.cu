@@ -22,7 +22,6 @@
 
 #include <cstdint>
 #include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "gpu/common/cuda_check.hpp"
@@ -666,65 +665,12 @@ __global__ void __launch_bounds__(256)
 }
 
 // NVFP4's weight layout (16x16 blocks) and power-of-two scales on 16x16 blocks, without rht,
-// rounded to nearest: a team of 16 lanes per block, lane l holding row l of the block (16
-// elements, loaded straight into registers), the block max reduced with four shuffles, every lane
-// encoding its own row. U blocks in flight per thread.
-constexpr int kBlockUnits = 3;  // 16x16 kernel: blocks in flight per thread
-template <class T, InDt D, bool NV>
-__global__ void __launch_bounds__(256)
-    lowbit_16x16_fast_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
-                             QuantKernelParams P, LowbitParams S, const uint32_t* __restrict__ tensor_amax_in,
-                             uint32_t* __restrict__ tensor_amax_out, bool hw_e4m3) {
-  constexpr int NW = 16 / kWordElems<D>;
-  constexpr int U = kBlockUnits;
-  __shared__ alignas(16) uint8_t lut[kLutEntries<T>];
-  load_lut<T>(lut, P.format, P.saturate);
-  const Nvfp4TensorScale nv = fast_tensor_scale<NV>(P, S, tensor_amax_in);
-  const int lane = threadIdx.x & 15;
-  const int64_t slots = S.slots;  // 16 per block: whole warps run every iteration together
-  uint32_t tm = 0u;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t0 - (threadIdx.x & 31) < slots;
-       t0 += U * stride) {
-    uint4 raw[U][NW];
-    int64_t flat[U];
-    bool ok[U];
-#pragma unroll
-    for (int k = 0; k < U; ++k) {
-      const int64_t t = t0 + k * stride;
-      int64_t gi = 0, gj = 0;
-      divmod(t >> 4, P.grid_cols, S.narrow, gi, gj);
-      const int64_t row = gi * 16 + lane;
-      ok[k] = t < slots && row < P.rows;
-      flat[k] = row * P.cols + gj * 16;
-#pragma unroll
-      for (int w = 0; w < NW; ++w) raw[k][w] = ok[k] ? x[flat[k] / kWordElems<D> + w] : make_uint4(0u, 0u, 0u, 0u);
-    }
-#pragma unroll
-    for (int k = 0; k < U; ++k) {
-      float v[16];
-      uint32_t m = fast_group_values<D, 16, false>(raw[k], S, v);
-#pragma unroll
-      for (int off = 1; off < 16; off <<= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
-      if (!ok[k]) continue;
-      tm = max(tm, m);
-      float mult, stored;
-      fast_group_scale<NV>(P, nv, m, hw_e4m3, mult, stored);
-      uint32_t q[16];
-#pragma unroll
-      for (int j = 0; j < 16; ++j) q[j] = encode_lut<T>(mul_rn(v[j], mult), lut);
-      store_codes(codes, flat[k], T::kBits, true, q);
-      if (lane == 0) scales[(t0 + k * stride) >> 4] = stored;
-    }
-  }
-  if (tensor_amax_out) warp_atomic_max(tm, tensor_amax_out);
-}
-
-// The same blocks as a tile of 16 rows x 16 blocks per iteration of a 256-thread block: thread t
-// holds row t / 16 of block column t % 16, so that a half-warp reads 256 consecutive elements of
-// one row and writes their 128 consecutive code bytes (the team kernel above reads 16 rows x 64
-// bytes per warp); the 16 row maxima of each block meet in shared memory (one barrier per
-// iteration, the buffer alternating between iterations). U tiles in flight per block.
+// rounded to nearest: a tile of 16 rows x 16 blocks per iteration of a 256-thread block. Thread t
+// holds row t / 16 of block column t % 16 (16 elements, loaded straight into registers), so that a
+// half-warp reads 256 consecutive elements of one row and writes their 128 consecutive code
+// bytes; the 16 row maxima of each block meet in shared memory (one barrier per iteration, the
+// buffer alternating between iterations), and every thread encodes its own row of its block.
+// U tiles in flight per block.
 constexpr int kTileUnits = 2;
 template <class T, InDt D, bool NV>
 __global__ void __launch_bounds__(256)
@@ -785,13 +731,14 @@ __global__ void __launch_bounds__(256)
 // is the same in any order).
 template <InDt D, bool RHT>
 __global__ void __launch_bounds__(256)
-    amax_segments_kernel(const uint4* __restrict__ x, LowbitParams S, int64_t segments, uint32_t* __restrict__ amax) {
+    amax_segments_kernel(const uint4* __restrict__ x, LowbitParams S, int64_t segments, uint32_t* __restrict__ amax, bool fwd) {
   constexpr int U = 4;
   constexpr int NW = 16 / kWordElems<D>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t span = U * stride, rounds = (segments + span - 1) / span;
   uint32_t m = 0u;
-  for (int64_t r = rounds - 1; r >= 0; --r) {
+  for (int64_t rr = rounds - 1; rr >= 0; --rr) {
+    const int64_t r = fwd ? rounds - 1 - rr : rr;  // EXPERIMENT
     const int64_t s0 = r * span + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     uint4 raw[U][NW];
     load_units(x, s0, stride, segments, raw);
@@ -902,16 +849,6 @@ void cast_to_small_cuda(const void* d_in, bool bf16, uint8_t* d_out, size_t n, c
 
 namespace fp8sim::gpu::detail {
 
-namespace {
-// Which kernel runs 16x16 blocks: the tile kernel (FP8SIM_LOWBIT_TILES=1) or the team kernel.
-bool g_16x16_tiles = [] {
-  const char* e = std::getenv("FP8SIM_LOWBIT_TILES");
-  return e && std::string(e) == "1";
-}();
-}  // namespace
-
-void lowbit_16x16_tiles(bool on) { g_16x16_tiles = on; }
-
 bool lowbit_fast_applies(const QuantKernelParams& P, const LowbitParams& S, int dtype) {
   const bool small_format = P.format == gpu_format_code(Format::E2M1) || P.format == gpu_format_code(Format::E2M3) ||
                             P.format == gpu_format_code(Format::E3M2);
@@ -940,7 +877,7 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
     auto go = [&]<InDt D, bool RHT>() {
       static const int r = resident_blocks(amax_segments_kernel<D, RHT>);
       amax_segments_kernel<D, RHT><<<grid_cap((segments + 1023) / 1024, r), 256, 0, s>>>(static_cast<const uint4*>(L.x),
-                                                                                         S, segments, amax_word);
+                                                                                         S, segments, amax_word, std::getenv("FP8SIM_AMAX_FORWARD") != nullptr);
     };
     auto with_rht = [&]<InDt D>() { S.rht ? go.template operator()<D, true>() : go.template operator()<D, false>(); };
     if (dt == InDt::F32) with_rht.template operator()<InDt::F32>();
@@ -972,17 +909,9 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
         };
         if (P.group_rows == 16) {
           auto go16 = [&]<bool NV>() {
-            if (g_16x16_tiles) {
-              static const int resident = resident_blocks(lowbit_16x16_tile_kernel<T, D, NV>);
-              const int64_t tiles = P.grid_rows * ((P.grid_cols + 15) / 16);
-              lowbit_16x16_tile_kernel<T, D, NV>
-                  <<<grid_cap((tiles + kTileUnits - 1) / kTileUnits, resident), 256, 0, s>>>(
-                      static_cast<const uint4*>(L.x), codes, L.scales, P, S, amax_word, amax_out, hw_e4m3);
-              return;
-            }
-            static const int resident = resident_blocks(lowbit_16x16_fast_kernel<T, D, NV>);
-            const int64_t want = (S.slots + 256 * kBlockUnits - 1) / (256 * kBlockUnits);
-            lowbit_16x16_fast_kernel<T, D, NV><<<grid_cap(want, resident), 256, 0, s>>>(
+            static const int resident = resident_blocks(lowbit_16x16_tile_kernel<T, D, NV>);
+            const int64_t tiles = P.grid_rows * ((P.grid_cols + 15) / 16);
+            lowbit_16x16_tile_kernel<T, D, NV><<<grid_cap((tiles + kTileUnits - 1) / kTileUnits, resident), 256, 0, s>>>(
                 static_cast<const uint4*>(L.x), codes, L.scales, P, S, amax_word, amax_out, hw_e4m3);
           };
           if (S.mode == kLowbitNvfp4) go16.template operator()<true>();
