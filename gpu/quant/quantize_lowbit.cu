@@ -21,7 +21,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "gpu/common/cuda_check.hpp"
@@ -728,17 +727,17 @@ __global__ void __launch_bounds__(256)
 // elements of the whole tensor (every element belongs to a segment), U 16-element segments in
 // flight per thread. The grid walks the tensor from its tail to its head, so that the head, which
 // the encode pass reads first, is what stays in L2 (as the FP8 per-tensor stage 1 does; the max
-// is the same in any order).
+// is the same in any order; H200, bf16 8192x4096, against the forward walk in the same call:
+// nvfp4 0.0503 -> 0.0496 ms, nvfp4-w 0.0601 -> 0.0591).
 template <InDt D, bool RHT>
 __global__ void __launch_bounds__(256)
-    amax_segments_kernel(const uint4* __restrict__ x, LowbitParams S, int64_t segments, uint32_t* __restrict__ amax, bool fwd) {
+    amax_segments_kernel(const uint4* __restrict__ x, LowbitParams S, int64_t segments, uint32_t* __restrict__ amax) {
   constexpr int U = 4;
   constexpr int NW = 16 / kWordElems<D>;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t span = U * stride, rounds = (segments + span - 1) / span;
   uint32_t m = 0u;
-  for (int64_t rr = rounds - 1; rr >= 0; --rr) {
-    const int64_t r = fwd ? rounds - 1 - rr : rr;  // EXPERIMENT
+  for (int64_t r = rounds - 1; r >= 0; --r) {
     const int64_t s0 = r * span + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     uint4 raw[U][NW];
     load_units(x, s0, stride, segments, raw);
@@ -877,7 +876,7 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
     auto go = [&]<InDt D, bool RHT>() {
       static const int r = resident_blocks(amax_segments_kernel<D, RHT>);
       amax_segments_kernel<D, RHT><<<grid_cap((segments + 1023) / 1024, r), 256, 0, s>>>(static_cast<const uint4*>(L.x),
-                                                                                         S, segments, amax_word, std::getenv("FP8SIM_AMAX_FORWARD") != nullptr);
+                                                                                         S, segments, amax_word);
     };
     auto with_rht = [&]<InDt D>() { S.rht ? go.template operator()<D, true>() : go.template operator()<D, false>(); };
     if (dt == InDt::F32) with_rht.template operator()<InDt::F32>();
@@ -911,8 +910,9 @@ void launch_quantize_lowbit(const QuantLaunch& L, const LowbitParams& S, uint32_
           auto go16 = [&]<bool NV>() {
             static const int resident = resident_blocks(lowbit_16x16_tile_kernel<T, D, NV>);
             const int64_t tiles = P.grid_rows * ((P.grid_cols + 15) / 16);
-            lowbit_16x16_tile_kernel<T, D, NV><<<grid_cap((tiles + kTileUnits - 1) / kTileUnits, resident), 256, 0, s>>>(
-                static_cast<const uint4*>(L.x), codes, L.scales, P, S, amax_word, amax_out, hw_e4m3);
+            lowbit_16x16_tile_kernel<T, D, NV>
+                <<<grid_cap((tiles + kTileUnits - 1) / kTileUnits, resident), 256, 0, s>>>(
+                    static_cast<const uint4*>(L.x), codes, L.scales, P, S, amax_word, amax_out, hw_e4m3);
           };
           if (S.mode == kLowbitNvfp4) go16.template operator()<true>();
           else go16.template operator()<false>();
