@@ -24,8 +24,9 @@ void launch_adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, c
 // A moment stored one value per element (the elementwise-state step): a 16-bit value (bf16/fp16)
 // without a scale, a 16-bit value with one per-tensor scale, or an FP8 code with one per-tensor
 // scale. Scaled kinds follow the per-tensor quantizer: the scale comes from the finite amax of the
-// whole new moment (plain_scales), 16-bit values are divided by it with div_rn, FP8 values with
-// apply_scale's quotient.
+// whole new moment (plain_scales), 16-bit values are divided by it with div_rn (or multiplied by
+// its exact reciprocal where it is a power of two: the same result), FP8 values with apply_scale's
+// quotient.
 enum class ElemKind : int { Pass16 = 0, Scaled16 = 1, Fp8 = 2 };
 struct ElemMoment {
   void* codes = nullptr;   // 2 bytes (16-bit kinds) or 1 byte per element
