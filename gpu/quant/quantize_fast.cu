@@ -602,44 +602,39 @@ bool hw_allowed(const QuantKernelParams& P) { return rne_hw_ok(P) && (P.saturate
 
 }  // namespace
 
+namespace {
+// Runs the check kernels `launch(stream, counter)` adds their mismatches to, on a stream of its own
+// (the first kernel that asks may be inside another stream's work); true when they ran and found none.
+template <class Launch>
+bool device_check_passes(Launch launch) {
+  unsigned long long* d = nullptr;
+  if (cudaMalloc(&d, sizeof(unsigned long long)) != cudaSuccess) return false;
+  cudaStream_t s = nullptr;
+  bool good = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
+  unsigned long long h = 1;
+  if (good) {
+    cudaMemsetAsync(d, 0, sizeof(unsigned long long), s);
+    launch(s, d);
+    good = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
+           cudaStreamSynchronize(s) == cudaSuccess;
+    cudaStreamDestroy(s);
+  }
+  cudaFree(d);
+  return good && h == 0;
+}
+}  // namespace
+
 bool hw_cvt_verified() {
-  static const bool ok = [] {
-    unsigned long long* d = nullptr;
-    if (cudaMalloc(&d, sizeof(unsigned long long)) != cudaSuccess) return false;
-    cudaStream_t s = nullptr;
-    bool good = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
-    unsigned long long h = 1;
-    if (good) {
-      cudaMemsetAsync(d, 0, sizeof(unsigned long long), s);
-      hw_cvt_check_kernel<E4M3Traits><<<sm_count_cached() * 8, 256, 0, s>>>(d);
-      hw_cvt_check_kernel<E5M2Traits><<<sm_count_cached() * 8, 256, 0, s>>>(d);
-      good = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
-             cudaStreamSynchronize(s) == cudaSuccess;
-      cudaStreamDestroy(s);
-    }
-    cudaFree(d);
-    return good && h == 0;
-  }();
+  static const bool ok = device_check_passes([](cudaStream_t s, unsigned long long* d) {
+    hw_cvt_check_kernel<E4M3Traits><<<sm_count_cached() * 8, 256, 0, s>>>(d);
+    hw_cvt_check_kernel<E5M2Traits><<<sm_count_cached() * 8, 256, 0, s>>>(d);
+  });
   return ok;
 }
 
 bool hw_fp16_verified() {
-  static const bool ok = [] {
-    unsigned long long* d = nullptr;
-    if (cudaMalloc(&d, sizeof(unsigned long long)) != cudaSuccess) return false;
-    cudaStream_t s = nullptr;
-    bool good = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
-    unsigned long long h = 1;
-    if (good) {
-      cudaMemsetAsync(d, 0, sizeof(unsigned long long), s);
-      hw_fp16_check_kernel<<<sm_count_cached() * 8, 256, 0, s>>>(d);
-      good = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
-             cudaStreamSynchronize(s) == cudaSuccess;
-      cudaStreamDestroy(s);
-    }
-    cudaFree(d);
-    return good && h == 0;
-  }();
+  static const bool ok = device_check_passes(
+      [](cudaStream_t s, unsigned long long* d) { hw_fp16_check_kernel<<<sm_count_cached() * 8, 256, 0, s>>>(d); });
   return ok;
 }
 
