@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
 #include "gpu/common/buffer.hpp"
@@ -100,7 +99,9 @@ __device__ __forceinline__ uint32_t elem_code_of(const ElemMoment& e, uint2 w, i
 
 // Bits of the kernels' `hw` argument: the hardware converters proven equal to the reference on this
 // device (hw_cvt_verified for FP8, hw_fp16_verified for fp16), and kPow2: the product by an exact
-// power-of-two reciprocal may replace the division (the launcher always allows it).
+// power-of-two reciprocal may replace the division. The launcher always sets kPow2; it is a run-time
+// bit because under the 64-register bound the te-fp8 pair spills with the test compiled away and
+// not with it (kernel-tuning.md).
 constexpr unsigned kHwFp8 = 1u, kHwFp16 = 2u, kPow2 = 4u;
 
 __device__ __forceinline__ float elem_widen16(const ElemMoment& e, uint32_t h, bool hw16) {
@@ -302,10 +303,9 @@ __device__ __forceinline__ ElemEnc elem_enc(const ElemMoment& e, const uint32_t*
   return r;
 }
 
-// Pass 2: the fused step (decode, adamw_element, encode), 4 elements per unit.
-// At most 64 registers (four blocks of 256 per SM): the FP8-moment pairs otherwise take 76-90 and
-// run three or two blocks per SM (H100, same call: te-fp8 2.199 -> 2.102 ms per 256M parameters,
-// fp8lm 2.386 -> 2.388), without spills beyond the 16-byte local array they already hold.
+// Pass 2: the fused step (decode, adamw_element, encode), 4 elements per unit. At most 64
+// registers, four blocks of 256 per SM: the FP8-moment pairs would otherwise take 76-90 registers
+// and two or three blocks, which measured slower (docs/dev-notes/kernel-tuning.md).
 template <int KM, int KV>
 __global__ void __launch_bounds__(256, 4)
     adamw_elem_step_kernel(float* __restrict__ p, const float* __restrict__ g, ElemMoment m_arg, ElemMoment v_arg,

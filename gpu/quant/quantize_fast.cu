@@ -615,7 +615,8 @@ bool device_check_passes(Launch launch) {
   if (good) {
     cudaMemsetAsync(d, 0, sizeof(unsigned long long), s);
     launch(s, d);
-    good = cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
+    good = cudaGetLastError() == cudaSuccess &&  // a check that did not launch proves nothing
+           cudaMemcpyAsync(&h, d, sizeof h, cudaMemcpyDeviceToHost, s) == cudaSuccess &&
            cudaStreamSynchronize(s) == cudaSuccess;
     cudaStreamDestroy(s);
   }

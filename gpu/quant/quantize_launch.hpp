@@ -92,7 +92,7 @@ struct LowbitParams {
 void launch_quantize_lowbit(const QuantLaunch& launch, const LowbitParams& lp, uint32_t* amax_word,
                             cudaStream_t stream);
 // Whether launch_quantize_lowbit takes a fast kernel (1xG groups: one thread per group; 16x16
-// blocks: a team of 16 lanes per block) over the generic one: E2M1, E2M3 or E3M2 codes; NVFP4 1x16
+// blocks: a thread block per tile of 16 x 16 blocks) over the generic one: E2M1, E2M3 or E3M2 codes; NVFP4 1x16
 // (also under rht=16) and 16x16, or power-of-two plain scales (E8M0, pow2) on 1x16 / 1x32 groups
 // along whole rows or 16x16 blocks, without rht; round to nearest; fp32 or bf16 input, 16-byte
 // aligned, aligned code stores. dtype as QuantLaunch::dtype.

@@ -268,7 +268,8 @@ int run_analyze(const std::vector<std::string>& args) {
         fmt::format("rank 0: the work began {:.2f} s after the process started ({:.2f} s of it in the job's "
                     "start-up){}; the results were exchanged and written in {:.2f} s after it",
                     t.front().began, t.front().startup,
-                    t.size() > 1 ? fmt::format(", the last rank's at {:.2f} s (rank {})", last->began, last - t.begin())
+                    t.size() > 1 ? fmt::format(", the latest rank's at {:.2f} s after its own start (rank {})",
+                                               last->began, last - t.begin())
                                  : std::string(),
                     dist::process_age_seconds() - t.front().began - t.front().work));
   }

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <new>
@@ -96,11 +97,12 @@ double process_age_seconds() {
   std::ifstream f("/proc/self/stat");
   std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
+  if (close == std::string::npos || close + 2 > stat.size()) return 0;
   std::istringstream rest(stat.substr(close + 2));
   std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-  }
+  int i = 3;
+  while (i <= 22 && rest >> field) ++i;
+  if (i != 23) return 0;  // fewer fields than the kernel writes
   const long ticks = ::sysconf(_SC_CLK_TCK);
   timespec now{};
   if (ticks <= 0 || ::clock_gettime(CLOCK_BOOTTIME, &now) != 0) return 0;

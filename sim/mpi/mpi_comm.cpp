@@ -5,6 +5,8 @@
 
 #include <stdlib.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <climits>
 #include <cstdint>
@@ -54,11 +56,17 @@ class MpiComm final : public fp8sim::dist::Comm {
   MpiComm() {
 #ifdef OMPI_MAJOR_VERSION
     // Open MPI's default point-to-point layer probes the network transports (UCX, libfabric) at
-    // MPI_Init, which on one node costs about 0.2 s of every rank's start-up; fp8sim's traffic (a
-    // counter and the gathered results) is small, so its own layer (ob1, over shared memory within
-    // a node and TCP between nodes) serves it. A setting in the environment or on mpirun's command
-    // line (OMPI_MCA_pml, --mca pml) takes precedence.
-    ::setenv("OMPI_MCA_pml", "ob1", 0);
+    // MPI_Init, which costs about 0.2 s of every rank's start-up; on one node fp8sim's traffic (a
+    // counter and the gathered results) needs only shared memory, which Open MPI's own layer (ob1)
+    // serves. So a job whose ranks all run on one node uses ob1 unless OMPI_MCA_pml is set (in the
+    // environment, or by mpirun's --mca pml) or FP8SIM_MPI_KEEP_PML=1 asks for Open MPI's choice;
+    // jobs over several nodes keep Open MPI's choice. An environment setting outranks Open MPI's
+    // parameter files, so a pml chosen there needs one of those two on a single node.
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    const char* world = std::getenv("OMPI_COMM_WORLD_SIZE");
+    const char* keep = std::getenv("FP8SIM_MPI_KEEP_PML");
+    if (local && world && std::string(local) == world && !(keep && std::string(keep) == "1"))
+      ::setenv("OMPI_MCA_pml", "ob1", 0);
 #endif
     int provided = 0;
     // OpenMP threads compute inside a rank; only the main thread calls MPI.
