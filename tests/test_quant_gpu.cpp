@@ -652,6 +652,7 @@ TEST(QuantizeGpu, HardwareConverterEqualsReferenceEncoderOnAllFiniteFloats) {
   // the reference encoder if this ever fails).
   EXPECT_EQ(gpu::detail::hw_cvt_mismatches(true), 0u) << "E4M3";
   EXPECT_EQ(gpu::detail::hw_cvt_mismatches(false), 0u) << "E5M2";
+  EXPECT_TRUE(gpu::detail::hw_cvt_verified()) << "the kernels' own check at first use disagrees";
 }
 
 TEST(QuantizeGpu, HardwareFp16ConverterEqualsReferenceOnAllNonNanFloats) {
@@ -660,6 +661,7 @@ TEST(QuantizeGpu, HardwareFp16ConverterEqualsReferenceOnAllNonNanFloats) {
   // where they equal f32_to_fp16_rne (saturating and not) and fp16_to_f32: every non-NaN fp32 bit
   // pattern and every non-NaN fp16 code.
   EXPECT_EQ(gpu::detail::hw_fp16_mismatches(), 0u);
+  EXPECT_TRUE(gpu::detail::hw_fp16_verified()) << "the kernels' own check at first use disagrees";
 }
 
 TEST(QuantizeGpu, ReciprocalDivisionIsCorrectlyRounded) {

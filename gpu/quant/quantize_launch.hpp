@@ -31,7 +31,8 @@ struct QuantKernelParams {
   float delayed_scale_inv = 1.0f;  // delayed: the stored scale
 };
 
-bool hw_cvt_verified();  // gpu/quant/quantize_fast.cu (declared with its contract in quantize_kernels.cuh)
+bool hw_cvt_verified();   // gpu/quant/quantize_fast.cu (declared with its contract in quantize_kernels.cuh)
+bool hw_fp16_verified();  // likewise
 // Round-to-nearest with the converter proven on this device: the condition every quantize launcher
 // puts first before letting cvt2_hw stand in for the reference encoder.
 inline bool rne_hw_ok(const QuantKernelParams& P) { return !P.stochastic && hw_cvt_verified(); }
