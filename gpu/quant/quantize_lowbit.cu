@@ -693,7 +693,9 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
     for (int k = 0; k < U; ++k) {
       const int64_t tile = t0 + k * static_cast<int64_t>(gridDim.x);
-      const int64_t gi = tile / tile_cols, gj = (tile - gi * tile_cols) * 16 + bj, row = gi * 16 + r;
+      int64_t gi = 0, tj = 0;
+      divmod(tile, tile_cols, S.narrow, gi, tj);  // tiles <= slots: S.narrow holds for them too
+      const int64_t gj = tj * 16 + bj, row = gi * 16 + r;
       ok[k] = tile < tiles && gj < P.grid_cols && row < P.rows;
       flat[k] = row * P.cols + gj * 16;
       blk[k] = gi * P.grid_cols + gj;
