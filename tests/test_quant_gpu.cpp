@@ -176,11 +176,40 @@ TEST(QuantizeGpu, PeerPresetsAndTheirKeys) {
     for (const auto& shape : kAwkward) check_spec(s, shape, InputDtype::F32, true);
     check_spec(s, {64, 4096}, InputDtype::BF16, true);
   }
-  // COAT's lane-by-lane group minimum is a CPU emulation: the GPU refuses it with a clear error.
-  const std::vector<float> x(256, 1.0f);
-  EXPECT_THROW(
-      gpu::quantize_on_gpu(x.data(), InputDtype::F32, std::vector<int64_t>{256}, QuantSpec::parse("coat-opt"), {}),
-      UsageError);
+}
+
+// de_min=kernel (coat-opt): COAT's lane-by-lane group minimum, computed on the GPU by its own pass,
+// against the CPU's emulation: awkward shapes (short last groups: the team kernel), whole aligned
+// rows (the 1xG kernel), bf16 input, and groups built to hit every quirk of the reduction.
+TEST(QuantizeGpu, CoatKernelMinimumEqualsTheCpu) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  for (const auto& shape : kAwkward) check_spec("coat-opt", shape, InputDtype::F32, true);
+  check_spec("coat-opt", {64, 4096}, InputDtype::F32, true);
+  check_spec("coat-opt", {64, 4096}, InputDtype::BF16, true);
+  check_spec("e5m2:g128:de=coat:de_min=kernel", {3, 1000}, InputDtype::F32, true);
+  // One 128-element group per case: a zero first element (min 0), a zero at lane 1 of the second
+  // warp (hides what lane 17 merges into it), every magnitude above 1e9 (the block step's cap),
+  // a NaN and an Inf among ordinary values, an all-zero group, and a group of one value.
+  const int64_t G = 128, cases = 7;
+  std::vector<float> x = test::lognormal_data(static_cast<size_t>(G * cases), 3, 6.0);
+  x[0 * G] = 0.0f;
+  x[1 * G + 33] = 0.0f;
+  for (int64_t j = 0; j < G; ++j) x[2 * G + j] = 3e9f + static_cast<float>(j) * 1e7f;
+  x[3 * G + 5] = std::numeric_limits<float>::quiet_NaN();
+  x[3 * G + 77] = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < G; ++j) x[4 * G + j] = 0.0f;
+  for (int64_t j = 0; j < G; ++j) x[5 * G + j] = j == 40 ? -2.5f : 0.0f;
+  for (int64_t j = 0; j < G; ++j) x[6 * G + j] = 1.0f;
+  const QuantSpec spec = QuantSpec::parse("coat-opt");
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{cases, G}, std::vector<int64_t>{cases * G}}) {
+    const QuantizedTensor c = quantize(x.data(), shape, spec);
+    const QuantizedTensor g = gpu::quantize_on_gpu(x.data(), InputDtype::F32, shape, spec, {});
+    expect_same(c, g, "coat-opt hand cases");
+  }
+  // The cases differ from de_min=nonzero where they should (a zero first element: k from min 0).
+  const QuantizedTensor plain = quantize(x.data(), Shape{cases * G}, QuantSpec::parse("e4m3:g128:de=coat"));
+  const QuantizedTensor kern = quantize(x.data(), Shape{cases * G}, spec);
+  EXPECT_NE(f32_bits(plain.expand_k[0]), f32_bits(kern.expand_k[0]));
 }
 
 TEST(QuantizeGpu, Bf16AndFp16InputsAreWidenedExactly) {

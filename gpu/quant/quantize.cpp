@@ -130,8 +130,11 @@ bool lowbit_fast_path(const QuantSpec& spec, std::span<const int64_t> shape, Inp
   return detail::lowbit_fast_applies(make_params(spec, g, 0), S, dtype_code(dtype));
 }
 
+// Words: the maxima, the inf flag, the slot, then (de_min=kernel) one minimum per group.
 size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> shape) {
-  return (maxima_words(shape_numel(shape)) + 1 + detail::kSlotWords) * sizeof(uint32_t);  // + inf flag, slot
+  const size_t minima =
+      spec.de_min == DeMin::Kernel ? static_cast<size_t>(group_geometry(spec, shape).num_groups()) : 0;
+  return (maxima_words(shape_numel(shape)) + 1 + detail::kSlotWords + minima) * sizeof(uint32_t);
 }
 
 void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
@@ -197,11 +200,8 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
   } else {
     FP8SIM_REQUIRE(out.scales, "GPU quantize: null scales pointer");
     if (spec.has_expand()) FP8SIM_REQUIRE(out.expand_k && out.expand_c, "GPU quantize: DE needs k and c outputs");
-    if (spec.de_min != DeMin::Nonzero)
-      throw UsageError(
-          fmt::format("GPU quantize: {} (de_min=kernel, COAT's lane-by-lane group minimum) is emulated "
-                      "on the CPU only",
-                      spec.to_string()));
+    if (spec.de_min == DeMin::Kernel)  // validate(): de=coat, 1x128 groups (the team kernels)
+      L.params.group_min = reinterpret_cast<float*>(ws + mw + 1 + detail::kSlotWords);
     const bool team_fits = g.group_rows == 1 && g.group_cols <= kTeamMaxGroup;
     const bool plain_tensor = spec.granularity == Granularity::Tensor && !spec.delayed.enabled() && !spec.has_expand();
     if (spec.apply != Apply::Div && !plain_tensor) {

@@ -42,10 +42,13 @@ struct GroupQ {
   ExpandParams ep;        // DE
 };
 
-__device__ __forceinline__ GroupQ group_params(const QuantKernelParams& P, int mode, const Stats& st) {
+// grp: the group's index, where de_min=kernel's minimum (P.group_min) may replace the statistics'.
+__device__ __forceinline__ GroupQ group_params(const QuantKernelParams& P, int mode, const Stats& st,
+                                               int64_t grp = -1) {
   GroupQ g;
   const float absmax = f32_from_bits(st.amax);
-  const float absmin = st.amin == 0x7F800000u ? 0.0f : f32_from_bits(st.amin);
+  float absmin = st.amin == 0x7F800000u ? 0.0f : f32_from_bits(st.amin);
+  if (mode == kCoat && P.group_min != nullptr && grp >= 0) absmin = P.group_min[grp];
   if (mode == kCoat) {
     g.ep = coat_group_expand_params(absmax, absmin, P.fmax, P.fmax_target, P.eps, P.eps_add_fp64);
     g.s_stored = g.ep.s;
@@ -220,10 +223,10 @@ __global__ void __launch_bounds__(256)
       // expand_value with pow_det's y-only work done once per group (pow_y / pow_det_y: same
       // bits), encoded by coat_encode16 (the guarded encoder where the converter is verified, the
       // exact path for the elements it flags).
-      g = group_params(P, MODE, st);
+      g = group_params(P, MODE, st, grp);
       coat_encode16<T>(P, v, g.ep, hw, static_cast<uint64_t>(flat0), q);
     } else {
-      g = group_params(P, MODE, st);
+      g = group_params(P, MODE, st, grp);
 #pragma unroll
       for (int j = 0; j < 16; ++j)
         q[j] = encode_value<T>(P, transform<MODE>(P, v[j], g), static_cast<uint64_t>(flat0 + j));
@@ -274,7 +277,8 @@ __global__ void __launch_bounds__(256)
     for (int j = 0; j < 16; ++j) stats_add(st, v[j]);
     st = stats_reduce_lanes(st, team);
     if (!in) continue;
-    const GroupQ g = group_params(P, kCoat, st);
+    const int64_t grp = seg / team;
+    const GroupQ g = group_params(P, kCoat, st, grp);
     uint8_t q[16];
     coat_encode16<T>(P, v, g.ep, hw, static_cast<uint64_t>(seg * 16), q);
     uint32_t w4[4];
@@ -284,11 +288,28 @@ __global__ void __launch_bounds__(256)
               (static_cast<uint32_t>(q[4 * k + 2]) << 16) | (static_cast<uint32_t>(q[4 * k + 3]) << 24);
     reinterpret_cast<uint4*>(codes)[seg] = make_uint4(w4[0], w4[1], w4[2], w4[3]);
     if (team_lane == 0) {
-      const int64_t grp = seg / team;
       scales[grp] = g.s_stored;
       ks[grp] = g.ep.k;
       cs[grp] = g.ep.c;
     }
+  }
+}
+
+// ---- de_min=kernel: COAT's group minimum ------------------------------------------------------------
+// Each 1xG group's (G <= 128) minimum as COAT's kernel reduces it (coat_kernel_group_min: element
+// i on lane i % 32 of warp i / 32, zeros arriving from other lanes skipped, a lane's own zero
+// kept), one thread per group, into P.group_min for the coat kernels. Not a fast path: it reads
+// the tensor once more, a group per thread.
+template <InDt D>
+__global__ void __launch_bounds__(256) coat_group_min_kernel(const void* __restrict__ x, QuantKernelParams P) {
+  const int64_t groups = P.grid_rows * P.grid_cols;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t grp = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; grp < groups; grp += stride) {
+    const int64_t r = grp / P.grid_cols, c0 = (grp % P.grid_cols) * P.group_cols;
+    const int n = static_cast<int>(P.cols - c0 < P.group_cols ? P.cols - c0 : P.group_cols);
+    float v[kCoatKernelLanes];
+    for (int j = 0; j < n; ++j) v[j] = load_elem<D>(x, r * P.cols + c0 + j);
+    P.group_min[grp] = coat_kernel_group_min(v, n);
   }
 }
 
@@ -412,7 +433,7 @@ __global__ void __launch_bounds__(256)
         codes[flat] = robust_encode<T>(P, load_elem<D>(x, flat), g.ep, plain, Yk, static_cast<uint64_t>(flat));
       }
     } else {
-      g = group_params(P, MODE, st);
+      g = group_params(P, MODE, st, grp);
       const bool guarded = MODE == kCoat && !P.stochastic && hw_ok;
       GuardedEnc f{};
       if (guarded) f = coat_guarded(P, g.ep);
@@ -988,6 +1009,13 @@ void launch_groups(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
   uint8_t* codes = static_cast<uint8_t*>(L.codes);
   const int64_t groups = P.grid_rows * P.grid_cols;
   const int64_t G = P.group_cols;
+  if (P.group_min != nullptr) {  // de_min=kernel: the groups' minima first
+    const int grid = grid_cap((groups + 255) / 256, 8);
+    if (dt == InDt::F32) coat_group_min_kernel<InDt::F32><<<grid, 256, 0, s>>>(L.x, P);
+    else if (dt == InDt::BF16) coat_group_min_kernel<InDt::BF16><<<grid, 256, 0, s>>>(L.x, P);
+    else coat_group_min_kernel<InDt::FP16><<<grid, 256, 0, s>>>(L.x, P);
+    FP8SIM_CUDA_CHECK_LAUNCH();
+  }
   // The fast plain kernels divide (x / s): other apply= forms take the team and block kernels.
   if (L.mode == kPlain && P.scale.apply == Apply::Div && launch_quant_fast(L, s)) {
     // done: 1xG or staged groups (quantize_fast.cu)

@@ -29,6 +29,9 @@ struct QuantKernelParams {
   bool eps_add_fp64 = true;        // DE coat: how the epsilon is added
   float delayed_scale = 1.0f;      // delayed: TE's multiplier
   float delayed_scale_inv = 1.0f;  // delayed: the stored scale
+  // de_min=kernel (coat-opt): each group's minimum as COAT's kernel reduces it, written by a
+  // pass before the coat kernels, which take it in place of the nonzero minimum (null: de_min=nonzero).
+  float* group_min = nullptr;
 };
 
 bool hw_cvt_verified();   // gpu/quant/quantize_fast.cu (declared with its contract in quantize_kernels.cuh)

@@ -217,6 +217,7 @@ std::vector<std::string> specs_for(Role r) {
     case Role::ExpAvg:
     case Role::ExpAvgSq:
       return {"e4m3:g128:de=coat",
+              "coat-opt",
               "e4m3:g128:de=robust",
               "e5m2:g128:de=coat",
               "e4m3:g128:eps=1e-20:eps_add=fp64",
