@@ -186,9 +186,10 @@ TEST(QuantizeGpu, CoatKernelMinimumEqualsTheCpu) {
   for (const auto& shape : kAwkward) check_spec("coat-opt", shape, InputDtype::F32, true);
   check_spec("coat-opt", {64, 4096}, InputDtype::F32, true);
   check_spec("coat-opt", {64, 4096}, InputDtype::BF16, true);
+  check_spec("coat-opt", {5, 217}, InputDtype::FP16, true);
   check_spec("e5m2:g128:de=coat:de_min=kernel", {3, 1000}, InputDtype::F32, true);
   // One 128-element group per case: a zero first element (min 0), a zero at lane 1 of the second
-  // warp (hides what lane 17 merges into it), every magnitude above 1e9 (the block step's cap),
+  // warp (hides what that warp's odd lanes merge into it), every magnitude above 1e9 (the block step's cap),
   // a NaN and an Inf among ordinary values, an all-zero group, and a group of one value.
   const int64_t G = 128, cases = 7;
   std::vector<float> x = test::lognormal_data(static_cast<size_t>(G * cases), 3, 6.0);
@@ -201,7 +202,10 @@ TEST(QuantizeGpu, CoatKernelMinimumEqualsTheCpu) {
   for (int64_t j = 0; j < G; ++j) x[5 * G + j] = j == 40 ? -2.5f : 0.0f;
   for (int64_t j = 0; j < G; ++j) x[6 * G + j] = 1.0f;
   const QuantSpec spec = QuantSpec::parse("coat-opt");
-  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{cases, G}, std::vector<int64_t>{cases * G}}) {
+  // {cases, G} and {cases * G}: the aligned 1xG kernel; {1, cases * G - 3}: the team kernel (the
+  // last group short, the teams past it idle).
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{cases, G}, std::vector<int64_t>{cases * G}, std::vector<int64_t>{1, cases * G - 3}}) {
     const QuantizedTensor c = quantize(x.data(), shape, spec);
     const QuantizedTensor g = gpu::quantize_on_gpu(x.data(), InputDtype::F32, shape, spec, {});
     expect_same(c, g, "coat-opt hand cases");

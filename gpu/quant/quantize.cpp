@@ -90,7 +90,8 @@ detail::LowbitParams lowbit_plan(const QuantSpec& spec, const GroupGeometry& g, 
     throw UsageError(
         fmt::format("{}: per-tensor DE on the 4- and 6-bit kernels is not implemented (the CPU does it)", what));
   if (spec.de_min != DeMin::Nonzero)
-    throw UsageError(fmt::format("{}: de_min=kernel is emulated on the CPU only", what));
+    throw UsageError(
+        fmt::format("{}: de_min=kernel on the 4- and 6-bit kernels is not implemented (the CPU does it)", what));
   const int64_t segs = g.numel() / 16;
   S.narrow = segs * 32 < (int64_t{1} << 31) && g.rows < (int64_t{1} << 31) && g.cols < (int64_t{1} << 31);
   if (dequantize || S.mode == detail::kLowbitTensor) {

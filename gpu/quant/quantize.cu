@@ -223,10 +223,10 @@ __global__ void __launch_bounds__(256)
       // expand_value with pow_det's y-only work done once per group (pow_y / pow_det_y: same
       // bits), encoded by coat_encode16 (the guarded encoder where the converter is verified, the
       // exact path for the elements it flags).
-      g = group_params(P, MODE, st, grp);
+      g = group_params(P, MODE, st, active ? grp : -1);  // no minimum past the last group
       coat_encode16<T>(P, v, g.ep, hw, static_cast<uint64_t>(flat0), q);
     } else {
-      g = group_params(P, MODE, st, grp);
+      g = group_params(P, MODE, st, active ? grp : -1);
 #pragma unroll
       for (int j = 0; j < 16; ++j)
         q[j] = encode_value<T>(P, transform<MODE>(P, v[j], g), static_cast<uint64_t>(flat0 + j));

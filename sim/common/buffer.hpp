@@ -5,12 +5,35 @@
 // std::vector does first is a serial pass over memory that the read then overwrites, and on a
 // fresh allocation it is also where the pages are first touched (faulted in) on one thread.
 // Everything else (assign, push_back, initialiser lists, resize(n, value)) is std::vector's.
+//
+// Storage of kPoolMinBytes or more comes from a small process-wide pool: a freed block is kept
+// (at most kPoolBlocks of them) and handed to the next Buffer that fits in it. Traces are measured
+// one tensor at a time, each with buffers of hundreds of megabytes allocated and freed once per
+// tensor; from the system every such block is a fresh mapping that the kernel faults in and
+// zero-fills page by page, a write pass over memory that the buffer's own writes then repeat (and,
+// with many MPI ranks on one host, memory bandwidth they all share).
+#include <cstddef>
 #include <memory>
 #include <new>
 #include <utility>
 #include <vector>
 
 namespace fp8sim {
+
+namespace buffer_pool {
+constexpr size_t kPoolMinBytes = size_t{1} << 20;
+constexpr size_t kPoolBlocks = 4;
+// A block of at least `bytes` (64-byte aligned): the smallest pooled block that holds it, else new
+// storage. Thread-safe.
+void* allocate(size_t bytes);
+// Returns a block from allocate() to the pool; past kPoolBlocks the smallest pooled block is freed.
+void deallocate(void* p) noexcept;
+// Blocks kept now and their bytes (tests).
+size_t pooled_blocks() noexcept;
+size_t pooled_bytes() noexcept;
+// Frees every pooled block.
+void release() noexcept;
+}  // namespace buffer_pool
 
 template <class T>
 struct DefaultInitAllocator : std::allocator<T> {
@@ -22,6 +45,16 @@ struct DefaultInitAllocator : std::allocator<T> {
   DefaultInitAllocator() noexcept = default;
   template <class U>
   DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  T* allocate(size_t n) {
+    if (n * sizeof(T) >= buffer_pool::kPoolMinBytes && n <= static_cast<size_t>(-1) / sizeof(T))
+      return static_cast<T*>(buffer_pool::allocate(n * sizeof(T)));
+    return std::allocator<T>::allocate(n);
+  }
+  void deallocate(T* p, size_t n) noexcept {
+    if (n * sizeof(T) >= buffer_pool::kPoolMinBytes && n <= static_cast<size_t>(-1) / sizeof(T))
+      buffer_pool::deallocate(p);
+    else std::allocator<T>::deallocate(p, n);
+  }
   // Called by resize(n) and the size constructor: default-initialise (nothing for scalars).
   template <class U>
   void construct(U* p) noexcept(noexcept(::new (static_cast<void*>(p)) U)) {
