@@ -20,6 +20,7 @@ TEST(BufferPool, SmallBuffersBypassThePool) {
 }
 
 TEST(BufferPool, AFreedBlockServesTheNextBufferThatFits) {
+  if (!buffer_pool::kOn) GTEST_SKIP() << "the pool is off under AddressSanitizer";
   buffer_pool::release();
   const float* first = nullptr;
   {
@@ -42,6 +43,7 @@ TEST(BufferPool, AFreedBlockServesTheNextBufferThatFits) {
 }
 
 TEST(BufferPool, KeepsAtMostItsBlocksAndTheLargest) {
+  if (!buffer_pool::kOn) GTEST_SKIP() << "the pool is off under AddressSanitizer";
   buffer_pool::release();
   {
     std::vector<Buffer<uint8_t>> bufs;
@@ -55,6 +57,7 @@ TEST(BufferPool, KeepsAtMostItsBlocksAndTheLargest) {
 }
 
 TEST(BufferPool, GrowingKeepsTheValues) {
+  if (!buffer_pool::kOn) GTEST_SKIP() << "the pool is off under AddressSanitizer";
   buffer_pool::release();
   Buffer<int32_t> b(kLarge);
   std::iota(b.begin(), b.end(), 0);
@@ -64,6 +67,7 @@ TEST(BufferPool, GrowingKeepsTheValues) {
 }
 
 TEST(BufferPool, ThreadsAllocatingAndFreeingAtOnceSeeTheirOwnData) {
+  if (!buffer_pool::kOn) GTEST_SKIP() << "the pool is off under AddressSanitizer";
   buffer_pool::release();
   std::vector<std::thread> threads;
   std::vector<int> bad(8, 0);
@@ -78,6 +82,42 @@ TEST(BufferPool, ThreadsAllocatingAndFreeingAtOnceSeeTheirOwnData) {
   for (auto& th : threads) th.join();
   for (int t = 0; t < 8; ++t) EXPECT_EQ(bad[static_cast<size_t>(t)], 0) << "thread " << t;
   EXPECT_LE(buffer_pool::pooled_blocks(), buffer_pool::kPoolBlocks);
+}
+
+TEST(BufferPool, TheSmallestBlockThatFitsIsTaken) {
+  if (!buffer_pool::kOn) GTEST_SKIP() << "the pool is off under AddressSanitizer";
+  buffer_pool::release();
+  const float* four = nullptr;
+  {
+    Buffer<float> a(8 * kLarge), b(4 * kLarge);
+    four = b.data();
+  }
+  Buffer<float> c(3 * kLarge);
+  EXPECT_EQ(c.data(), four);
+  EXPECT_EQ(buffer_pool::pooled_bytes(), 8 * kLarge * sizeof(float));
+}
+
+TEST(BufferPool, ABlockFreedOnAnotherThreadIsPooled) {
+  if (!buffer_pool::kOn) GTEST_SKIP() << "the pool is off under AddressSanitizer";
+  buffer_pool::release();
+  Buffer<float> b;
+  std::thread([&b] { b.resize(2 * kLarge); }).join();  // allocated there, freed here
+  const float* p = b.data();
+  b = Buffer<float>();
+  EXPECT_EQ(buffer_pool::pooled_blocks(), 1u);
+  Buffer<float> again(2 * kLarge);
+  EXPECT_EQ(again.data(), p);
+}
+
+TEST(BufferPool, ReleaseAtExitEmptiesThePool) {
+  if (!buffer_pool::kOn) GTEST_SKIP() << "the pool is off under AddressSanitizer";
+  buffer_pool::release();
+  {
+    const buffer_pool::ReleaseAtExit guard;
+    { Buffer<float> b(kLarge); }
+    EXPECT_EQ(buffer_pool::pooled_blocks(), 1u);
+  }
+  EXPECT_EQ(buffer_pool::pooled_blocks(), 0u);
 }
 
 }  // namespace

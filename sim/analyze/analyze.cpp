@@ -1,4 +1,5 @@
 #include "sim/analyze/analyze.hpp"
+#include "sim/common/buffer.hpp"
 #include "sim/common/paths.hpp"
 
 #include <fmt/format.h>
@@ -873,6 +874,7 @@ Json AnalyzeResult::to_json() const {
 
 AnalyzeResult analyze_trace(const trace::TraceReader& r, const recipe::TrainingRecipe& rec,
                             const AnalyzeOptions& opts) {
+  const buffer_pool::ReleaseAtExit release_buffers;  // the tensors' large buffers, pooled meanwhile
   const trace::StepInfo& si = resolve_step(r, opts);
   AnalyzeResult out;
   out.trace = source_relative(r.path());

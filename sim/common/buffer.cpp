@@ -1,6 +1,7 @@
 #include "sim/common/buffer.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <new>
 #include <unordered_map>
@@ -9,12 +10,13 @@
 namespace fp8sim::buffer_pool {
 namespace {
 
-constexpr std::align_val_t kAlign{64};
+constexpr std::align_val_t kAlign{kAlignment};
 
 struct Pool {
   std::mutex mu;
   std::vector<std::pair<void*, size_t>> free;  // pooled blocks and their sizes
   std::unordered_map<void*, size_t> live;      // blocks handed out, by address
+  Pool() { free.reserve(kPoolBlocks + 1); }    // so that deallocate() never allocates
 };
 Pool& pool() {
   static Pool* p = new Pool;  // never destroyed: Buffers may be freed during static destruction
@@ -50,12 +52,12 @@ void deallocate(void* p) noexcept {
   {
     const std::lock_guard<std::mutex> lock(P.mu);
     const auto it = P.live.find(p);
-    if (it == P.live.end()) return;  // not ours: cannot happen for a block from allocate()
+    if (it == P.live.end()) std::abort();  // not a block from allocate(): a broken invariant
     P.free.emplace_back(p, it->second);
     P.live.erase(it);
     if (P.free.size() > kPoolBlocks) {
-      const auto smallest =
-          std::min_element(P.free.begin(), P.free.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+      const auto smallest = std::min_element(P.free.begin(), P.free.end(),
+                                             [](const auto& a, const auto& b) { return a.second < b.second; });
       drop = smallest->first;
       P.free.erase(smallest);
     }

@@ -7,7 +7,8 @@
 // Everything else (assign, push_back, initialiser lists, resize(n, value)) is std::vector's.
 //
 // Storage of kPoolMinBytes or more comes from a small process-wide pool: a freed block is kept
-// (at most kPoolBlocks of them) and handed to the next Buffer that fits in it. Traces are measured
+// (at most kPoolBlocks of them, until buffer_pool::release()) and handed to the next Buffer that
+// fits in it, whatever its size (a small Buffer may hold a much larger block meanwhile). Traces are measured
 // one tensor at a time, each with buffers of hundreds of megabytes allocated and freed once per
 // tensor; from the system every such block is a fresh mapping that the kernel faults in and
 // zero-fills page by page, a write pass over memory that the buffer's own writes then repeat (and,
@@ -21,8 +22,14 @@
 namespace fp8sim {
 
 namespace buffer_pool {
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kOn = false;  // under ASan every block is the system's: a reused one would hide use-after-free
+#else
+constexpr bool kOn = true;
+#endif
 constexpr size_t kPoolMinBytes = size_t{1} << 20;
 constexpr size_t kPoolBlocks = 4;
+constexpr size_t kAlignment = 64;
 // A block of at least `bytes` (64-byte aligned): the smallest pooled block that holds it, else new
 // storage. Thread-safe.
 void* allocate(size_t bytes);
@@ -31,8 +38,16 @@ void deallocate(void* p) noexcept;
 // Blocks kept now and their bytes (tests).
 size_t pooled_blocks() noexcept;
 size_t pooled_bytes() noexcept;
-// Frees every pooled block.
+// Frees every pooled block. The long entry points (analyze, the optimizer replay) call it when
+// they finish, so a process (the Python package's included) keeps no idle blocks between calls.
 void release() noexcept;
+// release() when the scope ends, however it ends.
+struct ReleaseAtExit {
+  ReleaseAtExit() = default;
+  ReleaseAtExit(const ReleaseAtExit&) = delete;
+  ReleaseAtExit& operator=(const ReleaseAtExit&) = delete;
+  ~ReleaseAtExit() { release(); }
+};
 }  // namespace buffer_pool
 
 template <class T>
@@ -45,14 +60,16 @@ struct DefaultInitAllocator : std::allocator<T> {
   DefaultInitAllocator() noexcept = default;
   template <class U>
   DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  static_assert(alignof(T) <= buffer_pool::kAlignment, "pooled blocks are 64-byte aligned");
+  static bool pooled(size_t n) noexcept {
+    return buffer_pool::kOn && n <= static_cast<size_t>(-1) / sizeof(T) && n * sizeof(T) >= buffer_pool::kPoolMinBytes;
+  }
   T* allocate(size_t n) {
-    if (n * sizeof(T) >= buffer_pool::kPoolMinBytes && n <= static_cast<size_t>(-1) / sizeof(T))
-      return static_cast<T*>(buffer_pool::allocate(n * sizeof(T)));
+    if (pooled(n)) return static_cast<T*>(buffer_pool::allocate(n * sizeof(T)));
     return std::allocator<T>::allocate(n);
   }
   void deallocate(T* p, size_t n) noexcept {
-    if (n * sizeof(T) >= buffer_pool::kPoolMinBytes && n <= static_cast<size_t>(-1) / sizeof(T))
-      buffer_pool::deallocate(p);
+    if (pooled(n)) buffer_pool::deallocate(p);
     else std::allocator<T>::deallocate(p, n);
   }
   // Called by resize(n) and the size constructor: default-initialise (nothing for scalars).

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "sim/common/buffer.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/dist.hpp"
 #include "sim/common/interrupt.hpp"
@@ -41,6 +42,7 @@ OptimResult optim_replay(const std::string& path, const OptimOptions& opts) {
 }
 
 OptimResult optim_replay(const trace::TraceReader& r, const OptimOptions& opts) {
+  const buffer_pool::ReleaseAtExit release_buffers;  // the tensors' large buffers, pooled meanwhile
   for (const StateRecipe& rec : opts.recipes) rec.check_supported();
   const std::string path = r.path().string();
   const trace::TraceHeader& H = r.header();

@@ -348,9 +348,10 @@ struct Stored {
   bool as_read;
 };
 
-// Sizes a tensor's buffer before a read fills it: no zero-fill (Buffer), so its pages are first
-// touched by whatever writes them, the decoding threads included. A large buffer is asked for in
-// 2 MiB pages (madvise; a no-op where transparent huge pages are off): 512 times fewer page faults.
+// Sizes a tensor's buffer before a read fills it: no zero-fill (Buffer), so the pages of a fresh
+// block are first touched by whatever writes them, the decoding threads included (a block from
+// Buffer's pool is already mapped). A large buffer is asked for in 2 MiB pages (madvise; a no-op
+// where transparent huge pages are off): 512 times fewer page faults.
 template <class T>
 void resize_for_read(Buffer<T>& v, size_t n) {
   constexpr uintptr_t kHuge = uintptr_t{2} << 20;
