@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -15,6 +16,7 @@
 
 #include "gpu/analyze/tensor_metrics.hpp"
 #include "gpu/common/buffer.hpp"
+#include "sim/common/buffer.hpp"
 #include "sim/common/check.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/quant/quantize.hpp"
@@ -133,6 +135,38 @@ TEST(AnalyzeGpu, KeptTensorAndRefusals) {
   EXPECT_EQ(m.nan + m.inf, 2u);
   const QuantSpec rht = QuantSpec::parse("e2m1:g16:scale=e4m3:rht=16");
   EXPECT_THROW(gpu::tensor_metrics_on_gpu(x.data(), InputDtype::F32, shape, &rht, scratch, stream.get()), UsageError);
+}
+
+// A tensor in a pooled Buffer is uploaded from its block page-locked on first use, once, and
+// unlocked when the pool gives the block back; its numbers equal those of a pageable copy.
+TEST(AnalyzeGpu, PooledHostBlocksArePageLockedOnceAndUnlockedOnReturn) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  if (!buffer_pool::kOn) GTEST_SKIP() << "the pool is off under AddressSanitizer";
+  const char* pin = std::getenv("FP8SIM_PIN");
+  if (pin && std::string(pin) == "0") GTEST_SKIP() << "FP8SIM_PIN=0";
+  buffer_pool::release();
+  const size_t base = gpu::pinned_blocks();
+  const std::vector<int64_t> shape = {512, 2048};  // 4 MiB of fp32: a pooled block
+  const std::vector<float> values = awkward(512 * 2048, 9);
+  const QuantSpec spec = QuantSpec::parse("e4m3:g128");
+  gpu::MetricsScratch scratch;
+  gpu::Stream stream;
+  {
+    Buffer<float> x(values.begin(), values.end());
+    ASSERT_TRUE(buffer_pool::block_of(x.data(), nullptr));
+    const TensorMetrics a = gpu::tensor_metrics_on_gpu(x.data(), InputDtype::F32, shape, &spec, scratch, stream.get());
+    EXPECT_EQ(gpu::pinned_blocks(), base + 1);
+    const TensorMetrics b = gpu::tensor_metrics_on_gpu(x.data(), InputDtype::F32, shape, &spec, scratch, stream.get());
+    EXPECT_EQ(gpu::pinned_blocks(), base + 1) << "locked once";
+    const TensorMetrics c =
+        gpu::tensor_metrics_on_gpu(values.data(), InputDtype::F32, shape, &spec, scratch, stream.get());
+    EXPECT_EQ(gpu::pinned_blocks(), base + 1) << "a plain vector is not locked";
+    EXPECT_EQ(stats_bytes(a.stats), stats_bytes(c.stats));
+    EXPECT_EQ(stats_bytes(b.stats), stats_bytes(c.stats));
+  }
+  EXPECT_EQ(gpu::pinned_blocks(), base + 1) << "a pooled block stays locked";
+  buffer_pool::release();
+  EXPECT_EQ(gpu::pinned_blocks(), base) << "unlocked before it went back to the system";
 }
 
 std::string slurp(const std::string& path) {

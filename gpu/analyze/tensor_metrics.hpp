@@ -33,4 +33,8 @@ struct MetricsScratch {
 TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
                                     const QuantSpec* spec, MetricsScratch& scratch, cudaStream_t stream);
 
+// Host blocks page-locked for uploads now: a tensor in a pooled Buffer (sim/common/buffer.hpp) is
+// uploaded from its block, locked on first use and unlocked when the pool returns it (tests).
+size_t pinned_blocks();
+
 }  // namespace fp8sim::gpu

@@ -1,6 +1,8 @@
 #include "sim/common/buffer.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <new>
@@ -18,6 +20,13 @@ struct Pool {
   std::unordered_map<void*, size_t> live;      // blocks handed out, by address
   Pool() { free.reserve(kPoolBlocks + 1); }    // so that deallocate() never allocates
 };
+std::atomic<ReturnHook> g_return_hook{nullptr};
+
+void give_back(void* p, size_t bytes) noexcept {
+  if (const ReturnHook h = g_return_hook.load()) h(p, bytes);
+  ::operator delete(p, kAlign);
+}
+
 Pool& pool() {
   static Pool* p = new Pool;  // never destroyed: Buffers may be freed during static destruction
   return *p;
@@ -48,7 +57,7 @@ void* allocate(size_t bytes) {
 void deallocate(void* p) noexcept {
   if (p == nullptr) return;
   Pool& P = pool();
-  void* drop = nullptr;
+  std::pair<void*, size_t> drop{nullptr, 0};
   {
     const std::lock_guard<std::mutex> lock(P.mu);
     const auto it = P.live.find(p);
@@ -58,12 +67,23 @@ void deallocate(void* p) noexcept {
     if (P.free.size() > kPoolBlocks) {
       const auto smallest = std::min_element(P.free.begin(), P.free.end(),
                                              [](const auto& a, const auto& b) { return a.second < b.second; });
-      drop = smallest->first;
+      drop = *smallest;
       P.free.erase(smallest);
     }
   }
-  if (drop != nullptr) ::operator delete(drop, kAlign);
+  if (drop.first != nullptr) give_back(drop.first, drop.second);
 }
+
+bool block_of(const void* p, size_t* bytes) noexcept {
+  Pool& P = pool();
+  const std::lock_guard<std::mutex> lock(P.mu);
+  const auto it = P.live.find(const_cast<void*>(p));
+  if (it == P.live.end()) return false;
+  if (bytes != nullptr) *bytes = it->second;
+  return true;
+}
+
+void set_return_hook(ReturnHook hook) noexcept { g_return_hook.store(hook); }
 
 size_t pooled_blocks() noexcept {
   Pool& P = pool();
@@ -81,12 +101,14 @@ size_t pooled_bytes() noexcept {
 
 void release() noexcept {
   Pool& P = pool();
-  std::vector<std::pair<void*, size_t>> drop;
+  std::array<std::pair<void*, size_t>, kPoolBlocks + 1> drop{};  // the list keeps its reserve
+  size_t n = 0;
   {
     const std::lock_guard<std::mutex> lock(P.mu);
-    drop.swap(P.free);
+    for (const auto& f : P.free) drop[n++] = f;
+    P.free.clear();
   }
-  for (const auto& f : drop) ::operator delete(f.first, kAlign);
+  for (size_t i = 0; i < n; ++i) give_back(drop[i].first, drop[i].second);
 }
 
 }  // namespace fp8sim::buffer_pool

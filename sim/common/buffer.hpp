@@ -29,12 +29,20 @@ constexpr bool kOn = true;
 #endif
 constexpr size_t kPoolMinBytes = size_t{1} << 20;
 constexpr size_t kPoolBlocks = 4;
-constexpr size_t kAlignment = 64;
-// A block of at least `bytes` (64-byte aligned): the smallest pooled block that holds it, else new
+constexpr size_t kAlignment = 4096;  // a page: blocks can be page-locked whole
+// A block of at least `bytes` (page-aligned): the smallest pooled block that holds it, else new
 // storage. Thread-safe.
 void* allocate(size_t bytes);
 // Returns a block from allocate() to the pool; past kPoolBlocks the smallest pooled block is freed.
 void deallocate(void* p) noexcept;
+// Whether p is the start of a block handed out by allocate() (a pooled Buffer's data()), and that
+// block's size.
+bool block_of(const void* p, size_t* bytes) noexcept;
+// Called with every block just before it goes back to the system (evicted or released), outside
+// the pool's lock; null: none. Set by the GPU module, which page-locks blocks for uploads
+// (gpu/analyze/tensor_metrics.cpp) and must unlock them first.
+using ReturnHook = void (*)(void* p, size_t bytes);
+void set_return_hook(ReturnHook hook) noexcept;
 // Blocks kept now and their bytes (tests).
 size_t pooled_blocks() noexcept;
 size_t pooled_bytes() noexcept;
@@ -60,7 +68,7 @@ struct DefaultInitAllocator : std::allocator<T> {
   DefaultInitAllocator() noexcept = default;
   template <class U>
   DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
-  static_assert(alignof(T) <= buffer_pool::kAlignment, "pooled blocks are 64-byte aligned");
+  static_assert(alignof(T) <= buffer_pool::kAlignment, "pooled blocks are page-aligned");
   static bool pooled(size_t n) noexcept {
     return buffer_pool::kOn && n <= static_cast<size_t>(-1) / sizeof(T) && n * sizeof(T) >= buffer_pool::kPoolMinBytes;
   }
