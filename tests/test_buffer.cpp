@@ -1,6 +1,7 @@
 // Buffer<T> (sim/common/buffer.hpp): default-initialising resize and the pool of large blocks.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <numeric>
 #include <thread>
@@ -118,6 +119,39 @@ TEST(BufferPool, ReleaseAtExitEmptiesThePool) {
     EXPECT_EQ(buffer_pool::pooled_blocks(), 1u);
   }
   EXPECT_EQ(buffer_pool::pooled_blocks(), 0u);
+}
+
+TEST(BufferPool, BlocksArePageAlignedAndKnownByTheirStart) {
+  if (!buffer_pool::kOn) GTEST_SKIP() << "the pool is off under AddressSanitizer";
+  buffer_pool::release();
+  Buffer<float> b(kLarge + 3);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % buffer_pool::kAlignment, 0u);
+  size_t bytes = 0;
+  ASSERT_TRUE(buffer_pool::block_of(b.data(), &bytes));
+  EXPECT_EQ(bytes, (kLarge + 3) * sizeof(float));
+  EXPECT_FALSE(buffer_pool::block_of(b.data() + 1, nullptr));
+  const std::vector<float> plain(kLarge);
+  EXPECT_FALSE(buffer_pool::block_of(plain.data(), nullptr));
+}
+
+std::atomic<size_t> g_returned{0};
+void count_return(void*, size_t bytes) { g_returned += bytes; }
+
+TEST(BufferPool, TheReturnHookSeesEveryBlockBeforeItGoesBack) {
+  if (!buffer_pool::kOn) GTEST_SKIP() << "the pool is off under AddressSanitizer";
+  buffer_pool::release();
+  g_returned = 0;
+  buffer_pool::set_return_hook(&count_return);
+  {
+    std::vector<Buffer<uint8_t>> bufs;
+    for (size_t i = 1; i <= buffer_pool::kPoolBlocks + 1; ++i) bufs.emplace_back(i * buffer_pool::kPoolMinBytes);
+  }
+  EXPECT_EQ(g_returned.load(), buffer_pool::kPoolMinBytes) << "the evicted block: the smallest";
+  buffer_pool::release();
+  size_t all = 0;
+  for (size_t i = 1; i <= buffer_pool::kPoolBlocks + 1; ++i) all += i * buffer_pool::kPoolMinBytes;
+  EXPECT_EQ(g_returned.load(), all);
+  buffer_pool::set_return_hook(nullptr);
 }
 
 }  // namespace

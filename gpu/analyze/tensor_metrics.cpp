@@ -55,9 +55,12 @@ Phases g_phases;
 // Page-locked host blocks. A tensor's values come in a pooled Buffer (sim/common/buffer.hpp),
 // whose blocks are reused from tensor to tensor: each is page-locked once (cudaHostRegister), so
 // that its uploads run at the link's DMA rate instead of through the driver's staging of pageable
-// memory (measured: 4.1 GB in 0.58 s, half the GPU's time per tensor), and unlocked by the pool's
-// return hook before it goes back to the system. FP8SIM_PIN=0 turns it off; a refused registration
-// (a memory-lock limit) turns it off for the process.
+// memory (measured on an H100: 4.1 GB in about 0.57 s pageable, half the GPU's time per tensor),
+// and unlocked by the pool's return hook before it goes back to the system. Locked blocks cannot
+// be swapped out: up to the pool's blocks plus the tensors in use per process. FP8SIM_PIN=0 turns
+// it off; a refused registration turns it off for the process (the uploads stay pageable). The
+// hook runs on the thread that frees the block; analyze frees uploaded tensors on its main thread,
+// the one that selected the device.
 struct Pinned {
   std::mutex mu;
   std::unordered_map<void*, size_t> blocks;
@@ -71,10 +74,8 @@ Pinned& pinned() {
 void unpin_block(void* p, size_t) {
   Pinned& P = pinned();
   const std::lock_guard<std::mutex> lock(P.mu);
-  if (P.blocks.erase(p) != 0) {
-    cudaHostUnregister(p);
-    cudaGetLastError();  // an unregister failure leaves nothing to do
-  }
+  if (P.blocks.erase(p) != 0 && cudaHostUnregister(p) != cudaSuccess)
+    cudaGetLastError();  // its own failure only: the block goes back to the system either way
 }
 
 void pin_for_upload(const void* host) {
@@ -86,15 +87,16 @@ void pin_for_upload(const void* host) {
   if (!on || !buffer_pool::block_of(host, &bytes)) return;
   Pinned& P = pinned();
   const std::lock_guard<std::mutex> lock(P.mu);
-  if (P.failed || P.blocks.count(const_cast<void*>(host)) != 0) return;
+  void* const block = const_cast<void*>(host);
+  if (P.failed || P.blocks.count(block) != 0) return;
   static std::once_flag hook;
   std::call_once(hook, [] { buffer_pool::set_return_hook(&unpin_block); });
-  if (cudaHostRegister(const_cast<void*>(host), bytes, cudaHostRegisterDefault) != cudaSuccess) {
-    cudaGetLastError();  // clear it: the upload goes the pageable way
+  P.blocks.emplace(block, bytes);  // first: a throw here leaves nothing locked
+  if (cudaHostRegister(block, bytes, cudaHostRegisterDefault) != cudaSuccess) {
+    cudaGetLastError();  // its own failure: the upload goes the pageable way
+    P.blocks.erase(block);
     P.failed = true;
-    return;
   }
-  P.blocks.emplace(const_cast<void*>(host), bytes);
 }
 
 template <class T>
@@ -117,6 +119,12 @@ size_t pinned_blocks() {
   Pinned& P = pinned();
   const std::lock_guard<std::mutex> lock(P.mu);
   return P.blocks.size();
+}
+
+bool pinning_refused() {
+  Pinned& P = pinned();
+  const std::lock_guard<std::mutex> lock(P.mu);
+  return P.failed;
 }
 
 TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,

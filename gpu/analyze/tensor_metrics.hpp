@@ -36,5 +36,7 @@ TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::s
 // Host blocks page-locked for uploads now: a tensor in a pooled Buffer (sim/common/buffer.hpp) is
 // uploaded from its block, locked on first use and unlocked when the pool returns it (tests).
 size_t pinned_blocks();
+// Whether the system refused a page-lock (the process then uploads from pageable memory).
+bool pinning_refused();
 
 }  // namespace fp8sim::gpu
