@@ -47,9 +47,10 @@ __device__ __forceinline__ GroupQ group_params(const QuantKernelParams& P, int m
                                                int64_t grp = -1) {
   GroupQ g;
   const float absmax = f32_from_bits(st.amax);
-  float absmin = st.amin == 0x7F800000u ? 0.0f : f32_from_bits(st.amin);
-  if (mode == kCoat && P.group_min != nullptr && grp >= 0) absmin = P.group_min[grp];
   if (mode == kCoat) {
+    const float absmin = P.group_min != nullptr && grp >= 0 ? P.group_min[grp]
+                         : st.amin == 0x7F800000u           ? 0.0f
+                                                            : f32_from_bits(st.amin);
     g.ep = coat_group_expand_params(absmax, absmin, P.fmax, P.fmax_target, P.eps, P.eps_add_fp64);
     g.s_stored = g.ep.s;
   } else if (mode == kDelayed) {
@@ -295,24 +296,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// ---- de_min=kernel: COAT's group minimum ------------------------------------------------------------
-// Each 1xG group's (G <= 128) minimum as COAT's kernel reduces it (coat_kernel_group_min: element
-// i on lane i % 32 of warp i / 32, zeros arriving from other lanes skipped, a lane's own zero
-// kept), one thread per group, into P.group_min for the coat kernels. Not a fast path: it reads
-// the tensor once more, a group per thread.
-template <InDt D>
-__global__ void __launch_bounds__(256) coat_group_min_kernel(const void* __restrict__ x, QuantKernelParams P) {
-  const int64_t groups = P.grid_rows * P.grid_cols;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t grp = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; grp < groups; grp += stride) {
-    const int64_t r = grp / P.grid_cols, c0 = (grp % P.grid_cols) * P.group_cols;
-    const int n = static_cast<int>(P.cols - c0 < P.group_cols ? P.cols - c0 : P.group_cols);
-    float v[kCoatKernelLanes];
-    for (int j = 0; j < n; ++j) v[j] = load_elem<D>(x, r * P.cols + c0 + j);
-    P.group_min[grp] = coat_kernel_group_min(v, n);
-  }
-}
-
 // ---- block kernel (one thread block per group, any geometry) ----------------------------------------
 struct GroupBounds {
   int64_t r0, c0, w, n;
@@ -331,6 +314,23 @@ __device__ __forceinline__ GroupBounds bounds_of(const QuantKernelParams& P, int
 // Flat tensor index of the j-th element of a group in group order (row-major within the group).
 __device__ __forceinline__ int64_t flat_of(const QuantKernelParams& P, const GroupBounds& b, int64_t j) {
   return (b.r0 + j / b.w) * P.cols + b.c0 + j % b.w;
+}
+
+// de_min=kernel: each 1xG group's (G <= 128) minimum as COAT's kernel reduces it
+// (coat_kernel_group_min: element i on lane i % 32 of warp i / 32, zeros arriving from other lanes
+// skipped, a lane's own zero kept), one thread per group, into P.group_min for the coat kernels.
+// Not a fast path: it reads the tensor once more, a group per thread.
+template <InDt D>
+__global__ void __launch_bounds__(256) coat_group_min_kernel(const void* __restrict__ x, QuantKernelParams P) {
+  const int64_t groups = P.grid_rows * P.grid_cols;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t grp = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; grp < groups; grp += stride) {
+    const GroupBounds b = bounds_of(P, grp);  // one row: b.n = b.w
+    const int64_t base = b.r0 * P.cols + b.c0;
+    float v[kCoatKernelLanes];
+    for (int j = 0; j < static_cast<int>(b.n); ++j) v[j] = load_elem<D>(x, base + j);
+    P.group_min[grp] = coat_kernel_group_min(v, static_cast<int>(b.n));
+  }
 }
 
 // One element of robust DE: its code under p, and with `y` its dequantized value. `plain`: p is

@@ -5,8 +5,6 @@
 
 #include <stdlib.h>
 
-#include <cstdlib>
-
 #include <algorithm>
 #include <climits>
 #include <cstdint>
