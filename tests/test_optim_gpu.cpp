@@ -8,22 +8,28 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "gpu/common/buffer.hpp"
 #include "gpu/optim/adamw.hpp"
 #include "gpu/optim/adamw_launch.hpp"
+#include "gpu/optim/drift.hpp"
 #include "sim/common/check.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/optim/adamw.hpp"
+#include "sim/optim/drift.hpp"
 #include "sim/optim/lowp_adamw.hpp"
 #include "sim/optim/sharded.hpp"
 #include "sim/optim/state_recipe.hpp"
 #include "sim/quant/expand.hpp"
 #include "sim/quant/spec.hpp"
 #include "tests/support/gpu_test.hpp"
+#include "tests/support/proc.hpp"
+#include "tests/support/test_util.hpp"
 
 namespace fp8sim {
 namespace {
@@ -595,6 +601,131 @@ TEST(AdamwGpu, CoatFusedShortcutsOffGiveTheSameBits) {
     }
   }
   gpu::detail::adamw_fast_paths(3, 2, true, true);
+}
+
+// ---- optim --device cuda: the drift runs (gpu/optim/drift.hpp) -------------------------------------
+
+// One parameter's window: weights, moments and grads of real-looking spreads.
+struct DriftWindow {
+  std::vector<float> p0, m0, v0;
+  std::vector<std::vector<float>> grads;
+  std::vector<double> lr;
+};
+
+DriftWindow drift_window(int64_t n, int steps, uint64_t seed) {
+  DriftWindow w;
+  const size_t un = static_cast<size_t>(n);
+  w.p0 = test::lognormal_data(un, seed, 3.0);
+  for (auto& x : w.p0) x *= 0.02f;
+  w.m0 = test::lognormal_data(un, seed + 1, 6.0);
+  for (auto& x : w.m0) x *= 1e-5f;
+  w.v0 = test::lognormal_data(un, seed + 2, 10.0);
+  for (auto& x : w.v0) x = std::fabs(x) * 1e-9f;
+  for (int k = 0; k < steps; ++k) {
+    std::vector<float> g = test::lognormal_data(un, seed + 10 + static_cast<uint64_t>(k), 6.0);
+    for (auto& x : g) x *= 1e-4f;
+    w.grads.push_back(std::move(g));
+    w.lr.push_back(3e-4 * (1.0 - 0.1 * k));
+  }
+  return w;
+}
+
+optim::DriftRequest drift_request(const DriftWindow& w, std::span<const optim::StateRecipe> recipes,
+                                  optim::UpdateRule rule) {
+  optim::DriftRequest rq;
+  rq.n = static_cast<int64_t>(w.p0.size());
+  rq.p0 = w.p0.data();
+  rq.m0 = w.m0.data();
+  rq.v0 = w.v0.data();
+  for (const auto& g : w.grads) rq.grads.push_back(g.data());
+  rq.lr = w.lr;
+  rq.hyper = optim::AdamwHyper{.lr = 0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  rq.recipes = recipes;
+  rq.steps = static_cast<int>(w.grads.size());
+  rq.step0 = 41;
+  rq.rule = rule;
+  rq.index = 7;
+  return rq;
+}
+
+// Every state recipe, nearest and stochastic, both update rules, fp32 moments beside quantized
+// ones, on sizes below one chunk, across chunk and group boundaries: the GPU's fourteen sums per
+// recipe and step are the CPU's, bit for bit.
+TEST(OptimDriftGpu, SumsEqualTheCpuForEveryRecipe) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  std::vector<optim::StateRecipe> recipes;
+  for (const auto& p : optim::state_recipe_presets()) recipes.push_back(optim::StateRecipe::parse(p.name));
+  for (const char* r :
+       {"m=fp32,v=e5m2:g64", "m=e4m3:g128:de=coat,v=fp32", "m=e5m2:g32:de=coat,v=e4m3:tensor", "m=bf16,v=fp16"})
+    recipes.push_back(optim::StateRecipe::parse(r));
+  const size_t plain = recipes.size();
+  for (size_t i = 0; i < plain; ++i) recipes.push_back(recipes[i].with_rounding(Rounding::Stochastic, 11));
+  gpu::DriftScratch scratch;
+  gpu::Stream stream;
+  for (const int64_t n : {int64_t{100}, int64_t{4096}, int64_t{3 * 4096 + 1000 + 37}}) {
+    const DriftWindow w = drift_window(n, 3, static_cast<uint64_t>(n));
+    for (const auto rule : {optim::UpdateRule::Coat, optim::UpdateRule::Torch}) {
+      const optim::DriftRequest rq = drift_request(w, recipes, rule);
+      const optim::DriftResult cpu = optim::drift_cpu(rq);
+      const optim::DriftResult gpu = gpu::drift_on_gpu(rq, scratch, stream.get());
+      ASSERT_EQ(cpu.size(), gpu.size());
+      for (size_t r = 0; r < recipes.size(); ++r)
+        for (int k = 0; k < rq.steps; ++k) {
+          const auto& a = cpu[r * static_cast<size_t>(rq.steps) + static_cast<size_t>(k)];
+          const auto& b = gpu[r * static_cast<size_t>(rq.steps) + static_cast<size_t>(k)];
+          EXPECT_EQ(std::memcmp(a.data(), b.data(), sizeof a), 0)
+              << recipes[r].to_string() << " n=" << n << " step " << k << " rule " << optim::update_rule_name(rule)
+              << ": first sum cpu " << a[0] << " gpu " << b[0];
+        }
+      // The run is not trivially zero: the recipes' weights move away from the fp32 run's.
+      EXPECT_GT(cpu[0][optim::kDiff2] + cpu[1][optim::kDiff2], 0.0);
+    }
+  }
+}
+
+TEST(OptimDriftGpu, RefusesWhatItDoesNotRun) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  const DriftWindow w = drift_window(1000, 1, 5);
+  gpu::DriftScratch scratch;
+  gpu::Stream stream;
+  for (const char* r : {"m=e2m1:g32,v=fp32", "m=e4m3:tensor:delayed=16,v=fp32"}) {
+    const std::vector<optim::StateRecipe> one{optim::StateRecipe::parse(r)};
+    EXPECT_THROW(gpu::drift_on_gpu(drift_request(w, one, optim::UpdateRule::Coat), scratch, stream.get()), UsageError)
+        << r;
+  }
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// The whole command: optim --device cuda writes the CPU's JSON, a 4-bit recipe included (its
+// parameters run on the CPU).
+TEST(OptimDriftGpu, SameJsonAsTheCpu) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  const std::string dir = test::temp_dir();
+  const std::vector<std::vector<std::string>> variants = {
+      {},
+      {"--rounding", "stochastic", "--seed", "9", "--update", "torch"},
+      {"--recipe", "coat", "--recipe", "m=e2m1:g32:de=coat,v=e4m3:g128", "--no-table1"},
+  };
+  for (const auto& extra : variants) {
+    std::vector<std::string> a{"optim", test::sample_trace(), "--json", dir + "/cpu.json"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    std::vector<std::string> b = a;
+    b[3] = dir + "/gpu.json";
+    b.push_back("--device");
+    b.push_back("cuda");
+    const test::CommandResult rc = test::run_fp8sim(a), rg = test::run_fp8sim(b);
+    ASSERT_EQ(rc.exit_code, 0) << rc.err;
+    ASSERT_EQ(rg.exit_code, 0) << rg.err;
+    EXPECT_TRUE(slurp(dir + "/cpu.json") == slurp(dir + "/gpu.json")) << "the JSON differs";
+    EXPECT_NE(rg.err.find("ran on the GPU"), std::string::npos) << rg.err;
+    EXPECT_EQ(rg.err.find("on the CPU") != std::string::npos, extra.size() > 6) << rg.err;
+  }
 }
 
 }  // namespace

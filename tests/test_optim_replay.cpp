@@ -336,6 +336,39 @@ TEST(OptimReplaySample, SameBitsForAnyThreadCountAndSeed) {
   EXPECT_NE(drift_steps(da, "coat")[1].param_rel_l2, drift_steps(dc, "coat")[1].param_rel_l2);
 }
 
+// OptimOptions::drift_device: a device that takes every parameter gets each one's whole request
+// (here the CPU's own drift_cpu stands in for the GPU) and gives the same document; one that hands
+// parameters back (UsageError) leaves them to the CPU, again the same document.
+TEST(OptimReplaySample, DriftDeviceHookTakesParametersOrHandsThemBack) {
+  OptimOptions o = opts_with({"coat", "te-fp8", "m=fp32,v=e5m2:g64"}, false, true);
+  o.rounding = Rounding::Stochastic;
+  o.seed = 3;
+  const std::string want = optim_replay(kSample, o).to_json().dump();
+  int64_t taken = 0, elements = 0;
+  OptimOptions dev = o;
+  dev.drift_device = [&](const DriftRequest& rq) {
+    EXPECT_EQ(rq.recipes.size(), 3u);
+    EXPECT_EQ(rq.grads.size(), static_cast<size_t>(rq.steps));
+    EXPECT_GE(rq.lr.size(), static_cast<size_t>(rq.steps));
+    EXPECT_EQ(rq.index, static_cast<uint64_t>(taken)) << "the window's parameters in order";
+    ++taken;
+    elements += rq.n;
+    return drift_cpu(rq);
+  };
+  const OptimResult got = optim_replay(kSample, dev);
+  EXPECT_EQ(got.to_json().dump(), want);
+  EXPECT_EQ(taken, got.window.params);
+  EXPECT_EQ(elements, got.window.elements);
+  int64_t refused = 0;
+  OptimOptions back = o;
+  back.drift_device = [&](const DriftRequest&) -> DriftResult {
+    ++refused;
+    throw UsageError("not on this device");
+  };
+  EXPECT_EQ(optim_replay(kSample, back).to_json().dump(), want);
+  EXPECT_EQ(refused, got.window.params);
+}
+
 // Table 1's sums, four chunks at a time in AVX2 lanes (where the CPU has AVX2) against the portable
 // loop: a parameter of 9 whole chunks of 4096 and a partial one, moments over 12 decades with exact
 // zeros (the nonzero and flush counts), in the 4 FP8 formats and the 4- and 6-bit ones.

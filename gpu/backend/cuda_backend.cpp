@@ -11,6 +11,7 @@
 #include "gpu/gemm/cublaslt.hpp"
 #include "gpu/gemm/tc_model_gpu.hpp"
 #include "gpu/optim/adamw.hpp"
+#include "gpu/optim/drift.hpp"
 #include "gpu/quant/quantize.hpp"
 #include "gpu/speed/replay.hpp"
 #include "sim/common/check.hpp"
@@ -240,6 +241,10 @@ class CudaBackend final : public Backend {
     return tensor_metrics_on_gpu(x, dtype, shape, spec, metrics_scratch_, stream());
   }
 
+  optim::DriftResult optim_drift(const optim::DriftRequest& rq) override {
+    return drift_on_gpu(rq, drift_scratch_, stream());
+  }
+
  private:
   static CastParams params(const CastOptions& o) {
     CastParams p;
@@ -255,6 +260,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<CublasLt> lt_;
   MetricsScratch metrics_scratch_;  // analyze's device buffers, reused from tensor to tensor
+  DriftScratch drift_scratch_;      // optim's device buffers, reused from parameter to parameter
   cudaStream_t stream() {
     if (!stream_) {
       require("compare runs the CUDA kernels and needs a GPU");

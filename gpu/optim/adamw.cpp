@@ -96,7 +96,8 @@ size_t lowp_scratch_bytes(const optim::StateRecipe& r, int64_t n) {
 
 void adamw_lowp_cuda(float* p, const float* g, LowpMomentDev& m, LowpMomentDev& v, int64_t n,
                      const optim::AdamwStepConsts& c, uint64_t param_index, uint64_t step, void* d_scratch,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, const float** new_m, const float** new_v) {
+  FP8SIM_CHECK((new_m == nullptr) == (new_v == nullptr), "adamw_lowp_cuda: ask for both new moments or neither");
   if (n == 0) return;
   for (const LowpMomentDev* ms : {&m, &v})
     if (!ms->spec.is_fp32())
@@ -106,7 +107,7 @@ void adamw_lowp_cuda(float* p, const float* g, LowpMomentDev& m, LowpMomentDev& 
   optim::StateRecipe r;
   r.m = m.spec;
   r.v = v.spec;
-  if (g_elementwise && optim::elementwise_step_supported(r)) {
+  if (g_elementwise && !new_m && optim::elementwise_step_supported(r)) {
     auto key = [&](const LowpMomentDev& ms, int moment) {
       return optim::state_rounding_key(ms.spec.spec->seed, param_index, step, moment);
     };
@@ -143,6 +144,10 @@ void adamw_lowp_cuda(float* p, const float* g, LowpMomentDev& m, LowpMomentDev& 
   };
   store(m, mm, 0);
   store(v, vv, 1);
+  if (new_m) {
+    *new_m = mm;
+    *new_v = vv;
+  }
 }
 
 void lowp_adamw_step_on_gpu(float* p, const float* g, optim::ParamOptimState& st, const optim::AdamwStepConsts& c,

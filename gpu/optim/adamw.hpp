@@ -81,10 +81,13 @@ size_t lowp_scratch_bytes(const optim::StateRecipe& r, int64_t n);
 
 // One step of parameter `param_index` (the rounding keys follow optim::state_rounding_key with
 // `step`, the step count after this step). Throws UsageError for a moment spec the GPU path does
-// not support (delayed scaling).
+// not support (delayed scaling). With `new_m` and `new_v` it takes the three phases and points
+// them at the new moments before quantization (fp32, n each: in d_scratch, or an fp32 moment's
+// own storage), valid until d_scratch is used again: what optim::lowp_adamw_step's new_m / new_v
+// receive.
 void adamw_lowp_cuda(float* p, const float* g, LowpMomentDev& m, LowpMomentDev& v, int64_t n,
                      const optim::AdamwStepConsts& c, uint64_t param_index, uint64_t step, void* d_scratch,
-                     cudaStream_t stream);
+                     cudaStream_t stream, const float** new_m = nullptr, const float** new_v = nullptr);
 
 // Host convenience (compare, tests): uploads p, g and the state, runs one step on the GPU and
 // downloads p and the new state, exactly as optim::lowp_adamw_step would change them. `fused`

@@ -2,13 +2,16 @@
 // drift of low-precision moments, fp32 replay against the captured weights, state memory).
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "sim/app/cli.hpp"
+#include "sim/app/gpu_api.hpp"
 #include "sim/common/check.hpp"
+#include "sim/common/dist.hpp"
 #include "sim/common/io.hpp"
 #include "sim/optim/replay.hpp"
 #include "sim/quant/spec.hpp"
@@ -128,8 +131,10 @@ int run_optim(const std::vector<std::string>& args) {
       "trace step whose moments feed Table 1 and the memory table "
       "(default: the step with the most captured moments)")("no-drift", "skip the multi-step drift runs")(
       "threads", po::value(&threads)->default_value(0), "OpenMP threads (0 = all)")(
-      "list-recipes", "list the state recipe presets and exit")("trace", po::value(&trace),
-                                                                "HDF5 trace with a grad window (positional)");
+      "device", po::value<std::string>()->default_value("cpu"),
+      "where the drift runs' AdamW steps and sums run: cpu, or cuda (the GPU's kernels, the same bits; Table 1 and "
+      "the fp32 replay stay on the CPU)")("list-recipes", "list the state recipe presets and exit")(
+      "trace", po::value(&trace), "HDF5 trace with a grad window (positional)");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
@@ -148,6 +153,7 @@ int run_optim(const std::vector<std::string>& args) {
           "  fp8sim optim traces/tiny-llama-s300.h5 --recipe coat --recipe te-fp8 --steps 4 --json optim.json\n"
           "  fp8sim optim traces/tiny-llama-s300.h5 --recipe m=e4m3:g128:de=coat,v=e5m2:g128 --no-table1\n"
           "  fp8sim optim traces/tiny-llama-s300.h5 --recipe coat --rounding stochastic --seed 7\n"
+          "  fp8sim optim big.h5 --device cuda --json big.json   (the drift on the GPU; same JSON)\n"
           "  fp8sim optim traces/tiny-llama-s300.h5 --table1-lowbit --recipe m=e2m1:g128:de=coat,v=e2m1:g128:de=coat"))
     return 0;
 
@@ -179,6 +185,27 @@ int run_optim(const std::vector<std::string>& args) {
   o.drift = vm.count("no-drift") == 0;
   o.threads = threads;
   if (vm.count("table1-step")) o.table1_step = table1_step;
+  const std::string device = vm["device"].as<std::string>();
+  if (device != "cpu" && device != "cuda")
+    throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", device));
+  int64_t on_device = 0, on_cpu = 0;  // window parameters whose drift the device ran / did not take
+  double device_seconds = 0;          // in the device's calls
+  if (device == "cuda") {
+    gpu::Backend& gpu = gpu_api::backend();
+    gpu.require("--device cuda runs the drift on the GPU");
+    o.drift_device = [&gpu, &on_device, &on_cpu, &device_seconds](const optim::DriftRequest& rq) {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        optim::DriftResult r = gpu.optim_drift(rq);
+        device_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++on_device;
+        return r;
+      } catch (const UsageError&) {
+        ++on_cpu;  // a 4- or 6-bit or delayed-scaling moment, or a parameter larger than the free memory
+        throw;
+      }
+    };
+  }
   Progress progress("optim", 1.0);
   o.progress = [&](double done, double total) { progress.update(total > 0 ? done / total : 1.0); };
   const optim::OptimResult doc = optim::optim_replay(trace, o);
@@ -229,6 +256,15 @@ int run_optim(const std::vector<std::string>& args) {
     for (const auto& n : notes) fmt::print("{}\n", n);
   }
   std::fflush(stdout);  // the tables before any stderr line
+  if (device == "cuda") {
+    const std::string who = dist::size() > 1 ? "rank 0: " : "";
+    cli::note(fmt::format("{}the drift of {} window parameter(s) ran on the GPU ({:.2f} s in its calls){}", who,
+                          on_device, device_seconds,
+                          on_cpu ? fmt::format(", {} on the CPU (4- or 6-bit or delayed-scaling moments, or larger "
+                                               "than the GPU's free memory)",
+                                               on_cpu)
+                                 : ""));
+  }
   files.commit();
   if (json_id >= 0 && json_out != "-") cli::note(fmt::format("wrote {}", json_out));
   return 0;

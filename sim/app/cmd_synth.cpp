@@ -24,7 +24,9 @@ int run_synth(const std::vector<std::string>& args) {
       "seed", po::value(&o.seed)->default_value(0), "the values' seed, below 2^53 (same options, same values)")(
       "deflate", po::value(&o.deflate_level)->default_value(0),
       "deflate level of the datasets, 0-9 (random values barely compress; 0 writes fastest)")(
-      "dry-run", "print the tensors and bytes it would write, and write nothing");
+      "window", po::value(&o.window)->default_value(0),
+      "steps of a grad window for `optim` (0: none): the full step is its first, each later step holds every "
+      "parameter's grad")("dry-run", "print the tensors and bytes it would write, and write nothing");
   po::variables_map vm;
   if (!cli::parse("synth", args, opts, {}, vm, "--out TRACE.h5 [--model NAME|FILE] [--layers N] [--tokens T]",
                   "Writes a synthetic trace: one full training step of a Llama-family model with every\n"
@@ -36,7 +38,8 @@ int run_synth(const std::vector<std::string>& args) {
                   "say nothing about a real model's numerics.\n"
                   "Examples:\n"
                   "  fp8sim synth --model tinyllama-1.1b --layers 8 --tokens 4096 --out big.h5 --dry-run\n"
-                  "  fp8sim synth --model llama2-7b --layers 2 --out l2-7b-2.h5"))
+                  "  fp8sim synth --model llama2-7b --layers 2 --out l2-7b-2.h5\n"
+                  "  fp8sim synth --model tinyllama-1.1b --layers 4 --window 4 --out win.h5   (for optim)"))
     return 0;
   o.command = "fp8sim synth";
   for (const auto& a : args) o.command += " " + a;

@@ -18,7 +18,7 @@ namespace fp8sim::gpu_api {
 
 // Bumped whenever Api or a type it passes (gpu::Backend, the option and result types of its
 // operations) changes: a module of another version is refused, not called.
-inline constexpr int kAbiVersion = 4;
+inline constexpr int kAbiVersion = 5;
 
 struct Api {
   int abi_version;

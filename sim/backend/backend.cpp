@@ -73,6 +73,10 @@ TensorMetrics Backend::tensor_metrics(const void*, InputDtype, std::span<const i
   throw Error("this backend cannot compute tensor metrics (it needs the CUDA backend)");
 }
 
+optim::DriftResult Backend::optim_drift(const optim::DriftRequest&) {
+  throw Error("this backend cannot run the optimizer's drift (it needs the CUDA backend)");
+}
+
 std::unique_ptr<Backend> no_gpu_backend(std::string why_not) { return std::make_unique<NoGpu>(std::move(why_not)); }
 
 }  // namespace fp8sim::gpu

@@ -22,6 +22,7 @@
 #include "sim/common/json.hpp"
 #include "sim/formats/cast.hpp"
 #include "sim/optim/adamw_math.hpp"
+#include "sim/optim/drift.hpp"
 #include "sim/optim/lowp_adamw.hpp"
 #include "sim/quant/quantize.hpp"
 #include "sim/quant/quantize_report.hpp"
@@ -107,6 +108,11 @@ class Backend {
   // computes it on the CPU); backends without it throw Error.
   virtual TensorMetrics tensor_metrics(const void* x, InputDtype dtype, std::span<const int64_t> shape,
                                        const QuantSpec* spec);
+
+  // ---- optim --device cuda: one parameter's drift runs on the device (gpu/optim/drift.hpp), the
+  // sums the CPU gives. Throws UsageError for a parameter the device does not take (the caller runs
+  // the CPU); backends without it throw Error.
+  virtual optim::DriftResult optim_drift(const optim::DriftRequest& rq);
 
   // ---- bench: fp8sim bench's whole document
   virtual bench::BenchDoc run_bench(const bench::BenchOptions& opts) = 0;

@@ -76,7 +76,7 @@ Table1Matrix paper_table1() {
 
 namespace {
 
-constexpr int64_t kChunk = 4096;
+constexpr int64_t kChunk = kDriftChunk;  // every sum of this file, the drift's included
 
 int resolve_threads(int t) { return t > 0 ? t : omp_get_max_threads(); }
 
@@ -120,26 +120,6 @@ void require_finite(std::span<const float> x, const std::string& what, const std
     FP8SIM_REQUIRE(std::isfinite(x[i]), "parameter '{}': {} has a non-finite value ({}) at flat index {}", name, what,
                    x[i], i);
 }
-
-// Per-step drift sums of one recipe (indices into DriftSums::v).
-enum DriftSum : size_t {
-  kDiff2,  // sum (p_r - p_fp32)^2
-  kBase2,  // sum p_fp32^2
-  kDisp2,  // sum (p_fp32 - p0)^2
-  kDot,    // sum du_r * du_fp32 (this step's updates)
-  kUr2,    // sum du_r^2
-  kUb2,    // sum du_fp32^2
-  kEm2,    // sum (m_r_stored - m_fp32)^2
-  kMb2,    // sum m_fp32^2
-  kEv2,    // sum (v_r_stored - v_fp32)^2
-  kVb2,    // sum v_fp32^2
-  kMq2,    // sum (m_r_stored - m_r_new)^2  (this step's quantization error of m)
-  kMn2,    // sum m_r_new^2
-  kVq2,    // sum (v_r_stored - v_r_new)^2
-  kVn2,    // sum v_r_new^2
-  kDriftSums
-};
-using DriftSums = std::array<double, kDriftSums>;
 
 }  // namespace
 
@@ -638,69 +618,88 @@ void OptimReplay::Impl::replay_into(ParamPart& part, const ParamWindow& w) const
   }
 }
 
-void OptimReplay::Impl::drift_into(ParamPart& part, const ParamWindow& w, uint64_t index) const {
-  const int nt = threads_for(w.numel());
-  const int64_t n = w.numel();
+DriftResult drift_cpu(const DriftRequest& rq) {
+  const int64_t n = rq.n;
   const size_t un = static_cast<size_t>(n);
+  const int nt = rq.threads > 0 ? rq.threads : omp_get_max_threads();
+  const int steps = rq.steps;
+  FP8SIM_CHECK(n > 0 && steps >= 0 && rq.grads.size() >= static_cast<size_t>(steps) &&
+                   rq.lr.size() >= static_cast<size_t>(steps),
+               "drift request of {} elements, {} steps, {} grads, {} lrs", n, steps, rq.grads.size(), rq.lr.size());
   struct Run {
     ParamOptimState st;
     std::vector<float> p, p_prev, m_new, v_new, m_stored, v_stored;
     LowpScratch scratch;
   };
-  part.drift.assign(recipes.size() * static_cast<size_t>(drift_steps), DriftSums{});
-  std::vector<Run> runs(recipes.size());
-  for (size_t r = 0; r < recipes.size(); ++r) {
+  DriftResult out(rq.recipes.size() * static_cast<size_t>(steps), DriftSums{});
+  std::vector<Run> runs(rq.recipes.size());
+  for (size_t r = 0; r < rq.recipes.size(); ++r) {
     Run& run = runs[r];
-    run.st = make_param_state(recipes[r], w.m0.data(), w.v0.data(), n, index, static_cast<uint64_t>(meta.step0), nt);
-    run.p.assign(w.p0.begin(), w.p0.end());
+    run.st = make_param_state(rq.recipes[r], rq.m0, rq.v0, n, rq.index, static_cast<uint64_t>(rq.step0), nt);
+    run.p.assign(rq.p0, rq.p0 + n);
     run.p_prev.resize(un);
     run.m_new.resize(un);
     run.v_new.resize(un);
     run.m_stored.resize(un);
     run.v_stored.resize(un);
   }
-  std::vector<float> pb(w.p0.begin(), w.p0.end()), mb(w.m0.begin(), w.m0.end()), vb(w.v0.begin(), w.v0.end()),
-      pb_prev(un);
-  AdamwHyper h = w.hyper;
-  for (int k = 0; k < drift_steps; ++k) {
-    h.lr = w.lr[static_cast<size_t>(k)];
-    const int64_t t = meta.step0 + k + 1;
-    const auto c = make_step_consts(h, t, opts.rule);
-    const float* g = w.grads[static_cast<size_t>(k)].data();
+  std::vector<float> pb(rq.p0, rq.p0 + n), mb(rq.m0, rq.m0 + n), vb(rq.v0, rq.v0 + n), pb_prev(un);
+  AdamwHyper h = rq.hyper;
+  for (int k = 0; k < steps; ++k) {
+    h.lr = rq.lr[static_cast<size_t>(k)];
+    const int64_t t = rq.step0 + k + 1;
+    const auto c = make_step_consts(h, t, rq.rule);
+    const float* g = rq.grads[static_cast<size_t>(k)];
     pb_prev = pb;
     adamw_step_fp32(pb.data(), g, mb.data(), vb.data(), un, c, nt);
     for (size_t r = 0; r < runs.size(); ++r) {
       Run& run = runs[r];
       run.p_prev = run.p;
-      lowp_adamw_step(run.p.data(), g, run.st, c, index, static_cast<uint64_t>(t), run.scratch, nt, run.m_new.data(),
+      lowp_adamw_step(run.p.data(), g, run.st, c, rq.index, static_cast<uint64_t>(t), run.scratch, nt, run.m_new.data(),
                       run.v_new.data());
       load_moment(run.st.m, run.m_stored.data(), nt);
       load_moment(run.st.v, run.v_stored.data(), nt);
       const auto s = det_sums(n, nt, kDriftSums, [&](int64_t i, double* acc) {
         const size_t j = static_cast<size_t>(i);
-        const double p = run.p[j], b = pb[j];
-        const double ur = p - run.p_prev[j], ub = b - pb_prev[j];
-        const double disp = b - w.p0[j];
-        const double ms = run.m_stored[j], vs = run.v_stored[j];
-        acc[kDiff2] += (p - b) * (p - b);
-        acc[kBase2] += b * b;
-        acc[kDisp2] += disp * disp;
-        acc[kDot] += ur * ub;
-        acc[kUr2] += ur * ur;
-        acc[kUb2] += ub * ub;
-        acc[kEm2] += (ms - mb[j]) * (ms - mb[j]);
-        acc[kMb2] += static_cast<double>(mb[j]) * mb[j];
-        acc[kEv2] += (vs - vb[j]) * (vs - vb[j]);
-        acc[kVb2] += static_cast<double>(vb[j]) * vb[j];
-        acc[kMq2] += (ms - run.m_new[j]) * (ms - run.m_new[j]);
-        acc[kMn2] += static_cast<double>(run.m_new[j]) * run.m_new[j];
-        acc[kVq2] += (vs - run.v_new[j]) * (vs - run.v_new[j]);
-        acc[kVn2] += static_cast<double>(run.v_new[j]) * run.v_new[j];
+        double terms[kDriftSums];
+        drift_terms(run.p[j], run.p_prev[j], pb[j], pb_prev[j], rq.p0[j], run.m_stored[j], run.v_stored[j],
+                    run.m_new[j], run.v_new[j], mb[j], vb[j], terms);
+        for (size_t q = 0; q < kDriftSums; ++q) acc[q] += terms[q];
       });
-      DriftSums& dst = part.drift[r * static_cast<size_t>(drift_steps) + static_cast<size_t>(k)];
+      DriftSums& dst = out[r * static_cast<size_t>(steps) + static_cast<size_t>(k)];
       for (size_t q = 0; q < kDriftSums; ++q) dst[q] = s[q];
     }
   }
+  return out;
+}
+
+void OptimReplay::Impl::drift_into(ParamPart& part, const ParamWindow& w, uint64_t index) const {
+  DriftRequest rq;
+  rq.n = w.numel();
+  rq.p0 = w.p0.data();
+  rq.m0 = w.m0.data();
+  rq.v0 = w.v0.data();
+  for (int k = 0; k < drift_steps; ++k) rq.grads.push_back(w.grads[static_cast<size_t>(k)].data());
+  rq.lr = w.lr;
+  rq.hyper = w.hyper;
+  rq.recipes = recipes;
+  rq.steps = drift_steps;
+  rq.step0 = meta.step0;
+  rq.rule = opts.rule;
+  rq.index = index;
+  rq.threads = threads_for(w.numel());
+  if (opts.drift_device) {
+    try {
+      part.drift = opts.drift_device(rq);
+      FP8SIM_CHECK(part.drift.size() == recipes.size() * static_cast<size_t>(drift_steps),
+                   "the device returned {} drift sums for {} runs of {} steps", part.drift.size(), recipes.size(),
+                   drift_steps);
+      return;
+    } catch (const UsageError&) {
+      // The device does not take this parameter (OptimOptions::drift_device): the CPU runs it.
+    }
+  }
+  part.drift = drift_cpu(rq);
 }
 
 Table1 OptimReplay::Impl::table1() const {

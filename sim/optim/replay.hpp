@@ -34,6 +34,7 @@
 #include "sim/common/buffer.hpp"
 #include "sim/common/json.hpp"
 #include "sim/optim/adamw.hpp"
+#include "sim/optim/drift.hpp"
 #include "sim/optim/state_recipe.hpp"
 
 namespace fp8sim::trace {
@@ -76,6 +77,9 @@ struct OptimOptions {
   int threads = 0;  // 0 = OpenMP default
   // Called after each parameter with (elements done, elements total).
   std::function<void(double, double)> progress;
+  // Where set, each window parameter's drift runs go to this device (`optim --device cuda`), which
+  // returns the sums the CPU would; a parameter it throws UsageError for runs on the CPU.
+  std::function<DriftResult(const DriftRequest&)> drift_device;
 };
 
 // coat, coat-noexpand, te-fp8, fp8lm, bf16 (fp32 is the baseline, always run).

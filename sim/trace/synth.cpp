@@ -187,11 +187,27 @@ std::vector<Item> plan_items(const ModelConfig& m, int64_t layers, int64_t token
   return items;
 }
 
+constexpr int64_t kMaxWindow = 1000;
+
+// The grads of window step kStep + s (s >= 1): every parameter's, drawn afresh.
+std::vector<Item> window_items(const std::vector<Item>& items, int64_t s) {
+  std::vector<Item> out;
+  for (const Item& it : items)
+    if (it.meta.role == Role::Grad) {
+      Item g = it;
+      g.meta.step = kStep + s;
+      out.push_back(std::move(g));
+    }
+  return out;
+}
+
 ModelConfig checked_model(const SynthOptions& o, int64_t& layers) {
   if (o.tokens <= 0 || o.tokens > kMaxTokens)
     throw UsageError(fmt::format("--tokens must be 1..{}, got {}", kMaxTokens, o.tokens));
   if (o.seed >= (uint64_t{1} << 53)) throw UsageError(fmt::format("--seed must be below 2^53, got {}", o.seed));
   if (o.layers < 0) throw UsageError(fmt::format("--layers must be >= 0, got {}", o.layers));
+  if (o.window < 0 || o.window > kMaxWindow)
+    throw UsageError(fmt::format("--window must be 0..{} steps, got {}", kMaxWindow, o.window));
   if (o.deflate_level < 0 || o.deflate_level > 9)
     throw UsageError(fmt::format("--deflate must be 0..9, got {}", o.deflate_level));
   const ModelConfig m = model::load_model(o.model);
@@ -215,10 +231,12 @@ SynthSummary synth_plan(const SynthOptions& opts) {
   int64_t layers = 0;
   const ModelConfig m = checked_model(opts, layers);
   SynthSummary s;
-  for (const Item& it : plan_items(m, layers, opts.tokens)) {
-    ++s.tensors;
-    s.bytes += it.meta.bytes();
-  }
+  const std::vector<Item> items = plan_items(m, layers, opts.tokens);
+  for (int64_t w = 0; w < std::max<int64_t>(opts.window, 1); ++w)
+    for (const Item& it : w == 0 ? items : window_items(items, w)) {
+      ++s.tensors;
+      s.bytes += it.meta.bytes();
+    }
   return s;
 }
 
@@ -244,6 +262,7 @@ SynthSummary write_synthetic_trace(const SynthOptions& opts) {
   training["seed"] = static_cast<int64_t>(opts.seed);
   training["activation_tokens"] = opts.tokens;
   h.training = training;
+  if (opts.window > 0) h.grad_window = std::make_pair(kStep, kStep + opts.window - 1);
   {
     const std::time_t t = std::time(nullptr);
     char buf[32];
@@ -260,28 +279,41 @@ SynthSummary write_synthetic_trace(const SynthOptions& opts) {
   si.adamw_step = kStep - 1;
   w.set_step(si);
 
+  const uint64_t total = synth_plan(opts).bytes;
   SynthSummary s;
-  for (const Item& it : items) s.bytes += it.meta.bytes();
-  Progress progress("synth", static_cast<double>(s.bytes));
+  Progress progress("synth", static_cast<double>(total));
   uint64_t done = 0;
   std::vector<float> f32;
   std::vector<uint16_t> bits;
-  for (const Item& it : items) {
-    const uint64_t key = name_key(std::string(role_name(it.meta.role)) + "/" + it.meta.name, opts.seed);
-    const int64_t n = it.meta.numel(), cols = it.meta.cols();
-    const bool bf16 = it.meta.dtype == DType::BF16;
-    if (bf16) bits.resize(static_cast<size_t>(n));
-    else f32.resize(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = value(it, key, i, cols);
-      if (bf16) bits[static_cast<size_t>(i)] = f32_to_bf16_rne(v);
-      else f32[static_cast<size_t>(i)] = v;
+  for (int64_t wstep = 0; wstep < std::max<int64_t>(opts.window, 1); ++wstep) {
+    if (wstep > 0) {
+      StepInfo ws;
+      ws.step = kStep + wstep;
+      ws.contents = "window";
+      ws.lr = 3e-4;
+      ws.adamw_step = kStep - 1 + wstep;
+      w.set_step(ws);
     }
-    w.write(it.meta, bf16 ? static_cast<const void*>(bits.data()) : static_cast<const void*>(f32.data()));
-    ++s.tensors;
-    done += it.meta.bytes();
-    progress.update(static_cast<double>(done));
+    // The full step's keys are role/name; a window step's grads add the step.
+    const std::string prefix = wstep == 0 ? "" : fmt::format("step{}:", kStep + wstep);
+    for (const Item& it : wstep == 0 ? items : window_items(items, wstep)) {
+      const uint64_t key = name_key(prefix + std::string(role_name(it.meta.role)) + "/" + it.meta.name, opts.seed);
+      const int64_t n = it.meta.numel(), cols = it.meta.cols();
+      const bool bf16 = it.meta.dtype == DType::BF16;
+      if (bf16) bits.resize(static_cast<size_t>(n));
+      else f32.resize(static_cast<size_t>(n));
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = value(it, key, i, cols);
+        if (bf16) bits[static_cast<size_t>(i)] = f32_to_bf16_rne(v);
+        else f32[static_cast<size_t>(i)] = v;
+      }
+      w.write(it.meta, bf16 ? static_cast<const void*>(bits.data()) : static_cast<const void*>(f32.data()));
+      ++s.tensors;
+      s.bytes += it.meta.bytes();
+      done += it.meta.bytes();
+      progress.update(static_cast<double>(done));
+    }
   }
   progress.finish();
   w.commit();

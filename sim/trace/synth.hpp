@@ -1,6 +1,7 @@
 #pragma once
 // A synthetic trace of a Llama-family model (RMSNorm, SwiGLU): one "full" step with every
-// parameter's weight, grad and AdamW moments and every layer's activations and output gradients,
+// parameter's weight, grad and AdamW moments and every layer's activations and output gradients
+// (optionally the first step of a grad window whose later steps hold every parameter's grad),
 // named and tagged as the recorder tags a real capture (traces/FORMAT.md). The values are random
 // with the shapes of real training tensors (below), so it sizes the work of analyze and report
 // (and their MPI runs) on a model of any size without training one. It is no substitute for a
@@ -29,6 +30,10 @@ struct SynthOptions {
   int64_t tokens = 2048;  // tokens of the activations' micro-batch
   uint64_t seed = 0;
   int deflate_level = 0;  // random values barely compress; 0 writes fastest
+  // Steps of a grad window (0: none): the full step is the window's first (grad_window = [100,
+  // 100 + window - 1]) and every later step holds a fresh grad of every parameter, so `optim`
+  // has work of the model's size (no end-of-window weights: its fp32 replay is skipped).
+  int64_t window = 0;
   std::filesystem::path out;
   std::string command;  // recorded in the root attribute `command`
 };

@@ -1,0 +1,187 @@
+// Host side of optim --device cuda's drift runs (drift.hpp).
+#include "gpu/optim/drift.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "gpu/common/cuda_check.hpp"
+#include "gpu/optim/adamw.hpp"
+#include "gpu/optim/drift_launch.hpp"
+#include "gpu/quant/quantize.hpp"
+#include "sim/common/check.hpp"
+#include "sim/optim/lowp_adamw.hpp"
+
+namespace fp8sim::gpu {
+
+namespace {
+
+// The moment specs the device runs: fp32, or FP8 / 16-bit storage without delayed scaling, RHT or
+// two-level scales.
+void require_device_moment(const optim::MomentSpec& ms) {
+  if (ms.is_fp32()) return;
+  const QuantSpec& s = *ms.spec;
+  if (!is_fp8(s.format) && !s.is_16bit())
+    throw UsageError(fmt::format("the GPU drift runs FP8 and 16-bit moments, not {}", s.to_string()));
+  if (s.delayed.enabled() || s.rht != 0 || s.scale == ScaleMode::E4M3)
+    throw UsageError(fmt::format("the GPU drift does not run the moment spec {}", s.to_string()));
+}
+
+template <class T>
+T* grow(DeviceBuffer<T>& b, size_t n) {
+  if (b.size() < n) b.allocate(n);
+  return b.get();
+}
+
+void copy_d2d(float* dst, const float* src, int64_t n, cudaStream_t s) {
+  FP8SIM_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
+}
+
+void upload(float* dst, const float* src, int64_t n, cudaStream_t s) {
+  FP8SIM_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice, s));
+}
+
+// One moment's device storage for a spec, in `scratch`'s buffers of that moment.
+struct MomentBuffers {
+  DeviceBuffer<float>*fp32, *scales, *k, *c;
+  DeviceBuffer<unsigned char>* codes;
+};
+
+LowpMomentDev bind_moment(const optim::MomentSpec& ms, int64_t n, MomentBuffers b) {
+  LowpMomentDev d;
+  d.spec = ms;
+  const size_t un = static_cast<size_t>(n);
+  if (ms.is_fp32()) {
+    d.fp32 = grow(*b.fp32, un);
+    return d;
+  }
+  const QuantSpec& s = *ms.spec;
+  const int64_t shape[1] = {n};
+  const int64_t groups = quantized_size(s, shape).num_groups;
+  d.codes = grow(*b.codes, un * static_cast<size_t>(s.code_bytes_per_element()));
+  if (!s.is_passthrough()) d.scales = grow(*b.scales, static_cast<size_t>(std::max<int64_t>(groups, 1)));
+  if (s.has_expand()) {
+    d.k = grow(*b.k, static_cast<size_t>(groups));
+    d.c = grow(*b.c, static_cast<size_t>(groups));
+  }
+  return d;
+}
+
+// Bytes of one parameter's device buffers under the request (an estimate good to a few percent:
+// fp32 arrays, codes, the step's scratch and the chunk records).
+size_t needed_bytes(const optim::DriftRequest& rq) {
+  const size_t n = static_cast<size_t>(rq.n);
+  size_t worst = 0;
+  for (const auto& r : rq.recipes) worst = std::max(worst, lowp_scratch_bytes(r, rq.n));
+  const size_t chunks = (n + optim::kDriftChunk - 1) / optim::kDriftChunk;
+  return n * 4 * (13 + static_cast<size_t>(rq.steps)) + 4 * n + worst + chunks * optim::kDriftSums * 8;
+}
+
+}  // namespace
+
+optim::DriftResult drift_on_gpu(const optim::DriftRequest& rq, DriftScratch& S, cudaStream_t stream) {
+  for (const auto& r : rq.recipes) {
+    require_device_moment(r.m);
+    require_device_moment(r.v);
+  }
+  FP8SIM_CHECK(rq.n > 0 && rq.steps >= 0 && rq.grads.size() >= static_cast<size_t>(rq.steps) &&
+                   rq.lr.size() >= static_cast<size_t>(rq.steps),
+               "drift request of {} elements, {} steps, {} grads, {} lrs", rq.n, rq.steps, rq.grads.size(),
+               rq.lr.size());
+  {
+    size_t free_b = 0, total_b = 0;
+    FP8SIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const size_t need = needed_bytes(rq);
+    if (need > free_b)
+      throw UsageError(
+          fmt::format("a parameter of {} elements needs {:.1f} GiB of GPU memory for its drift, {:.1f} GiB "
+                      "are free",
+                      rq.n, need / double(1ull << 30), free_b / double(1ull << 30)));
+  }
+  const int64_t n = rq.n;
+  const size_t un = static_cast<size_t>(n);
+  const int64_t shape[1] = {n};
+  const int64_t chunks = (n + optim::kDriftChunk - 1) / optim::kDriftChunk;
+  const int steps = rq.steps;
+
+  float* p0 = grow(S.p0, un);
+  float* m0 = grow(S.m0, un);
+  float* v0 = grow(S.v0, un);
+  float* grads = grow(S.grads, un * static_cast<size_t>(std::max(steps, 1)));
+  upload(p0, rq.p0, n, stream);
+  upload(m0, rq.m0, n, stream);
+  upload(v0, rq.v0, n, stream);
+  for (int k = 0; k < steps; ++k)
+    upload(grads + static_cast<size_t>(k) * un, rq.grads[static_cast<size_t>(k)], n, stream);
+  float* p = grow(S.p, un);
+  float* p_prev = grow(S.p_prev, un);
+  float* b = grow(S.b, un);
+  float* b_prev = grow(S.b_prev, un);
+  float* mb = grow(S.mb, un);
+  float* vb = grow(S.vb, un);
+  float* ms_buf = grow(S.ms, un);
+  float* vs_buf = grow(S.vs, un);
+  double* sums = grow(S.sums, static_cast<size_t>(chunks) * optim::kDriftSums);
+  S.host_sums.resize(static_cast<size_t>(chunks) * optim::kDriftSums);
+
+  optim::DriftResult out(rq.recipes.size() * static_cast<size_t>(steps));
+  for (size_t r = 0; r < rq.recipes.size(); ++r) {
+    const optim::StateRecipe& recipe = rq.recipes[r];
+    LowpMomentDev dm = bind_moment(recipe.m, n, {&S.m_fp32, &S.m_scales, &S.m_k, &S.m_c, &S.m_codes});
+    LowpMomentDev dv = bind_moment(recipe.v, n, {&S.v_fp32, &S.v_scales, &S.v_k, &S.v_c, &S.v_codes});
+    void* step_ws = grow(S.step_scratch, lowp_scratch_bytes(recipe, n));
+    // The window start's state, as make_param_state stores it (the step's quantizer and keys).
+    auto store = [&](LowpMomentDev& d, const float* x, int moment) {
+      if (d.spec.is_fp32()) {
+        copy_d2d(d.fp32, x, n, stream);
+        return;
+      }
+      QuantSpec spec = *d.spec.spec;
+      if (spec.rounding == Rounding::Stochastic)
+        spec.seed = optim::state_rounding_key(spec.seed, rq.index, static_cast<uint64_t>(rq.step0), moment);
+      QuantGpuOut o;
+      o.codes = d.codes;
+      o.scales = d.scales;
+      o.expand_k = d.k;
+      o.expand_c = d.c;
+      quantize_cuda(x, InputDtype::F32, shape, spec, o, step_ws, QuantGpuOptions{}, stream);
+    };
+    store(dm, m0, 0);
+    store(dv, v0, 1);
+    copy_d2d(p, p0, n, stream);
+    copy_d2d(b, p0, n, stream);
+    copy_d2d(mb, m0, n, stream);
+    copy_d2d(vb, v0, n, stream);
+    optim::AdamwHyper h = rq.hyper;
+    for (int k = 0; k < steps; ++k) {
+      h.lr = rq.lr[static_cast<size_t>(k)];
+      const int64_t t = rq.step0 + k + 1;
+      const auto c = optim::make_step_consts(h, t, rq.rule);
+      const float* g = grads + static_cast<size_t>(k) * un;
+      copy_d2d(b_prev, b, n, stream);
+      adamw_fp32_cuda(b, g, mb, vb, un, c, stream);
+      copy_d2d(p_prev, p, n, stream);
+      const float *mn = nullptr, *vn = nullptr;
+      adamw_lowp_cuda(p, g, dm, dv, n, c, rq.index, static_cast<uint64_t>(t), step_ws, stream, &mn, &vn);
+      auto stored = [&](const LowpMomentDev& d, float* buf) -> const float* {
+        if (d.spec.is_fp32()) return d.fp32;
+        dequantize_cuda(*d.spec.spec, shape, d.codes, d.scales, d.k, d.c, buf, stream);
+        return buf;
+      };
+      const float* ms = stored(dm, ms_buf);
+      const float* vs = stored(dv, vs_buf);
+      detail::launch_drift_sums({p, p_prev, b, b_prev, p0, ms, vs, mn, vn, mb, vb}, n, sums, stream);
+      FP8SIM_CUDA_CHECK(cudaMemcpyAsync(S.host_sums.data(), sums, S.host_sums.size() * sizeof(double),
+                                        cudaMemcpyDeviceToHost, stream));
+      FP8SIM_CUDA_CHECK(cudaStreamSynchronize(stream));
+      optim::DriftSums& dst = out[r * static_cast<size_t>(steps) + static_cast<size_t>(k)];
+      dst.fill(0.0);
+      for (int64_t ch = 0; ch < chunks; ++ch)
+        for (size_t q = 0; q < optim::kDriftSums; ++q)
+          dst[q] += S.host_sums[static_cast<size_t>(ch) * optim::kDriftSums + q];
+    }
+  }
+  return out;
+}
+
+}  // namespace fp8sim::gpu

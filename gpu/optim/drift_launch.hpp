@@ -1,0 +1,19 @@
+#pragma once
+// Launcher of the drift sums kernel (gpu/optim/drift.cu); nvcc-safe (no fmt). Device pointers,
+// asynchronous on `stream`; the host driver is gpu/optim/drift.cpp.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace fp8sim::gpu::detail {
+
+// The arrays of one recipe at one step (n floats each; optim::drift_terms says what each is).
+struct DriftArrays {
+  const float *p, *p_prev, *b, *b_prev, *p0, *ms, *vs, *mn, *vn, *mb, *vb;
+};
+
+// The fourteen drift sums of every chunk of optim::kDriftChunk elements, each chunk's terms added
+// in element order: sums[c * kDriftSums + q].
+void launch_drift_sums(const DriftArrays& a, int64_t n, double* sums, cudaStream_t stream);
+
+}  // namespace fp8sim::gpu::detail
