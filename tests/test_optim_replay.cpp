@@ -369,6 +369,28 @@ TEST(OptimReplaySample, DriftDeviceHookTakesParametersOrHandsThemBack) {
   EXPECT_EQ(refused, got.window.params);
 }
 
+// OptimOptions::direction_device likewise for Table 1's sums (both format lists).
+TEST(OptimReplaySample, DirectionDeviceHookTakesMomentPairsOrHandsThemBack) {
+  OptimOptions o = opts_with({"coat"}, true, false);
+  o.table1_lowbit = true;
+  const std::string want = optim_replay(kSample, o).to_json().dump();
+  int64_t fp8 = 0, lowbit = 0;
+  OptimOptions dev = o;
+  dev.direction_device = [&](const DirectionRequest& rq) {
+    (rq.specs.size() == 4 ? fp8 : lowbit) += 1;
+    EXPECT_GT(rq.bc1, 0.0);
+    EXPECT_GT(rq.bc2, 0.0);
+    return direction_cpu(rq);
+  };
+  const OptimResult got = optim_replay(kSample, dev);
+  EXPECT_EQ(got.to_json().dump(), want);
+  EXPECT_EQ(fp8, got.moments.params);
+  EXPECT_EQ(lowbit, got.moments.params);
+  OptimOptions back = o;
+  back.direction_device = [](const DirectionRequest&) -> std::vector<double> { throw UsageError("not here"); };
+  EXPECT_EQ(optim_replay(kSample, back).to_json().dump(), want);
+}
+
 // Table 1's sums, four chunks at a time in AVX2 lanes (where the CPU has AVX2) against the portable
 // loop: a parameter of 9 whole chunks of 4096 and a partial one, moments over 12 decades with exact
 // zeros (the nonzero and flush counts), in the 4 FP8 formats and the 4- and 6-bit ones.

@@ -245,6 +245,10 @@ class CudaBackend final : public Backend {
     return drift_on_gpu(rq, drift_scratch_, stream());
   }
 
+  std::vector<double> optim_direction(const optim::DirectionRequest& rq) override {
+    return direction_on_gpu(rq, drift_scratch_, stream());
+  }
+
  private:
   static CastParams params(const CastOptions& o) {
     CastParams p;

@@ -184,4 +184,79 @@ optim::DriftResult drift_on_gpu(const optim::DriftRequest& rq, DriftScratch& S, 
   return out;
 }
 
+std::vector<double> direction_on_gpu(const optim::DirectionRequest& rq, DriftScratch& S, cudaStream_t stream) {
+  const size_t F = rq.specs.size();
+  FP8SIM_CHECK(F >= 1 && F <= optim::kMaxDirectionFormats && rq.n > 0, "direction request of {} formats, {} elements",
+               F, rq.n);
+  const int64_t n = rq.n;
+  const size_t un = static_cast<size_t>(n);
+  const int64_t shape[1] = {n};
+  // What quantize_cuda needs for each format (its own checks throw UsageError for what it refuses,
+  // before a launch; ask them all before any work).
+  size_t ws_bytes = 0, code_bytes = 0;
+  int64_t groups = 1;
+  for (const QuantSpec& s : rq.specs) {
+    if (s.rht != 0 || s.scale == ScaleMode::E4M3 || s.delayed.enabled() || s.rounding == Rounding::Stochastic)
+      throw UsageError(fmt::format("the GPU's Table 1 does not run {}", s.to_string()));
+    ws_bytes = std::max(ws_bytes, quantize_workspace_bytes(s, shape));
+    const QuantizedSize qs = quantized_size(s, shape);
+    code_bytes = std::max(code_bytes, static_cast<size_t>(qs.code_bytes));
+    groups = std::max(groups, qs.num_groups);
+  }
+  const size_t chunks = (un + optim::kDriftChunk - 1) / optim::kDriftChunk;
+  const size_t K = optim::DirectionLayout(F).K;
+  {
+    size_t free_b = 0, total_b = 0;
+    FP8SIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const size_t need =
+        un * 4 * (2 + 2 * F) + code_bytes + ws_bytes + static_cast<size_t>(groups) * 12 + chunks * K * 8;
+    if (need > free_b)
+      throw UsageError(
+          fmt::format("Table 1 of a parameter of {} elements needs {:.1f} GiB of GPU memory, {:.1f} GiB "
+                      "are free",
+                      n, need / double(1ull << 30), free_b / double(1ull << 30)));
+  }
+  float* m = grow(S.m0, un);
+  float* v = grow(S.v0, un);
+  upload(m, rq.m, n, stream);
+  upload(v, rq.v, n, stream);
+  if (S.quantized.size() < 2 * F) S.quantized.resize(2 * F);
+  unsigned char* codes = grow(S.m_codes, std::max<size_t>(code_bytes, 1));
+  float* scales = grow(S.m_scales, static_cast<size_t>(groups));
+  float* k = grow(S.m_k, static_cast<size_t>(groups));
+  float* c = grow(S.m_c, static_cast<size_t>(groups));
+  void* ws = grow(S.step_scratch, std::max<size_t>(ws_bytes, 1));
+  detail::DirectionArrays arr{};
+  arr.m = m;
+  arr.v = v;
+  arr.F = static_cast<int>(F);
+  arr.bc1 = rq.bc1;
+  arr.bc2 = rq.bc2;
+  arr.eps = rq.eps;
+  for (size_t a = 0; a < F; ++a) {
+    const QuantSpec& spec = rq.specs[a];
+    QuantGpuOut o;
+    o.codes = codes;
+    o.scales = spec.is_passthrough() ? nullptr : scales;
+    o.expand_k = spec.has_expand() ? k : nullptr;
+    o.expand_c = spec.has_expand() ? c : nullptr;
+    for (int which = 0; which < 2; ++which) {
+      float* out = grow(S.quantized[2 * a + static_cast<size_t>(which)], un);
+      quantize_cuda(which ? v : m, InputDtype::F32, shape, spec, o, ws, QuantGpuOptions{}, stream);
+      dequantize_cuda(spec, shape, codes, o.scales, o.expand_k, o.expand_c, out, stream);
+      (which ? arr.vq : arr.mq)[a] = out;
+    }
+  }
+  double* sums = grow(S.sums, chunks * K);
+  S.host_sums.resize(chunks * K);
+  detail::launch_direction_sums(arr, n, sums, stream);
+  FP8SIM_CUDA_CHECK(
+      cudaMemcpyAsync(S.host_sums.data(), sums, S.host_sums.size() * sizeof(double), cudaMemcpyDeviceToHost, stream));
+  FP8SIM_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> out(K, 0.0);
+  for (size_t ch = 0; ch < chunks; ++ch)
+    for (size_t q = 0; q < K; ++q) out[q] += S.host_sums[ch * K + q];
+  return out;
+}
+
 }  // namespace fp8sim::gpu

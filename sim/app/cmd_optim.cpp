@@ -132,9 +132,10 @@ int run_optim(const std::vector<std::string>& args) {
       "(default: the step with the most captured moments)")("no-drift", "skip the multi-step drift runs")(
       "threads", po::value(&threads)->default_value(0), "OpenMP threads (0 = all)")(
       "device", po::value<std::string>()->default_value("cpu"),
-      "where the drift runs' AdamW steps and sums run: cpu, or cuda (the GPU's kernels, the same bits; Table 1 and "
-      "the fp32 replay stay on the CPU)")("list-recipes", "list the state recipe presets and exit")(
-      "trace", po::value(&trace), "HDF5 trace with a grad window (positional)");
+      "where Table 1's quantizers and sums and the drift runs' AdamW steps and sums run: cpu, or cuda (the GPU's "
+      "kernels, the same bits; the fp32 replay stays on the CPU)")(
+      "list-recipes", "list the state recipe presets and exit")("trace", po::value(&trace),
+                                                                "HDF5 trace with a grad window (positional)");
   po::positional_options_description pos;
   pos.add("trace", 1);
   po::variables_map vm;
@@ -153,7 +154,7 @@ int run_optim(const std::vector<std::string>& args) {
           "  fp8sim optim traces/tiny-llama-s300.h5 --recipe coat --recipe te-fp8 --steps 4 --json optim.json\n"
           "  fp8sim optim traces/tiny-llama-s300.h5 --recipe m=e4m3:g128:de=coat,v=e5m2:g128 --no-table1\n"
           "  fp8sim optim traces/tiny-llama-s300.h5 --recipe coat --rounding stochastic --seed 7\n"
-          "  fp8sim optim big.h5 --device cuda --json big.json   (the drift on the GPU; same JSON)\n"
+          "  fp8sim optim big.h5 --device cuda --json big.json   (Table 1 and the drift on the GPU; same JSON)\n"
           "  fp8sim optim traces/tiny-llama-s300.h5 --table1-lowbit --recipe m=e2m1:g128:de=coat,v=e2m1:g128:de=coat"))
     return 0;
 
@@ -188,11 +189,24 @@ int run_optim(const std::vector<std::string>& args) {
   const std::string device = vm["device"].as<std::string>();
   if (device != "cpu" && device != "cuda")
     throw UsageError(fmt::format("--device must be cpu or cuda, got '{}'", device));
-  int64_t on_device = 0, on_cpu = 0;  // window parameters whose drift the device ran / did not take
-  double device_seconds = 0;          // in the device's calls
+  // Window parameters whose drift, and moment pairs whose Table 1 sums, the device ran / did not take.
+  int64_t on_device = 0, on_cpu = 0, t1_on_device = 0, t1_on_cpu = 0;
+  double device_seconds = 0;  // in the device's calls
   if (device == "cuda") {
     gpu::Backend& gpu = gpu_api::backend();
-    gpu.require("--device cuda runs the drift on the GPU");
+    gpu.require("--device cuda runs Table 1 and the drift on the GPU");
+    o.direction_device = [&gpu, &t1_on_device, &t1_on_cpu, &device_seconds](const optim::DirectionRequest& rq) {
+      const auto t0 = std::chrono::steady_clock::now();
+      try {
+        std::vector<double> r = gpu.optim_direction(rq);
+        device_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        ++t1_on_device;
+        return r;
+      } catch (const UsageError&) {
+        ++t1_on_cpu;  // a format the GPU quantizer does not run, or a parameter larger than the free memory
+        throw;
+      }
+    };
     o.drift_device = [&gpu, &on_device, &on_cpu, &device_seconds](const optim::DriftRequest& rq) {
       const auto t0 = std::chrono::steady_clock::now();
       try {
@@ -258,12 +272,15 @@ int run_optim(const std::vector<std::string>& args) {
   std::fflush(stdout);  // the tables before any stderr line
   if (device == "cuda") {
     const std::string who = dist::size() > 1 ? "rank 0: " : "";
-    cli::note(fmt::format("{}the drift of {} window parameter(s) ran on the GPU ({:.2f} s in its calls){}", who,
-                          on_device, device_seconds,
-                          on_cpu ? fmt::format(", {} on the CPU (4- or 6-bit or delayed-scaling moments, or larger "
-                                               "than the GPU's free memory)",
-                                               on_cpu)
-                                 : ""));
+    cli::note(
+        fmt::format("{}on the GPU ({:.2f} s in its calls): Table 1 sums of {} moment set(s), the drift of {} "
+                    "window parameter(s){}",
+                    who, device_seconds, t1_on_device, on_device,
+                    on_cpu + t1_on_cpu ? fmt::format("; on the CPU: {} Table 1 set(s) and {} drift(s) (4- or "
+                                                     "6-bit or delayed-scaling moments, or larger than the "
+                                                     "GPU's free memory)",
+                                                     t1_on_cpu, on_cpu)
+                                       : ""));
   }
   files.commit();
   if (json_id >= 0 && json_out != "-") cli::note(fmt::format("wrote {}", json_out));

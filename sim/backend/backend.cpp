@@ -77,6 +77,10 @@ optim::DriftResult Backend::optim_drift(const optim::DriftRequest&) {
   throw Error("this backend cannot run the optimizer's drift (it needs the CUDA backend)");
 }
 
+std::vector<double> Backend::optim_direction(const optim::DirectionRequest&) {
+  throw Error("this backend cannot run Table 1's sums (it needs the CUDA backend)");
+}
+
 std::unique_ptr<Backend> no_gpu_backend(std::string why_not) { return std::make_unique<NoGpu>(std::move(why_not)); }
 
 }  // namespace fp8sim::gpu

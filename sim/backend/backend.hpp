@@ -22,6 +22,7 @@
 #include "sim/common/json.hpp"
 #include "sim/formats/cast.hpp"
 #include "sim/optim/adamw_math.hpp"
+#include "sim/optim/direction.hpp"
 #include "sim/optim/drift.hpp"
 #include "sim/optim/lowp_adamw.hpp"
 #include "sim/quant/quantize.hpp"
@@ -113,6 +114,8 @@ class Backend {
   // sums the CPU gives. Throws UsageError for a parameter the device does not take (the caller runs
   // the CPU); backends without it throw Error.
   virtual optim::DriftResult optim_drift(const optim::DriftRequest& rq);
+  // Table 1's sums of one captured moment pair on the device, likewise.
+  virtual std::vector<double> optim_direction(const optim::DirectionRequest& rq);
 
   // ---- bench: fp8sim bench's whole document
   virtual bench::BenchDoc run_bench(const bench::BenchOptions& opts) = 0;

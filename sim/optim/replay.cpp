@@ -13,6 +13,7 @@
 #include "sim/common/check.hpp"
 #include "sim/common/dist.hpp"
 #include "sim/formats/avx2_fp8.hpp"
+#include "sim/optim/direction.hpp"
 #include "sim/optim/lowp_adamw.hpp"
 #include "sim/quant/quantize.hpp"
 
@@ -123,17 +124,6 @@ void require_finite(std::span<const float> x, const std::string& what, const std
 
 }  // namespace
 
-// Direction matrices hold at most this many formats (Table 1's FP8 list, the 4- and 6-bit one).
-constexpr size_t kMaxDirectionFormats = 8;
-
-// Where one parameter's direction sums over F formats lie in their vector: F*F cells, 4F
-// per-format errors and flushes, 5 references, then F*F flush-excluded cells and their counts.
-struct DirectionLayout {
-  size_t per, fmt, ref, x, K;
-  constexpr explicit DirectionLayout(size_t F)
-      : per(F * F), fmt(F * F), ref(F * F + 4 * F), x(F * F + 4 * F + 5), K(3 * F * F + 4 * F + 5) {}
-};
-
 // The inputs of one parameter's direction sums (DirectionSums::sums).
 struct DirectionInputs {
   const float* m;
@@ -200,6 +190,42 @@ __attribute__((target("avx2"))) void direction_sums4(const DirectionInputs& in, 
   }
 }
 
+std::vector<double> direction_cpu(const DirectionRequest& rq) {
+  const size_t F = rq.specs.size();
+  FP8SIM_CHECK(F >= 1 && F <= kMaxDirectionFormats, "a direction matrix of {} formats", F);
+  const int64_t n = rq.n;
+  const int nt = rq.threads > 0 ? rq.threads : omp_get_max_threads();
+  const Shape shape{n};
+  QuantizeOptions qo;
+  qo.threads = nt;
+  std::vector<std::vector<float>> mq(F), vq(F);
+  for (size_t a = 0; a < F; ++a) {
+    mq[a] = dequantize(quantize(rq.m, shape, rq.specs[a], qo), nt);
+    vq[a] = dequantize(quantize(rq.v, shape, rq.specs[a], qo), nt);
+  }
+  const size_t K = DirectionLayout(F).K;
+  DirectionInputs in{rq.m, rq.v, {}, {}, F, rq.bc1, rq.bc2, rq.eps};
+  for (size_t a = 0; a < F; ++a) {
+    in.mq[a] = mq[a].data();
+    in.vq[a] = vq[a].data();
+  }
+  const auto four = [&in](int64_t c0, double* out) { direction_sums4(in, c0, out); };
+  const bool simd = avx2::available() && quant_simd();  // the CPU loops' vector switch (quantize.hpp)
+  return det_sums(
+      n, nt, K,
+      [&](int64_t i, double* acc) {
+        float mqi[kMaxDirectionFormats], vqi[kMaxDirectionFormats];
+        for (size_t a = 0; a < F; ++a) {
+          mqi[a] = in.mq[a][i];
+          vqi[a] = in.vq[a][i];
+        }
+        DirectionElement e;
+        direction_element(rq.m[i], rq.v[i], mqi, vqi, F, rq.bc1, rq.bc2, rq.eps, e);
+        for (size_t q = 0; q < K; ++q) acc[q] += direction_term(e, F, q);
+      },
+      simd ? &four : nullptr);
+}
+
 // The sums behind a direction-MSE matrix over F formats (Table 1's measure): per cell (m in
 // format a, v in format b) the squared error of r, and the same over the elements whose nonzero
 // v did not flush; per format the moments' squared errors and flush counts; the references.
@@ -227,65 +253,22 @@ struct DirectionSums {
   }
   size_t formats() const { return specs.size(); }
 
-  // One parameter's sums (add_sums' layout) from its moments after `step` AdamW updates: fixed
-  // chunks combined in order (the result does not depend on the thread count).
-  std::vector<double> sums(std::span<const float> m0, std::span<const float> v0, const AdamwHyper& h, int64_t step,
+  // One parameter's request (direction_cpu, OptimOptions::direction_device) from its moments after
+  // `step` AdamW updates.
+  DirectionRequest request(std::span<const float> m0, std::span<const float> v0, const AdamwHyper& h, int64_t step,
                            int nt) const {
-    const size_t F = formats();
-    const int64_t n = static_cast<int64_t>(m0.size());
-    const Shape shape{n};
-    QuantizeOptions qo;
-    qo.threads = nt;
-    std::vector<std::vector<float>> mq(F), vq(F);
-    for (size_t a = 0; a < F; ++a) {
-      mq[a] = dequantize(quantize(m0.data(), shape, specs[a], qo), nt);
-      vq[a] = dequantize(quantize(v0.data(), shape, specs[a], qo), nt);
-    }
+    DirectionRequest rq;
+    rq.n = static_cast<int64_t>(m0.size());
+    rq.m = m0.data();
+    rq.v = v0.data();
+    rq.specs = specs;
     // The direction AdamW applies with moments after t updates (their bias corrections).
     const double t = static_cast<double>(step);
-    const double bc1 = 1.0 - std::pow(h.beta1, t), bc2 = 1.0 - std::pow(h.beta2, t);
-    const double eps = h.eps;
-    const DirectionLayout L(F);  // one chunk's sums
-    const size_t kPer = L.per, kFmt = L.fmt, kRef = L.ref, kX = L.x, K = L.K;
-    DirectionInputs in{m0.data(), v0.data(), {}, {}, F, bc1, bc2, eps};
-    for (size_t a = 0; a < F; ++a) {
-      in.mq[a] = mq[a].data();
-      in.vq[a] = vq[a].data();
-    }
-    const auto four = [&in](int64_t c0, double* out) { direction_sums4(in, c0, out); };
-    const bool simd = avx2::available() && quant_simd();  // the CPU loops' vector switch (quantize.hpp)
-    return det_sums(
-        n, nt, K,
-        [&](int64_t i, double* acc) {
-          std::array<double, kMaxFormats> num, den;
-          const size_t u = static_cast<size_t>(i);
-          const double m = m0[u], v = v0[u];
-          const double r = (m / bc1) / (std::sqrt(v / bc2) + eps);
-          for (size_t a = 0; a < F; ++a) {
-            const double mqa = mq[a][u], vqa = vq[a][u];
-            num[a] = mqa / bc1;
-            den[a] = std::sqrt(vqa / bc2) + eps;
-            acc[kFmt + a] += (mqa - m) * (mqa - m);
-            acc[kFmt + F + a] += (vqa - v) * (vqa - v);
-            acc[kFmt + 2 * F + a] += (m != 0 && mqa == 0) ? 1.0 : 0.0;
-            acc[kFmt + 3 * F + a] += (v != 0 && vqa == 0) ? 1.0 : 0.0;
-          }
-          for (size_t a = 0; a < F; ++a)
-            for (size_t b = 0; b < F; ++b) {
-              const double d = num[a] / den[b] - r;
-              acc[a * F + b] += d * d;
-              if (!(v != 0 && vq[b][u] == 0)) {
-                acc[kX + a * F + b] += d * d;
-                acc[kX + kPer + a * F + b] += 1.0;
-              }
-            }
-          acc[kRef] += m * m;
-          acc[kRef + 1] += v * v;
-          acc[kRef + 2] += m != 0 ? 1.0 : 0.0;
-          acc[kRef + 3] += v != 0 ? 1.0 : 0.0;
-          acc[kRef + 4] += r * r;
-        },
-        simd ? &four : nullptr);
+    rq.bc1 = 1.0 - std::pow(h.beta1, t);
+    rq.bc2 = 1.0 - std::pow(h.beta2, t);
+    rq.eps = h.eps;
+    rq.threads = nt;
+    return rq;
   }
 
   // Adds one parameter's sums (parameters in order: the same additions whatever computed them).
@@ -569,8 +552,21 @@ OptimReplay::Impl::StatePart OptimReplay::Impl::state_part(const std::string& na
   part.adamw_step = adamw_step;
   if (opts.table1) {
     const int nt = threads_for(n);
-    part.t1 = t1.sums(m, v, h, adamw_step, nt);
-    if (t1_lowbit.formats() > 0) part.t1_lowbit = t1_lowbit.sums(m, v, h, adamw_step, nt);
+    auto sums = [&](const DirectionSums& d) {
+      const DirectionRequest rq = d.request(m, v, h, adamw_step, nt);
+      if (opts.direction_device) {
+        try {
+          std::vector<double> s = opts.direction_device(rq);
+          FP8SIM_CHECK(s.size() == DirectionLayout(d.formats()).K, "the device returned {} direction sums", s.size());
+          return s;
+        } catch (const UsageError&) {
+          // The device does not take these formats or this size (OptimOptions::direction_device).
+        }
+      }
+      return direction_cpu(rq);
+    };
+    part.t1 = sums(t1);
+    if (t1_lowbit.formats() > 0) part.t1_lowbit = sums(t1_lowbit);
   }
   return part;
 }

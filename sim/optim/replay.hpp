@@ -34,6 +34,7 @@
 #include "sim/common/buffer.hpp"
 #include "sim/common/json.hpp"
 #include "sim/optim/adamw.hpp"
+#include "sim/optim/direction.hpp"
 #include "sim/optim/drift.hpp"
 #include "sim/optim/state_recipe.hpp"
 
@@ -80,6 +81,9 @@ struct OptimOptions {
   // Where set, each window parameter's drift runs go to this device (`optim --device cuda`), which
   // returns the sums the CPU would; a parameter it throws UsageError for runs on the CPU.
   std::function<DriftResult(const DriftRequest&)> drift_device;
+  // The same for Table 1's sums of each captured moment pair (and table1_lowbit's): the device
+  // returns direction_cpu's sums or throws UsageError.
+  std::function<std::vector<double>(const DirectionRequest&)> direction_device;
 };
 
 // coat, coat-noexpand, te-fp8, fp8lm, bf16 (fp32 is the baseline, always run).
