@@ -79,6 +79,7 @@ TEST(OptimCli, BadInputOneLineErrorNoPartialOutput) {
       {{"optim", kSample, "--table1-lowbit", "--no-table1", "--json", json}, 2, "--table1-lowbit"},
       {{"optim", kSample, "--recipe", "m=e2m1:g32:de=robust,v=fp32", "--json", json}, 2, "de=robust"},
       {{"optim", kSample, "--frobnicate"}, 2, "frobnicate"},
+      {{"optim", kSample, "--device", "gpu", "--json", json}, 2, "--device must be cpu or cuda"},
       {{"optim", kSample, "--json", dir}, 1, dir},  // the output path is a directory
   };
   for (const auto& c : cases) {
@@ -96,6 +97,50 @@ TEST(OptimCli, BadInputOneLineErrorNoPartialOutput) {
   EXPECT_EQ(none.exit_code, 1);
   EXPECT_TRUE(one_line(none.err)) << none.err;
   EXPECT_NE(none.err.find("neither"), std::string::npos) << none.err;
+}
+
+// --device cuda: the GPU's JSON where there is one (test_optim_gpu.cpp compares it with the CPU's);
+// elsewhere one line saying why, exit 1, no output.
+TEST(OptimCli, DeviceCudaWithoutAGpuIsOneLine) {
+  const std::string json = test::temp_dir() + "/o.json";
+  const auto r = run_fp8sim({"optim", kSample, "--device", "cuda", "--steps", "1", "--json", json});
+  if (r.exit_code == 0) {
+    EXPECT_TRUE(fs::exists(json));
+    EXPECT_NE(r.err.find("on the GPU ("), std::string::npos) << r.err;
+    return;
+  }
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(one_line(r.err)) << r.err;
+  EXPECT_NE(r.err.find("--device cuda"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(json));
+}
+
+// synth --window N: a grad window of N steps from the full step, every parameter's grad at each;
+// optim replays it (no end-of-window weights: the fp32 replay says why it is skipped).
+TEST(OptimCli, SynthWindowGivesADriftOfItsSteps) {
+  const std::string dir = test::temp_dir(), trace = dir + "/win.h5", json = dir + "/o.json";
+  const auto w = run_fp8sim(
+      {"synth", "--model", "tiny-llama", "--layers", "1", "--tokens", "64", "--window", "3", "--out", trace});
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  const auto dry =
+      run_fp8sim({"synth", "--model", "tiny-llama", "--layers", "1", "--tokens", "64", "--window", "3", "--dry-run"});
+  const auto one = run_fp8sim({"synth", "--model", "tiny-llama", "--layers", "1", "--tokens", "64", "--dry-run"});
+  EXPECT_NE(dry.out, one.out) << "the window's grads are counted";
+  const auto r = run_fp8sim({"optim", trace, "--recipe", "coat", "--no-table1", "--json", json, "-q"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Json doc = Json::parse(read_text_file(json));
+  EXPECT_EQ(doc["window"]["steps"].as_int(), 3);
+  EXPECT_EQ(doc["window"]["step0"].as_int(), 99);
+  EXPECT_EQ(doc["drift"]["coat"]["steps"].size(), 3u);
+  EXPECT_TRUE(doc["fp32_replay_max_rel_err"].is_null());
+  EXPECT_NE(doc["fp32_replay"]["skipped"].as_string().find("end-of-window weights"), std::string::npos);
+  for (const char* bad : {"-1", "1001"}) {
+    const auto b = run_fp8sim({"synth", "--window", bad, "--out", dir + "/never.h5"});
+    EXPECT_EQ(b.exit_code, 2) << bad;
+    EXPECT_TRUE(one_line(b.err)) << b.err;
+    EXPECT_NE(b.err.find("--window"), std::string::npos) << b.err;
+    EXPECT_FALSE(fs::exists(dir + "/never.h5"));
+  }
 }
 
 // Moments but no grad window: Table 1 and memory run with --no-drift; drift needs the window.
