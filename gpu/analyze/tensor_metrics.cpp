@@ -115,6 +115,8 @@ ErrorStats merged(const DeviceBuffer<ErrorSums>& d_sums, size_t chunks, cudaStre
 
 }  // namespace
 
+void page_lock_for_upload(const void* host) { pin_for_upload(host); }
+
 size_t pinned_blocks() {
   Pinned& P = pinned();
   const std::lock_guard<std::mutex> lock(P.mu);

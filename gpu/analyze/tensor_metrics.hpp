@@ -33,6 +33,11 @@ struct MetricsScratch {
 TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
                                     const QuantSpec* spec, MetricsScratch& scratch, cudaStream_t stream);
 
+// Page-locks the pooled host block `host` lies in (sim/common/buffer.hpp) before its upload, once
+// per block (unlocked when the pool returns it; FP8SIM_PIN=0: never); memory outside the pool is
+// left alone. Call it on the thread that frees the block's Buffer (the one that chose the device).
+void page_lock_for_upload(const void* host);
+
 // Host blocks page-locked for uploads now: a tensor in a pooled Buffer (sim/common/buffer.hpp) is
 // uploaded from its block, locked on first use and unlocked when the pool returns it (tests).
 size_t pinned_blocks();

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "gpu/analyze/tensor_metrics.hpp"
 #include "gpu/common/cuda_check.hpp"
 #include "gpu/optim/adamw.hpp"
 #include "gpu/optim/drift_launch.hpp"
@@ -37,7 +38,10 @@ void copy_d2d(float* dst, const float* src, int64_t n, cudaStream_t s) {
   FP8SIM_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyDeviceToDevice, s));
 }
 
+// The host values come in pooled Buffers (the trace reader's), page-locked once per block as
+// analyze's uploads are.
 void upload(float* dst, const float* src, int64_t n, cudaStream_t s) {
+  page_lock_for_upload(src);
   FP8SIM_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * sizeof(float), cudaMemcpyHostToDevice, s));
 }
 
