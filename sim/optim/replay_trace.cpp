@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <future>
 #include <map>
 
 #include "sim/common/buffer.hpp"
@@ -148,13 +149,23 @@ OptimResult optim_replay(const trace::TraceReader& r, const OptimOptions& opts) 
     if (owner[i] != me)
       total -= static_cast<double>(i < n_moments ? moment_tensors[i]->numel() : window_weights[i - n_moments]->numel());
 
-  auto moment_part = [&](const trace::TensorInfo* t) {
-    const trace::TensorInfo* tv = r.find(mstep, trace::Role::ExpAvgSq, t->name);
-    FP8SIM_REQUIRE(tv != nullptr, "'{}': step {} has exp_avg but no exp_avg_sq for '{}'", path, mstep, t->name);
-    return replay.state_part(t->name, r.read_f32(*t), r.read_f32(*tv), hyper, *st->adamw_step);
-  };
-  auto window_part = [&](const trace::TensorInfo* wt, uint64_t index) {
+  // One item's values as read: a moment pair (m, v) or a window parameter (w).
+  struct Loaded {
+    Buffer<float> m, v;
     ParamWindow w;
+  };
+  auto load = [&](size_t i) {
+    Loaded L;
+    if (i < n_moments) {
+      const trace::TensorInfo* t = moment_tensors[i];
+      const trace::TensorInfo* tv = r.find(mstep, trace::Role::ExpAvgSq, t->name);
+      FP8SIM_REQUIRE(tv != nullptr, "'{}': step {} has exp_avg but no exp_avg_sq for '{}'", path, mstep, t->name);
+      L.m = r.read_f32(*t);
+      L.v = r.read_f32(*tv);
+      return L;
+    }
+    const trace::TensorInfo* wt = window_weights[i - n_moments];
+    ParamWindow& w = L.w;
     w.name = wt->name;
     w.shape = wt->shape;
     w.hyper = hyper;
@@ -175,14 +186,29 @@ OptimResult optim_replay(const trace::TraceReader& r, const OptimOptions& opts) 
       w.lr.push_back(*si->lr);
     }
     if (const trace::TensorInfo* end = r.find(last + 1, trace::Role::Weight, wt->name)) w.p_end = r.read_f32(*end);
-    return replay.param_part(w, index);
+    return L;
   };
   const std::vector<std::string> parts = dist::exchange([&] {
     dist::ByteWriter out;
-    for (size_t i = 0; i < n_items; ++i) {
-      if (owner[i] != me) continue;
+    std::vector<size_t> mine;
+    for (size_t i = 0; i < n_items; ++i)
+      if (owner[i] == me) mine.push_back(i);
+    // Reads run one item ahead of the work, on another thread; only that thread calls the reader
+    // meanwhile (the work takes the values it is given), so reads never overlap each other, and
+    // the buffers are freed here, on the thread that computes (and uploads them, on a GPU).
+    std::future<Loaded> next;
+    if (!mine.empty()) next = std::async(std::launch::async, load, mine[0]);
+    for (size_t k = 0; k < mine.size(); ++k) {
+      const size_t i = mine[k];
+      Loaded L = next.get();
+      if (k + 1 < mine.size()) next = std::async(std::launch::async, load, mine[k + 1]);
       const bool moment = i < n_moments;
-      out.str(moment ? moment_part(moment_tensors[i]) : window_part(window_weights[i - n_moments], i - n_moments));
+      if (moment) {
+        const trace::TensorInfo* t = moment_tensors[i];
+        out.str(replay.state_part(t->name, L.m, L.v, hyper, *st->adamw_step));
+      } else {
+        out.str(replay.param_part(L.w, i - n_moments));
+      }
       done += static_cast<double>(moment ? moment_tensors[i]->numel() : window_weights[i - n_moments]->numel());
       if (opts.progress) opts.progress(done, total);
       check_interrupt();
