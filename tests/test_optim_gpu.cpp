@@ -692,7 +692,7 @@ TEST(OptimDriftGpu, RefusesWhatItDoesNotRun) {
   const DriftWindow w = drift_window(1000, 1, 5);
   gpu::DriftScratch scratch;
   gpu::Stream stream;
-  for (const char* r : {"m=e2m1:g32,v=fp32", "m=e4m3:tensor:delayed=16,v=fp32"}) {
+  for (const char* r : {"m=e2m1:g32,v=fp32", "m=e4m3:tensor:delayed=16,v=fp32", "m=fp32,v=bf16:g128:scale=fp32"}) {
     const std::vector<optim::StateRecipe> one{optim::StateRecipe::parse(r)};
     EXPECT_THROW(gpu::drift_on_gpu(drift_request(w, one, optim::UpdateRule::Coat), scratch, stream.get()), UsageError)
         << r;
@@ -716,7 +716,8 @@ TEST(OptimDirectionGpu, SumsEqualTheCpu) {
   for (const auto& f : optim::table1_lowbit_formats()) lowbit.push_back(QuantSpec::parse(f.spec));
   gpu::DriftScratch scratch;
   gpu::Stream stream;
-  for (const int64_t n : {int64_t{96}, int64_t{4096}, int64_t{3 * 4096 + 1008}}) {
+  // 4 * 4096 + 1008: four whole chunks, which the CPU sums in its AVX2 lanes where it has them.
+  for (const int64_t n : {int64_t{96}, int64_t{4096}, int64_t{3 * 4096 + 1008}, int64_t{4 * 4096 + 1008}}) {
     std::vector<float> m = test::lognormal_data(static_cast<size_t>(n), static_cast<uint64_t>(n), 8.0);
     std::vector<float> v = test::lognormal_data(static_cast<size_t>(n), static_cast<uint64_t>(n) + 1, 24.0);
     for (auto& x : m) x *= 1e-6f;
@@ -747,6 +748,28 @@ TEST(OptimDirectionGpu, SumsEqualTheCpu) {
   }
 }
 
+// The 4- and 6-bit kernels take whole 16-element segments: a moment of another length is refused
+// before any work (the caller runs the CPU), as is a format the GPU's Table 1 does not run.
+TEST(OptimDirectionGpu, RefusesWhatItDoesNotRun) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  std::vector<QuantSpec> lowbit;
+  for (const auto& f : optim::table1_lowbit_formats()) lowbit.push_back(QuantSpec::parse(f.spec));
+  std::vector<QuantSpec> robust{QuantSpec::parse("e4m3:g128:de=robust")};
+  const std::vector<float> m(100, 1e-5f), v(100, 1e-9f);
+  gpu::DriftScratch scratch;
+  gpu::Stream stream;
+  for (const auto* specs : {&lowbit, &robust}) {
+    optim::DirectionRequest rq;
+    rq.n = 100;
+    rq.m = m.data();
+    rq.v = v.data();
+    rq.specs = *specs;
+    rq.bc1 = rq.bc2 = 0.5;
+    rq.eps = 1e-8;
+    EXPECT_THROW(gpu::direction_on_gpu(rq, scratch, stream.get()), UsageError) << specs->front().to_string();
+  }
+}
+
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
@@ -767,6 +790,7 @@ TEST(OptimDriftGpu, SameJsonAsTheCpu) {
       {{}, false},
       {{"--rounding", "stochastic", "--seed", "9", "--update", "torch", "--table1-lowbit"}, false},
       {{"--recipe", "coat", "--recipe", "m=e2m1:g32:de=coat,v=e4m3:g128", "--no-table1"}, true},
+      {{"--recipe", "m=fp32,v=bf16:g128:scale=fp32", "--no-table1"}, true},
   };
   for (const auto& [extra, some_on_cpu] : variants) {
     std::vector<std::string> a{"optim", test::sample_trace(), "--json", dir + "/cpu.json"};

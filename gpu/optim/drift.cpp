@@ -17,15 +17,39 @@ namespace fp8sim::gpu {
 
 namespace {
 
-// The moment specs the device runs: fp32, or FP8 / 16-bit storage without delayed scaling, RHT or
-// two-level scales.
+// The moment specs the device runs: fp32, FP8, or 16-bit storage unscaled or with one per-tensor
+// scale (gpu/quant's kernels), without delayed scaling, RHT or two-level scales.
 void require_device_moment(const optim::MomentSpec& ms) {
   if (ms.is_fp32()) return;
   const QuantSpec& s = *ms.spec;
   if (!is_fp8(s.format) && !s.is_16bit())
     throw UsageError(fmt::format("the GPU drift runs FP8 and 16-bit moments, not {}", s.to_string()));
+  if (s.is_16bit() && !s.is_passthrough() && (s.granularity != Granularity::Tensor || s.has_expand()))
+    throw UsageError(fmt::format("the GPU scales 16-bit moments per tensor only, not {}", s.to_string()));
   if (s.delayed.enabled() || s.rht != 0 || s.scale == ScaleMode::E4M3)
     throw UsageError(fmt::format("the GPU drift does not run the moment spec {}", s.to_string()));
+}
+
+// Device bytes the scratch holds now (grow() frees a buffer before it reallocates it, so they count
+// as free for the next parameter).
+size_t held_bytes(const DriftScratch& S) {
+  size_t b = S.m_codes.bytes() + S.v_codes.bytes() + S.step_scratch.bytes() + S.sums.bytes();
+  for (const DeviceBuffer<float>* f :
+       {&S.p0, &S.m0, &S.v0,     &S.grads,  &S.p,        &S.p_prev,   &S.b,   &S.b_prev, &S.mb,  &S.vb,
+        &S.ms, &S.vs, &S.m_fp32, &S.v_fp32, &S.m_scales, &S.v_scales, &S.m_k, &S.m_c,    &S.v_k, &S.v_c})
+    b += f->bytes();
+  for (const auto& q : S.quantized) b += q.bytes();
+  return b;
+}
+
+// Throws UsageError when `need` bytes exceed what the device has free plus what S holds.
+void require_memory(size_t need, const DriftScratch& S, const std::string& what) {
+  size_t free_b = 0, total_b = 0;
+  FP8SIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  const size_t avail = free_b + held_bytes(S);
+  if (need > avail)
+    throw UsageError(fmt::format("{} needs {:.1f} GiB of GPU memory, {:.1f} GiB are free", what,
+                                 need / double(1ull << 30), avail / double(1ull << 30)));
 }
 
 template <class T>
@@ -92,16 +116,7 @@ optim::DriftResult drift_on_gpu(const optim::DriftRequest& rq, DriftScratch& S, 
                    rq.lr.size() >= static_cast<size_t>(rq.steps),
                "drift request of {} elements, {} steps, {} grads, {} lrs", rq.n, rq.steps, rq.grads.size(),
                rq.lr.size());
-  {
-    size_t free_b = 0, total_b = 0;
-    FP8SIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const size_t need = needed_bytes(rq);
-    if (need > free_b)
-      throw UsageError(
-          fmt::format("a parameter of {} elements needs {:.1f} GiB of GPU memory for its drift, {:.1f} GiB "
-                      "are free",
-                      rq.n, need / double(1ull << 30), free_b / double(1ull << 30)));
-  }
+  require_memory(needed_bytes(rq), S, fmt::format("the drift of a parameter of {} elements", rq.n));
   const int64_t n = rq.n;
   const size_t un = static_cast<size_t>(n);
   const int64_t shape[1] = {n};
@@ -195,13 +210,22 @@ std::vector<double> direction_on_gpu(const optim::DirectionRequest& rq, DriftScr
   const int64_t n = rq.n;
   const size_t un = static_cast<size_t>(n);
   const int64_t shape[1] = {n};
-  // What quantize_cuda needs for each format (its own checks throw UsageError for what it refuses,
-  // before a launch; ask them all before any work).
+  // What quantize_cuda needs for each format, and what it would refuse, asked before any work: FP8
+  // in groups, or the 4- and 6-bit formats on whole 16-element segments (their kernels' rule for a
+  // flattened moment; Table 1's groups of 128 meet the rest of it).
   size_t ws_bytes = 0, code_bytes = 0;
   int64_t groups = 1;
   for (const QuantSpec& s : rq.specs) {
-    if (s.rht != 0 || s.scale == ScaleMode::E4M3 || s.delayed.enabled() || s.rounding == Rounding::Stochastic)
+    const bool fp8 = is_fp8(s.format), lowbit = is_fp4_fp6(s.format);
+    if ((!fp8 && !lowbit) || s.granularity != Granularity::Group || s.rht != 0 || s.scale == ScaleMode::E4M3 ||
+        s.delayed.enabled() || s.rounding == Rounding::Stochastic || s.expand == ExpandMode::Robust ||
+        s.de_min != DeMin::Nonzero)
       throw UsageError(fmt::format("the GPU's Table 1 does not run {}", s.to_string()));
+    if (lowbit && (n % 16 != 0 || s.group_size % 16 != 0 || s.group_size > 512))
+      throw UsageError(
+          fmt::format("the GPU's 4- and 6-bit kernels take {} over {} elements in whole 16-element "
+                      "segments only",
+                      s.to_string(), n));
     ws_bytes = std::max(ws_bytes, quantize_workspace_bytes(s, shape));
     const QuantizedSize qs = quantized_size(s, shape);
     code_bytes = std::max(code_bytes, static_cast<size_t>(qs.code_bytes));
@@ -209,17 +233,8 @@ std::vector<double> direction_on_gpu(const optim::DirectionRequest& rq, DriftScr
   }
   const size_t chunks = (un + optim::kDriftChunk - 1) / optim::kDriftChunk;
   const size_t K = optim::DirectionLayout(F).K;
-  {
-    size_t free_b = 0, total_b = 0;
-    FP8SIM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    const size_t need =
-        un * 4 * (2 + 2 * F) + code_bytes + ws_bytes + static_cast<size_t>(groups) * 12 + chunks * K * 8;
-    if (need > free_b)
-      throw UsageError(
-          fmt::format("Table 1 of a parameter of {} elements needs {:.1f} GiB of GPU memory, {:.1f} GiB "
-                      "are free",
-                      n, need / double(1ull << 30), free_b / double(1ull << 30)));
-  }
+  require_memory(un * 4 * (2 + 2 * F) + code_bytes + ws_bytes + static_cast<size_t>(groups) * 12 + chunks * K * 8, S,
+                 fmt::format("Table 1 of a parameter of {} elements", n));
   float* m = grow(S.m0, un);
   float* v = grow(S.v0, un);
   upload(m, rq.m, n, stream);

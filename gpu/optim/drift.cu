@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads) drift_sums_kernel(DriftArrays a, int
   }
 }
 
-constexpr int kDirWarps = 4;  // a block's rows of shared memory: 4 x 32 elements x 36 doubles
+constexpr int kDirWarps = 4;  // a block's rows of shared memory: 4 x 32 elements x 35 doubles
 
 // Table 1's sums: per 32-element tile, lane i computes element i's quantities (r, the quantized
 // moments, numerators and denominators: optim::direction_element) into shared memory; then, element

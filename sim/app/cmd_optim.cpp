@@ -215,7 +215,7 @@ int run_optim(const std::vector<std::string>& args) {
         ++on_device;
         return r;
       } catch (const UsageError&) {
-        ++on_cpu;  // a 4- or 6-bit or delayed-scaling moment, or a parameter larger than the free memory
+        ++on_cpu;  // a 4- or 6-bit or group-scaled 16-bit moment, or a parameter larger than the free memory
         throw;
       }
     };
@@ -273,12 +273,13 @@ int run_optim(const std::vector<std::string>& args) {
   if (device == "cuda") {
     const std::string who = dist::size() > 1 ? "rank 0: " : "";
     cli::note(
-        fmt::format("{}on the GPU ({:.2f} s in its calls): Table 1 sums of {} moment set(s), the drift of {} "
-                    "window parameter(s){}",
+        fmt::format("{}on the GPU ({:.2f} s in its calls): Table 1's sums {} time(s) (one per moment pair and "
+                    "format list), the drift of {} window parameter(s){}",
                     who, device_seconds, t1_on_device, on_device,
-                    on_cpu + t1_on_cpu ? fmt::format("; on the CPU: {} Table 1 set(s) and {} drift(s) (4- or "
-                                                     "6-bit or delayed-scaling moments, or larger than the "
-                                                     "GPU's free memory)",
+                    on_cpu + t1_on_cpu ? fmt::format("; on the CPU: Table 1's sums {} time(s) and {} drift(s) "
+                                                     "(4- or 6-bit moments, a 4- or 6-bit format on a length "
+                                                     "not a multiple of 16, or larger than the GPU's free "
+                                                     "memory)",
                                                      t1_on_cpu, on_cpu)
                                        : ""));
   }
