@@ -8,9 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -770,13 +768,6 @@ TEST(OptimDirectionGpu, RefusesWhatItDoesNotRun) {
   }
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
 // The whole command: optim --device cuda writes the CPU's JSON, Table 1's 4- and 6-bit list and a
 // 4-bit state recipe included (the drift of its parameters runs on the CPU).
 TEST(OptimDriftGpu, SameJsonAsTheCpu) {
@@ -802,7 +793,7 @@ TEST(OptimDriftGpu, SameJsonAsTheCpu) {
     const test::CommandResult rc = test::run_fp8sim(a), rg = test::run_fp8sim(b);
     ASSERT_EQ(rc.exit_code, 0) << rc.err;
     ASSERT_EQ(rg.exit_code, 0) << rg.err;
-    EXPECT_TRUE(slurp(dir + "/cpu.json") == slurp(dir + "/gpu.json")) << "the JSON differs";
+    EXPECT_TRUE(test::file_content(dir + "/cpu.json") == test::file_content(dir + "/gpu.json")) << "the JSON differs";
     EXPECT_NE(rg.err.find("on the GPU ("), std::string::npos) << rg.err;
     EXPECT_EQ(rg.err.find("on the CPU") != std::string::npos, some_on_cpu) << rg.err;
   }
