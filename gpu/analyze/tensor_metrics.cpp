@@ -99,11 +99,6 @@ void pin_for_upload(const void* host) {
   }
 }
 
-template <class T>
-void reserve(DeviceBuffer<T>& b, size_t n) {
-  if (b.size() < n) b.allocate(n);
-}
-
 // ErrorStats from the per-chunk sums, merged in chunk order as ErrorAccumulator::add merges them.
 ErrorStats merged(const DeviceBuffer<ErrorSums>& d_sums, size_t chunks, cudaStream_t stream) {
   std::vector<ErrorSums> sums(chunks);
@@ -139,9 +134,9 @@ TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::s
   if (n == 0) throw UsageError("an empty tensor is measured on the CPU");
   const int dt = dtype_code(dtype);
   const size_t chunks = static_cast<size_t>((n + kErrorChunk - 1) / kErrorChunk);
-  reserve(sc.x, static_cast<size_t>(n) * dtype_bytes(dtype));
-  reserve(sc.sums, chunks);
-  reserve(sc.counters, 3);
+  sc.x.reserve(static_cast<size_t>(n) * dtype_bytes(dtype));
+  sc.sums.reserve(chunks);
+  sc.counters.reserve(3);
   g_phases.start();
   g_phases.tensors += 1;
   g_phases.bytes += n * static_cast<int64_t>(dtype_bytes(dtype));
@@ -169,15 +164,15 @@ TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::s
   const bool packed = is_fp4_fp6(spec->format) && spec->bits_per_code() < 8;
   const size_t code_bytes = packed ? static_cast<size_t>(packed_bytes(n, spec->bits_per_code()))
                                    : static_cast<size_t>(n) * spec->code_bytes_per_element();
-  reserve(sc.codes, code_bytes);
-  reserve(sc.dequantized, static_cast<size_t>(n));
-  reserve(sc.scales, static_cast<size_t>(ng));
-  reserve(sc.k, static_cast<size_t>(ng));
-  reserve(sc.c, static_cast<size_t>(ng));
-  reserve(sc.amax, 1);
+  sc.codes.reserve(code_bytes);
+  sc.dequantized.reserve(static_cast<size_t>(n));
+  sc.scales.reserve(static_cast<size_t>(ng));
+  sc.k.reserve(static_cast<size_t>(ng));
+  sc.c.reserve(static_cast<size_t>(ng));
+  sc.amax.reserve(1);
   FP8SIM_CUDA_CHECK(cudaMemsetAsync(sc.amax.get(), 0, sizeof(float), stream));
-  reserve(sc.tensor_scale, 1);
-  reserve(sc.workspace, std::max(quantize_workspace_bytes(*spec, shape), amax_workspace_bytes(static_cast<size_t>(n))));
+  sc.tensor_scale.reserve(1);
+  sc.workspace.reserve(std::max(quantize_workspace_bytes(*spec, shape), amax_workspace_bytes(static_cast<size_t>(n))));
 
   QuantGpuOut out;
   out.codes = sc.codes.get();
@@ -240,7 +235,7 @@ TensorMetrics tensor_metrics_on_gpu(const void* host_x, InputDtype dtype, std::s
     if (ng == 1 && spec->granularity == Granularity::Tensor) {
       sa.tensor_amax = sc.amax.get();
     } else {
-      reserve(sc.group_amax, static_cast<size_t>(ng));
+      sc.group_amax.reserve(static_cast<size_t>(ng));
       detail::launch_group_amax(sc.x.get(), dt, mg, sc.group_amax.get(), stream);
       sa.amax_bits = sc.group_amax.get();
     }

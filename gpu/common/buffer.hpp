@@ -43,6 +43,13 @@ class DeviceBuffer {
     n_ = 0;
   }
 
+  // At least n elements (reallocated, contents lost, only when smaller): scratch that grows and
+  // never shrinks. Returns get().
+  T* reserve(size_t n) {
+    if (n_ < n) allocate(n);
+    return p_;
+  }
+
   T* get() { return p_; }
   const T* get() const { return p_; }
   size_t size() const { return n_; }

@@ -30,7 +30,7 @@ void require_device_moment(const optim::MomentSpec& ms) {
     throw UsageError(fmt::format("the GPU drift does not run the moment spec {}", s.to_string()));
 }
 
-// Device bytes the scratch holds now (grow() frees a buffer before it reallocates it, so they count
+// Device bytes the scratch holds now (reserve() frees a buffer before it reallocates it, so they count
 // as free for the next parameter).
 size_t held_bytes(const DriftScratch& S) {
   size_t b = S.m_codes.bytes() + S.v_codes.bytes() + S.step_scratch.bytes() + S.sums.bytes();
@@ -50,12 +50,6 @@ void require_memory(size_t need, const DriftScratch& S, const std::string& what)
   if (need > avail)
     throw UsageError(fmt::format("{} needs {:.1f} GiB of GPU memory, {:.1f} GiB are free", what,
                                  need / double(1ull << 30), avail / double(1ull << 30)));
-}
-
-template <class T>
-T* grow(DeviceBuffer<T>& b, size_t n) {
-  if (b.size() < n) b.allocate(n);
-  return b.get();
 }
 
 void copy_d2d(float* dst, const float* src, int64_t n, cudaStream_t s) {
@@ -80,17 +74,17 @@ LowpMomentDev bind_moment(const optim::MomentSpec& ms, int64_t n, MomentBuffers 
   d.spec = ms;
   const size_t un = static_cast<size_t>(n);
   if (ms.is_fp32()) {
-    d.fp32 = grow(*b.fp32, un);
+    d.fp32 = b.fp32->reserve(un);
     return d;
   }
   const QuantSpec& s = *ms.spec;
   const int64_t shape[1] = {n};
   const int64_t groups = quantized_size(s, shape).num_groups;
-  d.codes = grow(*b.codes, un * static_cast<size_t>(s.code_bytes_per_element()));
-  if (!s.is_passthrough()) d.scales = grow(*b.scales, static_cast<size_t>(std::max<int64_t>(groups, 1)));
+  d.codes = b.codes->reserve(un * static_cast<size_t>(s.code_bytes_per_element()));
+  if (!s.is_passthrough()) d.scales = b.scales->reserve(static_cast<size_t>(std::max<int64_t>(groups, 1)));
   if (s.has_expand()) {
-    d.k = grow(*b.k, static_cast<size_t>(groups));
-    d.c = grow(*b.c, static_cast<size_t>(groups));
+    d.k = b.k->reserve(static_cast<size_t>(groups));
+    d.c = b.c->reserve(static_cast<size_t>(groups));
   }
   return d;
 }
@@ -123,24 +117,24 @@ optim::DriftResult drift_on_gpu(const optim::DriftRequest& rq, DriftScratch& S, 
   const int64_t chunks = (n + optim::kDriftChunk - 1) / optim::kDriftChunk;
   const int steps = rq.steps;
 
-  float* p0 = grow(S.p0, un);
-  float* m0 = grow(S.m0, un);
-  float* v0 = grow(S.v0, un);
-  float* grads = grow(S.grads, un * static_cast<size_t>(std::max(steps, 1)));
+  float* p0 = S.p0.reserve(un);
+  float* m0 = S.m0.reserve(un);
+  float* v0 = S.v0.reserve(un);
+  float* grads = S.grads.reserve(un * static_cast<size_t>(std::max(steps, 1)));
   upload(p0, rq.p0, n, stream);
   upload(m0, rq.m0, n, stream);
   upload(v0, rq.v0, n, stream);
   for (int k = 0; k < steps; ++k)
     upload(grads + static_cast<size_t>(k) * un, rq.grads[static_cast<size_t>(k)], n, stream);
-  float* p = grow(S.p, un);
-  float* p_prev = grow(S.p_prev, un);
-  float* b = grow(S.b, un);
-  float* b_prev = grow(S.b_prev, un);
-  float* mb = grow(S.mb, un);
-  float* vb = grow(S.vb, un);
-  float* ms_buf = grow(S.ms, un);
-  float* vs_buf = grow(S.vs, un);
-  double* sums = grow(S.sums, static_cast<size_t>(chunks) * optim::kDriftSums);
+  float* p = S.p.reserve(un);
+  float* p_prev = S.p_prev.reserve(un);
+  float* b = S.b.reserve(un);
+  float* b_prev = S.b_prev.reserve(un);
+  float* mb = S.mb.reserve(un);
+  float* vb = S.vb.reserve(un);
+  float* ms_buf = S.ms.reserve(un);
+  float* vs_buf = S.vs.reserve(un);
+  double* sums = S.sums.reserve(static_cast<size_t>(chunks) * optim::kDriftSums);
   S.host_sums.resize(static_cast<size_t>(chunks) * optim::kDriftSums);
 
   optim::DriftResult out(rq.recipes.size() * static_cast<size_t>(steps));
@@ -148,7 +142,7 @@ optim::DriftResult drift_on_gpu(const optim::DriftRequest& rq, DriftScratch& S, 
     const optim::StateRecipe& recipe = rq.recipes[r];
     LowpMomentDev dm = bind_moment(recipe.m, n, {&S.m_fp32, &S.m_scales, &S.m_k, &S.m_c, &S.m_codes});
     LowpMomentDev dv = bind_moment(recipe.v, n, {&S.v_fp32, &S.v_scales, &S.v_k, &S.v_c, &S.v_codes});
-    void* step_ws = grow(S.step_scratch, lowp_scratch_bytes(recipe, n));
+    void* step_ws = S.step_scratch.reserve(lowp_scratch_bytes(recipe, n));
     // The window start's state, as make_param_state stores it (the step's quantizer and keys).
     auto store = [&](LowpMomentDev& d, const float* x, int moment) {
       if (d.spec.is_fp32()) {
@@ -235,16 +229,16 @@ std::vector<double> direction_on_gpu(const optim::DirectionRequest& rq, DriftScr
   const size_t K = optim::DirectionLayout(F).K;
   require_memory(un * 4 * (2 + 2 * F) + code_bytes + ws_bytes + static_cast<size_t>(groups) * 12 + chunks * K * 8, S,
                  fmt::format("Table 1 of a parameter of {} elements", n));
-  float* m = grow(S.m0, un);
-  float* v = grow(S.v0, un);
+  float* m = S.m0.reserve(un);
+  float* v = S.v0.reserve(un);
   upload(m, rq.m, n, stream);
   upload(v, rq.v, n, stream);
   if (S.quantized.size() < 2 * F) S.quantized.resize(2 * F);
-  unsigned char* codes = grow(S.m_codes, std::max<size_t>(code_bytes, 1));
-  float* scales = grow(S.m_scales, static_cast<size_t>(groups));
-  float* k = grow(S.m_k, static_cast<size_t>(groups));
-  float* c = grow(S.m_c, static_cast<size_t>(groups));
-  void* ws = grow(S.step_scratch, std::max<size_t>(ws_bytes, 1));
+  unsigned char* codes = S.m_codes.reserve(std::max<size_t>(code_bytes, 1));
+  float* scales = S.m_scales.reserve(static_cast<size_t>(groups));
+  float* k = S.m_k.reserve(static_cast<size_t>(groups));
+  float* c = S.m_c.reserve(static_cast<size_t>(groups));
+  void* ws = S.step_scratch.reserve(std::max<size_t>(ws_bytes, 1));
   detail::DirectionArrays arr{};
   arr.m = m;
   arr.v = v;
@@ -260,13 +254,13 @@ std::vector<double> direction_on_gpu(const optim::DirectionRequest& rq, DriftScr
     o.expand_k = spec.has_expand() ? k : nullptr;
     o.expand_c = spec.has_expand() ? c : nullptr;
     for (int which = 0; which < 2; ++which) {
-      float* out = grow(S.quantized[2 * a + static_cast<size_t>(which)], un);
+      float* out = S.quantized[2 * a + static_cast<size_t>(which)].reserve(un);
       quantize_cuda(which ? v : m, InputDtype::F32, shape, spec, o, ws, QuantGpuOptions{}, stream);
       dequantize_cuda(spec, shape, codes, o.scales, o.expand_k, o.expand_c, out, stream);
       (which ? arr.vq : arr.mq)[a] = out;
     }
   }
-  double* sums = grow(S.sums, chunks * K);
+  double* sums = S.sums.reserve(chunks * K);
   S.host_sums.resize(chunks * K);
   detail::launch_direction_sums(arr, n, sums, stream);
   FP8SIM_CUDA_CHECK(

@@ -195,30 +195,26 @@ int run_optim(const std::vector<std::string>& args) {
   if (device == "cuda") {
     gpu::Backend& gpu = gpu_api::backend();
     gpu.require("--device cuda runs Table 1 and the drift on the GPU");
-    o.direction_device = [&gpu, &t1_on_device, &t1_on_cpu, &device_seconds](const optim::DirectionRequest& rq) {
-      const auto t0 = std::chrono::steady_clock::now();
-      try {
-        std::vector<double> r = gpu.optim_direction(rq);
-        device_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        ++t1_on_device;
-        return r;
-      } catch (const UsageError&) {
-        ++t1_on_cpu;  // a format the GPU quantizer does not run, or a parameter larger than the free memory
-        throw;
-      }
+    // A device call, timed and counted; a UsageError (what the GPU does not take: 4- or 6-bit or
+    // group-scaled 16-bit moments, a 4- or 6-bit format on a length not a multiple of 16, more
+    // than the free memory) is counted and passed on, so the CPU runs that item.
+    auto counted = [&device_seconds](auto call, int64_t& taken, int64_t& handed_back) {
+      return [call, &taken, &handed_back, &device_seconds](const auto& rq) {
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+          auto r = call(rq);
+          device_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          ++taken;
+          return r;
+        } catch (const UsageError&) {
+          ++handed_back;
+          throw;
+        }
+      };
     };
-    o.drift_device = [&gpu, &on_device, &on_cpu, &device_seconds](const optim::DriftRequest& rq) {
-      const auto t0 = std::chrono::steady_clock::now();
-      try {
-        optim::DriftResult r = gpu.optim_drift(rq);
-        device_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        ++on_device;
-        return r;
-      } catch (const UsageError&) {
-        ++on_cpu;  // a 4- or 6-bit or group-scaled 16-bit moment, or a parameter larger than the free memory
-        throw;
-      }
-    };
+    o.direction_device =
+        counted([&gpu](const optim::DirectionRequest& rq) { return gpu.optim_direction(rq); }, t1_on_device, t1_on_cpu);
+    o.drift_device = counted([&gpu](const optim::DriftRequest& rq) { return gpu.optim_drift(rq); }, on_device, on_cpu);
   }
   Progress progress("optim", 1.0);
   o.progress = [&](double done, double total) { progress.update(total > 0 ? done / total : 1.0); };
