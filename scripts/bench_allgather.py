@@ -600,4 +600,6 @@ def run_all(a, b, sizes, world, nvls_set):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    import dist_start
+    dist_start.leave(code)

@@ -22,5 +22,15 @@ def start(device, die):
     return torch.device("cpu")
 
 
+def leave(code=0):
+    """Ends a rank whose process group is destroyed and whose output is written, without the
+    interpreter's finalization: torch's communication threads can abort a process there
+    (std::terminate, SIGABRT) after a run that succeeded, and torchrun then fails every rank."""
+    import sys
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":  # a module of measure_step.py and bench_allgather.py, not a command
     print(__doc__.strip() + "\n\nRun scripts/measure_step.py --help or scripts/bench_allgather.py --help.")

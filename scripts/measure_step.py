@@ -820,6 +820,9 @@ def main():
         run(args)
     except torch.OutOfMemoryError as e:
         die(f"out of GPU memory: {str(e).splitlines()[0]}")
+    if args.dist:
+        import dist_start
+        dist_start.leave()
 
 
 if __name__ == "__main__":
