@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "sim/formats/fp8.hpp"
 #include "sim/metrics/error_stats.hpp"
 #include "sim/metrics/histogram.hpp"
 
@@ -120,6 +121,49 @@ TEST(ErrorStats, AvxLanesGiveThePortableLoopsSums) {
       const ErrorStats portable = compute_error_stats(xs->data(), ys->data(), xs->size(), threads);
       expect_same_stats(wide, portable);
     }
+  set_error_sums_simd(was);
+}
+
+TEST(ErrorStats, SelfStatsEqualTheTensorComparedWithItself) {
+  // self_error_stats from stored fp32, bf16 and fp16 values against compute_error_stats(x, x) of
+  // the widened values, every field bit for bit: values with signed zeros, subnormals, NaN and
+  // Inf, lengths around the chunk and the four-chunk group, AVX2 lanes and the portable loop.
+  const bool was = error_sums_simd();
+  const size_t big = 9 * 65536 + 777;
+  std::mt19937 g(11);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f), e(-40.0f, 40.0f);
+  std::normal_distribution<float> nd;
+  std::vector<float> f32(big);
+  for (float& v : f32) {
+    const float r = u(g);
+    v = r < 0.01f ? (u(g) < 0.5f ? 0.0f : -0.0f)
+        : r < 0.02f ? (u(g) < 0.5f ? kNaN : (u(g) < 0.5f ? kInf : -kInf))
+        : r < 0.03f ? 1e-40f * nd(g)
+                    : nd(g) * std::exp2(e(g));
+  }
+  std::vector<uint16_t> bits(big);  // every 16-bit pattern is a value (or NaN) of both formats
+  std::uniform_int_distribution<int> pattern(0, 0xFFFF);
+  for (uint16_t& b : bits) b = static_cast<uint16_t>(pattern(g));
+  for (const StoredValues type : {StoredValues::F32, StoredValues::BF16, StoredValues::FP16})
+    for (const size_t n : {size_t{0}, size_t{1}, size_t{65535}, size_t{65536}, size_t{4 * 65536}, size_t{5 * 65536 + 3}, big})
+      for (const int threads : {1, 2})
+        for (const bool simd : {true, false}) {
+          SCOPED_TRACE(testing::Message() << "type " << static_cast<int>(type) << ", " << n << " elements, " << threads
+                                          << " threads, simd " << simd);
+          std::vector<float> x(n);
+          for (size_t i = 0; i < n; ++i)
+            x[i] = type == StoredValues::F32    ? f32[i]
+                   : type == StoredValues::BF16 ? bf16_to_f32(bits[i])
+                                                : fp16_to_f32(bits[i]);
+          const void* stored = type == StoredValues::F32 ? static_cast<const void*>(f32.data()) : bits.data();
+          set_error_sums_simd(simd);
+          const ErrorStats got = self_error_stats(stored, type, n, threads);
+          const ErrorStats want = compute_error_stats(x.data(), x.data(), n, threads);
+          expect_same_stats(got, want);
+          EXPECT_EQ(got.saturated, want.saturated);
+          EXPECT_EQ(got.scaled_count, want.scaled_count);
+          EXPECT_EQ(got.count + got.nonfinite, static_cast<int64_t>(n));
+        }
   set_error_sums_simd(was);
 }
 

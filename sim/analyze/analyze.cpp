@@ -240,7 +240,20 @@ struct TensorResult {
   bool unmatched = false;  // no rule of the recipe matched it
 };
 
-// The CPU's numbers for one tensor (run_quantize's, without its document); x is the tensor widened.
+StoredValues stored_values(trace::DType d) {
+  switch (d) {
+    case trace::DType::F32:
+      return StoredValues::F32;
+    case trace::DType::BF16:
+      return StoredValues::BF16;
+    case trace::DType::F16:
+      return StoredValues::FP16;
+  }
+  return StoredValues::F32;
+}
+
+// The CPU's numbers for one tensor (run_quantize's, without its document); x is the tensor widened
+// (unused without a spec: the tensor is compared with itself from its stored values).
 TensorMetrics cpu_metrics(const TensorData& d, std::span<const float> x, std::span<const int64_t> shape,
                           const std::optional<QuantSpec>& spec, int threads) {
   TensorMetrics m;
@@ -248,7 +261,7 @@ TensorMetrics cpu_metrics(const TensorData& d, std::span<const float> x, std::sp
   m.nan = nf.nan;
   m.inf = nf.inf;
   if (!spec) {
-    m.stats = compute_error_stats(x.data(), x.data(), x.size(), threads);
+    m.stats = self_error_stats(raw(d), stored_values(d.dtype), d.size(), threads);
     return m;
   }
   std::optional<DelayedScaler> scaler;
@@ -408,7 +421,7 @@ TensorResult analyze_tensor(const trace::TraceReader& r, const TensorInfo& t, co
     done = slab_metrics(r, t, spec, slab, histograms, opts.threads, hist);
   } else {
     if (opts.tensor_metrics) done = opts.tensor_metrics(raw(d), input_dtype(d.dtype), shape, spec ? &*spec : nullptr);
-    if (!done || histograms) x = d.widened();
+    if ((!done && spec) || histograms) x = d.widened();
   }
   const TensorMetrics m = done ? std::move(*done) : cpu_metrics(d, x, shape, spec, opts.threads);
   if (histograms && !hist) hist = scaled_histograms(x.data(), *m.q, opts.threads);

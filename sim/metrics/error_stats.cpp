@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sim/formats/avx2_fp8.hpp"
+#include "sim/formats/fp8.hpp"
 
 namespace fp8sim {
 
@@ -111,6 +112,95 @@ __attribute__((target("avx2"))) void accumulate4_avx2(const float* x, const floa
     e.max_rel_err = v[5][k];
   }
 }
+// self_error_stats' per-chunk quantities (the other fields of its ErrorSums are zero).
+struct SelfSums {
+  int64_t count = 0, nonzero = 0, nonfinite = 0;
+  double sum_sq = 0;
+};
+
+ErrorSums as_error_sums(const SelfSums& s) {
+  ErrorSums e;
+  e.count = s.count;
+  e.nonzero = s.nonzero;
+  e.nonfinite = s.nonfinite;
+  e.sum_sq_ref = e.sum_sq_approx = e.sum_dot = s.sum_sq;
+  return e;
+}
+
+float stored_value(const void* values, StoredValues type, size_t i) {
+  switch (type) {
+    case StoredValues::F32: return static_cast<const float*>(values)[i];
+    case StoredValues::BF16: return bf16_to_f32(static_cast<const uint16_t*>(values)[i]);
+    case StoredValues::FP16: return fp16_to_f32(static_cast<const uint16_t*>(values)[i]);
+  }
+  return 0.0f;
+}
+
+// Elements [b, e) in order, as error_sums_add(x, x) adds them.
+SelfSums self_chunk(const void* values, StoredValues type, size_t b, size_t e) {
+  SelfSums s;
+  for (size_t i = b; i < e; ++i) {
+    const float x = stored_value(values, type, i);
+    if (!is_finite_bits(f32_bits(x))) {
+      ++s.nonfinite;
+      continue;
+    }
+    ++s.count;
+    const double xv = x;
+    if (xv != 0.0) ++s.nonzero;
+    s.sum_sq += xv * xv;
+  }
+  return s;
+}
+
+// Elements i..i+3 of chunk k (fp32 or bf16 at `base`, chunk k at base + k kChunk elements).
+template <bool kBf16>
+__attribute__((target("avx2"), always_inline)) inline __m128 load4(const void* base, size_t k, size_t i) {
+  if constexpr (kBf16) {
+    const auto* p = static_cast<const uint16_t*>(base) + k * kChunk + i;
+    const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h));  // the bits << 16
+  } else {
+    return _mm_loadu_ps(static_cast<const float*>(base) + k * kChunk + i);
+  }
+}
+
+// Four whole chunks at once, chunk k in lane k, each lane adding its chunk's elements in order
+// (self_chunk's operations; the non-finite lanes add +0.0, as there).
+template <bool kBf16>
+__attribute__((target("avx2"))) void self4_avx2(const void* base, SelfSums* out) {
+  const __m128 abs_f = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
+  const __m128 inf_f = _mm_set1_ps(std::numeric_limits<float>::infinity());
+  const __m128 zero_f = _mm_setzero_ps();
+  __m256d sum = _mm256_setzero_pd();
+  __m256i c_count = _mm256_setzero_si256(), c_nonzero = c_count;
+  for (size_t i = 0; i < kChunk; i += 4) {
+    __m128 x0 = load4<kBf16>(base, 0, i), x1 = load4<kBf16>(base, 1, i), x2 = load4<kBf16>(base, 2, i),
+           x3 = load4<kBf16>(base, 3, i);
+    _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+    for (const __m128 xf : {x0, x1, x2, x3}) {
+      const __m128 fin = _mm_cmplt_ps(_mm_and_ps(xf, abs_f), inf_f);  // false for NaN
+      const __m128 nz = _mm_and_ps(fin, _mm_cmpneq_ps(xf, zero_f));
+      const __m256i w_fin = wide(fin);
+      c_count = _mm256_sub_epi64(c_count, w_fin);
+      c_nonzero = _mm256_sub_epi64(c_nonzero, wide(nz));
+      const __m256d xd = _mm256_cvtps_pd(xf);
+      sum = _mm256_add_pd(sum, _mm256_and_pd(_mm256_castsi256_pd(w_fin), _mm256_mul_pd(xd, xd)));
+    }
+  }
+  alignas(32) double v[4];
+  alignas(32) int64_t c[2][4];
+  _mm256_store_pd(v, sum);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(c[0]), c_count);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(c[1]), c_nonzero);
+  for (size_t k = 0; k < 4; ++k) {
+    out[k].count = c[0][k];
+    out[k].nonzero = c[1][k];
+    out[k].nonfinite = static_cast<int64_t>(kChunk) - c[0][k];
+    out[k].sum_sq = v[k];
+  }
+}
+
 }  // namespace
 
 double ErrorStats::mse() const { return count ? sum_sq_err / static_cast<double>(count) : 0.0; }
@@ -235,6 +325,32 @@ void ErrorAccumulator::add_scaled(const float* scaled, size_t n, double fmax) {
 ErrorStats compute_error_stats(const float* x, const float* y, size_t n, int threads) {
   ErrorAccumulator acc(threads);
   acc.add(x, y, n);
+  return acc.stats();
+}
+
+ErrorStats self_error_stats(const void* values, StoredValues type, size_t n, int threads) {
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<SelfSums> part(chunks);
+  // Work units as in ErrorAccumulator::add: groups of four whole chunks, then single chunks.
+  const size_t groups = g_simd.load() && type != StoredValues::FP16 ? n / kChunk / 4 : 0;
+  const size_t units = groups + (chunks - 4 * groups);
+  const size_t width = type == StoredValues::F32 ? sizeof(float) : sizeof(uint16_t);
+  const int nt = threads > 0 ? threads : omp_get_max_threads();
+#pragma omp parallel for schedule(static) num_threads(nt) if (units > 1)
+  for (size_t u = 0; u < units; ++u) {
+    if (u < groups) {
+      const void* base = static_cast<const char*>(values) + 4 * u * kChunk * width;
+      if (type == StoredValues::BF16) self4_avx2<true>(base, &part[4 * u]);
+      else self4_avx2<false>(base, &part[4 * u]);
+      continue;
+    }
+    const size_t c = 4 * groups + (u - groups), b = c * kChunk;
+    part[c] = self_chunk(values, type, b, std::min(n, b + kChunk));
+  }
+  std::vector<ErrorSums> sums(chunks);
+  for (size_t c = 0; c < chunks; ++c) sums[c] = as_error_sums(part[c]);
+  ErrorAccumulator acc(threads);
+  acc.add_chunk_sums(sums.data(), chunks);  // the chunks merged in order, as add() merges them
   return acc.stats();
 }
 
