@@ -136,7 +136,7 @@ TEST(ErrorStats, SelfStatsEqualTheTensorComparedWithItself) {
   std::vector<float> f32(big);
   for (float& v : f32) {
     const float r = u(g);
-    v = r < 0.01f ? (u(g) < 0.5f ? 0.0f : -0.0f)
+    v = r < 0.01f   ? (u(g) < 0.5f ? 0.0f : -0.0f)
         : r < 0.02f ? (u(g) < 0.5f ? kNaN : (u(g) < 0.5f ? kInf : -kInf))
         : r < 0.03f ? 1e-40f * nd(g)
                     : nd(g) * std::exp2(e(g));
@@ -145,7 +145,8 @@ TEST(ErrorStats, SelfStatsEqualTheTensorComparedWithItself) {
   std::uniform_int_distribution<int> pattern(0, 0xFFFF);
   for (uint16_t& b : bits) b = static_cast<uint16_t>(pattern(g));
   for (const StoredValues type : {StoredValues::F32, StoredValues::BF16, StoredValues::FP16})
-    for (const size_t n : {size_t{0}, size_t{1}, size_t{65535}, size_t{65536}, size_t{4 * 65536}, size_t{5 * 65536 + 3}, big})
+    for (const size_t n :
+         {size_t{0}, size_t{1}, size_t{65535}, size_t{65536}, size_t{4 * 65536}, size_t{5 * 65536 + 3}, big})
       for (const int threads : {1, 2})
         for (const bool simd : {true, false}) {
           SCOPED_TRACE(testing::Message() << "type " << static_cast<int>(type) << ", " << n << " elements, " << threads

@@ -10,12 +10,14 @@
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "sim/common/check.hpp"
 #include "sim/formats/fp8.hpp"
 #include "sim/formats/philox.hpp"
 #include "sim/quant/quantize.hpp"
+#include "sim/quant/quantize_report.hpp"
 
 namespace fp8sim {
 namespace {
@@ -705,6 +707,86 @@ TEST(QuantizeErrors, BadShapesAndSpecs) {
   QuantizeOptions o;
   o.tensor_amax = 1.0f;
   EXPECT_THROW(quantize(x.data(), Shape{4}, QuantSpec::parse("e4m3:g2"), o), Error);
+}
+
+// ---- ranges: dequantize_range and the error sums made a few chunks at a time -----------------
+
+TEST(DequantizeRange, EqualsTheWholeTensorsValuesForEverySpec) {
+  // Every granularity, scale, format (FP8, 4- and 6-bit, scaled 16-bit, passthrough) and DE on
+  // shapes with short edge groups; ranges that start and end inside rows and groups, a whole row,
+  // the whole tensor and empty ones, against dequantize(q) bit for bit. Then the error sums from the
+  // stored input (fp32 and bf16) against those of the widened input and the whole dequantization,
+  // on tensors of one, several and more than four error chunks, with one and two threads.
+  const std::vector<std::string> specs = {"e4m3:tensor",
+                                          "e5m2:row",
+                                          "e4m3:col",
+                                          "e4m3:g7",
+                                          "e4m3:g128:scale=pow2",
+                                          "e4m3:b16x128",
+                                          "e4m3:b2x3:scale=bf16",
+                                          "e4m3:g32:scale=e8m0:mx=floor",
+                                          "e4m3:g128:de=coat",
+                                          "e4m3:g128:de=robust",
+                                          "e4m3:g128:round=stochastic",
+                                          "e2m1:g16:scale=e4m3",
+                                          "e2m1:g32:scale=e8m0:mx=floor",
+                                          "e2m3:g32:scale=e8m0",
+                                          "e3m2:g32:scale=e8m0",
+                                          "bf16",
+                                          "fp16:tensor:scale=pow2",
+                                          "bf16:row:scale=pow2"};
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1}, {5, 300}, {217, 129}, {3, 100003}};
+  std::mt19937_64 g(5);
+  for (const std::string& text : specs)
+    for (const auto& [rows, cols] : shapes) {
+      SCOPED_TRACE(text + " " + std::to_string(rows) + "x" + std::to_string(cols));
+      const int64_t n = rows * cols;
+      const std::vector<float> x = wide_data(static_cast<size_t>(n), static_cast<uint64_t>(n) + 3);
+      std::vector<uint16_t> xb(x.size());
+      for (size_t i = 0; i < x.size(); ++i) xb[i] = static_cast<uint16_t>(bits(x[i]) >> 16);  // truncated: any bf16
+      const QuantSpec spec = QuantSpec::parse(text);
+      const QuantizedTensor q = q_of(x, {rows, cols}, text);
+      const std::vector<float> whole = dequantize(q);
+      std::vector<std::pair<int64_t, int64_t>> ranges = {{0, n}, {0, 0}, {n, n}, {0, std::min<int64_t>(n, cols)}};
+      std::uniform_int_distribution<int64_t> at(0, n);
+      for (int k = 0; k < 6; ++k) {
+        const int64_t a = at(g), b = at(g);
+        ranges.emplace_back(std::min(a, b), std::max(a, b));
+      }
+      for (const auto& [b, e] : ranges) {
+        std::vector<float> part(static_cast<size_t>(e - b) + 1, -7.0f);
+        dequantize_range(q, b, e, part.data());
+        for (int64_t i = b; i < e; ++i)
+          ASSERT_EQ(bits(part[static_cast<size_t>(i - b)]), bits(whole[static_cast<size_t>(i)])) << "element " << i;
+        EXPECT_EQ(part.back(), -7.0f) << "wrote past [" << b << ", " << e << ")";
+      }
+      for (const bool bf16 : {false, true}) {
+        std::vector<float> ref = x;
+        if (bf16)
+          for (size_t i = 0; i < ref.size(); ++i) ref[i] = bf16_to_f32(xb[i]);
+        const void* stored = bf16 ? static_cast<const void*>(xb.data()) : static_cast<const void*>(x.data());
+        const InputDtype dt = bf16 ? InputDtype::BF16 : InputDtype::F32;
+        const QuantizedTensor qi = quantize_any(stored, dt, Shape{rows, cols}, spec);
+        const std::vector<float> deq = dequantize(qi);
+        for (const int threads : {1, 2}) {
+          const ErrorStats want = quantization_error_stats(ref.data(), qi, deq.data(), threads);
+          const ErrorStats got = quantization_error_stats(stored, dt, qi, threads);
+          EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0)
+              << (bf16 ? "bf16" : "f32") << ", " << threads << " threads";
+        }
+      }
+    }
+}
+
+TEST(DequantizeRange, RhtAndRangesOutsideTheTensorAreRefused) {
+  const std::vector<float> x = wide_data(64, 9);
+  const QuantizedTensor rht = q_of(x, {2, 32}, "e2m1:g16:scale=e4m3:rht=16");
+  std::vector<float> out(64);
+  EXPECT_THROW(dequantize_range(rht, 0, 16, out.data()), Error);
+  const QuantizedTensor q = q_of(x, {2, 32}, "e4m3:row");
+  EXPECT_THROW(dequantize_range(q, 10, 5, out.data()), Error);
+  EXPECT_THROW(dequantize_range(q, 0, 65, out.data()), Error);
+  EXPECT_THROW(dequantize_range(q, -1, 3, out.data()), Error);
 }
 
 }  // namespace

@@ -252,8 +252,16 @@ StoredValues stored_values(trace::DType d) {
   return StoredValues::F32;
 }
 
+// Whether cpu_metrics needs the widened tensor: a delayed scale's amax is taken from it, and an rht
+// spec's error is measured against whole dequantized rows. Otherwise the error sums widen and
+// dequantize a few chunks at a time from the stored values (no tensor-sized buffers to fill and
+// read back), and a tensor without a spec is compared with itself from its stored values.
+bool cpu_metrics_widen(const std::optional<QuantSpec>& spec) {
+  return spec && (spec->rht != 0 || spec->delayed.enabled());
+}
+
 // The CPU's numbers for one tensor (run_quantize's, without its document); x is the tensor widened
-// (unused without a spec: the tensor is compared with itself from its stored values).
+// where cpu_metrics_widen(spec) says so, else empty.
 TensorMetrics cpu_metrics(const TensorData& d, std::span<const float> x, std::span<const int64_t> shape,
                           const std::optional<QuantSpec>& spec, int threads) {
   TensorMetrics m;
@@ -267,9 +275,13 @@ TensorMetrics cpu_metrics(const TensorData& d, std::span<const float> x, std::sp
   std::optional<DelayedScaler> scaler;
   const QuantizeOptions o = quant_options(*spec, x.data(), x.size(), scaler, threads);
   m.q = quantize_any(raw(d), input_dtype(d.dtype), shape, *spec, o);
-  Buffer<float> deq(x.size());  // written whole by dequantize: no zero-fill
-  dequantize(*m.q, deq.data(), threads);
-  m.stats = quantization_error_stats(x.data(), *m.q, deq.data(), threads);
+  if (x.empty()) {
+    m.stats = quantization_error_stats(raw(d), input_dtype(d.dtype), *m.q, threads);
+  } else {
+    Buffer<float> deq(x.size());  // written whole by dequantize: no zero-fill
+    dequantize(*m.q, deq.data(), threads);
+    m.stats = quantization_error_stats(x.data(), *m.q, deq.data(), threads);
+  }
   m.q->codes = {};
   return m;
 }
@@ -421,7 +433,7 @@ TensorResult analyze_tensor(const trace::TraceReader& r, const TensorInfo& t, co
     done = slab_metrics(r, t, spec, slab, histograms, opts.threads, hist);
   } else {
     if (opts.tensor_metrics) done = opts.tensor_metrics(raw(d), input_dtype(d.dtype), shape, spec ? &*spec : nullptr);
-    if ((!done && spec) || histograms) x = d.widened();
+    if ((!done && cpu_metrics_widen(spec)) || histograms) x = d.widened();
   }
   const TensorMetrics m = done ? std::move(*done) : cpu_metrics(d, x, shape, spec, opts.threads);
   if (histograms && !hist) hist = scaled_histograms(x.data(), *m.q, opts.threads);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "sim/formats/avx2_fp8.hpp"
@@ -129,9 +130,12 @@ ErrorSums as_error_sums(const SelfSums& s) {
 
 float stored_value(const void* values, StoredValues type, size_t i) {
   switch (type) {
-    case StoredValues::F32: return static_cast<const float*>(values)[i];
-    case StoredValues::BF16: return bf16_to_f32(static_cast<const uint16_t*>(values)[i]);
-    case StoredValues::FP16: return fp16_to_f32(static_cast<const uint16_t*>(values)[i]);
+    case StoredValues::F32:
+      return static_cast<const float*>(values)[i];
+    case StoredValues::BF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(values)[i]);
+    case StoredValues::FP16:
+      return fp16_to_f32(static_cast<const uint16_t*>(values)[i]);
   }
   return 0.0f;
 }
@@ -304,6 +308,32 @@ void ErrorAccumulator::add(const float* x, const float* y, size_t n) {
     }
     const size_t c = 4 * groups + (u - groups), b = c * kChunk;
     part[c] = accumulate(x + b, y + b, std::min(n, b + kChunk) - b);
+  }
+  add_chunk_sums(part.data(), chunks);  // fixed order: independent of the thread count
+}
+
+void ErrorAccumulator::add_filled(size_t n, const std::function<void(size_t, size_t, float*, float*)>& fill) {
+  const size_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<ErrorSums> part(chunks);
+  // The work units of add(): groups of four whole chunks, then the other chunks one by one.
+  const size_t groups = g_simd.load() ? n / kChunk / 4 : 0;
+  const size_t units = groups + (chunks - 4 * groups);
+  const int nt = threads_ > 0 ? threads_ : omp_get_max_threads();
+#pragma omp parallel num_threads(nt) if (units > 1)
+  {
+    const size_t m = std::min(n, kFillElements);
+    const std::unique_ptr<float[]> x(new float[m]), y(new float[m]);  // written by fill before read
+#pragma omp for schedule(static)
+    for (size_t u = 0; u < units; ++u) {
+      if (u < groups) {
+        fill(4 * u * kChunk, 4 * (u + 1) * kChunk, x.get(), y.get());
+        accumulate4_avx2(x.get(), y.get(), &part[4 * u]);
+        continue;
+      }
+      const size_t c = 4 * groups + (u - groups), b = c * kChunk, e = std::min(n, b + kChunk);
+      fill(b, e, x.get(), y.get());
+      part[c] = accumulate(x.get(), y.get(), e - b);
+    }
   }
   add_chunk_sums(part.data(), chunks);  // fixed order: independent of the thread count
 }

@@ -19,6 +19,7 @@
 //                    448 unclamped); the quantizer counts it while encoding; 0 when not given
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "sim/common/json.hpp"
 #include "sim/metrics/error_step.hpp"
@@ -61,6 +62,12 @@ class ErrorAccumulator {
   // x: reference, y: approximation, n elements: chunks of kErrorChunk (error_step.hpp), each
   // summed in element order, merged in chunk order.
   void add(const float* x, const float* y, size_t n);
+  // add() of n elements that `fill` writes a few chunks at a time instead of whole arrays:
+  // fill(begin, end, x, y) writes elements [begin, end) of both into x[0, end - begin) and
+  // y[0, end - begin), at most kFillElements, on whichever thread asks; the same sums as add(), from
+  // buffers that stay in cache.
+  static constexpr size_t kFillElements = 4 * static_cast<size_t>(kErrorChunk);
+  void add_filled(size_t n, const std::function<void(size_t, size_t, float*, float*)>& fill);
   // The same from sums computed elsewhere (the GPU), one per chunk of kErrorChunk elements in order.
   void add_chunk_sums(const ErrorSums* sums, size_t chunks);
   // Scaled magnitudes |x/s| (finite ones) for saturated_frac; `bound`: see saturation_bound().

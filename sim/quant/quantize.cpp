@@ -998,13 +998,77 @@ void decode_group_segment(const uint8_t* codes, int64_t base, int64_t n, float s
   }
 }
 
+// Elements [r cols + c_lo, r cols + c_hi) of row r, all in column group gj, into
+// out[element - origin]: dequantize's work on one row segment (no rht).
+void decode_row_span(const QuantizedTensor& q, int64_t r, int64_t gj, int64_t c_lo, int64_t c_hi, int64_t origin,
+                     float* out, bool simd) {
+  const GroupGeometry& g = q.geometry;
+  const int64_t grp = (r / g.group_rows) * g.grid_cols + gj;
+  const int64_t b0 = r * g.cols + c_lo, nn = c_hi - c_lo;
+  if (q.spec.is_16bit()) {
+    const bool bf = q.spec.format == Format::BF16;
+    for (int64_t i = b0; i < b0 + nn; ++i) {
+      uint16_t c;
+      std::memcpy(&c, q.codes.data() + 2 * i, 2);
+      out[i - origin] = mul_rn_nan_kept(bf ? bf16_to_f32(c) : fp16_to_f32(c), q.scales[grp]);
+    }
+    return;
+  }
+  const bool expand = q.spec.has_expand();
+  const ExpandParams p = expand ? ExpandParams{q.expand_k[grp], q.expand_c[grp], q.scales[grp]} : ExpandParams{};
+  const float sg = q.scales[grp];
+  // the AVX2 decoders are E4M3 / E5M2 only
+  with_element_traits(q.spec.format, [&]<class T>() {
+    decode_group_segment<T>(q.codes.data() + origin, b0 - origin, nn, sg, p, expand, out, simd && T::kBits == 8);
+  });
+}
+
+// dequantize's checks of q's sizes.
+void check_dequantizable(const QuantizedTensor& q) {
+  const int64_t n = q.numel();
+  FP8SIM_REQUIRE(static_cast<int64_t>(q.codes.size()) == n * q.spec.code_bytes_per_element(),
+                 "quantized tensor holds {} code bytes for {} elements", q.codes.size(), n);
+  if (n == 0 || q.spec.is_passthrough()) return;
+  const GroupGeometry& g = q.geometry;
+  FP8SIM_REQUIRE(static_cast<int64_t>(q.scales.size()) == g.num_groups(),
+                 "quantized tensor has {} scales for {} groups", q.scales.size(), g.num_groups());
+  if (q.spec.has_expand())
+    FP8SIM_REQUIRE(static_cast<int64_t>(q.expand_k.size()) == g.num_groups() &&
+                       static_cast<int64_t>(q.expand_c.size()) == g.num_groups(),
+                   "quantized tensor lacks per-group k and c");
+}
+
 }  // namespace
+
+void dequantize_range(const QuantizedTensor& q, int64_t begin, int64_t end, float* out) {
+  FP8SIM_REQUIRE(q.spec.rht == 0, "dequantize_range: an rht spec transforms whole blocks back");
+  FP8SIM_REQUIRE(0 <= begin && begin <= end && end <= q.numel(), "dequantize_range: [{}, {}) is outside {} elements",
+                 begin, end, q.numel());
+  check_dequantizable(q);
+  if (begin == end) return;
+  if (q.spec.is_passthrough()) {
+    const bool bf = q.spec.format == Format::BF16;
+    for (int64_t i = begin; i < end; ++i) {
+      uint16_t c;
+      std::memcpy(&c, q.codes.data() + 2 * i, 2);
+      out[i - begin] = bf ? bf16_to_f32(c) : fp16_to_f32(c);
+    }
+    return;
+  }
+  const GroupGeometry& g = q.geometry;
+  const bool simd = quant_simd();
+  for (int64_t r = begin / g.cols; r * g.cols < end; ++r) {
+    const int64_t lo = std::max(begin - r * g.cols, int64_t{0}), hi = std::min(end - r * g.cols, g.cols);
+    for (int64_t gj = lo / g.group_cols; gj * g.group_cols < hi; ++gj)
+      decode_row_span(q, r, gj, std::max(lo, gj * g.group_cols), std::min(hi, (gj + 1) * g.group_cols), begin, out,
+                      simd);
+  }
+}
 
 void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
   const int threads = work_threads(threads_in, q.numel());
   const int64_t n = q.numel();
-  FP8SIM_REQUIRE(static_cast<int64_t>(q.codes.size()) == n * q.spec.code_bytes_per_element(),
-                 "quantized tensor holds {} code bytes for {} elements", q.codes.size(), n);
+  check_dequantizable(q);
   if (n == 0) return;
   if (q.spec.is_passthrough()) {
     const bool bf = q.spec.format == Format::BF16;
@@ -1017,43 +1081,15 @@ void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
     return;
   }
   const GroupGeometry& g = q.geometry;
-  FP8SIM_REQUIRE(static_cast<int64_t>(q.scales.size()) == g.num_groups(),
-                 "quantized tensor has {} scales for {} groups", q.scales.size(), g.num_groups());
-  const bool expand = q.spec.has_expand();
-  if (expand)
-    FP8SIM_REQUIRE(static_cast<int64_t>(q.expand_k.size()) == g.num_groups() &&
-                       static_cast<int64_t>(q.expand_c.size()) == g.num_groups(),
-                   "quantized tensor lacks per-group k and c");
   const bool simd = quant_simd();
   const TaskSplit sp = make_split(g, threads);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (sp.tasks > 1)
   for (int64_t t = 0; t < sp.tasks; ++t) {
     int64_t r0, r1;
     sp.rows_of(g, t, r0, r1);
-    const int64_t band = t / sp.nsub;
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t gj = 0; gj < g.grid_cols; ++gj) {
-        const int64_t grp = band * g.grid_cols + gj;
-        const int64_t c0 = gj * g.group_cols, c1 = std::min(g.cols, c0 + g.group_cols);
-        if (q.spec.is_16bit()) {
-          const bool bf = q.spec.format == Format::BF16;
-          for (int64_t i = r * g.cols + c0; i < r * g.cols + c1; ++i) {
-            uint16_t c;
-            std::memcpy(&c, q.codes.data() + 2 * i, 2);
-            out[i] = mul_rn_nan_kept(bf ? bf16_to_f32(c) : fp16_to_f32(c), q.scales[grp]);
-          }
-        } else {
-          const ExpandParams p =
-              expand ? ExpandParams{q.expand_k[grp], q.expand_c[grp], q.scales[grp]} : ExpandParams{};
-          const int64_t b0 = r * g.cols + c0, nn = c1 - c0;
-          const float sg = q.scales[grp];
-          // the AVX2 decoders are E4M3 / E5M2 only
-          with_element_traits(q.spec.format, [&]<class T>() {
-            decode_group_segment<T>(q.codes.data(), b0, nn, sg, p, expand, out, simd && T::kBits == 8);
-          });
-        }
-      }
-    }
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t gj = 0; gj < g.grid_cols; ++gj)
+        decode_row_span(q, r, gj, gj * g.group_cols, std::min(g.cols, (gj + 1) * g.group_cols), 0, out, simd);
   }
   if (q.spec.rht) rht_rows(out, g, q.spec, threads, true);
 }

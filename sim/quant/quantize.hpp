@@ -147,6 +147,9 @@ std::vector<float> group_absmax(const float* x, std::span<const int64_t> shape, 
 // its whole N-element block NaN or infinite (nonfinite_count counts the transformed elements).
 void dequantize(const QuantizedTensor& q, float* out, int threads = 0);
 std::vector<float> dequantize(const QuantizedTensor& q, int threads = 0);
+// Elements [begin, end) of dequantize(q) into out[0, end - begin), on the calling thread; the same
+// values. Error for an rht spec (its inverse transform needs whole blocks) or a range outside q.
+void dequantize_range(const QuantizedTensor& q, int64_t begin, int64_t end, float* out);
 
 // The largest scaled magnitude that round-to-nearest still maps to a finite value without
 // clamping: E4M3 464 (the tie with 480 rounds to 448), just below 61440 for E5M2 (the tie rounds

@@ -11,10 +11,10 @@
 
 namespace fp8sim {
 
-ErrorStats quantization_error_stats(const float* x, const QuantizedTensor& q, const float* deq, int threads) {
-  ErrorAccumulator acc(threads);
-  acc.add(x, deq, static_cast<size_t>(q.numel()));
-  ErrorStats s = acc.stats();
+namespace {
+
+// quantization_error_stats' fields that come from the quantizer rather than the elements.
+ErrorStats with_quantizer_counts(ErrorStats s, const QuantizedTensor& q) {
   // The quantizer counted |x/s| > fmax over the finite elements while encoding.
   s.saturated = q.saturated_count;
   // With rht the output is transformed back, so an exact zero there is not a flushed code: the
@@ -22,6 +22,29 @@ ErrorStats quantization_error_stats(const float* x, const QuantizedTensor& q, co
   if (q.spec.rht) s.underflow = q.underflow_count;
   s.scaled_count = s.count;
   return s;
+}
+
+}  // namespace
+
+ErrorStats quantization_error_stats(const float* x, const QuantizedTensor& q, const float* deq, int threads) {
+  ErrorAccumulator acc(threads);
+  acc.add(x, deq, static_cast<size_t>(q.numel()));
+  return with_quantizer_counts(acc.stats(), q);
+}
+
+ErrorStats quantization_error_stats(const void* values, InputDtype dtype, const QuantizedTensor& q, int threads) {
+  ErrorAccumulator acc(threads);
+  acc.add_filled(static_cast<size_t>(q.numel()), [&](size_t b, size_t e, float* x, float* y) {
+    if (dtype == InputDtype::F32) {
+      std::copy(static_cast<const float*>(values) + b, static_cast<const float*>(values) + e, x);
+    } else {
+      const uint16_t* p = static_cast<const uint16_t*>(values);
+      const bool bf = dtype == InputDtype::BF16;
+      for (size_t i = b; i < e; ++i) x[i - b] = bf ? bf16_to_f32(p[i]) : fp16_to_f32(p[i]);
+    }
+    dequantize_range(q, static_cast<int64_t>(b), static_cast<int64_t>(e), y);
+  });
+  return with_quantizer_counts(acc.stats(), q);
 }
 
 ScaledHistograms scaled_histograms(const float* x, const QuantizedTensor& q, int threads) {
