@@ -144,7 +144,7 @@ TEST(ErrorStats, SelfStatsEqualTheTensorComparedWithItself) {
   std::vector<uint16_t> bits(big);  // every 16-bit pattern is a value (or NaN) of both formats
   std::uniform_int_distribution<int> pattern(0, 0xFFFF);
   for (uint16_t& b : bits) b = static_cast<uint16_t>(pattern(g));
-  for (const StoredValues type : {StoredValues::F32, StoredValues::BF16, StoredValues::FP16})
+  for (const InputDtype type : {InputDtype::F32, InputDtype::BF16, InputDtype::FP16})
     for (const size_t n :
          {size_t{0}, size_t{1}, size_t{65535}, size_t{65536}, size_t{4 * 65536}, size_t{5 * 65536 + 3}, big})
       for (const int threads : {1, 2})
@@ -153,10 +153,10 @@ TEST(ErrorStats, SelfStatsEqualTheTensorComparedWithItself) {
                                           << " threads, simd " << simd);
           std::vector<float> x(n);
           for (size_t i = 0; i < n; ++i)
-            x[i] = type == StoredValues::F32    ? f32[i]
-                   : type == StoredValues::BF16 ? bf16_to_f32(bits[i])
-                                                : fp16_to_f32(bits[i]);
-          const void* stored = type == StoredValues::F32 ? static_cast<const void*>(f32.data()) : bits.data();
+            x[i] = type == InputDtype::F32    ? f32[i]
+                   : type == InputDtype::BF16 ? bf16_to_f32(bits[i])
+                                              : fp16_to_f32(bits[i]);
+          const void* stored = type == InputDtype::F32 ? static_cast<const void*>(f32.data()) : bits.data();
           set_error_sums_simd(simd);
           const ErrorStats got = self_error_stats(stored, type, n, threads);
           const ErrorStats want = compute_error_stats(x.data(), x.data(), n, threads);

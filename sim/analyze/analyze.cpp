@@ -240,18 +240,6 @@ struct TensorResult {
   bool unmatched = false;  // no rule of the recipe matched it
 };
 
-StoredValues stored_values(trace::DType d) {
-  switch (d) {
-    case trace::DType::F32:
-      return StoredValues::F32;
-    case trace::DType::BF16:
-      return StoredValues::BF16;
-    case trace::DType::F16:
-      return StoredValues::FP16;
-  }
-  return StoredValues::F32;
-}
-
 // Whether cpu_metrics needs the widened tensor: a delayed scale's amax is taken from it, and an rht
 // spec's error is measured against whole dequantized rows. Otherwise the error sums widen and
 // dequantize a few chunks at a time from the stored values (no tensor-sized buffers to fill and
@@ -269,7 +257,7 @@ TensorMetrics cpu_metrics(const TensorData& d, std::span<const float> x, std::sp
   m.nan = nf.nan;
   m.inf = nf.inf;
   if (!spec) {
-    m.stats = self_error_stats(raw(d), stored_values(d.dtype), d.size(), threads);
+    m.stats = self_error_stats(raw(d), input_dtype(d.dtype), d.size(), threads);
     return m;
   }
   std::optional<DelayedScaler> scaler;

@@ -10,6 +10,9 @@ namespace fp8sim {
 
 enum class Format : uint8_t { E4M3, E5M2, BF16, FP16, E8M0, FP32, E2M1, E2M3, E3M2 };
 
+// How an input tensor is stored: fp32 values, or bf16 / fp16 bit patterns (widened exactly).
+enum class InputDtype : uint8_t { F32, BF16, FP16 };
+
 // What happens to finite values that round above the largest finite value, and to +-Inf.
 enum class Saturation : uint8_t {
   Finite,  // SATFINITE: clamp to +-max (cuda's __NV_SATFINITE; the hardware cvt.rn.satfinite)

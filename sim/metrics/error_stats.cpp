@@ -128,20 +128,20 @@ ErrorSums as_error_sums(const SelfSums& s) {
   return e;
 }
 
-float stored_value(const void* values, StoredValues type, size_t i) {
+float stored_value(const void* values, InputDtype type, size_t i) {
   switch (type) {
-    case StoredValues::F32:
+    case InputDtype::F32:
       return static_cast<const float*>(values)[i];
-    case StoredValues::BF16:
+    case InputDtype::BF16:
       return bf16_to_f32(static_cast<const uint16_t*>(values)[i]);
-    case StoredValues::FP16:
+    case InputDtype::FP16:
       return fp16_to_f32(static_cast<const uint16_t*>(values)[i]);
   }
   return 0.0f;
 }
 
 // Elements [b, e) in order, as error_sums_add(x, x) adds them.
-SelfSums self_chunk(const void* values, StoredValues type, size_t b, size_t e) {
+SelfSums self_chunk(const void* values, InputDtype type, size_t b, size_t e) {
   SelfSums s;
   for (size_t i = b; i < e; ++i) {
     const float x = stored_value(values, type, i);
@@ -358,19 +358,19 @@ ErrorStats compute_error_stats(const float* x, const float* y, size_t n, int thr
   return acc.stats();
 }
 
-ErrorStats self_error_stats(const void* values, StoredValues type, size_t n, int threads) {
+ErrorStats self_error_stats(const void* values, InputDtype type, size_t n, int threads) {
   const size_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<SelfSums> part(chunks);
   // Work units as in ErrorAccumulator::add: groups of four whole chunks, then single chunks.
-  const size_t groups = g_simd.load() && type != StoredValues::FP16 ? n / kChunk / 4 : 0;
+  const size_t groups = g_simd.load() && type != InputDtype::FP16 ? n / kChunk / 4 : 0;
   const size_t units = groups + (chunks - 4 * groups);
-  const size_t width = type == StoredValues::F32 ? sizeof(float) : sizeof(uint16_t);
+  const size_t width = type == InputDtype::F32 ? sizeof(float) : sizeof(uint16_t);
   const int nt = threads > 0 ? threads : omp_get_max_threads();
 #pragma omp parallel for schedule(static) num_threads(nt) if (units > 1)
   for (size_t u = 0; u < units; ++u) {
     if (u < groups) {
       const void* base = static_cast<const char*>(values) + 4 * u * kChunk * width;
-      if (type == StoredValues::BF16) self4_avx2<true>(base, &part[4 * u]);
+      if (type == InputDtype::BF16) self4_avx2<true>(base, &part[4 * u]);
       else self4_avx2<false>(base, &part[4 * u]);
       continue;
     }

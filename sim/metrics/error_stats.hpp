@@ -22,6 +22,7 @@
 #include <functional>
 
 #include "sim/common/json.hpp"
+#include "sim/formats/format.hpp"
 #include "sim/metrics/error_step.hpp"
 
 namespace fp8sim {
@@ -88,14 +89,11 @@ bool error_sums_simd();
 // One-shot convenience.
 ErrorStats compute_error_stats(const float* x, const float* y, size_t n, int threads = 0);
 
-// How self_error_stats' values are stored.
-enum class StoredValues : uint8_t { F32, BF16, FP16 };
-
 // compute_error_stats(x, x, n): a tensor kept in its stored precision, compared with itself, from
 // its stored values (bf16 and fp16 widened exactly, element by element) with no widened copy and
 // one light pass. The same bits: for a finite x every term error_terms_split gives is x*x or +0.0,
 // so the sums of x^2, y^2 and x y are one sum, added in each chunk's element order as add() adds
 // them, the error sum and both maxima stay +0.0, and no element underflows or turns non-finite.
-ErrorStats self_error_stats(const void* values, StoredValues type, size_t n, int threads = 0);
+ErrorStats self_error_stats(const void* values, InputDtype type, size_t n, int threads = 0);
 
 }  // namespace fp8sim

@@ -117,8 +117,6 @@ bool quant_simd();
 void set_quant_avx512(bool enabled);
 bool quant_avx512();
 
-enum class InputDtype : uint8_t { F32, BF16, FP16 };
-
 // x: numel(shape) values, row-major. Throws UsageError for an invalid spec or shape (with rht=N:
 // a last dimension that is not a multiple of N). With rht=N the transformed tensor is quantized:
 // codes, scales and tensor_amax are the transformed values'.
