@@ -715,8 +715,9 @@ TEST(DequantizeRange, EqualsTheWholeTensorsValuesForEverySpec) {
   // Every granularity, scale, format (FP8, 4- and 6-bit, scaled 16-bit, passthrough) and DE on
   // shapes with short edge groups; ranges that start and end inside rows and groups, a whole row,
   // the whole tensor and empty ones, against dequantize(q) bit for bit. Then the error sums from the
-  // stored input (fp32 and bf16) against those of the widened input and the whole dequantization,
-  // on tensors of one, several and more than four error chunks, with one and two threads.
+  // stored input (fp32, bf16, fp16) against those of the widened input and the whole dequantization,
+  // on tensors of one, several and more than four error chunks, with one and two threads, the AVX2
+  // and the portable loops. The values include NaN, -Inf and zeros.
   const std::vector<std::string> specs = {"e4m3:tensor",
                                           "e5m2:row",
                                           "e4m3:col",
@@ -741,9 +742,13 @@ TEST(DequantizeRange, EqualsTheWholeTensorsValuesForEverySpec) {
     for (const auto& [rows, cols] : shapes) {
       SCOPED_TRACE(text + " " + std::to_string(rows) + "x" + std::to_string(cols));
       const int64_t n = rows * cols;
-      const std::vector<float> x = wide_data(static_cast<size_t>(n), static_cast<uint64_t>(n) + 3);
-      std::vector<uint16_t> xb(x.size());
-      for (size_t i = 0; i < x.size(); ++i) xb[i] = static_cast<uint16_t>(bits(x[i]) >> 16);  // truncated: any bf16
+      std::vector<float> x = wide_data(static_cast<size_t>(n), static_cast<uint64_t>(n) + 3);
+      for (size_t i = 5; i < x.size(); i += 97) x[i] = i % 3 == 0 ? kNaN : (i % 3 == 1 ? -kInf : 0.0f);
+      std::vector<uint16_t> xb(x.size()), xh(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        xb[i] = static_cast<uint16_t>(bits(x[i]) >> 16);  // truncated: any bf16
+        xh[i] = f32_to_fp16_rne(x[i]);
+      }
       const QuantSpec spec = QuantSpec::parse(text);
       const QuantizedTensor q = q_of(x, {rows, cols}, text);
       const std::vector<float> whole = dequantize(q);
@@ -760,29 +765,38 @@ TEST(DequantizeRange, EqualsTheWholeTensorsValuesForEverySpec) {
           ASSERT_EQ(bits(part[static_cast<size_t>(i - b)]), bits(whole[static_cast<size_t>(i)])) << "element " << i;
         EXPECT_EQ(part.back(), -7.0f) << "wrote past [" << b << ", " << e << ")";
       }
-      for (const bool bf16 : {false, true}) {
+      for (const InputDtype dt : {InputDtype::F32, InputDtype::BF16, InputDtype::FP16}) {
         std::vector<float> ref = x;
-        if (bf16)
-          for (size_t i = 0; i < ref.size(); ++i) ref[i] = bf16_to_f32(xb[i]);
-        const void* stored = bf16 ? static_cast<const void*>(xb.data()) : static_cast<const void*>(x.data());
-        const InputDtype dt = bf16 ? InputDtype::BF16 : InputDtype::F32;
+        for (size_t i = 0; i < ref.size(); ++i)
+          if (dt != InputDtype::F32) ref[i] = dt == InputDtype::BF16 ? bf16_to_f32(xb[i]) : fp16_to_f32(xh[i]);
+        const void* stored = dt == InputDtype::F32    ? static_cast<const void*>(x.data())
+                             : dt == InputDtype::BF16 ? static_cast<const void*>(xb.data())
+                                                      : static_cast<const void*>(xh.data());
         const QuantizedTensor qi = quantize_any(stored, dt, Shape{rows, cols}, spec);
         const std::vector<float> deq = dequantize(qi);
-        for (const int threads : {1, 2}) {
-          const ErrorStats want = quantization_error_stats(ref.data(), qi, deq.data(), threads);
-          const ErrorStats got = quantization_error_stats(stored, dt, qi, threads);
-          EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0)
-              << (bf16 ? "bf16" : "f32") << ", " << threads << " threads";
-        }
+        for (const int threads : {1, 2})
+          for (const bool simd : {true, false}) {  // AVX2 decoders and error lanes, and the portable loops
+            const bool was_quant = quant_simd(), was_sums = error_sums_simd();
+            set_quant_simd(simd);
+            set_error_sums_simd(simd);
+            const ErrorStats want = quantization_error_stats(ref.data(), qi, deq.data(), threads);
+            const ErrorStats got = quantization_error_stats(stored, dt, qi, threads);
+            set_quant_simd(was_quant);
+            set_error_sums_simd(was_sums);
+            EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0)
+                << "input " << static_cast<int>(dt) << ", " << threads << " threads, simd " << simd;
+          }
       }
     }
 }
 
 TEST(DequantizeRange, RhtAndRangesOutsideTheTensorAreRefused) {
+  // Errors on the caller's thread (the chunked error sums check q before their threads start).
   const std::vector<float> x = wide_data(64, 9);
   const QuantizedTensor rht = q_of(x, {2, 32}, "e2m1:g16:scale=e4m3:rht=16");
   std::vector<float> out(64);
   EXPECT_THROW(dequantize_range(rht, 0, 16, out.data()), Error);
+  EXPECT_THROW(quantization_error_stats(x.data(), InputDtype::F32, rht, 2), Error);  // not std::terminate
   const QuantizedTensor q = q_of(x, {2, 32}, "e4m3:row");
   EXPECT_THROW(dequantize_range(q, 10, 5, out.data()), Error);
   EXPECT_THROW(dequantize_range(q, 0, 65, out.data()), Error);

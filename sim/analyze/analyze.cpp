@@ -281,7 +281,9 @@ TensorMetrics cpu_metrics(const TensorData& d, std::span<const float> x, std::sp
 // is keyed on the element's index in the tensor, and the per-group results are concatenated in
 // group order.
 
-// Stored bytes plus what quantizing holds per element (fp32 copy, dequantized values, a code).
+// Stored bytes plus what quantizing holds per element on the path that holds the most (a slab, a
+// delayed scale, rht, --histograms: an fp32 copy, the dequantized values, a code); the chunked
+// error sums of the other tensors hold only the code.
 double bytes_per_element(const TensorInfo& t) { return static_cast<double>(trace::dtype_bytes(t.dtype)) + 9.0; }
 
 bool needs_tensor_amax(const QuantSpec& s) {

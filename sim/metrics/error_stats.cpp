@@ -157,21 +157,24 @@ SelfSums self_chunk(const void* values, InputDtype type, size_t b, size_t e) {
   return s;
 }
 
-// Elements i..i+3 of chunk k (fp32 or bf16 at `base`, chunk k at base + k kChunk elements).
-template <bool kBf16>
+// Elements i..i+3 of chunk k (chunk k at base + k kChunk elements), widened exactly.
+template <InputDtype kType>
 __attribute__((target("avx2"), always_inline)) inline __m128 load4(const void* base, size_t k, size_t i) {
-  if constexpr (kBf16) {
+  if constexpr (kType == InputDtype::F32) {
+    return _mm_loadu_ps(static_cast<const float*>(base) + k * kChunk + i);
+  } else if constexpr (kType == InputDtype::BF16) {
     const auto* p = static_cast<const uint16_t*>(base) + k * kChunk + i;
     const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
     return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h));  // the bits << 16
   } else {
-    return _mm_loadu_ps(static_cast<const float*>(base) + k * kChunk + i);
+    const auto* p = static_cast<const uint16_t*>(base) + k * kChunk + i;
+    return _mm_setr_ps(fp16_to_f32(p[0]), fp16_to_f32(p[1]), fp16_to_f32(p[2]), fp16_to_f32(p[3]));
   }
 }
 
 // Four whole chunks at once, chunk k in lane k, each lane adding its chunk's elements in order
 // (self_chunk's operations; the non-finite lanes add +0.0, as there).
-template <bool kBf16>
+template <InputDtype kType>
 __attribute__((target("avx2"))) void self4_avx2(const void* base, SelfSums* out) {
   const __m128 abs_f = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
   const __m128 inf_f = _mm_set1_ps(std::numeric_limits<float>::infinity());
@@ -179,8 +182,8 @@ __attribute__((target("avx2"))) void self4_avx2(const void* base, SelfSums* out)
   __m256d sum = _mm256_setzero_pd();
   __m256i c_count = _mm256_setzero_si256(), c_nonzero = c_count;
   for (size_t i = 0; i < kChunk; i += 4) {
-    __m128 x0 = load4<kBf16>(base, 0, i), x1 = load4<kBf16>(base, 1, i), x2 = load4<kBf16>(base, 2, i),
-           x3 = load4<kBf16>(base, 3, i);
+    __m128 x0 = load4<kType>(base, 0, i), x1 = load4<kType>(base, 1, i), x2 = load4<kType>(base, 2, i),
+           x3 = load4<kType>(base, 3, i);
     _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
     for (const __m128 xf : {x0, x1, x2, x3}) {
       const __m128 fin = _mm_cmplt_ps(_mm_and_ps(xf, abs_f), inf_f);  // false for NaN
@@ -362,7 +365,7 @@ ErrorStats self_error_stats(const void* values, InputDtype type, size_t n, int t
   const size_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<SelfSums> part(chunks);
   // Work units as in ErrorAccumulator::add: groups of four whole chunks, then single chunks.
-  const size_t groups = g_simd.load() && type != InputDtype::FP16 ? n / kChunk / 4 : 0;
+  const size_t groups = g_simd.load() ? n / kChunk / 4 : 0;
   const size_t units = groups + (chunks - 4 * groups);
   const size_t width = type == InputDtype::F32 ? sizeof(float) : sizeof(uint16_t);
   const int nt = threads > 0 ? threads : omp_get_max_threads();
@@ -370,8 +373,9 @@ ErrorStats self_error_stats(const void* values, InputDtype type, size_t n, int t
   for (size_t u = 0; u < units; ++u) {
     if (u < groups) {
       const void* base = static_cast<const char*>(values) + 4 * u * kChunk * width;
-      if (type == InputDtype::BF16) self4_avx2<true>(base, &part[4 * u]);
-      else self4_avx2<false>(base, &part[4 * u]);
+      if (type == InputDtype::F32) self4_avx2<InputDtype::F32>(base, &part[4 * u]);
+      else if (type == InputDtype::BF16) self4_avx2<InputDtype::BF16>(base, &part[4 * u]);
+      else self4_avx2<InputDtype::FP16>(base, &part[4 * u]);
       continue;
     }
     const size_t c = 4 * groups + (u - groups), b = c * kChunk;

@@ -33,6 +33,9 @@ ErrorStats quantization_error_stats(const float* x, const QuantizedTensor& q, co
 }
 
 ErrorStats quantization_error_stats(const void* values, InputDtype dtype, const QuantizedTensor& q, int threads) {
+  // dequantize_range's checks of q (no rht, consistent sizes) on this thread: an exception must not
+  // leave the parallel region of add_filled.
+  dequantize_range(q, 0, 0, nullptr);
   ErrorAccumulator acc(threads);
   acc.add_filled(static_cast<size_t>(q.numel()), [&](size_t b, size_t e, float* x, float* y) {
     if (dtype == InputDtype::F32) {

@@ -18,7 +18,7 @@ namespace fp8sim {
 ErrorStats quantization_error_stats(const float* x, const QuantizedTensor& q, const float* deq, int threads = 0);
 // The same from the input as stored (`values`, `dtype`, as quantize_any takes it) and q alone: the
 // widened input and the dequantized values are made a few error chunks at a time, in cache, never
-// whole. Not for an rht spec (dequantize_range).
+// whole. Error for an rht spec (dequantize_range).
 ErrorStats quantization_error_stats(const void* values, InputDtype dtype, const QuantizedTensor& q, int threads = 0);
 
 // Histograms of the scaled magnitudes handed to the encoder over the storage format's range:
