@@ -28,6 +28,18 @@ ErrorSums accumulate(const float* x, const float* y, size_t n) {
 
 std::atomic<bool> g_simd{avx2::env_allows_simd() && avx2::available()};
 
+// The work units over n elements: groups of four whole chunks (one AVX2 call each, when the SIMD
+// sums are on), then the other chunks one by one. Each unit's sums depend on its chunks alone.
+struct ChunkUnits {
+  size_t chunks, groups, units;
+  explicit ChunkUnits(size_t n)
+      : chunks((n + kChunk - 1) / kChunk),
+        groups(g_simd.load() ? n / kChunk / 4 : 0),
+        units(groups + (chunks - 4 * groups)) {}
+  bool four(size_t u) const { return u < groups; }
+  size_t first_chunk(size_t u) const { return u < groups ? 4 * u : 4 * groups + (u - groups); }
+};
+
 // A 4-lane float mask as a 4-lane 64-bit one (-1 / 0 per lane).
 __attribute__((target("avx2"), always_inline)) inline __m256i wide(__m128 mask) {
   return _mm256_cvtepi32_epi64(_mm_castps_si128(mask));
@@ -113,21 +125,6 @@ __attribute__((target("avx2"))) void accumulate4_avx2(const float* x, const floa
     e.max_rel_err = v[5][k];
   }
 }
-// self_error_stats' per-chunk quantities (the other fields of its ErrorSums are zero).
-struct SelfSums {
-  int64_t count = 0, nonzero = 0, nonfinite = 0;
-  double sum_sq = 0;
-};
-
-ErrorSums as_error_sums(const SelfSums& s) {
-  ErrorSums e;
-  e.count = s.count;
-  e.nonzero = s.nonzero;
-  e.nonfinite = s.nonfinite;
-  e.sum_sq_ref = e.sum_sq_approx = e.sum_dot = s.sum_sq;
-  return e;
-}
-
 float stored_value(const void* values, InputDtype type, size_t i) {
   switch (type) {
     case InputDtype::F32:
@@ -140,9 +137,10 @@ float stored_value(const void* values, InputDtype type, size_t i) {
   return 0.0f;
 }
 
-// Elements [b, e) in order, as error_sums_add(x, x) adds them.
-SelfSums self_chunk(const void* values, InputDtype type, size_t b, size_t e) {
-  SelfSums s;
+// Elements [b, e) compared with themselves, in order, as error_sums_add(x, x) adds them: the sums
+// of x^2, y^2 and x y are one sum; the error sum and the maxima stay +0.0.
+ErrorSums self_chunk(const void* values, InputDtype type, size_t b, size_t e) {
+  ErrorSums s;
   for (size_t i = b; i < e; ++i) {
     const float x = stored_value(values, type, i);
     if (!is_finite_bits(f32_bits(x))) {
@@ -152,8 +150,9 @@ SelfSums self_chunk(const void* values, InputDtype type, size_t b, size_t e) {
     ++s.count;
     const double xv = x;
     if (xv != 0.0) ++s.nonzero;
-    s.sum_sq += xv * xv;
+    s.sum_sq_ref += xv * xv;
   }
+  s.sum_sq_approx = s.sum_dot = s.sum_sq_ref;
   return s;
 }
 
@@ -175,7 +174,7 @@ __attribute__((target("avx2"), always_inline)) inline __m128 load4(const void* b
 // Four whole chunks at once, chunk k in lane k, each lane adding its chunk's elements in order
 // (self_chunk's operations; the non-finite lanes add +0.0, as there).
 template <InputDtype kType>
-__attribute__((target("avx2"))) void self4_avx2(const void* base, SelfSums* out) {
+__attribute__((target("avx2"))) void self4_avx2(const void* base, ErrorSums* out) {
   const __m128 abs_f = _mm_castsi128_ps(_mm_set1_epi32(0x7FFFFFFF));
   const __m128 inf_f = _mm_set1_ps(std::numeric_limits<float>::infinity());
   const __m128 zero_f = _mm_setzero_ps();
@@ -201,10 +200,11 @@ __attribute__((target("avx2"))) void self4_avx2(const void* base, SelfSums* out)
   _mm256_store_si256(reinterpret_cast<__m256i*>(c[0]), c_count);
   _mm256_store_si256(reinterpret_cast<__m256i*>(c[1]), c_nonzero);
   for (size_t k = 0; k < 4; ++k) {
+    out[k] = ErrorSums{};
     out[k].count = c[0][k];
     out[k].nonzero = c[1][k];
     out[k].nonfinite = static_cast<int64_t>(kChunk) - c[0][k];
-    out[k].sum_sq = v[k];
+    out[k].sum_sq_ref = out[k].sum_sq_approx = out[k].sum_dot = v[k];
   }
 }
 
@@ -297,48 +297,35 @@ void set_error_sums_simd(bool enabled) { g_simd.store(enabled && avx2::available
 bool error_sums_simd() { return g_simd.load(); }
 
 void ErrorAccumulator::add(const float* x, const float* y, size_t n) {
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<ErrorSums> part(chunks);
-  // Work units: groups of four whole chunks for the AVX2 loop, then the other chunks one by one.
-  const size_t groups = g_simd.load() ? n / kChunk / 4 : 0;
-  const size_t units = groups + (chunks - 4 * groups);
+  const ChunkUnits cu(n);
+  std::vector<ErrorSums> part(cu.chunks);
   const int nt = threads_ > 0 ? threads_ : omp_get_max_threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (units > 1)
-  for (size_t u = 0; u < units; ++u) {
-    if (u < groups) {
-      accumulate4_avx2(x + 4 * u * kChunk, y + 4 * u * kChunk, &part[4 * u]);
-      continue;
-    }
-    const size_t c = 4 * groups + (u - groups), b = c * kChunk;
-    part[c] = accumulate(x + b, y + b, std::min(n, b + kChunk) - b);
+#pragma omp parallel for schedule(static) num_threads(nt) if (cu.units > 1)
+  for (size_t u = 0; u < cu.units; ++u) {
+    const size_t c = cu.first_chunk(u), b = c * kChunk;
+    if (cu.four(u)) accumulate4_avx2(x + b, y + b, &part[c]);
+    else part[c] = accumulate(x + b, y + b, std::min(n, b + kChunk) - b);
   }
-  add_chunk_sums(part.data(), chunks);  // fixed order: independent of the thread count
+  add_chunk_sums(part.data(), cu.chunks);  // fixed order: independent of the thread count
 }
 
 void ErrorAccumulator::add_filled(size_t n, const std::function<void(size_t, size_t, float*, float*)>& fill) {
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<ErrorSums> part(chunks);
-  // The work units of add(): groups of four whole chunks, then the other chunks one by one.
-  const size_t groups = g_simd.load() ? n / kChunk / 4 : 0;
-  const size_t units = groups + (chunks - 4 * groups);
+  const ChunkUnits cu(n);
+  std::vector<ErrorSums> part(cu.chunks);
   const int nt = threads_ > 0 ? threads_ : omp_get_max_threads();
-#pragma omp parallel num_threads(nt) if (units > 1)
+#pragma omp parallel num_threads(nt) if (cu.units > 1)
   {
     const size_t m = std::min(n, kFillElements);
     const std::unique_ptr<float[]> x(new float[m]), y(new float[m]);  // written by fill before read
 #pragma omp for schedule(static)
-    for (size_t u = 0; u < units; ++u) {
-      if (u < groups) {
-        fill(4 * u * kChunk, 4 * (u + 1) * kChunk, x.get(), y.get());
-        accumulate4_avx2(x.get(), y.get(), &part[4 * u]);
-        continue;
-      }
-      const size_t c = 4 * groups + (u - groups), b = c * kChunk, e = std::min(n, b + kChunk);
+    for (size_t u = 0; u < cu.units; ++u) {
+      const size_t c = cu.first_chunk(u), b = c * kChunk, e = std::min(n, b + (cu.four(u) ? 4 : 1) * kChunk);
       fill(b, e, x.get(), y.get());
-      part[c] = accumulate(x.get(), y.get(), e - b);
+      if (cu.four(u)) accumulate4_avx2(x.get(), y.get(), &part[c]);
+      else part[c] = accumulate(x.get(), y.get(), e - b);
     }
   }
-  add_chunk_sums(part.data(), chunks);  // fixed order: independent of the thread count
+  add_chunk_sums(part.data(), cu.chunks);  // fixed order: independent of the thread count
 }
 
 void ErrorAccumulator::add_scaled(const float* scaled, size_t n, double fmax) {
@@ -362,29 +349,24 @@ ErrorStats compute_error_stats(const float* x, const float* y, size_t n, int thr
 }
 
 ErrorStats self_error_stats(const void* values, InputDtype type, size_t n, int threads) {
-  const size_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<SelfSums> part(chunks);
-  // Work units as in ErrorAccumulator::add: groups of four whole chunks, then single chunks.
-  const size_t groups = g_simd.load() ? n / kChunk / 4 : 0;
-  const size_t units = groups + (chunks - 4 * groups);
+  const ChunkUnits cu(n);
+  std::vector<ErrorSums> part(cu.chunks);
   const size_t width = type == InputDtype::F32 ? sizeof(float) : sizeof(uint16_t);
   const int nt = threads > 0 ? threads : omp_get_max_threads();
-#pragma omp parallel for schedule(static) num_threads(nt) if (units > 1)
-  for (size_t u = 0; u < units; ++u) {
-    if (u < groups) {
-      const void* base = static_cast<const char*>(values) + 4 * u * kChunk * width;
-      if (type == InputDtype::F32) self4_avx2<InputDtype::F32>(base, &part[4 * u]);
-      else if (type == InputDtype::BF16) self4_avx2<InputDtype::BF16>(base, &part[4 * u]);
-      else self4_avx2<InputDtype::FP16>(base, &part[4 * u]);
-      continue;
+#pragma omp parallel for schedule(static) num_threads(nt) if (cu.units > 1)
+  for (size_t u = 0; u < cu.units; ++u) {
+    const size_t c = cu.first_chunk(u), b = c * kChunk;
+    if (cu.four(u)) {
+      const void* base = static_cast<const char*>(values) + b * width;
+      if (type == InputDtype::F32) self4_avx2<InputDtype::F32>(base, &part[c]);
+      else if (type == InputDtype::BF16) self4_avx2<InputDtype::BF16>(base, &part[c]);
+      else self4_avx2<InputDtype::FP16>(base, &part[c]);
+    } else {
+      part[c] = self_chunk(values, type, b, std::min(n, b + kChunk));
     }
-    const size_t c = 4 * groups + (u - groups), b = c * kChunk;
-    part[c] = self_chunk(values, type, b, std::min(n, b + kChunk));
   }
-  std::vector<ErrorSums> sums(chunks);
-  for (size_t c = 0; c < chunks; ++c) sums[c] = as_error_sums(part[c]);
   ErrorAccumulator acc(threads);
-  acc.add_chunk_sums(sums.data(), chunks);  // the chunks merged in order, as add() merges them
+  acc.add_chunk_sums(part.data(), cu.chunks);  // the chunks merged in order, as add() merges them
   return acc.stats();
 }
 

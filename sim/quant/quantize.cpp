@@ -1023,6 +1023,16 @@ void decode_row_span(const QuantizedTensor& q, int64_t r, int64_t gj, int64_t c_
   });
 }
 
+// Elements [begin, end) of an unscaled 16-bit q into out[element - origin].
+void decode_passthrough(const QuantizedTensor& q, int64_t begin, int64_t end, int64_t origin, float* out) {
+  const bool bf = q.spec.format == Format::BF16;
+  for (int64_t i = begin; i < end; ++i) {
+    uint16_t c;
+    std::memcpy(&c, q.codes.data() + 2 * i, 2);
+    out[i - origin] = bf ? bf16_to_f32(c) : fp16_to_f32(c);
+  }
+}
+
 // dequantize's checks of q's sizes.
 void check_dequantizable(const QuantizedTensor& q) {
   const int64_t n = q.numel();
@@ -1047,12 +1057,7 @@ void dequantize_range(const QuantizedTensor& q, int64_t begin, int64_t end, floa
   check_dequantizable(q);
   if (begin == end) return;
   if (q.spec.is_passthrough()) {
-    const bool bf = q.spec.format == Format::BF16;
-    for (int64_t i = begin; i < end; ++i) {
-      uint16_t c;
-      std::memcpy(&c, q.codes.data() + 2 * i, 2);
-      out[i - begin] = bf ? bf16_to_f32(c) : fp16_to_f32(c);
-    }
+    decode_passthrough(q, begin, end, begin, out);
     return;
   }
   const GroupGeometry& g = q.geometry;
@@ -1071,13 +1076,9 @@ void dequantize(const QuantizedTensor& q, float* out, int threads_in) {
   check_dequantizable(q);
   if (n == 0) return;
   if (q.spec.is_passthrough()) {
-    const bool bf = q.spec.format == Format::BF16;
+    constexpr int64_t kBlock = int64_t{1} << 16;
 #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t i = 0; i < n; ++i) {
-      uint16_t c;
-      std::memcpy(&c, q.codes.data() + 2 * i, 2);
-      out[i] = bf ? bf16_to_f32(c) : fp16_to_f32(c);
-    }
+    for (int64_t b = 0; b < n; b += kBlock) decode_passthrough(q, b, std::min(n, b + kBlock), 0, out);
     return;
   }
   const GroupGeometry& g = q.geometry;

@@ -13,6 +13,27 @@ namespace fp8sim {
 
 namespace {
 
+// Elements [b, e) of the input as stored, widened exactly, into out[0, e - b).
+void widen_range(const void* data, InputDtype dtype, size_t b, size_t e, float* out) {
+  if (dtype == InputDtype::F32) {
+    std::copy(static_cast<const float*>(data) + b, static_cast<const float*>(data) + e, out);
+    return;
+  }
+  const uint16_t* p = static_cast<const uint16_t*>(data);
+  const bool bf = dtype == InputDtype::BF16;
+  for (size_t i = b; i < e; ++i) out[i - b] = bf ? bf16_to_f32(p[i]) : fp16_to_f32(p[i]);
+}
+
+std::vector<float> widen(const void* data, InputDtype dtype, int64_t n, int threads) {
+  std::vector<float> x(static_cast<size_t>(n));
+  const int nt = threads > 0 ? threads : omp_get_max_threads();
+  constexpr int64_t kBlock = int64_t{1} << 16;
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t b = 0; b < n; b += kBlock)
+    widen_range(data, dtype, static_cast<size_t>(b), static_cast<size_t>(std::min(n, b + kBlock)), x.data() + b);
+  return x;
+}
+
 // quantization_error_stats' fields that come from the quantizer rather than the elements.
 ErrorStats with_quantizer_counts(ErrorStats s, const QuantizedTensor& q) {
   // The quantizer counted |x/s| > fmax over the finite elements while encoding.
@@ -38,13 +59,7 @@ ErrorStats quantization_error_stats(const void* values, InputDtype dtype, const 
   dequantize_range(q, 0, 0, nullptr);
   ErrorAccumulator acc(threads);
   acc.add_filled(static_cast<size_t>(q.numel()), [&](size_t b, size_t e, float* x, float* y) {
-    if (dtype == InputDtype::F32) {
-      std::copy(static_cast<const float*>(values) + b, static_cast<const float*>(values) + e, x);
-    } else {
-      const uint16_t* p = static_cast<const uint16_t*>(values);
-      const bool bf = dtype == InputDtype::BF16;
-      for (size_t i = b; i < e; ++i) x[i - b] = bf ? bf16_to_f32(p[i]) : fp16_to_f32(p[i]);
-    }
+    widen_range(values, dtype, b, e, x);
     dequantize_range(q, static_cast<int64_t>(b), static_cast<int64_t>(e), y);
   });
   return with_quantizer_counts(acc.stats(), q);
@@ -64,25 +79,6 @@ ScaledHistograms scaled_histograms(const float* x, const QuantizedTensor& q, int
   }
   return h;
 }
-
-namespace {
-
-std::vector<float> widen(const void* data, InputDtype dtype, int64_t n, int threads) {
-  std::vector<float> x(static_cast<size_t>(n));
-  const int nt = threads > 0 ? threads : omp_get_max_threads();
-  if (dtype == InputDtype::F32) {
-    const float* p = static_cast<const float*>(data);
-    std::copy(p, p + n, x.begin());
-  } else {
-    const uint16_t* p = static_cast<const uint16_t*>(data);
-    const bool bf = dtype == InputDtype::BF16;
-#pragma omp parallel for schedule(static) num_threads(nt)
-    for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = bf ? bf16_to_f32(p[i]) : fp16_to_f32(p[i]);
-  }
-  return x;
-}
-
-}  // namespace
 
 Json histogram_document(const ScaledHistograms& h) {
   Json hist = Json::object();
