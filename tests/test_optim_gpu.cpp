@@ -742,7 +742,13 @@ TEST(OptimDirectionGpu, SumsEqualTheCpu) {
         if (specs == &fp8) {
           EXPECT_GT(cpu[L.fmt + 3 * 4], 0.0) << "n=" << n;
         }
-        EXPECT_GT(cpu[0], 0.0);
+        // eps > 0: a positive sum; eps = 0: infinite or NaN, since some quantized v flush to 0
+        // and their terms divide by 0.
+        if (eps > 0) {
+          EXPECT_GT(cpu[0], 0.0) << "n=" << n;
+        } else {
+          EXPECT_FALSE(std::isfinite(cpu[0])) << "n=" << n << ": " << cpu[0];
+        }
       }
     }
   }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <tuple>
@@ -406,6 +407,54 @@ TEST(QuantizeInput, Bf16InputIsWidenedExactly) {
   // bf16 storage of bf16 input is the identity.
   const QuantizedTensor id = quantize(xb.data(), Shape{4096}, QuantSpec::parse("bf16"));
   EXPECT_EQ(std::memcmp(id.codes.data(), xb.data(), 2 * xb.size()), 0);
+}
+
+// 16-bit storage of 16-bit input: every bit pattern of the input format, stored as bf16 and fp16
+// unscaled (the same format copies finite codes), scaled, saturating or not, on one and two threads,
+// gives the codes and counts of the same values quantized from fp32; and the error sums from the
+// stored values (the same format and finite: the tensor compared with itself) equal the sums of
+// the widened input against the whole dequantization.
+TEST(QuantizeInput, SixteenBitStorageOfSixteenBitInputEqualsTheFp32Path) {
+  for (const InputDtype dt : {InputDtype::BF16, InputDtype::FP16}) {
+    std::vector<uint16_t> all(65536);
+    std::iota(all.begin(), all.end(), uint16_t{0});
+    const uint16_t emask = dt == InputDtype::BF16 ? 0x7F80u : 0x7C00u;
+    std::vector<uint16_t> finite;
+    for (const uint16_t p : all)
+      if ((p & emask) != emask) finite.push_back(p);
+    for (const auto* in : {&all, &finite}) {
+      std::vector<float> wide(in->size());
+      for (size_t i = 0; i < wide.size(); ++i)
+        wide[i] = dt == InputDtype::BF16 ? bf16_to_f32((*in)[i]) : fp16_to_f32((*in)[i]);
+      const Shape shape{static_cast<int64_t>(in->size() / 128), 128};
+      for (const char* text : {"bf16", "bf16:tensor", "bf16:sat=none", "fp16", "fp16:tensor", "fp16:sat=none",
+                               "bf16:row:scale=pow2", "fp16:tensor:scale=pow2"}) {
+        for (const int threads : {1, 2}) {
+          SCOPED_TRACE(std::string(text) + (dt == InputDtype::BF16 ? " bf16 in " : " fp16 in ") +
+                       std::to_string(in->size()) + " values, " + std::to_string(threads) + " threads");
+          const QuantSpec spec = QuantSpec::parse(text);
+          QuantizeOptions o;
+          o.threads = threads;
+          const QuantizedTensor got = quantize_any(in->data(), dt, shape, spec, o);
+          const QuantizedTensor want = quantize(wide.data(), shape, spec, o);
+          ASSERT_EQ(got.codes, want.codes);
+          EXPECT_EQ(got.scales, want.scales);
+          EXPECT_EQ(got.saturated_count, want.saturated_count);
+          EXPECT_EQ(got.underflow_count, want.underflow_count);
+          EXPECT_EQ(got.nonfinite_count, want.nonfinite_count);
+          const std::vector<float> deq = dequantize(want);
+          for (const bool simd : {true, false}) {
+            const bool was = error_sums_simd();
+            set_error_sums_simd(simd);
+            const ErrorStats a = quantization_error_stats(in->data(), dt, got, threads);
+            const ErrorStats b = quantization_error_stats(wide.data(), want, deq.data(), threads);
+            set_error_sums_simd(was);
+            EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "simd " << simd;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(QuantizeInput, NoDoubleRounding) {

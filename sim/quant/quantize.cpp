@@ -631,26 +631,43 @@ void encode_16bit(const Load& ld, QuantizedTensor& q, const std::vector<float>& 
   const TaskSplit sp = make_split(g, threads);
   int64_t nsat = 0, nunder = 0;
   uint8_t* out = q.codes.data();
+  // Stored as its own format with s = 1 (bf16 input to bf16, fp16 to fp16): a finite element
+  // rounds to itself, so its code is its own bits and it neither saturates nor flushes; only the
+  // non-finite ones (Inf saturates under sat=finite, NaN is made quiet) take the formula.
+  [[maybe_unused]] uint16_t same_exp = 0;  // the input format's exponent mask where it is q's format
+  if constexpr (std::is_same_v<Load, LoadBF16>) same_exp = bf ? 0x7F80u : 0u;
+  if constexpr (std::is_same_v<Load, LoadFP16>) same_exp = bf ? 0u : 0x7C00u;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (sp.tasks > 1) reduction(+ : nsat, nunder)
   for (int64_t t = 0; t < sp.tasks; ++t) {
     int64_t r0, r1;
     sp.rows_of(g, t, r0, r1);
     const int64_t band = t / sp.nsub;
+    // Defined in the parallel region: it adds to this thread's copies of the counts.
+    auto encode = [&](int64_t i, float sq) {
+      const float x = ld(i);
+      const float v = div_rn_nan_kept(x, sq);
+      const uint16_t c = bf ? f32_to_bf16_rne(v, sat) : f32_to_fp16_rne(v, sat);
+      std::memcpy(out + 2 * i, &c, 2);
+      const uint32_t ax = f32_bits(x) & 0x7FFFFFFFu;
+      if (ax < 0x7F800000u) {
+        nsat += dmath::abs_bits(v) > fmax ? 1 : 0;
+        nunder += (ax != 0u && (c & 0x7FFFu) == 0u) ? 1 : 0;
+      }
+    };
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t gj = 0; gj < g.grid_cols; ++gj) {
         const float sq = s_quant[band * g.grid_cols + gj];
         const int64_t c0 = gj * g.group_cols, c1 = std::min(g.cols, c0 + g.group_cols);
-        for (int64_t i = r * g.cols + c0; i < r * g.cols + c1; ++i) {
-          const float x = ld(i);
-          const float v = div_rn_nan_kept(x, sq);
-          const uint16_t c = bf ? f32_to_bf16_rne(v, sat) : f32_to_fp16_rne(v, sat);
-          std::memcpy(out + 2 * i, &c, 2);
-          const uint32_t ax = f32_bits(x) & 0x7FFFFFFFu;
-          if (ax < 0x7F800000u) {
-            nsat += dmath::abs_bits(v) > fmax ? 1 : 0;
-            nunder += (ax != 0u && (c & 0x7FFFu) == 0u) ? 1 : 0;
+        const int64_t i0 = r * g.cols + c0, i1 = r * g.cols + c1;
+        if constexpr (std::is_same_v<Load, LoadBF16> || std::is_same_v<Load, LoadFP16>) {
+          if (same_exp != 0 && sq == 1.0f) {
+            std::memcpy(out + 2 * i0, ld.p + i0, static_cast<size_t>(2 * (i1 - i0)));
+            for (int64_t i = i0; i < i1; ++i)
+              if ((ld.p[i] & same_exp) == same_exp) encode(i, sq);
+            continue;
           }
         }
+        for (int64_t i = i0; i < i1; ++i) encode(i, sq);
       }
     }
   }
