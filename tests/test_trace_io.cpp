@@ -194,6 +194,42 @@ TEST(TraceIo, RoundTripsEveryDtypeBitExactly) {
   EXPECT_EQ(nfb.nan, 2u * 127u);
 }
 
+// count_nonfinite counts in blocks and splits only a block with specials: NaN and Inf of every
+// sign at block edges, in the first and last element and in a short last block, on tensors long
+// enough for several threads, against a plain count (fp32, bf16, fp16).
+TEST(TraceIo, NonFiniteCountsAtBlockEdges) {
+  const size_t n = 300007;
+  const std::vector<size_t> at = {0, 1, 32767, 32768, 65535, 65536, 98303, 131072, 299999, n - 1};
+  for (const DType dt : {DType::F32, DType::BF16, DType::F16}) {
+    TensorData t;
+    t.dtype = dt;
+    t.shape = {static_cast<int64_t>(n)};
+    const uint32_t inf32 = 0x7F800000u;
+    const uint16_t inf16 = dt == DType::BF16 ? 0x7F80u : 0x7C00u;
+    uint64_t nan = 0, inf = 0;
+    if (dt == DType::F32) {
+      t.f32 = Buffer<float>(n);
+      for (size_t i = 0; i < n; ++i) t.f32[i] = static_cast<float>(i % 1000) - 500.0f;
+    } else {
+      t.bits = Buffer<uint16_t>(n);
+      for (size_t i = 0; i < n; ++i) t.bits[i] = static_cast<uint16_t>(i % 0x7000);  // finite codes
+    }
+    for (size_t k = 0; k < at.size(); ++k) {
+      const bool is_nan = k % 3 != 0, neg = k % 2 == 1;
+      if (dt == DType::F32) {
+        const uint32_t b = (neg ? 0x80000000u : 0u) | inf32 | (is_nan ? 0x1234u : 0u);
+        std::memcpy(&t.f32[at[k]], &b, 4);
+      } else {
+        t.bits[at[k]] = static_cast<uint16_t>((neg ? 0x8000u : 0u) | inf16 | (is_nan ? 1u : 0u));
+      }
+      (is_nan ? nan : inf) += 1;
+    }
+    const NonFinite nf = count_nonfinite(t);
+    EXPECT_EQ(nf.nan, nan) << static_cast<int>(dt);
+    EXPECT_EQ(nf.inf, inf) << static_cast<int>(dt);
+  }
+}
+
 TEST(TraceIo, FiltersSelectByStepRoleLayerAndOp) {
   const std::string path = test::temp_dir() + "/f.h5";
   {

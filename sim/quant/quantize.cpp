@@ -662,8 +662,11 @@ void encode_16bit(const Load& ld, QuantizedTensor& q, const std::vector<float>& 
         if constexpr (std::is_same_v<Load, LoadBF16> || std::is_same_v<Load, LoadFP16>) {
           if (same_exp != 0 && sq == 1.0f) {
             std::memcpy(out + 2 * i0, ld.p + i0, static_cast<size_t>(2 * (i1 - i0)));
-            for (int64_t i = i0; i < i1; ++i)
-              if ((ld.p[i] & same_exp) == same_exp) encode(i, sq);
+            bool special = false;  // an OR over the segment (vectorised); specials are rare
+            for (int64_t i = i0; i < i1; ++i) special |= (ld.p[i] & same_exp) == same_exp;
+            if (special)
+              for (int64_t i = i0; i < i1; ++i)
+                if ((ld.p[i] & same_exp) == same_exp) encode(i, sq);
             continue;
           }
         }
