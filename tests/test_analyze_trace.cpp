@@ -343,6 +343,21 @@ TEST(Analyze, CountsNanAndInfAndKeepsMetricsFinite) {
     EXPECT_TRUE(std::isfinite(t.stats.mse()));
     EXPECT_TRUE(std::isfinite(t.stats.nmse()));
   }
+  // A bf16 tensor kept as bf16 (the bf16 recipe) with one NaN and two Infs among finite values,
+  // and an all-finite one: the counts come from the values, not from the shortcut that copies
+  // finite codes.
+  bf[3] = 0x7FC1;
+  bf[8] = 0xFF80;
+  bf[31] = 0x7F80;
+  const std::string p2 = write_trace(test::temp_dir(), std::vector<float>(64, 0.25f), bf);
+  const AnalyzeResult b = analyze_trace(trace::TraceReader(p2), recipe::get("bf16"), o);
+  ASSERT_EQ(b.nonfinite_tensors.size(), 1u);
+  EXPECT_EQ(b.nonfinite_tensors[0], "x.bf16");
+  for (const TensorRecord& t : b.tensors) {
+    EXPECT_EQ(t.nan_count, t.name == "x.bf16" ? 1 : 0) << t.name;
+    EXPECT_EQ(t.inf_count, t.name == "x.bf16" ? 2 : 0) << t.name;
+    EXPECT_EQ(t.stats.nonfinite, t.name == "x.bf16" ? 3 : 0) << t.name;
+  }
 }
 
 // bf16-stored data under a bf16 rule are reproduced exactly: the analysis quantizes from the

@@ -253,24 +253,29 @@ bool cpu_metrics_widen(const std::optional<QuantSpec>& spec) {
 TensorMetrics cpu_metrics(const TensorData& d, std::span<const float> x, std::span<const int64_t> shape,
                           const std::optional<QuantSpec>& spec, int threads) {
   TensorMetrics m;
-  const trace::NonFinite nf = trace::count_nonfinite(d);
-  m.nan = nf.nan;
-  m.inf = nf.inf;
   if (!spec) {
     m.stats = self_error_stats(raw(d), input_dtype(d.dtype), d.size(), threads);
-    return m;
-  }
-  std::optional<DelayedScaler> scaler;
-  const QuantizeOptions o = quant_options(*spec, x.data(), x.size(), scaler, threads);
-  m.q = quantize_any(raw(d), input_dtype(d.dtype), shape, *spec, o);
-  if (x.empty()) {
-    m.stats = quantization_error_stats(raw(d), input_dtype(d.dtype), *m.q, threads);
   } else {
-    Buffer<float> deq(x.size());  // written whole by dequantize: no zero-fill
-    dequantize(*m.q, deq.data(), threads);
-    m.stats = quantization_error_stats(x.data(), *m.q, deq.data(), threads);
+    std::optional<DelayedScaler> scaler;
+    const QuantizeOptions o = quant_options(*spec, x.data(), x.size(), scaler, threads);
+    m.q = quantize_any(raw(d), input_dtype(d.dtype), shape, *spec, o);
+    if (x.empty()) {
+      m.stats = quantization_error_stats(raw(d), input_dtype(d.dtype), *m.q, threads);
+    } else {
+      Buffer<float> deq(x.size());  // written whole by dequantize: no zero-fill
+      dequantize(*m.q, deq.data(), threads);
+      m.stats = quantization_error_stats(x.data(), *m.q, deq.data(), threads);
+    }
+    m.q->codes = {};
   }
-  m.q->codes = {};
+  // The error sums saw every element and counted the NaN / Inf ones: only a tensor that has some
+  // needs another pass to tell the two apart.
+  const bool all_finite = m.stats.nonfinite == 0 && m.stats.count == static_cast<int64_t>(d.size());
+  if (!all_finite) {
+    const trace::NonFinite nf = trace::count_nonfinite(d);
+    m.nan = nf.nan;
+    m.inf = nf.inf;
+  }
   return m;
 }
 
