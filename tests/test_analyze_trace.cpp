@@ -343,9 +343,19 @@ TEST(Analyze, CountsNanAndInfAndKeepsMetricsFinite) {
     EXPECT_TRUE(std::isfinite(t.stats.mse()));
     EXPECT_TRUE(std::isfinite(t.stats.nmse()));
   }
-  // A bf16 tensor kept as bf16 (the bf16 recipe) with one NaN and two Infs among finite values,
-  // and an all-finite one: the counts come from the values, not from the shortcut that copies
-  // finite codes.
+  // A bf16 tensor kept as bf16 (the bf16 recipe), all finite (the codes copied, the sums of the
+  // tensor with itself, no counting pass) and then with one NaN and two Infs: the counts come
+  // from the values either way.
+  {
+    const std::string p1 = write_trace(test::temp_dir(), std::vector<float>(64, 0.25f), bf);
+    const AnalyzeResult c = analyze_trace(trace::TraceReader(p1), recipe::get("bf16"), o);
+    EXPECT_TRUE(c.nonfinite_tensors.empty());
+    for (const TensorRecord& t : c.tensors) {
+      EXPECT_EQ(t.nan_count + t.inf_count, 0) << t.name;
+      EXPECT_EQ(t.stats.count, t.name == "x.bf16" ? 32 : 64) << t.name;
+      EXPECT_EQ(t.stats.sum_sq_err, 0.0) << t.name;
+    }
+  }
   bf[3] = 0x7FC1;
   bf[8] = 0xFF80;
   bf[31] = 0x7F80;
