@@ -272,6 +272,27 @@ def make_quantizer(torch, spec):
     raise ValueError(f"peer quantizer: unsupported spec {spec}")
 
 
+def make_cast_transpose(torch, spec, variant):
+    """Per-tensor FP8 codes row-major and transposed (TransformerEngine's cast_transpose): with a
+    scale from the amax history (variant "delayed": a multiplier, the tensor amax computed for the
+    history in the same function) or just in time (the quantizer of the spec, then the transpose)."""
+    if variant == "delayed":
+        p = parse_spec(spec)
+        fdt = torch.float8_e4m3fn if p["format"] == "e4m3" else torch.float8_e5m2
+        fmax = 448.0 if p["format"] == "e4m3" else 57344.0
+
+        def f(x):
+            q = (x.float() * 64.0).clamp(-fmax, fmax).to(fdt)
+            return q, q.t().contiguous(), x.abs().amax()
+        return f
+    quant = make_quantizer(torch, spec)
+
+    def g(x):
+        q, s = quant(x)
+        return q, q.t().contiguous(), s
+    return g
+
+
 def randn_bf16(torch, shape, device, seed):
     g = torch.Generator(device=device)
     g.manual_seed(seed)
@@ -442,6 +463,15 @@ def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
             f = lambda t: t.to(fdt)  # noqa: E731
         else:
             f = make_quantizer(torch, item["spec"])
+        record("torch-eager", lambda: f(x))
+        if compile_ok and item.get("compile", True):
+            fresh_compiler(torch)
+            cf = torch.compile(f, dynamic=False)
+            record("torch.compile", lambda: cf(x))
+        del x
+    elif op == "cast-transpose":
+        x = randn_bf16(torch, item["shape"], device, 1)
+        f = make_cast_transpose(torch, item["spec"], item.get("variant", "jit"))
         record("torch-eager", lambda: f(x))
         if compile_ok and item.get("compile", True):
             fresh_compiler(torch)

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "sim/backend/backend.hpp"
@@ -183,6 +184,52 @@ Json peer(const std::string& key, const std::string& name, double ms, const std:
   p["status"] = status;
   if (status == "ok") p["median_ms"] = ms;
   return p;
+}
+
+TEST(CliBench, PlanTimesTheQuantizersAtLlamaActivationShapesAndCastTranspose) {
+  const std::string dir = test::temp_dir();
+  auto r = test::run_fp8sim({"bench", "--write-plan", dir + "/plan.json", "--ops", "quantize,cast-transpose"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json plan = Json::parse(read_text_file(dir + "/plan.json"));
+  std::set<std::string> keys;
+  for (const auto& k : plan.at("kernels").as_array()) keys.insert(k.at("key").as_string());
+  // Every quantizer the targets name at every activation shape of Llama-2-7B and -13B.
+  for (const char* shape : {"8192x4096", "8192x5120", "8192x11008", "8192x13824"}) {
+    for (const char* q : {"e4m3:g128|bf16|", "e4m3:g16:scale=bf16:eps=1e-10|bf16|", "e4m3:g32:scale=e8m0|bf16|",
+                          "e4m3:row|bf16|", "e4m3:b128x128|bf16|"})
+      EXPECT_TRUE(keys.count(std::string("quantize|") + q + shape)) << q << shape;
+    EXPECT_TRUE(keys.count(std::string("quantize|e4m3:tensor|bf16|") + shape + "|group-scaling")) << shape;
+    EXPECT_TRUE(keys.count(std::string("quantize|e4m3:tensor:delayed=1024,max|bf16|") + shape + "|delayed")) << shape;
+  }
+  EXPECT_TRUE(keys.count("cast-transpose|e4m3:tensor:delayed=1024,max|bf16|8192x4096|delayed"));
+  EXPECT_TRUE(keys.count("cast-transpose|e4m3:tensor|bf16|8192x4096|jit"));
+}
+
+TEST(CliBench, CastTransposeIsHeldToEightyFivePercentOfItsCopy) {
+  const std::string dir = test::temp_dir();
+  Json doc = Json::object();
+  doc["command"] = "fp8sim bench --json x";
+  Json ks = Json::array();
+  for (double frac : {0.86, 0.84}) {
+    Json k = kernel("cast-transpose|e4m3:tensor|bf16|4x4|jit" + std::to_string(frac), "cast-transpose", 0.04);
+    k["bytes"] = 1.3e8;
+    k["ceiling_gbps"] = 4000.0;
+    k["ceiling_kind"] = bench::kSameBytesCeiling;
+    k["fraction_of_ceiling"] = frac;
+    Json peers = Json::array();
+    peers.push_back(peer(k.at("key").as_string(), "torch.compile", 0.045));
+    k["peers"] = peers;
+    ks.push_back(k);
+  }
+  doc["kernels"] = ks;
+  write_file_atomic(dir + "/in.json", doc.dump(2));
+  auto r = test::run_fp8sim({"bench", "--from", dir + "/in.json", "--json", dir + "/out.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json out = Json::parse(read_text_file(dir + "/out.json"));
+  const auto& k = out.at("kernels").as_array();
+  EXPECT_TRUE(k[0].at("targets").at("copy_bandwidth").at("met").as_bool());
+  EXPECT_FALSE(k[1].at("targets").at("copy_bandwidth").at("met").as_bool());
+  EXPECT_FALSE(k[0].at("targets").find("vs_torch_compile")) << "the peer is shown, with no target";
 }
 
 TEST(CliBench, FromReevaluatesTheTargetsOfASavedRunWithoutAGpu) {
@@ -480,7 +527,7 @@ namespace {
 // wrong parameter bit or a wrong GEMM scale layout is caught.
 class CpuAsGpu final : public gpu::Backend {
  public:
-  bool corrupt_quantize = false, corrupt_adamw = false, corrupt_gemm = false;
+  bool corrupt_quantize = false, corrupt_transposed = false, corrupt_adamw = false, corrupt_gemm = false;
   std::string name = "the CPU reference";
   gpu::DeviceStatus device() override { return {.available = true, .name = name}; }
   Json machine() override { return Json::object(); }
@@ -501,6 +548,20 @@ class CpuAsGpu final : public gpu::Backend {
     if (corrupt_quantize && !q.codes.empty()) q.codes[q.codes.size() / 2] ^= 1;
     return q;
   }
+  QuantizedTensor quantize_transposed(const void* x, InputDtype dt, std::span<const int64_t> shape,
+                                      const QuantSpec& spec, const QuantizeOptions& opts,
+                                      std::vector<uint8_t>& codes_t) override {
+    QuantizedTensor q = quantize(x, dt, shape, spec, opts);
+    const int64_t cols = shape.empty() ? 1 : shape.back(), rows = q.numel() / cols;
+    codes_t.resize(q.codes.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        codes_t[static_cast<size_t>(c * rows + r)] = q.codes[static_cast<size_t>(r * cols + c)];
+    if (corrupt_transposed && !codes_t.empty()) codes_t[codes_t.size() / 3] ^= 1;
+    ++transposed_calls;
+    return q;
+  }
+  int transposed_calls = 0;
   std::vector<float> dequantize(const QuantizedTensor& q) override { return fp8sim::dequantize(q); }
   void adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c) override {
     optim::adamw_step_fp32(p, g, m, v, n, c);
@@ -578,11 +639,19 @@ TEST(CompareLib, EndToEndOnTheSampleTraceWithTheCpuAsTheGpu) {
     ASSERT_TRUE(s.ops.count(op)) << op << " did not run";
     EXPECT_GT(s.ops.at(op).entries, 0) << op;
   }
+  int transposed = 0;
   for (const auto& e : doc.ops) {
     const Json j = compare::entry_json(e);
     ASSERT_TRUE(j.find("elements") && j.at("elements").as_int() > 0) << j.dump(-1);
     ASSERT_TRUE(j.find("differing_codes")) << j.dump(-1);
+    if (const Json* t = j.find("differing_transposed_codes")) {
+      EXPECT_EQ(t->as_int(), 0) << j.dump(-1);
+      ++transposed;
+    }
   }
+  // Every per-tensor FP8 spec (plain and delayed) goes through the cast-transpose kernel.
+  EXPECT_GT(transposed, 0);
+  EXPECT_EQ(transposed, ops.transposed_calls);
 }
 
 TEST(CompareLib, CatchesACorruptCodeParameterOrGemmScale) {
@@ -595,6 +664,14 @@ TEST(CompareLib, CatchesACorruptCodeParameterOrGemmScale) {
     o.ops = {"quantize"};
     const compare::CompareResult doc = compare::compare_trace(o, ops);
     EXPECT_GT(doc.summary.failed, 0);
+  }
+  {
+    CpuAsGpu ops;
+    ops.corrupt_transposed = true;  // only the transposed layout is wrong
+    o.ops = {"quantize"};
+    const compare::CompareResult doc = compare::compare_trace(o, ops);
+    EXPECT_GT(ops.transposed_calls, 0);
+    EXPECT_EQ(doc.summary.failed, ops.transposed_calls);
   }
   {
     CpuAsGpu ops;

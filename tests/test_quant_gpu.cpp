@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -787,6 +788,126 @@ TEST(QuantizeGpu, DelayedScalingOverflowNonSaturating) {
       const QuantizedTensor c = quantize(x.data(), shape, spec, oc);
       const QuantizedTensor g = gpu::quantize_on_gpu(x.data(), InputDtype::F32, shape, spec, og);
       expect_same(c, g, std::string(s) + " step " + std::to_string(step));
+    }
+  }
+}
+
+// Cast-transpose (QuantGpuOut::codes_t): the row-major codes equal the CPU's and the transposed ones
+// are their transpose, for per-tensor plain (just in time), delayed and stochastic specs; shapes of
+// whole 128 x 64 tiles, whole tiles beside partial ones, and views that only the element-wise path
+// takes (rows not a multiple of 16, columns not of 8); every input dtype; NaN and Inf present.
+void check_transposed(const std::string& text, const std::vector<int64_t>& shape, InputDtype dt, bool specials,
+                      uint64_t offset = 0) {
+  const QuantSpec spec = QuantSpec::parse(text);
+  const size_t n = static_cast<size_t>(shape_numel(shape));
+  std::vector<float> x = test_data(n, 31 + n, specials);
+  if (specials && n > 5000) {  // specials inside later tiles too, in every tile path
+    x[n / 2 + 3] = std::numeric_limits<float>::infinity();
+    x[n - 9] = -std::numeric_limits<float>::quiet_NaN();
+  }
+  std::vector<uint16_t> x16(n);
+  const void* data = x.data();
+  if (dt != InputDtype::F32) {
+    for (size_t i = 0; i < n; ++i) x16[i] = dt == InputDtype::BF16 ? f32_to_bf16_rne(x[i]) : f32_to_fp16_rne(x[i]);
+    data = x16.data();
+  }
+  std::optional<DelayedScaler> sc, sg;
+  QuantizeOptions oc, og;
+  oc.index_offset = og.index_offset = offset;
+  if (spec.delayed.enabled()) {
+    oc.delayed = &sc.emplace(spec);
+    og.delayed = &sg.emplace(spec);
+  }
+  std::string ctx = text + " shape";
+  for (auto d : shape) ctx += " " + std::to_string(d);
+  ctx += dt == InputDtype::F32 ? " f32" : (dt == InputDtype::BF16 ? " bf16" : " fp16");
+  // Two steps for delayed scaling: the second runs with a scale from the first's amax.
+  for (int step = 0; step < (spec.delayed.enabled() ? 2 : 1); ++step) {
+    const QuantizedTensor c = quantize_any(data, dt, shape, spec, oc);
+    std::vector<uint8_t> ct;
+    const QuantizedTensor g = gpu::quantize_transposed_on_gpu(data, dt, shape, spec, ct, og);
+    expect_same(c, g, ctx + " step " + std::to_string(step));
+    const int64_t cols = shape.empty() ? 1 : shape.back(), rows = static_cast<int64_t>(n) / cols;
+    std::vector<uint8_t> want(n);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k) want[k * rows + r] = c.codes[r * cols + k];
+    EXPECT_EQ(first_mismatch(want, ct, "transposed codes"), "") << ctx << " step " << step;
+  }
+}
+
+TEST(QuantizeGpu, CastTransposeWritesBothLayoutsOfTheSameCodes) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  const std::vector<std::vector<int64_t>> shapes = {
+      {256, 128},    // 2 x 2 whole tiles
+      {384, 192},    // 3 x 3
+      {272, 200},    // whole tiles beside partial ones (rows % 16 == 0, cols % 8 == 0)
+      {4, 64, 136},  // a 3-D tensor: the 256 x 136 view
+      {200, 100},    // rows % 16 != 0: element-wise
+      {128, 70},     // cols % 8 != 0: element-wise
+      {1000},        // one row
+      {1, 1}};
+  for (const char* s :
+       {"e4m3:tensor", "e5m2:tensor", "e4m3:tensor:scale=pow2", "e4m3:tensor:apply=mul", "e4m3:tensor:delayed=4,max",
+        "e5m2:tensor:delayed=2,recent,margin=1", "e4m3:tensor:delayed=2,max:sat=none"}) {
+    for (const auto& sh : shapes) check_transposed(s, sh, InputDtype::F32, true);
+    check_transposed(s, {384, 192}, InputDtype::BF16, true);
+    check_transposed(s, {272, 200}, InputDtype::FP16, true);
+  }
+  for (const char* s : {"e4m3:tensor:round=stochastic:seed=3", "e5m2:tensor:delayed=2,max:round=stochastic:seed=8"}) {
+    check_transposed(s, {384, 192}, InputDtype::BF16, false, 0);
+    check_transposed(s, {272, 200}, InputDtype::F32, false, 5);
+  }
+  // A Llama-2-7B activation shape, every tile whole.
+  check_transposed("e4m3:tensor:delayed=4,max", {1024, 4096}, InputDtype::BF16, true);
+  check_transposed("e4m3:tensor", {1024, 4096}, InputDtype::BF16, false);
+}
+
+TEST(QuantizeGpu, CastTransposeWithProducerMaximaFusedIntoTheEncode) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  // 2^17 producer maxima: Group Scaling's stage 2 runs inside the (cooperative) cast-transpose launch.
+  const std::vector<int64_t> shape = {512, 4096};
+  const size_t n = 512 * 4096, chunk = 16, m = n / chunk;
+  const std::vector<float> x = test::lognormal_data(n, 19, 6.0);
+  const QuantSpec spec = QuantSpec::parse("e4m3:tensor");
+  const QuantizedTensor c = quantize(x.data(), shape, spec);
+  gpu::DeviceBuffer<float> dx = gpu::to_device(x);
+  gpu::DeviceBuffer<float> maxima(m);
+  gpu::chunk_maxima_cuda(dx.get(), InputDtype::F32, n, chunk, maxima.get(), nullptr);
+  gpu::DeviceBuffer<uint8_t> codes(n), codes_t(n);
+  gpu::DeviceBuffer<float> scale(1);
+  gpu::DeviceBuffer<unsigned char> ws(gpu::quantize_workspace_bytes(spec, shape));
+  gpu::QuantGpuOut out;
+  out.codes = codes.get();
+  out.codes_t = codes_t.get();
+  out.scales = scale.get();
+  gpu::QuantGpuOptions go;
+  go.producer_maxima = maxima.get();
+  go.producer_maxima_count = m;
+  gpu::quantize_cuda(dx.get(), InputDtype::F32, shape, spec, out, ws.get(), go, nullptr);
+  const std::vector<uint8_t> hc = codes.download(), ht = codes_t.download();
+  EXPECT_EQ(first_mismatch(c.codes, hc, "codes"), "");
+  EXPECT_EQ(first_mismatch(c.scales, scale.download(), "scale"), "");
+  std::vector<uint8_t> want(n);
+  for (size_t r = 0; r < 512; ++r)
+    for (size_t k = 0; k < 4096; ++k) want[k * 512 + r] = c.codes[r * 4096 + k];
+  EXPECT_EQ(first_mismatch(want, ht, "transposed codes"), "");
+}
+
+TEST(QuantizeGpu, CastTransposeRefusesSpecsWithoutOnePerTensorScale) {
+  // Refused before any device work, so this runs without a GPU too: the transposed layout of
+  // grouped scales, DE or 16-bit storage is not what cast-transpose writes.
+  const std::vector<int64_t> shape = {128, 64};
+  unsigned char dummy[16] = {};
+  for (const char* s : {"e4m3:g128", "e4m3:row", "e4m3:b128x128", "e4m3:tensor:de=coat", "bf16", "nvfp4", "mxfp4"}) {
+    const QuantSpec spec = QuantSpec::parse(s);
+    gpu::QuantGpuOut out;
+    out.codes = out.codes_t = dummy;
+    out.scales = out.expand_k = out.expand_c = out.tensor_scale = reinterpret_cast<float*>(dummy);
+    try {
+      gpu::quantize_cuda(dummy, InputDtype::BF16, shape, spec, out, dummy, gpu::QuantGpuOptions{}, nullptr);
+      ADD_FAILURE() << s << ": no error";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("cast-transpose"), std::string::npos) << s << ": " << e.what();
     }
   }
 }

@@ -92,6 +92,12 @@ class CudaBackend final : public Backend {
     return quantize_on_gpu(x, dtype, shape, spec, opts, stream());
   }
 
+  QuantizedTensor quantize_transposed(const void* x, InputDtype dtype, std::span<const int64_t> shape,
+                                      const QuantSpec& spec, const QuantizeOptions& opts,
+                                      std::vector<uint8_t>& codes_t) override {
+    return quantize_transposed_on_gpu(x, dtype, shape, spec, codes_t, opts, stream());
+  }
+
   std::vector<float> dequantize(const QuantizedTensor& q) override { return dequantize_on_gpu(q, stream()); }
 
   void adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c) override {

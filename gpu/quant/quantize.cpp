@@ -120,6 +120,12 @@ detail::LowbitParams lowbit_plan(const QuantSpec& spec, const GroupGeometry& g, 
   return S;
 }
 
+[[noreturn]] void throw_no_transpose(const QuantSpec& spec) {
+  throw UsageError(
+      fmt::format("GPU quantize: transposed codes (cast-transpose) are written for per-tensor FP8 scaling only, not {}",
+                  spec.to_string()));
+}
+
 }  // namespace
 
 bool lowbit_fast_path(const QuantSpec& spec, std::span<const int64_t> shape, InputDtype dtype) {
@@ -144,6 +150,7 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
   const GroupGeometry g = group_geometry(spec, shape);
   const int64_t numel = g.numel();
   if (lowbit_spec(spec)) {
+    if (out.codes_t) throw_no_transpose(spec);
     const detail::LowbitParams plan = lowbit_plan(spec, g, false);  // shape errors before the empty check
     if (numel == 0) return;
     FP8SIM_REQUIRE(d_x && out.codes && out.scales && d_workspace, "GPU quantize: null pointer or workspace");
@@ -179,6 +186,7 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
   L.dtype = dtype_code(dtype);
   L.x = d_x;
   L.codes = out.codes;
+  L.codes_t = out.codes_t;
   L.scales = out.scales;
   L.k = out.expand_k;
   L.c = out.expand_c;
@@ -238,6 +246,7 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
                      "producer maxima (group scaling) apply to per-tensor plain scaling only, not {}",
                      spec.to_string());
   }
+  if (L.codes_t && L.kind != detail::QuantLaunch::Kind::Tensor) throw_no_transpose(spec);
   // The Inf flag and stage 2's accumulator, block counter and barrier flag (slot[2..4]) are used
   // only by the per-tensor paths: clear them there alone, in one memset (one launch less for the
   // group quantizers). The inf flag and the slot words are adjacent: inf_flag, slot[0..4].
@@ -295,8 +304,12 @@ void chunk_maxima_cuda(const void* d_x, InputDtype dtype, size_t n, size_t chunk
                               reinterpret_cast<uint32_t*>(d_maxima), stream);
 }
 
-QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
-                                const QuantSpec& spec, const QuantizeOptions& opts, cudaStream_t stream) {
+namespace {
+
+// quantize_on_gpu, with the transposed codes too where codes_t is given.
+QuantizedTensor quantize_on_gpu_impl(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
+                                     const QuantSpec& spec, const QuantizeOptions& opts, cudaStream_t stream,
+                                     std::vector<uint8_t>* codes_t) {
   spec.validate();
   QuantizedTensor q;
   q.spec = spec;
@@ -327,6 +340,8 @@ QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<
   DeviceBuffer<unsigned char> d_ws(quantize_workspace_bytes(spec, shape));
   DeviceBuffer<float> d_given(1);
   d_codes.fill_bytes(0xA5, stream);  // poison: every code must be written
+  DeviceBuffer<unsigned char> d_codes_t(codes_t ? q.codes.size() : 0);
+  if (codes_t) d_codes_t.fill_bytes(0xA5, stream);
 
   QuantGpuOut out;
   out.codes = d_codes.get();
@@ -334,6 +349,7 @@ QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<
   out.expand_k = spec.has_expand() ? d_k.get() : nullptr;
   out.expand_c = spec.has_expand() ? d_c.get() : nullptr;
   out.tensor_amax = d_amax.get();
+  out.codes_t = codes_t ? d_codes_t.get() : nullptr;
   DeviceBuffer<float> d_tscale(spec.scale == ScaleMode::E4M3 ? 1 : 0);
   out.tensor_scale = spec.scale == ScaleMode::E4M3 ? d_tscale.get() : nullptr;
   QuantGpuOptions go;
@@ -359,6 +375,10 @@ QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<
   } else {
     d_codes.download(q.codes.data(), q.codes.size(), stream);
   }
+  if (codes_t) {
+    codes_t->resize(q.codes.size());
+    d_codes_t.download(codes_t->data(), codes_t->size(), stream);
+  }
   if (!spec.is_passthrough()) q.scales = d_scales.download(stream);
   if (spec.has_expand()) {
     q.expand_k = d_k.download(stream);
@@ -376,6 +396,19 @@ QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<
     opts.delayed->update(inf ? std::numeric_limits<float>::infinity() : q.tensor_amax);
   }
   return q;
+}
+
+}  // namespace
+
+QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
+                                const QuantSpec& spec, const QuantizeOptions& opts, cudaStream_t stream) {
+  return quantize_on_gpu_impl(host_x, dtype, shape, spec, opts, stream, nullptr);
+}
+
+QuantizedTensor quantize_transposed_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
+                                           const QuantSpec& spec, std::vector<uint8_t>& codes_t,
+                                           const QuantizeOptions& opts, cudaStream_t stream) {
+  return quantize_on_gpu_impl(host_x, dtype, shape, spec, opts, stream, &codes_t);
 }
 
 std::vector<float> dequantize_on_gpu(const QuantizedTensor& q, cudaStream_t stream) {

@@ -626,6 +626,25 @@ struct FusedStage2 {
   float* scales = nullptr;
 };
 
+// The plain per-tensor divisor, from slot[0]; with `fused.maxima`, after Group Scaling's stage 2
+// run by the blocks of this (cooperative) launch, the last of which computes the scale.
+__device__ __forceinline__ float plain_tensor_scale(const QuantKernelParams& P, uint32_t* slot,
+                                                    const FusedStage2& fused) {
+  if (fused.maxima) {
+    raise_max_of_slice(fused.maxima, fused.m, slot + 2);
+    if (last_block_done(slot + 3) && threadIdx.x == 0) {
+      finish_scale(P, kPlain, atomicMax(slot + 2, 0u), slot, fused.tensor_amax, fused.scales);
+      __threadfence();
+      atomicExch(slot + 4, 1u);  // release: the scale is in slot[0..1]
+    }
+    if (threadIdx.x == 0)
+      while (atomicAdd(slot + 4, 0u) == 0u) __nanosleep(64);
+    __syncthreads();
+    __threadfence();
+  }
+  return f32_from_bits(__ldcg(slot));  // from L2: written by another block in the fused case
+}
+
 template <class T, InDt D, int MODE, int E = kTensorUnit<D>, int U = kTensorUnits>
 __global__ void __launch_bounds__(256)
     encode_tensor_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes, int64_t n, bool vec, bool hw,
@@ -636,23 +655,7 @@ __global__ void __launch_bounds__(256)
   constexpr int NW = E / W;
   Stats st = stats_init();
   GroupQ g;
-  if constexpr (MODE == kPlain) {
-    if (fused.maxima) {
-      raise_max_of_slice(fused.maxima, fused.m, slot + 2);
-      if (last_block_done(slot + 3) && threadIdx.x == 0) {
-        finish_scale(P, kPlain, atomicMax(slot + 2, 0u), slot, fused.tensor_amax, fused.scales);
-        __threadfence();
-        atomicExch(slot + 4, 1u);  // release: the scale is in slot[0..1]
-      }
-      if (threadIdx.x == 0)
-        while (atomicAdd(slot + 4, 0u) == 0u) __nanosleep(64);
-      __syncthreads();
-      __threadfence();
-    }
-    g.sq = f32_from_bits(__ldcg(slot));  // from L2: written by another block in the fused case
-  } else {
-    g.sq = P.delayed_scale;
-  }
+  g.sq = MODE == kPlain ? plain_tensor_scale(P, slot, fused) : P.delayed_scale;
   // fast: the quotient from the reciprocal (x / s only); other apply= forms compute it exactly
   // with apply_scale, so they also take the hardware converter.
   const bool div = P.scale.apply == Apply::Div;
@@ -723,6 +726,149 @@ __global__ void __launch_bounds__(256)
     const float v = load_elem<D>(x, i);
     if constexpr (kEmit) stats_add(st, v);
     codes[i] = encode_value<T>(P, transform<MODE>(P, v, g), static_cast<uint64_t>(i));
+  }
+  if constexpr (kEmit) {
+    st = stats_reduce_block(st);
+    if (threadIdx.x == 0) {
+      block_amax[blockIdx.x] = st.amax;
+      if (st.inf && inf_flag) atomicOr(inf_flag, 1u);
+    }
+  }
+}
+
+// ---- cast-transpose ----------------------------------------------------------------------------------
+// The per-tensor encode with the codes written twice, row-major (as encode_tensor_kernel) and
+// transposed ((cols x rows) row-major over the 2-D view), from one read of the input:
+// TransformerEngine's cast_transpose, whose second layout the backward's weight-gradient GEMM reads.
+// Every code is encode_tensor_kernel's for the same element: the same scale, quotient and encoder,
+// and the row-major flat index as stochastic rounding's counter.
+//
+// A block takes tiles of kCtRows x kCtCols elements. Thread t owns rows 4 (t / 8) .. + 3 of the
+// tile's 8-column piece t % 8: four 16-byte loads for 16-bit input (eight for fp32) and four 8-byte
+// row-major code stores. Byte permutes turn its 4 x 8 codes into eight words of 4 rows each, which
+// go to shared memory at [column][row word], each column's 16-byte groups XOR-swizzled by column / 8
+// so that the stores and the 16-byte loads that follow are free of bank conflicts. After one barrier
+// every thread loads two 16-byte runs of the transposed tile (16 rows of one column) and stores
+// them: eight threads write one 128-byte row of the transposed output. The shared tile alternates
+// between two buffers, so one barrier per tile suffices. Tiles that are partial, and inputs or
+// outputs not aligned for these accesses (`vec` false), go element by element.
+constexpr int kCtRows = 128, kCtCols = 64;
+
+// Four rows' codes of 4 columns (row i in r[i], column j in byte j) -> four words of one column
+// each (column j in out[j], row i in byte i).
+__device__ __forceinline__ void transpose4x4_bytes(const uint32_t (&r)[4], uint32_t (&out)[4]) {
+  const uint32_t lo01 = __byte_perm(r[0], r[1], 0x5140), hi01 = __byte_perm(r[0], r[1], 0x7362);
+  const uint32_t lo23 = __byte_perm(r[2], r[3], 0x5140), hi23 = __byte_perm(r[2], r[3], 0x7362);
+  out[0] = __byte_perm(lo01, lo23, 0x5410);
+  out[1] = __byte_perm(lo01, lo23, 0x7632);
+  out[2] = __byte_perm(hi01, hi23, 0x5410);
+  out[3] = __byte_perm(hi01, hi23, 0x7632);
+}
+
+template <class T, InDt D, int MODE>
+__global__ void __launch_bounds__(256)
+    cast_transpose_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes, uint8_t* __restrict__ codes_t,
+                          int64_t rows, int64_t cols, bool vec, bool hw, QuantKernelParams P, uint32_t* slot,
+                          uint32_t* __restrict__ block_amax, uint32_t* __restrict__ inf_flag, FusedStage2 fused) {
+  constexpr bool kEmit = MODE == kDelayed;
+  constexpr int W = kWordElems<D>;  // elements per 16-byte word
+  constexpr int NW = 8 / W;         // words per thread and row (8 columns)
+  __shared__ __align__(16) uint32_t tile[2][kCtCols][kCtRows / 4];
+  Stats st = stats_init();
+  GroupQ g;
+  g.sq = MODE == kPlain ? plain_tensor_scale(P, slot, fused) : P.delayed_scale;
+  const bool div = P.scale.apply == Apply::Div;
+  const bool fast = MODE == kDelayed || (div && fast_recip_ok(g.sq));
+  const bool exact = fast || (MODE == kPlain && !div);
+  const FastRecip rc = fast_recip(MODE == kPlain && fast ? g.sq : 1.0f);
+  const int64_t tiles_c = (cols + kCtCols - 1) / kCtCols;
+  const int64_t tiles = (rows + kCtRows - 1) / kCtRows * tiles_c;
+  const int tc = threadIdx.x & 7, tr = threadIdx.x >> 3;
+  const uint4* xw = static_cast<const uint4*>(x);
+  int buf = 0;
+  for (int64_t ti = blockIdx.x; ti < tiles; ti += gridDim.x) {
+    const int64_t row0 = ti / tiles_c * kCtRows, col0 = ti % tiles_c * kCtCols;
+    if (!(vec && row0 + kCtRows <= rows && col0 + kCtCols <= cols)) {  // block-uniform
+      for (int e = threadIdx.x; e < kCtRows * kCtCols; e += blockDim.x) {
+        const int64_t r = row0 + e / kCtCols, c = col0 + e % kCtCols;
+        if (r >= rows || c >= cols) continue;
+        const int64_t i = r * cols + c;
+        const float v = load_elem<D>(x, i);
+        if constexpr (kEmit) stats_add(st, v);
+        const uint8_t q = encode_value<T>(P, transform<MODE>(P, v, g), static_cast<uint64_t>(i));
+        codes[i] = q;
+        codes_t[c * rows + r] = q;
+      }
+      continue;
+    }
+    const int64_t c0 = col0 + 8 * tc;
+    uint4 raw[4][NW];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t base = (row0 + 4 * tr + i) * cols + c0;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) raw[i][w] = xw[base / W + w];
+    }
+    uint32_t rc_lo[4], rc_hi[4];  // row i's codes of columns 0-3 and 4-7
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t base = (row0 + 4 * tr + i) * cols + c0;
+      uint32_t out[2];
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        const uint32_t m = absmax_bits_word<D>(raw[i][w]);
+        const bool finite = m < 0x7F800000u;
+        if constexpr (kEmit) {
+          if (finite) {
+            st.amax = m > st.amax ? m : st.amax;
+          } else {
+            float v[W];
+            widen_word<D>(raw[i][w], v);
+#pragma unroll
+            for (int j = 0; j < W; ++j) stats_add(st, v[j]);
+          }
+        }
+        if (finite && exact && hw) {
+          float v[W];
+          widen_word<D>(raw[i][w], v);
+#pragma unroll
+          for (int j = 0; j < W / 4; ++j) {
+            float q[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              q[e] = MODE == kPlain ? (div ? div_by(v[4 * j + e], rc) : apply_scale(v[4 * j + e], g.sq, P.scale))
+                                    : mul_rn(v[4 * j + e], g.sq);
+            out[w * (W / 4) + j] = cvt2_hw<T>(q[0], q[1]) | (cvt2_hw<T>(q[2], q[3]) << 16);
+          }
+        } else {
+          const WordCodes c =
+              encode_tensor_word_ref<T, D, MODE>(P, raw[i][w], g.sq, rc, fast, static_cast<uint64_t>(base + W * w));
+#pragma unroll
+          for (int j = 0; j < W / 4; ++j) out[w * (W / 4) + j] = c.w[j];
+        }
+      }
+      rc_lo[i] = out[0];
+      rc_hi[i] = out[1];
+      *reinterpret_cast<uint2*>(codes + base) = make_uint2(out[0], out[1]);
+    }
+    uint32_t col_lo[4], col_hi[4];  // column j's (and 4 + j's) codes of the 4 rows
+    transpose4x4_bytes(rc_lo, col_lo);
+    transpose4x4_bytes(rc_hi, col_hi);
+    const int phys = tr ^ (tc << 2);  // this row word's swizzled place in every column of piece tc
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      tile[buf][8 * tc + j][phys] = col_lo[j];
+      tile[buf][8 * tc + 4 + j][phys] = col_hi[j];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int p = threadIdx.x + 256 * h;
+      const int c = p >> 3, k = p & 7;  // column of the tile, 16-row run
+      const uint4 v = *reinterpret_cast<const uint4*>(&tile[buf][c][4 * (k ^ (c >> 3))]);
+      *reinterpret_cast<uint4*>(codes_t + (col0 + c) * rows + row0 + 16 * k) = v;
+    }
+    buf ^= 1;
   }
   if constexpr (kEmit) {
     st = stats_reduce_block(st);
@@ -1001,6 +1147,63 @@ void launch_tensor_plain(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t 
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
 
+// Kind::Tensor with L.codes_t (cast-transpose): as launch_tensor_delayed / launch_tensor_plain, with
+// cast_transpose_kernel as the encode.
+void launch_tensor_transposed(const QuantLaunch& L, InDt dt, cudaStream_t s) {
+  const QuantKernelParams& P = L.params;
+  const int64_t rows = P.rows, cols = P.cols, n = rows * cols;
+  auto* codes = static_cast<uint8_t*>(L.codes);
+  auto* codes_t = static_cast<uint8_t*>(L.codes_t);
+  const auto aligned = [](const void* p, uintptr_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; };
+  const bool vec = aligned(L.x, 16) && aligned(codes, 8) && aligned(codes_t, 16) && cols % 8 == 0 && rows % 16 == 0;
+  const bool hw = tensor_hw_ok(L);
+  const int64_t tiles = (rows + kCtRows - 1) / kCtRows * ((cols + kCtCols - 1) / kCtCols);
+  if (L.mode == kDelayed) {
+    int grid = 1;
+    dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
+      static const int b = resident_of(cast_transpose_kernel<T, D, kDelayed>);
+      grid = grid_cap(tiles, b);
+      cast_transpose_kernel<T, D, kDelayed><<<grid, 256, 0, s>>>(L.x, codes, codes_t, rows, cols, vec, hw, P, nullptr,
+                                                                 L.chunk_maxima, L.inf_flag, FusedStage2{});
+    });
+    FP8SIM_CUDA_CHECK_LAUNCH();
+    launch_stage2(L.chunk_maxima, grid, P, kDelayed, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
+    return;
+  }
+  const Maxima mx = stage1_maxima(L, dt, n, s);
+  FusedStage2 fused;
+  if (mx.count > kOneBlockMaxima && coop_launch_ok()) {
+    fused.maxima = mx.bits;
+    fused.m = mx.count;
+    fused.tensor_amax = L.tensor_amax;
+    fused.scales = L.scales;
+  } else {
+    launch_stage2(mx.bits, mx.count, P, kPlain, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
+  }
+  dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
+    auto kernel = cast_transpose_kernel<T, D, kPlain>;
+    static const int b = resident_of(kernel);
+    const int grid = grid_cap(tiles, b);
+    if (fused.maxima) {  // cooperative, as in launch_tensor_plain
+      const void* xp = L.x;
+      uint8_t* cp = codes;
+      uint8_t* ct = codes_t;
+      int64_t rr = rows, cc = cols;
+      bool vv = vec, hh = hw;
+      QuantKernelParams pp = P;
+      uint32_t* sl = L.slot;
+      uint32_t* ba = nullptr;
+      uint32_t* fl = nullptr;
+      void* args[] = {&xp, &cp, &ct, &rr, &cc, &vv, &hh, &pp, &sl, &ba, &fl, &fused};
+      FP8SIM_CUDA_CHECK(
+          cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), args, 0, s));
+    } else {
+      kernel<<<grid, 256, 0, s>>>(L.x, codes, codes_t, rows, cols, vec, hw, P, L.slot, nullptr, nullptr, FusedStage2{});
+    }
+  });
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
 // Kinds Team and Block (groups): the fast plain kernels (x / s; quantize_fast.cu) where they fit,
 // COAT's aligned 1xG kernel, then the element-wise team kernel (1xG groups of at most 512) or one
 // block per group; the tensor amax as a by-product.
@@ -1090,6 +1293,7 @@ void launch_quantize(const QuantLaunch& L, cudaStream_t s) {
     case QuantLaunch::Kind::Scaled16:
       return launch_scaled16(L, dt, n, s);
     case QuantLaunch::Kind::Tensor:
+      if (L.codes_t) return launch_tensor_transposed(L, dt, s);
       return L.mode == kDelayed ? launch_tensor_delayed(L, dt, n, s) : launch_tensor_plain(L, dt, n, s);
     case QuantLaunch::Kind::Team:
     case QuantLaunch::Kind::Block:

@@ -34,7 +34,11 @@ int dtype_code(InputDtype d);
 size_t dtype_bytes(InputDtype d);
 
 struct QuantGpuOut {
-  void* codes = nullptr;          // numel bytes (FP8) or 2 * numel (bf16/fp16 pass-through)
+  void* codes = nullptr;  // numel bytes (FP8) or 2 * numel (bf16/fp16 pass-through)
+  // Optional, per-tensor FP8 scaling only (plain or delayed): the same codes transposed, (cols x rows)
+  // row-major over the 2-D view (rows = the product of the leading dimensions), written by the same
+  // pass over the input (TransformerEngine's cast_transpose). numel bytes.
+  void* codes_t = nullptr;
   float* scales = nullptr;        // num_groups (not for pass-through)
   float* expand_k = nullptr;      // num_groups, DE only
   float* expand_c = nullptr;      // num_groups, DE only
@@ -89,6 +93,10 @@ void chunk_maxima_cuda(const void* d_x, InputDtype dtype, size_t n, size_t chunk
 // nonfinite) are not produced on the device and are left 0.
 QuantizedTensor quantize_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
                                 const QuantSpec& spec, const QuantizeOptions& opts = {}, cudaStream_t stream = nullptr);
+// The same with QuantGpuOut::codes_t (cast-transpose): the transposed codes into codes_t.
+QuantizedTensor quantize_transposed_on_gpu(const void* host_x, InputDtype dtype, std::span<const int64_t> shape,
+                                           const QuantSpec& spec, std::vector<uint8_t>& codes_t,
+                                           const QuantizeOptions& opts = {}, cudaStream_t stream = nullptr);
 std::vector<float> dequantize_on_gpu(const QuantizedTensor& q, cudaStream_t stream = nullptr);
 
 }  // namespace fp8sim::gpu

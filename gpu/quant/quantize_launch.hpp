@@ -59,6 +59,7 @@ struct QuantLaunch {
   QuantKernelParams params;
   const void* x = nullptr;
   void* codes = nullptr;
+  void* codes_t = nullptr;  // Kind::Tensor FP8 only: the codes transposed as well (cast-transpose)
   float* scales = nullptr;
   float* k = nullptr;
   float* c = nullptr;

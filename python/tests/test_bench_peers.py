@@ -47,3 +47,22 @@ def test_lowbit_peer_gives_fp8sims_packed_codes(peers, spec, bits):
     got = packed.numpy()
     assert got.shape == want.shape
     assert np.array_equal(got, want), f"{int((got != want).sum())} of {want.size} bytes differ"
+
+
+@pytest.mark.parametrize("variant", ["jit", "delayed"])
+def test_cast_transpose_peer_writes_both_layouts_of_fp8sims_codes(peers, variant):
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(48, 80, generator=g) * torch.exp(torch.randn(48, 80, generator=g))).to(torch.bfloat16)
+    spec = "e4m3:tensor:delayed=1024,max" if variant == "delayed" else "e4m3:tensor"
+    q, qt, third = peers.make_cast_transpose(torch, spec, variant)(x)
+    codes = q.view(torch.uint8).numpy()
+    assert np.array_equal(qt.view(torch.uint8).numpy(), codes.T)
+    if variant == "jit":
+        # The same codes as fp8sim's per-tensor quantizer (the scale computed just in time).
+        want = np.asarray(fp8sim.quantize(x.float().numpy(), "e4m3:tensor").codes).reshape(codes.shape)
+        assert np.array_equal(codes, want), f"{int((codes != want).sum())} of {want.size} codes differ"
+    else:
+        # The history's multiplier (64, as fp8sim bench sets it) and the amax for the history.
+        want = np.asarray(fp8sim.quantize((x.float() * 64.0).numpy(), "e4m3:tensor:scale=none").codes)
+        assert np.array_equal(codes, want.reshape(codes.shape))
+        assert float(third) == float(x.float().abs().max())

@@ -104,8 +104,9 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   BenchArgs a;
   opts.add_options()(
       "ops", po::value(&a.ops)->multitoken(),
-      "ops to time (comma or space separated): copy, cast, quantize, dequantize, amax, adamw, gemm (default: all)")(
-      "smoke", "tiny sizes and few repeats: checks that every kernel runs, in well under a minute")(
+      "ops to time (comma or space separated): copy, cast, quantize, cast-transpose, dequantize, amax, adamw, "
+      "gemm (default: all)")("smoke",
+                             "tiny sizes and few repeats: checks that every kernel runs, in well under a minute")(
       "warmup", po::value(&a.warmup), "untimed launches before timing (default 5; smoke 2)")(
       "reps", po::value(&a.reps), "timed launches per kernel, each after an L2 flush (default 20; smoke 5)")(
       "gemm-search", po::value(&a.gemm_search),

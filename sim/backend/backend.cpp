@@ -65,6 +65,11 @@ class NoGpu final : public Backend {
 
 }  // namespace
 
+QuantizedTensor Backend::quantize_transposed(const void*, InputDtype, std::span<const int64_t>, const QuantSpec&,
+                                             const QuantizeOptions&, std::vector<uint8_t>&) {
+  throw Error("this backend cannot run the cast-transpose kernel (it needs the CUDA backend)");
+}
+
 std::vector<float> Backend::tensor_core_model(const GemmRequest&) {
   throw Error("this backend cannot run the tensor-core model (it needs the CUDA backend)");
 }

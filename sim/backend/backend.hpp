@@ -95,6 +95,11 @@ class Backend {
   virtual QuantizedTensor quantize(const void* x, InputDtype dtype, std::span<const int64_t> shape,
                                    const QuantSpec& spec, const QuantizeOptions& opts) = 0;
   virtual std::vector<float> dequantize(const QuantizedTensor& q) = 0;
+  // quantize() of a per-tensor FP8 spec by the cast-transpose kernel: the codes also transposed
+  // ((cols x rows) row-major over the 2-D view) into codes_t.
+  virtual QuantizedTensor quantize_transposed(const void* x, InputDtype dtype, std::span<const int64_t> shape,
+                                              const QuantSpec& spec, const QuantizeOptions& opts,
+                                              std::vector<uint8_t>& codes_t);
   virtual void adamw_fp32(float* p, const float* g, float* m, float* v, size_t n, const optim::AdamwStepConsts& c) = 0;
   virtual void adamw_lowp(float* p, const float* g, optim::ParamOptimState& st, const optim::AdamwStepConsts& c,
                           uint64_t param_index, uint64_t step, bool fused) = 0;

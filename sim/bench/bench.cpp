@@ -104,7 +104,8 @@ Json BenchItem::to_json() const {
 }
 
 const std::vector<std::string>& known_ops() {
-  static const std::vector<std::string> ops = {"copy", "cast", "quantize", "dequantize", "amax", "adamw", "gemm"};
+  static const std::vector<std::string> ops = {"copy",       "cast", "quantize", "cast-transpose",
+                                               "dequantize", "amax", "adamw",    "gemm"};
   return ops;
 }
 
@@ -159,12 +160,13 @@ std::vector<BenchItem> make_plan(const BenchOptions& o) {
                                  {"e4m3:b128x128", ""},
                                  {"e5m2:tensor", "jit"}});
     }
-    for (const auto& shape : s ? std::vector<std::vector<int64_t>>{big} : std::vector<std::vector<int64_t>>{big, act}) {
+    // The large shape, then the activations of Llama-2-7B (8192 tokens x 4096 and x 11008) and
+    // Llama-2-13B (x 5120 and x 13824), each with its torch.compile peer.
+    std::vector<std::vector<int64_t>> qshapes = {big};
+    if (!s) qshapes.insert(qshapes.end(), {act, {8192, 5120}, {8192, 11008}, {8192, 13824}});
+    for (const auto& shape : qshapes) {
       for (const auto& [spec, variant] : specs) {
         auto it = quant_item("quantize", spec, "bf16", shape, variant);
-        // torch.compile costs seconds per variant on the device: compile the peers of the large
-        // shape and of the two recipes that matter most at the Llama activation shape.
-        it.compile = shape == big || spec == "e4m3:g128" || (spec == "e4m3:tensor" && variant == "jit");
         // group-scaling and delayed have no separate torch formulation: compare with the same
         // spec's JIT peers.
         if (variant == "group-scaling" || variant == "delayed") {
@@ -195,6 +197,17 @@ std::vector<BenchItem> make_plan(const BenchOptions& o) {
     const std::vector<int64_t> de = s ? std::vector<int64_t>{1024, 4096} : std::vector<int64_t>{4096, 11008};
     plan.push_back(quant_item("quantize", "e4m3:g128:de=coat", "f32", de));
     if (!s) plan.push_back(quant_item("quantize", "e4m3:g128:de=robust", "f32", de));
+  }
+  if (wanted(o, "cast-transpose")) {
+    // TransformerEngine's cast_transpose: per-tensor FP8 codes in both layouts from one read (the
+    // backward's weight-gradient GEMM reads the activation transposed), with the scale from the amax
+    // history (one pass) or just in time (an amax pass first), at Llama-2-7B activation shapes.
+    std::vector<std::pair<std::vector<int64_t>, std::string>> cts = {{act, "delayed"}, {act, "jit"}};
+    if (!s) cts.push_back({{8192, 11008}, "delayed"});
+    for (const auto& [shape, variant] : cts) {
+      const std::string spec = variant == "delayed" ? "e4m3:tensor:delayed=1024,max" : "e4m3:tensor";
+      plan.push_back(quant_item("cast-transpose", spec, "bf16", shape, variant));
+    }
   }
   if (wanted(o, "dequantize")) {
     for (const char* spec : {"e4m3:g128", "e4m3:tensor"}) {
@@ -637,6 +650,11 @@ KernelTargets targets_of(const BenchKernel& k) {
       t.needs_fraction_of_ceiling = need;
       t.reachable = need <= 1.0;
     }
+  } else if (k.op == "cast-transpose") {
+    ts.copy_bandwidth =
+        target(is_num(k.fraction_of_ceiling) ? *k.fraction_of_ceiling : NAN, 0.85,
+               same_bytes_ceiling(k) ? "bytes moved / time >= 85% of a same-run device copy of as many bytes"
+                                     : "bytes moved / time >= 85% of the same-run device copy bandwidth");
   } else if (k.op == "adamw" && member(k.spec, "spec") == "coat") {
     ts.vs_torch_fused = target(peer_ms(k, "torch.optim.AdamW") / ours, 1.8,
                                "params/s >= 1.8x torch.optim.AdamW(fused=True) with fp32 states");

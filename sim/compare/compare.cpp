@@ -232,6 +232,29 @@ std::vector<std::string> specs_for(Role r) {
   return {};
 }
 
+// Per-tensor FP8 scaling (plain or delayed): the specs the cast-transpose kernel takes.
+bool cast_transpose_spec(const QuantSpec& spec) {
+  return spec.granularity == Granularity::Tensor && !spec.has_expand() && !spec.is_16bit() && !spec.is_passthrough() &&
+         !is_fp4_fp6(spec.format) && spec.rht == 0;
+}
+
+// gpu.quantize, or gpu.quantize_transposed for a cast-transpose spec, whose transposed codes are
+// checked against the transpose of the CPU's codes (into e).
+QuantizedTensor gpu_quantize(gpu::Backend& gpu, const void* x, InputDtype dt, const std::vector<int64_t>& shape,
+                             const QuantSpec& spec, const QuantizeOptions& qo, const QuantizedTensor& cq,
+                             std::optional<int64_t>& differing_t) {
+  if (!cast_transpose_spec(spec)) return gpu.quantize(x, dt, shape, spec, qo);
+  std::vector<uint8_t> ct;
+  QuantizedTensor gq = gpu.quantize_transposed(x, dt, shape, spec, qo, ct);
+  const int64_t cols = shape.empty() ? 1 : shape.back(), n = cq.numel(), rows = cols ? n / cols : 0;
+  std::vector<uint8_t> want(static_cast<size_t>(n));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      want[static_cast<size_t>(c * rows + r)] = cq.codes[static_cast<size_t>(r * cols + c)];
+  differing_t = count_diff(want, ct);
+  return gq;
+}
+
 void run_quantize(gpu::Backend& gpu, const TensorRef& t, Entries& ops) {
   const bool state = t.info->role == Role::ExpAvg || t.info->role == Role::ExpAvgSq;
   for (const auto& text : specs_for(t.info->role)) {
@@ -246,8 +269,11 @@ void run_quantize(gpu::Backend& gpu, const TensorRef& t, Entries& ops) {
     QuantizeOptions qo;
     qo.index_offset = 0;
     const QuantizedTensor cq = quantize_any(x, dt, shape, spec, qo);
-    const QuantizedTensor gq = gpu.quantize(x, dt, shape, spec, qo);
+    std::optional<int64_t> differing_t;
+    const QuantizedTensor gq = gpu_quantize(gpu, x, dt, shape, spec, qo, cq, differing_t);
     QuantizeEntry e = compare_quantized(gpu, cq, gq);
+    e.differing_transposed_codes = differing_t;
+    e.passed = e.passed && differing_t.value_or(0) == 0;
     e.spec = spec.to_string();
     e.tensor = t.info->name;
     e.role = std::string(trace::role_name(t.info->role));
@@ -266,15 +292,18 @@ void run_delayed(gpu::Backend& gpu, const std::vector<TensorRef>& seq, Entries& 
       qc.delayed = &cpu_s;
       qg.delayed = &gpu_s;
       const QuantizedTensor cq = quantize_any(t.f32.data(), InputDtype::F32, t.info->shape, spec, qc);
-      const QuantizedTensor gq = gpu.quantize(t.f32.data(), InputDtype::F32, t.info->shape, spec, qg);
+      std::optional<int64_t> differing_t;
+      const QuantizedTensor gq =
+          gpu_quantize(gpu, t.f32.data(), InputDtype::F32, t.info->shape, spec, qg, cq, differing_t);
       QuantizeEntry e = compare_quantized(gpu, cq, gq);
+      e.differing_transposed_codes = differing_t;
       const bool same_state = f32_bits(cpu_s.scale()) == f32_bits(gpu_s.scale());
       e.spec = spec.to_string();
       e.tensor = t.info->name;
       e.role = std::string(trace::role_name(t.info->role));
       e.shape = t.info->shape;
       e.scaler_state_equal = same_state;
-      e.passed = e.passed && same_state;
+      e.passed = e.passed && same_state && differing_t.value_or(0) == 0;
       ops.push_back(std::move(e));
     }
   }
@@ -672,6 +701,7 @@ Json QuantizeEntry::to_json() const {
   j["role"] = role;
   j["shape"] = shape_json(shape);
   if (scaler_state_equal) j["scaler_state_equal"] = *scaler_state_equal;
+  if (differing_transposed_codes) j["differing_transposed_codes"] = *differing_transposed_codes;
   return j;
 }
 
