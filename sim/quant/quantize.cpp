@@ -634,9 +634,10 @@ void encode_16bit(const Load& ld, QuantizedTensor& q, const std::vector<float>& 
   // Stored as its own format with s = 1 (bf16 input to bf16, fp16 to fp16): a finite element
   // rounds to itself, so its code is its own bits and it neither saturates nor flushes; only the
   // non-finite ones (Inf saturates under sat=finite, NaN is made quiet) take the formula.
-  [[maybe_unused]] uint16_t same_exp = 0;  // the input format's exponent mask where it is q's format
-  if constexpr (std::is_same_v<Load, LoadBF16>) same_exp = bf ? 0x7F80u : 0u;
-  if constexpr (std::is_same_v<Load, LoadFP16>) same_exp = bf ? 0u : 0x7C00u;
+  constexpr bool kBf16In = std::is_same_v<Load, LoadBF16>, kFp16In = std::is_same_v<Load, LoadFP16>;
+  constexpr InputDtype kIn = kBf16In ? InputDtype::BF16 : kFp16In ? InputDtype::FP16 : InputDtype::F32;
+  // The input format's exponent mask where it is q's format.
+  [[maybe_unused]] const uint16_t same_exp = !input_in_format(kIn, q.spec.format) ? 0u : kBf16In ? 0x7F80u : 0x7C00u;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (sp.tasks > 1) reduction(+ : nsat, nunder)
   for (int64_t t = 0; t < sp.tasks; ++t) {
     int64_t r0, r1;

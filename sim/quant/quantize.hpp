@@ -134,6 +134,12 @@ void quantize_into(const float* x, std::span<const int64_t> shape, const QuantSp
 QuantizedTensor quantize_any(const void* data, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
                              const QuantizeOptions& opts = {});
 
+// Whether input of `dtype` is already in the 16-bit `format` (bf16 input with BF16 storage, fp16 with
+// FP16): unscaled, each finite element's code is its own bits.
+inline bool input_in_format(InputDtype dtype, Format format) {
+  return (dtype == InputDtype::BF16 && format == Format::BF16) || (dtype == InputDtype::FP16 && format == Format::FP16);
+}
+
 // max |x| over the finite elements of every group of `spec` over `shape` (0 for a group without
 // finite elements), row-major over the group grid; with rht=N, of the transformed tensor.
 std::vector<float> group_absmax(const float* x, std::span<const int64_t> shape, const QuantSpec& spec, int threads = 0);

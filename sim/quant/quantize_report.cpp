@@ -56,9 +56,7 @@ ErrorStats quantization_error_stats(const float* x, const QuantizedTensor& q, co
 ErrorStats quantization_error_stats(const void* values, InputDtype dtype, const QuantizedTensor& q, int threads) {
   // A finite tensor stored unscaled as its own format (bf16 as bf16, fp16 as fp16) dequantizes to
   // itself: its sums are the tensor compared with itself, the same bits with one read of the values.
-  const bool same_format = (dtype == InputDtype::BF16 && q.spec.format == Format::BF16) ||
-                           (dtype == InputDtype::FP16 && q.spec.format == Format::FP16);
-  if (same_format && q.spec.is_passthrough() && q.nonfinite_count == 0 && !q.spec.rht)
+  if (input_in_format(dtype, q.spec.format) && q.spec.is_passthrough() && q.nonfinite_count == 0)
     return with_quantizer_counts(self_error_stats(values, dtype, static_cast<size_t>(q.numel()), threads), q);
   // dequantize_range's checks of q (no rht, consistent sizes) on this thread: an exception must not
   // leave the parallel region of add_filled.
