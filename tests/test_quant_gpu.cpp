@@ -854,12 +854,17 @@ TEST(QuantizeGpu, CastTransposeWritesBothLayoutsOfTheSameCodes) {
     check_transposed(s, {272, 200}, InputDtype::FP16, true);
   }
   for (const char* s : {"e4m3:tensor:round=stochastic:seed=3", "e5m2:tensor:delayed=2,max:round=stochastic:seed=8"}) {
-    check_transposed(s, {384, 192}, InputDtype::BF16, false, 0);
-    check_transposed(s, {272, 200}, InputDtype::F32, false, 5);
+    check_transposed(s, {384, 192}, InputDtype::BF16, true, 0);
+    check_transposed(s, {272, 200}, InputDtype::F32, true, 5);
   }
-  // A Llama-2-7B activation shape, every tile whole.
-  check_transposed("e4m3:tensor:delayed=4,max", {1024, 4096}, InputDtype::BF16, true);
-  check_transposed("e4m3:tensor", {1024, 4096}, InputDtype::BF16, false);
+  // More tiles than one pass of the resident grid (at most 8 blocks of 256 threads per SM, 1056 on
+  // 132 SMs), so
+  // that blocks walk several tiles through both shared buffers: 2048 x 8192 bf16 (2048 whole
+  // tiles), and 2064 x 8200 fp32, whose last tile row and column are partial (17 x 129 tiles, full
+  // and partial ones in the same block).
+  check_transposed("e4m3:tensor:delayed=4,max", {2048, 8192}, InputDtype::BF16, true);
+  check_transposed("e4m3:tensor", {2048, 8192}, InputDtype::BF16, false);
+  check_transposed("e5m2:tensor", {2064, 8200}, InputDtype::F32, true);
 }
 
 TEST(QuantizeGpu, CastTransposeWithProducerMaximaFusedIntoTheEncode) {
@@ -874,6 +879,8 @@ TEST(QuantizeGpu, CastTransposeWithProducerMaximaFusedIntoTheEncode) {
   gpu::DeviceBuffer<float> maxima(m);
   gpu::chunk_maxima_cuda(dx.get(), InputDtype::F32, n, chunk, maxima.get(), nullptr);
   gpu::DeviceBuffer<uint8_t> codes(n), codes_t(n);
+  codes.fill_bytes(0xA5);  // poison: every code must be written
+  codes_t.fill_bytes(0xA5);
   gpu::DeviceBuffer<float> scale(1);
   gpu::DeviceBuffer<unsigned char> ws(gpu::quantize_workspace_bytes(spec, shape));
   gpu::QuantGpuOut out;

@@ -147,10 +147,10 @@ size_t quantize_workspace_bytes(const QuantSpec& spec, std::span<const int64_t> 
 void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> shape, const QuantSpec& spec,
                    const QuantGpuOut& out, void* d_workspace, const QuantGpuOptions& opts, cudaStream_t stream) {
   spec.validate();
+  if (out.codes_t && !spec.fp8_per_tensor()) throw_no_transpose(spec);
   const GroupGeometry g = group_geometry(spec, shape);
   const int64_t numel = g.numel();
   if (lowbit_spec(spec)) {
-    if (out.codes_t) throw_no_transpose(spec);
     const detail::LowbitParams plan = lowbit_plan(spec, g, false);  // shape errors before the empty check
     if (numel == 0) return;
     FP8SIM_REQUIRE(d_x && out.codes && out.scales && d_workspace, "GPU quantize: null pointer or workspace");
@@ -246,7 +246,8 @@ void quantize_cuda(const void* d_x, InputDtype dtype, std::span<const int64_t> s
                      "producer maxima (group scaling) apply to per-tensor plain scaling only, not {}",
                      spec.to_string());
   }
-  if (L.codes_t && L.kind != detail::QuantLaunch::Kind::Tensor) throw_no_transpose(spec);
+  FP8SIM_CHECK(!L.codes_t || L.kind == detail::QuantLaunch::Kind::Tensor, "cast-transpose of {} on a {} kernel",
+               spec.to_string(), static_cast<int>(L.kind));
   // The Inf flag and stage 2's accumulator, block counter and barrier flag (slot[2..4]) are used
   // only by the per-tensor paths: clear them there alone, in one memset (one launch less for the
   // group quantizers). The inf flag and the slot words are adjacent: inf_flag, slot[0..4].
@@ -323,6 +324,10 @@ QuantizedTensor quantize_on_gpu_impl(const void* host_x, InputDtype dtype, std::
   if (opts.tensor_amax)
     FP8SIM_REQUIRE(spec.granularity == Granularity::Tensor,
                    "QuantizeOptions::tensor_amax needs per-tensor granularity");
+  if (codes_t) {
+    if (!spec.fp8_per_tensor()) throw_no_transpose(spec);
+    codes_t->clear();
+  }
   if (numel == 0) return q;
   const int64_t ng = q.geometry.num_groups();
 

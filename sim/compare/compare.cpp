@@ -232,27 +232,24 @@ std::vector<std::string> specs_for(Role r) {
   return {};
 }
 
-// Per-tensor FP8 scaling (plain or delayed): the specs the cast-transpose kernel takes.
-bool cast_transpose_spec(const QuantSpec& spec) {
-  return spec.granularity == Granularity::Tensor && !spec.has_expand() && !spec.is_16bit() && !spec.is_passthrough() &&
-         !is_fp4_fp6(spec.format) && spec.rht == 0;
-}
-
-// gpu.quantize, or gpu.quantize_transposed for a cast-transpose spec, whose transposed codes are
-// checked against the transpose of the CPU's codes (into e).
-QuantizedTensor gpu_quantize(gpu::Backend& gpu, const void* x, InputDtype dt, const std::vector<int64_t>& shape,
-                             const QuantSpec& spec, const QuantizeOptions& qo, const QuantizedTensor& cq,
-                             std::optional<int64_t>& differing_t) {
-  if (!cast_transpose_spec(spec)) return gpu.quantize(x, dt, shape, spec, qo);
+// A per-tensor FP8 spec also runs through the cast-transpose kernel: the codes that differ from the
+// CPU's, in its row-major output and in its transposed one against the transpose of the CPU's codes
+// (nullopt for other specs). With delayed scaling it quantizes with a copy of the GPU's scaler as it
+// stands before this tensor, so the scaler itself walks the sequence once (call it first).
+std::optional<int64_t> transposed_differences(gpu::Backend& gpu, const void* x, InputDtype dt,
+                                              const std::vector<int64_t>& shape, const QuantSpec& spec,
+                                              QuantizeOptions qo, const QuantizedTensor& cq) {
+  if (!spec.fp8_per_tensor()) return std::nullopt;
+  std::optional<DelayedScaler> copy;
+  if (qo.delayed) qo.delayed = &copy.emplace(*qo.delayed);
   std::vector<uint8_t> ct;
-  QuantizedTensor gq = gpu.quantize_transposed(x, dt, shape, spec, qo, ct);
+  const QuantizedTensor gt = gpu.quantize_transposed(x, dt, shape, spec, qo, ct);
   const int64_t cols = shape.empty() ? 1 : shape.back(), n = cq.numel(), rows = cols ? n / cols : 0;
   std::vector<uint8_t> want(static_cast<size_t>(n));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
       want[static_cast<size_t>(c * rows + r)] = cq.codes[static_cast<size_t>(r * cols + c)];
-  differing_t = count_diff(want, ct);
-  return gq;
+  return count_diff(cq.codes, gt.codes) + count_diff(want, ct);
 }
 
 void run_quantize(gpu::Backend& gpu, const TensorRef& t, Entries& ops) {
@@ -269,8 +266,8 @@ void run_quantize(gpu::Backend& gpu, const TensorRef& t, Entries& ops) {
     QuantizeOptions qo;
     qo.index_offset = 0;
     const QuantizedTensor cq = quantize_any(x, dt, shape, spec, qo);
-    std::optional<int64_t> differing_t;
-    const QuantizedTensor gq = gpu_quantize(gpu, x, dt, shape, spec, qo, cq, differing_t);
+    const std::optional<int64_t> differing_t = transposed_differences(gpu, x, dt, shape, spec, qo, cq);
+    const QuantizedTensor gq = gpu.quantize(x, dt, shape, spec, qo);
     QuantizeEntry e = compare_quantized(gpu, cq, gq);
     e.differing_transposed_codes = differing_t;
     e.passed = e.passed && differing_t.value_or(0) == 0;
@@ -292,9 +289,9 @@ void run_delayed(gpu::Backend& gpu, const std::vector<TensorRef>& seq, Entries& 
       qc.delayed = &cpu_s;
       qg.delayed = &gpu_s;
       const QuantizedTensor cq = quantize_any(t.f32.data(), InputDtype::F32, t.info->shape, spec, qc);
-      std::optional<int64_t> differing_t;
-      const QuantizedTensor gq =
-          gpu_quantize(gpu, t.f32.data(), InputDtype::F32, t.info->shape, spec, qg, cq, differing_t);
+      const std::optional<int64_t> differing_t =
+          transposed_differences(gpu, t.f32.data(), InputDtype::F32, t.info->shape, spec, qg, cq);
+      const QuantizedTensor gq = gpu.quantize(t.f32.data(), InputDtype::F32, t.info->shape, spec, qg);
       QuantizeEntry e = compare_quantized(gpu, cq, gq);
       e.differing_transposed_codes = differing_t;
       const bool same_state = f32_bits(cpu_s.scale()) == f32_bits(gpu_s.scale());
@@ -609,7 +606,7 @@ Facts facts(const CastEntry& e) { return {.what = e.spec, .elements = e.elements
 Facts facts(const QuantizeEntry& e) {
   return {.what = e.spec,
           .elements = e.elements,
-          .codes = e.differing_codes,
+          .codes = e.differing_codes + e.differing_transposed_codes.value_or(0),
           .meta = e.differing_scales + e.differing_k + e.differing_c,
           .ulp = std::max(e.max_ulp_dequantized, e.max_ulp_dequantize_kernel)};
 }

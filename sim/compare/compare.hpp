@@ -77,8 +77,9 @@ struct QuantizeEntry {
   std::string tensor, role;
   std::vector<int64_t> shape;
   std::optional<bool> scaler_state_equal;  // delayed scaling: the two scalers' state after the tensor
-  // Per-tensor FP8 specs run the cast-transpose kernel: its transposed codes that differ from the
-  // transpose of the CPU's codes.
+  // Per-tensor FP8 specs also run the cast-transpose kernel: its codes that differ from the CPU's,
+  // row-major and transposed (against the transpose of the CPU's codes); the summary's code count
+  // includes them.
   std::optional<int64_t> differing_transposed_codes;
   Json to_json() const;
 };

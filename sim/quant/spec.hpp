@@ -162,6 +162,11 @@ struct QuantSpec {
   // Unscaled 16-bit storage: no per-group metadata at all.
   bool is_passthrough() const { return is_16bit() && scale == ScaleMode::None; }
   bool has_expand() const { return expand != ExpandMode::None; }
+  // One FP8 scale for the whole tensor, plain or delayed (no DE, no rht): what a cast-transpose
+  // writes in both layouts (gpu/quant/quantize.hpp, QuantGpuOut::codes_t).
+  bool fp8_per_tensor() const {
+    return is_fp8(format) && granularity == Granularity::Tensor && !has_expand() && rht == 0;
+  }
   // Bytes of one stored element code (1 for FP8, 2 for BF16/FP16).
   int code_bytes_per_element() const { return is_16bit() ? 2 : 1; }  // in `codes` (unpacked)
   int bits_per_code() const;                                         // in storage (packed)
