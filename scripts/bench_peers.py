@@ -445,6 +445,14 @@ def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
         print(f"  {key:60s} {peer:22s} {rec.get('median_ms', float('nan')):10.4f} ms  {rec['status'][:60]}",
               flush=True)
 
+    def eager_and_compiled(f, x):
+        """The peer f(x) eager, and under torch.compile unless the plan leaves compiling out."""
+        record("torch-eager", lambda: f(x))
+        if compile_ok and item.get("compile", True):
+            fresh_compiler(torch)
+            cf = torch.compile(f, dynamic=False)
+            record("torch.compile", lambda: cf(x))
+
     if op == "copy":
         n = int(item["bytes"])
         src = torch.full((n,), 0x5A, dtype=torch.uint8, device=device)
@@ -463,20 +471,11 @@ def run_entry(torch, b, item, compile_ok, entries, device, coat_mod=None):
             f = lambda t: t.to(fdt)  # noqa: E731
         else:
             f = make_quantizer(torch, item["spec"])
-        record("torch-eager", lambda: f(x))
-        if compile_ok and item.get("compile", True):
-            fresh_compiler(torch)
-            cf = torch.compile(f, dynamic=False)
-            record("torch.compile", lambda: cf(x))
+        eager_and_compiled(f, x)
         del x
     elif op == "cast-transpose":
         x = randn_bf16(torch, item["shape"], device, 1)
-        f = make_cast_transpose(torch, item["spec"], item.get("variant", "jit"))
-        record("torch-eager", lambda: f(x))
-        if compile_ok and item.get("compile", True):
-            fresh_compiler(torch)
-            cf = torch.compile(f, dynamic=False)
-            record("torch.compile", lambda: cf(x))
+        eager_and_compiled(make_cast_transpose(torch, item["spec"], item.get("variant", "jit")), x)
         del x
     elif op == "amax":
         x = randn_bf16(torch, item["shape"], device, 2)

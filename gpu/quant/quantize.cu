@@ -1088,6 +1088,32 @@ int resident_of(Kernel kernel) {  // blocks per SM, at most 16
   return b < 16 ? b : 16;
 }
 
+// A cooperative launch of `kernel` (every block resident at once: grid <= resident blocks x SMs,
+// which a grid barrier in the kernel needs) with these arguments, converted to its parameter types.
+template <class... Params>
+void launch_cooperative(void (*kernel)(Params...), int grid, cudaStream_t s, std::type_identity_t<Params>... args) {
+  void* ptrs[] = {&args...};
+  FP8SIM_CUDA_CHECK(
+      cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), ptrs, 0, s));
+}
+
+// Stages 1 and 2 of plain per-tensor scaling: stage 1 unless a producer gave maxima, then stage 2 as
+// a launch of its own, or, for long maxima lists where the device runs cooperative launches, the
+// maxima to reduce inside the (cooperative) encode launch.
+FusedStage2 plain_stages_1_2(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
+  const Maxima mx = stage1_maxima(L, dt, n, s);
+  FusedStage2 fused;
+  if (mx.count > kOneBlockMaxima && coop_launch_ok()) {
+    fused.maxima = mx.bits;
+    fused.m = mx.count;
+    fused.tensor_amax = L.tensor_amax;
+    fused.scales = L.scales;
+  } else {
+    launch_stage2(mx.bits, mx.count, L.params, kPlain, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
+  }
+  return fused;
+}
+
 // Kind::Tensor with delayed scaling, one pass: encode with the host's multiplier, emitting
 // per-block maxima; then the amax (stage 2 over those maxima).
 void launch_tensor_delayed(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
@@ -1112,37 +1138,14 @@ void launch_tensor_plain(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t 
   const QuantKernelParams& P = L.params;
   uint8_t* codes = static_cast<uint8_t*>(L.codes);
   const TensorEncodeShape t = tensor_encode_shape(L, dt, n);
-  const Maxima mx = stage1_maxima(L, dt, n, s);
-  FusedStage2 fused;
-  if (mx.count > kOneBlockMaxima && coop_launch_ok()) {
-    fused.maxima = mx.bits;
-    fused.m = mx.count;
-    fused.tensor_amax = L.tensor_amax;
-    fused.scales = L.scales;
-  } else {
-    launch_stage2(mx.bits, mx.count, P, kPlain, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
-  }
+  const FusedStage2 fused = plain_stages_1_2(L, dt, n, s);
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
     auto kernel = encode_tensor_kernel<T, D, kPlain>;
     static const int b = resident_of(kernel);
     const int grid = grid_cap(t.want, b);
-    if (fused.maxima) {
-      // Cooperative: every block resident at once (grid <= resident blocks x SMs), which the
-      // grid barrier in the kernel needs.
-      const void* xp = L.x;
-      uint8_t* cp = codes;
-      int64_t nn = n;
-      bool vv = t.vec, hh = t.hw;
-      QuantKernelParams pp = P;
-      uint32_t* sl = L.slot;
-      uint32_t* ba = nullptr;
-      uint32_t* fl = nullptr;
-      void* args[] = {&xp, &cp, &nn, &vv, &hh, &pp, &sl, &ba, &fl, &fused};
-      FP8SIM_CUDA_CHECK(
-          cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), args, 0, s));
-    } else {
-      kernel<<<grid, 256, 0, s>>>(L.x, codes, n, t.vec, t.hw, P, L.slot, nullptr, nullptr, FusedStage2{});
-    }
+    if (fused.maxima)
+      launch_cooperative(kernel, grid, s, L.x, codes, n, t.vec, t.hw, P, L.slot, nullptr, nullptr, fused);
+    else kernel<<<grid, 256, 0, s>>>(L.x, codes, n, t.vec, t.hw, P, L.slot, nullptr, nullptr, FusedStage2{});
   });
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
@@ -1170,36 +1173,15 @@ void launch_tensor_transposed(const QuantLaunch& L, InDt dt, cudaStream_t s) {
     launch_stage2(L.chunk_maxima, grid, P, kDelayed, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
     return;
   }
-  const Maxima mx = stage1_maxima(L, dt, n, s);
-  FusedStage2 fused;
-  if (mx.count > kOneBlockMaxima && coop_launch_ok()) {
-    fused.maxima = mx.bits;
-    fused.m = mx.count;
-    fused.tensor_amax = L.tensor_amax;
-    fused.scales = L.scales;
-  } else {
-    launch_stage2(mx.bits, mx.count, P, kPlain, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
-  }
+  const FusedStage2 fused = plain_stages_1_2(L, dt, n, s);
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
     auto kernel = cast_transpose_kernel<T, D, kPlain>;
     static const int b = resident_of(kernel);
     const int grid = grid_cap(tiles, b);
-    if (fused.maxima) {  // cooperative, as in launch_tensor_plain
-      const void* xp = L.x;
-      uint8_t* cp = codes;
-      uint8_t* ct = codes_t;
-      int64_t rr = rows, cc = cols;
-      bool vv = vec, hh = hw;
-      QuantKernelParams pp = P;
-      uint32_t* sl = L.slot;
-      uint32_t* ba = nullptr;
-      uint32_t* fl = nullptr;
-      void* args[] = {&xp, &cp, &ct, &rr, &cc, &vv, &hh, &pp, &sl, &ba, &fl, &fused};
-      FP8SIM_CUDA_CHECK(
-          cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), args, 0, s));
-    } else {
+    if (fused.maxima)
+      launch_cooperative(kernel, grid, s, L.x, codes, codes_t, rows, cols, vec, hw, P, L.slot, nullptr, nullptr, fused);
+    else
       kernel<<<grid, 256, 0, s>>>(L.x, codes, codes_t, rows, cols, vec, hw, P, L.slot, nullptr, nullptr, FusedStage2{});
-    }
   });
   FP8SIM_CUDA_CHECK_LAUNCH();
 }
