@@ -552,11 +552,7 @@ class CpuAsGpu final : public gpu::Backend {
                                       const QuantSpec& spec, const QuantizeOptions& opts,
                                       std::vector<uint8_t>& codes_t) override {
     QuantizedTensor q = quantize(x, dt, shape, spec, opts);
-    const int64_t cols = shape.empty() ? 1 : shape.back(), rows = q.numel() / cols;
-    codes_t.resize(q.codes.size());
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        codes_t[static_cast<size_t>(c * rows + r)] = q.codes[static_cast<size_t>(r * cols + c)];
+    codes_t = transpose_codes(q.codes, shape.empty() ? 1 : shape.back());
     if (corrupt_transposed && !codes_t.empty()) codes_t[codes_t.size() / 3] ^= 1;
     ++transposed_calls;
     return q;

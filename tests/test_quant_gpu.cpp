@@ -827,10 +827,7 @@ void check_transposed(const std::string& text, const std::vector<int64_t>& shape
     std::vector<uint8_t> ct;
     const QuantizedTensor g = gpu::quantize_transposed_on_gpu(data, dt, shape, spec, ct, og);
     expect_same(c, g, ctx + " step " + std::to_string(step));
-    const int64_t cols = shape.empty() ? 1 : shape.back(), rows = static_cast<int64_t>(n) / cols;
-    std::vector<uint8_t> want(n);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t k = 0; k < cols; ++k) want[k * rows + r] = c.codes[r * cols + k];
+    const std::vector<uint8_t> want = transpose_codes(c.codes, shape.empty() ? 1 : shape.back());
     EXPECT_EQ(first_mismatch(want, ct, "transposed codes"), "") << ctx << " step " << step;
   }
 }
@@ -894,10 +891,7 @@ TEST(QuantizeGpu, CastTransposeWithProducerMaximaFusedIntoTheEncode) {
   const std::vector<uint8_t> hc = codes.download(), ht = codes_t.download();
   EXPECT_EQ(first_mismatch(c.codes, hc, "codes"), "");
   EXPECT_EQ(first_mismatch(c.scales, scale.download(), "scale"), "");
-  std::vector<uint8_t> want(n);
-  for (size_t r = 0; r < 512; ++r)
-    for (size_t k = 0; k < 4096; ++k) want[k * 512 + r] = c.codes[r * 4096 + k];
-  EXPECT_EQ(first_mismatch(want, ht, "transposed codes"), "");
+  EXPECT_EQ(first_mismatch(transpose_codes(c.codes, 4096), ht, "transposed codes"), "");
 }
 
 TEST(QuantizeGpu, CastTransposeRefusesSpecsWithoutOnePerTensorScale) {

@@ -854,5 +854,14 @@ TEST(DequantizeRange, RhtAndRangesOutsideTheTensorAreRefused) {
   EXPECT_THROW(dequantize_range(q, -1, 3, out.data()), Error);
 }
 
+TEST(QuantReference, TransposeCodesTransposesTheTwoDimensionalView) {
+  // A (2, 2, 3) tensor is (4 x 3) over its last dimension: its transpose is (3 x 4).
+  const std::vector<uint8_t> codes = {0, 1, 2, 10, 11, 12, 20, 21, 22, 30, 31, 32};
+  EXPECT_EQ(transpose_codes(codes, 3), (std::vector<uint8_t>{0, 10, 20, 30, 1, 11, 21, 31, 2, 12, 22, 32}));
+  EXPECT_EQ(transpose_codes(codes, 1), codes);   // a column's transpose is the same bytes
+  EXPECT_EQ(transpose_codes(codes, 12), codes);  // and so is a row's
+  EXPECT_TRUE(transpose_codes({}, 4).empty());
+}
+
 }  // namespace
 }  // namespace fp8sim

@@ -244,11 +244,7 @@ std::optional<int64_t> transposed_differences(gpu::Backend& gpu, const void* x, 
   if (qo.delayed) qo.delayed = &copy.emplace(*qo.delayed);
   std::vector<uint8_t> ct;
   const QuantizedTensor gt = gpu.quantize_transposed(x, dt, shape, spec, qo, ct);
-  const int64_t cols = shape.empty() ? 1 : shape.back(), n = cq.numel(), rows = cols ? n / cols : 0;
-  std::vector<uint8_t> want(static_cast<size_t>(n));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      want[static_cast<size_t>(c * rows + r)] = cq.codes[static_cast<size_t>(r * cols + c)];
+  const std::vector<uint8_t> want = transpose_codes(cq.codes, shape.empty() ? 1 : shape.back());
   return count_diff(cq.codes, gt.codes) + count_diff(want, ct);
 }
 
