@@ -600,6 +600,7 @@ def main():
         "launch_lead_us": b.lead_us,
         "launch_lead_flushes": b.lead_flushes,
         "entries": entries,
+        "complete": False,  # true once every entry of the plan has been tried
     }
     items = plan.get("kernels", [])
     if device == "cpu":  # shrink everything: this mode only checks that the script runs
@@ -625,6 +626,12 @@ def main():
                            "error": (str(e).splitlines() or ["?"])[0][:500]}
             print(f"bench_peers.py: COAT's kernels could not be built: {e}", file=sys.stderr)
             traceback.print_exc()
+    def save():  # after every entry, so that a run stopped by a time limit keeps what it timed
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2)
+        os.replace(tmp, args.json)
+
     seen = set()
     for item in items:
         if not item.get("peers", True):
@@ -640,10 +647,9 @@ def main():
             traceback.print_exc()
             if device == "cuda":
                 torch.cuda.empty_cache()
-    tmp = args.json + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=2)
-    os.replace(tmp, args.json)
+        save()
+    doc["complete"] = True
+    save()
     ok = sum(1 for e in entries if e.get("status") == "ok")
     print(f"bench_peers.py: {ok} of {len(entries)} peer timings ok -> {args.json}")
     return 0

@@ -326,6 +326,15 @@ TEST(CliBench, FromMergesAPeersFileTimedSeparately) {
       {"bench", "--from", dir + "/in0.json", "--peers", dir + "/peers.json", "--json", dir + "/out0.json"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("launch lead"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("incomplete"), std::string::npos) << "no 'complete' key is not a partial file: " << r.err;
+  // A peers file whose run stopped before the end of its plan is merged, with a warning.
+  peers["complete"] = false;
+  write_file_atomic(dir + "/partial.json", peers.dump(2));
+  r = test::run_fp8sim(
+      {"bench", "--from", dir + "/in.json", "--peers", dir + "/partial.json", "--json", dir + "/outp.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("'" + dir + "/partial.json' is incomplete"), std::string::npos) << r.err;
+  EXPECT_TRUE(Json::parse(read_text_file(dir + "/outp.json")).at("kernels").as_array()[0].find("peer"));
   // COAT's agreement is measured beside the kernels: refused with --from (usage, nothing written).
   r = test::run_fp8sim({"bench", "--from", dir + "/in.json", "--coat-states", dir, "--json", dir + "/coat.json"});
   EXPECT_EQ(r.exit_code, 2);

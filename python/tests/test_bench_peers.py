@@ -66,3 +66,28 @@ def test_cast_transpose_peer_writes_both_layouts_of_fp8sims_codes(peers, variant
         want = np.asarray(fp8sim.cast((x.float() * 64.0).numpy(), "e4m3"))
         assert np.array_equal(codes, want.reshape(codes.shape))
         assert float(third) == float(x.float().abs().max())
+
+
+def test_script_writes_its_file_after_every_entry_and_marks_it_complete(tmp_path):
+    """A run stopped by a time limit keeps the entries it timed: the file is rewritten after every
+    entry with "complete": false, and the finished run says true."""
+    import json
+    import subprocess
+    import sys
+
+    plan = {"warmup": 1, "reps": 2, "kernels": [
+        {"key": "copy|1048576", "op": "copy", "label": "copy", "dtype": "bf16", "bytes": 1 << 20},
+        {"key": "quantize|e4m3:g128|bf16|64x256", "op": "quantize", "label": "q", "dtype": "bf16",
+         "spec": "e4m3:g128", "shape": [64, 256]},
+    ]}
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(plan))
+    out = tmp_path / "peers.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--plan", str(p), "--json", str(out), "--device", "cpu",
+                        "--no-compile"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is True
+    keys = {e["key"] for e in doc["entries"] if e["status"] == "ok"}
+    assert {"copy|1048576", "quantize|e4m3:g128|bf16|64x256"} <= keys
+    assert not (tmp_path / "peers.json.tmp").exists()
