@@ -182,7 +182,9 @@ QuantBuffers make_quant_buffers(const QuantSpec& spec, const std::vector<int64_t
   return b;
 }
 
-void run_quantize(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
+// A quantizer; with `transposed` (op cast-transpose, per-tensor FP8 specs) it also writes the codes
+// transposed in the same pass (QuantGpuOut::codes_t), and those bytes count too.
+void run_quantize(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e, bool transposed = false) {
   const QuantSpec spec = QuantSpec::parse(it.spec);
   const QuantizedSize qs = quantized_size(spec, it.shape);
   cudaStream_t s = c.timer.stream();
@@ -206,37 +208,18 @@ void run_quantize(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
     e.note = "just-in-time amax: stage-1 maxima pass + encode pass (reads the input twice)";
   }
   QuantGpuOut out = b.out();
-  const Timing t = c.timer.time(
-      [&](cudaStream_t st) { quantize_cuda(b.x.get(), dtype_of(it.dtype), it.shape, spec, out, b.ws.get(), go, st); },
-      c.opts.warmup, c.opts.reps);
-  put_timing(c, e, t, static_cast<double>(qs.numel) * dsize(it.dtype) + static_cast<double>(qs.total_bytes()));
-}
-
-// Cast-transpose: per-tensor FP8 codes row-major and transposed in one pass (QuantGpuOut::codes_t).
-void run_cast_transpose(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
-  const QuantSpec spec = QuantSpec::parse(it.spec);
-  const QuantizedSize qs = quantized_size(spec, it.shape);
-  cudaStream_t s = c.timer.stream();
-  QuantBuffers b = make_quant_buffers(spec, it.shape, it.dtype);
-  DeviceBuffer<uint8_t> codes_t(static_cast<size_t>(qs.code_bytes));
-  fill_input(b.x.get(), it.dtype, static_cast<size_t>(qs.numel), false, s);
-  QuantGpuOptions go;
-  if (it.variant == "delayed") {
-    go.delayed_scale = 64.0f;
-    go.delayed_scale_inv = 1.0f / 64.0f;
-    e.note =
-        "scale from the amax history, the tensor amax emitted in the same pass; codes written row-major and "
-        "transposed";
-  } else {
-    e.note = "just-in-time amax (a stage-1 maxima pass first); codes written row-major and transposed";
+  DeviceBuffer<uint8_t> codes_t;
+  if (transposed) {
+    codes_t.allocate(static_cast<size_t>(qs.code_bytes));
+    out.codes_t = codes_t.get();
+    e.note += "; codes written row-major and transposed";
   }
-  QuantGpuOut out = b.out();
-  out.codes_t = codes_t.get();
   const Timing t = c.timer.time(
       [&](cudaStream_t st) { quantize_cuda(b.x.get(), dtype_of(it.dtype), it.shape, spec, out, b.ws.get(), go, st); },
       c.opts.warmup, c.opts.reps);
+  const double written_t = transposed ? static_cast<double>(qs.code_bytes) : 0.0;
   put_timing(c, e, t,
-             static_cast<double>(qs.numel) * dsize(it.dtype) + static_cast<double>(qs.total_bytes() + qs.code_bytes));
+             static_cast<double>(qs.numel) * dsize(it.dtype) + static_cast<double>(qs.total_bytes()) + written_t);
 }
 
 void run_dequantize(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e) {
@@ -513,7 +496,7 @@ bench::BenchDoc run_bench(const bench::BenchOptions& opts) {
         else if (it.op == "quantize") run_quantize(ctx, it, e);
         else if (it.op == "dequantize") run_dequantize(ctx, it, e);
         else if (it.op == "amax") run_amax(ctx, it, e);
-        else if (it.op == "cast-transpose") run_cast_transpose(ctx, it, e);
+        else if (it.op == "cast-transpose") run_quantize(ctx, it, e, true);
         else if (it.op == "adamw") run_adamw(ctx, it, e);
         else if (it.op == "gemm") run_gemm(ctx, it, e);
         else e.status = "error: unknown op";
