@@ -212,7 +212,7 @@ void run_quantize(Ctx& c, const bench::BenchItem& it, bench::BenchKernel& e, boo
   if (transposed) {
     codes_t.allocate(static_cast<size_t>(qs.code_bytes));
     out.codes_t = codes_t.get();
-    e.note = e.note.value_or("") + "; codes written row-major and transposed";
+    e.note = (e.note ? *e.note + "; " : std::string()) + "codes written row-major and transposed";
   }
   const Timing t = c.timer.time(
       [&](cudaStream_t st) { quantize_cuda(b.x.get(), dtype_of(it.dtype), it.shape, spec, out, b.ws.get(), go, st); },
