@@ -10,8 +10,9 @@ thing under the same key:
     python3 scripts/bench_peers.py --plan plan.json --json peers.json
     fp8sim bench --peers peers.json --json bench.json --md bench.md
 
-Output JSON: {"device": ..., "torch": ..., "entries": [{"key", "peer", "median_ms", "min_ms",
-"max_ms", "reps", "status"}, ...]}. Every entry is independent: a failure (an op this torch does
+Output JSON: {"device": ..., "torch": ..., "complete": ..., "entries": [{"key", "peer", "median_ms",
+"min_ms", "max_ms", "reps", "status"}, ...]}, written at the start and again after every entry, with
+"complete" false until the plan's last entry has been tried. Every entry is independent: a failure (an op this torch does
 not support, an out-of-memory, a compile error) is recorded as status "error: ..." and the run goes
 on. Timing: warm-up calls, then each timed call preceded by an L2 flush (a 256 MiB read, as
 fp8sim bench does: a write would leave a whole L2 of dirty lines to be written back inside the
@@ -614,6 +615,13 @@ def main():
                 it["n"] = min(int(it["n"]), 1 << 16)
             if "bytes" in it:
                 it["bytes"] = min(int(it["bytes"]), 1 << 20)
+    def save():  # also after every entry, so that a run stopped by a time limit keeps what it timed
+        tmp = args.json + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=2)
+        os.replace(tmp, args.json)
+
+    save()  # at once: a run stopped before its first entry leaves no earlier run's file behind
     coat_mod = None
     if args.coat_sdist and device == "cuda":
         try:
@@ -626,12 +634,6 @@ def main():
                            "error": (str(e).splitlines() or ["?"])[0][:500]}
             print(f"bench_peers.py: COAT's kernels could not be built: {e}", file=sys.stderr)
             traceback.print_exc()
-    def save():  # after every entry, so that a run stopped by a time limit keeps what it timed
-        tmp = args.json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=2)
-        os.replace(tmp, args.json)
-
     seen = set()
     for item in items:
         if not item.get("peers", True):

@@ -335,6 +335,12 @@ TEST(CliBench, FromMergesAPeersFileTimedSeparately) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("'" + dir + "/partial.json' is incomplete"), std::string::npos) << r.err;
   EXPECT_TRUE(Json::parse(read_text_file(dir + "/outp.json")).at("kernels").as_array()[0].find("peer"));
+  peers["complete"] = true;  // a finished run's file: no warning
+  write_file_atomic(dir + "/done.json", peers.dump(2));
+  r = test::run_fp8sim(
+      {"bench", "--from", dir + "/in.json", "--peers", dir + "/done.json", "--json", dir + "/outd.json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err.find("incomplete"), std::string::npos) << r.err;
   // COAT's agreement is measured beside the kernels: refused with --from (usage, nothing written).
   r = test::run_fp8sim({"bench", "--from", dir + "/in.json", "--coat-states", dir, "--json", dir + "/coat.json"});
   EXPECT_EQ(r.exit_code, 2);

@@ -861,6 +861,9 @@ TEST(QuantReference, TransposeCodesTransposesTheTwoDimensionalView) {
   EXPECT_EQ(transpose_codes(codes, 1), codes);   // a column's transpose is the same bytes
   EXPECT_EQ(transpose_codes(codes, 12), codes);  // and so is a row's
   EXPECT_TRUE(transpose_codes({}, 4).empty());
+  EXPECT_TRUE(transpose_codes({}, 0).empty());     // a (.., 0) tensor
+  EXPECT_THROW(transpose_codes(codes, 5), Error);  // 12 codes are not rows of 5
+  EXPECT_THROW(transpose_codes(codes, 0), Error);
 }
 
 }  // namespace

@@ -68,13 +68,9 @@ def test_cast_transpose_peer_writes_both_layouts_of_fp8sims_codes(peers, variant
         assert float(third) == float(x.float().abs().max())
 
 
-def test_script_writes_its_file_after_every_entry_and_marks_it_complete(tmp_path):
-    """A run stopped by a time limit keeps the entries it timed: the file is rewritten after every
-    entry with "complete": false, and the finished run says true."""
-    import json
-    import subprocess
-    import sys
 
+def _tiny_plan(tmp_path):
+    import json
     plan = {"warmup": 1, "reps": 2, "kernels": [
         {"key": "copy|1048576", "op": "copy", "label": "copy", "dtype": "bf16", "bytes": 1 << 20},
         {"key": "quantize|e4m3:g128|bf16|64x256", "op": "quantize", "label": "q", "dtype": "bf16",
@@ -82,12 +78,53 @@ def test_script_writes_its_file_after_every_entry_and_marks_it_complete(tmp_path
     ]}
     p = tmp_path / "plan.json"
     p.write_text(json.dumps(plan))
+    return p
+
+
+def test_script_marks_a_finished_file_complete(tmp_path):
+    import json
+    import subprocess
+    import sys
+
     out = tmp_path / "peers.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), "--plan", str(p), "--json", str(out), "--device", "cpu",
-                        "--no-compile"], capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, str(SCRIPT), "--plan", str(_tiny_plan(tmp_path)), "--json", str(out),
+                        "--device", "cpu", "--no-compile"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
     assert doc["complete"] is True
     keys = {e["key"] for e in doc["entries"] if e["status"] == "ok"}
     assert {"copy|1048576", "quantize|e4m3:g128|bf16|64x256"} <= keys
     assert not (tmp_path / "peers.json.tmp").exists()
+
+
+def test_a_run_stopped_early_keeps_what_it_timed_and_says_it_is_incomplete(peers, tmp_path, monkeypatch):
+    """The file is written before the first entry (replacing an earlier run's) and after every
+    entry: a run stopped at its second entry leaves the first, with "complete": false."""
+    import json
+    import sys
+
+    out = tmp_path / "peers.json"
+    out.write_text(json.dumps({"entries": [{"key": "stale", "status": "ok"}], "complete": True}))
+    real = peers.run_entry
+
+    def stop_at_quantize(torch_, b, item, *rest):
+        if item["op"] == "quantize":
+            raise KeyboardInterrupt  # what a time limit's signal looks like to the loop
+        return real(torch_, b, item, *rest)
+
+    monkeypatch.setattr(peers, "run_entry", stop_at_quantize)
+    monkeypatch.setattr(sys, "argv", ["bench_peers.py", "--plan", str(_tiny_plan(tmp_path)), "--json", str(out),
+                                      "--device", "cpu", "--no-compile"])
+    with pytest.raises(KeyboardInterrupt):
+        peers.main()
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False
+    assert [e["key"] for e in doc["entries"]] == ["copy|1048576"]
+
+    # Stopped before its first entry: an empty, incomplete file, not the earlier run's.
+    out.write_text(json.dumps({"entries": [{"key": "stale", "status": "ok"}], "complete": True}))
+    monkeypatch.setattr(peers, "run_entry", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        peers.main()
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and doc["entries"] == []

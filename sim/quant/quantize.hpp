@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "sim/common/check.hpp"
 #include "sim/quant/spec.hpp"
 
 namespace fp8sim {
@@ -143,7 +144,9 @@ inline bool input_in_format(InputDtype dtype, Format format) {
 // One-byte-per-element codes of a row-major tensor whose last dimension is `cols`, transposed over
 // that 2-D view: (cols x rows), row-major. The second layout the cast-transpose kernel writes.
 inline std::vector<uint8_t> transpose_codes(std::span<const uint8_t> codes, int64_t cols) {
-  const int64_t n = static_cast<int64_t>(codes.size()), rows = cols > 0 ? n / cols : 0;
+  const int64_t n = static_cast<int64_t>(codes.size());
+  FP8SIM_CHECK(cols > 0 ? n % cols == 0 : n == 0, "{} codes are not rows of {} columns", n, cols);
+  const int64_t rows = cols > 0 ? n / cols : 0;
   std::vector<uint8_t> t(codes.size());
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = codes[static_cast<size_t>(r * cols + c)];
