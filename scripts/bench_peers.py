@@ -12,9 +12,9 @@ thing under the same key:
 
 Output JSON: {"device": ..., "torch": ..., "complete": ..., "entries": [{"key", "peer", "median_ms",
 "min_ms", "max_ms", "reps", "status"}, ...]}, written at the start and again after every entry, with
-"complete" false until the plan's last entry has been tried. Every entry is independent: a failure (an op this torch does
-not support, an out-of-memory, a compile error) is recorded as status "error: ..." and the run goes
-on. Timing: warm-up calls, then each timed call preceded by an L2 flush (a 256 MiB read, as
+"complete" false until the plan's last entry has been tried. Every entry is independent: a failure
+(an op this torch does not support, an out-of-memory, a compile error) is recorded as status
+"error: ..." and the run goes on. Timing: warm-up calls, then each timed call preceded by an L2 flush (a 256 MiB read, as
 fp8sim bench does: a write would leave a whole L2 of dirty lines to be written back inside the
 timed call), repeated until the flushes last the plan's launch_lead_us (as fp8sim bench does),
 then CUDA events around the call only, median / min / max. The lead lets Python enqueue the call's

@@ -76,7 +76,7 @@ std::string load_peers(bench::BenchOptions& o) {
     const Json pj = Json::parse(read_text_file(peers));
     FP8SIM_REQUIRE(pj.find("entries"), "'{}' has no 'entries' list (not written by scripts/bench_peers.py?)", peers);
     o.peers = bench::Peers::from_json(pj);
-    // bench_peers.py rewrites its file after every entry; a run stopped early says complete: false.
+    // bench_peers.py writes its file at the start and after every entry, complete: false until the end.
     if (const Json* c = pj.find("complete"); c && c->is_bool() && !c->as_bool())
       peer_warnings += fmt::format(
           "fp8sim bench: warning: '{}' is incomplete (its run stopped before the end of its plan): kernels "
