@@ -476,39 +476,16 @@ __device__ __forceinline__ uint32_t encode4_fast(const float (&v)[4], int valid,
 // Exact shortcuts for the DE (de=coat) moments. Both give the reference's bits on every input;
 // lanes / groups outside the proven range take the reference code above.
 //
-// (1) Dequantize: log2_parts(|q*s|) from a per-group table of the 8 FP8 mantissas.
-// A finite nonzero code decodes to q = 2^e_q * mq (mq = 1 + j/8, j = 0..7, also for E4M3's
-// subnormal codes; E5M2 uses the even j). If s is in [2^-100, 2^100], every |q*s| lies in
-// [2^-116, 2^116] (|q| in [2^-16, 57344]), so RN(q*s) and RN(mq*s) are normal and
-// RN(q*s) = 2^e_q * RN(mq*s): their bit patterns differ by e_q << 23 exactly. log2_parts takes
-// its e from (bits - 0x3F3504F3) >> 23 (so e shifts by e_q) and its l from the bits minus e << 23
-// (unchanged): log2_parts(|q*s|) = {e_q + e_j, l_j} with {e_j, l_j} = log2_parts(RN(mq_j * s)).
-// The rest of pow_det runs unchanged (pow_det_y_lp). Zero / NaN codes are overridden by
-// pow_det's special values. tests/test_optim_gpu.cpp checks every code against compress_value
-// for many (s, k).
+// (1) Dequantize: log2_parts(|q*s|) from a per-group table of the 8 FP8 mantissas
+// (gpu/quant/dmath_gpu.cuh has the proof; tests/test_optim_gpu.cpp checks every code against
+// compress_value for many (s, k)).
 //
 // (2) Requantize: the guarded encoder of gpu/quant/guarded_encode.cuh (its comment has the proof).
-
-// Entry j (0..7) of a group's mantissa table: log2_parts(RN((1 + j/8) * s)), e as int bits.
-__device__ __forceinline__ float2 mant_entry(int j, float s) {
-  const dmath::Log2Parts lp = log2_parts_fast(mul_rn(add_rn(1.0f, mul_rn(0.125f, static_cast<float>(j))), s));
-  return make_float2(__int_as_float(static_cast<int>(lp.e)), lp.l);
-}
-// A group whose dequantization may use the table: s in range (see (1)) and y = 1/k plain
-// (finite, > 0), so pow_det's special values only concern zero / non-finite codes.
-__device__ __forceinline__ bool dec_table_ok(float s, const PowY& Y) {
-  return s >= 0x1p-100f && s <= 0x1p100f && !Y.y_inf && !Y.y_zero && !Y.y_nan && !Y.yneg;
-}
 
 // compress_value of a finite decoded q with log2_parts from the mantissa table, in a group where
 // dec_table_ok holds (q = +-0 gives +-0 * c, as compress_value: pow_det(+0, y > 0) = +0).
 __device__ __forceinline__ float decode_table_finite(float q, float2 entry_of_q, const MomentGroup& g) {
-  const uint32_t uq = f32_bits(q) & 0x7FFFFFFFu;
-  const float qs = mul_rn(q, g.gp.e.s);
-  const dmath::Log2Parts lp{static_cast<float>(static_cast<int>(uq >> 23) - 127 + __float_as_int(entry_of_q.x)),
-                            entry_of_q.y};
-  const float mag = pow_det_y_lp_plain(dmath::abs_bits(qs), lp, g.y);
-  return mul_rn(dmath::neg_if(mag, dmath::sign_bit(qs)), g.gp.e.c);
+  return compress_table_finite(q, entry_of_q, g.gp.e.s, g.gp.e.c, g.y);
 }
 
 // The same for any code: zero and non-finite codes (rare) take decode_ref_q.
@@ -517,7 +494,6 @@ __device__ __forceinline__ float decode_table(float q, float2 entry_of_q, const 
   if (uq - 1u >= 0x7F7FFFFFu) return decode_ref_q(q, g);  // q = +-0, Inf or NaN
   return decode_table_finite(q, entry_of_q, g);
 }
-__device__ __forceinline__ uint32_t mant_index(float q) { return (f32_bits(q) >> 20) & 7u; }
 
 // optim::group_params_from_stats for de=coat with two per-launch constants hoisted: log2_det of
 // the ratio bound B (the same FP8SIM_HD function, evaluated once on the host) and pow_det(., k)

@@ -146,4 +146,40 @@ __device__ __forceinline__ float log2_det_fast(float x) {
   return add_rn(p.e, p.l);
 }
 
+// ---- FP8 dequantization through a per-group table of the 8 mantissas ---------------------------
+// compress_value(q, {k, c, s}) = sign(q*s) * pow_det(|RN(q*s)|, 1/k) * c for every FP8 code q of a
+// group with log2_parts(|q*s|) looked up instead of computed. A finite nonzero E4M3 or E5M2 code
+// decodes to q = 2^e_q * mq (mq = 1 + j/8, j = 0..7, also for E4M3's subnormal codes; E5M2 uses
+// the even j). If s is in [2^-100, 2^100], every |q*s| lies in [2^-116, 2^116] (|q| in
+// [2^-16, 57344]), so RN(q*s) and RN(mq*s) are normal and RN(q*s) = 2^e_q * RN(mq*s): their bit
+// patterns differ by e_q << 23 exactly. log2_parts takes its e from (bits - 0x3F3504F3) >> 23 (so
+// e shifts by e_q) and its l from the bits minus e << 23 (unchanged):
+// log2_parts(|q*s|) = {e_q + e_j, l_j} with {e_j, l_j} = log2_parts(RN(mq_j * s)). The rest of
+// pow_det runs unchanged (pow_det_y_lp_plain). A zero code gives +-0 * c, as compress_value
+// (pow_det(+0, y > 0) = +0); non-finite codes need pow_det's special values (pow_det_y).
+
+// Entry j (0..7) of a group's mantissa table: log2_parts(RN((1 + j/8) * s)), e as int bits.
+__device__ __forceinline__ float2 mant_entry(int j, float s) {
+  const dmath::Log2Parts lp = log2_parts_fast(mul_rn(add_rn(1.0f, mul_rn(0.125f, static_cast<float>(j))), s));
+  return make_float2(__int_as_float(static_cast<int>(lp.e)), lp.l);
+}
+// Whether a group may use the table: s in range (see above) and y = 1/k plain (finite, > 0), so
+// pow_det's special values only concern zero / non-finite codes.
+__device__ __forceinline__ bool dec_table_ok(float s, const PowY& Y) {
+  return s >= 0x1p-100f && s <= 0x1p100f && !Y.y_inf && !Y.y_zero && !Y.y_nan && !Y.yneg;
+}
+// The table index of a decoded FP8 value: the top 3 bits of its fp32 mantissa.
+__device__ __forceinline__ uint32_t mant_index(float q) { return (f32_bits(q) >> 20) & 7u; }
+
+// compress_value of a finite decoded code q (zero included) in a group where dec_table_ok(s, Y)
+// holds, Y = pow_y(1 / k), entry_of_q = mant_entry(mant_index(q), s).
+__device__ __forceinline__ float compress_table_finite(float q, float2 entry_of_q, float s, float c, const PowY& Y) {
+  const uint32_t uq = f32_bits(q) & 0x7FFFFFFFu;
+  const float qs = mul_rn(q, s);
+  const dmath::Log2Parts lp{static_cast<float>(static_cast<int>(uq >> 23) - 127 + __float_as_int(entry_of_q.x)),
+                            entry_of_q.y};
+  const float mag = pow_det_y_lp_plain(dmath::abs_bits(qs), lp, Y);
+  return mul_rn(dmath::neg_if(mag, dmath::sign_bit(qs)), c);
+}
+
 }  // namespace fp8sim::gpu::detail

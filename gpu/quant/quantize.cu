@@ -139,10 +139,11 @@ __device__ __forceinline__ void coat_encode16(const QuantKernelParams& P, const 
 // shapes, where 16-byte accesses pay, go to quant_1xg_fast_kernel / quant_coat_1xg_kernel, whose
 // lanes are all full and need no such test.
 template <class T, InDt D, int MODE>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
     quant_team_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
                       float* __restrict__ ks, float* __restrict__ cs, QuantKernelParams P, int team, bool hw) {
   __shared__ float lut[256];
+  __shared__ float2 mant_tab[MODE == kRobust ? 256 : 1][8];  // robust: each team's candidate table
   if constexpr (MODE == kRobust) fill_decode_table(lut, P.format);
   const int64_t groups = P.grid_rows * P.grid_cols;
   const int team_lane = threadIdx.x & (team - 1);
@@ -181,28 +182,48 @@ __global__ void __launch_bounds__(256)
       g.ep = fb;
       // The fallback is plain scaling: with k = c = 1, expand_value is x / s and compress_value
       // q * s, bit for bit (pow_det(x, 1) == x; dividing or multiplying by 1 is exact; every NaN
-      // encodes to the NaN code and adds no error term), so it needs no pow.
+      // encodes to the NaN code and adds no error term), so it needs no pow. Its codes are made
+      // again below if it wins: cheaper than keeping them live through the candidate's work.
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
-        q[j] = encode_value<T>(P, div_rn(v[j], fb.s), static_cast<uint64_t>(flat0 + j));
-        terms[j] = j < valid ? sq_err_term(v[j], mul_rn(lut[q[j]], fb.s)) : 0.0;
+        const uint8_t qf = encode_value<T>(P, div_rn(v[j], fb.s), static_cast<uint64_t>(flat0 + j));
+        terms[j] = j < valid ? sq_err_term(v[j], mul_rn(lut[qf], fb.s)) : 0.0;
       }
       double sse_fb = tree16(terms);
       for (int off = 1; off < team; off <<= 1) sse_fb = sse_fb + __shfl_xor_sync(kFullMask, sse_fb, off);
       {  // every lane of the warp runs the shuffles below (ok may differ between the warp's teams)
+        // The candidate's dequantized values with 1/k's y-only work hoisted once per group
+        // (pow_det_y: pow_det's bits) and, where dec_table_ok holds, log2_parts from the team's
+        // mantissa table (compress_table_finite: the same bits; non-finite codes take pow_det_y).
+        const PowY Yinv = pow_y(div_rn(1.0f, cand.k));
+        const bool table = ok && dec_table_ok(cand.s, Yinv);  // uniform over the team
+        __syncwarp();                                         // the previous group's readers are done
+        if (table)
+          for (int j = team_lane; j < 8; j += team) mant_tab[team_in_block][j] = mant_entry(j, cand.s);
+        __syncwarp();
         uint8_t qc[16];
         if (ok) {  // uniform over the team: ok comes from its reduced statistics
           // The candidate's codes as coat mode makes them (coat_encode16: the guarded encoder where
           // the converter is verified, else expand_value's operations with the y-only work of
-          // pow_det hoisted; same bits as encode_value(expand_value(x))), and its dequantized
-          // values with 1/k's y-only work hoisted once per group (pow_det_y: pow_det's bits).
+          // pow_det hoisted; same bits as encode_value(expand_value(x))).
           coat_encode16<T>(P, v, cand, hw, static_cast<uint64_t>(flat0), qc);
-          const PowY Yinv = pow_y(div_rn(1.0f, cand.k));
+          bool special = false;
 #pragma unroll
-          for (int j = 0; j < 16; ++j) {
-            const float qs = mul_rn(lut[qc[j]], cand.s);
-            const float y = mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), cand.c);
-            terms[j] = j < valid ? sq_err_term(v[j], y) : 0.0;
+          for (int j = 0; j < 16; ++j) special |= (f32_bits(lut[qc[j]]) & 0x7FFFFFFFu) >= 0x7F800000u;  // Inf, NaN
+          if (table && !special) {
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+              const float qd = lut[qc[j]];
+              const float y = compress_table_finite(qd, mant_tab[team_in_block][mant_index(qd)], cand.s, cand.c, Yinv);
+              terms[j] = j < valid ? sq_err_term(v[j], y) : 0.0;
+            }
+          } else {
+#pragma unroll
+            for (int j = 0; j < 16; ++j) {
+              const float qs = mul_rn(lut[qc[j]], cand.s);
+              const float y = mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), cand.c);
+              terms[j] = j < valid ? sq_err_term(v[j], y) : 0.0;
+            }
           }
         } else {
 #pragma unroll
@@ -217,6 +238,9 @@ __global__ void __launch_bounds__(256)
           g.ep = cand;
 #pragma unroll
           for (int j = 0; j < 16; ++j) q[j] = qc[j];
+        } else {
+#pragma unroll
+          for (int j = 0; j < 16; ++j) q[j] = encode_value<T>(P, div_rn(v[j], fb.s), static_cast<uint64_t>(flat0 + j));
         }
       }
       g.s_stored = g.ep.s;
