@@ -864,6 +864,10 @@ TEST(QuantReference, TransposeCodesTransposesTheTwoDimensionalView) {
   EXPECT_TRUE(transpose_codes({}, 0).empty());     // a (.., 0) tensor
   EXPECT_THROW(transpose_codes(codes, 5), Error);  // 12 codes are not rows of 5
   EXPECT_THROW(transpose_codes(codes, 0), Error);
+  // Values of any type, as compare's dgrad GEMM transposes its weight: a (2 x 3) matrix.
+  const std::vector<float> w = {1.5f, -2.0f, 3.0f, 4.0f, 5.0f, -6.25f};
+  EXPECT_EQ(transpose_rows<float>(w, 3), (std::vector<float>{1.5f, 4.0f, -2.0f, 5.0f, 3.0f, -6.25f}));
+  EXPECT_THROW(transpose_rows<float>(w, 4), Error);
 }
 
 }  // namespace

@@ -406,13 +406,6 @@ Operand quantize_operand(const std::vector<float>& x, int64_t rows, int64_t cols
   return o;
 }
 
-std::vector<float> transpose(const std::vector<float>& a, int64_t rows, int64_t cols) {
-  std::vector<float> t(a.size());
-  for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) t[static_cast<size_t>(j * rows + i)] = a[static_cast<size_t>(i * cols + j)];
-  return t;
-}
-
 void check_gemm_request(gpu::Backend& gpu, const std::string& layer, const std::string& config,
                         const gpu::GemmRequest& req, const std::vector<float>& xd, const std::vector<float>& wd,
                         Entries& ops);
@@ -565,8 +558,8 @@ void run_gemms(gpu::Backend& gpu, const trace::TraceReader& r, int64_t step, Ent
       if (const TensorInfo* dy = r.find(step, Role::ActivationGrad, mod + ".output_grad");
           dy && dy->cols() == N && dy->rows() == M) {
         const std::vector<float> dyv = read_vector(r, *dy);
-        run_gemm_case(gpu, mod + " (dgrad)", "e5m2xe4m3 tensor split", dyv, transpose(wv, N, K), M, K, N, Format::E5M2,
-                      Format::E4M3, 1, false, ops);
+        run_gemm_case(gpu, mod + " (dgrad)", "e5m2xe4m3 tensor split", dyv, transpose_rows<float>(wv, K), M, K, N,
+                      Format::E5M2, Format::E4M3, 1, false, ops);
       }
     }
   }

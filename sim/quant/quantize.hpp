@@ -141,16 +141,21 @@ inline bool input_in_format(InputDtype dtype, Format format) {
   return (dtype == InputDtype::BF16 && format == Format::BF16) || (dtype == InputDtype::FP16 && format == Format::FP16);
 }
 
-// One-byte-per-element codes of a row-major tensor whose last dimension is `cols`, transposed over
-// that 2-D view: (cols x rows), row-major. The second layout the cast-transpose kernel writes.
-inline std::vector<uint8_t> transpose_codes(std::span<const uint8_t> codes, int64_t cols) {
-  const int64_t n = static_cast<int64_t>(codes.size());
-  FP8SIM_CHECK(cols > 0 ? n % cols == 0 : n == 0, "{} codes are not rows of {} columns", n, cols);
+// A row-major tensor whose last dimension is `cols`, transposed over that 2-D view: (cols x rows),
+// row-major.
+template <class T>
+std::vector<T> transpose_rows(std::span<const T> a, int64_t cols) {
+  const int64_t n = static_cast<int64_t>(a.size());
+  FP8SIM_CHECK(cols > 0 ? n % cols == 0 : n == 0, "{} elements are not rows of {} columns", n, cols);
   const int64_t rows = cols > 0 ? n / cols : 0;
-  std::vector<uint8_t> t(codes.size());
+  std::vector<T> t(a.size());
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = codes[static_cast<size_t>(r * cols + c)];
+    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = a[static_cast<size_t>(r * cols + c)];
   return t;
+}
+// One-byte-per-element codes so transposed: the second layout the cast-transpose kernel writes.
+inline std::vector<uint8_t> transpose_codes(std::span<const uint8_t> codes, int64_t cols) {
+  return transpose_rows(codes, cols);
 }
 
 // max |x| over the finite elements of every group of `spec` over `shape` (0 for a group without
