@@ -240,7 +240,10 @@ TEST(QuantizeGpu, DynamicRangeExpansionCoatAndRobust) {
   for (const char* s :
        {"e4m3:g128:de=coat", "e4m3:g128:de=robust", "e5m2:g128:de=coat", "e4m3:g128:de=coat:de_target=e5m2",
         "e4m3:g64:de=robust", "e4m3:g100:de=coat", "e4m3:row:de=coat", "e4m3:g1000:de=robust", "e4m3:b16x48:de=robust",
-        "e4m3:tensor:de=coat", "e4m3:tensor:de=robust", "e4m3:col:de=robust"}) {
+        "e4m3:tensor:de=coat", "e4m3:tensor:de=robust", "e4m3:col:de=robust",
+        // robust teams of 1 and 32 lanes (the candidate's mantissa table filled by one lane, and by
+        // 8 of 32), and E5M2's range
+        "e5m2:g16:de=robust", "e4m3:g512:de=robust", "e5m2:g128:de=robust"}) {
     for (const auto& shape : kAwkward) check_spec(s, shape, InputDtype::F32, true);
   }
 }

@@ -15,9 +15,10 @@
 //    65..128, else up to 32 lanes x 4) holds the group in registers, dequantizes m and v with the
 //    old group parameters, updates p, m, v, reduces the new groups' max / min-nonzero with
 //    shuffles, computes the new parameters (the m half-team and the v half-team in parallel) and
-//    requantizes. DE moments take two exact shortcuts (gpu/optim/adamw.cu explains and proves
-//    them): log2 of |q*s| from a per-group table of the 8 FP8 mantissas, and requantization from
-//    a guarded lg2/ex2 approximation whose code is certain, with the reference pow for the rest.
+//    requantizes. DE moments take two exact shortcuts: log2 of |q*s| from a per-group table of
+//    the 8 FP8 mantissas (gpu/quant/dmath_gpu.cuh proves it), and requantization from a guarded
+//    lg2/ex2 approximation whose code is certain, with the reference pow for the rest
+//    (gpu/quant/guarded_encode.cuh proves it).
 //  * adamw_lowp_cuda: any state recipe: the elementwise-state step where it applies, else the
 //    three phases of optim::lowp_adamw_step (dequantize both moments into fp32 scratch, update,
 //    requantize with gpu/quant).

@@ -94,9 +94,9 @@ __device__ __forceinline__ float pow_core_lp(dmath::Log2Parts lp, const PowY& Y)
 
 // pow_det_y with log2_parts(x) supplied by the caller (lp must equal dmath::log2_parts(x) wherever
 // x is positive and finite; elsewhere pow_det's special values override the core, so lp is then
-// irrelevant). pow_det_y calls it with log2_parts_fast; the fused AdamW's dequantization uses the
-// pow_det_y_lp_plain form below, with lp from a per-group table of the 8 FP8 mantissas
-// (gpu/optim/adamw.cu explains why that equals log2_parts(q*s)).
+// irrelevant). pow_det_y calls it with log2_parts_fast; the DE dequantizations (the fused AdamW's,
+// robust DE's candidate) use the pow_det_y_lp_plain form below, with lp from a per-group table of
+// the 8 FP8 mantissas (compress_table_finite, at the end of this file, with the proof).
 __device__ __forceinline__ float pow_det_y_lp(float x, dmath::Log2Parts lp, const PowY& Y) {
   using namespace dmath;
   const uint32_t sx = f32_bits(x);

@@ -137,7 +137,9 @@ __device__ __forceinline__ void coat_encode16(const QuantKernelParams& P, const 
 // on the H200 sends lanes with no elements down the 16-byte path, past the end of their group
 // (clamp_guard_mismatches reports whether a build still does this). The aligned whole-group
 // shapes, where 16-byte accesses pay, go to quant_1xg_fast_kernel / quant_coat_1xg_kernel, whose
-// lanes are all full and need no such test.
+// lanes are all full and need no such test. Robust DE asks for two resident blocks per SM (128
+// registers, no spills); the other modes give no minimum (0: nvcc then emits no .minnctapersm, as
+// when the argument is left out, and keeps their smaller register counts).
 template <class T, InDt D, int MODE>
 __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
     quant_team_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
