@@ -155,6 +155,16 @@ TEST(CliBench, BadInputAndNoGpu) {
   r = test::run_fp8sim({"bench", "--peers", "/nonexistent/peers.json"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(one_line(r.err)) << r.err;
+  // A trace where a JSON document belongs: the error names the option and the file, in plain text.
+  const std::string& trace = kTrace;
+  for (const char* opt : {"--from", "--peers"}) {
+    r = test::run_fp8sim({"bench", opt, trace, "--md", test::temp_dir() + "/x.md"});
+    EXPECT_EQ(r.exit_code, 1) << opt;
+    EXPECT_NE(r.err.find(std::string(opt) + " '" + trace + "': json: "), std::string::npos) << r.err;
+    EXPECT_TRUE(one_line(r.err)) << r.err;
+    EXPECT_TRUE(std::all_of(r.err.begin(), r.err.end(), [](char c) { return c == '\n' || (c >= 0x20 && c < 0x7F); }))
+        << r.err;
+  }
   if (!have_gpu()) {
     r = test::run_fp8sim({"bench", "--smoke"});
     EXPECT_EQ(r.exit_code, 1);

@@ -2,6 +2,8 @@
 // values and one-line errors with line and column, and the typed accessors' messages.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -158,6 +160,11 @@ TEST(Json, ParseErrorsNameLineAndColumn) {
     EXPECT_NE(e.find(" at line "), std::string::npos) << "input: " << bad << " -> " << e;
     EXPECT_EQ(e.find('\n'), std::string::npos) << "input: " << bad << " -> " << e;
   }
+  // A binary file (an HDF5 trace given where JSON belongs): the bytes the message quotes are
+  // escaped, so nothing unprintable reaches the terminal.
+  const std::string e4 = parse_error(std::string("\x89HDF\r\n\x1a\n", 8));
+  EXPECT_NE(e4.find("\\x89"), std::string::npos) << e4;
+  EXPECT_TRUE(std::all_of(e4.begin(), e4.end(), [](char c) { return c >= 0x20 && c < 0x7F; })) << e4;
 }
 
 TEST(Json, NestingIsBounded) {

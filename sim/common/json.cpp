@@ -245,6 +245,13 @@ class Builder {
       if (const size_t e = error_.find("] "); e != std::string::npos) error_.erase(0, e + 2);
     if (error_.starts_with("parse error"))
       if (const size_t c = error_.find(": "); c != std::string::npos) error_.erase(0, c + 2);
+    // The message quotes the bytes it read: a binary file's would reach the terminal raw.
+    std::string printable;
+    for (const char ch : error_) {
+      const auto u = static_cast<unsigned char>(ch);
+      printable += u >= 0x20 && u < 0x7F ? std::string(1, ch) : fmt::format("\\x{:02x}", u);
+    }
+    error_ = std::move(printable);
     return false;
   }
 
