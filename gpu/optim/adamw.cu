@@ -1,10 +1,10 @@
 // AdamW kernels. Every arithmetic step is sim/optim's FP8SIM_HD code (adamw_element, and for FP8
 // states lowp_group.hpp's group_decode / group_params_from_stats / group_encode and scale.hpp's
 // group statistics, which are sim/quant's DE functions), or a restructuring of it that performs
-// the same operations (per-group work hoisted), or, for DE moments, one of the two exact
-// shortcuts proven below (mantissa-table log2 for dequantization, guarded approximation for
-// requantization), so the GPU's p, codes and group parameters equal the CPU reference's bit for
-// bit (tests/test_optim_gpu.cpp, fp8sim compare).
+// the same operations (per-group work hoisted), or, for DE moments, one of two exact shortcuts
+// (mantissa-table log2 for dequantization, proven in gpu/quant/dmath_gpu.cuh; guarded
+// approximation for requantization, proven in gpu/quant/guarded_encode.cuh), so the GPU's p, codes and group parameters
+// equal the CPU reference's bit for bit (tests/test_optim_gpu.cpp, fp8sim compare).
 #include <cuda_runtime.h>
 
 #include <cstdint>

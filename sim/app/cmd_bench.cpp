@@ -73,9 +73,10 @@ std::string load_peers(bench::BenchOptions& o) {
   std::string peer_warnings;
   if (!peers.empty()) {
     // Validate early: a bad peers file should fail before minutes of timing.
+    const std::string text = read_text_file(peers);  // its error names the file
     Json pj;
     try {
-      pj = Json::parse(read_text_file(peers));
+      pj = Json::parse(text);
     } catch (const Error& e) {
       throw Error(fmt::format("--peers '{}': {}", peers, e.what()));
     }
@@ -206,9 +207,10 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     if (json_id < 0 && md_id < 0) throw UsageError("--from needs --json or --md (where to write the result)");
     if (!a.coat_states.empty())
       throw UsageError("--coat-states needs a timed run (COAT's agreement is measured with the kernels), not --from");
+    const std::string text = read_text_file(a.from);  // its error names the file
     Json j;
     try {
-      j = Json::parse(read_text_file(a.from));
+      j = Json::parse(text);
     } catch (const Error& e) {
       throw Error(fmt::format("--from '{}': {}", a.from, e.what()));
     }
