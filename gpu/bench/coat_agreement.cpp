@@ -140,13 +140,7 @@ MomentAgreement agree(const Moment& ours, const Moment& coat, const std::vector<
 bench::CoatAgreement coat_agreement(const std::string& states_dir) {
   const fs::path d(states_dir);
   const fs::path meta_path = d / "meta.json";
-  const std::string meta_text = read_text_file(meta_path);  // its error names the file
-  Json meta;
-  try {
-    meta = Json::parse(meta_text);
-  } catch (const Error& e) {
-    throw Error(fmt::format("--coat-states '{}': {}", meta_path.string(), e.what()));
-  }
+  const Json meta = Json::parse(read_text_file(meta_path), fmt::format("--coat-states '{}'", meta_path.string()));
   const size_t n = static_cast<size_t>(meta.at("n").as_int()), groups = (n + 127) / 128;
   optim::AdamwHyper h;
   h.lr = meta.at("lr").as_number();

@@ -73,13 +73,7 @@ std::string load_peers(bench::BenchOptions& o) {
   std::string peer_warnings;
   if (!peers.empty()) {
     // Validate early: a bad peers file should fail before minutes of timing.
-    const std::string text = read_text_file(peers);  // its error names the file
-    Json pj;
-    try {
-      pj = Json::parse(text);
-    } catch (const Error& e) {
-      throw Error(fmt::format("--peers '{}': {}", peers, e.what()));
-    }
+    const Json pj = Json::parse(read_text_file(peers), fmt::format("--peers '{}'", peers));
     FP8SIM_REQUIRE(pj.find("entries"), "'{}' has no 'entries' list (not written by scripts/bench_peers.py?)", peers);
     o.peers = bench::Peers::from_json(pj);
     // bench_peers.py writes its file at the start and after every entry, complete: false until the end.
@@ -207,13 +201,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     if (json_id < 0 && md_id < 0) throw UsageError("--from needs --json or --md (where to write the result)");
     if (!a.coat_states.empty())
       throw UsageError("--coat-states needs a timed run (COAT's agreement is measured with the kernels), not --from");
-    const std::string text = read_text_file(a.from);  // its error names the file
-    Json j;
-    try {
-      j = Json::parse(text);
-    } catch (const Error& e) {
-      throw Error(fmt::format("--from '{}': {}", a.from, e.what()));
-    }
+    const Json j = Json::parse(read_text_file(a.from), fmt::format("--from '{}'", a.from));
     FP8SIM_REQUIRE(j.is_object() && j.find("kernels") && j.at("kernels").is_array(),
                    "'{}' is not a bench document (no 'kernels' list; written by fp8sim bench --json?)", a.from);
     bench::BenchDoc doc;

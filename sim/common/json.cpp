@@ -313,6 +313,14 @@ Json Json::parse(std::string_view text) {
   throw Error(fmt::format("json: {} at line {} column {}", b.error(), line, col));
 }
 
+Json Json::parse(std::string_view text, std::string_view where) {
+  try {
+    return parse(text);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: {}", where, e.what()));
+  }
+}
+
 std::string num_or_dash(std::optional<double> v, const char* fmtspec) {
   return v ? fmt::format(fmt::runtime(fmtspec), *v) : std::string("-");
 }

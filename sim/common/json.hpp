@@ -75,6 +75,8 @@ class Json {
   // takes the last value; at most 256 nested containers); throws fp8sim::Error("json: <what> at
   // line L column C"), the place being that of the character at fault.
   static Json parse(std::string_view text);
+  // The same, the error prefixed with where the text came from ("<where>: json: ...").
+  static Json parse(std::string_view text, std::string_view where);
 
  private:
   std::variant<std::monostate, bool, double, std::string, Array, Object> v_;
