@@ -14,7 +14,10 @@
 //    (or takes maxima a producer emitted: "group scaling", one pass), stage 3 encodes.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -1187,11 +1190,19 @@ void launch_tensor_transposed(const QuantLaunch& L, InDt dt, cudaStream_t s) {
   const bool vec = aligned(L.x, 16) && aligned(codes, 8) && aligned(codes_t, 16) && cols % 8 == 0 && rows % 16 == 0;
   const bool hw = tensor_hw_ok(L);
   const int64_t tiles = (rows + kCtRows - 1) / kCtRows * ((cols + kCtCols - 1) / kCtCols);
+  // Development switch for timing the grid (kernel-tuning.md): FP8SIM_CT_GRID=tiles gives a block
+  // per tile where nothing bounds the grid (delayed scaling: at most one per-block amax word of the
+  // workspace each, maxima_words; cooperative launches keep the resident grid).
+  static const bool one_tile = [] {
+    const char* e = std::getenv("FP8SIM_CT_GRID");
+    return e != nullptr && std::string(e) == "tiles";
+  }();
   if (L.mode == kDelayed) {
     int grid = 1;
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       static const int b = resident_of(cast_transpose_kernel<T, D, kDelayed>);
-      grid = grid_cap(tiles, b);
+      grid = one_tile ? static_cast<int>(std::min<int64_t>(tiles, std::max<int64_t>((n + kChunk - 1) / kChunk, 8192)))
+                      : grid_cap(tiles, b);
       cast_transpose_kernel<T, D, kDelayed><<<grid, 256, 0, s>>>(L.x, codes, codes_t, rows, cols, vec, hw, P, nullptr,
                                                                  L.chunk_maxima, L.inf_flag, FusedStage2{});
     });
@@ -1203,7 +1214,8 @@ void launch_tensor_transposed(const QuantLaunch& L, InDt dt, cudaStream_t s) {
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
     auto kernel = cast_transpose_kernel<T, D, kPlain>;
     static const int b = resident_of(kernel);
-    const int grid = grid_cap(tiles, b);
+    const int grid =
+        one_tile && !fused.maxima ? static_cast<int>(std::min<int64_t>(tiles, INT32_MAX)) : grid_cap(tiles, b);
     if (fused.maxima)
       launch_cooperative(kernel, grid, s, L.x, codes, codes_t, rows, cols, vec, hw, P, L.slot, nullptr, nullptr, fused);
     else
