@@ -14,10 +14,7 @@
 //    (or takes maxima a producer emitted: "group scaling", one pass), stage 3 encodes.
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -78,12 +75,14 @@ __device__ __forceinline__ float transform(const QuantKernelParams& P, float x, 
   else return expand_value(x, g.ep);
 }
 
-// Pairwise (bisection-tree) sum of 16 terms in place; returns the total.
-__device__ __forceinline__ double tree16(double (&t)[16]) {
+// Robust DE's error sum of a lane's 16 terms is the bisection tree of sq_err_tree_sum: its first
+// level adds the pairs t[2i] + t[2i + 1], which the loops form as the terms come (8 doubles live
+// instead of 16), and tree8 sums those pairs in place by the remaining levels; returns the total.
+__device__ __forceinline__ double tree8(double (&t)[8]) {
 #pragma unroll
-  for (int w = 1; w < 16; w *= 2) {
+  for (int w = 1; w < 8; w *= 2) {
 #pragma unroll
-    for (int i = 0; i + w < 16; i += 2 * w) t[i] = t[i] + t[i + w];
+    for (int i = 0; i + w < 8; i += 2 * w) t[i] = t[i] + t[i + w];
   }
   return t[0];
 }
@@ -128,6 +127,27 @@ __device__ __forceinline__ void coat_encode16(const QuantKernelParams& P, const 
       q[j] = encode_value<T>(P, t, flat0 + j);
     }
   }
+}
+
+// Robust DE's fallback codes (k = c = 1: plain scaling, encode_value(x / s)) of elements j and
+// j + 1 (bits 0-7 and 8-15). `fast` (uniform over the lane): the converter is verified, s suits
+// the reciprocal division (fast_recip_ok) and the lane's 16 elements are finite. Then every
+// quotient is RN(x / s) by div_by with |x / s| <= fmax (1 + 2^-23), as |x| <= the group's absmax
+// and s = RN(absmax / fmax), so cvt2_hw's code equals encode_fp8_rne's under either saturation
+// mode (saturating storage: every finite input; otherwise everything below the overflow
+// threshold, fmax + half its ulp). Otherwise div_rn and encode_value.
+template <class T>
+__device__ __forceinline__ uint32_t fallback_pair(const QuantKernelParams& P, bool fast, const FastRecip& r, float v0,
+                                                  float v1, float s, uint64_t flat) {
+  if (fast) return cvt2_hw<T>(div_by(v0, r), div_by(v1, r));
+  return encode_value<T>(P, div_rn(v0, s), flat) |
+         (static_cast<uint32_t>(encode_value<T>(P, div_rn(v1, s), flat + 1)) << 8);
+}
+__device__ __forceinline__ bool lane_finite16(const float (&v)[16]) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) m = max(m, f32_bits(v[j]) & 0x7FFFFFFFu);
+  return m < 0x7F800000u;
 }
 
 // One team of `team` lanes per 1xG group, 16 elements per lane. A lane loads and stores only its
@@ -183,18 +203,25 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
       const ExpandParams fb = robust_fallback_params(absmax, P.fmax);
       bool ok = false;
       const ExpandParams cand = robust_expand_candidate(absmax, absmin, P.fmax, P.fmax_target, ok);
-      double terms[16];
       g.ep = fb;
       // The fallback is plain scaling: with k = c = 1, expand_value is x / s and compress_value
       // q * s, bit for bit (pow_det(x, 1) == x; dividing or multiplying by 1 is exact; every NaN
       // encodes to the NaN code and adds no error term), so it needs no pow. Its codes are made
       // again below if it wins: cheaper than keeping them live through the candidate's work.
+      const bool fb_fast = hw && fast_recip_ok(fb.s) && lane_finite16(v);
+      double sse_fb;
+      {
+        const FastRecip fr = fast_recip(fb_fast ? fb.s : 1.0f);
+        double pairs[8];  // the fallback's pair sums (tree8)
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const uint8_t qf = encode_value<T>(P, div_rn(v[j], fb.s), static_cast<uint64_t>(flat0 + j));
-        terms[j] = j < valid ? sq_err_term(v[j], mul_rn(lut[qf], fb.s)) : 0.0;
+        for (int j = 0; j < 16; j += 2) {
+          const uint32_t c = fallback_pair<T>(P, fb_fast, fr, v[j], v[j + 1], fb.s, static_cast<uint64_t>(flat0 + j));
+          const double t0 = j < valid ? sq_err_term(v[j], mul_rn(lut[c & 0xFFu], fb.s)) : 0.0;
+          const double t1 = j + 1 < valid ? sq_err_term(v[j + 1], mul_rn(lut[(c >> 8) & 0xFFu], fb.s)) : 0.0;
+          pairs[j / 2] = t0 + t1;
+        }
+        sse_fb = tree8(pairs);
       }
-      double sse_fb = tree16(terms);
       for (int off = 1; off < team; off <<= 1) sse_fb = sse_fb + __shfl_xor_sync(kFullMask, sse_fb, off);
       {  // every lane of the warp runs the shuffles below (ok may differ between the warp's teams)
         // The candidate's dequantized values with 1/k's y-only work hoisted once per group
@@ -207,7 +234,8 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
           for (int j = team_lane; j < 8; j += team) mant_tab[team_in_block][j] = mant_entry(j, cand.s);
         __syncwarp();
         uint8_t qc[16];
-        if (ok) {  // uniform over the team: ok comes from its reduced statistics
+        double pairs[8];  // the candidate's pair sums (tree8)
+        if (ok) {         // uniform over the team: ok comes from its reduced statistics
           // The candidate's codes as coat mode makes them (coat_encode16: the guarded encoder where
           // the converter is verified, else expand_value's operations with the y-only work of
           // pow_det hoisted; same bits as encode_value(expand_value(x))).
@@ -217,35 +245,51 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
           for (int j = 0; j < 16; ++j) special |= (f32_bits(lut[qc[j]]) & 0x7FFFFFFFu) >= 0x7F800000u;  // Inf, NaN
           if (table && !special) {
 #pragma unroll
-            for (int j = 0; j < 16; ++j) {
-              const float qd = lut[qc[j]];
-              const float y = compress_table_finite(qd, mant_tab[team_in_block][mant_index(qd)], cand.s, cand.c, Yinv);
-              terms[j] = j < valid ? sq_err_term(v[j], y) : 0.0;
+            for (int j = 0; j < 16; j += 2) {
+              double t[2];
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const float qd = lut[qc[j + h]];
+                const float y =
+                    compress_table_finite(qd, mant_tab[team_in_block][mant_index(qd)], cand.s, cand.c, Yinv);
+                t[h] = j + h < valid ? sq_err_term(v[j + h], y) : 0.0;
+              }
+              pairs[j / 2] = t[0] + t[1];
             }
           } else {
 #pragma unroll
-            for (int j = 0; j < 16; ++j) {
-              const float qs = mul_rn(lut[qc[j]], cand.s);
-              const float y = mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), cand.c);
-              terms[j] = j < valid ? sq_err_term(v[j], y) : 0.0;
+            for (int j = 0; j < 16; j += 2) {
+              double t[2];
+#pragma unroll
+              for (int h = 0; h < 2; ++h) {
+                const float qs = mul_rn(lut[qc[j + h]], cand.s);
+                const float y =
+                    mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), cand.c);
+                t[h] = j + h < valid ? sq_err_term(v[j + h], y) : 0.0;
+              }
+              pairs[j / 2] = t[0] + t[1];
             }
           }
         } else {
 #pragma unroll
-          for (int j = 0; j < 16; ++j) {
-            qc[j] = 0;
-            terms[j] = 0.0;
-          }
+          for (int j = 0; j < 16; ++j) qc[j] = 0;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) pairs[j] = 0.0;
         }
-        double sse_c = tree16(terms);
+        double sse_c = tree8(pairs);
         for (int off = 1; off < team; off <<= 1) sse_c = sse_c + __shfl_xor_sync(kFullMask, sse_c, off);
         if (ok && sse_c < sse_fb) {
           g.ep = cand;
 #pragma unroll
           for (int j = 0; j < 16; ++j) q[j] = qc[j];
         } else {
+          const FastRecip fr = fast_recip(fb_fast ? fb.s : 1.0f);
 #pragma unroll
-          for (int j = 0; j < 16; ++j) q[j] = encode_value<T>(P, div_rn(v[j], fb.s), static_cast<uint64_t>(flat0 + j));
+          for (int j = 0; j < 16; j += 2) {
+            const uint32_t c = fallback_pair<T>(P, fb_fast, fr, v[j], v[j + 1], fb.s, static_cast<uint64_t>(flat0 + j));
+            q[j] = static_cast<uint8_t>(c);
+            q[j + 1] = static_cast<uint8_t>(c >> 8);
+          }
         }
       }
       g.s_stored = g.ep.s;
@@ -1190,19 +1234,11 @@ void launch_tensor_transposed(const QuantLaunch& L, InDt dt, cudaStream_t s) {
   const bool vec = aligned(L.x, 16) && aligned(codes, 8) && aligned(codes_t, 16) && cols % 8 == 0 && rows % 16 == 0;
   const bool hw = tensor_hw_ok(L);
   const int64_t tiles = (rows + kCtRows - 1) / kCtRows * ((cols + kCtCols - 1) / kCtCols);
-  // Development switch for timing the grid (kernel-tuning.md): FP8SIM_CT_GRID=tiles gives a block
-  // per tile where nothing bounds the grid (delayed scaling: at most one per-block amax word of the
-  // workspace each, maxima_words; cooperative launches keep the resident grid).
-  static const bool one_tile = [] {
-    const char* e = std::getenv("FP8SIM_CT_GRID");
-    return e != nullptr && std::string(e) == "tiles";
-  }();
   if (L.mode == kDelayed) {
     int grid = 1;
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       static const int b = resident_of(cast_transpose_kernel<T, D, kDelayed>);
-      grid = one_tile ? static_cast<int>(std::min<int64_t>(tiles, std::max<int64_t>((n + kChunk - 1) / kChunk, 8192)))
-                      : grid_cap(tiles, b);
+      grid = grid_cap(tiles, b);
       cast_transpose_kernel<T, D, kDelayed><<<grid, 256, 0, s>>>(L.x, codes, codes_t, rows, cols, vec, hw, P, nullptr,
                                                                  L.chunk_maxima, L.inf_flag, FusedStage2{});
     });
@@ -1214,8 +1250,7 @@ void launch_tensor_transposed(const QuantLaunch& L, InDt dt, cudaStream_t s) {
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
     auto kernel = cast_transpose_kernel<T, D, kPlain>;
     static const int b = resident_of(kernel);
-    const int grid =
-        one_tile && !fused.maxima ? static_cast<int>(std::min<int64_t>(tiles, INT32_MAX)) : grid_cap(tiles, b);
+    const int grid = grid_cap(tiles, b);
     if (fused.maxima)
       launch_cooperative(kernel, grid, s, L.x, codes, codes_t, rows, cols, vec, hw, P, L.slot, nullptr, nullptr, fused);
     else
