@@ -859,9 +859,31 @@ __global__ void __launch_bounds__(256)
   const int tc = threadIdx.x & 7, tr = threadIdx.x >> 3;
   const uint4* xw = static_cast<const uint4*>(x);
   int buf = 0;
+  // A full tile (block-uniform) takes the 16-byte path. For 16-bit input its loads are issued one
+  // tile ahead (before this tile's encode, shared-memory transpose and barrier), so that each
+  // thread keeps a tile's loads in flight across them (76-80 registers: three blocks per SM); fp32
+  // input, whose tile takes twice the registers, loads each tile when it comes.
+  constexpr bool kAhead = D != InDt::F32;
+  const auto full_tile = [&](int64_t t) {
+    const int64_t r0 = t / tiles_c * kCtRows, c0 = t % tiles_c * kCtCols;
+    return t < tiles && vec && r0 + kCtRows <= rows && c0 + kCtCols <= cols;
+  };
+  const auto load_tile = [&](int64_t t, uint4(&r)[4][NW]) {
+    const int64_t c0 = t % tiles_c * kCtCols + 8 * tc;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t base = (t / tiles_c * kCtRows + 4 * tr + i) * cols + c0;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) r[i][w] = xw[base / W + w];
+    }
+  };
+  uint4 ahead[4][NW];
+  if (kAhead && full_tile(blockIdx.x)) load_tile(blockIdx.x, ahead);
   for (int64_t ti = blockIdx.x; ti < tiles; ti += gridDim.x) {
     const int64_t row0 = ti / tiles_c * kCtRows, col0 = ti % tiles_c * kCtCols;
-    if (!(vec && row0 + kCtRows <= rows && col0 + kCtCols <= cols)) {  // block-uniform
+    const int64_t next = ti + gridDim.x;
+    if (!full_tile(ti)) {  // block-uniform
+      if (kAhead && full_tile(next)) load_tile(next, ahead);
       for (int e = threadIdx.x; e < kCtRows * kCtCols; e += blockDim.x) {
         const int64_t r = row0 + e / kCtCols, c = col0 + e % kCtCols;
         if (r >= rows || c >= cols) continue;
@@ -876,11 +898,14 @@ __global__ void __launch_bounds__(256)
     }
     const int64_t c0 = col0 + 8 * tc;
     uint4 raw[4][NW];
+    if constexpr (kAhead) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t base = (row0 + 4 * tr + i) * cols + c0;
+      for (int i = 0; i < 4; ++i)
 #pragma unroll
-      for (int w = 0; w < NW; ++w) raw[i][w] = xw[base / W + w];
+        for (int w = 0; w < NW; ++w) raw[i][w] = ahead[i][w];
+      if (full_tile(next)) load_tile(next, ahead);
+    } else {
+      load_tile(ti, raw);
     }
     uint32_t rc_lo[4], rc_hi[4];  // row i's codes of columns 0-3 and 4-7
 #pragma unroll
