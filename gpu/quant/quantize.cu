@@ -161,7 +161,7 @@ __device__ __forceinline__ bool lane_finite16(const float (&v)[16]) {
 // (clamp_guard_mismatches reports whether a build still does this). The aligned whole-group
 // shapes, where 16-byte accesses pay, go to quant_1xg_fast_kernel / quant_coat_1xg_kernel, whose
 // lanes are all full and need no such test. Robust DE asks for two resident blocks per SM (128
-// registers, no spills); the other modes give no minimum (0: nvcc then emits no .minnctapersm, as
+// registers, a few bytes spilled); the other modes give no minimum (0: nvcc then emits no .minnctapersm, as
 // when the argument is left out, and keeps their smaller register counts).
 template <class T, InDt D, int MODE>
 __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
@@ -699,6 +699,22 @@ struct FusedStage2 {
   float* scales = nullptr;
 };
 
+// Delayed scaling's stage 2 in the encode launch itself: every block has written its amax word
+// (block_amax[blockIdx.x]); the last block to finish (slot[3], zeroed with the slot words before
+// the launch) reduces them as reduce_scale_kernel does and runs finish_scale, which saves the
+// separate stage-2 launch. Block-uniform; every block must reach it.
+__device__ __forceinline__ void delayed_stage2_last_block(const QuantKernelParams& P, const uint32_t* block_amax,
+                                                          uint32_t* slot, const FusedStage2& out) {
+  if (!last_block_done(slot + 3)) return;
+  Stats st = stats_init();
+  for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x) {
+    const uint32_t a = __ldcg(block_amax + i) & 0x7FFFFFFFu;  // from L2: written by other blocks
+    if (a < 0x7F800000u) st.amax = a > st.amax ? a : st.amax;
+  }
+  st = stats_reduce_block(st);
+  if (threadIdx.x == 0) finish_scale(P, kDelayed, st.amax, slot, out.tensor_amax, out.scales);
+}
+
 // The plain per-tensor divisor, from slot[0]; with `fused.maxima`, after Group Scaling's stage 2
 // run by the blocks of this (cooperative) launch, the last of which computes the scale.
 __device__ __forceinline__ float plain_tensor_scale(const QuantKernelParams& P, uint32_t* slot,
@@ -806,6 +822,7 @@ __global__ void __launch_bounds__(256)
       block_amax[blockIdx.x] = st.amax;
       if (st.inf && inf_flag) atomicOr(inf_flag, 1u);
     }
+    delayed_stage2_last_block(P, block_amax, slot, fused);
   }
 }
 
@@ -861,7 +878,7 @@ __global__ void __launch_bounds__(256)
   int buf = 0;
   // A full tile (block-uniform) takes the 16-byte path. For 16-bit input its loads are issued one
   // tile ahead (before this tile's encode, shared-memory transpose and barrier), so that each
-  // thread keeps a tile's loads in flight across them (76-80 registers: three blocks per SM); fp32
+  // thread keeps a tile's loads in flight across them (72-80 registers: three blocks per SM); fp32
   // input, whose tile takes twice the registers, loads each tile when it comes.
   constexpr bool kAhead = D != InDt::F32;
   const auto full_tile = [&](int64_t t) {
@@ -974,6 +991,7 @@ __global__ void __launch_bounds__(256)
       block_amax[blockIdx.x] = st.amax;
       if (st.inf && inf_flag) atomicOr(inf_flag, 1u);
     }
+    delayed_stage2_last_block(P, block_amax, slot, fused);
   }
 }
 
@@ -1212,21 +1230,23 @@ FusedStage2 plain_stages_1_2(const QuantLaunch& L, InDt dt, int64_t n, cudaStrea
   return fused;
 }
 
-// Kind::Tensor with delayed scaling, one pass: encode with the host's multiplier, emitting
-// per-block maxima; then the amax (stage 2 over those maxima).
+// Where delayed scaling's encode kernels put the tensor amax and the stored scale (stage 2 runs in
+// their last block: delayed_stage2_last_block).
+FusedStage2 delayed_out(const QuantLaunch& L) { return FusedStage2{nullptr, 0, L.tensor_amax, L.scales}; }
+
+// Kind::Tensor with delayed scaling, one pass and one launch: encode with the host's multiplier,
+// emitting per-block maxima, whose amax (stage 2) the last block computes.
 void launch_tensor_delayed(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
   const QuantKernelParams& P = L.params;
   uint8_t* codes = static_cast<uint8_t*>(L.codes);
   const TensorEncodeShape t = tensor_encode_shape(L, dt, n);
-  int grid = 1;
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
     static const int b = resident_of(encode_tensor_kernel<T, D, kDelayed>);
-    grid = grid_cap(t.want, b);
+    const int grid = grid_cap(t.want, b);
     encode_tensor_kernel<T, D, kDelayed>
-        <<<grid, 256, 0, s>>>(L.x, codes, n, t.vec, t.hw, P, nullptr, L.chunk_maxima, L.inf_flag, FusedStage2{});
+        <<<grid, 256, 0, s>>>(L.x, codes, n, t.vec, t.hw, P, L.slot, L.chunk_maxima, L.inf_flag, delayed_out(L));
   });
   FP8SIM_CUDA_CHECK_LAUNCH();
-  launch_stage2(L.chunk_maxima, grid, P, kDelayed, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
 }
 
 // Kind::Tensor, plain: stage 1 (unless a producer gave maxima), stage 2, stage 3 (the encode).
@@ -1260,15 +1280,13 @@ void launch_tensor_transposed(const QuantLaunch& L, InDt dt, cudaStream_t s) {
   const bool hw = tensor_hw_ok(L);
   const int64_t tiles = (rows + kCtRows - 1) / kCtRows * ((cols + kCtCols - 1) / kCtCols);
   if (L.mode == kDelayed) {
-    int grid = 1;
     dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
       static const int b = resident_of(cast_transpose_kernel<T, D, kDelayed>);
-      grid = grid_cap(tiles, b);
-      cast_transpose_kernel<T, D, kDelayed><<<grid, 256, 0, s>>>(L.x, codes, codes_t, rows, cols, vec, hw, P, nullptr,
-                                                                 L.chunk_maxima, L.inf_flag, FusedStage2{});
+      const int grid = grid_cap(tiles, b);
+      cast_transpose_kernel<T, D, kDelayed><<<grid, 256, 0, s>>>(L.x, codes, codes_t, rows, cols, vec, hw, P, L.slot,
+                                                                 L.chunk_maxima, L.inf_flag, delayed_out(L));
     });
     FP8SIM_CUDA_CHECK_LAUNCH();
-    launch_stage2(L.chunk_maxima, grid, P, kDelayed, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
     return;
   }
   const FusedStage2 fused = plain_stages_1_2(L, dt, n, s);
