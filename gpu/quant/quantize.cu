@@ -9,9 +9,11 @@
 //    pairwise, then shfl_xor 1, 2, 4, ... across the team.
 //  * block kernel: any other geometry (long rows, RxC blocks, columns, a whole tensor with DE):
 //    one thread block per group; stats, then the encode pass re-reads the group (from L2).
-//  * tensor kernels (per-tensor plain / delayed scaling and pass-through formats): stage 1
-//    writes the max |x| of every 16K-element chunk, stage 2 reduces them and computes the scale
-//    (or takes maxima a producer emitted: "group scaling", one pass), stage 3 encodes.
+//  * tensor kernels (per-tensor plain / delayed scaling and pass-through formats): plain scaling's
+//    stage 1 writes the max |x| of every 16K-element chunk, stage 2 reduces them and computes the
+//    scale (or takes maxima a producer emitted: "group scaling", one pass), stage 3 encodes;
+//    delayed scaling encodes with the history's scale in one pass and one launch, whose last
+//    block reduces the blocks' maxima into the amax for the history.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -691,9 +693,10 @@ __device__ __noinline__ WordCodes encode_tensor_word_ref(const QuantKernelParams
 // every block first reduces a slice of the maxima, the last block computes the scale, and all
 // blocks wait for it at a grid barrier. The launch is cooperative, so all blocks are resident and
 // the barrier cannot deadlock. slot[2..4] (max, block counter, barrier flag) are zeroed by the
-// caller.
+// caller. Delayed scaling's kernels use only tensor_amax and scales (delayed_out), where their
+// last block puts the amax and the stored scale.
 struct FusedStage2 {
-  const uint32_t* maxima = nullptr;  // null: the scale is already in slot[0]
+  const uint32_t* maxima = nullptr;  // plain mode, null: the scale is already in slot[0]
   int64_t m = 0;
   float* tensor_amax = nullptr;
   float* scales = nullptr;
@@ -706,6 +709,7 @@ struct FusedStage2 {
 __device__ __forceinline__ void delayed_stage2_last_block(const QuantKernelParams& P, const uint32_t* block_amax,
                                                           uint32_t* slot, const FusedStage2& out) {
   if (!last_block_done(slot + 3)) return;
+  __threadfence();  // acquire: the other blocks' words are read after their count was seen
   Stats st = stats_init();
   for (unsigned i = threadIdx.x; i < gridDim.x; i += blockDim.x) {
     const uint32_t a = __ldcg(block_amax + i) & 0x7FFFFFFFu;  // from L2: written by other blocks
