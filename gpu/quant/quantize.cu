@@ -89,6 +89,18 @@ __device__ __forceinline__ double tree8(double (&t)[8]) {
   return t[0];
 }
 
+// The pairs tree8 sums, from the 16 terms term(j) of a lane (each pair's first term first).
+template <class Term>
+__device__ __forceinline__ void pair_sums(double (&pairs)[8], Term term) {
+#pragma unroll
+  for (int j = 0; j < 16; j += 2) {
+    double t[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) t[h] = term(j + h);
+    pairs[j / 2] = t[0] + t[1];
+  }
+}
+
 // ---- team kernel ----------------------------------------------------------------------------------
 // Storage format of an encoder traits type, as encode_guarded's template argument.
 template <class T>
@@ -246,31 +258,17 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
 #pragma unroll
           for (int j = 0; j < 16; ++j) special |= (f32_bits(lut[qc[j]]) & 0x7FFFFFFFu) >= 0x7F800000u;  // Inf, NaN
           if (table && !special) {
-#pragma unroll
-            for (int j = 0; j < 16; j += 2) {
-              double t[2];
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const float qd = lut[qc[j + h]];
-                const float y =
-                    compress_table_finite(qd, mant_tab[team_in_block][mant_index(qd)], cand.s, cand.c, Yinv);
-                t[h] = j + h < valid ? sq_err_term(v[j + h], y) : 0.0;
-              }
-              pairs[j / 2] = t[0] + t[1];
-            }
+            pair_sums(pairs, [&](int j) {
+              const float qd = lut[qc[j]];
+              const float y = compress_table_finite(qd, mant_tab[team_in_block][mant_index(qd)], cand.s, cand.c, Yinv);
+              return j < valid ? sq_err_term(v[j], y) : 0.0;
+            });
           } else {
-#pragma unroll
-            for (int j = 0; j < 16; j += 2) {
-              double t[2];
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const float qs = mul_rn(lut[qc[j + h]], cand.s);
-                const float y =
-                    mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), cand.c);
-                t[h] = j + h < valid ? sq_err_term(v[j + h], y) : 0.0;
-              }
-              pairs[j / 2] = t[0] + t[1];
-            }
+            pair_sums(pairs, [&](int j) {
+              const float qs = mul_rn(lut[qc[j]], cand.s);
+              const float y = mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), cand.c);
+              return j < valid ? sq_err_term(v[j], y) : 0.0;
+            });
           }
         } else {
 #pragma unroll
@@ -1086,21 +1084,6 @@ void launch_chunk_stats_dt(InDt dt, const void* x, int64_t n, int64_t chunk, uin
 // Whether this device runs cooperative launches (queried once).
 bool coop_launch_ok() { return device_attr_cached<cudaDevAttrCooperativeLaunch>(0) != 0; }
 
-// Stage 2 over m maxima into slot / tensor_amax / scales: one block for a short list; a long one
-// (group scaling's per-group maxima) goes through the multi-block max into acc[0], whose last
-// block to finish also computes the scale (acc[1]: its block counter).
-void launch_stage2(const uint32_t* maxima, int64_t m, const QuantKernelParams& P, int mode, uint32_t* slot,
-                   float* tensor_amax, float* scales, uint32_t* acc, cudaStream_t s) {
-  if (m > kOneBlockMaxima && acc) {  // acc[0] (the max) and acc[1] (the block counter) zeroed by the caller
-    max_maxima_kernel<<<grid_cap((m / 4 + 255) / 256, 8), 256, 0, s>>>(maxima, m, acc, acc + 1, P, mode, slot,
-                                                                       tensor_amax, scales);
-    FP8SIM_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  reduce_scale_kernel<<<1, m <= 32 ? 32 : 1024, 0, s>>>(maxima, m, P, mode, slot, tensor_amax, scales);
-  FP8SIM_CUDA_CHECK_LAUNCH();
-}
-
 // Whether the hardware converter may stand in for the reference encoder in the per-tensor
 // encode: never for stochastic rounding; non-saturating only where no |x/s| can overflow (a scale
 // from this tensor's own amax; delayed and producer-given scales can overflow).
@@ -1151,6 +1134,22 @@ Maxima stage1_maxima(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
   return {L.chunk_maxima, (n + kChunk - 1) / kChunk};
 }
 
+// Plain scaling's stage 2 over the maxima into L.slot / tensor_amax / scales: one block for a
+// short list; a long one (group scaling's per-group maxima) goes through the multi-block max into
+// slot[2], whose last block to finish (slot[3]: its block counter; both zeroed with the slot words
+// before the launch) also computes the scale.
+void launch_stage2(const QuantLaunch& L, const Maxima& mx, cudaStream_t s) {
+  uint32_t* acc = L.slot + 2;
+  if (mx.count > kOneBlockMaxima) {
+    max_maxima_kernel<<<grid_cap((mx.count / 4 + 255) / 256, 8), 256, 0, s>>>(mx.bits, mx.count, acc, acc + 1, L.params,
+                                                                              kPlain, L.slot, L.tensor_amax, L.scales);
+  } else {
+    reduce_scale_kernel<<<1, mx.count <= 32 ? 32 : 1024, 0, s>>>(mx.bits, mx.count, L.params, kPlain, L.slot,
+                                                                 L.tensor_amax, L.scales);
+  }
+  FP8SIM_CUDA_CHECK_LAUNCH();
+}
+
 // Kind::Passthrough: a 16-bit format, element by element, unscaled.
 void launch_passthrough(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
   const QuantKernelParams& P = L.params;
@@ -1173,7 +1172,7 @@ void launch_passthrough(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s
 void launch_scaled16(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
   const QuantKernelParams& P = L.params;
   const Maxima mx = stage1_maxima(L, dt, n, s);
-  launch_stage2(mx.bits, mx.count, P, kPlain, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
+  launch_stage2(L, mx, s);
   const int grid = grid_cap((n + 255) / 256, 16);
   auto* out = static_cast<uint16_t*>(L.codes);
   if (P.format == gpu_format_code(Format::BF16)) {
@@ -1229,7 +1228,7 @@ FusedStage2 plain_stages_1_2(const QuantLaunch& L, InDt dt, int64_t n, cudaStrea
     fused.tensor_amax = L.tensor_amax;
     fused.scales = L.scales;
   } else {
-    launch_stage2(mx.bits, mx.count, L.params, kPlain, L.slot, L.tensor_amax, L.scales, L.slot + 2, s);
+    launch_stage2(L, mx, s);
   }
   return fused;
 }
