@@ -114,11 +114,31 @@ __device__ __forceinline__ GuardedEnc coat_guarded(const QuantKernelParams& P, c
   return guarded_prep(ep, I, F, guarded_lim(P.format, P.saturate, f32_from_bits(0x7F800000u)));
 }
 
+// The reference for coat_encode16's flagged elements (bit j of todo), inline and out of line.
+template <class T>
+__device__ __forceinline__ void coat_encode_ref(const QuantKernelParams& P, const float* v, const ExpandParams& ep,
+                                                uint64_t flat0, uint32_t todo, uint8_t* q) {
+  const PowY Y = pow_y(ep.k);
+  for (int j = 0; j < 16; ++j) {
+    if (!((todo >> j) & 1u)) continue;
+    const float mag = pow_det_y(div_rn(dmath::abs_bits(v[j]), ep.c), Y);
+    const float t = div_rn(dmath::neg_if(mag, dmath::sign_bit(v[j])), ep.s);
+    q[j] = encode_value<T>(P, t, flat0 + j);
+  }
+}
+template <class T>
+__device__ __noinline__ void coat_encode_flagged(const QuantKernelParams& P, const float* v, const ExpandParams& ep,
+                                                 uint64_t flat0, uint32_t todo, uint8_t* q) {
+  coat_encode_ref<T>(P, v, ep, flat0, todo, q);
+}
+
 // The codes of 16 elements of one coat group (flat index of the first: flat0): the guarded
 // encoder where hw allows it (verified hardware converter, nearest rounding), and the reference
 // for every element it flags: expand_value with pow_det's y-only work done once per group
-// (pow_y / pow_det_y: same bits), then encode_fp8_*.
-template <class T>
+// (pow_y / pow_det_y: same bits), then encode_fp8_*. OUT: the flagged elements through
+// coat_encode_flagged (robust DE: its kernel is large enough that rare paths inline between the
+// common ones cost instruction fetches).
+template <class T, bool OUT = false>
 __device__ __forceinline__ void coat_encode16(const QuantKernelParams& P, const float (&v)[16], const ExpandParams& ep,
                                               bool hw, uint64_t flat0, uint8_t (&q)[16]) {
   uint32_t todo = 0xFFFFu;
@@ -132,15 +152,30 @@ __device__ __forceinline__ void coat_encode16(const QuantKernelParams& P, const 
       todo |= ((r >> 8) & 1u) << j;
     }
   }
-  if (todo != 0u) {
-    const PowY Y = pow_y(ep.k);
-    for (int j = 0; j < 16; ++j) {
-      if (!((todo >> j) & 1u)) continue;
-      const float mag = pow_det_y(div_rn(dmath::abs_bits(v[j]), ep.c), Y);
-      const float t = div_rn(dmath::neg_if(mag, dmath::sign_bit(v[j])), ep.s);
-      q[j] = encode_value<T>(P, t, flat0 + j);
-    }
+  if (OUT && todo != 0u) {
+    float vt[16];
+    uint8_t qt[16];
+#pragma unroll
+    for (int j = 0; j < 16; ++j) vt[j] = v[j], qt[j] = q[j];
+    coat_encode_flagged<T>(P, vt, ep, flat0, todo, qt);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) q[j] = qt[j];
+  } else if (todo != 0u) {
+    coat_encode_ref<T>(P, v, ep, flat0, todo, q);
   }
+}
+
+// fallback_pair's reference path, inline and out of line.
+template <class T>
+__device__ __forceinline__ uint32_t fallback_pair_ref(const QuantKernelParams& P, float v0, float v1, float s,
+                                                      uint64_t flat) {
+  return encode_value<T>(P, div_rn(v0, s), flat) |
+         (static_cast<uint32_t>(encode_value<T>(P, div_rn(v1, s), flat + 1)) << 8);
+}
+template <class T>
+__device__ __noinline__ uint32_t fallback_pair_outlined(const QuantKernelParams& P, float v0, float v1, float s,
+                                                        uint64_t flat) {
+  return fallback_pair_ref<T>(P, v0, v1, s, flat);
 }
 
 // Robust DE's fallback codes (k = c = 1: plain scaling, encode_value(x / s)) of elements j and
@@ -149,19 +184,35 @@ __device__ __forceinline__ void coat_encode16(const QuantKernelParams& P, const 
 // quotient is RN(x / s) by div_by with |x / s| <= fmax (1 + 2^-23), as |x| <= the group's absmax
 // and s = RN(absmax / fmax), so cvt2_hw's code equals encode_fp8_rne's under either saturation
 // mode (saturating storage: every finite input; otherwise everything below the overflow
-// threshold, fmax + half its ulp). Otherwise div_rn and encode_value.
-template <class T>
+// threshold, fmax + half its ulp). Otherwise div_rn and encode_value (OUT: out of line, as
+// coat_encode16's OUT).
+template <class T, bool OUT = false>
 __device__ __forceinline__ uint32_t fallback_pair(const QuantKernelParams& P, bool fast, const FastRecip& r, float v0,
                                                   float v1, float s, uint64_t flat) {
   if (fast) return cvt2_hw<T>(div_by(v0, r), div_by(v1, r));
-  return encode_value<T>(P, div_rn(v0, s), flat) |
-         (static_cast<uint32_t>(encode_value<T>(P, div_rn(v1, s), flat + 1)) << 8);
+  return OUT ? fallback_pair_outlined<T>(P, v0, v1, s, flat) : fallback_pair_ref<T>(P, v0, v1, s, flat);
 }
 __device__ __forceinline__ bool lane_finite16(const float (&v)[16]) {
   uint32_t m = 0;
 #pragma unroll
   for (int j = 0; j < 16; ++j) m = max(m, f32_bits(v[j]) & 0x7FFFFFFFu);
   return m < 0x7F800000u;
+}
+
+// The candidate's pair sums through pow_det_y (a group outside the mantissa table's range, or a
+// lane with an Inf / NaN code), out of line.
+template <class T>
+__device__ __noinline__ void cand_pairs_ref(const float* v, const uint8_t* qc, const float* lut,
+                                            const ExpandParams& cand, const PowY& Yinv, int valid, double* pairs) {
+  for (int j = 0; j < 16; j += 2) {
+    double t[2];
+    for (int h = 0; h < 2; ++h) {
+      const float qs = mul_rn(lut[qc[j + h]], cand.s);
+      const float y = mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), cand.c);
+      t[h] = j + h < valid ? sq_err_term(v[j + h], y) : 0.0;
+    }
+    pairs[j / 2] = t[0] + t[1];
+  }
 }
 
 // One team of `team` lanes per 1xG group, 16 elements per lane. A lane loads and stores only its
@@ -176,11 +227,15 @@ __device__ __forceinline__ bool lane_finite16(const float (&v)[16]) {
 // shapes, where 16-byte accesses pay, go to quant_1xg_fast_kernel / quant_coat_1xg_kernel, whose
 // lanes are all full and need no such test. Robust DE asks for two resident blocks per SM (128
 // registers, a few bytes spilled); the other modes give no minimum (0: nvcc then emits no .minnctapersm, as
-// when the argument is left out, and keeps their smaller register counts).
-template <class T, InDt D, int MODE>
+// when the argument is left out, and keeps their smaller register counts). SR = false: the caller
+// guarantees !P.stochastic, and the kernel carries no stochastic-rounding code (robust DE's
+// round-to-nearest instance: its code size, not its arithmetic, limits it through instruction
+// fetch); SR = true: P.stochastic decides at run time.
+template <class T, InDt D, int MODE, bool SR = true>
 __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
     quant_team_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
                       float* __restrict__ ks, float* __restrict__ cs, QuantKernelParams P, int team, bool hw) {
+  if constexpr (!SR) P.stochastic = false;  // a constant from here: every encode_value folds to RNE
   __shared__ float lut[256];
   __shared__ float2 mant_tab[MODE == kRobust ? 256 : 1][8];  // robust: each team's candidate table
   if constexpr (MODE == kRobust) fill_decode_table(lut, P.format);
@@ -229,7 +284,8 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
         double pairs[8];  // the fallback's pair sums (tree8)
 #pragma unroll
         for (int j = 0; j < 16; j += 2) {
-          const uint32_t c = fallback_pair<T>(P, fb_fast, fr, v[j], v[j + 1], fb.s, static_cast<uint64_t>(flat0 + j));
+          const uint32_t c =
+              fallback_pair<T, true>(P, fb_fast, fr, v[j], v[j + 1], fb.s, static_cast<uint64_t>(flat0 + j));
           const double t0 = j < valid ? sq_err_term(v[j], mul_rn(lut[c & 0xFFu], fb.s)) : 0.0;
           const double t1 = j + 1 < valid ? sq_err_term(v[j + 1], mul_rn(lut[(c >> 8) & 0xFFu], fb.s)) : 0.0;
           pairs[j / 2] = t0 + t1;
@@ -253,7 +309,7 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
           // The candidate's codes as coat mode makes them (coat_encode16: the guarded encoder where
           // the converter is verified, else expand_value's operations with the y-only work of
           // pow_det hoisted; same bits as encode_value(expand_value(x))).
-          coat_encode16<T>(P, v, cand, hw, static_cast<uint64_t>(flat0), qc);
+          coat_encode16<T, true>(P, v, cand, hw, static_cast<uint64_t>(flat0), qc);
           bool special = false;
 #pragma unroll
           for (int j = 0; j < 16; ++j) special |= (f32_bits(lut[qc[j]]) & 0x7FFFFFFFu) >= 0x7F800000u;  // Inf, NaN
@@ -264,11 +320,14 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
               return j < valid ? sq_err_term(v[j], y) : 0.0;
             });
           } else {
-            pair_sums(pairs, [&](int j) {
-              const float qs = mul_rn(lut[qc[j]], cand.s);
-              const float y = mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), cand.c);
-              return j < valid ? sq_err_term(v[j], y) : 0.0;
-            });
+            float vt[16];
+            uint8_t qt[16];
+            double pt[8];
+#pragma unroll
+            for (int j = 0; j < 16; ++j) vt[j] = v[j], qt[j] = qc[j];
+            cand_pairs_ref<T>(vt, qt, lut, cand, Yinv, valid, pt);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) pairs[j] = pt[j];
           }
         } else {
 #pragma unroll
@@ -286,7 +345,8 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
           const FastRecip fr = fast_recip(fb_fast ? fb.s : 1.0f);
 #pragma unroll
           for (int j = 0; j < 16; j += 2) {
-            const uint32_t c = fallback_pair<T>(P, fb_fast, fr, v[j], v[j + 1], fb.s, static_cast<uint64_t>(flat0 + j));
+            const uint32_t c =
+                fallback_pair<T, true>(P, fb_fast, fr, v[j], v[j + 1], fb.s, static_cast<uint64_t>(flat0 + j));
             q[j] = static_cast<uint8_t>(c);
             q[j + 1] = static_cast<uint8_t>(c >> 8);
           }
@@ -1352,7 +1412,10 @@ void launch_groups(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
           quant_team_kernel<T, D, kCoat><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw);
           break;
         default:
-          quant_team_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw);
+          if (P.stochastic)
+            quant_team_kernel<T, D, kRobust><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw);
+          else
+            quant_team_kernel<T, D, kRobust, false><<<grid, 256, 0, s>>>(L.x, codes, L.scales, L.k, L.c, P, team, hw);
           break;
       }
     });
