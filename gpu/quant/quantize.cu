@@ -114,30 +114,41 @@ __device__ __forceinline__ GuardedEnc coat_guarded(const QuantKernelParams& P, c
   return guarded_prep(ep, I, F, guarded_lim(P.format, P.saturate, f32_from_bits(0x7F800000u)));
 }
 
+// The encoder of the reference paths below: encode_value, or, for RNE (the caller guarantees
+// !P.stochastic), encode_fp8_rne alone, which is what encode_value then computes.
+template <class T, bool RNE>
+__device__ __forceinline__ uint8_t encode_ref(const QuantKernelParams& P, float v, uint64_t flat) {
+  if constexpr (RNE) return encode_fp8_rne<T>(v, P.saturate);
+  else return encode_value<T>(P, v, flat);
+}
+
 // The reference for coat_encode16's flagged elements (bit j of todo), inline and out of line.
-template <class T>
-__device__ __forceinline__ void coat_encode_ref(const QuantKernelParams& P, const float* v, const ExpandParams& ep,
-                                                uint64_t flat0, uint32_t todo, uint8_t* q) {
+template <class T, bool RNE>
+__device__ __forceinline__ void coat_encode_ref(const QuantKernelParams& P, const float (&v)[16],
+                                                const ExpandParams& ep, uint64_t flat0, uint32_t todo,
+                                                uint8_t (&q)[16]) {
   const PowY Y = pow_y(ep.k);
   for (int j = 0; j < 16; ++j) {
     if (!((todo >> j) & 1u)) continue;
     const float mag = pow_det_y(div_rn(dmath::abs_bits(v[j]), ep.c), Y);
     const float t = div_rn(dmath::neg_if(mag, dmath::sign_bit(v[j])), ep.s);
-    q[j] = encode_value<T>(P, t, flat0 + j);
+    q[j] = encode_ref<T, RNE>(P, t, flat0 + j);
   }
 }
 template <class T>
-__device__ __noinline__ void coat_encode_flagged(const QuantKernelParams& P, const float* v, const ExpandParams& ep,
-                                                 uint64_t flat0, uint32_t todo, uint8_t* q) {
-  coat_encode_ref<T>(P, v, ep, flat0, todo, q);
+__device__ __noinline__ void coat_encode_outlined(const QuantKernelParams& P, const float (&v)[16],
+                                                  const ExpandParams& ep, uint64_t flat0, uint32_t todo,
+                                                  uint8_t (&q)[16]) {
+  coat_encode_ref<T, true>(P, v, ep, flat0, todo, q);
 }
 
 // The codes of 16 elements of one coat group (flat index of the first: flat0): the guarded
 // encoder where hw allows it (verified hardware converter, nearest rounding), and the reference
 // for every element it flags: expand_value with pow_det's y-only work done once per group
-// (pow_y / pow_det_y: same bits), then encode_fp8_*. OUT: the flagged elements through
-// coat_encode_flagged (robust DE: its kernel is large enough that rare paths inline between the
-// common ones cost instruction fetches).
+// (pow_y / pow_det_y: same bits), then encode_fp8_*. OUT (the caller guarantees !P.stochastic):
+// the flagged elements through coat_encode_outlined, for robust DE, whose kernel is large enough
+// that rare paths inline between the common ones cost instruction fetches. The out-of-line
+// functions take copies of the lane's arrays, so that the arrays themselves stay in registers.
 template <class T, bool OUT = false>
 __device__ __forceinline__ void coat_encode16(const QuantKernelParams& P, const float (&v)[16], const ExpandParams& ep,
                                               bool hw, uint64_t flat0, uint8_t (&q)[16]) {
@@ -157,25 +168,25 @@ __device__ __forceinline__ void coat_encode16(const QuantKernelParams& P, const 
     uint8_t qt[16];
 #pragma unroll
     for (int j = 0; j < 16; ++j) vt[j] = v[j], qt[j] = q[j];
-    coat_encode_flagged<T>(P, vt, ep, flat0, todo, qt);
+    coat_encode_outlined<T>(P, vt, ep, flat0, todo, qt);
 #pragma unroll
     for (int j = 0; j < 16; ++j) q[j] = qt[j];
   } else if (todo != 0u) {
-    coat_encode_ref<T>(P, v, ep, flat0, todo, q);
+    coat_encode_ref<T, false>(P, v, ep, flat0, todo, q);
   }
 }
 
 // fallback_pair's reference path, inline and out of line.
-template <class T>
+template <class T, bool RNE>
 __device__ __forceinline__ uint32_t fallback_pair_ref(const QuantKernelParams& P, float v0, float v1, float s,
                                                       uint64_t flat) {
-  return encode_value<T>(P, div_rn(v0, s), flat) |
-         (static_cast<uint32_t>(encode_value<T>(P, div_rn(v1, s), flat + 1)) << 8);
+  return encode_ref<T, RNE>(P, div_rn(v0, s), flat) |
+         (static_cast<uint32_t>(encode_ref<T, RNE>(P, div_rn(v1, s), flat + 1)) << 8);
 }
 template <class T>
 __device__ __noinline__ uint32_t fallback_pair_outlined(const QuantKernelParams& P, float v0, float v1, float s,
                                                         uint64_t flat) {
-  return fallback_pair_ref<T>(P, v0, v1, s, flat);
+  return fallback_pair_ref<T, true>(P, v0, v1, s, flat);
 }
 
 // Robust DE's fallback codes (k = c = 1: plain scaling, encode_value(x / s)) of elements j and
@@ -190,7 +201,7 @@ template <class T, bool OUT = false>
 __device__ __forceinline__ uint32_t fallback_pair(const QuantKernelParams& P, bool fast, const FastRecip& r, float v0,
                                                   float v1, float s, uint64_t flat) {
   if (fast) return cvt2_hw<T>(div_by(v0, r), div_by(v1, r));
-  return OUT ? fallback_pair_outlined<T>(P, v0, v1, s, flat) : fallback_pair_ref<T>(P, v0, v1, s, flat);
+  return OUT ? fallback_pair_outlined<T>(P, v0, v1, s, flat) : fallback_pair_ref<T, false>(P, v0, v1, s, flat);
 }
 __device__ __forceinline__ bool lane_finite16(const float (&v)[16]) {
   uint32_t m = 0;
@@ -199,11 +210,13 @@ __device__ __forceinline__ bool lane_finite16(const float (&v)[16]) {
   return m < 0x7F800000u;
 }
 
-// The candidate's pair sums through pow_det_y (a group outside the mantissa table's range, or a
-// lane with an Inf / NaN code), out of line.
-template <class T>
-__device__ __noinline__ void cand_pairs_ref(const float* v, const uint8_t* qc, const float* lut,
-                                            const ExpandParams& cand, const PowY& Yinv, int valid, double* pairs) {
+// The candidate's pair sums (pair_sums' pairs, for tree8) through pow_det_y, for a group outside
+// the mantissa table's range or a lane with an Inf / NaN code: out of line, on copies of the
+// lane's arrays, and a loop that is not unrolled (pair_sums unrolls: 16 inline pows), as the path
+// is rare.
+__device__ __noinline__ void cand_pairs_outlined(const float (&v)[16], const uint8_t (&qc)[16], const float* lut,
+                                                 const ExpandParams& cand, const PowY& Yinv, int valid,
+                                                 double (&pairs)[8]) {
   for (int j = 0; j < 16; j += 2) {
     double t[2];
     for (int h = 0; h < 2; ++h) {
@@ -226,11 +239,11 @@ __device__ __noinline__ void cand_pairs_ref(const float* v, const uint8_t* qc, c
 // (clamp_guard_mismatches reports whether a build still does this). The aligned whole-group
 // shapes, where 16-byte accesses pay, go to quant_1xg_fast_kernel / quant_coat_1xg_kernel, whose
 // lanes are all full and need no such test. Robust DE asks for two resident blocks per SM (128
-// registers, a few bytes spilled); the other modes give no minimum (0: nvcc then emits no .minnctapersm, as
-// when the argument is left out, and keeps their smaller register counts). SR = false: the caller
-// guarantees !P.stochastic, and the kernel carries no stochastic-rounding code (robust DE's
-// round-to-nearest instance: its code size, not its arithmetic, limits it through instruction
-// fetch); SR = true: P.stochastic decides at run time.
+// registers; the out-of-line calls' array copies in a stack frame); the other modes give no minimum (0: nvcc then emits
+// no .minnctapersm, as when the argument is left out, and keeps their smaller register counts). SR = false: the caller
+// guarantees !P.stochastic, and the kernel and its out-of-line reference paths carry no
+// stochastic-rounding code (robust DE's round-to-nearest instance, whose code size limits it
+// through instruction fetch); SR = true: P.stochastic decides at run time.
 template <class T, InDt D, int MODE, bool SR = true>
 __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
     quant_team_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
@@ -285,7 +298,7 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
 #pragma unroll
         for (int j = 0; j < 16; j += 2) {
           const uint32_t c =
-              fallback_pair<T, true>(P, fb_fast, fr, v[j], v[j + 1], fb.s, static_cast<uint64_t>(flat0 + j));
+              fallback_pair<T, !SR>(P, fb_fast, fr, v[j], v[j + 1], fb.s, static_cast<uint64_t>(flat0 + j));
           const double t0 = j < valid ? sq_err_term(v[j], mul_rn(lut[c & 0xFFu], fb.s)) : 0.0;
           const double t1 = j + 1 < valid ? sq_err_term(v[j + 1], mul_rn(lut[(c >> 8) & 0xFFu], fb.s)) : 0.0;
           pairs[j / 2] = t0 + t1;
@@ -309,7 +322,7 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
           // The candidate's codes as coat mode makes them (coat_encode16: the guarded encoder where
           // the converter is verified, else expand_value's operations with the y-only work of
           // pow_det hoisted; same bits as encode_value(expand_value(x))).
-          coat_encode16<T, true>(P, v, cand, hw, static_cast<uint64_t>(flat0), qc);
+          coat_encode16<T, !SR>(P, v, cand, hw, static_cast<uint64_t>(flat0), qc);
           bool special = false;
 #pragma unroll
           for (int j = 0; j < 16; ++j) special |= (f32_bits(lut[qc[j]]) & 0x7FFFFFFFu) >= 0x7F800000u;  // Inf, NaN
@@ -325,7 +338,7 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
             double pt[8];
 #pragma unroll
             for (int j = 0; j < 16; ++j) vt[j] = v[j], qt[j] = qc[j];
-            cand_pairs_ref<T>(vt, qt, lut, cand, Yinv, valid, pt);
+            cand_pairs_outlined(vt, qt, lut, cand, Yinv, valid, pt);
 #pragma unroll
             for (int j = 0; j < 8; ++j) pairs[j] = pt[j];
           }
@@ -346,7 +359,7 @@ __global__ void __launch_bounds__(256, MODE == kRobust ? 2 : 0)
 #pragma unroll
           for (int j = 0; j < 16; j += 2) {
             const uint32_t c =
-                fallback_pair<T, true>(P, fb_fast, fr, v[j], v[j + 1], fb.s, static_cast<uint64_t>(flat0 + j));
+                fallback_pair<T, !SR>(P, fb_fast, fr, v[j], v[j + 1], fb.s, static_cast<uint64_t>(flat0 + j));
             q[j] = static_cast<uint8_t>(c);
             q[j + 1] = static_cast<uint8_t>(c >> 8);
           }
