@@ -90,9 +90,10 @@ __device__ __forceinline__ double tree8(double (&t)[8]) {
 }
 
 // The pairs tree8 sums, from the 16 terms term(j) of a lane (each pair's first term first).
-template <class Term>
+// UNROLL = 1 keeps the loop rolled (a rare path's code stays small).
+template <int UNROLL = 8, class Term>
 __device__ __forceinline__ void pair_sums(double (&pairs)[8], Term term) {
-#pragma unroll
+#pragma unroll UNROLL
   for (int j = 0; j < 16; j += 2) {
     double t[2];
 #pragma unroll
@@ -212,20 +213,15 @@ __device__ __forceinline__ bool lane_finite16(const float (&v)[16]) {
 
 // The candidate's pair sums (pair_sums' pairs, for tree8) through pow_det_y, for a group outside
 // the mantissa table's range or a lane with an Inf / NaN code: out of line, on copies of the
-// lane's arrays, and a loop that is not unrolled (pair_sums unrolls: 16 inline pows), as the path
-// is rare.
+// lane's arrays, and rolled, as the path is rare.
 __device__ __noinline__ void cand_pairs_outlined(const float (&v)[16], const uint8_t (&qc)[16], const float* lut,
                                                  const ExpandParams& cand, const PowY& Yinv, int valid,
                                                  double (&pairs)[8]) {
-  for (int j = 0; j < 16; j += 2) {
-    double t[2];
-    for (int h = 0; h < 2; ++h) {
-      const float qs = mul_rn(lut[qc[j + h]], cand.s);
-      const float y = mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), cand.c);
-      t[h] = j + h < valid ? sq_err_term(v[j + h], y) : 0.0;
-    }
-    pairs[j / 2] = t[0] + t[1];
-  }
+  pair_sums<1>(pairs, [&](int j) {
+    const float qs = mul_rn(lut[qc[j]], cand.s);
+    const float y = mul_rn(dmath::neg_if(pow_det_y(dmath::abs_bits(qs), Yinv), dmath::sign_bit(qs)), cand.c);
+    return j < valid ? sq_err_term(v[j], y) : 0.0;
+  });
 }
 
 // One team of `team` lanes per 1xG group, 16 elements per lane. A lane loads and stores only its
