@@ -55,6 +55,7 @@ Usage:
   torchrun --nproc_per_node 2 scripts/measure_step.py --check --dist fsdp2   # and of the sharding, on gloo
 """
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -300,6 +301,33 @@ def is_weight_copy(t):
     return False
 
 
+class GcClock:
+    """Time (ms) and count (per generation) the collections of Python's cyclic garbage collector while
+    active: a collection runs inside whichever phase allocates past the collector's threshold, so a
+    step it slows shows as such. gc.callbacks brackets each collection."""
+
+    def __init__(self):
+        self.reset()
+        self._t = 0.0
+
+    def reset(self):
+        self.ms, self.n = 0.0, [0, 0, 0]
+
+    def __call__(self, phase, info):
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.ms += (time.perf_counter() - self._t) * 1e3
+            self.n[info["generation"]] += 1
+
+    def __enter__(self):
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        gc.callbacks.remove(self)
+
+
 class Stepper:
     def __init__(self, s, cfg, dev):
         self.s, self.cfg, self.dev = s, cfg, dev
@@ -393,25 +421,33 @@ class Stepper:
                 self.step(inp, tgt)
             return [(time.perf_counter() - t0) * 1e3 / n], None
         times, host = [], []
-        for _ in range(n):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            t0 = time.perf_counter()
-            self.s.opt.zero_grad(set_to_none=self.s.set_to_none)
-            loss, held = self.forward_loss(inp, tgt)
-            t1 = time.perf_counter()
-            loss.backward()
-            del held
-            t2 = time.perf_counter()
-            self.s.opt.step()
-            t3 = time.perf_counter()  # until the host has issued the step
-            b.record()
-            del loss
-            b.synchronize()
-            times.append(a.elapsed_time(b))
-            host.append({"total": (t3 - t0) * 1e3, "forward": (t1 - t0) * 1e3, "backward": (t2 - t1) * 1e3,
-                         "optimizer": (t3 - t2) * 1e3})
+        with GcClock() as clock:
+            for _ in range(n):
+                clock.reset()
+                times.append(self._timed_step(inp, tgt, host))
+                host[-1]["gc"] = clock.ms
+                host[-1]["gc_collections"] = list(clock.n)
         return times, host
+
+    def _timed_step(self, inp, tgt, host):
+        """One CUDA-event-timed step (ms); appends its host times to `host`."""
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        t0 = time.perf_counter()
+        self.s.opt.zero_grad(set_to_none=self.s.set_to_none)
+        loss, held = self.forward_loss(inp, tgt)
+        t1 = time.perf_counter()
+        loss.backward()
+        del held
+        t2 = time.perf_counter()
+        self.s.opt.step()
+        t3 = time.perf_counter()  # until the host has issued the step
+        b.record()
+        del loss
+        b.synchronize()
+        host.append({"total": (t3 - t0) * 1e3, "forward": (t1 - t0) * 1e3, "backward": (t2 - t1) * 1e3,
+                     "optimizer": (t3 - t2) * 1e3})
+        return a.elapsed_time(b)
 
     def profiled(self, inp, tgt):
         """One step under the PyTorch profiler: kernels launched, GPU busy time, time per class."""
@@ -684,6 +720,9 @@ def run(args):
         if m["live"]:
             r["live_at_peak"] = m["live"]
         if args.steps > 0:
+            if args.gc_freeze:
+                gc.collect()
+                gc.freeze()
             times, host = st.timed(inp, tgt, args.steps)
             r["step_ms"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times),
                             "all": [round(x, 4) for x in times]}
@@ -696,8 +735,11 @@ def run(args):
                                              for k in ("forward", "backward", "optimizer")}
                 # Per step, in the order of step_ms.all: a host that alternates between two speeds
                 # shows here, where the medians hide it.
-                r["host_issue_steps_ms"] = [{k: round(h[k], 4) for k in ("forward", "backward", "optimizer")}
+                r["host_issue_steps_ms"] = [{k: round(h[k], 4) for k in ("forward", "backward", "optimizer", "gc")}
                                             for h in host]
+                # Python's garbage collections during each step (generations 0, 1, 2); their time is
+                # the "gc" of host_issue_steps_ms, part of whichever phase they ran in.
+                r["gc_collections_steps"] = [h["gc_collections"] for h in host]
         if args.profile:
             r["profile"] = st.profiled(inp, tgt)
         del inp, tgt
@@ -723,7 +765,7 @@ def run(args):
         "checkpointing": args.checkpointing, "recipe": s.recipe, "training": s.training,
         "model": cfg["name"], "model_config_path": cfg_path, "model_config": cfg, "params": n_params,
         "gpus": world, "zero": 3 if args.dist == "fsdp2" else 0, "seq": args.seq, "grads_persist": not s.set_to_none,
-        "loop_holds_logits": s.holds_logits, "runs": runs,
+        "loop_holds_logits": s.holds_logits, "gc_frozen": args.gc_freeze, "runs": runs,
     }
     if args.dist:
         doc["dist"] = args.dist
@@ -732,7 +774,6 @@ def run(args):
         if dev.type == "cuda":
             doc["device"] += f" x {world}"
         # The wrapped model (DDP's reducer, FSDP2's hooks) goes before its process group does.
-        import gc
         import torch.distributed as dist
         dist.barrier()
         s.model = s.opt = st.s = None
@@ -768,6 +809,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="steps before measuring (default 2)")
     ap.add_argument("--steps", type=int, default=0, help="timed steps after the memory step (default 0)")
     ap.add_argument("--profile", action="store_true", help="one more step under the PyTorch profiler")
+    ap.add_argument("--gc-freeze", action="store_true",
+                    help="gc.collect() then gc.freeze() before the timed steps: the objects alive then (model, "
+                         "optimizer, compiled code) are never scanned again by Python's garbage collector, as in a "
+                         "training loop that freezes its heap")
     ap.add_argument("--snapshot", action="store_true",
                     help="record the allocator's history during the measured step and keep the blocks alive at "
                          "its peak, by allocating source line (live_at_peak)")

@@ -55,6 +55,24 @@ def test_live_at_peak_replays_to_the_peak_and_groups_by_site(ms):
     assert sum(s["bytes"] for s in live["sites"]) == live["traced_alive_at_peak"]
 
 
+def test_gc_clock_counts_collections_by_generation_only_while_active(ms):
+    """The timed steps' garbage-collector record: a full collection inside the clock counts as one
+    generation-2 collection with its time; reset() zeroes both; nothing counts once the clock exits."""
+    import gc
+
+    with ms.GcClock() as clock:
+        assert clock in gc.callbacks
+        gc.collect(2)
+        assert clock.n[2] >= 1 and clock.ms > 0.0
+        clock.reset()
+        assert clock.n == [0, 0, 0] and clock.ms == 0.0
+        gc.collect(0)
+        assert clock.n[0] >= 1 and clock.n[2] == 0
+    assert clock not in gc.callbacks
+    gc.collect(2)
+    assert clock.n[2] == 0
+
+
 def test_torch_loop_holds_its_logits(tmp_path):
     out = tmp_path / "check.json"
     r = subprocess.run([sys.executable, str(SCRIPTS / "measure_step.py"), "--check", "--framework", "torch",
