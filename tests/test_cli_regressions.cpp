@@ -231,5 +231,108 @@ TEST(CliRegressions, CpuCommandsStartUnderAHalfGigabyteAddressSpaceLimit) {
   EXPECT_EQ(run({"speed"}, o).exit_code, 0);
 }
 
+// A copy of the data folders a run finds by name (models, recipes, the default calibration), so
+// that a run pointed at them through FP8SIM_SOURCE_DIR may try to overwrite them.
+std::string copied_source_dir() {
+  const fs::path src = fs::path(test::sample_trace()).parent_path().parent_path();
+  const fs::path dst = fs::path(test::temp_dir()) / "src";
+  fs::create_directories(dst / "reports" / "h200");
+  fs::copy(src / "models", dst / "models", fs::copy_options::recursive);
+  fs::copy(src / "recipes", dst / "recipes", fs::copy_options::recursive);
+  fs::copy(src / "traces", dst / "traces", fs::copy_options::recursive);
+  fs::copy_file(src / "reports" / "h200" / "calibration.json", dst / "reports" / "h200" / "calibration.json");
+  return dst.string();
+}
+
+TEST(CliRegressions, InputsFoundByNameOrDefaultAreNeverOverwritten) {
+  const std::string S = copied_source_dir();
+  RunOptions o;
+  o.env["FP8SIM_SOURCE_DIR"] = S;
+  const std::string T = S + "/traces/" + fs::path(test::sample_trace()).filename().string();
+  struct Case {
+    std::vector<std::string> args;
+    std::string victim;
+  };
+  const std::vector<Case> cases = {
+      {{"synth", "--model", "tiny-llama", "--out", S + "/models/tiny-llama.json"}, S + "/models/tiny-llama.json"},
+      {{"memory", "--model", "llama2-7b", "-q", "--json", S + "/models/llama2-7b.json"}, S + "/models/llama2-7b.json"},
+      {{"analyze", T, "--recipe", "coat", "-q", "--json", S + "/recipes/coat.json"}, S + "/recipes/coat.json"},
+      {{"recipes", "-q", "--json", S + "/recipes/te.json"}, S + "/recipes/te.json"},
+      {{"speed", "--recipes", "bf16", "-q", "--json", S + "/reports/h200/calibration.json"},
+       S + "/reports/h200/calibration.json"},
+  };
+  for (const Case& c : cases) {
+    const std::string before = test::file_content(c.victim);
+    ASSERT_FALSE(before.empty()) << c.victim;
+    expect_error(run(c.args, o), 2, "never writes over its inputs", c.args[0] + " over " + c.victim);
+    EXPECT_EQ(test::file_content(c.victim), before) << c.victim;
+    EXPECT_TRUE(test::temporaries_in(fs::path(c.victim).parent_path().string()).empty()) << c.victim;
+  }
+  // A report whose --out folder holds a recipe file the run reads: refused, the file kept.
+  const std::string out = test::temp_dir() + "/rep";
+  ASSERT_EQ(
+      run({"report", T, "--model", "tiny-llama", "--recipes", "coat", "--no-plots", "-q", "--out", out}, o).exit_code,
+      0);
+  fs::copy_file(S + "/recipes/coat.json", out + "/mine.json");
+  expect_error(
+      run({"report", T, "--model", "tiny-llama", "--recipes", out + "/mine.json", "--no-plots", "-q", "--out", out}, o),
+      2, "recipe file", "report --out holding a recipe");
+  EXPECT_TRUE(fs::exists(out + "/mine.json"));
+}
+
+TEST(CliRegressions, FailedWritesAndUnwritableStreamsEndInOneLine) {
+  const std::string dir = test::temp_dir();
+  // The file-size limit under a trace being written: one line, status 1, no temporary, no crash
+  // inside HDF5 (which closing such a file, or its teardown at exit, would cause).
+  RunOptions small;
+  small.rlimit_fsize = 100 * 1024;
+  expect_error(run({"synth", "--out", dir + "/big.h5"}, small), 1, "File too large", "synth under ulimit -f");
+  EXPECT_TRUE(test::temporaries_in(dir).empty());
+  EXPECT_FALSE(fs::exists(dir + "/big.h5"));
+  // Standard output that cannot take the tables: status 1 and a line on stderr.
+  const std::string bin = test::fp8sim_binary();
+  // (in a subshell: run_shell adds its own redirections after the command)
+  const test::CommandResult full = test::run_shell("('" + bin + "' memory --model llama2-7b > /dev/full)");
+  EXPECT_EQ(full.exit_code, 1) << full.err;
+  EXPECT_NE(full.err.find("cannot write to standard output"), std::string::npos) << full.err;
+  // Standard error that cannot take the error line: the status still says it (no abort).
+  EXPECT_EQ(test::run_shell("('" + bin + "' info " + dir + "/nonexistent.h5 2> /dev/full)").exit_code, 1);
+  // --quiet with an output named /dev/stdout: the data still reach standard output.
+  const RunResult q = run({"memory", "--model", "llama2-7b", "-q", "--json", "/dev/stdout"});
+  EXPECT_EQ(q.exit_code, 0) << q.err;
+  EXPECT_NO_THROW(Json::parse(q.out)) << q.out.substr(0, 200);
+}
+
+TEST(CliRegressions, OddValuesGetTheRightStatus) {
+  const std::string dir = test::temp_dir();
+  const std::string T = test::sample_trace();
+  expect_error(run({"quantize", "--spec", "e4m3:g16", "--in", dir + "/x.npy", "--threads", "100000"}), 2, "--threads",
+               "quantize --threads 100000");
+  expect_error(run({"analyze", T, "--threads", "100000"}), 2, "--threads", "analyze --threads 100000");
+  expect_error(run({"accum", "--seed", "-1"}), 2, "--seed", "accum --seed -1");
+  expect_error(run({"accum", "--k", ""}), 2, "--k", "accum --k ''");
+  expect_error(run({"accum", "--k", "128,,256"}), 2, "empty item", "accum --k 128,,256");
+  expect_error(run({"synth", "--seed", "-1", "--out", dir + "/s.h5", "--dry-run"}), 2, "--seed", "synth --seed -1");
+  // A recipe file that does not exist is a missing input (1); an unknown name is bad usage (2).
+  expect_error(run({"analyze", T, "--recipe", dir + "/none.json"}), 1, "no such file", "missing recipe file");
+  expect_error(run({"speed", "--recipes", "none.json"}), 1, "no such file", "speed: missing recipe file");
+  expect_error(run({"analyze", T, "--recipe", "nope"}), 2, "unknown recipe", "unknown recipe name");
+  // A value in a measurement file that the model refuses is bad data in that file (1), named so.
+  Json m = Json::parse(test::file_content(
+      (fs::path(T).parent_path().parent_path() / "reports" / "h200" / "memory_measured.json").string()));
+  m["batch"] = 0;
+  const std::string bad = dir + "/measured.json";
+  std::ofstream(bad) << m.dump(1);
+  expect_error(run({"memory", "--validate", bad}), 1, "measured.json", "measurement with batch 0");
+  // A budget larger than any batch fp8sim models: the search stops at that limit, no error.
+  const RunResult big = run({"memory", "--model", "tiny-llama", "--gpu-mem-gib", "100000", "--json", "-"});
+  EXPECT_EQ(big.exit_code, 0) << big.err;
+  EXPECT_EQ(Json::parse(big.out).at("max_batch").as_int(), int64_t{1} << 20);
+  expect_error(run({"memory", "--model", "llama2-7b", "--gpu-mem-gib", "1e308"}), 2, "--gpu-mem-gib",
+               "memory --gpu-mem-gib 1e308");
+  expect_error(run({"cast", "--format", "bf17", "1"}), 2, "cast takes e4m3, e5m2, e2m1, e2m3 or e3m2",
+               "cast --format bf17");
+}
+
 }  // namespace
 }  // namespace fp8sim

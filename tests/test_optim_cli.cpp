@@ -68,7 +68,7 @@ TEST(OptimCli, BadInputOneLineErrorNoPartialOutput) {
       {{"optim", no_window, "--json", json}, 1, "no grad window"},
       {{"optim", kSample, "--recipe", "nonsense", "--json", json}, 2, "nonsense"},
       {{"optim", kSample, "--recipe", "m=e4m3:g128,v=e9m9:g128", "--json", json}, 2, "second moment"},
-      {{"optim", kSample, "--recipe", "coat", "--recipe", "coat", "--json", json}, 1, "given twice"},
+      {{"optim", kSample, "--recipe", "coat", "--recipe", "coat", "--json", json}, 2, "given twice"},
       {{"optim", kSample, "--steps", "-1", "--json", json}, 2, "--steps"},
       {{"optim", kSample, "--steps", "99", "--json", json}, 1, "exceeds"},
       {{"optim", kSample, "--steps", "two", "--json", json}, 2, "steps"},

@@ -393,7 +393,7 @@ TEST(SpeedFrameworkCli, PredictsValidatesAndRefusesBadInput) {
   for (const Bad& b : std::vector<Bad>{
            {{"--framework", "megatron"}, 2, "not modelled"},
            {{"--framework", "hf", "--recipes", "coat"}, 2, "does not go with --framework"},
-           {{"--framework", "hf", "--validate", "/no/such/dir"}, 2, "no such file"},
+           {{"--framework", "hf", "--validate", "/no/such/dir"}, 1, "no such file"},
            {{"--framework", "hf", "--validate", kSource + "/reports/h200/frameworks", "--batch", "2"},
             2,
             "drop --model"},

@@ -1,4 +1,5 @@
 #include "sim/app/cli.hpp"
+#include "sim/common/io.hpp"
 
 #include <fmt/format.h>
 
@@ -33,7 +34,12 @@ std::string recipe_names_for_help(std::vector<std::string> (*names)()) {
 }
 
 void note(const std::string& line) {
-  if (!g_quiet) fmt::print(stderr, "{}\n", line);
+  if (!g_quiet) fp8sim::eprint("{}\n", line);
+}
+
+void check_threads(int threads) {
+  if (threads < 0 || threads > kMaxThreads)
+    throw UsageError(fmt::format("--threads must be 0 (every core) to {}, not {}", kMaxThreads, threads));
 }
 
 uint64_t parse_u64(const std::string& option, const std::string& text) {

@@ -48,6 +48,11 @@ void note(const std::string& line);
 // An unsigned count given as text: digits only (no sign, so "-1" never wraps to 2^64-1).
 uint64_t parse_u64(const std::string& option, const std::string& text);
 
+// --threads: 0 (every core) up to kMaxThreads; anything else is a UsageError. (A pool of tens of
+// thousands of threads exhausts memory inside the threading runtime instead of failing cleanly.)
+inline constexpr int kMaxThreads = 1024;
+void check_threads(int threads);
+
 // Recipe names for a help text, `names` being one of the registry's lists (sim/recipe), joined
 // with ", "; when the registry cannot be read, a pointer to `fp8sim recipes` instead, so that
 // --help works whatever the recipes folder holds.

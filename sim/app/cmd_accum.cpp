@@ -8,18 +8,24 @@
 #include "sim/common/io.hpp"
 #include "sim/common/output.hpp"
 #include "sim/gemm/tc_study.hpp"
+#include "sim/quant/spec.hpp"
 
 namespace fp8sim {
 namespace {
 
 namespace po = boost::program_options;
 
-std::vector<std::string> split_list(const std::string& s) {
+// A comma-separated list given to `option`: no empty list, no empty item ("128,,256").
+std::vector<std::string> split_list(const std::string& option, const std::string& s) {
+  if (s.empty()) throw UsageError(fmt::format("{} is empty", option));
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string tok;
-  while (std::getline(ss, tok, ','))
-    if (!tok.empty()) out.push_back(tok);
+  while (std::getline(ss, tok, ',')) {
+    if (tok.empty()) throw UsageError(fmt::format("{} '{}' has an empty item", option, s));
+    out.push_back(tok);
+  }
+  if (out.empty() || s.back() == ',') throw UsageError(fmt::format("{} '{}' has an empty item", option, s));
   return out;
 }
 
@@ -67,14 +73,14 @@ int run_accum_cmd(const std::vector<std::string>& args) {
   po::options_description opts("options");
   std::string ks_raw, iv_raw, data_raw, json_out, md_out;
   int64_t m = 64, n = 64;
-  uint64_t seed = 1;
+  std::string seed_text = "1";
   opts.add_options()("k", po::value(&ks_raw), "K values, comma separated (default 128,256,...,16384)")(
       "promote", po::value(&iv_raw),
       "promotion intervals of the FP8 tensor cores: multiples of 32, or 0 / never for fast accumulation "
       "(default 32,128,512,never)")("data", po::value(&data_raw),
                                     "normal, positive, lognormal (comma separated; default all three)")(
       "m", po::value(&m)->default_value(64), "rows of Y per K")(
-      "n", po::value(&n)->default_value(64), "columns of Y per K")("seed", po::value(&seed)->default_value(1),
+      "n", po::value(&n)->default_value(64), "columns of Y per K")("seed", po::value(&seed_text)->default_value("1"),
                                                                    "seed of the operands")(
       "json", po::value(&json_out), "write the study (with the plot data scripts/plots.py draws) here (- : stdout)")(
       "md", po::value(&md_out), "write the Markdown tables here (- : stdout)");
@@ -93,30 +99,25 @@ int run_accum_cmd(const std::vector<std::string>& args) {
                   "  fp8sim accum --json accum.json --md accum.md && python3 scripts/plots.py accum.json ."))
     return 0;
   gemm::AccumStudyOptions o;
-  if (!ks_raw.empty()) {
+  if (vm.count("k")) {
     o.ks.clear();
-    for (const auto& t : split_list(ks_raw)) o.ks.push_back(parse_int("--k", t));
-    if (o.ks.empty()) throw UsageError("--k is empty");
+    for (const auto& t : split_list("--k", ks_raw)) o.ks.push_back(parse_int("--k", t));
   }
-  if (!iv_raw.empty()) {
+  if (vm.count("promote")) {
     o.intervals.clear();
-    for (const auto& t : split_list(iv_raw)) {
+    for (const auto& t : split_list("--promote", iv_raw)) {
       const int64_t v = t == "never" ? 0 : parse_int("--promote", t);
       if (v < 0 || v > (int64_t{1} << 30)) throw UsageError(fmt::format("--promote: {} is out of range", t));
       o.intervals.push_back(static_cast<int>(v));
     }
-    if (o.intervals.empty()) throw UsageError("--promote is empty");
   }
-  if (!data_raw.empty()) {
-    o.data = split_list(data_raw);
-    if (o.data.empty()) throw UsageError("--data is empty");
-  }
+  if (vm.count("data")) o.data = split_list("--data", data_raw);
   for (const int64_t k : o.ks)
     if (k < 1 || k > (int64_t{1} << 20)) throw UsageError(fmt::format("--k: {} is outside 1 .. 1048576", k));
   if (m < 1 || n < 1 || m > 4096 || n > 4096) throw UsageError("--m and --n must be 1 .. 4096");
   o.m = m;
   o.n = n;
-  o.seed = seed;
+  o.seed = parse_seed(seed_text, "--seed");
   RunFiles files;
   const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
   const int md_id = vm.count("md") ? files.output("--md", md_out) : -1;

@@ -112,7 +112,7 @@ int run_analyze(const std::vector<std::string>& args) {
     return 0;
   }
   if (trace_path.empty()) throw UsageError("no trace given (see 'fp8sim analyze --help')");
-  if (threads < 0) throw UsageError("--threads must be >= 0");
+  cli::check_threads(threads);
   RunFiles files;
   files.input("TRACE", trace_path);
   if (!recipe::is_registered(recipe_arg)) files.input("--recipe", recipe_arg);
@@ -219,16 +219,16 @@ int run_analyze(const std::vector<std::string>& args) {
   if (!bad.empty()) {
     std::string names;
     for (size_t i = 0; i < bad.size() && i < 4; ++i) names += (i ? ", " : "") + bad[i];
-    fmt::print(stderr,
-               "fp8sim analyze: warning: {} tensor(s) hold NaN/Inf values ({}{}); their counts are in the "
-               "per-tensor nan_count / inf_count fields\n",
-               bad.size(), names, bad.size() > 4 ? ", ..." : "");
+    fp8sim::eprint(
+        "fp8sim analyze: warning: {} tensor(s) hold NaN/Inf values ({}{}); their counts are in the "
+        "per-tensor nan_count / inf_count fields\n",
+        bad.size(), names, bad.size() > 4 ? ", ..." : "");
   }
   if (const auto& un = a.unmatched_tensors; !un.empty())
-    fmt::print(stderr, "fp8sim analyze: note: {} tensor(s) matched no rule of recipe {} and stay unquantized\n",
-               un.size(), rec.name);
+    fp8sim::eprint("fp8sim analyze: note: {} tensor(s) matched no rule of recipe {} and stay unquantized\n", un.size(),
+                   rec.name);
   if (const auto& sk = a.skipped_gemms; !sk.empty())
-    fmt::print(stderr, "fp8sim analyze: note: {} GEMM(s) skipped (see skipped_gemms in --json)\n", sk.size());
+    fp8sim::eprint("fp8sim analyze: note: {} GEMM(s) skipped (see skipped_gemms in --json)\n", sk.size());
   if (const auto& t = a.rank_times; t.size() > 1) {
     const auto [lo, hi] =
         std::minmax_element(t.begin(), t.end(), [](const auto& x, const auto& y) { return x.work < y.work; });

@@ -216,7 +216,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
     o.ops.clear();
     for (const auto& k : doc.kernels)
       if (std::find(o.ops.begin(), o.ops.end(), k.op) == o.ops.end()) o.ops.push_back(k.op);
-    fmt::print(stderr, "{}", load_peers(o));
+    fp8sim::eprint("{}", load_peers(o));
     std::string md;
     try {
       doc.rerendered = o.command_line;  // the timing and its command stay the original run's
@@ -232,7 +232,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   const std::string peer_warnings = load_peers(o);  // printed once the GPU is known to be there
   gpu::Backend& gpu = gpu_api::backend();
   gpu.require("bench times CUDA kernels and needs a GPU");
-  fmt::print(stderr, "{}", peer_warnings);
+  fp8sim::eprint("{}", peer_warnings);
   const bench::BenchDoc doc = gpu.run_bench(o);
   const auto rows = bench::table_rows(doc);
   cli::print_table(bench::table_header(), rows);
@@ -244,7 +244,7 @@ int run_bench_cmd(const std::vector<std::string>& args) {
   int failed = 0;
   for (const auto& k : doc.kernels)
     if (k.status && k.status->rfind("error", 0) == 0) ++failed;
-  if (failed) fmt::print(stderr, "fp8sim bench: {} kernel(s) failed (see their status)\n", failed);
+  if (failed) fp8sim::eprint("fp8sim bench: {} kernel(s) failed (see their status)\n", failed);
   return failed ? 1 : 0;
 }
 

@@ -105,7 +105,7 @@ int run_calibrate(const std::vector<std::string>& args) {
     std::vector<std::vector<std::string>> fam;
     for (const KernelFamily& f : kernel_families()) fam.push_back({f.name, std::to_string(f.version), f.code});
     cli::print_table({"family", "version", "kernels"}, fam);
-    for (const std::string& n : notes) fmt::print(stderr, "fp8sim calibrate: note: {}\n", n);
+    for (const std::string& n : notes) fp8sim::eprint("fp8sim calibrate: note: {}\n", n);
     return 0;
   }
   if (out.empty()) throw UsageError("--out FILE is required (where the calibration goes)");
@@ -133,10 +133,10 @@ int run_calibrate(const std::vector<std::string>& args) {
   const Calibration cal = calibrate(o, gpu_api::backend(), notes);
   if (bar) bar->finish();
   files.write(out_id, cal.to_json().dump(1) + "\n");
-  for (const std::string& n : notes) fmt::print(stderr, "fp8sim calibrate: note: {}\n", n);
+  for (const std::string& n : notes) fp8sim::eprint("fp8sim calibrate: note: {}\n", n);
   if (const Json* sk = cal.device.find("skipped_kernels"))
-    fmt::print(stderr, "fp8sim calibrate: warning: {} kernel(s) could not run (the file's device.skipped_kernels)\n",
-               sk->size());
+    fp8sim::eprint("fp8sim calibrate: warning: {} kernel(s) could not run (the file's device.skipped_kernels)\n",
+                   sk->size());
   fmt::print("{} kernels measured on {} (commit {})\n", cal.measurements().size(),
              cal.device.contains("name") ? cal.device.at("name").as_string() : std::string("the GPU"), cal.commit);
   std::fflush(stdout);

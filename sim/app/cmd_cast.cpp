@@ -198,7 +198,11 @@ int run_cast(const std::vector<std::string>& raw_args) {
     return 0;
 
   CastOptions co;
-  co.format = parse_format(format);
+  try {
+    co.format = parse_format(format);
+  } catch (const UsageError&) {  // its list names every format, some of which cast does not take
+    throw UsageError(fmt::format("unknown format '{}' (cast takes e4m3, e5m2, e2m1, e2m3 or e3m2)", format));
+  }
   if (!is_small_float(co.format))
     throw UsageError(fmt::format("--format must be e4m3, e5m2, e2m1, e2m3 or e3m2, not '{}'", format));
   co.saturation = vm.count("no-saturate") ? Saturation::None : Saturation::Finite;

@@ -169,7 +169,7 @@ int run_optim(const std::vector<std::string>& args) {
   }
   if (trace.empty()) throw UsageError("no TRACE given (see 'fp8sim optim --help')");
   if (steps < 0) throw UsageError(fmt::format("--steps must be >= 0, got {}", steps));
-  if (threads < 0) throw UsageError(fmt::format("--threads must be >= 0, got {}", threads));
+  cli::check_threads(threads);
   RunFiles files;
   files.input("TRACE", trace);
   const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
@@ -227,10 +227,10 @@ int run_optim(const std::vector<std::string>& args) {
     const auto& arr = *win.dropped_params;
     for (size_t i = 0; i < arr.size() && i < 3; ++i)
       names += fmt::format("{}'{}' (no grad at step {})", i ? ", " : "", arr[i].name, arr[i].missing_grad_step);
-    fmt::print(stderr,
-               "fp8sim optim: warning: {} parameter(s) left out of the grad-window replay because a grad is missing: "
-               "{}{}\n",
-               arr.size(), names, arr.size() > 3 ? ", ..." : "");
+    fp8sim::eprint(
+        "fp8sim optim: warning: {} parameter(s) left out of the grad-window replay because a grad is missing: "
+        "{}{}\n",
+        arr.size(), names, arr.size() > 3 ? ", ..." : "");
   }
 
   fmt::print("{}: grad window of {} steps from step {}, {} parameters, {} elements; drift over {} steps, {} rule\n",

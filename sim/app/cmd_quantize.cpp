@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -109,9 +110,11 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
     return 0;
   if (spec_text.empty()) throw UsageError("--spec is required (see 'fp8sim quantize --help')");
   if (in_path.empty()) throw UsageError("--in is required (a .npy file, or - for standard input)");
-  if (threads < 0) throw UsageError("--threads must be >= 0");
-  if (vm.count("codes") && (codes_prefix.empty() || codes_prefix == "-"))
-    throw UsageError("--codes takes a file name prefix (it writes several files), not '" + codes_prefix + "'");
+  cli::check_threads(threads);
+  if (vm.count("codes") && (codes_prefix.empty() || codes_prefix == "-" || codes_prefix.ends_with('/') ||
+                            std::filesystem::is_directory(codes_prefix)))
+    throw UsageError("--codes takes a file name prefix such as out/w (it writes out/w.codes.npy and more), not '" +
+                     codes_prefix + "'");
   // Without --out the run computes and prints the metrics only.
   RunFiles files;
   files.input("--in", in_path);

@@ -5,6 +5,7 @@
 
 #include "sim/app/cli.hpp"
 #include "sim/common/check.hpp"
+#include "sim/common/io.hpp"
 #include "sim/common/json.hpp"
 #include "sim/recipe/recipe.hpp"
 #include "sim/report/report.hpp"
@@ -152,7 +153,7 @@ int run_report_cmd(const std::vector<std::string>& args) {
   std::fflush(stdout);
   for (const auto& sec : wr.sections)
     if (sec.status == "error")
-      fmt::print(stderr, "fp8sim report: warning: section '{}' failed (--keep-going): {}\n", sec.title, sec.reason);
+      fp8sim::eprint("fp8sim report: warning: section '{}' failed (--keep-going): {}\n", sec.title, sec.reason);
   return 0;
 }
 

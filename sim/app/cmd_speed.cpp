@@ -263,7 +263,7 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
   for (const auto& a : args) res.command += " " + a;
   if (!validate.empty()) {
     if (!std::filesystem::exists(validate))
-      throw UsageError(fmt::format("--validate '{}': no such file or folder", validate));
+      throw Error(fmt::format("--validate '{}': no such file or folder", validate));
     res.validation = framework_validate({validate}, cal, ops, res.notes, compiled);
     if (const std::string base = speedup_baseline(framework); !base.empty()) {
       std::vector<std::string> base_notes;  // the baseline's notes are its own validation's
@@ -385,7 +385,10 @@ int run_speed(const std::vector<std::string>& args) {
     if (!seen.insert(o.recipes.back().name).second && o.recipes.back().name != r)
       throw UsageError(fmt::format("--recipes lists recipe '{}' twice ('{}' is named so)", o.recipes.back().name, r));
   }
-  if (o.recipes.empty()) throw UsageError("--recipes is empty");
+  if (o.recipes.empty()) {
+    if (vm["recipes"].defaulted()) recipe::speed_names();  // throws the registry's own error
+    throw UsageError("--recipes is empty");
+  }
   parse_batch(batch, o);
   validate_run_sizes({.batch = o.batch, .seq = seq, .gpus = gpus, .grad_accum = accum});
   for (const auto& [r, b] : o.recipe_batch)
@@ -453,8 +456,8 @@ int run_speed(const std::vector<std::string>& args) {
   if (json_id >= 0) files.write(json_id, res.to_json().dump(1) + "\n");
   if (md_id >= 0) files.write(md_id, speed_markdown(res));
   for (const SkippedRecipe& r : res.skipped_recipes)
-    fmt::print(stderr, "fp8sim speed: warning: recipe {} left out: {}\n", r.recipe, r.why);
-  for (const StaleKernels& k : res.timing.stale_kernels) fmt::print(stderr, "fp8sim speed: warning: {}\n", k.message);
+    fp8sim::eprint("fp8sim speed: warning: recipe {} left out: {}\n", r.recipe, r.why);
+  for (const StaleKernels& k : res.timing.stale_kernels) fp8sim::eprint("fp8sim speed: warning: {}\n", k.message);
   print_report(res, vm.count("ops") > 0);
   std::fflush(stdout);
   files.commit();

@@ -15,13 +15,13 @@ namespace po = boost::program_options;
 int run_synth(const std::vector<std::string>& args) {
   po::options_description opts("options");
   trace::SynthOptions o;
-  std::string out;
+  std::string out, seed_text = "0";
   opts.add_options()("model", po::value(&o.model)->default_value("tiny-llama"),
                      "a models/ name or a config .json (Llama family: RMSNorm, SwiGLU)")(
       "out", po::value(&out), "the trace to write (.h5; required unless --dry-run)")(
       "layers", po::value(&o.layers)->default_value(0), "decoder layers to write (0: all of the model's)")(
       "tokens", po::value(&o.tokens)->default_value(2048), "tokens of the activations' micro-batch")(
-      "seed", po::value(&o.seed)->default_value(0), "the values' seed, below 2^53 (same options, same values)")(
+      "seed", po::value(&seed_text)->default_value("0"), "the values' seed, below 2^53 (same options, same values)")(
       "deflate", po::value(&o.deflate_level)->default_value(0),
       "deflate level of the datasets, 0-9 (random values barely compress; 0 writes fastest)")(
       "window", po::value(&o.window)->default_value(0),
@@ -41,6 +41,7 @@ int run_synth(const std::vector<std::string>& args) {
                   "  fp8sim synth --model llama2-7b --layers 2 --out l2-7b-2.h5\n"
                   "  fp8sim synth --model tinyllama-1.1b --layers 4 --window 4 --out win.h5   (for optim)"))
     return 0;
+  o.seed = cli::parse_u64("--seed", seed_text);
   o.command = "fp8sim synth";
   for (const auto& a : args) o.command += " " + a;
   const trace::SynthSummary plan = trace::synth_plan(o);

@@ -4,7 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <vector>
@@ -14,6 +17,8 @@
 #include "sim/common/check.hpp"
 #include "sim/common/cleanup.hpp"
 #include "sim/common/dist.hpp"
+#include "sim/common/io.hpp"
+#include "sim/trace/trace.hpp"
 
 namespace {
 
@@ -70,7 +75,10 @@ int main(int argc, char** argv) {
   // No command is a usage error: the command list goes to stderr with status 2 (stdout stays
   // empty, so a script that forgot the command does not read the usage as data).
   if (args.empty()) {
-    print_usage(stderr);
+    try {
+      print_usage(stderr);
+    } catch (const std::exception&) {  // an unwritable stderr: the status still says it
+    }
     return 2;
   }
   if (args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
@@ -85,7 +93,7 @@ int main(int argc, char** argv) {
   const auto& reg = fp8sim::cli::registry();
   auto it = std::find_if(reg.begin(), reg.end(), [&](const auto& c) { return c.name == name; });
   if (it == reg.end()) {
-    fmt::print(stderr, "fp8sim: error: unknown command '{}' (run 'fp8sim --help' for the list)\n", name);
+    fp8sim::eprint("fp8sim: error: unknown command '{}' (run 'fp8sim --help' for the list)\n", name);
     return 2;
   }
   args.erase(args.begin());
@@ -95,17 +103,17 @@ int main(int argc, char** argv) {
   namespace launch = fp8sim::dist_launch;
   if (!it->distributed && launch::under_launcher() && launch::launcher_size() > 1) {
     if (launch::launcher_rank() != 0) quiet_this_rank();
-    fmt::print(stderr,
-               "fp8sim {}: error: {} runs in one process; under an MPI launcher only {} split their work "
-               "(docs/scale-out.md)\n",
-               name, name, distributed_commands());
+    fp8sim::eprint(
+        "fp8sim {}: error: {} runs in one process; under an MPI launcher only {} split their work "
+        "(docs/scale-out.md)\n",
+        name, name, distributed_commands());
     return 2;
   }
   if (it->distributed) {
     try {
       launch::start();
     } catch (const std::exception& e) {
-      fmt::print(stderr, "fp8sim {}: error: {}\n", name, one_line(e.what()));
+      fp8sim::eprint("fp8sim {}: error: {}\n", name, one_line(e.what()));
       return 2;
     }
   }
@@ -129,8 +137,18 @@ int main(int argc, char** argv) {
     code = o.code;
     message = o.message;
   }
-  if (code != 0 && !message.empty()) fmt::print(stderr, "fp8sim {}: error: {}\n", name, one_line(message.c_str()));
-  std::fflush(stdout);
+  // Text printed to stdout sits in its buffer until here: a stdout that cannot take it (a full
+  // disk, a closed pipe) fails the run like any other write (stdout silenced by -q is /dev/null).
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    if (code == 0) {
+      code = 1;
+      message = fmt::format("cannot write to standard output: {}", std::strerror(errno));
+    }
+    std::clearerr(stdout);
+  }
+  if (code != 0 && !message.empty()) fp8sim::eprint("fp8sim {}: error: {}\n", name, one_line(message.c_str()));
   fp8sim::dist::reset_comm();
+  // After a trace write that failed, HDF5's teardown at exit would crash (trace.hpp).
+  if (fp8sim::trace::hdf5_teardown_unsafe()) std::_Exit(code);
   return code;
 }

@@ -15,6 +15,12 @@ namespace fs = std::filesystem;
 
 std::string read_text_file(const fs::path& p) { return read_input_file(p, kMaxTextFileBytes); }
 
+void write_stderr(std::string_view text) noexcept {
+  std::fflush(stdout);  // what the run printed comes before its message
+  if (std::fwrite(text.data(), 1, text.size(), stderr) != text.size() || std::fflush(stderr) != 0)
+    std::clearerr(stderr);
+}
+
 double now_seconds() {
   using namespace std::chrono;
   return duration<double>(steady_clock::now().time_since_epoch()).count();

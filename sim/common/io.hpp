@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <utility>
+
+#include <fmt/format.h>
 
 #include "sim/common/output.hpp"
 
@@ -36,5 +39,17 @@ class Progress {
 };
 
 double now_seconds();
+
+// A message on stderr (notes, warnings, the error line). A stderr that cannot be written (a full
+// disk, a closed descriptor) loses the message but never fails the run or throws: the exit status
+// still tells the outcome.
+void write_stderr(std::string_view text) noexcept;
+template <class... Args>
+void eprint(fmt::format_string<Args...> f, Args&&... args) noexcept {
+  try {
+    write_stderr(fmt::format(f, std::forward<Args>(args)...));
+  } catch (...) {  // formatting's allocation
+  }
+}
 
 }  // namespace fp8sim

@@ -164,6 +164,7 @@ NpyArray read_npy(const std::filesystem::path& path, bool with_data) {
     FP8SIM_REQUIRE(std::filesystem::is_regular_file(st), "'{}' is not a regular file", file);
     f.reset(std::fopen(file.c_str(), "rb"));
     FP8SIM_REQUIRE(f != nullptr, "cannot open '{}': {}", file, std::strerror(errno));
+    note_input_read(path);
     size = std::filesystem::file_size(path);
   }
 

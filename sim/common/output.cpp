@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 
 #include "sim/common/check.hpp"
 #include "sim/common/cleanup.hpp"
@@ -29,11 +30,6 @@ std::string describe(const std::string& option, const std::string& path) {
 
 std::atomic<int> g_data_fd{-1};
 std::atomic<unsigned> g_tmp_counter{0};
-
-bool same_as_fd(int fd, const struct stat& st) {
-  struct stat fs_st {};
-  return ::fstat(fd, &fs_st) == 0 && fs_st.st_dev == st.st_dev && fs_st.st_ino == st.st_ino;
-}
 
 // Follows the symbolic links of a path that does not exist (yet): the path a new file would get.
 fs::path follow_dangling(const std::string& what, const fs::path& p) {
@@ -74,23 +70,31 @@ OutputTarget resolve_output(const std::string& option, const std::string& path) 
   if (path.empty())
     throw UsageError(fmt::format("{}an empty path: give a file name (or - for standard output)",
                                  option.empty() ? "" : option + " is "));
-  if (path == "-") {
+  // Standard output: "-", its names under /dev and /proc (which -q, having pointed descriptor 1 at
+  // /dev/null, would otherwise send there), or the file or pipe it already writes to (`> f` with f
+  // named again). A regular file behind it keeps its identity, so that another output or an input
+  // naming the same file is refused. A character device (a terminal, /dev/null) named by its own
+  // path is simply written in place.
+  const bool alias = path == "-" || path == "/dev/stdout" || path == "/dev/fd/1" || path == "/proc/self/fd/1";
+  struct stat out_st {};
+  const bool out_known = ::fstat(data_stdout_fd(), &out_st) == 0;
+  struct stat st {};
+  const bool found = !alias && ::stat(path.c_str(), &st) == 0;
+  if (alias || (found && out_known && st.st_dev == out_st.st_dev && st.st_ino == out_st.st_ino &&
+                !S_ISDIR(st.st_mode) && !S_ISCHR(st.st_mode))) {
     t.kind = OutputTarget::Kind::Stdout;
-    t.path = "-";
+    t.path = path;
+    if (out_known && S_ISREG(out_st.st_mode)) {
+      t.exists = true;
+      t.dev = out_st.st_dev;
+      t.ino = out_st.st_ino;
+    }
     return t;
   }
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) {
+  if (found) {
     t.exists = true;
     t.dev = st.st_dev;
     t.ino = st.st_ino;
-    // The file or pipe that standard output already writes to (/dev/stdout, or `> f` with f
-    // named again). A character device (a terminal, /dev/null) is simply written in place.
-    if (same_as_fd(STDOUT_FILENO, st) && !S_ISDIR(st.st_mode) && !S_ISCHR(st.st_mode)) {
-      t.kind = OutputTarget::Kind::Stdout;
-      t.path = path;
-      return t;
-    }
     if (S_ISDIR(st.st_mode)) throw Error(fmt::format("cannot write {}: it is a folder (give a file name)", t.what));
     if (S_ISBLK(st.st_mode))
       throw Error(
@@ -374,6 +378,11 @@ AtomicFile& RunFiles::stream(int id) {
 void RunFiles::commit() {
   FP8SIM_CHECK(!committed_, "run outputs committed twice");
   dist::check_all_ok();  // a distributed run writes nothing after a failure on any rank
+  // Inputs found by name or by default during the run (a model, a registry recipe, the default
+  // calibration) are checked here, before anything is written or renamed.
+  for (const Out& o : outs_)
+    if (o.has_content && o.target.kind == OutputTarget::Kind::File)
+      refuse_overwriting_input(o.target.what, o.target.path);
   // Streams first: they cannot be taken back, but a failure there still leaves no file output.
   for (Out& o : outs_) {
     if (!o.has_content || o.target.kind == OutputTarget::Kind::File) continue;
@@ -415,6 +424,43 @@ bool stdout_silenced() { return g_data_fd.load() >= 0; }
 
 // ---- inputs ----------------------------------------------------------------------------------------
 
+namespace {
+std::mutex g_read_mu;
+std::vector<InputRead> g_read;  // each file once (dev, ino)
+
+void note_read(const fs::path& p, const struct stat& st) {
+  std::error_code ec;
+  fs::path a = fs::absolute(p, ec);
+  const std::lock_guard lock(g_read_mu);
+  for (const InputRead& r : g_read)
+    if (r.dev == st.st_dev && r.ino == st.st_ino) return;
+  g_read.push_back({ec ? p : a.lexically_normal(), st.st_dev, st.st_ino});
+}
+}  // namespace
+
+void note_input_read(const fs::path& p) {
+  struct stat st {};
+  if (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) note_read(p, st);
+}
+
+std::vector<InputRead> inputs_read() {
+  const std::lock_guard lock(g_read_mu);
+  return g_read;
+}
+
+void refuse_overwriting_input(const std::string& what, const fs::path& target) {
+  struct stat st {};
+  if (::stat(target.c_str(), &st) != 0) return;
+  std::error_code ec;
+  const fs::path t = fs::absolute(target, ec).lexically_normal();
+  for (const InputRead& r : inputs_read())
+    if (r.dev == st.st_dev && r.ino == st.st_ino)
+      throw UsageError(r.path == t
+                           ? fmt::format("{} is an input of this run: fp8sim never writes over its inputs", what)
+                           : fmt::format("{} is '{}', an input of this run: fp8sim never writes over its inputs", what,
+                                         r.path.string()));
+}
+
 std::string read_input_file(const fs::path& p, uint64_t max_bytes) {
   const std::string name = p.string();
   // O_NONBLOCK: opening a FIFO must not wait for a writer; the file type is checked first.
@@ -435,6 +481,7 @@ std::string read_input_file(const fs::path& p, uint64_t max_bytes) {
     throw Error(fmt::format("'{}' is {} bytes, more than the {} MiB fp8sim reads from such a file", name,
                             static_cast<uint64_t>(st.st_size), max_bytes >> 20));
   }
+  note_read(p, st);
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   std::string out;
   out.resize(static_cast<size_t>(st.st_size));

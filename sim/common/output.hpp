@@ -12,7 +12,7 @@
 //  - RunFiles stages every output of one run and moves them into place only in commit(), after
 //    the run's work succeeded: a run that fails leaves none of its outputs (streams are written
 //    first in commit(), then the files are renamed). It refuses an output that is one of the
-//    run's inputs or another of its outputs.
+//    run's inputs (declared, or read: inputs_read()) or another of its outputs.
 #include <sys/types.h>
 
 #include <filesystem>
@@ -124,6 +124,21 @@ class RunFiles {
 void silence_stdout();
 int data_stdout_fd();
 bool stdout_silenced();
+
+// The files this process has read as inputs: every read_input_file, trace and tensor file (the
+// readers note them). RunFiles::commit and a report's folder refuse to replace one, whether the
+// command line named it or the run found it by name (a model, a registry recipe, the default
+// calibration).
+struct InputRead {
+  std::filesystem::path path;  // absolute, as it was opened
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+void note_input_read(const std::filesystem::path& p);
+std::vector<InputRead> inputs_read();
+// Throws UsageError when `target`, an output about to be replaced (`what` names it in the
+// message), is one of inputs_read().
+void refuse_overwriting_input(const std::string& what, const std::filesystem::path& target);
 
 // Reads a whole input file: it must be a regular file (a FIFO or device is refused before it is
 // read, so nothing blocks or reads forever) of at most `max_bytes`. Errors name the file.

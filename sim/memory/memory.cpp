@@ -134,8 +134,7 @@ const recipe::TrainingRecipe& find_recipe(const std::string& name_or_file) {
   const bool named = recipe::is_registered(name_or_file);
   std::error_code ec;
   if (!named && !std::filesystem::exists(name_or_file, ec))
-    throw UsageError(fmt::format("unknown recipe '{}' (valid: {}; or a recipe .json file)", name_or_file,
-                                 recipe::join(recipe_names())));
+    recipe::throw_unknown(name_or_file, recipe::join(recipe_names()));
   const recipe::TrainingRecipe& r = recipe::get(name_or_file);
   if (!r.memory)
     throw UsageError(
@@ -157,8 +156,8 @@ void validate(const MemoryOptions& o) {
   if (o.fsdp == 2 && o.zero != 3) throw UsageError("--fsdp 2 shards parameters: it needs --zero 3");
   if (o.fsdp_gather_fp32 && o.fsdp != 2)
     throw UsageError("--fsdp-param-dtype fp32 describes FSDP2's all-gathers: it needs --fsdp 2 --zero 3");
-  if (!(std::isfinite(o.gpu_mem_gib) && o.gpu_mem_gib > 0))
-    throw UsageError(fmt::format("--gpu-mem-gib must be a positive number, not {}", o.gpu_mem_gib));
+  if (!(std::isfinite(o.gpu_mem_gib) && o.gpu_mem_gib > 0 && o.gpu_mem_gib <= 1e6))
+    throw UsageError(fmt::format("--gpu-mem-gib must be a positive number of GiB up to 1e6, not {}", o.gpu_mem_gib));
 }
 
 int64_t Phase::total() const {
@@ -603,12 +602,21 @@ int64_t max_batch(const ModelConfig& m, MemoryOptions o, bool pow2) {
     return compute_footprint(m, o).fits();
   };
   if (!fits(1)) return 0;
+  // The search stays within the sizes fp8sim models (sizes.hpp); a budget that holds more reports
+  // that limit.
+  const int64_t cap = std::min<int64_t>(
+      kMaxBatch, static_cast<int64_t>(kMaxTokensPerGpu / static_cast<double>(std::max<int64_t>(o.seq, 1))));
+  if (cap <= 1) return 1;
   int64_t lo = 1, hi = 2;
-  while (hi <= (int64_t{1} << 24) && fits(hi)) {
+  while (hi <= cap && fits(hi)) {
     lo = hi;
     hi *= 2;
   }
-  if (pow2 || hi > (int64_t{1} << 24)) return lo;
+  if (pow2) return lo;
+  if (hi > cap) {
+    if (fits(cap)) return cap;
+    hi = cap;
+  }
   while (hi - lo > 1) {  // peak grows with batch: bisect between the last fit and the first miss
     const int64_t mid = lo + (hi - lo) / 2;
     (fits(mid) ? lo : hi) = mid;

@@ -481,10 +481,27 @@ Json max_batch_check_json(const MaxBatchCheckRow& r) {
 
 }  // namespace
 
+namespace {
+// f(), whose errors are about the measurement file `path`: a value there that the model refuses
+// (a batch of 0, say, which on the command line would be bad usage) is bad data in that file.
+template <class F>
+auto in_measurement(const std::string& path, F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (what.find(path) != std::string::npos) throw;  // already names the file
+    // "--batch must be >= 1": the checks were written for the command line; here it is a field
+    throw Error(fmt::format("measurement {}: {}", path, what.starts_with("--") ? what.substr(2) : what));
+  }
+}
+}  // namespace
+
 StepValidation memory_validate_steps(const std::vector<std::string>& paths) {
   StepValidation out{{}, 0, 0, {}, 0, {}, 0, false};
   for (const StepMeasurement& m : read_step_measurements(paths))
-    for (StepRun& r : step_rows(m.doc, m.file.string(), out.max_batch, out.max_batch_checks)) {
+    for (StepRun& r : in_measurement(
+             m.file.string(), [&] { return step_rows(m.doc, m.file.string(), out.max_batch, out.max_batch_checks); })) {
       if (r.prediction) {
         ++out.modelled;
         out.missed += r.prediction->ok ? 0 : 1;
@@ -527,7 +544,7 @@ MemoryValidation memory_validate_file(const std::string& path) {
   } catch (const Error& e) {
     throw Error(fmt::format("measurement {}: {}", path, e.what()));
   }
-  return memory_validate(j, path);
+  return in_measurement(path, [&] { return memory_validate(j, path); });
 }
 
 }  // namespace fp8sim::memory

@@ -386,7 +386,8 @@ OptimReplay::OptimReplay(const WindowMeta& meta, const OptimOptions& opts) : imp
   I.memory_recipes.push_back(StateRecipe::parse("fp32"));
   for (size_t i = 0; i < I.recipes.size(); ++i) {
     for (size_t j = 0; j < i; ++j)
-      FP8SIM_REQUIRE(I.recipes[i].name != I.recipes[j].name, "state recipe '{}' given twice", I.recipes[i].name);
+      if (I.recipes[i].name == I.recipes[j].name)
+        throw UsageError(fmt::format("state recipe '{}' given twice", I.recipes[i].name));
     if (!I.recipes[i].is_fp32()) I.memory_recipes.push_back(I.recipes[i]);
   }
   I.mem_state.assign(I.memory_recipes.size(), {0.0, 0.0});

@@ -495,13 +495,18 @@ TrainingRecipe parse(const Json& doc, const std::string& origin) {
       });
 }
 
+void throw_unknown(const std::string& name_or_file, const std::string& valid, std::string_view context) {
+  if (name_or_file.find('/') != std::string::npos || name_or_file.ends_with(".json"))
+    throw Error(fmt::format("recipe file '{}'{}: no such file", name_or_file, context));
+  throw UsageError(
+      fmt::format("unknown recipe '{}'{} (valid: {}; or a recipe .json file)", name_or_file, context, valid));
+}
+
 const TrainingRecipe& get(const std::string& name_or_file) {
   for (const auto& r : all())
     if (r.name == name_or_file) return r;
   std::error_code ec;
-  if (name_or_file.empty() || !fs::exists(name_or_file, ec))
-    throw UsageError(
-        fmt::format("unknown recipe '{}' (recipes: {}; or a recipe .json file)", name_or_file, join(names())));
+  if (name_or_file.empty() || !fs::exists(name_or_file, ec)) throw_unknown(name_or_file, join(names()));
   // Files are read once per run; the map's nodes keep the references handed out valid.
   static std::mutex mu;
   static std::map<std::string, TrainingRecipe> files;

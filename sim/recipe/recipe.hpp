@@ -130,6 +130,12 @@ std::vector<std::string> report_default_names();
 // "a, b, c": names joined for messages and help texts.
 std::string join(const std::vector<std::string>& names);
 bool is_registered(std::string_view name);
+// The error for a recipe argument that is neither a registered name nor an existing file: a path
+// (a '/' or a .json ending) that does not exist is a missing input (Error, status 1); anything
+// else an unknown name (UsageError, status 2) naming `valid`. `context` follows the name in the
+// message (" in --recipes").
+[[noreturn]] void throw_unknown(const std::string& name_or_file, const std::string& valid,
+                                std::string_view context = "");
 
 // A registry name, or a path to a recipe file (read once, then kept). Throws UsageError for a
 // name that is neither, listing the registry; Error for a malformed file.

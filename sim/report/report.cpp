@@ -486,6 +486,8 @@ WriteResult run_report(const ReportOptions& raw, gpu::Backend& gpu) {
     inside(opts.trace, "trace");
     if (opts.model.find('/') != std::string::npos || opts.model.ends_with(".json")) inside(opts.model, "model file");
     inside(speed::default_calibration_path(), "speed calibration");
+    for (const std::string& r : opts.recipes)
+      if (!recipe::is_registered(r)) inside(r, "recipe file");
   }
   if (!dist::is_root()) {  // a distributed run's other ranks compute their share; rank 0 writes
     build_report(opts, gpu);

@@ -164,6 +164,17 @@ StagingDir::~StagingDir() {
 void StagingDir::commit() {
   FP8SIM_CHECK(!committed_, "staging folder committed twice");
   check_replaceable(target_);  // it may have changed while the report ran
+  // The old folder is deleted below: no file the run read may be in it (a recipe file, say; the
+  // trace, the model and the calibration are refused before the run starts).
+  for (const InputRead& r : inputs_read()) {
+    std::error_code ec;
+    const fs::path rel = fs::weakly_canonical(r.path, ec).lexically_relative(target_);
+    if (!ec && !rel.empty() && *rel.begin() != "..")
+      throw UsageError(
+          fmt::format("--out '{}' holds '{}', an input of this run, which the report would delete; "
+                      "choose another folder",
+                      target_.string(), r.path.string()));
+  }
   std::error_code ec;
   if (fs::exists(fs::symlink_status(target_, ec))) {
     // Swap the finished report and the old one in one step, then delete the old one (now at the

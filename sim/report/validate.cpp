@@ -30,8 +30,7 @@ void validate_pieces(const ReportOptions& o) {
   for (const auto& r : o.recipes) {
     std::error_code ec;
     if (!recipe::is_registered(r) && !std::filesystem::exists(r, ec))
-      throw UsageError(fmt::format("unknown recipe '{}' in --recipes (valid: {}; or a recipe .json file)", r,
-                                   recipe::join(recipe::names())));
+      recipe::throw_unknown(r, recipe::join(recipe::names()), " in --recipes");
     recipe_of(r);  // reads and validates a recipe file
   }
 }

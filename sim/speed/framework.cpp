@@ -463,8 +463,8 @@ FrameworkValidation framework_validate(const std::vector<std::string>& paths, co
     }
   }
   if (chosen == 0)
-    throw UsageError(fmt::format("no {} step measurement of framework '{}' in {}", compiled ? "compiled" : "eager",
-                                 ops.profile, fmt::join(paths, ", ")));
+    throw Error(fmt::format("no {} step measurement of framework '{}' in {}", compiled ? "compiled" : "eager",
+                            ops.profile, fmt::join(paths, ", ")));
   FP8SIM_REQUIRE(!v.rows.empty(), "no timed run in the measurements given (measure_step.py --steps N)");
   return v;
 }

@@ -11,6 +11,7 @@
 #include "sim/common/check.hpp"
 #include "sim/common/json.hpp"
 #include "sim/common/npy.hpp"
+#include "sim/common/output.hpp"
 
 namespace fp8sim::trace {
 
@@ -99,6 +100,7 @@ class Safetensors : public TensorFiles {
     bytes = fs::file_size(p);
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> f(std::fopen(file.c_str(), "rb"), &std::fclose);
     FP8SIM_REQUIRE(f != nullptr, "cannot open '{}': {}", file, std::strerror(errno));
+    note_input_read(p);
     unsigned char n8[8];
     FP8SIM_REQUIRE(bytes >= 8 && std::fread(n8, 1, 8, f.get()) == 8,
                    "'{}' is not a safetensors file (shorter than its 8-byte header length)", file);

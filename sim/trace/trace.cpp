@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -29,6 +30,7 @@
 
 #include "sim/common/check.hpp"
 #include "sim/common/cleanup.hpp"
+#include "sim/common/output.hpp"
 #include "sim/formats/fp8.hpp"
 
 namespace fp8sim::trace {
@@ -190,6 +192,12 @@ bool Filter::matches(const TensorInfo& t) const {
 
 // ---- HDF5 plumbing --------------------------------------------------------------------------------
 namespace {
+std::atomic<bool> g_hdf5_teardown_unsafe{false};
+}  // namespace
+
+bool hdf5_teardown_unsafe() { return g_hdf5_teardown_unsafe.load(); }
+
+namespace {
 
 // HDF5 prints its whole error stack to stderr by default; we report one line instead. The
 // setting is per thread in a thread-safe HDF5 build, so every thread that reads calls this.
@@ -220,6 +228,15 @@ std::string hdf5_detail(const H5::Exception* e = nullptr) {
   if (s.empty()) s = "HDF5 error";
   for (char& c : s)
     if (c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+// A failed write's message: HDF5's, and the system's reason where the last system call failed for
+// lack of room (a full disk, a quota, the file-size limit), which HDF5's message leaves out.
+std::string write_failure_detail(const H5::Exception* e) {
+  const int err = errno;
+  std::string s = hdf5_detail(e);
+  if (err == ENOSPC || err == EFBIG || err == EDQUOT) s += fmt::format(" ({})", std::strerror(err));
   return s;
 }
 
@@ -639,6 +656,7 @@ void TraceReader::Impl::precheck() {
 
 void TraceReader::Impl::open() {
   precheck();
+  note_input_read(path);
   const std::string p = path.string();
   try {
     file.openFile(p, H5F_ACC_RDONLY);
@@ -1122,6 +1140,12 @@ struct TraceWriter::Impl {
   H5::H5File file;
   bool open = false;
   bool committed = false;
+  // An HDF5 call failed (a full disk, a file-size limit). Closing such a file crashes inside HDF5
+  // 1.10 (H5F__close, also from the library's own teardown at exit), so it is never closed: the
+  // writer removes its temporary and hdf5_teardown_unsafe() tells main to end without HDF5's
+  // teardown.
+  bool failed = false;
+  void fail() { failed = true; }
 
   H5::Group step_group(int64_t step);
   void attr_str(H5::H5Object& obj, const std::string& key, const std::string& v);
@@ -1188,6 +1212,7 @@ H5::FloatType ieee_f16_le() {
 TraceWriter::TraceWriter(const fs::path& path, const TraceHeader& h, const WriterOptions& opts)
     : impl_(std::make_unique<Impl>()) {
   hdf5_init();
+  refuse_overwriting_input(fmt::format("'{}'", path.string()), path);  // the model file, say
   impl_->target = path;
   impl_->opts = opts;
   const fs::path parent = path.has_parent_path() ? path.parent_path() : fs::path(".");
@@ -1236,11 +1261,16 @@ TraceWriter::TraceWriter(const fs::path& path, const TraceHeader& h, const Write
 TraceWriter::~TraceWriter() {
   if (impl_) cleanup::forget_path(impl_->tmp_slot);
   if (!impl_ || impl_->committed) return;
-  try {
-    if (impl_->open) impl_->file.close();
-  } catch (const H5::Exception&) {
-    H5Eclear2(H5E_DEFAULT);
+  if (impl_->open && impl_->failed) {
+    H5Iinc_ref(impl_->file.getId());  // H5File's destructor drops this reference instead of closing
+    g_hdf5_teardown_unsafe.store(true);
+  } else {
+    try {
+      if (impl_->open) impl_->file.close();
+    } catch (const H5::Exception&) {
+    }
   }
+  H5Eclear2(H5E_DEFAULT);
   std::error_code ec;
   fs::remove(impl_->tmp, ec);
 }
@@ -1253,7 +1283,9 @@ void TraceWriter::set_step(const StepInfo& s) {
     if (s.adamw_step) impl_->attr_i64(g, "adamw_step", *s.adamw_step);
     if (!s.contents.empty()) impl_->attr_str(g, "contents", s.contents);
   } catch (const H5::Exception& e) {
-    throw Error(fmt::format("cannot write step {} to '{}': {}", s.step, impl_->target.string(), hdf5_detail(&e)));
+    const std::string d = write_failure_detail(&e);
+    impl_->fail();
+    throw Error(fmt::format("cannot write step {} to '{}': {}", s.step, impl_->target.string(), d));
   }
 }
 
@@ -1263,6 +1295,7 @@ void TraceWriter::write(const TensorInfo& t, const void* data) {
   FP8SIM_REQUIRE(!t.shape.empty() && t.shape.size() <= 8, "trace writer: {} has rank {} (1..8 allowed)", t.name,
                  t.shape.size());
   for (int64_t d : t.shape) FP8SIM_REQUIRE(d > 0, "trace writer: {} has a zero-size shape {}", t.name, t.shape_str());
+  FP8SIM_REQUIRE(!impl_->failed, "trace writer: '{}' failed earlier", impl_->target.string());
   try {
     H5::Group sg = impl_->step_group(t.step);
     const std::string role(role_name(t.role));
@@ -1303,8 +1336,11 @@ void TraceWriter::write(const TensorInfo& t, const void* data) {
     if (!t.modules.empty()) impl_->attr_str(ds, "modules", join_list(t.modules));
     if (!t.aliases.empty()) impl_->attr_str(ds, "aliases", join_list(t.aliases));
     impl_->attr_i64(ds, "layer", t.layer);
+    ds.close();  // its data reach the file here: a write error is an exception, not a destructor's print
   } catch (const H5::Exception& e) {
-    throw Error(fmt::format("cannot write {} to '{}': {}", t.name, impl_->target.string(), hdf5_detail(&e)));
+    const std::string d = write_failure_detail(&e);
+    impl_->fail();
+    throw Error(fmt::format("cannot write {} to '{}': {}", t.name, impl_->target.string(), d));
   }
 }
 
@@ -1322,7 +1358,9 @@ void TraceWriter::set_root_attr(const std::string& key, const std::string& value
     H5::Group root = impl_->file.openGroup("/");
     impl_->attr_str(root, key, value);
   } catch (const H5::Exception& e) {
-    throw Error(fmt::format("cannot write attribute {} to '{}': {}", key, impl_->target.string(), hdf5_detail(&e)));
+    const std::string d = write_failure_detail(&e);
+    impl_->fail();
+    throw Error(fmt::format("cannot write attribute {} to '{}': {}", key, impl_->target.string(), d));
   }
 }
 
@@ -1331,17 +1369,22 @@ void TraceWriter::set_root_attr(const std::string& key, double value) {
     H5::Group root = impl_->file.openGroup("/");
     impl_->attr_f64(root, key, value);
   } catch (const H5::Exception& e) {
-    throw Error(fmt::format("cannot write attribute {} to '{}': {}", key, impl_->target.string(), hdf5_detail(&e)));
+    const std::string d = write_failure_detail(&e);
+    impl_->fail();
+    throw Error(fmt::format("cannot write attribute {} to '{}': {}", key, impl_->target.string(), d));
   }
 }
 
 void TraceWriter::commit() {
   FP8SIM_REQUIRE(!impl_->committed, "trace writer: commit() called twice");
+  refuse_overwriting_input(fmt::format("'{}'", impl_->target.string()), impl_->target);
   try {
     impl_->file.close();
     impl_->open = false;
   } catch (const H5::Exception& e) {
-    throw Error(fmt::format("cannot finish trace '{}': {}", impl_->target.string(), hdf5_detail(&e)));
+    const std::string d = write_failure_detail(&e);
+    impl_->fail();
+    throw Error(fmt::format("cannot finish trace '{}': {}", impl_->target.string(), d));
   }
   std::error_code ec;
   fs::rename(impl_->tmp, impl_->target, ec);

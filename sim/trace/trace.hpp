@@ -182,6 +182,11 @@ class TraceReader {
 };
 
 // ---- writer ---------------------------------------------------------------------------------------
+// True once a TraceWriter gave up a file whose writes failed (a full disk, a file-size limit):
+// HDF5 1.10 crashes when it closes such a file, which its teardown at process exit would do, so a
+// program ends with std::_Exit (after flushing its own streams) rather than exit() then.
+bool hdf5_teardown_unsafe();
+
 struct WriterOptions {
   int deflate_level = 6;  // 0 disables deflate
   bool shuffle = true;
