@@ -723,7 +723,11 @@ def run(args):
             if args.gc_freeze:
                 gc.collect()
                 gc.freeze()
-            times, host = st.timed(inp, tgt, args.steps)
+            try:
+                times, host = st.timed(inp, tgt, args.steps)
+            finally:
+                if args.gc_freeze:  # the next micro-batch's memory step collects as usual
+                    gc.unfreeze()
             r["step_ms"] = {"median": statistics.median(times), "min": min(times), "max": max(times), "n": len(times),
                             "all": [round(x, 4) for x in times]}
             r["tokens_per_s"] = b * args.seq / (r["step_ms"]["median"] / 1e3)

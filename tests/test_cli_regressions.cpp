@@ -278,6 +278,17 @@ TEST(CliRegressions, InputsFoundByNameOrDefaultAreNeverOverwritten) {
       run({"report", T, "--model", "tiny-llama", "--recipes", out + "/mine.json", "--no-plots", "-q", "--out", out}, o),
       2, "recipe file", "report --out holding a recipe");
   EXPECT_TRUE(fs::exists(out + "/mine.json"));
+  // A folder validation whose output sits in the folder runs again: the folder's documents that
+  // are not measurements (that output) are not inputs.
+  const fs::path src = fs::path(test::sample_trace()).parent_path().parent_path();
+  const std::string fw = test::temp_dir() + "/fw";
+  fs::create_directories(fw);
+  fs::copy_file(src / "reports" / "h200" / "frameworks" / "hf__1b-gqa.json", fw + "/hf__1b-gqa.json");
+  for (int i = 0; i < 2; ++i) {
+    const RunResult v = run({"memory", "--validate", fw, "-q", "--json", fw + "/validation.json"});
+    EXPECT_TRUE(v.exit_code == 0 || v.exit_code == 1) << "run " << i << ": " << v.err;  // the verdict
+    EXPECT_NO_THROW(Json::parse(test::file_content(fw + "/validation.json"))) << "run " << i;
+  }
 }
 
 TEST(CliRegressions, FailedWritesAndUnwritableStreamsEndInOneLine) {
@@ -295,6 +306,18 @@ TEST(CliRegressions, FailedWritesAndUnwritableStreamsEndInOneLine) {
   const test::CommandResult full = test::run_shell("('" + bin + "' memory --model llama2-7b > /dev/full)");
   EXPECT_EQ(full.exit_code, 1) << full.err;
   EXPECT_NE(full.err.find("cannot write to standard output"), std::string::npos) << full.err;
+  // ... and it writes none of its files either.
+  const test::CommandResult both =
+      test::run_shell("('" + bin + "' memory --model llama2-7b --json " + dir + "/m.json > /dev/full)");
+  EXPECT_EQ(both.exit_code, 1) << both.err;
+  EXPECT_NE(both.err.find("cannot write to standard output"), std::string::npos) << both.err;
+  EXPECT_FALSE(fs::exists(dir + "/m.json"));
+  // A closed standard output: nothing lands in the run's output file (descriptor 1 is reused by
+  // the next open() unless it is taken first).
+  const test::CommandResult closed =
+      test::run_shell("('" + bin + "' memory --model llama2-7b -q --json " + dir + "/c.json >&-)");
+  EXPECT_EQ(closed.exit_code, 0) << closed.err;
+  EXPECT_NO_THROW(Json::parse(test::file_content(dir + "/c.json")));
   // Standard error that cannot take the error line: the status still says it (no abort).
   EXPECT_EQ(test::run_shell("('" + bin + "' info " + dir + "/nonexistent.h5 2> /dev/full)").exit_code, 1);
   // --quiet with an output named /dev/stdout: the data still reach standard output.
@@ -311,7 +334,7 @@ TEST(CliRegressions, OddValuesGetTheRightStatus) {
   expect_error(run({"analyze", T, "--threads", "100000"}), 2, "--threads", "analyze --threads 100000");
   expect_error(run({"accum", "--seed", "-1"}), 2, "--seed", "accum --seed -1");
   expect_error(run({"accum", "--k", ""}), 2, "--k", "accum --k ''");
-  expect_error(run({"accum", "--k", "128,,256"}), 2, "empty item", "accum --k 128,,256");
+  expect_error(run({"accum", "--k", "128,,256"}), 2, "empty entry", "accum --k 128,,256");
   expect_error(run({"synth", "--seed", "-1", "--out", dir + "/s.h5", "--dry-run"}), 2, "--seed", "synth --seed -1");
   // A recipe file that does not exist is a missing input (1); an unknown name is bad usage (2).
   expect_error(run({"analyze", T, "--recipe", dir + "/none.json"}), 1, "no such file", "missing recipe file");

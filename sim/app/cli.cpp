@@ -37,6 +37,19 @@ void note(const std::string& line) {
   if (!g_quiet) fp8sim::eprint("{}\n", line);
 }
 
+std::vector<std::string> comma_list(const std::string& option, const std::string& s) {
+  if (s.empty()) throw UsageError(fmt::format("{} is empty", option));
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (out.back().empty()) throw UsageError(fmt::format("{} '{}' has an empty entry", option, s));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
 void check_threads(int threads) {
   if (threads < 0 || threads > kMaxThreads)
     throw UsageError(fmt::format("--threads must be 0 (every core) to {}, not {}", kMaxThreads, threads));

@@ -48,6 +48,10 @@ void note(const std::string& line);
 // An unsigned count given as text: digits only (no sign, so "-1" never wraps to 2^64-1).
 uint64_t parse_u64(const std::string& option, const std::string& text);
 
+// A comma-separated list given to `option` (--k 128,256): UsageError for an empty list or an
+// empty entry ("128,,256", "128,").
+std::vector<std::string> comma_list(const std::string& option, const std::string& s);
+
 // --threads: 0 (every core) up to kMaxThreads; anything else is a UsageError. (A pool of tens of
 // thousands of threads exhausts memory inside the threading runtime instead of failing cleanly.)
 inline constexpr int kMaxThreads = 1024;

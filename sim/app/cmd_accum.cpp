@@ -1,8 +1,6 @@
 // fp8sim accum: the accumulation study (sim/gemm/tc_study.hpp).
 #include <fmt/format.h>
 
-#include <sstream>
-
 #include "sim/app/cli.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
@@ -14,20 +12,6 @@ namespace fp8sim {
 namespace {
 
 namespace po = boost::program_options;
-
-// A comma-separated list given to `option`: no empty list, no empty item ("128,,256").
-std::vector<std::string> split_list(const std::string& option, const std::string& s) {
-  if (s.empty()) throw UsageError(fmt::format("{} is empty", option));
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string tok;
-  while (std::getline(ss, tok, ',')) {
-    if (tok.empty()) throw UsageError(fmt::format("{} '{}' has an empty item", option, s));
-    out.push_back(tok);
-  }
-  if (out.empty() || s.back() == ',') throw UsageError(fmt::format("{} '{}' has an empty item", option, s));
-  return out;
-}
 
 int64_t parse_int(const std::string& option, const std::string& text) {
   size_t used = 0;
@@ -101,17 +85,17 @@ int run_accum_cmd(const std::vector<std::string>& args) {
   gemm::AccumStudyOptions o;
   if (vm.count("k")) {
     o.ks.clear();
-    for (const auto& t : split_list("--k", ks_raw)) o.ks.push_back(parse_int("--k", t));
+    for (const auto& t : cli::comma_list("--k", ks_raw)) o.ks.push_back(parse_int("--k", t));
   }
   if (vm.count("promote")) {
     o.intervals.clear();
-    for (const auto& t : split_list("--promote", iv_raw)) {
+    for (const auto& t : cli::comma_list("--promote", iv_raw)) {
       const int64_t v = t == "never" ? 0 : parse_int("--promote", t);
       if (v < 0 || v > (int64_t{1} << 30)) throw UsageError(fmt::format("--promote: {} is out of range", t));
       o.intervals.push_back(static_cast<int>(v));
     }
   }
-  if (vm.count("data")) o.data = split_list("--data", data_raw);
+  if (vm.count("data")) o.data = cli::comma_list("--data", data_raw);
   for (const int64_t k : o.ks)
     if (k < 1 || k > (int64_t{1} << 20)) throw UsageError(fmt::format("--k: {} is outside 1 .. 1048576", k));
   if (m < 1 || n < 1 || m > 4096 || n > 4096) throw UsageError("--m and --n must be 1 .. 4096");

@@ -3,7 +3,6 @@
 
 #include <map>
 #include <memory>
-#include <sstream>
 
 #include "sim/app/cli.hpp"
 #include "sim/app/gpu_api.hpp"
@@ -20,18 +19,6 @@ namespace {
 
 namespace po = boost::program_options;
 using namespace fp8sim::speed;
-
-std::vector<std::string> comma_list(const std::string& option, const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string part;
-  while (std::getline(ss, part, ',')) {
-    if (part.empty()) throw UsageError(fmt::format("{} '{}' has an empty entry", option, s));
-    out.push_back(part);
-  }
-  if (out.empty() || s.back() == ',') throw UsageError(fmt::format("{} '{}' has an empty entry", option, s));
-  return out;
-}
 
 int run_calibrate(const std::vector<std::string>& args) {
   po::options_description opts("options");
@@ -71,9 +58,10 @@ int run_calibrate(const std::vector<std::string>& args) {
   std::vector<CalibrationShape> shapes;
   if (vm.count("model")) {
     const std::vector<std::string> b =
-        vm.count("batch") ? comma_list("--batch", batches) : std::vector<std::string>{"1", "2", "4", "8"};
-    const std::vector<std::string> q = vm.count("seq") ? comma_list("--seq", seqs) : std::vector<std::string>{"2048"};
-    for (const std::string& m : comma_list("--model", models))
+        vm.count("batch") ? cli::comma_list("--batch", batches) : std::vector<std::string>{"1", "2", "4", "8"};
+    const std::vector<std::string> q =
+        vm.count("seq") ? cli::comma_list("--seq", seqs) : std::vector<std::string>{"2048"};
+    for (const std::string& m : cli::comma_list("--model", models))
       for (const std::string& bs : b)
         for (const std::string& ss : q) {
           const int64_t batch = parse_size("--batch", bs), seq = parse_size("--seq", ss);
@@ -90,7 +78,7 @@ int run_calibrate(const std::vector<std::string>& args) {
   if (vm.count("update") && vm.count("torch-times"))
     throw UsageError("--update re-times fp8sim's kernels only: PyTorch's times stay those of the file it updates");
   const std::vector<std::string> family_list =
-      vm.count("families") ? comma_list("--families", families) : std::vector<std::string>{};
+      vm.count("families") ? cli::comma_list("--families", families) : std::vector<std::string>{};
 
   if (vm.count("list")) {
     std::vector<std::string> notes;

@@ -12,6 +12,7 @@
 #include "sim/app/cli.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/io.hpp"
+#include "sim/common/paths.hpp"
 #include "sim/memory/framework.hpp"
 #include "sim/memory/memory.hpp"
 #include "sim/memory/paper.hpp"
@@ -391,7 +392,7 @@ int run_memory(const std::vector<std::string>& args) {
   RunFiles files;
   const bool step_validation = vm.count("validate") && is_step_validation(validate_path);
   if (!std::filesystem::is_directory(validate_path)) files.input("--validate", validate_path);
-  if (model_name.find('/') != std::string::npos || model_name.ends_with(".json")) files.input("--model", model_name);
+  if (names_a_file(model_name)) files.input("--model", model_name);
   if (!vm["recipe"].defaulted() && !recipe::is_registered(recipe_arg)) files.input("--recipe", recipe_arg);
   const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
   Json doc;

@@ -111,8 +111,9 @@ int run_quantize_cmd(const std::vector<std::string>& args) {
   if (spec_text.empty()) throw UsageError("--spec is required (see 'fp8sim quantize --help')");
   if (in_path.empty()) throw UsageError("--in is required (a .npy file, or - for standard input)");
   cli::check_threads(threads);
+  std::error_code ec;
   if (vm.count("codes") && (codes_prefix.empty() || codes_prefix == "-" || codes_prefix.ends_with('/') ||
-                            std::filesystem::is_directory(codes_prefix)))
+                            std::filesystem::is_directory(codes_prefix, ec)))
     throw UsageError("--codes takes a file name prefix such as out/w (it writes out/w.codes.npy and more), not '" +
                      codes_prefix + "'");
   // Without --out the run computes and prints the metrics only.

@@ -272,7 +272,7 @@ int run_speed_framework(const po::variables_map& vm, const std::vector<std::stri
     }
   } else {
     const ModelShape m = load_model_shape(model);
-    if (model.find('/') != std::string::npos || model.ends_with(".json")) files.input("--model", model);
+    if (names_a_file(model)) files.input("--model", model);
     res.model = m;
     res.seq = seq;
     res.predictions.emplace();
@@ -431,7 +431,7 @@ int run_speed(const std::vector<std::string>& args) {
   RunFiles files;
   files.input("--calibration", calib);
   files.input("--torch-times", torch_times);
-  if (model.find('/') != std::string::npos || model.ends_with(".json")) files.input("--model", model);
+  if (names_a_file(model)) files.input("--model", model);
   const int json_id = vm.count("json") ? files.output("--json", json_out) : -1;
   const int md_id = vm.count("markdown") ? files.output("--markdown", md_out) : -1;
   // --write-calibration merges into the file it names: it is read and replaced, by design.

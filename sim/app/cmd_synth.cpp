@@ -5,6 +5,7 @@
 #include "sim/app/cli.hpp"
 #include "sim/common/check.hpp"
 #include "sim/common/output.hpp"
+#include "sim/quant/spec.hpp"
 #include "sim/trace/synth.hpp"
 
 namespace fp8sim {
@@ -41,7 +42,7 @@ int run_synth(const std::vector<std::string>& args) {
                   "  fp8sim synth --model llama2-7b --layers 2 --out l2-7b-2.h5\n"
                   "  fp8sim synth --model tinyllama-1.1b --layers 4 --window 4 --out win.h5   (for optim)"))
     return 0;
-  o.seed = cli::parse_u64("--seed", seed_text);
+  o.seed = parse_seed(seed_text, "--seed");
   o.command = "fp8sim synth";
   for (const auto& a : args) o.command += " " + a;
   const trace::SynthSummary plan = trace::synth_plan(o);

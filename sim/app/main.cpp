@@ -70,6 +70,16 @@ std::string distributed_commands() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A closed standard descriptor (`>&-`) would be reused by the next open(), and the tables would
+  // land in an output file: each is /dev/null then.
+  for (int fd = 0; fd <= 2; ++fd)
+    if (::fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+      const int null = ::open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+      if (null >= 0 && null != fd) {
+        ::dup2(null, fd);
+        ::close(null);
+      }
+    }
   fp8sim::cleanup::install_signal_handlers();
   std::vector<std::string> args(argv + 1, argv + argc);
   // No command is a usage error: the command list goes to stderr with status 2 (stdout stays
@@ -139,12 +149,9 @@ int main(int argc, char** argv) {
   }
   // Text printed to stdout sits in its buffer until here: a stdout that cannot take it (a full
   // disk, a closed pipe) fails the run like any other write (stdout silenced by -q is /dev/null).
-  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    if (code == 0) {
-      code = 1;
-      message = fmt::format("cannot write to standard output: {}", std::strerror(errno));
-    }
-    std::clearerr(stdout);
+  if (std::string e = fp8sim::stdout_write_error(); !e.empty() && code == 0) {
+    code = 1;
+    message = std::move(e);
   }
   if (code != 0 && !message.empty()) fp8sim::eprint("fp8sim {}: error: {}\n", name, one_line(message.c_str()));
   fp8sim::dist::reset_comm();

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 
 #include "sim/common/check.hpp"
@@ -75,7 +76,11 @@ OutputTarget resolve_output(const std::string& option, const std::string& path) 
   // named again). A regular file behind it keeps its identity, so that another output or an input
   // naming the same file is refused. A character device (a terminal, /dev/null) named by its own
   // path is simply written in place.
-  const bool alias = path == "-" || path == "/dev/stdout" || path == "/dev/fd/1" || path == "/proc/self/fd/1";
+  std::string squeezed;  // "//dev//stdout" names it too
+  for (char c : path)
+    if (c != '/' || squeezed.empty() || squeezed.back() != '/') squeezed += c;
+  const bool alias =
+      path == "-" || squeezed == "/dev/stdout" || squeezed == "/dev/fd/1" || squeezed == "/proc/self/fd/1";
   struct stat out_st {};
   const bool out_known = ::fstat(data_stdout_fd(), &out_st) == 0;
   struct stat st {};
@@ -378,6 +383,7 @@ AtomicFile& RunFiles::stream(int id) {
 void RunFiles::commit() {
   FP8SIM_CHECK(!committed_, "run outputs committed twice");
   dist::check_all_ok();  // a distributed run writes nothing after a failure on any rank
+  if (const std::string e = stdout_write_error(); !e.empty()) throw Error(e);
   // Inputs found by name or by default during the run (a model, a registry recipe, the default
   // calibration) are checked here, before anything is written or renamed.
   for (const Out& o : outs_)
@@ -422,21 +428,33 @@ int data_stdout_fd() {
 
 bool stdout_silenced() { return g_data_fd.load() >= 0; }
 
+std::string stdout_write_error() {
+  errno = 0;
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (flushed && !std::ferror(stdout)) return {};
+  return fmt::format("cannot write to standard output: {}",
+                     !flushed && err != 0 ? std::strerror(err) : "an earlier write failed");
+}
+
 // ---- inputs ----------------------------------------------------------------------------------------
 
 namespace {
 std::mutex g_read_mu;
-std::vector<InputRead> g_read;  // each file once (dev, ino)
+std::map<std::pair<dev_t, ino_t>, fs::path> g_read;  // each file once
+thread_local int t_unrecorded = 0;                   // UnrecordedReads alive on this thread
 
 void note_read(const fs::path& p, const struct stat& st) {
+  if (t_unrecorded > 0) return;
   std::error_code ec;
-  fs::path a = fs::absolute(p, ec);
+  const fs::path a = fs::absolute(p, ec);
   const std::lock_guard lock(g_read_mu);
-  for (const InputRead& r : g_read)
-    if (r.dev == st.st_dev && r.ino == st.st_ino) return;
-  g_read.push_back({ec ? p : a.lexically_normal(), st.st_dev, st.st_ino});
+  g_read.try_emplace({st.st_dev, st.st_ino}, ec ? p : a.lexically_normal());
 }
 }  // namespace
+
+UnrecordedReads::UnrecordedReads() { ++t_unrecorded; }
+UnrecordedReads::~UnrecordedReads() { --t_unrecorded; }
 
 void note_input_read(const fs::path& p) {
   struct stat st {};
@@ -445,7 +463,9 @@ void note_input_read(const fs::path& p) {
 
 std::vector<InputRead> inputs_read() {
   const std::lock_guard lock(g_read_mu);
-  return g_read;
+  std::vector<InputRead> out;
+  for (const auto& [id, path] : g_read) out.push_back({path, id.first, id.second});
+  return out;
 }
 
 void refuse_overwriting_input(const std::string& what, const fs::path& target) {

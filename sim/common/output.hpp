@@ -124,6 +124,10 @@ class RunFiles {
 void silence_stdout();
 int data_stdout_fd();
 bool stdout_silenced();
+// Flushes stdout: "" when everything printed so far reached it, else why not ("cannot write to
+// standard output: No space left on device"). RunFiles::commit checks it before writing anything,
+// so a run whose tables were lost writes no files either.
+std::string stdout_write_error();
 
 // The files this process has read as inputs: every read_input_file, trace and tensor file (the
 // readers note them). RunFiles::commit and a report's folder refuse to replace one, whether the
@@ -136,6 +140,16 @@ struct InputRead {
 };
 void note_input_read(const std::filesystem::path& p);
 std::vector<InputRead> inputs_read();
+// While one is alive, this thread's reads are not recorded: a file read to be merged into (the
+// run's own output) or read only to find out whether it is an input at all (a folder's other
+// documents), which the reader then notes itself if it uses it.
+class UnrecordedReads {
+ public:
+  UnrecordedReads();
+  ~UnrecordedReads();
+  UnrecordedReads(const UnrecordedReads&) = delete;
+  UnrecordedReads& operator=(const UnrecordedReads&) = delete;
+};
 // Throws UsageError when `target`, an output about to be replaced (`what` names it in the
 // message), is one of inputs_read().
 void refuse_overwriting_input(const std::string& what, const std::filesystem::path& target);

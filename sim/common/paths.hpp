@@ -17,6 +17,12 @@ namespace fp8sim {
 std::filesystem::path data_root();
 void set_data_root(const std::filesystem::path& dir);
 
+// Whether a model or recipe argument names a file rather than a registry entry: it holds a '/' or
+// ends in ".json" (llama2-7b is a name; ./x, a/b and x.json are files).
+inline bool names_a_file(const std::string& arg) {
+  return arg.find('/') != std::string::npos || (arg.size() > 5 && arg.ends_with(".json"));
+}
+
 // The source tree is $FP8SIM_SOURCE_DIR when set (a binary run beside another copy of the tree),
 // else the tree the binary was built from. A name in angle brackets ("<tensors>": an in-memory
 // trace of the Python package) is a label, not a path, and stays as it is.

@@ -31,6 +31,7 @@ std::vector<StepMeasurement> read_step_measurements(const std::vector<std::strin
   for (auto& [file, in_dir] : files) {
     Json d;
     try {
+      const UnrecordedReads only_if_a_measurement;  // noted below when it is one
       d = Json::parse(read_text_file(file.string()));
     } catch (const Error& e) {
       throw Error(fmt::format("measurement {}: {}", file.string(), e.what()));
@@ -42,6 +43,7 @@ std::vector<StepMeasurement> read_step_measurements(const std::vector<std::strin
                      file.string());
       continue;  // another document in a folder
     }
+    note_input_read(file);
     out.push_back({std::move(file), std::move(d), in_dir});
   }
   return out;

@@ -491,7 +491,7 @@ auto in_measurement(const std::string& path, F&& f) {
   } catch (const Error& e) {
     const std::string what = e.what();
     if (what.find(path) != std::string::npos) throw;  // already names the file
-    // "--batch must be >= 1": the checks were written for the command line; here it is a field
+    // "--batch must be >= 1": the checks' messages name options; here the value is a field
     throw Error(fmt::format("measurement {}: {}", path, what.starts_with("--") ? what.substr(2) : what));
   }
 }

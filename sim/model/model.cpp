@@ -369,8 +369,7 @@ std::vector<std::string> list_models() {
 ModelConfig load_model(const std::string& name_or_path) {
   // A name that is not a model is bad usage (exit 2); a file that cannot be read is bad data.
   if (name_or_path.empty()) throw UsageError("no model given (a name such as llama2-7b, or a JSON file)");
-  const bool is_path =
-      name_or_path.find('/') != std::string::npos || (name_or_path.size() > 5 && name_or_path.ends_with(".json"));
+  const bool is_path = names_a_file(name_or_path);
   std::filesystem::path p = is_path ? std::filesystem::path(name_or_path) : models_dir() / (name_or_path + ".json");
   std::error_code ec;
   if (!is_path && !std::filesystem::is_regular_file(p, ec)) {

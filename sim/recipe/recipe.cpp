@@ -496,8 +496,7 @@ TrainingRecipe parse(const Json& doc, const std::string& origin) {
 }
 
 void throw_unknown(const std::string& name_or_file, const std::string& valid, std::string_view context) {
-  if (name_or_file.find('/') != std::string::npos || name_or_file.ends_with(".json"))
-    throw Error(fmt::format("recipe file '{}'{}: no such file", name_or_file, context));
+  if (names_a_file(name_or_file)) throw Error(fmt::format("recipe file '{}'{}: no such file", name_or_file, context));
   throw UsageError(
       fmt::format("unknown recipe '{}'{} (valid: {}; or a recipe .json file)", name_or_file, context, valid));
 }

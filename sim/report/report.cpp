@@ -15,6 +15,7 @@
 #include "sim/common/check.hpp"
 #include "sim/common/dist.hpp"
 #include "sim/common/io.hpp"
+#include "sim/common/paths.hpp"
 #include "sim/common/sizes.hpp"
 #include "sim/report/sections.hpp"
 #include "sim/report/util.hpp"
@@ -484,7 +485,7 @@ WriteResult run_report(const ReportOptions& raw, gpu::Backend& gpu) {
                         opts.out_dir.string(), what, p.string()));
     };
     inside(opts.trace, "trace");
-    if (opts.model.find('/') != std::string::npos || opts.model.ends_with(".json")) inside(opts.model, "model file");
+    if (names_a_file(opts.model)) inside(opts.model, "model file");
     inside(speed::default_calibration_path(), "speed calibration");
     for (const std::string& r : opts.recipes)
       if (!recipe::is_registered(r)) inside(r, "recipe file");

@@ -589,8 +589,11 @@ Timing load_timing(const SpeedOptions& opts) {
 // --write-calibration: this run's measurements merged into the file (what an earlier run measured
 // and this one did not is kept; this run's times win), handed to the sink or written atomically.
 void write_merged_calibration(const SpeedOptions& opts, const Calibration& cal) {
-  Calibration out =
-      std::filesystem::exists(opts.write_calibration) ? Calibration::load(opts.write_calibration) : Calibration{};
+  Calibration out;
+  if (std::filesystem::exists(opts.write_calibration)) {
+    const UnrecordedReads merged_into;  // the run's own output, read to be updated: not an input
+    out = Calibration::load(opts.write_calibration);
+  }
   out.merge(cal);
   out.device = cal.device;
   out.created = cal.created;

@@ -1145,7 +1145,10 @@ struct TraceWriter::Impl {
   // writer removes its temporary and hdf5_teardown_unsafe() tells main to end without HDF5's
   // teardown.
   bool failed = false;
-  void fail() { failed = true; }
+  // After a failed HDF5 call: marks the writer failed and throws Error("<what> to '<target>': why").
+  [[noreturn]] void fail(const H5::Exception& e, const std::string& what);
+  // Every writing call first: a writer that failed writes nothing more.
+  void require_usable() const { FP8SIM_REQUIRE(!failed, "trace writer: writing '{}' failed earlier", target.string()); }
 
   H5::Group step_group(int64_t step);
   void attr_str(H5::H5Object& obj, const std::string& key, const std::string& v);
@@ -1171,6 +1174,12 @@ void TraceWriter::Impl::attr_f64(H5::H5Object& obj, const std::string& key, doub
   if (obj.attrExists(key)) obj.removeAttr(key);
   H5::Attribute a = obj.createAttribute(key, H5::PredType::IEEE_F64LE, H5::DataSpace(H5S_SCALAR));
   a.write(H5::PredType::NATIVE_DOUBLE, &v);
+}
+
+void TraceWriter::Impl::fail(const H5::Exception& e, const std::string& what) {
+  const std::string detail = write_failure_detail(&e);  // before any other HDF5 call clears it
+  failed = true;
+  throw Error(fmt::format("{} to '{}': {}", what, target.string(), detail));
 }
 
 H5::Group TraceWriter::Impl::step_group(int64_t step) {
@@ -1261,14 +1270,16 @@ TraceWriter::TraceWriter(const fs::path& path, const TraceHeader& h, const Write
 TraceWriter::~TraceWriter() {
   if (impl_) cleanup::forget_path(impl_->tmp_slot);
   if (!impl_ || impl_->committed) return;
+  if (impl_->open && !impl_->failed) {
+    try {
+      impl_->file.close();
+    } catch (const H5::Exception&) {
+      impl_->failed = true;  // the close's own flush failed: the same state as a failed write
+    }
+  }
   if (impl_->open && impl_->failed) {
     H5Iinc_ref(impl_->file.getId());  // H5File's destructor drops this reference instead of closing
     g_hdf5_teardown_unsafe.store(true);
-  } else {
-    try {
-      if (impl_->open) impl_->file.close();
-    } catch (const H5::Exception&) {
-    }
   }
   H5Eclear2(H5E_DEFAULT);
   std::error_code ec;
@@ -1276,6 +1287,7 @@ TraceWriter::~TraceWriter() {
 }
 
 void TraceWriter::set_step(const StepInfo& s) {
+  impl_->require_usable();
   try {
     H5::Group g = impl_->step_group(s.step);
     if (s.lr) impl_->attr_f64(g, "lr", *s.lr);
@@ -1283,9 +1295,7 @@ void TraceWriter::set_step(const StepInfo& s) {
     if (s.adamw_step) impl_->attr_i64(g, "adamw_step", *s.adamw_step);
     if (!s.contents.empty()) impl_->attr_str(g, "contents", s.contents);
   } catch (const H5::Exception& e) {
-    const std::string d = write_failure_detail(&e);
-    impl_->fail();
-    throw Error(fmt::format("cannot write step {} to '{}': {}", s.step, impl_->target.string(), d));
+    impl_->fail(e, fmt::format("cannot write step {}", s.step));
   }
 }
 
@@ -1295,7 +1305,7 @@ void TraceWriter::write(const TensorInfo& t, const void* data) {
   FP8SIM_REQUIRE(!t.shape.empty() && t.shape.size() <= 8, "trace writer: {} has rank {} (1..8 allowed)", t.name,
                  t.shape.size());
   for (int64_t d : t.shape) FP8SIM_REQUIRE(d > 0, "trace writer: {} has a zero-size shape {}", t.name, t.shape_str());
-  FP8SIM_REQUIRE(!impl_->failed, "trace writer: '{}' failed earlier", impl_->target.string());
+  impl_->require_usable();
   try {
     H5::Group sg = impl_->step_group(t.step);
     const std::string role(role_name(t.role));
@@ -1338,9 +1348,7 @@ void TraceWriter::write(const TensorInfo& t, const void* data) {
     impl_->attr_i64(ds, "layer", t.layer);
     ds.close();  // its data reach the file here: a write error is an exception, not a destructor's print
   } catch (const H5::Exception& e) {
-    const std::string d = write_failure_detail(&e);
-    impl_->fail();
-    throw Error(fmt::format("cannot write {} to '{}': {}", t.name, impl_->target.string(), d));
+    impl_->fail(e, fmt::format("cannot write {}", t.name));
   }
 }
 
@@ -1354,37 +1362,34 @@ void TraceWriter::write(const TensorInfo& meta, const TensorData& data) {
 }
 
 void TraceWriter::set_root_attr(const std::string& key, const std::string& value) {
+  impl_->require_usable();
   try {
     H5::Group root = impl_->file.openGroup("/");
     impl_->attr_str(root, key, value);
   } catch (const H5::Exception& e) {
-    const std::string d = write_failure_detail(&e);
-    impl_->fail();
-    throw Error(fmt::format("cannot write attribute {} to '{}': {}", key, impl_->target.string(), d));
+    impl_->fail(e, fmt::format("cannot write attribute {}", key));
   }
 }
 
 void TraceWriter::set_root_attr(const std::string& key, double value) {
+  impl_->require_usable();
   try {
     H5::Group root = impl_->file.openGroup("/");
     impl_->attr_f64(root, key, value);
   } catch (const H5::Exception& e) {
-    const std::string d = write_failure_detail(&e);
-    impl_->fail();
-    throw Error(fmt::format("cannot write attribute {} to '{}': {}", key, impl_->target.string(), d));
+    impl_->fail(e, fmt::format("cannot write attribute {}", key));
   }
 }
 
 void TraceWriter::commit() {
   FP8SIM_REQUIRE(!impl_->committed, "trace writer: commit() called twice");
+  impl_->require_usable();
   refuse_overwriting_input(fmt::format("'{}'", impl_->target.string()), impl_->target);
   try {
     impl_->file.close();
     impl_->open = false;
   } catch (const H5::Exception& e) {
-    const std::string d = write_failure_detail(&e);
-    impl_->fail();
-    throw Error(fmt::format("cannot finish trace '{}': {}", impl_->target.string(), d));
+    impl_->fail(e, "cannot finish the trace");
   }
   std::error_code ec;
   fs::rename(impl_->tmp, impl_->target, ec);
