@@ -26,6 +26,7 @@
 #include "sim/common/check.hpp"
 #include "sim/common/interrupt.hpp"
 #include "sim/common/json.hpp"
+#include "sim/common/output.hpp"
 #include "sim/common/paths.hpp"
 #include "sim/formats/cast.hpp"
 #include "sim/memory/memory.hpp"
@@ -396,6 +397,7 @@ nb::dict report(const std::optional<std::string>& trace, const std::string& mode
   o.version = FP8SIM_VERSION;
 #endif
   report::WriteResult wr;
+  forget_inputs_read();  // what earlier calls in this process read is not this report's input
   {
     SigintGuard sigint;
     nb::gil_scoped_release nogil;

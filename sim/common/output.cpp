@@ -461,6 +461,11 @@ void note_input_read(const fs::path& p) {
   if (::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode)) note_read(p, st);
 }
 
+void forget_inputs_read() {
+  const std::lock_guard lock(g_read_mu);
+  g_read.clear();
+}
+
 std::vector<InputRead> inputs_read() {
   const std::lock_guard lock(g_read_mu);
   std::vector<InputRead> out;

@@ -140,6 +140,9 @@ struct InputRead {
 };
 void note_input_read(const std::filesystem::path& p);
 std::vector<InputRead> inputs_read();
+// Starts a new run's record (a process that runs several, the Python module, calls it before
+// each): what an earlier run read is not this one's input.
+void forget_inputs_read();
 // While one is alive, this thread's reads are not recorded: a file read to be merged into (the
 // run's own output) or read only to find out whether it is an input at all (a folder's other
 // documents), which the reader then notes itself if it uses it.
