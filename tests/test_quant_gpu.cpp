@@ -689,6 +689,17 @@ TEST(QuantizeGpu, FastKernelsEveryDtypeScaleModeAndFallback) {
     check_on("e4m3:row", {3, 70000}, dt, test::lognormal_data(3 * 70000, 47, 6.0));
 }
 
+// Enough 1xG units that every block of the resident grid walks many chunks of 256 units, and a
+// last chunk that ends inside a warp (8 bf16 units of 32 elements; 16 fp32 and 16-element units):
+// stages are reused and the partial chunk is read short.
+TEST(QuantizeGpu, FastKernelsManyChunksPerBlockAndAPartialLastChunk) {
+  FP8SIM_SKIP_WITHOUT_GPU();
+  const std::vector<int64_t> shape = {6001, 4352};
+  const std::vector<float> x = scattered_specials(6001 * 4352, 53);
+  for (const char* s : {"e4m3:g128", "e4m3:g16:scale=bf16", "e5m2:g32:scale=e8m0"})
+    for (InputDtype dt : {InputDtype::BF16, InputDtype::F32}) check_on(s, shape, dt, x);
+}
+
 TEST(QuantizeGpu, WarpGroupKernelEveryWidthShapeAndFallback) {
   FP8SIM_SKIP_WITHOUT_GPU();
   // Groups of more than 512 elements and at most 512 16-byte words take the warp-per-group kernel:

@@ -23,6 +23,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -372,6 +373,38 @@ template <InDt D>
 constexpr int kUnit1xg = D == InDt::F32 ? 16 : 32;  // E for G >= 64 (G = 32 takes E = 16: see the launcher)
 constexpr int kUnits1xg = 3;                        // U
 
+// One unit (E elements, NW = E / W 16-byte words in raw; the tensor's u-th unit) of a 1xG kernel:
+// the team's group max, the group's scale and the codes, stored. Every lane of the warp calls it
+// with the same trip count (lanes past the last unit pass zeros and store nothing), so the team
+// shuffles run on all 32 lanes.
+template <class T, InDt D, int E>
+__device__ __forceinline__ void encode_1xg_unit(const QuantKernelParams& P, const uint4 (&raw)[E / kWordElems<D>],
+                                                int64_t u, int64_t units, int team, int team_log2, bool hw,
+                                                uint8_t* __restrict__ codes, float* __restrict__ scales) {
+  constexpr int W = kWordElems<D>;
+  constexpr int NW = E / W;
+  uint32_t m = absmax_bits_words<D, NW>(raw);
+  for (int off = 1; off < team; off <<= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
+  const bool finite = m < kInfBits;
+  if (__any_sync(kFullMask, !finite)) {  // warp-uniform: the reference statistic over finite values
+    uint32_t f = 0;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) f = max(f, finite_absmax_word<D>(raw[w]));
+    for (int off = 1; off < team; off <<= 1) f = max(f, __shfl_xor_sync(kFullMask, f, off));
+    if (!finite) m = f;
+  }
+  if (u < units) {
+    const PlainGroup g = plain_group(P, m, finite);
+    uint32_t out[NW][W / 4];
+    encode_words<T, D, NW>(P, raw, g, hw, static_cast<uint64_t>(u * E), out);
+    const uint32_t* o = &out[0][0];  // E / 4 words of codes, in element order
+    uint4* dst = reinterpret_cast<uint4*>(codes) + u * (E / 16);
+#pragma unroll
+    for (int q = 0; q < E / 16; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
+    if ((threadIdx.x & (team - 1)) == 0) scales[u >> team_log2] = g.stored;
+  }
+}
+
 template <class T, InDt D, int E, int U>
 __global__ void __launch_bounds__(256)
     quant_1xg_fast_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
@@ -379,7 +412,6 @@ __global__ void __launch_bounds__(256)
   constexpr int W = kWordElems<D>;
   constexpr int NW = E / W;  // 16-byte words per unit
   const int lane = threadIdx.x & 31;
-  const int team_lane = threadIdx.x & (team - 1);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   // Teams are whole groups and whole teams are in or out of range, so every shuffle below runs
   // on all 32 lanes with the same trip count (the loop runs while any lane of the warp has work).
@@ -392,29 +424,55 @@ __global__ void __launch_bounds__(256)
       for (int w = 0; w < NW; ++w) raw[k][w] = u < units ? x[u * NW + w] : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
-    for (int k = 0; k < U; ++k) {
-      const int64_t u = u0 + k * stride;
-      uint32_t m = absmax_bits_words<D, NW>(raw[k]);
-      for (int off = 1; off < team; off <<= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
-      const bool finite = m < kInfBits;
-      if (__any_sync(kFullMask, !finite)) {  // warp-uniform: the reference statistic over finite values
-        uint32_t f = 0;
+    for (int k = 0; k < U; ++k)
+      encode_1xg_unit<T, D, E>(P, raw[k], u0 + k * stride, units, team, team_log2, hw, codes, scales);
+  }
+}
+
+// The same units through shared memory: a block takes chunks of 256 units (chunk blockIdx.x, then
+// every gridDim.x-th), each brought in by one bulk copy into one of S stages, so up to S chunks per
+// block are in flight while its threads encode an earlier one; a thread reads its unit's words
+// from the stage, the block passes one barrier (then the stage may be refilled) and the thread
+// encodes as quant_1xg_fast_kernel does (encode_1xg_unit: the same bits). Dynamic shared memory:
+// S * 256 * NW 16-byte words.
+constexpr int kBulkChunkUnits = 256;  // = blockDim.x: one unit per thread and chunk
+template <class T, InDt D, int E, int S>
+__global__ void __launch_bounds__(256)
+    quant_1xg_bulk_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
+                          QuantKernelParams P, int team, int team_log2, int64_t units, bool hw) {
+  constexpr int NW = E / kWordElems<D>;
+  constexpr int kStageWords = kBulkChunkUnits * NW;
+  extern __shared__ __align__(128) uint4 stage[];
+  __shared__ __align__(8) uint64_t full[S];
+  const int tid = threadIdx.x;
+  const int64_t chunks = (units + kBulkChunkUnits - 1) / kBulkChunkUnits;
+  const int64_t mine = blockIdx.x < chunks ? (chunks - 1 - blockIdx.x) / gridDim.x + 1 : 0;  // block-uniform
+  auto issue = [&](int64_t i) {  // thread 0: this block's i-th chunk into stage i % S
+    const int64_t u0 = (blockIdx.x + i * gridDim.x) * kBulkChunkUnits;
+    const int64_t nu = units - u0 < kBulkChunkUnits ? units - u0 : kBulkChunkUnits;
+    const auto bytes = static_cast<unsigned>(nu * NW * 16);
+    uint64_t* bar = &full[i % S];
+    mbar_expect_tx(bar, bytes);
+    bulk_load(stage + (i % S) * kStageWords, x + u0 * NW, bytes, bar);
+  };
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) mbar_init(&full[s], 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (tid == 0)
+    for (int64_t i = 0; i < S && i < mine; ++i) issue(i);
+  for (int64_t i = 0; i < mine; ++i) {
+    const int st = static_cast<int>(i % S);
+    mbar_wait(&full[st], static_cast<unsigned>((i / S) & 1));
+    const int64_t u = (blockIdx.x + i * gridDim.x) * kBulkChunkUnits + tid;
+    uint4 raw[NW];
+    const uint4* src = stage + st * kStageWords + tid * NW;
 #pragma unroll
-        for (int w = 0; w < NW; ++w) f = max(f, finite_absmax_word<D>(raw[k][w]));
-        for (int off = 1; off < team; off <<= 1) f = max(f, __shfl_xor_sync(kFullMask, f, off));
-        if (!finite) m = f;
-      }
-      if (u < units) {
-        const PlainGroup g = plain_group(P, m, finite);
-        uint32_t out[NW][W / 4];
-        encode_words<T, D, NW>(P, raw[k], g, hw, static_cast<uint64_t>(u * E), out);
-        const uint32_t* o = &out[0][0];  // E / 4 words of codes, in element order
-        uint4* dst = reinterpret_cast<uint4*>(codes) + u * (E / 16);
-#pragma unroll
-        for (int q = 0; q < E / 16; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
-        if (team_lane == 0) scales[u >> team_log2] = g.stored;
-      }
-    }
+    for (int w = 0; w < NW; ++w) raw[w] = u < units ? src[w] : make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();  // every thread holds its words: the stage is free
+    if (tid == 0 && i + S < mine) issue(i + S);
+    encode_1xg_unit<T, D, E>(P, raw, u, units, team, team_log2, hw, codes, scales);
   }
 }
 
@@ -682,6 +740,15 @@ uint64_t pow_y_mismatches(uint64_t n, uint64_t seed) {
   return h[0];
 }
 
+// Development switch of the bulk-copy 1xG kernel's experiment: FP8SIM_QUANT_BULK=1 selects it.
+bool bulk_1xg_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("FP8SIM_QUANT_BULK");
+    return v != nullptr && v[0] == '1';
+  }();
+  return on;
+}
+
 bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
   const QuantKernelParams& P = L.params;
   if (L.mode != 0 || P.format > 1 || !aligned16(L.x) || !aligned16(L.codes) || !plain_scales_common_ok(P.scale))
@@ -699,6 +766,19 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
         int team_log2 = 0;
         while ((1 << team_log2) < team) ++team_log2;
         const int64_t units = n / E;
+        if (bulk_1xg_enabled()) {
+          constexpr int S = 4;
+          auto kernel = quant_1xg_bulk_kernel<T, D, E, S>;
+          const size_t smem = static_cast<size_t>(S) * kBulkChunkUnits * (E / kWordElems<D>)*16;
+          static const int resident = [&] {
+            (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+            return resident_blocks(kernel, smem);
+          }();
+          const int grid = grid_cap((units + kBulkChunkUnits - 1) / kBulkChunkUnits, resident);
+          kernel<<<grid, 256, smem, s>>>(static_cast<const uint4*>(L.x), static_cast<uint8_t*>(L.codes), L.scales, P,
+                                         team, team_log2, units, hw);
+          return;
+        }
         // A persistent grid of at most the resident blocks: each block takes an equal share.
         auto kernel = quant_1xg_fast_kernel<T, D, E, U>;
         static const int resident = resident_blocks(kernel);
