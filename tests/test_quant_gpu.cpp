@@ -689,15 +689,31 @@ TEST(QuantizeGpu, FastKernelsEveryDtypeScaleModeAndFallback) {
     check_on("e4m3:row", {3, 70000}, dt, test::lognormal_data(3 * 70000, 47, 6.0));
 }
 
-// Enough 1xG units that every block of the resident grid walks many chunks of 256 units, and a
-// last chunk that ends inside a warp (8 bf16 units of 32 elements; 16 fp32 and 16-element units):
-// stages are reused and the partial chunk is read short.
+// Enough units (1xG and per-tensor encode) that every block of the resident grid walks many chunks
+// of 256 units, and a last chunk that ends inside a warp (8 bf16 units of 32 elements; 16 fp32 and
+// 16-element units): stages are reused and the partial chunk is read short. Delayed scaling over
+// three steps, as the scaler's state and the per-block maxima carry from one to the next.
 TEST(QuantizeGpu, FastKernelsManyChunksPerBlockAndAPartialLastChunk) {
   FP8SIM_SKIP_WITHOUT_GPU();
   const std::vector<int64_t> shape = {6001, 4352};
-  const std::vector<float> x = scattered_specials(6001 * 4352, 53);
-  for (const char* s : {"e4m3:g128", "e4m3:g16:scale=bf16", "e5m2:g32:scale=e8m0"})
+  const size_t n = 6001 * 4352;
+  const std::vector<float> x = scattered_specials(n, 53);
+  for (const char* s : {"e4m3:g128", "e4m3:g16:scale=bf16", "e5m2:g32:scale=e8m0", "e4m3:tensor"})
     for (InputDtype dt : {InputDtype::BF16, InputDtype::F32}) check_on(s, shape, dt, x);
+  const QuantSpec spec = QuantSpec::parse("e4m3:tensor:delayed=2,max");
+  DelayedScaler cpu(spec), gpu_s(spec);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> v = test::lognormal_data(n, 60 + step, 4.0 + step);
+    std::vector<uint16_t> v16(n);
+    for (size_t i = 0; i < n; ++i) v16[i] = f32_to_bf16_rne(v[i]);
+    QuantizeOptions oc, og;
+    oc.delayed = &cpu;
+    og.delayed = &gpu_s;
+    const QuantizedTensor c = quantize_any(v16.data(), InputDtype::BF16, shape, spec, oc);
+    const QuantizedTensor g = gpu::quantize_on_gpu(v16.data(), InputDtype::BF16, shape, spec, og);
+    expect_same(c, g, "delayed bf16 6001x4352 step " + std::to_string(step));
+    EXPECT_EQ(f32_bits(cpu.scale()), f32_bits(gpu_s.scale())) << "scaler state after step " << step;
+  }
 }
 
 TEST(QuantizeGpu, WarpGroupKernelEveryWidthShapeAndFallback) {

@@ -429,51 +429,16 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// The same units through shared memory: a block takes chunks of 256 units (chunk blockIdx.x, then
-// every gridDim.x-th), each brought in by one bulk copy into one of S stages, so up to S chunks per
-// block are in flight while its threads encode an earlier one; a thread reads its unit's words
-// from the stage, the block passes one barrier (then the stage may be refilled) and the thread
-// encodes as quant_1xg_fast_kernel does (encode_1xg_unit: the same bits). Dynamic shared memory:
-// S * 256 * NW 16-byte words.
-constexpr int kBulkChunkUnits = 256;  // = blockDim.x: one unit per thread and chunk
+// The same units streamed through shared memory by bulk copies (bulk_unit_loop), each encoded as
+// quant_1xg_fast_kernel does (encode_1xg_unit: the same bits).
 template <class T, InDt D, int E, int S>
 __global__ void __launch_bounds__(256)
     quant_1xg_bulk_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
                           QuantKernelParams P, int team, int team_log2, int64_t units, bool hw) {
   constexpr int NW = E / kWordElems<D>;
-  constexpr int kStageWords = kBulkChunkUnits * NW;
-  extern __shared__ __align__(128) uint4 stage[];
-  __shared__ __align__(8) uint64_t full[S];
-  const int tid = threadIdx.x;
-  const int64_t chunks = (units + kBulkChunkUnits - 1) / kBulkChunkUnits;
-  const int64_t mine = blockIdx.x < chunks ? (chunks - 1 - blockIdx.x) / gridDim.x + 1 : 0;  // block-uniform
-  auto issue = [&](int64_t i) {  // thread 0: this block's i-th chunk into stage i % S
-    const int64_t u0 = (blockIdx.x + i * gridDim.x) * kBulkChunkUnits;
-    const int64_t nu = units - u0 < kBulkChunkUnits ? units - u0 : kBulkChunkUnits;
-    const auto bytes = static_cast<unsigned>(nu * NW * 16);
-    uint64_t* bar = &full[i % S];
-    mbar_expect_tx(bar, bytes);
-    bulk_load(stage + (i % S) * kStageWords, x + u0 * NW, bytes, bar);
-  };
-  if (tid == 0) {
-    for (int s = 0; s < S; ++s) mbar_init(&full[s], 1);
-    mbar_init_fence();
-  }
-  __syncthreads();
-  if (tid == 0)
-    for (int64_t i = 0; i < S && i < mine; ++i) issue(i);
-  for (int64_t i = 0; i < mine; ++i) {
-    const int st = static_cast<int>(i % S);
-    mbar_wait(&full[st], static_cast<unsigned>((i / S) & 1));
-    const int64_t u = (blockIdx.x + i * gridDim.x) * kBulkChunkUnits + tid;
-    uint4 raw[NW];
-    const uint4* src = stage + st * kStageWords + tid * NW;
-#pragma unroll
-    for (int w = 0; w < NW; ++w) raw[w] = u < units ? src[w] : make_uint4(0u, 0u, 0u, 0u);
-    __syncthreads();  // every thread holds its words: the stage is free
-    if (tid == 0 && i + S < mine) issue(i + S);
+  bulk_unit_loop<NW, S>(x, units, [&](const uint4(&raw)[NW], int64_t u) {
     encode_1xg_unit<T, D, E>(P, raw, u, units, team, team_log2, hw, codes, scales);
-  }
+  });
 }
 
 // ---- group geometry in 16-byte words (the staged and warp-group kernels) -----------------------------
@@ -740,8 +705,7 @@ uint64_t pow_y_mismatches(uint64_t n, uint64_t seed) {
   return h[0];
 }
 
-// Development switch of the bulk-copy 1xG kernel's experiment: FP8SIM_QUANT_BULK=1 selects it.
-bool bulk_1xg_enabled() {
+bool bulk_copy_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("FP8SIM_QUANT_BULK");
     return v != nullptr && v[0] == '1';
@@ -766,14 +730,11 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
         int team_log2 = 0;
         while ((1 << team_log2) < team) ++team_log2;
         const int64_t units = n / E;
-        if (bulk_1xg_enabled()) {
+        if (bulk_copy_enabled()) {
           constexpr int S = 4;
           auto kernel = quant_1xg_bulk_kernel<T, D, E, S>;
-          const size_t smem = static_cast<size_t>(S) * kBulkChunkUnits * (E / kWordElems<D>)*16;
-          static const int resident = [&] {
-            (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-            return resident_blocks(kernel, smem);
-          }();
+          const size_t smem = bulk_stage_bytes<E / kWordElems<D>, S>();
+          static const int resident = resident_blocks_opt_in(kernel, smem);
           const int grid = grid_cap((units + kBulkChunkUnits - 1) / kBulkChunkUnits, resident);
           kernel<<<grid, 256, smem, s>>>(static_cast<const uint4*>(L.x), static_cast<uint8_t*>(L.codes), L.scales, P,
                                          team, team_log2, units, hw);

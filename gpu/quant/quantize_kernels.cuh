@@ -296,6 +296,55 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, unsigned parity) {
   } while (!done);
 }
 
+// Streams `units` units of NW 16-byte words (unit u at x[u * NW]) through shared memory: a block of
+// kBulkChunkUnits threads takes chunks of as many units (chunk blockIdx.x, then every gridDim.x-th),
+// each brought in by one bulk copy into one of S stages, so up to S chunks per block are in flight
+// while its threads work on an earlier one. For every chunk of the block each thread reads its
+// unit's words (zeros where u >= units), the block passes one barrier (the stage is then refilled)
+// and the thread calls f(raw, u): block-uniform, as every thread calls f the same number of times.
+// Dynamic shared memory: bulk_stage_bytes<NW, S>().
+constexpr int kBulkChunkUnits = 256;  // = blockDim.x: one unit per thread and chunk
+template <int NW, int S>
+constexpr size_t bulk_stage_bytes() {
+  return static_cast<size_t>(S) * kBulkChunkUnits * NW * 16;
+}
+template <int NW, int S, class F>
+__device__ __forceinline__ void bulk_unit_loop(const uint4* __restrict__ x, int64_t units, F&& f) {
+  constexpr int kStageWords = kBulkChunkUnits * NW;
+  extern __shared__ __align__(128) uint4 bulk_stage[];
+  __shared__ __align__(8) uint64_t full[S];
+  const int tid = threadIdx.x;
+  const int64_t chunks = (units + kBulkChunkUnits - 1) / kBulkChunkUnits;
+  const int64_t mine = blockIdx.x < chunks ? (chunks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+  auto issue = [&](int64_t i) {  // thread 0: the block's i-th chunk into stage i % S
+    const int64_t u0 = (blockIdx.x + i * gridDim.x) * kBulkChunkUnits;
+    const int64_t nu = units - u0 < kBulkChunkUnits ? units - u0 : kBulkChunkUnits;
+    const auto bytes = static_cast<unsigned>(nu * NW * 16);
+    uint64_t* bar = &full[i % S];
+    mbar_expect_tx(bar, bytes);
+    bulk_load(bulk_stage + (i % S) * kStageWords, x + u0 * NW, bytes, bar);
+  };
+  if (tid == 0) {
+    for (int s = 0; s < S; ++s) mbar_init(&full[s], 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  if (tid == 0)
+    for (int64_t i = 0; i < S && i < mine; ++i) issue(i);
+  for (int64_t i = 0; i < mine; ++i) {
+    const int st = static_cast<int>(i % S);
+    mbar_wait(&full[st], static_cast<unsigned>((i / S) & 1));
+    const int64_t u = (blockIdx.x + i * gridDim.x) * kBulkChunkUnits + tid;
+    uint4 raw[NW];
+    const uint4* src = bulk_stage + st * kStageWords + tid * NW;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) raw[w] = u < units ? src[w] : make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();  // every thread holds its words: the stage is free
+    if (tid == 0 && i + S < mine) issue(i + S);
+    f(raw, u);
+  }
+}
+
 // Set by hw_cvt_verified() (gpu/quant/quantize_fast.cu): whether cvt2_hw equals the reference
 // encoder on every finite fp32 input for both formats on this device (host side).
 bool hw_cvt_verified();
