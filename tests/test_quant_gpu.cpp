@@ -689,10 +689,9 @@ TEST(QuantizeGpu, FastKernelsEveryDtypeScaleModeAndFallback) {
     check_on("e4m3:row", {3, 70000}, dt, test::lognormal_data(3 * 70000, 47, 6.0));
 }
 
-// Enough units (1xG and per-tensor encode) that every block of the resident grid walks many chunks
-// of 256 units, and a last chunk that ends inside a warp (8 bf16 units of 32 elements; 16 fp32 and
-// 16-element units): stages are reused and the partial chunk is read short. Delayed scaling over
-// three steps, as the scaler's state and the per-block maxima carry from one to the next.
+// Enough units (1xG and per-tensor encode: 32 bf16 or 16 fp32 elements) that every thread of the
+// resident grid runs several loop iterations, and a unit count that ends inside a warp's last
+// iteration. Delayed scaling over three steps, as the scaler's state carries from one to the next.
 TEST(QuantizeGpu, FastKernelsManyChunksPerBlockAndAPartialLastChunk) {
   FP8SIM_SKIP_WITHOUT_GPU();
   const std::vector<int64_t> shape = {6001, 4352};

@@ -38,12 +38,4 @@ int resident_blocks(Kernel kernel, size_t smem = 0) {
   return b < 1 ? 1 : b;
 }
 
-// resident_blocks for a kernel whose dynamic shared memory may exceed the default 48 KB, after
-// allowing `smem` bytes for it (a failure shows in the launch). Callers cache the answer per kernel.
-template <class Kernel>
-int resident_blocks_opt_in(Kernel kernel, size_t smem) {
-  (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  return resident_blocks(kernel, smem);
-}
-
 }  // namespace fp8sim::gpu

@@ -727,7 +727,6 @@ __global__ void __launch_bounds__(1024)
 template <InDt D>
 constexpr int kTensorUnit = D == InDt::F32 ? 16 : 32;  // elements per unit
 constexpr int kTensorUnits = 3;                        // units per thread per iteration
-constexpr int kBulkStages = 4;                         // the bulk-copy form's stages (bulk_unit_loop)
 
 // The reference path of one 16-byte word of the per-tensor encode (out of line: rare, or
 // stochastic). Returns the packed codes by value (a pointer would put the caller's array in
@@ -806,7 +805,7 @@ __device__ __forceinline__ float plain_tensor_scale(const QuantKernelParams& P, 
   return f32_from_bits(__ldcg(slot));  // from L2: written by another block in the fused case
 }
 
-template <class T, InDt D, int MODE, bool BULK = false, int E = kTensorUnit<D>, int U = kTensorUnits>
+template <class T, InDt D, int MODE, int E = kTensorUnit<D>, int U = kTensorUnits>
 __global__ void __launch_bounds__(256)
     encode_tensor_kernel(const void* __restrict__ x, uint8_t* __restrict__ codes, int64_t n, bool vec, bool hw,
                          QuantKernelParams P, uint32_t* slot, uint32_t* __restrict__ block_amax,
@@ -826,71 +825,61 @@ __global__ void __launch_bounds__(256)
   const int64_t units = vec ? n / E : 0;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const uint4* xw = static_cast<const uint4*>(x);
-  // Unit t (t < units): its statistics (delayed) and codes.
-  auto encode_unit = [&](const uint4(&r)[NW], int64_t t) {
-    const uint32_t m = absmax_bits_words<D, NW>(r);
-    const bool finite = m < 0x7F800000u;
-    if constexpr (kEmit) {
-      if (finite) {
-        st.amax = m > st.amax ? m : st.amax;
-      } else {
+  for (int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t0 < units; t0 += U * stride) {
+    uint4 raw[U][NW];
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const int64_t t = t0 + k * stride;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) raw[k][w] = t < units ? xw[t * NW + w] : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+      const int64_t t = t0 + k * stride;
+      if (t >= units) break;
+      const uint32_t m = absmax_bits_words<D, NW>(raw[k]);
+      const bool finite = m < 0x7F800000u;
+      if constexpr (kEmit) {
+        if (finite) {
+          st.amax = m > st.amax ? m : st.amax;
+        } else {
+#pragma unroll
+          for (int w = 0; w < NW; ++w) {
+            float v[W];
+            widen_word<D>(raw[k][w], v);
+#pragma unroll
+            for (int j = 0; j < W; ++j) stats_add(st, v[j]);
+          }
+        }
+      }
+      uint32_t out[E / 4];
+      if (finite && exact && hw) {
 #pragma unroll
         for (int w = 0; w < NW; ++w) {
           float v[W];
-          widen_word<D>(r[w], v);
+          widen_word<D>(raw[k][w], v);
 #pragma unroll
-          for (int j = 0; j < W; ++j) stats_add(st, v[j]);
+          for (int j = 0; j < W / 4; ++j) {
+            float q[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              q[e] = MODE == kPlain ? (div ? div_by(v[4 * j + e], rc) : apply_scale(v[4 * j + e], g.sq, P.scale))
+                                    : mul_rn(v[4 * j + e], g.sq);
+            out[w * (W / 4) + j] = cvt2_hw<T>(q[0], q[1]) | (cvt2_hw<T>(q[2], q[3]) << 16);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+          const WordCodes c =
+              encode_tensor_word_ref<T, D, MODE>(P, raw[k][w], g.sq, rc, fast, static_cast<uint64_t>(E * t + W * w));
+#pragma unroll
+          for (int j = 0; j < W / 4; ++j) out[w * (W / 4) + j] = c.w[j];
         }
       }
-    }
-    uint32_t out[E / 4];
-    if (finite && exact && hw) {
+      uint4* dst = reinterpret_cast<uint4*>(codes) + t * (E / 16);
 #pragma unroll
-      for (int w = 0; w < NW; ++w) {
-        float v[W];
-        widen_word<D>(r[w], v);
-#pragma unroll
-        for (int j = 0; j < W / 4; ++j) {
-          float q[4];
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            q[e] = MODE == kPlain ? (div ? div_by(v[4 * j + e], rc) : apply_scale(v[4 * j + e], g.sq, P.scale))
-                                  : mul_rn(v[4 * j + e], g.sq);
-          out[w * (W / 4) + j] = cvt2_hw<T>(q[0], q[1]) | (cvt2_hw<T>(q[2], q[3]) << 16);
-        }
-      }
-    } else {
-#pragma unroll
-      for (int w = 0; w < NW; ++w) {
-        const WordCodes c =
-            encode_tensor_word_ref<T, D, MODE>(P, r[w], g.sq, rc, fast, static_cast<uint64_t>(E * t + W * w));
-#pragma unroll
-        for (int j = 0; j < W / 4; ++j) out[w * (W / 4) + j] = c.w[j];
-      }
-    }
-    uint4* dst = reinterpret_cast<uint4*>(codes) + t * (E / 16);
-#pragma unroll
-    for (int q = 0; q < E / 16; ++q) dst[q] = make_uint4(out[4 * q], out[4 * q + 1], out[4 * q + 2], out[4 * q + 3]);
-  };
-  if constexpr (BULK) {  // the units streamed through shared memory (bulk_unit_loop)
-    bulk_unit_loop<NW, kBulkStages>(xw, units, [&](const uint4(&r)[NW], int64_t t) {
-      if (t < units) encode_unit(r, t);
-    });
-  } else {
-    for (int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; t0 < units; t0 += U * stride) {
-      uint4 raw[U][NW];
-#pragma unroll
-      for (int k = 0; k < U; ++k) {
-        const int64_t t = t0 + k * stride;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) raw[k][w] = t < units ? xw[t * NW + w] : make_uint4(0u, 0u, 0u, 0u);
-      }
-#pragma unroll
-      for (int k = 0; k < U; ++k) {
-        const int64_t t = t0 + k * stride;
-        if (t >= units) break;
-        encode_unit(raw[k], t);
-      }
+      for (int q = 0; q < E / 16; ++q) dst[q] = make_uint4(out[4 * q], out[4 * q + 1], out[4 * q + 2], out[4 * q + 3]);
     }
   }
   for (int64_t i = E * units + static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
@@ -1270,23 +1259,16 @@ void launch_scaled16(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t s) {
 // The per-tensor encode's grid: a persistent grid of at most the resident blocks (no partial
 // last wave), at most 16 per SM (the delayed encode's per-block maxima must fit the workspace).
 struct TensorEncodeShape {
-  bool vec;           // 16-byte aligned input and codes (codes aligned to 8 only take the element-wise loop)
-  bool hw;            // tensor_hw_ok
-  int64_t want;       // blocks that cover the tensor
-  bool bulk;          // the bulk-copy form (vec and the development switch)
-  int64_t want_bulk;  // its blocks that cover the tensor: one per chunk, and one for a tail
+  bool vec;      // 16-byte aligned input and codes (codes aligned to 8 only take the element-wise loop)
+  bool hw;       // tensor_hw_ok
+  int64_t want;  // blocks that cover the tensor
 };
-template <InDt D>
-constexpr size_t tensor_bulk_smem() {
-  return bulk_stage_bytes<kTensorUnit<D> / kWordElems<D>, kBulkStages>();
-}
 TensorEncodeShape tensor_encode_shape(const QuantLaunch& L, InDt dt, int64_t n) {
   const uint8_t* codes = static_cast<const uint8_t*>(L.codes);
   const bool vec = (reinterpret_cast<uintptr_t>(L.x) % 16) == 0 && (reinterpret_cast<uintptr_t>(codes) % 16) == 0;
   const int64_t unit = dt == InDt::F32 ? kTensorUnit<InDt::F32> : kTensorUnit<InDt::BF16>;
   const int64_t want = (n / unit + 256 * kTensorUnits - 1) / (256 * kTensorUnits) + 1;
-  const int64_t want_bulk = (n / unit + kBulkChunkUnits - 1) / kBulkChunkUnits + 1;
-  return {vec, tensor_hw_ok(L), want, vec && bulk_copy_enabled(), want_bulk};
+  return {vec, tensor_hw_ok(L), want};
 }
 template <class Kernel>
 int resident_of(Kernel kernel) {  // blocks per SM, at most 16
@@ -1297,11 +1279,10 @@ int resident_of(Kernel kernel) {  // blocks per SM, at most 16
 // A cooperative launch of `kernel` (every block resident at once: grid <= resident blocks x SMs,
 // which a grid barrier in the kernel needs) with these arguments, converted to its parameter types.
 template <class... Params>
-void launch_cooperative(void (*kernel)(Params...), int grid, size_t smem, cudaStream_t s,
-                        std::type_identity_t<Params>... args) {
+void launch_cooperative(void (*kernel)(Params...), int grid, cudaStream_t s, std::type_identity_t<Params>... args) {
   void* ptrs[] = {&args...};
   FP8SIM_CUDA_CHECK(
-      cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), ptrs, smem, s));
+      cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel), dim3(grid), dim3(256), ptrs, 0, s));
 }
 
 // Stages 1 and 2 of plain per-tensor scaling: stage 1 unless a producer gave maxima, then stage 2 as
@@ -1332,14 +1313,6 @@ void launch_tensor_delayed(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_
   uint8_t* codes = static_cast<uint8_t*>(L.codes);
   const TensorEncodeShape t = tensor_encode_shape(L, dt, n);
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
-    if (t.bulk) {
-      auto kernel = encode_tensor_kernel<T, D, kDelayed, true>;
-      constexpr size_t smem = tensor_bulk_smem<D>();
-      static const int b = resident_blocks_opt_in(kernel, smem);
-      const int grid = grid_cap(t.want_bulk, b < 16 ? b : 16);
-      kernel<<<grid, 256, smem, s>>>(L.x, codes, n, t.vec, t.hw, P, L.slot, L.chunk_maxima, L.inf_flag, delayed_out(L));
-      return;
-    }
     static const int b = resident_of(encode_tensor_kernel<T, D, kDelayed>);
     const int grid = grid_cap(t.want, b);
     encode_tensor_kernel<T, D, kDelayed>
@@ -1357,21 +1330,11 @@ void launch_tensor_plain(const QuantLaunch& L, InDt dt, int64_t n, cudaStream_t 
   const TensorEncodeShape t = tensor_encode_shape(L, dt, n);
   const FusedStage2 fused = plain_stages_1_2(L, dt, n, s);
   dispatch_fmt_dt(P.format, dt, [&]<class T, InDt D>() {
-    if (t.bulk) {
-      auto kernel = encode_tensor_kernel<T, D, kPlain, true>;
-      constexpr size_t smem = tensor_bulk_smem<D>();
-      static const int b = resident_blocks_opt_in(kernel, smem);
-      const int grid = grid_cap(t.want_bulk, b < 16 ? b : 16);
-      if (fused.maxima)
-        launch_cooperative(kernel, grid, smem, s, L.x, codes, n, t.vec, t.hw, P, L.slot, nullptr, nullptr, fused);
-      else kernel<<<grid, 256, smem, s>>>(L.x, codes, n, t.vec, t.hw, P, L.slot, nullptr, nullptr, FusedStage2{});
-      return;
-    }
     auto kernel = encode_tensor_kernel<T, D, kPlain>;
     static const int b = resident_of(kernel);
     const int grid = grid_cap(t.want, b);
     if (fused.maxima)
-      launch_cooperative(kernel, grid, 0, s, L.x, codes, n, t.vec, t.hw, P, L.slot, nullptr, nullptr, fused);
+      launch_cooperative(kernel, grid, s, L.x, codes, n, t.vec, t.hw, P, L.slot, nullptr, nullptr, fused);
     else kernel<<<grid, 256, 0, s>>>(L.x, codes, n, t.vec, t.hw, P, L.slot, nullptr, nullptr, FusedStage2{});
   });
   FP8SIM_CUDA_CHECK_LAUNCH();
@@ -1404,8 +1367,7 @@ void launch_tensor_transposed(const QuantLaunch& L, InDt dt, cudaStream_t s) {
     static const int b = resident_of(kernel);
     const int grid = grid_cap(tiles, b);
     if (fused.maxima)
-      launch_cooperative(kernel, grid, 0, s, L.x, codes, codes_t, rows, cols, vec, hw, P, L.slot, nullptr, nullptr,
-                         fused);
+      launch_cooperative(kernel, grid, s, L.x, codes, codes_t, rows, cols, vec, hw, P, L.slot, nullptr, nullptr, fused);
     else
       kernel<<<grid, 256, 0, s>>>(L.x, codes, codes_t, rows, cols, vec, hw, P, L.slot, nullptr, nullptr, FusedStage2{});
   });

@@ -23,7 +23,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -373,38 +372,6 @@ template <InDt D>
 constexpr int kUnit1xg = D == InDt::F32 ? 16 : 32;  // E for G >= 64 (G = 32 takes E = 16: see the launcher)
 constexpr int kUnits1xg = 3;                        // U
 
-// One unit (E elements, NW = E / W 16-byte words in raw; the tensor's u-th unit) of a 1xG kernel:
-// the team's group max, the group's scale and the codes, stored. Every lane of the warp calls it
-// with the same trip count (lanes past the last unit pass zeros and store nothing), so the team
-// shuffles run on all 32 lanes.
-template <class T, InDt D, int E>
-__device__ __forceinline__ void encode_1xg_unit(const QuantKernelParams& P, const uint4 (&raw)[E / kWordElems<D>],
-                                                int64_t u, int64_t units, int team, int team_log2, bool hw,
-                                                uint8_t* __restrict__ codes, float* __restrict__ scales) {
-  constexpr int W = kWordElems<D>;
-  constexpr int NW = E / W;
-  uint32_t m = absmax_bits_words<D, NW>(raw);
-  for (int off = 1; off < team; off <<= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
-  const bool finite = m < kInfBits;
-  if (__any_sync(kFullMask, !finite)) {  // warp-uniform: the reference statistic over finite values
-    uint32_t f = 0;
-#pragma unroll
-    for (int w = 0; w < NW; ++w) f = max(f, finite_absmax_word<D>(raw[w]));
-    for (int off = 1; off < team; off <<= 1) f = max(f, __shfl_xor_sync(kFullMask, f, off));
-    if (!finite) m = f;
-  }
-  if (u < units) {
-    const PlainGroup g = plain_group(P, m, finite);
-    uint32_t out[NW][W / 4];
-    encode_words<T, D, NW>(P, raw, g, hw, static_cast<uint64_t>(u * E), out);
-    const uint32_t* o = &out[0][0];  // E / 4 words of codes, in element order
-    uint4* dst = reinterpret_cast<uint4*>(codes) + u * (E / 16);
-#pragma unroll
-    for (int q = 0; q < E / 16; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
-    if ((threadIdx.x & (team - 1)) == 0) scales[u >> team_log2] = g.stored;
-  }
-}
-
 template <class T, InDt D, int E, int U>
 __global__ void __launch_bounds__(256)
     quant_1xg_fast_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
@@ -412,6 +379,7 @@ __global__ void __launch_bounds__(256)
   constexpr int W = kWordElems<D>;
   constexpr int NW = E / W;  // 16-byte words per unit
   const int lane = threadIdx.x & 31;
+  const int team_lane = threadIdx.x & (team - 1);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   // Teams are whole groups and whole teams are in or out of range, so every shuffle below runs
   // on all 32 lanes with the same trip count (the loop runs while any lane of the warp has work).
@@ -424,21 +392,30 @@ __global__ void __launch_bounds__(256)
       for (int w = 0; w < NW; ++w) raw[k][w] = u < units ? x[u * NW + w] : make_uint4(0u, 0u, 0u, 0u);
     }
 #pragma unroll
-    for (int k = 0; k < U; ++k)
-      encode_1xg_unit<T, D, E>(P, raw[k], u0 + k * stride, units, team, team_log2, hw, codes, scales);
+    for (int k = 0; k < U; ++k) {
+      const int64_t u = u0 + k * stride;
+      uint32_t m = absmax_bits_words<D, NW>(raw[k]);
+      for (int off = 1; off < team; off <<= 1) m = max(m, __shfl_xor_sync(kFullMask, m, off));
+      const bool finite = m < kInfBits;
+      if (__any_sync(kFullMask, !finite)) {  // warp-uniform: the reference statistic over finite values
+        uint32_t f = 0;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) f = max(f, finite_absmax_word<D>(raw[k][w]));
+        for (int off = 1; off < team; off <<= 1) f = max(f, __shfl_xor_sync(kFullMask, f, off));
+        if (!finite) m = f;
+      }
+      if (u < units) {
+        const PlainGroup g = plain_group(P, m, finite);
+        uint32_t out[NW][W / 4];
+        encode_words<T, D, NW>(P, raw[k], g, hw, static_cast<uint64_t>(u * E), out);
+        const uint32_t* o = &out[0][0];  // E / 4 words of codes, in element order
+        uint4* dst = reinterpret_cast<uint4*>(codes) + u * (E / 16);
+#pragma unroll
+        for (int q = 0; q < E / 16; ++q) dst[q] = make_uint4(o[4 * q], o[4 * q + 1], o[4 * q + 2], o[4 * q + 3]);
+        if (team_lane == 0) scales[u >> team_log2] = g.stored;
+      }
+    }
   }
-}
-
-// The same units streamed through shared memory by bulk copies (bulk_unit_loop), each encoded as
-// quant_1xg_fast_kernel does (encode_1xg_unit: the same bits).
-template <class T, InDt D, int E, int S>
-__global__ void __launch_bounds__(256)
-    quant_1xg_bulk_kernel(const uint4* __restrict__ x, uint8_t* __restrict__ codes, float* __restrict__ scales,
-                          QuantKernelParams P, int team, int team_log2, int64_t units, bool hw) {
-  constexpr int NW = E / kWordElems<D>;
-  bulk_unit_loop<NW, S>(x, units, [&](const uint4(&raw)[NW], int64_t u) {
-    encode_1xg_unit<T, D, E>(P, raw, u, units, team, team_log2, hw, codes, scales);
-  });
 }
 
 // ---- group geometry in 16-byte words (the staged and warp-group kernels) -----------------------------
@@ -705,14 +682,6 @@ uint64_t pow_y_mismatches(uint64_t n, uint64_t seed) {
   return h[0];
 }
 
-bool bulk_copy_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("FP8SIM_QUANT_BULK");
-    return v != nullptr && v[0] == '1';
-  }();
-  return on;
-}
-
 bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
   const QuantKernelParams& P = L.params;
   if (L.mode != 0 || P.format > 1 || !aligned16(L.x) || !aligned16(L.codes) || !plain_scales_common_ok(P.scale))
@@ -730,16 +699,6 @@ bool launch_quant_fast(const QuantLaunch& L, cudaStream_t s) {
         int team_log2 = 0;
         while ((1 << team_log2) < team) ++team_log2;
         const int64_t units = n / E;
-        if (bulk_copy_enabled()) {
-          constexpr int S = 4;
-          auto kernel = quant_1xg_bulk_kernel<T, D, E, S>;
-          const size_t smem = bulk_stage_bytes<E / kWordElems<D>, S>();
-          static const int resident = resident_blocks_opt_in(kernel, smem);
-          const int grid = grid_cap((units + kBulkChunkUnits - 1) / kBulkChunkUnits, resident);
-          kernel<<<grid, 256, smem, s>>>(static_cast<const uint4*>(L.x), static_cast<uint8_t*>(L.codes), L.scales, P,
-                                         team, team_log2, units, hw);
-          return;
-        }
         // A persistent grid of at most the resident blocks: each block takes an equal share.
         auto kernel = quant_1xg_fast_kernel<T, D, E, U>;
         static const int resident = resident_blocks(kernel);

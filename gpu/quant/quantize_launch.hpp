@@ -36,9 +36,6 @@ struct QuantKernelParams {
 
 bool hw_cvt_verified();   // gpu/quant/quantize_fast.cu (declared with its contract in quantize_kernels.cuh)
 bool hw_fp16_verified();  // likewise
-// Development switch of the bulk-copy experiment (FP8SIM_QUANT_BULK=1): the 1xG and per-tensor
-// encode kernels stream their input through shared memory by bulk copies (bulk_unit_loop).
-bool bulk_copy_enabled();  // gpu/quant/quantize_fast.cu
 // Round-to-nearest with the converter proven on this device: the condition every quantize launcher
 // puts first before letting cvt2_hw stand in for the reference encoder.
 inline bool rne_hw_ok(const QuantKernelParams& P) { return !P.stochastic && hw_cvt_verified(); }
