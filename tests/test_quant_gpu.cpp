@@ -689,10 +689,11 @@ TEST(QuantizeGpu, FastKernelsEveryDtypeScaleModeAndFallback) {
     check_on("e4m3:row", {3, 70000}, dt, test::lognormal_data(3 * 70000, 47, 6.0));
 }
 
-// Enough units (1xG and per-tensor encode: 32 bf16 or 16 fp32 elements) that every thread of the
-// resident grid runs several loop iterations, and a unit count that ends inside a warp's last
-// iteration. Delayed scaling over three steps, as the scaler's state carries from one to the next.
-TEST(QuantizeGpu, FastKernelsManyChunksPerBlockAndAPartialLastChunk) {
+// Enough units (32 elements for bf16 1x128 and the per-tensor encode, 16 for bf16 1x16 / 1x32 and
+// for fp32) that every thread of the resident grid runs several loop iterations, and a unit count
+// that ends inside a warp's last iteration. Delayed scaling over three steps, as the scaler's state
+// carries from one to the next.
+TEST(QuantizeGpu, FastKernelsManyIterationsPerThreadAndAPartialLastWarp) {
   FP8SIM_SKIP_WITHOUT_GPU();
   const std::vector<int64_t> shape = {6001, 4352};
   const size_t n = 6001 * 4352;
