@@ -99,20 +99,20 @@ std::vector<float> test_data(size_t n, uint64_t seed, bool specials) {
   return x;
 }
 
+// x rounded to the 16-bit input type dt (BF16 or FP16, to nearest even), as a 16-bit tensor holds it.
+std::vector<uint16_t> to_16bit(const std::vector<float>& x, InputDtype dt) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = dt == InputDtype::BF16 ? f32_to_bf16_rne(x[i]) : f32_to_fp16_rne(x[i]);
+  return h;
+}
+
 void check_spec(const std::string& text, const std::vector<int64_t>& shape, InputDtype dt, bool specials,
                 uint64_t offset = 0) {
   const QuantSpec spec = QuantSpec::parse(text);
   const size_t n = static_cast<size_t>(shape_numel(shape));
   const std::vector<float> x = test_data(n, 17 + n, specials);
-  std::vector<uint16_t> x16(n);
-  const void* data = x.data();
-  if (dt == InputDtype::BF16) {
-    for (size_t i = 0; i < n; ++i) x16[i] = f32_to_bf16_rne(x[i]);
-    data = x16.data();
-  } else if (dt == InputDtype::FP16) {
-    for (size_t i = 0; i < n; ++i) x16[i] = f32_to_fp16_rne(x[i]);
-    data = x16.data();
-  }
+  const std::vector<uint16_t> x16 = dt == InputDtype::F32 ? std::vector<uint16_t>{} : to_16bit(x, dt);
+  const void* data = dt == InputDtype::F32 ? static_cast<const void*>(x.data()) : x16.data();
   QuantizeOptions o;
   o.index_offset = offset;
   const QuantizedTensor c = quantize_any(data, dt, shape, spec, o);
@@ -452,13 +452,8 @@ std::vector<float> trace_like_data(size_t n, int kind, uint64_t seed) {
 
 void check_on(const std::string& text, const std::vector<int64_t>& shape, InputDtype dt, const std::vector<float>& x) {
   const QuantSpec spec = QuantSpec::parse(text);
-  const size_t n = x.size();
-  std::vector<uint16_t> x16(n);
-  const void* data = x.data();
-  if (dt != InputDtype::F32) {
-    for (size_t i = 0; i < n; ++i) x16[i] = dt == InputDtype::BF16 ? f32_to_bf16_rne(x[i]) : f32_to_fp16_rne(x[i]);
-    data = x16.data();
-  }
+  const std::vector<uint16_t> x16 = dt == InputDtype::F32 ? std::vector<uint16_t>{} : to_16bit(x, dt);
+  const void* data = dt == InputDtype::F32 ? static_cast<const void*>(x.data()) : x16.data();
   const QuantizedTensor c = quantize_any(data, dt, shape, spec, QuantizeOptions{});
   const QuantizedTensor g = gpu::quantize_on_gpu(data, dt, shape, spec, QuantizeOptions{});
   std::string ctx = text + " shape";
@@ -593,8 +588,7 @@ TEST(QuantizeGpu, PartialTeamShapesWriteOnlyTheirOwnGroups) {
     const size_t n = static_cast<size_t>(shape_numel(shape));
     for (int kind : {0, 2}) {  // layer-norm-like values near 1; log-normal over 5 decades
       const std::vector<float> x = trace_like_data(n, kind, seed++);
-      std::vector<uint16_t> xb(n);
-      for (size_t i = 0; i < n; ++i) xb[i] = f32_to_bf16_rne(x[i]);
+      const std::vector<uint16_t> xb = to_16bit(x, InputDtype::BF16);
       for (InputDtype dt : {InputDtype::F32, InputDtype::BF16}) {
         const void* data =
             dt == InputDtype::F32 ? static_cast<const void*>(x.data()) : static_cast<const void*>(xb.data());
@@ -703,9 +697,7 @@ TEST(QuantizeGpu, FastKernelsManyIterationsPerThreadAndAPartialLastWarp) {
   const QuantSpec spec = QuantSpec::parse("e4m3:tensor:delayed=2,max");
   DelayedScaler cpu(spec), gpu_s(spec);
   for (int step = 0; step < 3; ++step) {
-    std::vector<float> v = test::lognormal_data(n, 60 + step, 4.0 + step);
-    std::vector<uint16_t> v16(n);
-    for (size_t i = 0; i < n; ++i) v16[i] = f32_to_bf16_rne(v[i]);
+    const std::vector<uint16_t> v16 = to_16bit(test::lognormal_data(n, 60 + step, 4.0 + step), InputDtype::BF16);
     QuantizeOptions oc, og;
     oc.delayed = &cpu;
     og.delayed = &gpu_s;
@@ -876,12 +868,8 @@ void check_transposed(const std::string& text, const std::vector<int64_t>& shape
     x[n / 2 + 3] = std::numeric_limits<float>::infinity();
     x[n - 9] = -std::numeric_limits<float>::quiet_NaN();
   }
-  std::vector<uint16_t> x16(n);
-  const void* data = x.data();
-  if (dt != InputDtype::F32) {
-    for (size_t i = 0; i < n; ++i) x16[i] = dt == InputDtype::BF16 ? f32_to_bf16_rne(x[i]) : f32_to_fp16_rne(x[i]);
-    data = x16.data();
-  }
+  const std::vector<uint16_t> x16 = dt == InputDtype::F32 ? std::vector<uint16_t>{} : to_16bit(x, dt);
+  const void* data = dt == InputDtype::F32 ? static_cast<const void*>(x.data()) : x16.data();
   std::optional<DelayedScaler> sc, sg;
   QuantizeOptions oc, og;
   oc.index_offset = og.index_offset = offset;
