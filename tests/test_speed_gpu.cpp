@@ -96,26 +96,36 @@ struct NormCase {
 };
 const NormCase kNormCases[] = {{5, 1024}, {37, 5120}, {3, 12288}, {600, 4096}};
 
+// A norm kernel's random input of n elements: bf16 (x), or E4M3 codes with one bf16 scale per 16
+// (xq, xs: the g16 kernels' input); xf holds its values as the reference reads them.
+struct NormInput {
+  std::vector<float> xf;
+  DeviceBuffer<uint16_t> x;
+  DeviceBuffer<uint8_t> xq;
+  DeviceBuffer<uint16_t> xs;
+};
+NormInput norm_input(size_t n, bool g16) {
+  NormInput in;
+  if (g16) {
+    const auto codes = random_codes(n, false);
+    const auto sc = random_scales(n / 16);
+    in.xf = ref::dequantize_g16(codes.data(), sc.data(), static_cast<int64_t>(n), false);
+    in.xq = to_device(codes);
+    in.xs = to_device(sc);
+  } else {
+    const auto xb = random_bf16(n);
+    in.xf = to_float(xb);
+    in.x = to_device(xb);
+  }
+  return in;
+}
+
 TEST(SpeedKernels, RmsNormForwardBf16AndG16) {
   SKIP_WITHOUT_GPU();
   for (const NormCase& c : kNormCases) {
     const size_t n = static_cast<size_t>(c.rows * c.cols);
     for (bool g16 : {false, true}) {
-      std::vector<float> xf;
-      DeviceBuffer<uint16_t> x;
-      DeviceBuffer<uint8_t> xq;
-      DeviceBuffer<uint16_t> xs;
-      if (g16) {
-        const auto codes = random_codes(n, false);
-        const auto sc = random_scales(n / 16);
-        xf = ref::dequantize_g16(codes.data(), sc.data(), static_cast<int64_t>(n), false);
-        xq = to_device(codes);
-        xs = to_device(sc);
-      } else {
-        const auto xb = random_bf16(n);
-        xf = to_float(xb);
-        x = to_device(xb);
-      }
+      auto [xf, x, xq, xs] = norm_input(n, g16);
       const auto w = random_bf16(static_cast<size_t>(c.cols), 0.5f);
       auto dw = to_device(w);
       auto y = poisoned<uint16_t>(n);
@@ -156,21 +166,7 @@ TEST(SpeedKernels, RmsNormBackwardBf16AndG16) {
   for (const NormCase& c : kNormCases) {
     const size_t n = static_cast<size_t>(c.rows * c.cols);
     for (bool g16 : {false, true}) {
-      std::vector<float> xf;
-      DeviceBuffer<uint16_t> x;
-      DeviceBuffer<uint8_t> xq;
-      DeviceBuffer<uint16_t> xs;
-      if (g16) {
-        const auto codes = random_codes(n, false);
-        const auto sc = random_scales(n / 16);
-        xf = ref::dequantize_g16(codes.data(), sc.data(), static_cast<int64_t>(n), false);
-        xq = to_device(codes);
-        xs = to_device(sc);
-      } else {
-        const auto xb = random_bf16(n);
-        xf = to_float(xb);
-        x = to_device(xb);
-      }
+      auto [xf, x, xq, xs] = norm_input(n, g16);
       const auto w = random_bf16(static_cast<size_t>(c.cols), 0.5f);
       const auto dy = random_bf16(n);
       std::vector<float> rstd(static_cast<size_t>(c.rows));
