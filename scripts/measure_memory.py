@@ -164,6 +164,27 @@ def tensor_bytes(t):
     return t.numel() * t.element_size()
 
 
+# Autocast's bf16 weight copies are the saved tensors whose autograd history is (views of) a cast
+# of a leaf parameter: ToCopyBackward0 -> AccumulateGrad.
+VIEW_NODES = ("TBackward", "TransposeBackward", "ViewBackward", "UnsafeViewBackward", "PermuteBackward",
+              "ExpandBackward", "ReshapeAliasBackward", "AliasBackward")
+
+
+def is_weight_copy(t):
+    """A saved tensor whose autograd history is (views of) a cast of a leaf: autocast's weight copy."""
+    fn = t.grad_fn
+    for _ in range(8):
+        if fn is None:
+            return False
+        name = type(fn).__name__
+        if name.startswith("ToCopyBackward"):
+            return any(f is not None and type(f).__name__ == "AccumulateGrad" for f, _ in fn.next_functions)
+        if not name.startswith(VIEW_NODES):
+            return False
+        fn = fn.next_functions[0][0]
+    return False
+
+
 def run(args):
     cfg, cfg_path = load_config(args.model, args.models_dir)
     dev = torch.device(args.device)
@@ -181,24 +202,6 @@ def run(args):
     inp, tgt = ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
     sync = (lambda: torch.cuda.synchronize()) if dev.type == "cuda" else (lambda: None)
     alloc = (lambda: torch.cuda.memory_allocated()) if dev.type == "cuda" else (lambda: 0)
-
-    # autocast's bf16 weight copies are the saved tensors whose autograd history is (views of) a
-    # cast of a leaf parameter: ToCopyBackward0 -> AccumulateGrad.
-    view_nodes = ("TBackward", "TransposeBackward", "ViewBackward", "UnsafeViewBackward", "PermuteBackward",
-                  "ExpandBackward", "ReshapeAliasBackward", "AliasBackward")
-
-    def is_weight_copy(t):
-        fn = t.grad_fn
-        for _ in range(8):
-            if fn is None:
-                return False
-            name = type(fn).__name__
-            if name.startswith("ToCopyBackward"):
-                return any(f is not None and type(f).__name__ == "AccumulateGrad" for f, _ in fn.next_functions)
-            if not name.startswith(view_nodes):
-                return False
-            fn = fn.next_functions[0][0]
-        return False
 
     def step(measure):
         info = {}

@@ -282,25 +282,6 @@ def local_tensor(t):
 
 # ---- measurement --------------------------------------------------------------------------------
 
-VIEW_NODES = ("TBackward", "TransposeBackward", "ViewBackward", "UnsafeViewBackward", "PermuteBackward",
-              "ExpandBackward", "ReshapeAliasBackward", "AliasBackward")
-
-
-def is_weight_copy(t):
-    """A saved tensor whose autograd history is (views of) a cast of a leaf: autocast's weight copy."""
-    fn = t.grad_fn
-    for _ in range(8):
-        if fn is None:
-            return False
-        name = type(fn).__name__
-        if name.startswith("ToCopyBackward"):
-            return any(f is not None and type(f).__name__ == "AccumulateGrad" for f, _ in fn.next_functions)
-        if not name.startswith(VIEW_NODES):
-            return False
-        fn = fn.next_functions[0][0]
-    return False
-
-
 class GcClock:
     """Time (ms) and count (per generation) the collections of Python's cyclic garbage collector while
     active: a collection runs inside whichever phase allocates past the collector's threshold, so a
@@ -374,7 +355,7 @@ class Stepper:
             try:
                 st = t.untyped_storage()
                 prev = saved.get(st.data_ptr(), (0, False))
-                saved[st.data_ptr()] = (st.nbytes(), prev[1] or is_weight_copy(t))
+                saved[st.data_ptr()] = (st.nbytes(), prev[1] or ref.is_weight_copy(t))
             except (RuntimeError, NotImplementedError):
                 pass
             return t
